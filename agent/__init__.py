@@ -1,0 +1,1 @@
+"""Per-host agent: GPU and engine telemetry, Consul registration, load stream."""

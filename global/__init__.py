@@ -1,0 +1,1 @@
+"""Global tier: geo/latency routing, spillover, residency, cross-region failover."""

@@ -1,0 +1,3 @@
+"""gpuroute: a multi-region request router for AI-inference GPU fleets."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,68 @@
+"""TOML configuration loaded into pydantic models, with errors that name the file and the key."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+class ConfigError(ValueError):
+    """A configuration file that cannot be used; the message names the file and the key."""
+
+
+class StrictModel(BaseModel):
+    """Base for config sections: unknown keys are typos, so they are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def key_path(loc: tuple[int | str, ...]) -> str:
+    """Render a pydantic error location as a TOML-ish key: `regions[0].gpu_pools[1].gpu`."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(top level)"
+
+
+def describe_validation_error(path: Path | str, err: ValidationError) -> str:
+    """One line per problem: `file: key: message`."""
+    lines = []
+    for item in err.errors(include_url=False):
+        loc = tuple(p for p in item["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        lines.append(f"{path}: {key_path(loc)}: {item['msg']}")
+    return "\n".join(lines)
+
+
+def read_toml(path: Path | str) -> dict[str, Any]:
+    """Parse a TOML file, turning I/O and syntax errors into ConfigError."""
+    path = Path(path)
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def validate(path: Path | str, data: dict[str, Any], model: type[ModelT]) -> ModelT:
+    """Validate parsed data against a model; errors name `path` and the offending key."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(path, exc)) from None
+
+
+def load_toml_model(path: Path | str, model: type[ModelT]) -> ModelT:
+    """Read and validate a TOML file in one step."""
+    return validate(path, read_toml(path), model)

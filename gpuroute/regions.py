@@ -1,0 +1,69 @@
+"""The fleet description (`regions.example.toml`): regions, where they are, their jurisdiction
+and GPU pools. The router, the global tier and `gpuroute tfvars` all read this one file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, field_validator, model_validator
+
+from gpuroute.config import StrictModel, load_toml_model
+from gpuroute.gpus import GPU_TYPES
+
+RegionName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{1,31}$")]
+Jurisdiction = Annotated[str, Field(pattern=r"^[a-z]{2,8}$")]
+
+
+class Location(StrictModel):
+    lat: float = Field(ge=-90, le=90)
+    lon: float = Field(ge=-180, le=180)
+
+
+class GpuPool(StrictModel):
+    """A group of identical GPU hosts in one region serving the same models."""
+
+    gpu: str
+    count: int = Field(ge=0, le=100_000)
+    models: list[str] = Field(min_length=1)
+    zone: str | None = None
+    capacity_weight: float | None = Field(default=None, gt=0)
+
+    @field_validator("gpu")
+    @classmethod
+    def known_gpu(cls, value: str) -> str:
+        if value not in GPU_TYPES:
+            raise ValueError(f"unknown GPU type {value!r}; known: {', '.join(GPU_TYPES)}")
+        return value
+
+
+class Region(StrictModel):
+    name: RegionName
+    location: Location
+    jurisdiction: Jurisdiction
+    city: str | None = None
+    gpu_pools: list[GpuPool] = Field(default_factory=list)
+
+
+class FleetConfig(StrictModel):
+    regions: list[Region] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def unique_region_names(self) -> FleetConfig:
+        seen: set[str] = set()
+        for region in self.regions:
+            if region.name in seen:
+                raise ValueError(f"region name {region.name!r} appears twice")
+            seen.add(region.name)
+        return self
+
+    def region(self, name: str) -> Region:
+        for region in self.regions:
+            if region.name == name:
+                return region
+        raise KeyError(name)
+
+
+def load_fleet(path: Path | str) -> FleetConfig:
+    """Load and validate a regions file; raises ConfigError naming the file and key."""
+    return load_toml_model(path, FleetConfig)

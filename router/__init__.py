@@ -1,0 +1,1 @@
+"""Regional router: OpenAI-compatible proxy scheduling requests over GPU backends."""

@@ -1,0 +1,145 @@
+"""Admission control: priority classes, per-request deadlines, a bounded queue, shedding.
+
+Pure: the caller says whether the pool has room (`has_capacity`) and applies the verdicts.
+A full queue sheds the lowest-priority, newest entry (possibly the newcomer) with a
+Retry-After hint from the measured drain rate."""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import itertools
+import math
+from dataclasses import dataclass
+
+
+class Verdict(enum.Enum):
+    ADMIT = "admit"
+    QUEUED = "queued"
+    SHED = "shed"
+
+
+@dataclass(frozen=True, slots=True)
+class Shed:
+    item: object
+    reason: str  # "queue_full" | "deadline" | "displaced"
+    retry_after_s: int
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    verdict: Verdict
+    shed: tuple[Shed, ...] = ()  # the newcomer and/or a displaced lower-priority entry
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionSettings:
+    priorities: tuple[str, ...] = ("high", "normal", "low")  # most important first
+    max_queue: int = 1024
+    default_timeout_s: float = 30.0
+    min_retry_after_s: int = 1
+    max_retry_after_s: int = 60
+
+    def __post_init__(self) -> None:
+        if not self.priorities or len(set(self.priorities)) != len(self.priorities):
+            raise ValueError("priorities must be a non-empty list of distinct names")
+        if self.max_queue < 0 or self.default_timeout_s <= 0:
+            raise ValueError("max_queue must be >= 0 and default_timeout_s > 0")
+
+
+class AdmissionQueue:
+    def __init__(self, settings: AdmissionSettings | None = None) -> None:
+        self.settings = settings or AdmissionSettings()
+        self._rank = {name: i for i, name in enumerate(self.settings.priorities)}
+        self._heap: list[tuple[int, int, float, object]] = []  # (rank, seq, deadline, item)
+        self._cancelled: set[int] = set()
+        self._seq = itertools.count()
+        self._seq_of: dict[int, int] = {}  # id(item) -> seq, to cancel
+        self._drain_rate = 0.0  # dispatches per second, EWMA
+        self._last_dispatch: float | None = None
+
+    def __len__(self) -> int:
+        return len(self._heap) - len(self._cancelled)
+
+    def rank(self, priority: str) -> int:
+        try:
+            return self._rank[priority]
+        except KeyError:
+            raise ValueError(
+                f"unknown priority {priority!r}; known: {', '.join(self.settings.priorities)}"
+            ) from None
+
+    def retry_after(self) -> int:
+        s = self.settings
+        if self._drain_rate <= 0:
+            return s.min_retry_after_s
+        wait = math.ceil((len(self) + 1) / self._drain_rate)
+        return max(s.min_retry_after_s, min(s.max_retry_after_s, wait))
+
+    def offer(
+        self,
+        item: object,
+        priority: str,
+        now: float,
+        *,
+        has_capacity: bool,
+        deadline: float | None = None,
+    ) -> Offer:
+        rank = self.rank(priority)
+        if has_capacity and not any(r <= rank for r, *_ in self._live()):
+            return Offer(Verdict.ADMIT)
+        if deadline is None:
+            deadline = now + self.settings.default_timeout_s
+        if deadline <= now:
+            return Offer(Verdict.SHED, (Shed(item, "deadline", self.retry_after()),))
+        displaced: tuple[Shed, ...] = ()
+        if len(self) >= self.settings.max_queue:
+            victim = self._lowest()
+            if victim is None or victim[0] <= rank:
+                return Offer(Verdict.SHED, (Shed(item, "queue_full", self.retry_after()),))
+            self._cancel(victim)
+            displaced = (Shed(victim[3], "displaced", self.retry_after()),)
+        seq = next(self._seq)
+        heapq.heappush(self._heap, (rank, seq, deadline, item))
+        self._seq_of[id(item)] = seq
+        return Offer(Verdict.QUEUED, displaced)
+
+    def pop_ready(self, now: float) -> tuple[object | None, list[Shed]]:
+        """Next item to dispatch (highest priority, then oldest) and those whose deadline passed."""
+        expired = []
+        while self._heap:
+            rank, seq, deadline, item = heapq.heappop(self._heap)
+            if seq in self._cancelled:
+                self._cancelled.discard(seq)
+                continue
+            self._seq_of.pop(id(item), None)
+            if deadline <= now:
+                expired.append(Shed(item, "deadline", self.retry_after()))
+                continue
+            self._note_dispatch(now)
+            return item, expired
+        return None, expired
+
+    def remove(self, item: object) -> bool:
+        """Withdraw a queued item (client went away). False if it was not queued."""
+        seq = self._seq_of.pop(id(item), None)
+        if seq is None:
+            return False
+        self._cancelled.add(seq)
+        return True
+
+    def _live(self):
+        return (entry for entry in self._heap if entry[1] not in self._cancelled)
+
+    def _lowest(self) -> tuple[int, int, float, object] | None:
+        return max(self._live(), key=lambda e: (e[0], e[1]), default=None)
+
+    def _cancel(self, entry: tuple[int, int, float, object]) -> None:
+        self._cancelled.add(entry[1])
+        self._seq_of.pop(id(entry[3]), None)
+
+    def _note_dispatch(self, now: float) -> None:
+        if self._last_dispatch is not None:
+            gap = max(now - self._last_dispatch, 1e-6)
+            self._drain_rate += 0.1 * (1.0 / gap - self._drain_rate)
+        self._last_dispatch = now

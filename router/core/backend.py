@@ -1,0 +1,148 @@
+"""Backends and the set the policies choose from.
+
+A backend's load (`in_flight`, `outstanding`) is written only by the OutstandingWork ledger;
+its state only through BackendSet, which keeps the per-model candidate lists current."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+
+from gpuroute.router.core.slow_start import SlowStart
+
+
+class BackendState(enum.Enum):
+    READY = "ready"
+    WARMING = "warming"  # slow start after join or un-ejection: capacity ramps up
+    DRAINING = "draining"  # finishes what it has, gets nothing new
+    EJECTED = "ejected"  # taken out by outlier detection or an open breaker
+
+
+ROUTABLE_STATES = frozenset({BackendState.READY, BackendState.WARMING})
+
+
+class Backend:
+    """One inference engine endpoint (one GPU, or one tensor-parallel group)."""
+
+    __slots__ = (
+        "address",
+        "backend_id",
+        "capacity",
+        "gpu_type",
+        "in_flight",
+        "models",
+        "outstanding",
+        "reason",
+        "state",
+        "state_since",
+        "zone",
+    )
+
+    def __init__(
+        self,
+        backend_id: str,
+        gpu_type: str,
+        models: Iterable[str],
+        *,
+        capacity: float = 1.0,
+        address: str = "",
+        zone: str | None = None,
+    ) -> None:
+        if capacity <= 0:
+            raise ValueError(f"backend {backend_id}: capacity must be > 0, got {capacity}")
+        self.backend_id = backend_id
+        self.gpu_type = gpu_type
+        self.models = frozenset(models)
+        self.capacity = capacity
+        self.address = address
+        self.zone = zone
+        self.state = BackendState.READY
+        self.state_since = 0.0
+        self.reason = "configured"
+        self.in_flight = 0
+        self.outstanding = 0.0  # seconds of GPU work admitted and not yet finished
+
+    def __repr__(self) -> str:
+        return f"Backend({self.backend_id!r}, {self.gpu_type}, {self.state.value})"
+
+
+class BackendSet:
+    """All backends of a pool, with cached routable lists per model.
+
+    `slow_start` turns a WARMING backend's nominal capacity into its effective capacity.
+    """
+
+    def __init__(self, backends: Iterable[Backend] = (), slow_start: SlowStart | None = None):
+        self._by_id: dict[str, Backend] = {}
+        self._routable: dict[str, list[Backend]] = {}
+        self.slow_start = slow_start or SlowStart()
+        self.version = 0
+        for backend in backends:
+            self.add(backend)
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def __iter__(self):
+        return iter(self._by_id.values())
+
+    def __contains__(self, backend_id: object) -> bool:
+        return backend_id in self._by_id
+
+    def get(self, backend_id: str) -> Backend:
+        return self._by_id[backend_id]
+
+    def add(self, backend: Backend, now: float = 0.0, *, warm: bool = False) -> None:
+        """Add a backend; `warm=True` starts it in slow start (a join after startup)."""
+        if backend.backend_id in self._by_id:
+            raise ValueError(f"duplicate backend id {backend.backend_id!r}")
+        self._by_id[backend.backend_id] = backend
+        if warm and self.slow_start.window_s > 0:
+            backend.state, backend.reason = BackendState.WARMING, "joined"
+        backend.state_since = now
+        self._changed()
+
+    def remove(self, backend_id: str) -> Backend:
+        backend = self._by_id.pop(backend_id)
+        self._changed()
+        return backend
+
+    def set_state(self, backend: Backend, state: BackendState, now: float, reason: str) -> None:
+        if backend.state is state and backend.reason == reason:
+            return
+        backend.state, backend.state_since, backend.reason = state, now, reason
+        self._changed()
+
+    def routable(self, model: str) -> Sequence[Backend]:
+        """Backends in READY or WARMING that serve `model` (cached until the next change)."""
+        cached = self._routable.get(model)
+        if cached is None:
+            cached = [
+                b for b in self._by_id.values() if b.state in ROUTABLE_STATES and model in b.models
+            ]
+            self._routable[model] = cached
+        return cached
+
+    def serves(self, model: str) -> bool:
+        """Whether any backend, in any state, serves `model` (404 vs 503 for the front)."""
+        return any(model in b.models for b in self._by_id.values())
+
+    def effective_capacity(self, backend: Backend, now: float) -> float:
+        if backend.state is BackendState.WARMING:
+            return backend.capacity * self.slow_start.factor(now - backend.state_since)
+        return backend.capacity
+
+    def finish_warmups(self, now: float) -> list[Backend]:
+        """Move backends whose slow-start window has passed to READY."""
+        done = [
+            b
+            for b in self._by_id.values()
+            if b.state is BackendState.WARMING and self.slow_start.finished(now - b.state_since)
+        ]
+        for backend in done:
+            self.set_state(backend, BackendState.READY, now, "warmed up")
+        return done
+
+    def _changed(self) -> None:
+        self._routable.clear()
+        self.version += 1

@@ -1,0 +1,105 @@
+"""Request cost in GPU-seconds, learned online.
+
+Cost on a GPU type = prompt tokens × prefill seconds/token + expected output tokens × decode
+seconds/token, where decode seconds/token is the throughput cost (one step's time divided by
+the batch it served). Per model we learn the output length; per GPU type the two rates. Both
+are EWMAs seeded with priors, so the estimate is sane before the first completion."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class GpuCostPrior:
+    """Seconds of one GPU's time per prompt token and per generated token."""
+
+    prefill_s_per_token: float
+    decode_s_per_token: float
+
+    def __post_init__(self) -> None:
+        if self.prefill_s_per_token <= 0 or self.decode_s_per_token <= 0:
+            raise ValueError("per-token costs must be > 0")
+
+    def seconds(self, prompt_tokens: float, output_tokens: float) -> float:
+        return prompt_tokens * self.prefill_s_per_token + output_tokens * self.decode_s_per_token
+
+
+# Used for GPU types nobody gave a prior for, divided by the backend's capacity weight.
+REFERENCE_PRIOR = GpuCostPrior(prefill_s_per_token=1e-4, decode_s_per_token=1.5e-4)
+
+
+def ewma(previous: float, sample: float, alpha: float) -> float:
+    return previous + alpha * (sample - previous)
+
+
+class CostEstimator:
+    """Learns expected output length per model and per-token times per GPU type."""
+
+    def __init__(
+        self,
+        priors: dict[str, GpuCostPrior] | None = None,
+        *,
+        default_output_tokens: float = 256.0,
+        alpha: float = 0.05,
+        reference: GpuCostPrior = REFERENCE_PRIOR,
+    ) -> None:
+        if not 0 < alpha <= 1:
+            raise ValueError("alpha must be in (0, 1]")
+        if default_output_tokens <= 0:
+            raise ValueError("default_output_tokens must be > 0")
+        self._rates = {
+            gpu: GpuCostPrior(p.prefill_s_per_token, p.decode_s_per_token)
+            for gpu, p in (priors or {}).items()
+        }
+        self._output: dict[str, float] = {}
+        self.default_output_tokens = default_output_tokens
+        self.alpha = alpha
+        self.reference = reference
+
+    def expected_output(self, model: str, max_tokens: int | None) -> float:
+        """Expected generated tokens: the learned mean, capped by the request's max_tokens."""
+        mean = self._output.get(model, self.default_output_tokens)
+        if max_tokens is not None and max_tokens < mean:
+            return float(max_tokens)
+        return mean
+
+    def rates(self, gpu_type: str) -> GpuCostPrior | None:
+        return self._rates.get(gpu_type)
+
+    def seconds(
+        self, gpu_type: str, capacity: float, prompt_tokens: float, output_tokens: float
+    ) -> float:
+        """GPU-seconds the request costs on one backend of `gpu_type` with `capacity` weight."""
+        rates = self._rates.get(gpu_type)
+        if rates is not None:
+            return rates.seconds(prompt_tokens, output_tokens)
+        return self.reference.seconds(prompt_tokens, output_tokens) / capacity
+
+    def observe_output(self, model: str, output_tokens: int) -> None:
+        previous = self._output.get(model)
+        if previous is None:
+            self._output[model] = float(output_tokens)
+        else:
+            self._output[model] = ewma(previous, output_tokens, self.alpha)
+
+    def observe_rates(
+        self,
+        gpu_type: str,
+        *,
+        prefill_s_per_token: float | None = None,
+        decode_s_per_token: float | None = None,
+    ) -> None:
+        """Fold measured per-token times into the GPU type's rates (first sample seeds them)."""
+        rates = self._rates.get(gpu_type)
+        if rates is None:
+            if prefill_s_per_token is None or decode_s_per_token is None:
+                return  # need both to seed an unknown type
+            self._rates[gpu_type] = GpuCostPrior(prefill_s_per_token, decode_s_per_token)
+            return
+        if prefill_s_per_token is not None and prefill_s_per_token > 0:
+            rates.prefill_s_per_token = ewma(
+                rates.prefill_s_per_token, prefill_s_per_token, self.alpha
+            )
+        if decode_s_per_token is not None and decode_s_per_token > 0:
+            rates.decode_s_per_token = ewma(rates.decode_s_per_token, decode_s_per_token, self.alpha)

@@ -1,0 +1,95 @@
+"""Passive health: breakers and outlier ejection applied to a BackendSet.
+
+Both detectors are pure; this module turns their verdicts into backend states: an open
+breaker or an enforced ejection makes a backend EJECTED; recovery puts it in WARMING so slow
+start ramps its share back up (a half-open breaker's probes are that trickle)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpuroute.router.core.backend import Backend, BackendSet, BackendState
+from gpuroute.router.core.breaker import (
+    BreakerSettings,
+    BreakerState,
+    CircuitBreaker,
+    Transition,
+)
+from gpuroute.router.core.outlier import Ejection, OutlierDetector, OutlierSettings
+
+
+@dataclass(slots=True)
+class HealthEvents:
+    """What changed during one call, for metrics and logs."""
+
+    breaker: list[tuple[str, Transition]] = field(default_factory=list)
+    ejections: list[Ejection] = field(default_factory=list)
+    returned: list[str] = field(default_factory=list)
+
+
+class BackendHealth:
+    def __init__(
+        self,
+        backends: BackendSet,
+        breaker: BreakerSettings | None = None,
+        outlier: OutlierSettings | None = None,
+    ) -> None:
+        self.backends = backends
+        self.breaker_settings = breaker or BreakerSettings()
+        self.outliers = OutlierDetector(outlier)
+        self._breakers: dict[str, CircuitBreaker] = {}
+
+    def breaker(self, backend_id: str) -> CircuitBreaker:
+        breaker = self._breakers.get(backend_id)
+        if breaker is None:
+            breaker = self._breakers[backend_id] = CircuitBreaker(self.breaker_settings)
+        return breaker
+
+    def record(
+        self, backend: Backend, ok: bool, now: float, latency_ratio: float | None = None
+    ) -> HealthEvents:
+        events = HealthEvents()
+        breaker = self.breaker(backend.backend_id)
+        transition = breaker.on_success(now) if ok else breaker.on_failure(now)
+        if transition is not None:
+            events.breaker.append((backend.backend_id, transition))
+            self._apply_breaker(backend, transition, now)
+        ejection = self.outliers.record(backend.backend_id, ok, now, latency_ratio)
+        if ejection is not None:
+            events.ejections.append(ejection)
+            self._apply_ejection(backend, ejection, now)
+        return events
+
+    def tick(self, now: float) -> HealthEvents:
+        events = HealthEvents()
+        for backend in list(self.backends):
+            transition = self.breaker(backend.backend_id).tick(now)
+            if transition is not None:
+                events.breaker.append((backend.backend_id, transition))
+                self._apply_breaker(backend, transition, now)
+        ids = [b.backend_id for b in self.backends]
+        ejections, returned = self.outliers.tick(now, ids)
+        for ejection in ejections:
+            if ejection.backend_id in self.backends:
+                self._apply_ejection(self.backends.get(ejection.backend_id), ejection, now)
+        for backend_id in returned:
+            if backend_id in self.backends:
+                backend = self.backends.get(backend_id)
+                if backend.state is BackendState.EJECTED and self.breaker(backend_id).allows_traffic():
+                    self.backends.set_state(backend, BackendState.WARMING, now, "ejection ended")
+        self.backends.finish_warmups(now)
+        events.ejections.extend(ejections)
+        events.returned.extend(returned)
+        return events
+
+    def _apply_breaker(self, backend: Backend, transition: Transition, now: float) -> None:
+        if transition.after is BreakerState.OPEN:
+            if backend.state is not BackendState.DRAINING:
+                self.backends.set_state(backend, BackendState.EJECTED, now, "breaker open")
+        elif transition.after is BreakerState.HALF_OPEN:
+            if not self.outliers.is_ejected(backend.backend_id):
+                self.backends.set_state(backend, BackendState.WARMING, now, "breaker half-open")
+
+    def _apply_ejection(self, backend: Backend, ejection: Ejection, now: float) -> None:
+        if ejection.enforced and backend.state is not BackendState.DRAINING:
+            self.backends.set_state(backend, BackendState.EJECTED, now, f"outlier: {ejection.reason}")

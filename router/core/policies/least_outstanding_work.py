@@ -1,0 +1,37 @@
+"""Least outstanding work (the default): the backend that would finish this request soonest.
+
+Score = (outstanding GPU-seconds + this request's cost on that GPU) / warm-up factor. Small
+pools are scanned in full; large pools sample `choices` candidates (P2C generalised)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from gpuroute.router.core.backend import Backend
+from gpuroute.router.core.policies.base import PickContext, min_with_random_ties
+
+
+class LeastOutstandingWork:
+    name: ClassVar[str] = "least_outstanding_work"
+
+    def __init__(self, full_scan_max: int = 64, choices: int = 4) -> None:
+        if full_scan_max < 1 or choices < 2:
+            raise ValueError("full_scan_max must be >= 1 and choices >= 2")
+        self.full_scan_max = full_scan_max
+        self.choices = choices
+
+    def sample(self, ctx: PickContext, candidates: Sequence[Backend]) -> Sequence[Backend]:
+        """The candidates this pick compares: all of a small pool, a random few of a large one."""
+        n = len(candidates)
+        if n <= self.full_scan_max:
+            return candidates
+        return [candidates[i] for i in ctx.rng.sample(range(n), self.choices)]
+
+    def pick(self, ctx: PickContext, candidates: Sequence[Backend]) -> Backend:
+        considered = self.sample(ctx, candidates)
+        scores = [ctx.work_score(b) for b in considered]
+        return min_with_random_ties(considered, scores, ctx.rng)
+
+    def score(self, ctx: PickContext, backend: Backend) -> float | None:
+        return ctx.work_score(backend)

@@ -1,0 +1,31 @@
+"""Power of two choices on in-flight requests: sample two distinct, keep the less busy."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from gpuroute.router.core.backend import Backend
+from gpuroute.router.core.policies.base import PickContext
+
+
+class PowerOfTwoChoices:
+    name: ClassVar[str] = "p2c"
+
+    def pick(self, ctx: PickContext, candidates: Sequence[Backend]) -> Backend:
+        n = len(candidates)
+        if n == 1:
+            return candidates[0]
+        i = ctx.rng.randrange(n)
+        j = ctx.rng.randrange(n - 1)
+        if j >= i:
+            j += 1  # distinct second sample
+        a, b = candidates[i], candidates[j]
+        load_a = a.in_flight / ctx.capacity_of(a)
+        load_b = b.in_flight / ctx.capacity_of(b)
+        if load_a == load_b:
+            return a  # a is itself a uniform sample, so ties stay unbiased
+        return a if load_a < load_b else b
+
+    def score(self, ctx: PickContext, backend: Backend) -> float | None:
+        return backend.in_flight / ctx.capacity_of(backend)

@@ -1,0 +1,121 @@
+"""Prefix affinity: send a prompt where its longest prefix is already in the KV cache.
+
+An approximate index maps prompt-block hashes (chained, so a hit at depth d means the first d
+blocks match) to the backend that last received them, bounded in size (LRU). The score is
+least-outstanding-work with the cached blocks' prefill removed from the cost. A hard load
+guard excludes a backend whose work exceeds `guard_factor` × the candidates' mean plus
+`guard_slack_s`, so a hot prefix spreads to other backends instead of piling onto one."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import ClassVar
+
+from gpuroute.router.core.backend import Backend
+from gpuroute.router.core.policies.base import PickContext, min_with_random_ties
+
+BLOCK_TOKENS = 512
+
+
+class PrefixIndex:
+    """Block hash → backend id that most recently received a prompt containing that block."""
+
+    def __init__(self, max_blocks: int = 1_000_000) -> None:
+        if max_blocks < 1:
+            raise ValueError("max_blocks must be >= 1")
+        self.max_blocks = max_blocks
+        self._owner: OrderedDict[int, str] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._owner)
+
+    def matches(self, blocks: Sequence[int]) -> dict[str, int]:
+        """Backend id → number of leading blocks it holds (deepest owner of each depth)."""
+        depth_by_backend: dict[str, int] = {}
+        owner = self._owner
+        for depth, block in enumerate(blocks, start=1):
+            backend_id = owner.get(block)
+            if backend_id is None:
+                break
+            depth_by_backend[backend_id] = depth
+        return depth_by_backend
+
+    def record(self, blocks: Sequence[int], backend_id: str) -> None:
+        owner = self._owner
+        for block in blocks:
+            owner[block] = backend_id
+            owner.move_to_end(block)
+        while len(owner) > self.max_blocks:
+            owner.popitem(last=False)
+
+    def forget_backend(self, backend_id: str) -> None:
+        for block in [b for b, owner in self._owner.items() if owner == backend_id]:
+            del self._owner[block]
+
+
+class PrefixAffinity:
+    name: ClassVar[str] = "prefix_affinity"
+
+    def __init__(
+        self,
+        *,
+        max_blocks: int = 1_000_000,
+        guard_factor: float = 1.5,
+        guard_slack_s: float = 1.0,
+        full_scan_max: int = 64,
+        choices: int = 4,
+    ) -> None:
+        if guard_factor < 1 or guard_slack_s < 0:
+            raise ValueError("guard_factor must be >= 1 and guard_slack_s >= 0")
+        self.index = PrefixIndex(max_blocks)
+        self.guard_factor = guard_factor
+        self.guard_slack_s = guard_slack_s
+        self.full_scan_max = full_scan_max
+        self.choices = choices
+
+    def _considered(
+        self, ctx: PickContext, candidates: Sequence[Backend], matched: dict[str, int]
+    ) -> list[Backend]:
+        if len(candidates) <= self.full_scan_max:
+            return list(candidates)
+        picked = [candidates[i] for i in ctx.rng.sample(range(len(candidates)), self.choices)]
+        seen = {b.backend_id for b in picked}
+        picked += [b for b in candidates if b.backend_id in matched and b.backend_id not in seen]
+        return picked
+
+    def _cost(self, ctx: PickContext, backend: Backend, cached_blocks: int) -> float:
+        cost = ctx.cost_on(backend)
+        if cached_blocks:
+            prompt = ctx.request.prompt_tokens
+            cached = min(prompt, cached_blocks * BLOCK_TOKENS)
+            rates = ctx.estimator.rates(backend.gpu_type)
+            per_token = rates.prefill_s_per_token if rates else 0.0
+            cost = max(cost - cached * per_token, 0.0)
+        return cost
+
+    def scores(self, ctx: PickContext, candidates: Sequence[Backend]) -> tuple[list[Backend], list[float]]:
+        blocks = ctx.request.prefix_blocks
+        matched = self.index.matches(blocks) if blocks else {}
+        considered = self._considered(ctx, candidates, matched)
+        loads = [ctx.work_score(b) for b in considered]
+        limit = self.guard_factor * (sum(loads) / len(loads)) + self.guard_slack_s
+        scores = []
+        for backend, load in zip(considered, loads, strict=True):
+            depth = matched.get(backend.backend_id, 0)
+            if depth and load <= limit:
+                scores.append(ctx.work_score(backend, self._cost(ctx, backend, depth)))
+            else:
+                scores.append(load)  # no hit, or guarded: plain least outstanding work
+        return considered, scores
+
+    def pick(self, ctx: PickContext, candidates: Sequence[Backend]) -> Backend:
+        considered, scores = self.scores(ctx, candidates)
+        chosen = min_with_random_ties(considered, scores, ctx.rng)
+        if ctx.request.prefix_blocks:
+            self.index.record(ctx.request.prefix_blocks, chosen.backend_id)
+        return chosen
+
+    def score(self, ctx: PickContext, backend: Backend) -> float | None:
+        depth = self.index.matches(ctx.request.prefix_blocks).get(backend.backend_id, 0)
+        return ctx.work_score(backend, self._cost(ctx, backend, depth))

@@ -1,0 +1,102 @@
+"""The scheduler: one object that the live router and the simulator both drive.
+
+route() picks a backend with the policy and books the request's cost in the ledger;
+finish() releases it at end-of-stream and feeds what was learned back (costs, health)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from gpuroute.router.core.backend import Backend, BackendSet
+from gpuroute.router.core.cost import CostEstimator
+from gpuroute.router.core.health import BackendHealth, HealthEvents
+from gpuroute.router.core.ledger import OutstandingWork
+from gpuroute.router.core.policies import PickContext, Policy
+from gpuroute.router.core.request import RequestInfo
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    backend: Backend
+    cost_s: float  # booked in the ledger until finish()
+    candidates: int
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a request ended, as far as the backend's health and the cost model care."""
+
+    ok: bool
+    output_tokens: int = 0
+    prefill_s_per_token: float | None = None  # only when measured without queueing
+    decode_s_per_token: float | None = None  # step time / batch, the throughput cost
+    latency_ratio: float | None = None  # observed / expected duration, for gray failures
+
+
+class Scheduler:
+    def __init__(
+        self,
+        backends: BackendSet,
+        policy: Policy,
+        estimator: CostEstimator | None = None,
+        health: BackendHealth | None = None,
+    ) -> None:
+        self.backends = backends
+        self.policy = policy
+        self.estimator = estimator or CostEstimator()
+        self.health = health if health is not None else BackendHealth(backends)
+        self.ledger = OutstandingWork()
+
+    def context(self, request: RequestInfo, now: float, rng: random.Random) -> PickContext:
+        return PickContext(request, self.backends, self.estimator, now, rng)
+
+    def route(
+        self,
+        request: RequestInfo,
+        now: float,
+        rng: random.Random,
+        exclude: Collection[str] = (),
+    ) -> Decision | None:
+        """Choose a backend and book the request; None when no backend can take it."""
+        candidates = self.backends.routable(request.model)
+        if exclude:
+            candidates = [b for b in candidates if b.backend_id not in exclude]
+        if not candidates:
+            return None
+        ctx = PickContext(request, self.backends, self.estimator, now, rng)
+        backend = self.policy.pick(ctx, candidates)
+        cost = ctx.cost_on(backend)
+        self.ledger.start(request.request_id, backend, cost)
+        return Decision(backend, cost, len(candidates))
+
+    def explain(
+        self, request: RequestInfo, now: float, rng: random.Random
+    ) -> list[tuple[str, float | None]]:
+        """Each routable backend's policy score, for the decision log (does not book)."""
+        ctx = self.context(request, now, rng)
+        return [
+            (b.backend_id, self.policy.score(ctx, b)) for b in self.backends.routable(request.model)
+        ]
+
+    def finish(
+        self, request_id: object, model: str, outcome: Outcome, now: float
+    ) -> HealthEvents | None:
+        """End of stream (or failure, or disconnect): release work, learn, update health."""
+        entry = self.ledger.finish(request_id)
+        if entry is None:
+            return None
+        backend, _ = entry
+        if outcome.ok:
+            if outcome.output_tokens:
+                self.estimator.observe_output(model, outcome.output_tokens)
+            self.estimator.observe_rates(
+                backend.gpu_type,
+                prefill_s_per_token=outcome.prefill_s_per_token,
+                decode_s_per_token=outcome.decode_s_per_token,
+            )
+        return self.health.record(backend, outcome.ok, now, outcome.latency_ratio)
+
+    def tick(self, now: float) -> HealthEvents:
+        return self.health.tick(now)

@@ -1,0 +1,1 @@
+"""Engine performance model, fleet simulator and trace replay."""
