@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from gpuroute.config import StrictModel, load_toml_model
 from gpuroute.gpus import GPU_TYPES
@@ -48,14 +48,15 @@ class Region(StrictModel):
 class FleetConfig(StrictModel):
     regions: list[Region] = Field(min_length=1)
 
-    @model_validator(mode="after")
-    def unique_region_names(self) -> FleetConfig:
+    @field_validator("regions")
+    @classmethod
+    def unique_region_names(cls, regions: list[Region]) -> list[Region]:
         seen: set[str] = set()
-        for region in self.regions:
+        for region in regions:
             if region.name in seen:
                 raise ValueError(f"region name {region.name!r} appears twice")
             seen.add(region.name)
-        return self
+        return regions
 
     def region(self, name: str) -> Region:
         for region in self.regions:

@@ -98,5 +98,9 @@ class Scheduler:
             )
         return self.health.record(backend, outcome.ok, now, outcome.latency_ratio)
 
+    def release(self, request_id: object) -> None:
+        """Drop a request's booking with no health verdict (client gone, request refused)."""
+        self.ledger.finish(request_id)
+
     def tick(self, now: float) -> HealthEvents:
         return self.health.tick(now)

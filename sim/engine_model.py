@@ -1,0 +1,284 @@
+"""Performance model of one inference engine with continuous batching (vLLM-like), sans-IO.
+
+Time is an argument. The model is exact between events: while the batch does not change,
+every running sequence gains one token per decode step, so a shared "token clock" `v`
+advances at 1/step_time and a request finishes when `v` reaches its end mark. That makes
+each arrival or completion O(log n) instead of one event per token, which is what lets the
+fleet simulator run a million requests; the live fake engine reads the same clock to pace
+its SSE chunks.
+
+Model (documented in docs/simulator.md):
+- prefill of uncached prompt tokens is compute-bound: (2·P·n + 2·L·n²·d) / (FLOPS·mfu);
+  it runs one request at a time and pauses decoding meanwhile (vLLM without chunked prefill);
+- a decode step is memory-bound: overhead + max(weights + KV read / (BW·mbu), compute);
+- KV cache capacity in tokens = (memory × utilisation − weights) / KV bytes per token; a
+  request reserves prompt + output tokens when admitted and waits (FCFS) until they fit;
+- prefix cache: LRU of 512-token blocks in the KV memory; cached leading blocks skip prefill;
+- hooks: `set_slowdown` (thermal throttling, gray failure), `crash` / `recover`."""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Sequence
+
+from gpuroute.gpus import GpuSpec
+from gpuroute.sim.models import ModelSpec
+from gpuroute.sim.prefix_cache import PrefixCache
+
+BLOCK_TOKENS = 512
+EPS_TOKENS = 1e-6
+
+
+class EngineRequest:
+    """A request inside an engine; times are filled in as it progresses."""
+
+    __slots__ = (
+        "admitted_at",
+        "arrival",
+        "blocks",
+        "cached_tokens",
+        "ctx",
+        "finished_at",
+        "first_token_at",
+        "output_tokens",
+        "prompt_tokens",
+        "rid",
+        "v_end",
+        "v_start",
+    )
+
+    def __init__(
+        self,
+        rid: int,
+        prompt_tokens: int,
+        output_tokens: int,
+        arrival: float,
+        blocks: Sequence[int] = (),
+    ) -> None:
+        self.rid = rid
+        self.prompt_tokens = prompt_tokens
+        self.output_tokens = max(1, output_tokens)
+        self.arrival = arrival
+        self.blocks = blocks
+        self.cached_tokens = 0
+        self.admitted_at = -1.0
+        self.first_token_at = -1.0
+        self.finished_at = -1.0
+        self.v_start = 0.0
+        self.v_end = 0.0
+        self.ctx = prompt_tokens + self.output_tokens / 2  # mean context while decoding
+
+
+class EngineParams:
+    """Speeds of one GPU type running one model (derived once, shared by engines)."""
+
+    def __init__(
+        self,
+        gpu: GpuSpec,
+        model: ModelSpec,
+        *,
+        max_num_seqs: int = 256,
+        memory_utilization: float = 0.9,
+        mbu: float = 0.75,
+        mfu: float = 0.55,
+        step_overhead_s: float = 0.0015,
+        prefill_overhead_s: float = 0.004,
+    ) -> None:
+        self.gpu, self.model = gpu, model
+        self.max_num_seqs = max_num_seqs
+        kv_bytes = gpu.memory_gb * 1e9 * memory_utilization - model.weight_total_bytes
+        self.kv_capacity_tokens = int(kv_bytes / model.kv_bytes_per_token)
+        if self.kv_capacity_tokens < 2 * BLOCK_TOKENS:
+            raise ValueError(
+                f"model {model.name} does not fit on {gpu.name} ({gpu.memory_gb:g} GB): "
+                f"{self.kv_capacity_tokens} tokens of KV cache left"
+            )
+        flops = gpu.fp16_tflops * 1e12 * mfu
+        bandwidth = gpu.memory_bandwidth_tbs * 1e12 * mbu
+        self.prefill_overhead_s = prefill_overhead_s
+        self.prefill_linear_s = model.flops_per_token / flops
+        self.prefill_quadratic_s = 2 * model.layers * model.hidden / flops
+        self.step_overhead_s = step_overhead_s
+        self.weights_read_s = model.weight_total_bytes / bandwidth
+        self.kv_read_s_per_token = model.kv_bytes_per_token / bandwidth
+        self.decode_compute_s_per_seq = model.flops_per_token / flops
+
+    def prefill_s(self, tokens: float) -> float:
+        return self.prefill_overhead_s + tokens * (
+            self.prefill_linear_s + tokens * self.prefill_quadratic_s
+        )
+
+    def step_s(self, batch: int, ctx_tokens: float) -> float:
+        memory = self.weights_read_s + ctx_tokens * self.kv_read_s_per_token
+        compute = batch * self.decode_compute_s_per_seq
+        return self.step_overhead_s + (memory if memory > compute else compute)
+
+    def saturation_batch(self, mean_tokens: float) -> int:
+        """Batch size at saturation for requests holding `mean_tokens` of KV each."""
+        return max(1, min(self.max_num_seqs, int(self.kv_capacity_tokens / max(mean_tokens, 1))))
+
+    def decode_token_cost_s(self, mean_prompt: float, mean_output: float) -> float:
+        """GPU-seconds per generated token at saturation: one step's time over its batch."""
+        batch = self.saturation_batch(mean_prompt + mean_output)
+        return self.step_s(batch, batch * (mean_prompt + mean_output / 2)) / batch
+
+
+class EngineModel:
+    """One engine's queue, KV cache, prefix cache and batch, advanced by events."""
+
+    def __init__(self, params: EngineParams, *, prefix_caching: bool = True) -> None:
+        self.params = params
+        self.kv_capacity = params.kv_capacity_tokens
+        self.prefix_cache = PrefixCache(self.kv_capacity // BLOCK_TOKENS if prefix_caching else 0)
+        self.waiting: deque[EngineRequest] = deque()
+        self.prefilling: EngineRequest | None = None
+        self.prefill_end = 0.0
+        self.running: list[tuple[float, int, EngineRequest]] = []
+        self.v = 0.0
+        self.last = 0.0
+        self.ctx_sum = 0.0
+        self.kv_used = 0
+        self.kv_peak = 0
+        self.step = params.step_s(0, 0.0)
+        self.slowdown = 1.0
+        self.down = False
+
+    # -- observation -----------------------------------------------------------------------
+    @property
+    def batch(self) -> int:
+        return len(self.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running) + (self.prefilling is not None)
+
+    def kv_usage(self) -> float:
+        return self.kv_used / self.kv_capacity
+
+    def next_event_time(self) -> float | None:
+        if self.down:
+            return None
+        if self.prefilling is not None:
+            return self.prefill_end
+        if self.running:
+            return self.last + (self.running[0][0] - self.v) * self.step
+        return None
+
+    def tokens_generated(self, req: EngineRequest, now: float) -> int:
+        """Tokens `req` has produced by `now` (the first comes with prefill)."""
+        if req.first_token_at < 0 or now < req.first_token_at:
+            return 0
+        if req.finished_at >= 0:
+            return req.output_tokens
+        v = self.v
+        if self.prefilling is None and self.running:
+            v += (now - self.last) / self.step
+        return min(req.output_tokens, 1 + int(v - req.v_start + EPS_TOKENS))
+
+    def fits(self, req: EngineRequest) -> bool:
+        return req.prompt_tokens + req.output_tokens <= self.kv_capacity
+
+    # -- inputs ----------------------------------------------------------------------------
+    def submit(self, req: EngineRequest, now: float) -> bool:
+        """Queue a request; False (and nothing queued) if it can never fit or we are down."""
+        if self.down or not self.fits(req):
+            return False
+        self._advance(now)
+        self.waiting.append(req)
+        if self.prefilling is None:
+            self._start_next(now)
+        return True
+
+    def on_event(self, now: float) -> list[EngineRequest]:
+        """Process whatever is due at `now`; returns the requests that finished."""
+        self._advance(now)
+        finished: list[EngineRequest] = []
+        if self.prefilling is not None and self.prefill_end <= now:
+            req, self.prefilling = self.prefilling, None
+            req.first_token_at = self.prefill_end
+            if req.output_tokens <= 1:
+                self._release(req, now, finished)
+            else:
+                self._join(req)
+        running = self.running
+        while running and running[0][0] <= self.v + EPS_TOKENS:
+            req = heapq.heappop(running)[2]
+            self.ctx_sum -= req.ctx
+            self._release(req, now, finished)
+        self.step = self.params.step_s(len(running), self.ctx_sum) * self.slowdown
+        if self.prefilling is None:
+            self._start_next(now)
+        return finished
+
+    def set_slowdown(self, factor: float, now: float) -> None:
+        """Throttling or a gray failure: everything runs `factor` times slower from `now`."""
+        if factor <= 0:
+            raise ValueError("slowdown factor must be > 0")
+        self._advance(now)
+        if self.prefilling is not None:
+            self.prefill_end = now + (self.prefill_end - now) * factor / self.slowdown
+        self.step = self.step * factor / self.slowdown
+        self.slowdown = factor
+
+    def crash(self, now: float) -> list[EngineRequest]:
+        """The engine dies: every queued and running request is lost; returns them."""
+        self._advance(now)
+        lost = list(self.waiting) + [entry[2] for entry in self.running]
+        if self.prefilling is not None:
+            lost.append(self.prefilling)
+        self.waiting.clear()
+        self.running.clear()
+        self.prefilling = None
+        self.ctx_sum = 0.0
+        self.kv_used = 0
+        self.prefix_cache.clear()
+        self.down = True
+        return lost
+
+    def recover(self, now: float) -> None:
+        self.down = False
+        self.last = now
+        self.step = self.params.step_s(0, 0.0) * self.slowdown
+
+    # -- internals -------------------------------------------------------------------------
+    def _advance(self, now: float) -> None:
+        if self.prefilling is None and self.running:
+            self.v += (now - self.last) / self.step
+        self.last = now
+
+    def _join(self, req: EngineRequest) -> None:
+        req.v_start = self.v
+        req.v_end = self.v + req.output_tokens - 1
+        heapq.heappush(self.running, (req.v_end, req.rid, req))
+        self.ctx_sum += req.ctx
+
+    def _release(self, req: EngineRequest, now: float, finished: list[EngineRequest]) -> None:
+        req.finished_at = now
+        self.kv_used -= req.prompt_tokens + req.output_tokens
+        finished.append(req)
+
+    def _start_next(self, now: float) -> None:
+        """Admit the head of the queue into prefill if the batch and KV cache have room."""
+        if not self.waiting or len(self.running) >= self.params.max_num_seqs:
+            return
+        req = self.waiting[0]
+        need = req.prompt_tokens + req.output_tokens
+        if self.kv_used + need > self.kv_capacity:
+            return  # head-of-line waits for KV, as vLLM's FCFS scheduler does
+        self.waiting.popleft()
+        self.kv_used += need
+        if self.kv_used > self.kv_peak:
+            self.kv_peak = self.kv_used
+        if req.blocks:
+            hit_blocks = self.prefix_cache.match(req.blocks)
+            req.cached_tokens = min(hit_blocks * BLOCK_TOKENS, req.prompt_tokens - 1)
+            self.prefix_cache.insert(req.blocks)
+        req.admitted_at = now
+        self.prefilling = req
+        uncached = req.prompt_tokens - req.cached_tokens
+        self.prefill_end = now + self.params.prefill_s(uncached) * self.slowdown

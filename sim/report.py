@@ -1,0 +1,124 @@
+"""Per-policy results of a simulator run: the JSON schema and the table."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from gpuroute.sim.engine_model import EngineModel
+    from gpuroute.sim.scenario import Scenario
+    from gpuroute.sim.workloads import Workload
+
+OK, REJECTED, FAILED = 0, 1, 2
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyReport:
+    """One policy's results; field order is the JSON key order."""
+
+    policy: str
+    requests: int
+    completed: int
+    rejected: int
+    failed: int
+    retries: int
+    ttft_p50_s: float
+    ttft_p99_s: float
+    e2e_p50_s: float
+    e2e_p99_s: float
+    tpot_p50_s: float
+    tpot_p99_s: float
+    throughput_rps: float
+    output_tokens_per_s: float
+    goodput_rps: float
+    slo_attainment: float
+    gpu_util_mean: float
+    gpu_util_cv: float
+    prefix_hit_rate: float
+    kv_peak_max: float  # highest KV-cache use of any engine, as a fraction of its capacity
+    sim_duration_s: float
+    sim_wall_s: float
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _r(value: float, digits: int = 4) -> float:
+    return round(float(value), digits) if np.isfinite(value) else float("nan")
+
+
+def summarise(
+    policy: str,
+    scenario: Scenario,
+    workload: Workload,
+    run,
+    engines: list[EngineModel],
+    work: list[float],
+    *,
+    wall_s: float,
+) -> PolicyReport:
+    status = np.asarray(run.status)
+    ok = status == OK
+    arrivals = workload.arrivals
+    finish = np.asarray(run.finish)[ok]
+    ttft = np.asarray(run.ttft)[ok]
+    e2e = finish - arrivals[ok]
+    outputs = workload.outputs[ok]
+    tpot = np.where(outputs > 1, (e2e - ttft) / np.maximum(outputs - 1, 1), 0.0)
+    start = float(arrivals[0]) if len(arrivals) else 0.0
+    end = float(finish.max()) if len(finish) else start
+    duration = max(end - start, 1e-9)
+    good = (ttft <= scenario.slo.ttft_s) & (tpot <= scenario.slo.tpot_s)
+    util = np.asarray(work) / duration
+    lookups = sum(e.prefix_cache.lookups for e in engines)
+    hits = sum(e.prefix_cache.hits for e in engines)
+
+    def pct(values: np.ndarray, q: float) -> float:
+        return _r(np.percentile(values, q)) if len(values) else float("nan")
+
+    return PolicyReport(
+        policy=policy,
+        requests=len(status),
+        completed=int(ok.sum()),
+        rejected=int((status == REJECTED).sum()),
+        failed=int((status == FAILED).sum()),
+        retries=run.retries,
+        ttft_p50_s=pct(ttft, 50),
+        ttft_p99_s=pct(ttft, 99),
+        e2e_p50_s=pct(e2e, 50),
+        e2e_p99_s=pct(e2e, 99),
+        tpot_p50_s=pct(tpot, 50),
+        tpot_p99_s=pct(tpot, 99),
+        throughput_rps=_r(ok.sum() / duration),
+        output_tokens_per_s=_r(outputs.sum() / duration, 1),
+        goodput_rps=_r(good.sum() / duration),
+        slo_attainment=_r(good.sum() / max(len(status), 1)),
+        gpu_util_mean=_r(util.mean()),
+        gpu_util_cv=_r(util.std() / util.mean() if util.mean() > 0 else 0.0),
+        prefix_hit_rate=_r(hits / lookups if lookups else 0.0),
+        kv_peak_max=_r(max(e.kv_peak / e.kv_capacity for e in engines)),
+        sim_duration_s=_r(duration, 2),
+        sim_wall_s=_r(wall_s, 2),
+    )
+
+
+TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("policy", "policy", "{}"),
+    ("completed", "done", "{:,}"),
+    ("rejected", "rej", "{:,}"),
+    ("failed", "fail", "{:,}"),
+    ("ttft_p50_s", "TTFT p50", "{:.3f}"),
+    ("ttft_p99_s", "TTFT p99", "{:.3f}"),
+    ("e2e_p50_s", "E2E p50", "{:.2f}"),
+    ("e2e_p99_s", "E2E p99", "{:.2f}"),
+    ("throughput_rps", "req/s", "{:.1f}"),
+    ("output_tokens_per_s", "tok/s", "{:,.0f}"),
+    ("goodput_rps", "goodput", "{:.1f}"),
+    ("gpu_util_mean", "util", "{:.2f}"),
+    ("gpu_util_cv", "util CV", "{:.3f}"),
+    ("prefix_hit_rate", "prefix hit", "{:.2f}"),
+    ("sim_wall_s", "wall s", "{:.1f}"),
+)

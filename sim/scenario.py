@@ -1,0 +1,159 @@
+"""Scenario files for `gpuroute sim`: TOML, validated, with errors naming the file and key."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from gpuroute.config import ConfigError, StrictModel, read_toml, validate
+from gpuroute.gpus import GPU_TYPES
+from gpuroute.router.core.policies import POLICIES
+from gpuroute.sim.models import DEFAULT_MODEL, MODELS
+from gpuroute.sim.traces import TRACE_FORMATS
+from gpuroute.sim.workloads import PROFILES
+
+BUILTIN_DEFAULT = "demo"
+
+
+class WorkloadSection(StrictModel):
+    trace: str | None = None
+    format: Literal["azure", "mooncake", "lengths"] | None = None
+    profile: str | None = None
+    target_utilization: float | None = Field(default=None, gt=0, le=1.5)
+    rate_scale: float | None = Field(default=None, gt=0)
+    rate_rps: float | None = Field(default=None, gt=0)
+    max_requests: int | None = Field(default=None, ge=1, le=50_000_000)
+    model: str = DEFAULT_MODEL
+
+    @field_validator("profile")
+    @classmethod
+    def known_profile(cls, value: str | None) -> str | None:
+        if value is not None and value not in PROFILES:
+            raise ValueError(f"unknown profile {value!r}; known: {', '.join(PROFILES)}")
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def known_model(cls, value: str) -> str:
+        if value not in MODELS:
+            raise ValueError(f"unknown model {value!r}; known: {', '.join(MODELS)}")
+        return value
+
+    @model_validator(mode="after")
+    def one_source_one_rate(self) -> WorkloadSection:
+        if (self.trace is None) == (self.profile is None):
+            raise ValueError("set exactly one of `trace` (with `format`) or `profile`")
+        if self.trace is not None and self.format is None:
+            raise ValueError(f"`format` is required with `trace` (one of {', '.join(TRACE_FORMATS)})")
+        if self.profile is not None and self.max_requests is None:
+            raise ValueError("`max_requests` is required with `profile`")
+        rates = [
+            n for n in ("target_utilization", "rate_scale", "rate_rps") if getattr(self, n) is not None
+        ]
+        if len(rates) != 1:
+            raise ValueError(
+                "set exactly one of `target_utilization`, `rate_scale` (traces) or `rate_rps`"
+                f" (profiles); got {rates or 'none'}"
+            )
+        if self.rate_scale is not None and self.trace is None:
+            raise ValueError("`rate_scale` applies to traces; use `rate_rps` with a profile")
+        if self.rate_rps is not None and self.profile is None:
+            raise ValueError("`rate_rps` applies to profiles; use `rate_scale` with a trace")
+        return self
+
+
+class GpuGroup(StrictModel):
+    type: str
+    count: int = Field(ge=1, le=100_000)
+    region: str | None = None
+
+    @field_validator("type")
+    @classmethod
+    def known_gpu(cls, value: str) -> str:
+        if value not in GPU_TYPES:
+            raise ValueError(f"unknown GPU type {value!r}; known: {', '.join(GPU_TYPES)}")
+        return value
+
+
+class SloSection(StrictModel):
+    ttft_s: float = Field(default=2.0, gt=0)
+    tpot_s: float = Field(default=0.1, gt=0)
+
+
+class RouterSection(StrictModel):
+    policies: list[str] = Field(
+        default_factory=lambda: ["round_robin", "least_connections", "least_outstanding_work"]
+    )
+    full_scan_max: int = Field(default=64, ge=1)
+    choices: int = Field(default=4, ge=2)
+    health_tick_s: float = Field(default=1.0, gt=0)
+
+    @field_validator("policies")
+    @classmethod
+    def known_policies(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if name not in POLICIES:
+                raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
+        if not value:
+            raise ValueError("at least one policy")
+        return value
+
+
+class Fault(StrictModel):
+    at_s: float = Field(ge=0)
+    kind: Literal["crash", "recover", "slow"]
+    gpu: int = Field(ge=0, description="index into the expanded [[gpus]] list")
+    factor: float = Field(default=1.0, gt=0, description="slowdown factor for kind=slow")
+
+
+class Scenario(StrictModel):
+    name: str = "scenario"
+    seed: int = 0
+    workload: WorkloadSection
+    gpus: list[GpuGroup] = Field(min_length=1)
+    slo: SloSection = SloSection()
+    router: RouterSection = RouterSection()
+    faults: list[Fault] = Field(default_factory=list)
+    prefix_caching: bool = True
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(g.count for g in self.gpus)
+
+    @model_validator(mode="after")
+    def faults_in_range(self) -> Scenario:
+        for fault in self.faults:
+            if fault.gpu >= self.gpu_count:
+                raise ValueError(f"fault gpu index {fault.gpu} >= number of GPUs {self.gpu_count}")
+        return self
+
+
+class LoadedScenario:
+    """A validated scenario plus the directory its relative trace path is resolved against."""
+
+    def __init__(self, scenario: Scenario, base_dir: Path, source: str) -> None:
+        self.scenario = scenario
+        self.base_dir = base_dir
+        self.source = source
+
+    def trace_path(self) -> Path | None:
+        trace = self.scenario.workload.trace
+        return None if trace is None else (self.base_dir / trace).resolve()
+
+
+def load_scenario(path: Path | str) -> LoadedScenario:
+    path = Path(path)
+    scenario = validate(path, read_toml(path), Scenario)
+    return LoadedScenario(scenario, path.parent, str(path))
+
+
+def builtin_scenario(name: str = BUILTIN_DEFAULT) -> LoadedScenario:
+    """A scenario shipped inside the package (synthetic, needs no data files)."""
+    resource = resources.files("gpuroute.sim") / "scenarios" / f"{name}.toml"
+    if not resource.is_file():
+        raise ConfigError(f"no built-in scenario named {name!r}")
+    with resources.as_file(resource) as path:
+        return load_scenario(path)

@@ -1,0 +1,23 @@
+"""Shared fixtures: paths, and a marker for tests that need ../shared/data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+def shared_file(relative: str) -> Path:
+    """A file under ../shared/data, or skip the test with a message when it is absent."""
+    path = SHARED_DATA / relative
+    if not path.exists():
+        pytest.skip(f"{path} not present (../shared/data is only on the project's machines)")
+    return path
+
+
+@pytest.fixture
+def repo() -> Path:
+    return REPO
