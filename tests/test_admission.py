@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import pytest
+
+from gpuroute.router.core.admission import AdmissionQueue, AdmissionSettings, Verdict
+
+
+def queue(**kw) -> AdmissionQueue:
+    return AdmissionQueue(AdmissionSettings(**kw))
+
+
+def test_admits_when_there_is_room_and_nobody_waits() -> None:
+    assert queue().offer("r1", "normal", 0.0, has_capacity=True).verdict is Verdict.ADMIT
+
+
+def test_queues_without_capacity_and_drains_by_priority_then_age() -> None:
+    q = queue()
+    for item, priority in (("n1", "normal"), ("l1", "low"), ("h1", "high"), ("n2", "normal")):
+        assert q.offer(item, priority, 0.0, has_capacity=False).verdict is Verdict.QUEUED
+    # Room again, but a newcomer must not overtake equal-or-higher priority waiters.
+    assert q.offer("n3", "normal", 0.1, has_capacity=True).verdict is Verdict.QUEUED
+    order = [q.pop_ready(1.0)[0] for _ in range(5)]
+    assert order == ["h1", "n1", "n2", "n3", "l1"]
+    assert q.pop_ready(1.0) == (None, [])
+
+
+def test_full_queue_sheds_lowest_priority_first() -> None:
+    q = queue(max_queue=2)
+    q.offer("l1", "low", 0.0, has_capacity=False)
+    q.offer("n1", "normal", 0.0, has_capacity=False)
+    offer = q.offer("h1", "high", 0.0, has_capacity=False)
+    assert offer.verdict is Verdict.QUEUED
+    assert [(s.item, s.reason) for s in offer.shed] == [("l1", "displaced")]
+    offer = q.offer("l2", "low", 0.0, has_capacity=False)
+    assert offer.verdict is Verdict.SHED and offer.shed[0].reason == "queue_full"
+    assert offer.shed[0].retry_after_s >= 1
+
+
+def test_deadlines_expire_queued_requests() -> None:
+    q = queue()
+    q.offer("late", "normal", 0.0, has_capacity=False, deadline=1.0)
+    q.offer("fine", "normal", 0.0, has_capacity=False, deadline=10.0)
+    item, expired = q.pop_ready(2.0)
+    assert item == "fine" and [(s.item, s.reason) for s in expired] == [("late", "deadline")]
+    past = q.offer("past", "normal", 5.0, has_capacity=False, deadline=4.0)
+    assert past.verdict is Verdict.SHED and past.shed[0].reason == "deadline"
+
+
+def test_retry_after_follows_the_drain_rate() -> None:
+    q = queue(max_queue=100)
+    for i in range(50):
+        q.offer(i, "normal", 0.0, has_capacity=False)
+    for step in range(30):  # drains 2 per second
+        q.pop_ready(step * 0.5)
+    # 20 waiting + 1 at ~2/s: about 11 s.
+    assert 8 <= q.retry_after() <= 14
+
+
+def test_withdrawn_requests_are_skipped() -> None:
+    q = queue()
+    q.offer("a", "normal", 0.0, has_capacity=False)
+    q.offer("b", "normal", 0.0, has_capacity=False)
+    assert q.remove("a") and not q.remove("a")
+    assert len(q) == 1 and q.pop_ready(0.0)[0] == "b"
+
+
+def test_unknown_priority_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="unknown priority 'urgent'; known: high, normal, low"):
+        queue().offer("x", "urgent", 0.0, has_capacity=True)
