@@ -36,7 +36,9 @@ def describe_validation_error(path: Path | str, err: ValidationError) -> str:
     """One line per problem: `file: key: message`."""
     lines = []
     for item in err.errors(include_url=False):
-        loc = tuple(p for p in item["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        loc = tuple(
+            p for p in item["loc"] if not (isinstance(p, str) and p.startswith("function-"))
+        )
         lines.append(f"{path}: {key_path(loc)}: {item['msg']}")
     return "\n".join(lines)
 

@@ -6,16 +6,16 @@ import json
 import sys
 from pathlib import Path
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-
-from gpuroute.config import ConfigError
 from gpuroute.router.core.policies import POLICIES
 from gpuroute.sim.report import TABLE_COLUMNS, PolicyReport
 from gpuroute.sim.scenario import builtin_scenario, load_scenario
 from gpuroute.sim.simulator import FleetSimulator
 from gpuroute.sim.traces import TraceError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gpuroute.config import ConfigError
 
 
 def render_table(title: str, reports: list[PolicyReport]) -> Table:
@@ -64,7 +64,9 @@ def run_sim(
                 simulator.run(name, lambda done, t=task: progress.update(t, completed=done))
             )
     if not quiet:
-        Console(width=None if sys.stdout.isatty() else 160).print(render_table(f"{scenario.name} (seed {scenario.seed})", reports))
+        Console(width=None if sys.stdout.isatty() else 160).print(
+            render_table(f"{scenario.name} (seed {scenario.seed})", reports)
+        )
     if json_out:
         text = json.dumps([r.to_dict() for r in reports], indent=2)
         if json_out == "-":

@@ -22,9 +22,10 @@ import heapq
 from collections import deque
 from collections.abc import Sequence
 
-from gpuroute.gpus import GpuSpec
 from gpuroute.sim.models import ModelSpec
 from gpuroute.sim.prefix_cache import PrefixCache
+
+from gpuroute.gpus import GpuSpec
 
 BLOCK_TOKENS = 512
 EPS_TOKENS = 1e-6

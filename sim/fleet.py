@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from gpuroute.gpus import GPU_SPECS
 from gpuroute.router.core.cost import GpuCostPrior
 from gpuroute.sim.engine_model import EngineParams
 from gpuroute.sim.models import MODELS
 from gpuroute.sim.scenario import Scenario
 from gpuroute.sim.workloads import Workload
+
+from gpuroute.gpus import GPU_SPECS
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,14 +6,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
-
-from gpuroute.config import ConfigError, StrictModel, read_toml, validate
-from gpuroute.gpus import GPU_TYPES
 from gpuroute.router.core.policies import POLICIES
 from gpuroute.sim.models import DEFAULT_MODEL, MODELS
 from gpuroute.sim.traces import TRACE_FORMATS
 from gpuroute.sim.workloads import PROFILES
+from pydantic import Field, field_validator, model_validator
+
+from gpuroute.config import ConfigError, StrictModel, read_toml, validate
+from gpuroute.gpus import GPU_TYPES
 
 BUILTIN_DEFAULT = "demo"
 
@@ -47,11 +47,15 @@ class WorkloadSection(StrictModel):
         if (self.trace is None) == (self.profile is None):
             raise ValueError("set exactly one of `trace` (with `format`) or `profile`")
         if self.trace is not None and self.format is None:
-            raise ValueError(f"`format` is required with `trace` (one of {', '.join(TRACE_FORMATS)})")
+            raise ValueError(
+                f"`format` is required with `trace` (one of {', '.join(TRACE_FORMATS)})"
+            )
         if self.profile is not None and self.max_requests is None:
             raise ValueError("`max_requests` is required with `profile`")
         rates = [
-            n for n in ("target_utilization", "rate_scale", "rate_rps") if getattr(self, n) is not None
+            n
+            for n in ("target_utilization", "rate_scale", "rate_rps")
+            if getattr(self, n) is not None
         ]
         if len(rates) != 1:
             raise ValueError(

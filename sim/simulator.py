@@ -97,7 +97,9 @@ class FleetSimulator:
         ]
         index_of = {b.backend_id: i for i, b in enumerate(backends)}
         estimator = CostEstimator({t: p.prior for t, p in profiles.items()})
-        scheduler = Scheduler(BackendSet(backends), build_policy_for(policy_name, self.loaded), estimator)
+        scheduler = Scheduler(
+            BackendSet(backends), build_policy_for(policy_name, self.loaded), estimator
+        )
         rng = random.Random(scenario.seed)
 
         n = len(workload)

@@ -10,7 +10,6 @@ from datetime import datetime
 from pathlib import Path
 
 import numpy as np
-
 from gpuroute.sim.workloads import Workload, poisson_arrivals
 
 TRACE_FORMATS = ("azure", "mooncake", "lengths")
@@ -77,7 +76,7 @@ def read_mooncake(path: Path) -> Workload:
 
 
 def read_lengths(path: Path, seed: int, rate: float = 1.0) -> Workload:
-    """num_prefill_tokens, num_decode_tokens per row; Poisson arrivals at `rate` (rescaled later)."""
+    """Rows of num_prefill_tokens, num_decode_tokens; Poisson arrivals at `rate`."""
     prompts, outputs = [], []
     with path.open(newline="") as fh:
         reader = csv.DictReader(fh)

@@ -86,7 +86,11 @@ class Workload:
 
     def head(self, n: int) -> Workload:
         return Workload(
-            self.arrivals[:n], self.prompts[:n], self.outputs[:n], self.blocks[:n], self.sessions[:n]
+            self.arrivals[:n],
+            self.prompts[:n],
+            self.outputs[:n],
+            self.blocks[:n],
+            self.sessions[:n],
         )
 
 

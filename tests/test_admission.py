@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import pytest
-
 from gpuroute.router.core.admission import AdmissionQueue, AdmissionSettings, Verdict
 
 

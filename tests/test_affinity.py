@@ -44,7 +44,9 @@ def test_hot_prefix_cannot_overload_its_owner() -> None:
     scheduler = Scheduler(BackendSet(pool), policy, CostEstimator(PRIORS))
     rng = random.Random(5)
     for i in range(2000):  # one hot prefix, never finished: the guard must spread it
-        scheduler.route(RequestInfo(i, "m", 4096, 50, prefix_blocks=(1, 2, 3, 4, 5, 6, 7, 8)), 0, rng)
+        scheduler.route(
+            RequestInfo(i, "m", 4096, 50, prefix_blocks=(1, 2, 3, 4, 5, 6, 7, 8)), 0, rng
+        )
     loads = [b.outstanding for b in pool]
     mean = sum(loads) / len(loads)
     cost = 4096 * 1e-4 + 50 * 1e-3
@@ -66,7 +68,9 @@ def test_session_affinity_is_sticky_and_stable() -> None:
 def test_session_affinity_bounds_load() -> None:
     # All requests in one session: bounded loads spill it once the home holds its share.
     pool = backends(4)
-    scheduler = Scheduler(BackendSet(pool), SessionAffinity(load_factor=1.25), CostEstimator(PRIORS))
+    scheduler = Scheduler(
+        BackendSet(pool), SessionAffinity(load_factor=1.25), CostEstimator(PRIORS)
+    )
     rng = random.Random(1)
     for i in range(400):
         scheduler.route(RequestInfo(i, "m", 10, 10, session_id="hot"), 0, rng)

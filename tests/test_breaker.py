@@ -1,9 +1,6 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
 from gpuroute.router.core.breaker import (
     TRANSITIONS,
     BreakerEvent,
@@ -13,6 +10,8 @@ from gpuroute.router.core.breaker import (
     IllegalTransition,
     next_state,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 S, E = BreakerState, BreakerEvent
 

@@ -3,11 +3,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 from gpuroute.cli import main
 from gpuroute.config import ConfigError
 from gpuroute.regions import load_fleet
-from conftest import REPO
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -34,8 +34,11 @@ location = { lat = 38.9, lon = -77.0 }
 @pytest.mark.parametrize(
     ("text", "key", "fragment"),
     [
-        (GOOD_REGION + '[[regions.gpu_pools]]\ngpu = "B200"\ncount = 1\nmodels = ["m"]\n',
-         "regions[0].gpu_pools[0].gpu", "unknown GPU type 'B200'"),
+        (
+            GOOD_REGION + '[[regions.gpu_pools]]\ngpu = "B200"\ncount = 1\nmodels = ["m"]\n',
+            "regions[0].gpu_pools[0].gpu",
+            "unknown GPU type 'B200'",
+        ),
         (GOOD_REGION.replace('jurisdiction = "us"\n', ""), "regions[0].jurisdiction", "required"),
         (GOOD_REGION.replace("lat = 38.9", "lat = 138.9"), "regions[0].location.lat", "90"),
         (GOOD_REGION + 'colour = "blue"\n', "regions[0].colour", "Extra inputs"),

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import pytest
-
 from gpuroute.router.core import Backend, BackendSet, BackendState
 from gpuroute.router.core.cost import CostEstimator, GpuCostPrior
 from gpuroute.router.core.slow_start import SlowStart

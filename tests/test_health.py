@@ -42,14 +42,18 @@ def test_open_breaker_ejects_then_half_open_warms_then_closes() -> None:
 
 
 def test_failed_requests_through_the_scheduler_eject_and_routing_avoids_it() -> None:
-    pool, backend_set, scheduler = make()
+    pool, _, scheduler = make()
     rng = random.Random(0)
     for i in range(3):
-        decision = scheduler.route(RequestInfo(i, "m", 10, 10), 0.0, rng, exclude={"b1", "b2", "b3"})
+        decision = scheduler.route(
+            RequestInfo(i, "m", 10, 10), 0.0, rng, exclude={"b1", "b2", "b3"}
+        )
         scheduler.finish(i, "m", Outcome(False), 0.0)
     assert pool[0].state is BackendState.EJECTED and decision.backend is pool[0]
-    picks = {scheduler.route(RequestInfo(10 + i, "m", 10, 10), 1.0, rng).backend.backend_id
-             for i in range(30)}
+    picks = {
+        scheduler.route(RequestInfo(10 + i, "m", 10, 10), 1.0, rng).backend.backend_id
+        for i in range(30)
+    }
     assert "b0" not in picks
 
 

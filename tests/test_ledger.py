@@ -1,11 +1,10 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
 from gpuroute.router.core.ledger import OutstandingWork
 from helpers import backends
+from hypothesis import given
+from hypothesis import strategies as st
 
 operations = st.lists(
     st.tuples(

@@ -16,7 +16,11 @@ def test_consecutive_failures_eject_at_once_with_backoff() -> None:
     assert d.record("a", False, 1.0) is None and d.record("a", False, 1.0) is None
     ejection = d.record("a", False, 1.0)
     assert (ejection.backend_id, ejection.reason, ejection.enforced, ejection.until) == (
-        "a", "consecutive_failures", True, 11.0)
+        "a",
+        "consecutive_failures",
+        True,
+        11.0,
+    )
     assert d.tick(10.9, IDS)[1] == [] and d.tick(11.0, IDS)[1] == ["a"]
     for _ in range(3):
         ejection = d.record("a", False, 12.0)
@@ -28,8 +32,9 @@ def test_consecutive_failures_eject_at_once_with_backoff() -> None:
 
 
 def test_failure_rate_is_judged_per_interval() -> None:
-    d = detector(interval_s=10, failure_rate=0.5, failure_rate_min_requests=10,
-                 consecutive_failures=100)
+    d = detector(
+        interval_s=10, failure_rate=0.5, failure_rate_min_requests=10, consecutive_failures=100
+    )
     for i in range(20):
         d.record("b", i % 2 == 0, 1.0)  # 50 % failures, never consecutive enough
         d.record("a", True, 1.0)

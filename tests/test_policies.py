@@ -6,7 +6,6 @@ import math
 import random
 
 import pytest
-
 from gpuroute.router.core import Backend, BackendSet, BackendState, RequestInfo, Scheduler
 from gpuroute.router.core.cost import CostEstimator
 from gpuroute.router.core.policies import POLICIES, build_policy
@@ -30,7 +29,7 @@ def pick_many(policy, pool, n=PICKS, seed=1):
 def test_registry_builds_each_policy_by_name() -> None:
     for name in POLICIES:
         assert build_policy(name).name == name
-    with pytest.raises(ValueError, match="unknown policy 'fastest'.*least_outstanding_work"):
+    with pytest.raises(ValueError, match=r"unknown policy 'fastest'.*least_outstanding_work"):
         build_policy("fastest")
 
 

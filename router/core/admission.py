@@ -108,7 +108,7 @@ class AdmissionQueue:
         """Next item to dispatch (highest priority, then oldest) and those whose deadline passed."""
         expired = []
         while self._heap:
-            rank, seq, deadline, item = heapq.heappop(self._heap)
+            _, seq, deadline, item = heapq.heappop(self._heap)
             if seq in self._cancelled:
                 self._cancelled.discard(seq)
                 continue

@@ -102,4 +102,6 @@ class CostEstimator:
                 rates.prefill_s_per_token, prefill_s_per_token, self.alpha
             )
         if decode_s_per_token is not None and decode_s_per_token > 0:
-            rates.decode_s_per_token = ewma(rates.decode_s_per_token, decode_s_per_token, self.alpha)
+            rates.decode_s_per_token = ewma(
+                rates.decode_s_per_token, decode_s_per_token, self.alpha
+            )

@@ -75,7 +75,10 @@ class BackendHealth:
         for backend_id in returned:
             if backend_id in self.backends:
                 backend = self.backends.get(backend_id)
-                if backend.state is BackendState.EJECTED and self.breaker(backend_id).allows_traffic():
+                if (
+                    backend.state is BackendState.EJECTED
+                    and self.breaker(backend_id).allows_traffic()
+                ):
                     self.backends.set_state(backend, BackendState.WARMING, now, "ejection ended")
         self.backends.finish_warmups(now)
         events.ejections.extend(ejections)
@@ -83,13 +86,18 @@ class BackendHealth:
         return events
 
     def _apply_breaker(self, backend: Backend, transition: Transition, now: float) -> None:
-        if transition.after is BreakerState.OPEN:
-            if backend.state is not BackendState.DRAINING:
-                self.backends.set_state(backend, BackendState.EJECTED, now, "breaker open")
-        elif transition.after is BreakerState.HALF_OPEN:
-            if not self.outliers.is_ejected(backend.backend_id):
-                self.backends.set_state(backend, BackendState.WARMING, now, "breaker half-open")
+        draining = backend.state is BackendState.DRAINING
+        if transition.after is BreakerState.OPEN and not draining:
+            self.backends.set_state(backend, BackendState.EJECTED, now, "breaker open")
+        elif (
+            transition.after is BreakerState.HALF_OPEN
+            and not draining
+            and not self.outliers.is_ejected(backend.backend_id)
+        ):
+            self.backends.set_state(backend, BackendState.WARMING, now, "breaker half-open")
 
     def _apply_ejection(self, backend: Backend, ejection: Ejection, now: float) -> None:
         if ejection.enforced and backend.state is not BackendState.DRAINING:
-            self.backends.set_state(backend, BackendState.EJECTED, now, f"outlier: {ejection.reason}")
+            self.backends.set_state(
+                backend, BackendState.EJECTED, now, f"outlier: {ejection.reason}"
+            )

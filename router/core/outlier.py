@@ -98,7 +98,9 @@ class OutlierDetector:
             return self._eject(backend_id, monitor, "consecutive_failures", now)
         return None
 
-    def _eject(self, backend_id: str, monitor: _Monitor, reason: str, now: float) -> Ejection | None:
+    def _eject(
+        self, backend_id: str, monitor: _Monitor, reason: str, now: float
+    ) -> Ejection | None:
         if monitor.ejected_until is not None:
             return None
         self.detected += 1
@@ -107,7 +109,8 @@ class OutlierDetector:
         allowed = (ejected + 1) * 100 <= self.settings.max_ejection_percent * total
         enforced = self.settings.enforcing and allowed
         duration = min(
-            self.settings.base_ejection_s * (monitor.times_ejected + 1), self.settings.max_ejection_s
+            self.settings.base_ejection_s * (monitor.times_ejected + 1),
+            self.settings.max_ejection_s,
         )
         if enforced:
             self.enforced += 1
@@ -141,9 +144,9 @@ class OutlierDetector:
         s = self.settings
         found: list[Ejection | None] = []
         for backend_id, monitor in self._monitors.items():
-            if monitor.requests >= s.failure_rate_min_requests:
-                if monitor.failures / monitor.requests >= s.failure_rate:
-                    found.append(self._eject(backend_id, monitor, "failure_rate", now))
+            enough = monitor.requests >= s.failure_rate_min_requests
+            if enough and monitor.failures / monitor.requests >= s.failure_rate:
+                found.append(self._eject(backend_id, monitor, "failure_rate", now))
         means = {
             backend_id: statistics.fmean(m.latency_ratios)
             for backend_id, m in self._monitors.items()

@@ -94,7 +94,9 @@ class PrefixAffinity:
             cost = max(cost - cached * per_token, 0.0)
         return cost
 
-    def scores(self, ctx: PickContext, candidates: Sequence[Backend]) -> tuple[list[Backend], list[float]]:
+    def scores(
+        self, ctx: PickContext, candidates: Sequence[Backend]
+    ) -> tuple[list[Backend], list[float]]:
         blocks = ctx.request.prefix_blocks
         matched = self.index.matches(blocks) if blocks else {}
         considered = self._considered(ctx, candidates, matched)
