@@ -141,6 +141,7 @@ class EngineModel:
         self.ctx_sum = 0.0
         self.kv_used = 0
         self.kv_peak = 0
+        self.busy_s = 0.0  # time spent prefilling or decoding (what nvidia-smi calls util)
         self.step = params.step_s(0, 0.0)
         self.slowdown = 1.0
         self.down = False
@@ -248,8 +249,12 @@ class EngineModel:
 
     # -- internals -------------------------------------------------------------------------
     def _advance(self, now: float) -> None:
-        if self.prefilling is None and self.running:
-            self.v += (now - self.last) / self.step
+        if self.prefilling is None:
+            if self.running:
+                self.v += (now - self.last) / self.step
+                self.busy_s += now - self.last
+        else:
+            self.busy_s += now - self.last
         self.last = now
 
     def _join(self, req: EngineRequest) -> None:

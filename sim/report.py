@@ -37,6 +37,8 @@ class PolicyReport:
     slo_attainment: float
     gpu_util_mean: float
     gpu_util_cv: float
+    gpu_busy_mean: float  # fraction of time engines were computing (nvidia-smi's util)
+    gpu_busy_cv: float
     prefix_hit_rate: float
     kv_peak_max: float  # highest KV-cache use of any engine, as a fraction of its capacity
     sim_duration_s: float
@@ -73,6 +75,7 @@ def summarise(
     duration = max(end - start, 1e-9)
     good = (ttft <= scenario.slo.ttft_s) & (tpot <= scenario.slo.tpot_s)
     util = np.asarray(work) / duration
+    busy = np.asarray([e.busy_s for e in engines]) / duration
     lookups = sum(e.prefix_cache.lookups for e in engines)
     hits = sum(e.prefix_cache.hits for e in engines)
 
@@ -98,6 +101,8 @@ def summarise(
         slo_attainment=_r(good.sum() / max(len(status), 1)),
         gpu_util_mean=_r(util.mean()),
         gpu_util_cv=_r(util.std() / util.mean() if util.mean() > 0 else 0.0),
+        gpu_busy_mean=_r(busy.mean()),
+        gpu_busy_cv=_r(busy.std() / busy.mean() if busy.mean() > 0 else 0.0),
         prefix_hit_rate=_r(hits / lookups if lookups else 0.0),
         kv_peak_max=_r(max(e.kv_peak / e.kv_capacity for e in engines)),
         sim_duration_s=_r(duration, 2),

@@ -122,3 +122,14 @@ def test_crash_loses_everything_and_recover_serves_again() -> None:
     engine.recover(2.0)
     assert engine.submit(EngineRequest(10, 100, 5, 2.0), 2.0)
     assert len(run_until_idle(engine)) == 1
+
+
+def test_busy_time_counts_prefill_and_decode_but_not_idle() -> None:
+    p = params()
+    engine = EngineModel(p)
+    req = EngineRequest(1, 1000, 11, 0.0)
+    engine.submit(req, 0.0)
+    run_until_idle(engine)
+    engine.submit(EngineRequest(2, 1000, 11, 100.0), 100.0)
+    run_until_idle(engine)
+    assert engine.busy_s == pytest.approx(2 * req.finished_at)
