@@ -59,3 +59,10 @@ def test_backend_set_warms_new_backends_and_caches_routable_lists() -> None:
     assert b.state is BackendState.READY
     with pytest.raises(ValueError, match="duplicate"):
         pool.add(Backend("a", "L4", ("m",)))
+
+
+def test_removed_backend_leaves_the_routable_lists() -> None:
+    a, b = Backend("a", "H100", ("m",)), Backend("b", "H100", ("m",))
+    pool = BackendSet([a, b])
+    assert pool.routable("m") == [a, b]
+    assert pool.remove("a") is a and "a" not in pool and pool.routable("m") == [b]

@@ -41,10 +41,3 @@ class OutstandingWork:
         # Reset on idle so float rounding cannot accumulate into phantom load.
         backend.outstanding = backend.outstanding - work_s if backend.in_flight else 0.0
         return entry
-
-    def backend_of(self, request_id: object) -> Backend | None:
-        entry = self._active.get(request_id)
-        return entry[0] if entry else None
-
-    def total_work(self) -> float:
-        return sum(work for _, work in self._active.values())

@@ -77,9 +77,6 @@ class OutlierDetector:
         monitor = self._monitors.get(backend_id)
         return monitor is not None and monitor.ejected_until is not None
 
-    def forget(self, backend_id: str) -> None:
-        self._monitors.pop(backend_id, None)
-
     def record(
         self, backend_id: str, ok: bool, now: float, latency_ratio: float | None = None
     ) -> Ejection | None:

@@ -49,10 +49,6 @@ class PrefixIndex:
         while len(owner) > self.max_blocks:
             owner.popitem(last=False)
 
-    def forget_backend(self, backend_id: str) -> None:
-        for block in [b for b, owner in self._owner.items() if owner == backend_id]:
-            del self._owner[block]
-
 
 class PrefixAffinity:
     name: ClassVar[str] = "prefix_affinity"
