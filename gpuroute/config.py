@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,6 +20,14 @@ class StrictModel(BaseModel):
     """Base for config sections: unknown keys are typos, so they are errors."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def known_name(value: str, known: Iterable[str], what: str) -> str:
+    """Validate a name against a vocabulary; the error lists what is allowed."""
+    known = tuple(known)
+    if value not in known:
+        raise ValueError(f"unknown {what} {value!r}; known: {', '.join(known)}")
+    return value
 
 
 def key_path(loc: tuple[int | str, ...]) -> str:

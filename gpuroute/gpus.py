@@ -15,6 +15,11 @@ Decode is memory-bound (bandwidth ratio H100:A100:L4 ≈ 11:7:1), prefill comput
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
+
+from pydantic import AfterValidator
+
+from gpuroute.config import known_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,3 +42,5 @@ GPU_SPECS: dict[str, GpuSpec] = {
     )
 }
 GPU_TYPES: tuple[str, ...] = tuple(GPU_SPECS)
+
+GpuTypeName = Annotated[str, AfterValidator(lambda v: known_name(v, GPU_TYPES, "GPU type"))]

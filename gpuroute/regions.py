@@ -9,7 +9,7 @@ from typing import Annotated
 from pydantic import Field, field_validator
 
 from gpuroute.config import StrictModel, load_toml_model
-from gpuroute.gpus import GPU_TYPES
+from gpuroute.gpus import GpuTypeName
 
 RegionName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{1,31}$")]
 Jurisdiction = Annotated[str, Field(pattern=r"^[a-z]{2,8}$")]
@@ -23,18 +23,11 @@ class Location(StrictModel):
 class GpuPool(StrictModel):
     """A group of identical GPU hosts in one region serving the same models."""
 
-    gpu: str
+    gpu: GpuTypeName
     count: int = Field(ge=0, le=100_000)
     models: list[str] = Field(min_length=1)
     zone: str | None = None
     capacity_weight: float | None = Field(default=None, gt=0)
-
-    @field_validator("gpu")
-    @classmethod
-    def known_gpu(cls, value: str) -> str:
-        if value not in GPU_TYPES:
-            raise ValueError(f"unknown GPU type {value!r}; known: {', '.join(GPU_TYPES)}")
-        return value
 
 
 class Region(StrictModel):

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from gpuroute.router.core.policies import POLICIES
 from gpuroute.sim.models import DEFAULT_MODEL, MODELS
 from gpuroute.sim.traces import TRACE_FORMATS
 from gpuroute.sim.workloads import PROFILES
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from gpuroute.config import ConfigError, StrictModel, read_toml, validate
-from gpuroute.gpus import GPU_TYPES
+from gpuroute.config import ConfigError, StrictModel, known_name, read_toml, validate
+from gpuroute.gpus import GpuTypeName
 
 BUILTIN_DEFAULT = "demo"
 
@@ -21,26 +21,14 @@ BUILTIN_DEFAULT = "demo"
 class WorkloadSection(StrictModel):
     trace: str | None = None
     format: Literal["azure", "mooncake", "lengths"] | None = None
-    profile: str | None = None
+    profile: Annotated[str, AfterValidator(lambda v: known_name(v, PROFILES, "profile"))] | None = (
+        None
+    )
     target_utilization: float | None = Field(default=None, gt=0, le=1.5)
     rate_scale: float | None = Field(default=None, gt=0)
     rate_rps: float | None = Field(default=None, gt=0)
     max_requests: int | None = Field(default=None, ge=1, le=50_000_000)
-    model: str = DEFAULT_MODEL
-
-    @field_validator("profile")
-    @classmethod
-    def known_profile(cls, value: str | None) -> str | None:
-        if value is not None and value not in PROFILES:
-            raise ValueError(f"unknown profile {value!r}; known: {', '.join(PROFILES)}")
-        return value
-
-    @field_validator("model")
-    @classmethod
-    def known_model(cls, value: str) -> str:
-        if value not in MODELS:
-            raise ValueError(f"unknown model {value!r}; known: {', '.join(MODELS)}")
-        return value
+    model: Annotated[str, AfterValidator(lambda v: known_name(v, MODELS, "model"))] = DEFAULT_MODEL
 
     @model_validator(mode="after")
     def one_source_one_rate(self) -> WorkloadSection:
@@ -70,16 +58,9 @@ class WorkloadSection(StrictModel):
 
 
 class GpuGroup(StrictModel):
-    type: str
+    type: GpuTypeName
     count: int = Field(ge=1, le=100_000)
     region: str | None = None
-
-    @field_validator("type")
-    @classmethod
-    def known_gpu(cls, value: str) -> str:
-        if value not in GPU_TYPES:
-            raise ValueError(f"unknown GPU type {value!r}; known: {', '.join(GPU_TYPES)}")
-        return value
 
 
 class SloSection(StrictModel):
@@ -99,8 +80,7 @@ class RouterSection(StrictModel):
     @classmethod
     def known_policies(cls, value: list[str]) -> list[str]:
         for name in value:
-            if name not in POLICIES:
-                raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
+            known_name(name, POLICIES, "policy")
         if not value:
             raise ValueError("at least one policy")
         return value
