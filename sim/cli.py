@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gpuroute.config import ConfigError
+from gpuroute.config import ConfigError, known_name
 
 
 def render_table(title: str, reports: list[PolicyReport]) -> Table:
@@ -34,9 +34,11 @@ def run_sim(
     err = Console(stderr=True)
     loaded = load_scenario(scenario_path) if scenario_path else builtin_scenario()
     names = policies or loaded.scenario.router.policies
-    unknown = [p for p in names if p not in POLICIES]
-    if unknown:
-        raise ConfigError(f"unknown policy {unknown[0]!r}; known: {', '.join(POLICIES)}")
+    try:
+        for name in names:
+            known_name(name, POLICIES, "policy")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     try:
         simulator = FleetSimulator(loaded)
     except TraceError as exc:

@@ -22,12 +22,12 @@ import heapq
 from collections import deque
 from collections.abc import Sequence
 
+from gpuroute.router.core.prefix_blocks import BLOCK_TOKENS
 from gpuroute.sim.models import ModelSpec
 from gpuroute.sim.prefix_cache import PrefixCache
 
 from gpuroute.gpus import GpuSpec
 
-BLOCK_TOKENS = 512
 EPS_TOKENS = 1e-6
 
 

@@ -12,7 +12,21 @@ if TYPE_CHECKING:
     from gpuroute.sim.scenario import Scenario
     from gpuroute.sim.workloads import Workload
 
-OK, REJECTED, FAILED = 0, 1, 2
+OK, REJECTED, FAILED, PENDING = 0, 1, 2, 3
+
+
+@dataclass(slots=True)
+class RunOutcomes:
+    """Per-request outcomes of one run, indexed by request id."""
+
+    status: list[int]
+    ttft: list[float]
+    finish: list[float]
+    retries: int = 0
+
+    @classmethod
+    def pending(cls, n: int) -> RunOutcomes:
+        return cls([PENDING] * n, [float("nan")] * n, [float("nan")] * n)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +70,7 @@ def summarise(
     policy: str,
     scenario: Scenario,
     workload: Workload,
-    run,
+    run: RunOutcomes,
     engines: list[EngineModel],
     work: list[float],
     *,

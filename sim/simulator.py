@@ -12,7 +12,6 @@ import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from gpuroute.router.core import Backend, BackendSet, CostEstimator, RequestInfo, Scheduler
 from gpuroute.router.core.policies import build_policy
@@ -21,14 +20,21 @@ from gpuroute.router.core.policies.prefix_affinity import PrefixAffinity
 from gpuroute.router.core.scheduler import Outcome
 from gpuroute.sim.engine_model import EngineModel, EngineRequest
 from gpuroute.sim.fleet import GpuTypeProfile, expand_gpus, fleet_capacity_rps, profile_gpu_types
-from gpuroute.sim.report import PolicyReport, summarise
+from gpuroute.sim.report import (
+    FAILED,
+    OK,
+    PENDING,
+    REJECTED,
+    PolicyReport,
+    RunOutcomes,
+    summarise,
+)
 from gpuroute.sim.scenario import LoadedScenario
 from gpuroute.sim.traces import read_trace
 from gpuroute.sim.workloads import Workload, synthetic
 
 MAX_RETRIES = 2
 TICK, FAULT = -1, -2
-OK, REJECTED, FAILED, PENDING = 0, 1, 2, 3
 
 
 def prepare_workload(loaded: LoadedScenario) -> tuple[Workload, dict[str, GpuTypeProfile], float]:
@@ -65,16 +71,6 @@ def build_policy_for(name: str, loaded: LoadedScenario):
     return build_policy(name)
 
 
-@dataclass(slots=True)
-class _Run:
-    """Per-request outcome arrays, indexed by request id."""
-
-    status: list[int]
-    ttft: list[float]
-    finish: list[float]
-    retries: int = 0
-
-
 class FleetSimulator:
     def __init__(self, loaded: LoadedScenario) -> None:
         self.loaded = loaded
@@ -103,7 +99,7 @@ class FleetSimulator:
         rng = random.Random(scenario.seed)
 
         n = len(workload)
-        run = _Run([PENDING] * n, [math.nan] * n, [math.nan] * n)
+        run = RunOutcomes.pending(n)
         arrivals = workload.arrivals.tolist()
         prompts = workload.prompts.tolist()
         outputs = workload.outputs.tolist()
@@ -120,11 +116,12 @@ class FleetSimulator:
         versions = [0] * len(engines)
         seq = 0
         tick_s = scenario.router.health_tick_s
-        heap.append((arrivals[0] if n else 0.0, seq, TICK, 0))
-        for k, fault in enumerate(sorted(scenario.faults, key=lambda f: f.at_s)):
-            seq += 1
-            heap.append((arrivals[0] + fault.at_s if n else fault.at_s, seq, FAULT, k))
+        start = arrivals[0] if n else 0.0
+        heap.append((start, seq, TICK, 0))
         faults = sorted(scenario.faults, key=lambda f: f.at_s)
+        for k, fault in enumerate(faults):
+            seq += 1
+            heap.append((start + fault.at_s, seq, FAULT, k))
         heapq.heapify(heap)
 
         def reschedule(e: int) -> None:

@@ -14,8 +14,9 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+from gpuroute.router.core.prefix_blocks import BLOCK_TOKENS
 
-BLOCK_TOKENS = 512
+from gpuroute.config import known_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,12 +145,7 @@ def conversation_blocks(
 
 
 def synthetic(profile_name: str, n: int, rate: float, seed: int) -> Workload:
-    try:
-        profile = PROFILES[profile_name]
-    except KeyError:
-        raise ValueError(
-            f"unknown workload profile {profile_name!r}; known: {', '.join(PROFILES)}"
-        ) from None
+    profile = PROFILES[known_name(profile_name, PROFILES, "profile")]
     rng = np.random.default_rng(seed)
     prompts = profile.prompt.sample(rng, n)
     outputs = profile.output.sample(rng, n)

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import pytest
 from gpuroute.router.core.admission import AdmissionQueue, AdmissionSettings, Verdict
+from hypothesis import given
+from hypothesis import strategies as st
 
 
 def queue(**kw) -> AdmissionQueue:
@@ -66,3 +68,44 @@ def test_withdrawn_requests_are_skipped() -> None:
 def test_unknown_priority_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="unknown priority 'urgent'; known: high, normal, low"):
         queue().offer("x", "urgent", 0.0, has_capacity=True)
+
+
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["offer", "pop", "remove"]),
+        st.integers(0, 30),  # item
+        st.sampled_from(["high", "normal", "low"]),
+        st.booleans(),  # has_capacity
+    ),
+    max_size=120,
+)
+
+
+@given(ops)
+def test_queue_matches_a_model(seq) -> None:
+    q = queue(max_queue=8)
+    rank = {"high": 0, "normal": 1, "low": 2}
+    waiting: dict[str, int] = {}  # item -> rank
+    for op, n, priority, room in seq:
+        item = f"r{n}"
+        if op == "offer":
+            if item in waiting:
+                continue
+            offer = q.offer(item, priority, 0.0, has_capacity=room)
+            blocked = any(r <= rank[priority] for r in waiting.values())
+            assert (offer.verdict is Verdict.ADMIT) == (room and not blocked)
+            for shed in offer.shed:
+                waiting.pop(shed.item, None)
+            if offer.verdict is Verdict.QUEUED:
+                waiting[item] = rank[priority]
+        elif op == "pop":
+            got, expired = q.pop_ready(0.0)
+            assert not expired
+            if waiting:
+                best = min(waiting.values())
+                assert waiting.pop(got) == best  # highest priority first
+            else:
+                assert got is None
+        else:
+            assert q.remove(item) == (waiting.pop(item, None) is not None)
+        assert len(q) == len(waiting) <= 8

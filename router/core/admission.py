@@ -1,5 +1,7 @@
 """Admission control: priority classes, per-request deadlines, a bounded queue, shedding.
 
+Items are anything hashable and unique while queued (a request id, or the request object).
+
 Pure: the caller says whether the pool has room (`has_capacity`) and applies the verdicts.
 A full queue sheds the lowest-priority, newest entry (possibly the newcomer) with a
 Retry-After hint from the measured drain rate."""
@@ -10,6 +12,7 @@ import enum
 import heapq
 import itertools
 import math
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 
@@ -21,7 +24,7 @@ class Verdict(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Shed:
-    item: object
+    item: Hashable
     reason: str  # "queue_full" | "deadline" | "displaced"
     retry_after_s: int
 
@@ -54,12 +57,13 @@ class AdmissionQueue:
         self._heap: list[tuple[int, int, float, object]] = []  # (rank, seq, deadline, item)
         self._cancelled: set[int] = set()
         self._seq = itertools.count()
-        self._seq_of: dict[int, int] = {}  # id(item) -> seq, to cancel
+        self._seq_of: dict[Hashable, tuple[int, int]] = {}  # item -> (rank, seq), to cancel
+        self._waiting = [0] * len(self.settings.priorities)  # live entries per rank
         self._drain_rate = 0.0  # dispatches per second, EWMA
         self._last_dispatch: float | None = None
 
     def __len__(self) -> int:
-        return len(self._heap) - len(self._cancelled)
+        return sum(self._waiting)
 
     def rank(self, priority: str) -> int:
         try:
@@ -78,7 +82,7 @@ class AdmissionQueue:
 
     def offer(
         self,
-        item: object,
+        item: Hashable,
         priority: str,
         now: float,
         *,
@@ -86,8 +90,8 @@ class AdmissionQueue:
         deadline: float | None = None,
     ) -> Offer:
         rank = self.rank(priority)
-        if has_capacity and not any(r <= rank for r, *_ in self._live()):
-            return Offer(Verdict.ADMIT)
+        if has_capacity and not any(self._waiting[: rank + 1]):
+            return Offer(Verdict.ADMIT)  # nobody of equal or higher priority is waiting
         if deadline is None:
             deadline = now + self.settings.default_timeout_s
         if deadline <= now:
@@ -101,18 +105,20 @@ class AdmissionQueue:
             displaced = (Shed(victim[3], "displaced", self.retry_after()),)
         seq = next(self._seq)
         heapq.heappush(self._heap, (rank, seq, deadline, item))
-        self._seq_of[id(item)] = seq
+        self._seq_of[item] = (rank, seq)
+        self._waiting[rank] += 1
         return Offer(Verdict.QUEUED, displaced)
 
     def pop_ready(self, now: float) -> tuple[object | None, list[Shed]]:
         """Next item to dispatch (highest priority, then oldest) and those whose deadline passed."""
         expired = []
         while self._heap:
-            _, seq, deadline, item = heapq.heappop(self._heap)
+            rank, seq, deadline, item = heapq.heappop(self._heap)
             if seq in self._cancelled:
                 self._cancelled.discard(seq)
                 continue
-            self._seq_of.pop(id(item), None)
+            self._seq_of.pop(item, None)
+            self._waiting[rank] -= 1
             if deadline <= now:
                 expired.append(Shed(item, "deadline", self.retry_after()))
                 continue
@@ -120,12 +126,14 @@ class AdmissionQueue:
             return item, expired
         return None, expired
 
-    def remove(self, item: object) -> bool:
+    def remove(self, item: Hashable) -> bool:
         """Withdraw a queued item (client went away). False if it was not queued."""
-        seq = self._seq_of.pop(id(item), None)
-        if seq is None:
+        entry = self._seq_of.pop(item, None)
+        if entry is None:
             return False
+        rank, seq = entry
         self._cancelled.add(seq)
+        self._waiting[rank] -= 1
         return True
 
     def _live(self):
@@ -136,7 +144,8 @@ class AdmissionQueue:
 
     def _cancel(self, entry: tuple[int, int, float, object]) -> None:
         self._cancelled.add(entry[1])
-        self._seq_of.pop(id(entry[3]), None)
+        self._seq_of.pop(entry[3], None)
+        self._waiting[entry[0]] -= 1
 
     def _note_dispatch(self, now: float) -> None:
         if self._last_dispatch is not None:

@@ -65,7 +65,7 @@ class Scheduler:
             candidates = [b for b in candidates if b.backend_id not in exclude]
         if not candidates:
             return None
-        ctx = PickContext(request, self.backends, self.estimator, now, rng)
+        ctx = self.context(request, now, rng)
         backend = self.policy.pick(ctx, candidates)
         cost = ctx.cost_on(backend)
         self.ledger.start(request.request_id, backend, cost)

@@ -8,14 +8,13 @@ guard excludes a backend whose work exceeds `guard_factor` × the candidates' me
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import ClassVar
 
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.policies.base import PickContext, min_with_random_ties
-
-BLOCK_TOKENS = 512
+from gpuroute.router.core.policies.least_outstanding_work import LeastOutstandingWork
+from gpuroute.router.core.prefix_blocks import BLOCK_TOKENS, BlockLru
 
 
 class PrefixIndex:
@@ -24,8 +23,7 @@ class PrefixIndex:
     def __init__(self, max_blocks: int = 1_000_000) -> None:
         if max_blocks < 1:
             raise ValueError("max_blocks must be >= 1")
-        self.max_blocks = max_blocks
-        self._owner: OrderedDict[int, str] = OrderedDict()
+        self._owner = BlockLru(max_blocks)
 
     def __len__(self) -> int:
         return len(self._owner)
@@ -42,12 +40,7 @@ class PrefixIndex:
         return depth_by_backend
 
     def record(self, blocks: Sequence[int], backend_id: str) -> None:
-        owner = self._owner
-        for block in blocks:
-            owner[block] = backend_id
-            owner.move_to_end(block)
-        while len(owner) > self.max_blocks:
-            owner.popitem(last=False)
+        self._owner.put(blocks, backend_id)
 
 
 class PrefixAffinity:
@@ -67,18 +60,20 @@ class PrefixAffinity:
         self.index = PrefixIndex(max_blocks)
         self.guard_factor = guard_factor
         self.guard_slack_s = guard_slack_s
-        self.full_scan_max = full_scan_max
-        self.choices = choices
+        self.load = LeastOutstandingWork(full_scan_max=full_scan_max, choices=choices)
 
     def _considered(
         self, ctx: PickContext, candidates: Sequence[Backend], matched: dict[str, int]
-    ) -> list[Backend]:
-        if len(candidates) <= self.full_scan_max:
-            return list(candidates)
-        picked = [candidates[i] for i in ctx.rng.sample(range(len(candidates)), self.choices)]
-        seen = {b.backend_id for b in picked}
-        picked += [b for b in candidates if b.backend_id in matched and b.backend_id not in seen]
-        return picked
+    ) -> Sequence[Backend]:
+        """LOW's candidates (all, or a sample of a large pool) plus every prefix holder."""
+        considered = self.load.sample(ctx, candidates)
+        if considered is candidates or not matched:
+            return considered
+        seen = {b.backend_id for b in considered}
+        return [
+            *considered,
+            *(b for b in candidates if b.backend_id in matched and b.backend_id not in seen),
+        ]
 
     def _cost(self, ctx: PickContext, backend: Backend, cached_blocks: int) -> float:
         cost = ctx.cost_on(backend)
@@ -92,7 +87,7 @@ class PrefixAffinity:
 
     def scores(
         self, ctx: PickContext, candidates: Sequence[Backend]
-    ) -> tuple[list[Backend], list[float]]:
+    ) -> tuple[Sequence[Backend], list[float]]:
         blocks = ctx.request.prefix_blocks
         matched = self.index.matches(blocks) if blocks else {}
         considered = self._considered(ctx, candidates, matched)
