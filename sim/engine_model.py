@@ -8,8 +8,12 @@ fleet simulator run a million requests; the live fake engine reads the same cloc
 its SSE chunks.
 
 Model (documented in docs/simulator.md):
-- prefill of uncached prompt tokens is compute-bound: (2·P·n + 2·L·n²·d) / (FLOPS·mfu);
-  it runs one request at a time and pauses decoding meanwhile (vLLM without chunked prefill);
+- prefill of uncached prompt tokens is compute-bound: (2·P·n + 2·L·n²·d) / (FLOPS·mfu),
+  one request at a time (FCFS);
+- chunked prefill (vLLM v1's default): each step carries the running batch's decode tokens
+  plus up to `max_num_batched_tokens - batch` prompt tokens, so decoding goes on while a
+  prompt is prefilled and a step costs overhead + max(memory, decode + chunk compute);
+  with `chunked_prefill=False` a prefill runs alone and pauses every decode;
 - a decode step is memory-bound: overhead + max(weights + KV read / (BW·mbu), compute);
 - KV cache capacity in tokens = (memory × utilisation − weights) / KV bytes per token; a
   request reserves prompt + output tokens when admitted and waits (FCFS) until they fit;
@@ -85,9 +89,17 @@ class EngineParams:
         mfu: float = 0.55,
         step_overhead_s: float = 0.0015,
         prefill_overhead_s: float = 0.004,
+        chunked_prefill: bool = True,
+        max_num_batched_tokens: int | None = None,
     ) -> None:
         self.gpu, self.model = gpu, model
         self.max_num_seqs = max_num_seqs
+        self.chunked_prefill = chunked_prefill
+        # vLLM v1's API-server default: 8192 tokens per step on GPUs with >= 70 GiB, else 2048.
+        default_budget = 8192 if gpu.memory_gb >= 70 else 2048
+        self.max_num_batched_tokens = max_num_batched_tokens or default_budget
+        if self.max_num_batched_tokens <= max_num_seqs and chunked_prefill:
+            raise ValueError("max_num_batched_tokens must exceed max_num_seqs")
         kv_bytes = gpu.memory_gb * 1e9 * memory_utilization - model.weight_total_bytes
         self.kv_capacity_tokens = int(kv_bytes / model.kv_bytes_per_token)
         if self.kv_capacity_tokens < 2 * BLOCK_TOKENS:
@@ -110,9 +122,13 @@ class EngineParams:
             self.prefill_linear_s + tokens * self.prefill_quadratic_s
         )
 
-    def step_s(self, batch: int, ctx_tokens: float) -> float:
+    def prefill_compute_s_per_token(self, tokens: float) -> float:
+        """Mean compute per prompt token of an `tokens`-long prefill, without the fixed overhead."""
+        return self.prefill_linear_s + tokens * self.prefill_quadratic_s
+
+    def step_s(self, batch: int, ctx_tokens: float, prefill_compute_s: float = 0.0) -> float:
         memory = self.weights_read_s + ctx_tokens * self.kv_read_s_per_token
-        compute = batch * self.decode_compute_s_per_seq
+        compute = batch * self.decode_compute_s_per_seq + prefill_compute_s
         return self.step_overhead_s + (memory if memory > compute else compute)
 
     def saturation_batch(self, mean_tokens: float) -> int:
@@ -130,11 +146,15 @@ class EngineModel:
 
     def __init__(self, params: EngineParams, *, prefix_caching: bool = True) -> None:
         self.params = params
+        self.chunked = params.chunked_prefill
         self.kv_capacity = params.kv_capacity_tokens
         self.prefix_cache = PrefixCache(self.kv_capacity // BLOCK_TOKENS if prefix_caching else 0)
         self.waiting: deque[EngineRequest] = deque()
         self.prefilling: EngineRequest | None = None
         self.prefill_end = 0.0
+        self.prefill_left = 0.0  # chunked mode: prompt tokens still to prefill
+        self.prefill_cost = 0.0  # chunked mode: compute seconds per prompt token
+        self.chunk = 0.0  # chunked mode: prompt tokens carried by each step now
         self.running: list[tuple[float, int, EngineRequest]] = []
         self.v = 0.0
         self.last = 0.0
@@ -162,14 +182,20 @@ class EngineModel:
     def kv_usage(self) -> float:
         return self.kv_used / self.kv_capacity
 
+    def _decoding(self) -> bool:
+        return bool(self.running) and (self.prefilling is None or self.chunked)
+
     def next_event_time(self) -> float | None:
         if self.down:
             return None
-        if self.prefilling is not None:
+        decode_end = None
+        if self._decoding():
+            decode_end = self.last + (self.running[0][0] - self.v) * self.step
+        if self.prefilling is None:
+            return decode_end
+        if decode_end is None or self.prefill_end < decode_end:
             return self.prefill_end
-        if self.running:
-            return self.last + (self.running[0][0] - self.v) * self.step
-        return None
+        return decode_end
 
     def tokens_generated(self, req: EngineRequest, now: float) -> int:
         """Tokens `req` has produced by `now` (the first comes with prefill)."""
@@ -178,7 +204,7 @@ class EngineModel:
         if req.finished_at >= 0:
             return req.output_tokens
         v = self.v
-        if self.prefilling is None and self.running:
+        if self._decoding():
             v += (now - self.last) / self.step
         return min(req.output_tokens, 1 + int(v - req.v_start + EPS_TOKENS))
 
@@ -194,27 +220,31 @@ class EngineModel:
         self.waiting.append(req)
         if self.prefilling is None:
             self._start_next(now)
+            self._reschedule(now)
         return True
 
     def on_event(self, now: float) -> list[EngineRequest]:
         """Process whatever is due at `now`; returns the requests that finished."""
         self._advance(now)
         finished: list[EngineRequest] = []
-        if self.prefilling is not None and self.prefill_end <= now:
-            req, self.prefilling = self.prefilling, None
-            req.first_token_at = self.prefill_end
+        req = self.prefilling
+        if req is not None and (
+            self.prefill_end <= now or (self.chunked and self.prefill_left <= EPS_TOKENS)
+        ):
+            self.prefilling = None
+            req.first_token_at = now
             if req.output_tokens <= 1:
                 self._release(req, now, finished)
             else:
                 self._join(req)
         running = self.running
         while running and running[0][0] <= self.v + EPS_TOKENS:
-            req = heapq.heappop(running)[2]
-            self.ctx_sum -= req.ctx
-            self._release(req, now, finished)
-        self.step = self.params.step_s(len(running), self.ctx_sum) * self.slowdown
+            done = heapq.heappop(running)[2]
+            self.ctx_sum -= done.ctx
+            self._release(done, now, finished)
         if self.prefilling is None:
             self._start_next(now)
+        self._reschedule(now)
         return finished
 
     def set_slowdown(self, factor: float, now: float) -> None:
@@ -222,10 +252,10 @@ class EngineModel:
         if factor <= 0:
             raise ValueError("slowdown factor must be > 0")
         self._advance(now)
-        if self.prefilling is not None:
+        if self.prefilling is not None and not self.chunked:
             self.prefill_end = now + (self.prefill_end - now) * factor / self.slowdown
-        self.step = self.step * factor / self.slowdown
         self.slowdown = factor
+        self._reschedule(now)
 
     def crash(self, now: float) -> list[EngineRequest]:
         """The engine dies: every queued and running request is lost; returns them."""
@@ -236,6 +266,7 @@ class EngineModel:
         self.waiting.clear()
         self.running.clear()
         self.prefilling = None
+        self.prefill_left = 0.0
         self.ctx_sum = 0.0
         self.kv_used = 0
         self.prefix_cache.clear()
@@ -245,17 +276,35 @@ class EngineModel:
     def recover(self, now: float) -> None:
         self.down = False
         self.last = now
-        self.step = self.params.step_s(0, 0.0) * self.slowdown
+        self._reschedule(now)
 
     # -- internals -------------------------------------------------------------------------
     def _advance(self, now: float) -> None:
-        if self.prefilling is None:
-            if self.running:
-                self.v += (now - self.last) / self.step
-                self.busy_s += now - self.last
-        else:
-            self.busy_s += now - self.last
+        dt = now - self.last
         self.last = now
+        if dt <= 0:
+            return
+        decoding = self._decoding()
+        if decoding:
+            self.v += dt / self.step
+        if self.prefilling is not None:
+            if self.chunked:
+                self.prefill_left -= dt * self.chunk / self.step
+            self.busy_s += dt
+        elif decoding:
+            self.busy_s += dt
+
+    def _reschedule(self, now: float) -> None:
+        """Recompute the step time (and a chunked prefill's end) after the batch changed."""
+        params, batch = self.params, len(self.running)
+        if self.prefilling is not None and self.chunked:
+            left = max(self.prefill_left, EPS_TOKENS)
+            self.chunk = min(params.max_num_batched_tokens - batch, left)
+            compute = self.chunk * self.prefill_cost
+            self.step = params.step_s(batch, self.ctx_sum, compute) * self.slowdown
+            self.prefill_end = now + left / self.chunk * self.step
+        else:
+            self.step = params.step_s(batch, self.ctx_sum) * self.slowdown
 
     def _join(self, req: EngineRequest) -> None:
         req.v_start = self.v
@@ -287,4 +336,8 @@ class EngineModel:
         req.admitted_at = now
         self.prefilling = req
         uncached = req.prompt_tokens - req.cached_tokens
-        self.prefill_end = now + self.params.prefill_s(uncached) * self.slowdown
+        if self.chunked:
+            self.prefill_left = float(uncached)
+            self.prefill_cost = self.params.prefill_compute_s_per_token(uncached)
+        else:
+            self.prefill_end = now + self.params.prefill_s(uncached) * self.slowdown

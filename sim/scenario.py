@@ -102,6 +102,7 @@ class Scenario(StrictModel):
     router: RouterSection = RouterSection()
     faults: list[Fault] = Field(default_factory=list)
     prefix_caching: bool = True
+    chunked_prefill: bool = True
 
     @property
     def gpu_count(self) -> int:

@@ -106,6 +106,7 @@ class FleetSimulator:
         blocks, sessions = workload.blocks, workload.sessions
         work = [0.0] * len(engines)
         token_cost = [profiles[t].token_cost_s for t in self.gpu_types]
+        work_scale = [profiles[t].work_scale for t in self.gpu_types]
         # Step time over batch measures throughput cost only near saturation; at low load it
         # overstates it (and would starve the GPU that looks expensive), so learn from busy GPUs.
         busy_batch = [profiles[t].saturation_batch // 2 for t in self.gpu_types]
@@ -175,8 +176,9 @@ class FleetSimulator:
             run.status[rid] = OK
             run.ttft[rid] = req.first_token_at - req.arrival
             run.finish[rid] = now
-            work[e] += engine.params.prefill_s(req.prompt_tokens - req.cached_tokens) + (
-                req.output_tokens * token_cost[e]
+            work[e] += work_scale[e] * (
+                engine.params.prefill_s(req.prompt_tokens - req.cached_tokens)
+                + req.output_tokens * token_cost[e]
             )
             infos.pop(rid, None)
             tried.pop(rid, None)

@@ -38,8 +38,8 @@ def test_a_model_that_does_not_fit_is_a_clear_error() -> None:
         EngineParams(GPU_SPECS["T4"], big)
 
 
-def test_single_request_timing_is_exact() -> None:
-    p = params()
+def test_single_request_timing_is_exact_without_chunked_prefill() -> None:
+    p = params(chunked_prefill=False)
     engine = EngineModel(p)
     req = EngineRequest(1, prompt_tokens=1000, output_tokens=11, arrival=0.0)
     assert engine.submit(req, 0.0)
@@ -48,6 +48,49 @@ def test_single_request_timing_is_exact() -> None:
     step = p.step_s(1, req.ctx)
     assert done.finished_at == pytest.approx(p.prefill_s(1000) + 10 * step)
     assert engine.kv_used == 0
+
+
+def test_chunked_prefill_fits_a_short_prompt_in_one_step() -> None:
+    p = params()
+    engine = EngineModel(p)
+    req = EngineRequest(1, prompt_tokens=1000, output_tokens=11, arrival=0.0)
+    engine.submit(req, 0.0)
+    (done,) = run_until_idle(engine)
+    first = p.step_s(0, 0.0, 1000 * p.prefill_compute_s_per_token(1000))
+    assert done.first_token_at == pytest.approx(first)
+    assert done.finished_at == pytest.approx(first + 10 * p.step_s(1, req.ctx))
+
+
+def test_chunked_prefill_splits_a_long_prompt_by_the_token_budget() -> None:
+    p = params("L4")  # 2048-token budget on a 24 GB GPU
+    assert p.max_num_batched_tokens == 2048
+    engine = EngineModel(p)
+    decoding = EngineRequest(1, 100, 10_000, 0.0)
+    engine.submit(decoding, 0.0)
+    engine.on_event(engine.next_event_time())
+    t0 = decoding.first_token_at
+    long = EngineRequest(2, 5000, 2, t0)
+    engine.submit(long, t0)
+    while long.first_token_at < 0:
+        engine.on_event(engine.next_event_time())
+    chunk = 2048 - 1
+    step = p.step_s(1, decoding.ctx, chunk * p.prefill_compute_s_per_token(5000))
+    assert long.first_token_at - t0 == pytest.approx(5000 / chunk * step)
+    # the running request kept decoding through the whole prefill, one token per step
+    assert engine.tokens_generated(decoding, long.first_token_at) == 1 + int(5000 / chunk)
+
+
+def test_chunked_prefill_keeps_decoding_where_a_plain_prefill_stalls_it() -> None:
+    tpot = {}
+    for chunked in (True, False):
+        engine = EngineModel(params("L4", chunked_prefill=chunked))
+        decoding = EngineRequest(1, 100, 200, 0.0)
+        engine.submit(decoding, 0.0)
+        for rid in range(2, 6):
+            engine.submit(EngineRequest(rid, 4000, 2, 0.0), 0.0)
+        run_until_idle(engine)
+        tpot[chunked] = (decoding.finished_at - decoding.first_token_at) / 199
+    assert tpot[True] < tpot[False]
 
 
 def test_batching_slows_each_step_but_raises_throughput() -> None:
@@ -83,7 +126,7 @@ def test_kv_capacity_makes_requests_wait_fcfs() -> None:
 
 
 def test_prefix_cache_hit_skips_prefill() -> None:
-    p = params()
+    p = params(chunked_prefill=False)
     engine = EngineModel(p)
     first = EngineRequest(1, 2048, 2, 0.0, blocks=(1, 2, 3, 4))
     engine.submit(first, 0.0)
@@ -125,7 +168,7 @@ def test_crash_loses_everything_and_recover_serves_again() -> None:
 
 
 def test_busy_time_counts_prefill_and_decode_but_not_idle() -> None:
-    p = params()
+    p = params(chunked_prefill=False)
     engine = EngineModel(p)
     req = EngineRequest(1, 1000, 11, 0.0)
     engine.submit(req, 0.0)
