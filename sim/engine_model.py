@@ -281,9 +281,9 @@ class EngineModel:
     # -- internals -------------------------------------------------------------------------
     def _advance(self, now: float) -> None:
         dt = now - self.last
-        self.last = now
         if dt <= 0:
-            return
+            return  # a live caller may be a hair behind the last event; time never rewinds
+        self.last = now
         decoding = self._decoding()
         if decoding:
             self.v += dt / self.step

@@ -47,6 +47,15 @@ def test_deadlines_expire_queued_requests() -> None:
     assert past.verdict is Verdict.SHED and past.shed[0].reason == "deadline"
 
 
+def test_expire_withdraws_every_overdue_entry_without_dispatching() -> None:
+    q = queue()
+    q.offer("h-late", "high", 0.0, has_capacity=False, deadline=1.0)
+    q.offer("n-ok", "normal", 0.0, has_capacity=False, deadline=9.0)
+    q.offer("l-late", "low", 0.0, has_capacity=False, deadline=2.0)
+    assert [s.item for s in q.expire(3.0)] == ["h-late", "l-late"]
+    assert len(q) == 1 and q.pop_ready(3.0) == ("n-ok", [])
+
+
 def test_retry_after_follows_the_drain_rate() -> None:
     q = queue(max_queue=100)
     for i in range(50):

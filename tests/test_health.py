@@ -63,3 +63,18 @@ def test_draining_backend_is_not_ejected_by_failures() -> None:
     for t in range(5):
         scheduler.health.record(pool[1], False, float(t))
     assert pool[1].state is BackendState.DRAINING
+
+
+def test_half_open_backend_gets_one_probe_at_a_time_whatever_the_policy_says() -> None:
+    pool, _, scheduler = make()
+    bad = pool[0]
+    for t in range(3):
+        scheduler.health.record(bad, False, float(t))
+    scheduler.tick(7.0)
+    rng = random.Random(1)
+    probe = scheduler.route(RequestInfo("p1", "m", 10, 10), 7.1, rng)
+    assert probe.backend is bad  # LOW alone would never pick a warming backend here
+    others = [scheduler.route(RequestInfo(f"r{i}", "m", 10, 10), 7.2, rng) for i in range(20)]
+    assert bad not in {d.backend for d in others}  # its probe is still in flight
+    scheduler.finish("p1", "m", Outcome(True), 7.3)
+    assert scheduler.route(RequestInfo("p2", "m", 10, 10), 7.4, rng).backend is bad

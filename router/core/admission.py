@@ -136,6 +136,13 @@ class AdmissionQueue:
         self._waiting[rank] -= 1
         return True
 
+    def expire(self, now: float) -> list[Shed]:
+        """Withdraw every queued item whose deadline has passed (in queue order)."""
+        expired = sorted(e for e in self._live() if e[2] <= now)
+        for entry in expired:
+            self._cancel(entry)
+        return [Shed(e[3], "deadline", self.retry_after()) for e in expired]
+
     def _live(self):
         return (entry for entry in self._heap if entry[1] not in self._cancelled)
 

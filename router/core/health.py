@@ -45,6 +45,15 @@ class BackendHealth:
             breaker = self._breakers[backend_id] = CircuitBreaker(self.breaker_settings)
         return breaker
 
+    def wants_probe(self, backend: Backend) -> bool:
+        """A half-open breaker needs real requests to decide; one at a time."""
+        breaker = self._breakers.get(backend.backend_id)
+        return (
+            breaker is not None
+            and breaker.state is BreakerState.HALF_OPEN
+            and backend.in_flight == 0
+        )
+
     def record(
         self, backend: Backend, ok: bool, now: float, latency_ratio: float | None = None
     ) -> HealthEvents:

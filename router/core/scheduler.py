@@ -66,7 +66,11 @@ class Scheduler:
         if not candidates:
             return None
         ctx = self.context(request, now, rng)
-        backend = self.policy.pick(ctx, candidates)
+        # A half-open breaker gets its probe whatever the policy thinks of a warming backend,
+        # or it would never see traffic again while healthier backends have room.
+        backend = next((b for b in candidates if self.health.wants_probe(b)), None)
+        if backend is None:
+            backend = self.policy.pick(ctx, candidates)
         cost = ctx.cost_on(backend)
         self.ledger.start(request.request_id, backend, cost)
         return Decision(backend, cost, len(candidates))

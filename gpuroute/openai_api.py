@@ -1,0 +1,65 @@
+"""OpenAI wire format shared by the router and the fake engine: errors and SSE framing.
+
+Errors follow OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`, so clients
+(the official `openai` package included) raise their usual typed exceptions."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    429: "rate_limit_error",
+    499: "client_closed_request",
+    500: "server_error",
+    502: "upstream_error",
+    503: "service_unavailable",
+    504: "timeout_error",
+}
+SSE_DONE = b"data: [DONE]\n\n"
+
+
+def error_body(
+    status: int, message: str, *, code: str | None = None, param: str | None = None
+) -> dict[str, Any]:
+    return {
+        "error": {
+            "message": message,
+            "type": ERROR_TYPES.get(
+                status, "server_error" if status >= 500 else "invalid_request_error"
+            ),
+            "param": param,
+            "code": code,
+        }
+    }
+
+
+def error_response(
+    status: int,
+    message: str,
+    *,
+    code: str | None = None,
+    param: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
+    return web.json_response(
+        error_body(status, message, code=code, param=param), status=status, headers=headers
+    )
+
+
+def sse_event(payload: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+def sse_error(status: int, message: str, *, code: str) -> bytes:
+    """The explicit last event of a stream that broke after bytes reached the client."""
+    return sse_event(error_body(status, message, code=code))

@@ -1,0 +1,129 @@
+"""The I/O side of admission control: waiters parked on the core's AdmissionQueue.
+
+A request is admitted at once while the backends serving its pool have free in-flight
+slots and nobody of equal or higher priority waits; otherwise it waits (bounded, with its
+deadline) until a finishing request frees a slot, or is shed with a Retry-After hint."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from gpuroute.router.config import AdmissionConfig
+from gpuroute.router.core.admission import AdmissionQueue, AdmissionSettings, Shed, Verdict
+from gpuroute.router.core.backend import BackendSet
+from gpuroute.router.core.request import RequestInfo
+from gpuroute.router.metrics import RouterMetrics
+
+
+class Refused(Exception):
+    def __init__(self, status: int, reason: str, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.status, self.reason, self.message = status, reason, message
+        self.headers = {"Retry-After": str(retry_after_s)}
+
+
+def refusal(shed: Shed) -> Refused:
+    if shed.reason == "deadline":
+        return Refused(504, "deadline_exceeded", "deadline passed while queued", shed.retry_after_s)
+    return Refused(
+        429, shed.reason, "router queue is full; retry after the hinted delay", shed.retry_after_s
+    )
+
+
+class AdmissionGate:
+    def __init__(
+        self,
+        config: AdmissionConfig,
+        backends: BackendSet,
+        max_inflight: dict[str, int],
+        metrics: RouterMetrics,
+        clock: Callable[[], float],
+    ) -> None:
+        self.queue = AdmissionQueue(
+            AdmissionSettings(
+                priorities=tuple(config.priorities),
+                max_queue=config.max_queue,
+                default_timeout_s=config.default_timeout_s,
+            )
+        )
+        self.backends = backends
+        self.max_inflight = max_inflight
+        self.metrics = metrics
+        self.clock = clock
+        self._waiters: dict[object, asyncio.Future[Shed | None]] = {}
+        self._admitted = 0  # admitted and not yet finished
+
+    def has_capacity(self) -> bool:
+        slots = sum(
+            self.max_inflight.get(b.backend_id, 0)
+            for b in self.backends
+            if b.state.value in ("ready", "warming")
+        )
+        return self._admitted < slots
+
+    async def admit(self, info: RequestInfo, deadline_s: float | None) -> None:
+        """Return when the request may go; raise Refused when it is shed."""
+        now = self.clock()
+        deadline = now + deadline_s if deadline_s is not None else None
+        key = info.request_id
+        offer = self.queue.offer(
+            key, info.priority, now, has_capacity=self.has_capacity(), deadline=deadline
+        )
+        mine = None
+        for shed in offer.shed:
+            self.metrics.shed.labels(shed.reason).inc()
+            if shed.item == key:
+                mine = shed
+            else:
+                self._resolve(shed.item, shed)
+        if mine is not None:
+            raise refusal(mine)
+        if offer.verdict is Verdict.ADMIT:
+            self._admitted += 1
+            return
+        future: asyncio.Future[Shed | None] = asyncio.get_running_loop().create_future()
+        self._waiters[key] = future
+        self.metrics.queue_depth.set(len(self.queue))
+        try:
+            shed = await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled() and future.result() is None:
+                self.pump()  # admitted just as the client left: give the slot back
+            self.queue.remove(key)
+            self._waiters.pop(key, None)
+            self.metrics.queue_depth.set(len(self.queue))
+            raise
+        if shed is not None:
+            raise refusal(shed)
+
+    def pump(self) -> None:
+        """A request finished: free its slot and let the next waiters in."""
+        self._admitted -= 1
+        self.dispatch()
+
+    def dispatch(self) -> None:
+        """Admit queued requests while there is room; shed those past their deadline."""
+        now = self.clock()
+        while len(self.queue) and self.has_capacity():
+            item, expired = self.queue.pop_ready(now)
+            for shed in expired:
+                self.metrics.shed.labels(shed.reason).inc()
+                self._resolve(shed.item, shed)
+            if item is None:
+                break
+            self._admitted += 1
+            self._resolve(item, None)
+        self.metrics.queue_depth.set(len(self.queue))
+
+    def expire(self) -> None:
+        """Shed queued requests whose deadline passed (called on the router's tick)."""
+        for shed in self.queue.expire(self.clock()):
+            self.metrics.shed.labels(shed.reason).inc()
+            self._resolve(shed.item, shed)
+        self.metrics.queue_depth.set(len(self.queue))
+
+    def _resolve(self, item: object, shed: Shed | None) -> None:
+        future = self._waiters.pop(item, None)
+        if future is not None and not future.done():
+            future.set_result(shed)

@@ -1,0 +1,123 @@
+"""Regional router configuration (TOML), validated with errors that name file and key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+from urllib.parse import urlsplit
+
+from gpuroute.router.core.policies import POLICIES
+from pydantic import AfterValidator, Field, field_validator, model_validator
+
+from gpuroute.config import StrictModel, known_name, load_toml_model
+from gpuroute.gpus import GpuTypeName
+
+PolicyName = Annotated[str, AfterValidator(lambda v: known_name(v, POLICIES, "policy"))]
+
+
+def _http_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"expected an http(s)://host:port URL, got {value!r}")
+    return value.rstrip("/")
+
+
+class BackendConfig(StrictModel):
+    url: Annotated[str, AfterValidator(_http_url)]
+    gpu: GpuTypeName
+    models: list[str] = Field(min_length=1)
+    id: str | None = None  # defaults to host:port
+    capacity: float | None = Field(default=None, gt=0)  # default: from the GPU type
+    max_inflight: int = Field(default=256, ge=1)  # beyond this the router queues
+
+    @property
+    def backend_id(self) -> str:
+        if self.id:
+            return self.id
+        parts = urlsplit(self.url)
+        return f"{parts.hostname}:{parts.port}"
+
+
+class ListenConfig(StrictModel):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+
+
+class LimitsConfig(StrictModel):
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    connect_timeout_s: float = Field(default=2.0, gt=0)
+    first_byte_timeout_s: float = Field(default=120.0, gt=0)  # prefill + queueing upstream
+    idle_timeout_s: float = Field(default=60.0, gt=0)  # between two chunks of a stream
+
+
+class RetryConfig(StrictModel):
+    max_attempts: int = Field(default=3, ge=1)
+    budget_ratio: float = Field(default=0.2, ge=0, le=1)  # retries in flight / requests
+    min_retries_concurrent: int = Field(default=3, ge=0)
+    backoff_base_s: float = Field(default=0.025, ge=0)
+    backoff_max_s: float = Field(default=0.25, ge=0)
+
+
+class AdmissionConfig(StrictModel):
+    priorities: list[str] = Field(default=["high", "normal", "low"], min_length=1)
+    default_priority: str = "normal"
+    max_queue: int = Field(default=1024, ge=0)
+    default_timeout_s: float = Field(default=30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _default_is_known(self) -> AdmissionConfig:
+        known_name(self.default_priority, self.priorities, "priority")
+        return self
+
+
+class BreakerConfig(StrictModel):
+    failure_threshold: int = Field(default=5, ge=1)
+    cooldown_s: float = Field(default=5.0, gt=0)
+    max_cooldown_s: float = Field(default=120.0, gt=0)
+    probes_to_close: int = Field(default=3, ge=1)
+
+
+class OutlierConfig(StrictModel):
+    consecutive_failures: int = Field(default=5, ge=1)
+    interval_s: float = Field(default=5.0, gt=0)
+    failure_rate: float = Field(default=0.5, gt=0, le=1)
+    latency_factor: float = Field(default=3.0, gt=1)
+    base_ejection_s: float = Field(default=30.0, gt=0)
+    max_ejection_percent: float = Field(default=50.0, ge=0, le=100)
+    enforcing: bool = True
+
+
+class RouterConfig(StrictModel):
+    listen: ListenConfig = ListenConfig()
+    policy: PolicyName = "least_outstanding_work"
+    model_shape: str = "llama-3.1-8b"  # seeds the cost priors; learned online after that
+    drain_timeout_s: float = Field(default=30.0, ge=0)
+    decision_log_sample: float = Field(default=0.0, ge=0, le=1)
+    tick_s: float = Field(default=0.5, gt=0)
+    limits: LimitsConfig = LimitsConfig()
+    retry: RetryConfig = RetryConfig()
+    admission: AdmissionConfig = AdmissionConfig()
+    breaker: BreakerConfig = BreakerConfig()
+    outlier: OutlierConfig = OutlierConfig()
+    backends: list[BackendConfig] = Field(min_length=1)
+
+    @field_validator("backends")
+    @classmethod
+    def _unique_ids(cls, backends: list[BackendConfig]) -> list[BackendConfig]:
+        seen: set[str] = set()
+        for b in backends:
+            if b.backend_id in seen:
+                raise ValueError(f"duplicate backend id {b.backend_id!r}")
+            seen.add(b.backend_id)
+        return backends
+
+    @field_validator("model_shape")
+    @classmethod
+    def _known_shape(cls, value: str) -> str:
+        from gpuroute.sim.models import MODELS
+
+        return known_name(value, MODELS, "model shape")
+
+
+def load_router_config(path: Path | str) -> RouterConfig:
+    return load_toml_model(path, RouterConfig)

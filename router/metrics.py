@@ -1,0 +1,119 @@
+"""Prometheus metrics of one router, in a registry of its own (no global state)."""
+
+from __future__ import annotations
+
+from gpuroute.router.core.backend import BackendSet
+from gpuroute.router.core.health import BackendHealth
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
+DECISION_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3)
+
+
+class BackendCollector:
+    """Per-backend state read at scrape time: state, breaker, in flight, outstanding work."""
+
+    def __init__(self, backends: BackendSet, health: BackendHealth) -> None:
+        self.backends, self.health = backends, health
+
+    def collect(self):
+        state = GaugeMetricFamily(
+            "gpuroute_backend_state",
+            "1 for the backend's current state.",
+            labels=["backend", "state"],
+        )
+        breaker = GaugeMetricFamily(
+            "gpuroute_backend_breaker_open",
+            "1 while the backend's circuit breaker is open or half-open.",
+            labels=["backend", "breaker"],
+        )
+        in_flight = GaugeMetricFamily(
+            "gpuroute_backend_in_flight", "Requests in flight.", labels=["backend"]
+        )
+        outstanding = GaugeMetricFamily(
+            "gpuroute_backend_outstanding_seconds",
+            "Booked GPU-seconds of work.",
+            labels=["backend"],
+        )
+        for b in self.backends:
+            state.add_metric([b.backend_id, b.state.value], 1)
+            brk = self.health.breaker(b.backend_id).state
+            breaker.add_metric([b.backend_id, brk.value], float(brk.value != "closed"))
+            in_flight.add_metric([b.backend_id], b.in_flight)
+            outstanding.add_metric([b.backend_id], b.outstanding)
+        yield from (state, breaker, in_flight, outstanding)
+
+
+class RouterMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "gpuroute_requests",
+            "Requests answered, by route and status.",
+            ["route", "code"],
+            registry=r,
+        )
+        self.duration = Histogram(
+            "gpuroute_request_duration_seconds",
+            "Arrival to last byte.",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "gpuroute_time_to_first_byte_seconds",
+            "Arrival to the first response byte (TTFT for streams).",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.decision = Histogram(
+            "gpuroute_decision_seconds",
+            "Time to pick a backend.",
+            buckets=DECISION_BUCKETS,
+            registry=r,
+        )
+        self.retries = Counter(
+            "gpuroute_retries", "Attempts after the first, by reason.", ["reason"], registry=r
+        )
+        self.retry_budget_exhausted = Counter(
+            "gpuroute_retry_budget_exhausted", "Retries refused by the budget.", registry=r
+        )
+        self.upstream_failures = Counter(
+            "gpuroute_upstream_failures",
+            "Failed attempts, by backend and kind.",
+            ["backend", "kind"],
+            registry=r,
+        )
+        self.stream_errors = Counter(
+            "gpuroute_stream_errors",
+            "Streams that broke after bytes reached the client.",
+            ["backend"],
+            registry=r,
+        )
+        self.client_disconnects = Counter(
+            "gpuroute_client_disconnects", "Clients that went away before the end.", registry=r
+        )
+        self.shed = Counter(
+            "gpuroute_shed", "Requests refused by admission, by reason.", ["reason"], registry=r
+        )
+        self.queue_depth = Gauge(
+            "gpuroute_queue_depth", "Requests waiting for admission.", registry=r
+        )
+        self.in_flight = Gauge("gpuroute_in_flight", "Requests being served.", registry=r)
+        self.ejections = Counter(
+            "gpuroute_ejections",
+            "Outlier ejections, by reason and enforcement.",
+            ["reason", "enforced"],
+            registry=r,
+        )
+        self.breaker_transitions = Counter(
+            "gpuroute_breaker_transitions", "Breaker state changes.", ["backend", "to"], registry=r
+        )
+
+    def watch_backends(self, backends: BackendSet, health: BackendHealth) -> None:
+        self.registry.register(BackendCollector(backends, health))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,47 @@
+"""Starting points for the router's cost model, from the engine model's roofline.
+
+The router learns output lengths online; per-GPU-type token costs start here, so the very
+first decisions already know an H100 from an L4. Units are GPU-seconds of the real GPU; a
+fleet that runs uniformly slower (the fake engine's time scale) keeps the same ratios."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuroute.router.core.cost import GpuCostPrior
+from gpuroute.sim.engine_model import EngineParams
+from gpuroute.sim.models import MODELS
+
+from gpuroute.gpus import GPU_SPECS
+
+REFERENCE_PROMPT = 1000
+REFERENCE_OUTPUT = 250
+
+
+@dataclass(frozen=True, slots=True)
+class GpuPriors:
+    cost: GpuCostPrior
+    capacity: float  # reference requests/s relative to the fastest GPU type (1.0)
+    unloaded_tpot_s: float  # one sequence alone: the floor of time per output token
+
+
+def engine_priors(model_shape: str) -> dict[str, GpuPriors]:
+    model = MODELS[model_shape]
+    raw = {}
+    for name, spec in GPU_SPECS.items():
+        try:
+            params = EngineParams(spec, model)
+        except ValueError:
+            continue  # the model does not fit this GPU; a backend of that type is refused
+        prefill = params.prefill_s(REFERENCE_PROMPT) / REFERENCE_PROMPT
+        decode = params.decode_token_cost_s(REFERENCE_PROMPT, REFERENCE_OUTPUT)
+        tpot = params.step_s(1, REFERENCE_PROMPT + REFERENCE_OUTPUT / 2)
+        raw[name] = (GpuCostPrior(prefill, decode), tpot)
+    per_request = {
+        name: prior.seconds(REFERENCE_PROMPT, REFERENCE_OUTPUT) for name, (prior, _) in raw.items()
+    }
+    fastest = min(per_request.values())
+    return {
+        name: GpuPriors(prior, fastest / per_request[name], tpot)
+        for name, (prior, tpot) in raw.items()
+    }

@@ -1,0 +1,400 @@
+"""The data plane: admit, pick a backend, forward, relay the stream, settle the books.
+
+Every request ends in exactly one of: a relayed response, an OpenAI-format error, or an
+explicit SSE error event after a stream broke; its ledger entry is released on every path."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import random
+import time
+from collections.abc import Callable
+
+import aiohttp
+from aiohttp import web
+from gpuroute.router.admission_gate import AdmissionGate, Refused
+from gpuroute.router.config import RouterConfig
+from gpuroute.router.core.backend import Backend
+from gpuroute.router.core.health import HealthEvents
+from gpuroute.router.core.scheduler import Outcome, Scheduler
+from gpuroute.router.metrics import RouterMetrics
+from gpuroute.router.priors import GpuPriors
+from gpuroute.router.relay import REQUEST_DROP, RESPONSE_DROP, ResponseTally, forward_headers
+from gpuroute.router.request_parse import ParsedRequest, RequestError, parse_request
+
+from gpuroute.openai_api import SSE_DONE, error_response, sse_error
+
+log = logging.getLogger("gpuroute.router")
+decisions = logging.getLogger("gpuroute.decisions")
+BACKEND_HEADER = "x-gpuroute-backend"
+UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+
+class UpstreamFailed(Exception):
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+
+
+class Proxy:
+    def __init__(
+        self,
+        config: RouterConfig,
+        scheduler: Scheduler,
+        metrics: RouterMetrics,
+        priors: dict[str, GpuPriors],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self.scheduler = scheduler
+        self.metrics = metrics
+        self.priors = priors
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.urls = {b.backend_id: b.url for b in config.backends}
+        limits = {b.backend_id: b.max_inflight for b in config.backends}
+        self.gate = AdmissionGate(config.admission, scheduler.backends, limits, metrics, clock)
+        self.session: aiohttp.ClientSession | None = None
+        self._ids = itertools.count(1)
+        self.active = 0
+        self.active_retries = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+        limits_cfg = config.limits
+        self.timeout = aiohttp.ClientTimeout(
+            total=None,
+            sock_connect=limits_cfg.connect_timeout_s,
+            sock_read=limits_cfg.first_byte_timeout_s,
+        )
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30, ttl_dns_cache=300)
+        self.session = aiohttp.ClientSession(
+            connector=connector, auto_decompress=False, timeout=self.timeout
+        )
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+    # -- entry points ----------------------------------------------------------------------
+    async def openai(self, request: web.Request) -> web.StreamResponse:
+        route = request.path
+        arrival = self.clock()
+        self.active += 1
+        self.idle.clear()
+        self.metrics.in_flight.inc()
+        status = 500
+        try:
+            response = await self._openai(request, route, arrival)
+            status = response.status
+            return response
+        finally:
+            self.active -= 1
+            self.metrics.in_flight.dec()
+            self.metrics.requests.labels(route, str(status)).inc()
+            self.metrics.duration.labels(route).observe(self.clock() - arrival)
+            if self.active == 0:
+                self.idle.set()
+
+    async def passthrough(self, request: web.Request) -> web.StreamResponse:
+        """Other paths go to the least busy ready backend, unscheduled and unretried."""
+        ready = [b for b in self.scheduler.backends if b.state.value == "ready"]
+        if not ready:
+            return error_response(503, "no backend is ready", code="no_backend")
+        backend = min(ready, key=lambda b: b.in_flight)
+        assert self.session is not None
+        try:
+            async with self.session.request(
+                request.method,
+                self.urls[backend.backend_id] + request.path_qs,
+                data=await request.read(),
+                headers=forward_headers(request.headers.items(), REQUEST_DROP),
+            ) as upstream:
+                body = await upstream.read()
+                headers = forward_headers(upstream.headers.items(), RESPONSE_DROP)
+                return web.Response(status=upstream.status, body=body, headers=headers)
+        except UPSTREAM_ERRORS as exc:
+            return error_response(
+                502, f"backend {backend.backend_id}: {exc!r}", code="upstream_error"
+            )
+
+    # -- the request path ------------------------------------------------------------------
+    async def _openai(self, request: web.Request, route: str, arrival: float) -> web.StreamResponse:
+        config = self.config
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return error_response(413, f"request body exceeds {config.limits.max_body_bytes} bytes")
+        try:
+            parsed = parse_request(
+                route,
+                raw,
+                request.headers,
+                next(self._ids),
+                priorities=tuple(config.admission.priorities),
+                default_priority=config.admission.default_priority,
+            )
+        except RequestError as exc:
+            return error_response(exc.status, exc.message, param=exc.param, code=exc.code)
+        info = parsed.info
+        if not self.scheduler.backends.serves(info.model):
+            return error_response(
+                404,
+                f"The model `{info.model}` does not exist.",
+                param="model",
+                code="model_not_found",
+            )
+        if not self.scheduler.backends.routable(info.model):
+            return error_response(
+                503, f"no healthy backend can serve model `{info.model}` now", code="no_backend"
+            )
+        try:
+            await self.gate.admit(info, parsed.deadline_s)
+        except Refused as refusal:
+            return error_response(
+                refusal.status, refusal.message, code=refusal.reason, headers=refusal.headers
+            )
+        try:
+            return await self._attempts(request, parsed, raw, route, arrival)
+        finally:
+            self.gate.pump()
+
+    async def _attempts(
+        self, request: web.Request, parsed: ParsedRequest, raw: bytes, route: str, arrival: float
+    ) -> web.StreamResponse:
+        info = parsed.info
+        retry = self.config.retry
+        tried: set[str] = set()
+        last = "no backend is available"
+        for attempt in range(retry.max_attempts):
+            if attempt:
+                if not self._retry_allowed():
+                    self.metrics.retry_budget_exhausted.inc()
+                    break
+                delay = min(retry.backoff_max_s, retry.backoff_base_s * 2 ** (attempt - 1))
+                await asyncio.sleep(self.rng.uniform(0, delay))  # jittered backoff, not a sync
+            started = time.perf_counter()
+            decision = self.scheduler.route(info, self.clock(), self.rng, exclude=tried)
+            self.metrics.decision.observe(time.perf_counter() - started)
+            if decision is None:
+                break
+            backend = decision.backend
+            tried.add(backend.backend_id)
+            self._log_decision(parsed, backend, attempt)
+            if attempt:
+                self.active_retries += 1
+            try:
+                return await self._forward(request, parsed, raw, route, backend, arrival)
+            except UpstreamFailed as failure:
+                last = f"backend {backend.backend_id}: {failure}"
+                self.metrics.upstream_failures.labels(backend.backend_id, failure.kind).inc()
+                self._settle(info, backend, ok=False)
+                if attempt + 1 < retry.max_attempts:
+                    self.metrics.retries.labels(failure.kind).inc()
+            finally:
+                if attempt:
+                    self.active_retries -= 1
+        if not tried:
+            return error_response(
+                503, f"no healthy backend can serve model `{info.model}` now", code="no_backend"
+            )
+        return error_response(502, f"all attempts failed; last: {last}", code="upstream_error")
+
+    def _retry_allowed(self) -> bool:
+        retry = self.config.retry
+        budget = max(retry.min_retries_concurrent, retry.budget_ratio * self.active)
+        return self.active_retries < budget
+
+    async def _forward(
+        self,
+        request: web.Request,
+        parsed: ParsedRequest,
+        raw: bytes,
+        route: str,
+        backend: Backend,
+        arrival: float,
+    ) -> web.StreamResponse:
+        """One attempt. Raises UpstreamFailed only while nothing has reached the client."""
+        assert self.session is not None
+        info = parsed.info
+        url = self.urls[backend.backend_id] + request.path_qs
+        headers = forward_headers(request.headers.items(), REQUEST_DROP)
+        batch_at_start = backend.in_flight
+        try:
+            upstream = await self.session.post(url, data=raw, headers=headers)
+        except UPSTREAM_ERRORS as exc:
+            raise UpstreamFailed(_kind(exc), repr(exc)) from None
+        try:
+            if upstream.status >= 500:
+                raise UpstreamFailed("5xx", f"status {upstream.status}")
+            try:
+                first = await upstream.content.readany()
+            except UPSTREAM_ERRORS as exc:
+                raise UpstreamFailed(_kind(exc), f"before first byte: {exc!r}") from None
+            if not first and upstream.status < 400:
+                raise UpstreamFailed("empty", "closed before the first byte")
+            return await self._relay(
+                request, parsed, route, backend, upstream, first, arrival, batch_at_start
+            )
+        except asyncio.CancelledError:
+            self.scheduler.release(info.request_id)  # client went away
+            self.metrics.client_disconnects.inc()
+            raise
+        finally:
+            if upstream.content.at_eof():
+                upstream.release()  # the connection goes back to the pool
+            else:
+                upstream.close()
+
+    async def _relay(
+        self,
+        request: web.Request,
+        parsed: ParsedRequest,
+        route: str,
+        backend: Backend,
+        upstream: aiohttp.ClientResponse,
+        first: bytes,
+        arrival: float,
+        batch_at_start: int,
+    ) -> web.StreamResponse:
+        info = parsed.info
+        headers = forward_headers(upstream.headers.items(), RESPONSE_DROP)
+        headers[BACKEND_HEADER] = backend.backend_id
+        response = web.StreamResponse(status=upstream.status, headers=headers)
+        tally = ResponseTally()
+        streamed = upstream.headers.get("content-type", "").startswith("text/event-stream")
+        try:
+            await response.prepare(request)
+            await response.write(first)
+        except ConnectionError:
+            return self._client_gone(info, response)
+        self.metrics.ttft.labels(route).observe(self.clock() - arrival)
+        tally.add(first)
+        content = upstream.content
+        while True:
+            try:
+                chunk = await content.readany()
+            except UPSTREAM_ERRORS as exc:
+                return await self._broken_stream(info, backend, response, streamed, exc)
+            if not chunk:
+                break
+            tally.add(chunk)
+            try:
+                await response.write(chunk)
+            except ConnectionError:
+                return self._client_gone(info, response)
+        try:
+            await response.write_eof()
+        except ConnectionError:
+            return self._client_gone(info, response)
+        output = tally.output_tokens(streamed)
+        ratio = self._latency_ratio(
+            backend, info.prompt_tokens, output, self.clock() - arrival, batch_at_start
+        )
+        # 4xx is the client's problem, not the backend's: counted healthy.
+        self._settle(info, backend, ok=True, output_tokens=output, latency_ratio=ratio)
+        return response
+
+    async def _broken_stream(
+        self,
+        info,
+        backend: Backend,
+        response: web.StreamResponse,
+        streamed: bool,
+        exc: BaseException,
+    ) -> web.StreamResponse:
+        self.metrics.stream_errors.labels(backend.backend_id).inc()
+        self._settle(info, backend, ok=False)
+        log.warning("stream from %s broke after first byte: %r", backend.backend_id, exc)
+        if streamed:
+            try:
+                message = f"upstream {backend.backend_id} failed mid-stream: {type(exc).__name__}"
+                await response.write(sse_error(502, message, code="upstream_stream_error"))
+                await response.write(SSE_DONE)
+                await response.write_eof()
+            except ConnectionError:
+                pass
+        else:
+            response.force_close()  # a truncated JSON body must not look complete
+        return response
+
+    def _client_gone(self, info, response: web.StreamResponse) -> web.StreamResponse:
+        self.metrics.client_disconnects.inc()
+        self.scheduler.release(info.request_id)
+        response.force_close()
+        return response
+
+    # -- bookkeeping -----------------------------------------------------------------------
+    def _latency_ratio(
+        self, backend: Backend, prompt: int, output: int, elapsed: float, batch: int
+    ) -> float | None:
+        """Observed / expected duration; expected from the GPU type's roofline at this load."""
+        priors = self.priors.get(backend.gpu_type)
+        if priors is None or output < 4:
+            return None
+        tpot = max(priors.unloaded_tpot_s, (batch + 1) * priors.cost.decode_s_per_token)
+        expected = prompt * priors.cost.prefill_s_per_token + output * tpot
+        return elapsed / expected
+
+    def _settle(
+        self, info, backend: Backend, *, ok: bool, output_tokens: int = 0, latency_ratio=None
+    ) -> None:
+        now = self.clock()
+        events = self.scheduler.finish(
+            info.request_id,
+            info.model,
+            Outcome(ok, output_tokens, latency_ratio=latency_ratio),
+            now,
+        )
+        if events is not None:
+            self.record_health(events)
+
+    def record_health(self, events: HealthEvents) -> None:
+        for backend_id, transition in events.breaker:
+            self.metrics.breaker_transitions.labels(backend_id, transition.after.value).inc()
+            log.warning(
+                "breaker %s: %s -> %s", backend_id, transition.before.value, transition.after.value
+            )
+        for ejection in events.ejections:
+            self.metrics.ejections.labels(ejection.reason, str(ejection.enforced).lower()).inc()
+            log.warning(
+                "outlier %s: %s (enforced=%s)",
+                ejection.backend_id,
+                ejection.reason,
+                ejection.enforced,
+            )
+
+    def _log_decision(self, parsed: ParsedRequest, chosen: Backend, attempt: int) -> None:
+        rate = self.config.decision_log_sample
+        if not rate or self.rng.random() >= rate:
+            return
+        info = parsed.info
+        scores = self.scheduler.explain(info, self.clock(), self.rng)
+        decisions.info(
+            json.dumps(
+                {
+                    "request_id": info.request_id,
+                    "model": info.model,
+                    "prompt_tokens": info.prompt_tokens,
+                    "policy": self.config.policy,
+                    "attempt": attempt,
+                    "candidates": [{"backend": b, "score": s} for b, s in scores],
+                    "chosen": chosen.backend_id,
+                    "reason": "retry" if attempt else "policy",
+                }
+            )
+        )
+
+
+def _kind(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.TimeoutError):
+        return "timeout"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return "connect"
+    return "connection"

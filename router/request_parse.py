@@ -1,0 +1,112 @@
+"""Parse an OpenAI request body once: validate it and extract what the scheduler needs.
+
+The body is forwarded unchanged (the raw bytes); only this summary is kept."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from gpuroute.router.core.request import RequestInfo
+
+from gpuroute.prompt import estimate_tokens, prefix_blocks, prompt_text
+
+PRIORITY_HEADER = "x-gpuroute-priority"
+DEADLINE_HEADER = "x-gpuroute-deadline-ms"
+SESSION_HEADERS = ("x-session-id", "x-gpuroute-session")
+
+# Which top-level key carries the prompt, per route, and whether it is required.
+PROMPT_KEYS = {
+    "/v1/chat/completions": "messages",
+    "/v1/completions": "prompt",
+    "/v1/embeddings": "input",
+}
+
+
+class RequestError(Exception):
+    """A request we refuse, with the HTTP status and OpenAI error fields to answer with."""
+
+    def __init__(
+        self, status: int, message: str, *, param: str | None = None, code: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+
+
+@dataclass(slots=True)
+class ParsedRequest:
+    info: RequestInfo
+    stream: bool
+    deadline_s: float | None  # relative, from the deadline header
+
+
+def _positive_int(body: dict[str, Any], key: str) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise RequestError(400, f"'{key}' must be a positive integer", param=key)
+    return value
+
+
+def parse_request(
+    path: str,
+    raw: bytes,
+    headers: Mapping[str, str],
+    request_id: int,
+    *,
+    priorities: tuple[str, ...],
+    default_priority: str,
+) -> ParsedRequest:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise RequestError(400, f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise RequestError(400, "request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise RequestError(400, "'model' is required and must be a string", param="model")
+    key = PROMPT_KEYS.get(path)
+    if key is not None:
+        value = body.get(key)
+        valid = isinstance(value, list) if key == "messages" else isinstance(value, str | list)
+        if not valid or (isinstance(value, list) and not value):
+            raise RequestError(400, f"'{key}' is required and must not be empty", param=key)
+        if key == "messages" and not all(isinstance(m, dict) for m in value):
+            raise RequestError(400, "each message must be an object", param="messages")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise RequestError(400, "'stream' must be a boolean", param="stream")
+    max_tokens = _positive_int(body, "max_completion_tokens") or _positive_int(body, "max_tokens")
+    text = prompt_text(body)
+    priority = headers.get(PRIORITY_HEADER, default_priority).strip().lower()
+    if priority not in priorities:
+        raise RequestError(
+            400,
+            f"unknown priority {priority!r}; known: {', '.join(priorities)}",
+            param=PRIORITY_HEADER,
+        )
+    deadline_s = None
+    if (deadline := headers.get(DEADLINE_HEADER)) is not None:
+        try:
+            deadline_s = float(deadline) / 1000
+        except ValueError:
+            deadline_s = -1.0
+        if not deadline_s > 0:
+            raise RequestError(400, f"{DEADLINE_HEADER} must be a positive number of milliseconds")
+    session = next((headers[h] for h in SESSION_HEADERS if h in headers), None)
+    if session is None and isinstance(body.get("user"), str):
+        session = body["user"]
+    info = RequestInfo(
+        request_id,
+        model,
+        estimate_tokens(text),
+        max_tokens,
+        session_id=session,
+        prefix_blocks=prefix_blocks(text),
+        priority=priority,
+    )
+    return ParsedRequest(info, stream, deadline_s)

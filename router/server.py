@@ -1,0 +1,210 @@
+"""The regional router process: build everything from config, serve, drain on SIGTERM.
+
+Config/Server split as in uvicorn: `RouterServer` owns the sockets and the lifecycle; the
+application (routes, proxy, admin) is built from a validated `RouterConfig`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import signal
+import sys
+import time
+
+from aiohttp import web
+from gpuroute.router.config import RouterConfig, load_router_config
+from gpuroute.router.core.backend import Backend, BackendSet
+from gpuroute.router.core.breaker import BreakerSettings
+from gpuroute.router.core.cost import CostEstimator
+from gpuroute.router.core.health import BackendHealth
+from gpuroute.router.core.outlier import OutlierSettings
+from gpuroute.router.core.policies import build_policy
+from gpuroute.router.core.scheduler import Scheduler
+from gpuroute.router.metrics import RouterMetrics
+from gpuroute.router.priors import engine_priors
+from gpuroute.router.proxy import Proxy
+
+from gpuroute.config import ConfigError
+from gpuroute.openai_api import error_response
+
+log = logging.getLogger("gpuroute.router")
+OPENAI_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+
+
+def build_scheduler(config: RouterConfig, priors) -> Scheduler:
+    backends = BackendSet()
+    for b in config.backends:
+        if b.gpu not in priors:
+            raise ConfigError(
+                f"backend {b.backend_id}: model {config.model_shape} does not fit {b.gpu}"
+            )
+        capacity = b.capacity if b.capacity is not None else priors[b.gpu].capacity
+        backends.add(Backend(b.backend_id, b.gpu, b.models, capacity=capacity, address=b.url))
+    health = BackendHealth(
+        backends,
+        BreakerSettings(**config.breaker.model_dump()),
+        OutlierSettings(**config.outlier.model_dump()),
+    )
+    estimator = CostEstimator({gpu: p.cost for gpu, p in priors.items()})
+    return Scheduler(backends, build_policy(config.policy), estimator, health)
+
+
+class RouterApp:
+    """Routes, proxy and admin endpoints of one router."""
+
+    def __init__(self, config: RouterConfig, *, rng: random.Random | None = None) -> None:
+        self.config = config
+        self.priors = engine_priors(config.model_shape)
+        self.scheduler = build_scheduler(config, self.priors)
+        self.metrics = RouterMetrics()
+        self.metrics.watch_backends(self.scheduler.backends, self.scheduler.health)
+        self.proxy = Proxy(config, self.scheduler, self.metrics, self.priors, rng=rng)
+        self.draining = False
+        self._ticker: asyncio.Task | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.config.limits.max_body_bytes)
+        for route in OPENAI_ROUTES:
+            app.router.add_post(route, self.proxy.openai)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
+        app.router.add_get("/metrics", self.metrics_page)
+        app.router.add_get("/admin/backends", self.admin_backends)
+        app.router.add_route("*", "/{tail:.*}", self.proxy.passthrough)
+        app.on_startup.append(self._startup)
+        app.on_cleanup.append(self._cleanup)
+        return app
+
+    async def _startup(self, _app: web.Application) -> None:
+        await self.proxy.start()
+        self._ticker = asyncio.create_task(self._tick_loop())
+
+    async def _cleanup(self, _app: web.Application) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+        await self.proxy.close()
+
+    async def _tick_loop(self) -> None:
+        """Breaker cooldowns, ejection intervals, warm-up ends and queue deadlines."""
+        while True:
+            await asyncio.sleep(self.config.tick_s)  # a period, not a synchronisation
+            now = self.proxy.clock()
+            self.proxy.record_health(self.scheduler.tick(now))
+            self.scheduler.backends.finish_warmups(now)
+            self.proxy.gate.expire()
+            self.proxy.gate.dispatch()
+
+    # -- admin -----------------------------------------------------------------------------
+    async def models(self, _request: web.Request) -> web.Response:
+        names = sorted({m for b in self.scheduler.backends for m in b.models})
+        created = int(time.time())
+        data = [
+            {"id": m, "object": "model", "created": created, "owned_by": "gpuroute"} for m in names
+        ]
+        return web.json_response({"object": "list", "data": data})
+
+    async def healthz(self, _request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(self, _request: web.Request) -> web.Response:
+        if self.draining:
+            return error_response(503, "draining", code="draining")
+        ready = [b for b in self.scheduler.backends if b.state.value in ("ready", "warming")]
+        if not ready:
+            return error_response(503, "no backend is routable", code="no_backend")
+        return web.json_response({"status": "ready", "routable_backends": len(ready)})
+
+    async def metrics_page(self, _request: web.Request) -> web.Response:
+        return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8")
+
+    async def admin_backends(self, _request: web.Request) -> web.Response:
+        health = self.scheduler.health
+        rows = []
+        for b in self.scheduler.backends:
+            breaker = health.breaker(b.backend_id)
+            rows.append(
+                {
+                    "id": b.backend_id,
+                    "url": b.address,
+                    "gpu": b.gpu_type,
+                    "models": sorted(b.models),
+                    "capacity": round(b.capacity, 4),
+                    "state": b.state.value,
+                    "reason": b.reason,
+                    "in_flight": b.in_flight,
+                    "outstanding_s": round(b.outstanding, 4),
+                    "breaker": breaker.state.value,
+                    "ejected": health.outliers.is_ejected(b.backend_id),
+                }
+            )
+        return web.json_response({"policy": self.config.policy, "backends": rows})
+
+
+class RouterServer:
+    """Listen, serve, and on SIGTERM/SIGINT drain: stop accepting, finish streams, exit."""
+
+    def __init__(self, router: RouterApp) -> None:
+        self.router = router
+        self.runner: web.AppRunner | None = None
+        self.site: web.TCPSite | None = None
+        self.stopping = asyncio.Event()
+
+    @property
+    def port(self) -> int:
+        assert self.runner is not None
+        return self.runner.addresses[0][1]
+
+    async def start(self) -> None:
+        listen = self.router.config.listen
+        self.runner = web.AppRunner(self.router.app(), access_log=None, handler_cancellation=True)
+        await self.runner.setup()
+        self.site = web.TCPSite(self.runner, listen.host, listen.port, backlog=1024)
+        await self.site.start()
+
+    async def drain(self, timeout: float | None = None) -> None:
+        router = self.router
+        router.draining = True
+        assert self.site is not None and self.runner is not None
+        await self.site.stop()  # no new connections
+        if timeout is None:
+            timeout = router.config.drain_timeout_s
+        try:
+            await asyncio.wait_for(router.proxy.idle.wait(), timeout)
+            log.info("drained: every in-flight request finished")
+        except TimeoutError:
+            log.warning("drain timeout (%.0f s): %d requests cut", timeout, router.proxy.active)
+        await self.runner.cleanup()
+
+    async def serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stopping.set)
+        await self.start()
+        listen = self.router.config.listen
+        print(f"gpuroute router listening on http://{listen.host}:{self.port}", flush=True)
+        await self.stopping.wait()
+        log.info("signal received: draining")
+        await self.drain()
+
+
+def run_router(path: str) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        config = load_router_config(path)
+        router = RouterApp(config)
+    except ConfigError as exc:
+        print(f"gpuroute router: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover
+        runner = asyncio.run
+    runner(RouterServer(router).serve())
+    return 0

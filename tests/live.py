@@ -1,0 +1,172 @@
+"""Helpers for loopback integration tests: free ports, real processes, condition waits."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+
+import aiohttp
+
+MODEL = "llama-3.1-8b"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def gpuroute_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "gpuroute.cli", *args]
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    """Poll `condition` until it holds; fail with `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+
+
+async def async_wait_for(
+    condition: Callable[[], Awaitable[bool]], timeout: float = 10.0, what: str = "condition"
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not await condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def http_ok(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+class FakeEngineProcess:
+    """`gpuroute fake-engine` as a child process on a free loopback port."""
+
+    def __init__(self, gpu: str = "H100", *, time_scale: float = 1.0, extra: tuple[str, ...] = ()):
+        self.gpu = gpu
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = gpuroute_cmd(
+            "fake-engine",
+            "--gpu",
+            gpu,
+            "--port",
+            str(self.port),
+            "--time-scale",
+            str(time_scale),
+            *extra,
+        )
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        wait_for(
+            lambda: self.proc.poll() is not None or http_ok(self.url + "/health"),
+            20,
+            f"{gpu} engine",
+        )
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"fake engine exited: {self.proc.stderr.read().decode()}")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if self.proc.stderr:
+            self.proc.stderr.close()
+
+
+@contextlib.contextmanager
+def fake_engines(*specs: tuple[str, float]) -> Iterator[list[FakeEngineProcess]]:
+    engines: list[FakeEngineProcess] = []
+    try:
+        for gpu, scale in specs:
+            engines.append(FakeEngineProcess(gpu, time_scale=scale))
+        yield engines
+    finally:
+        for engine in engines:
+            engine.stop()
+
+
+def router_toml(backends: list[tuple[str, str]], port: int = 0, **sections: str) -> str:
+    """A router config: backends as (url, gpu); extra TOML per section name."""
+    lines = ["tick_s = 0.05", f"[listen]\nport = {port}"]
+    for name, body in sections.items():
+        lines.append(f"[{name}]\n{body}")
+    for url, gpu in backends:
+        lines.append(f'[[backends]]\nurl = "{url}"\ngpu = "{gpu}"\nmodels = ["{MODEL}"]')
+    return "\n".join(lines) + "\n"
+
+
+def chat_body(text: str = "hello", *, stream: bool = False, max_tokens: int | None = 8) -> dict:
+    body: dict = {"model": MODEL, "messages": [{"role": "user", "content": text}], "stream": stream}
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    return body
+
+
+async def backends_state(session: aiohttp.ClientSession, router_url: str) -> dict[str, dict]:
+    async with session.get(router_url + "/admin/backends") as response:
+        return {row["id"]: row for row in (await response.json())["backends"]}
+
+
+def environ_without_proxies() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+
+
+@contextlib.asynccontextmanager
+async def running_router(config_text: str, tmp_dir, *, seed: int = 0):
+    """An in-process router on a free loopback port; yields (url, RouterApp)."""
+    import random
+
+    from gpuroute.router.config import load_router_config
+    from gpuroute.router.server import RouterApp, RouterServer
+
+    path = tmp_dir / "router.toml"
+    path.write_text(config_text)
+    router = RouterApp(load_router_config(path), rng=random.Random(seed))
+    server = RouterServer(router)
+    await server.start()
+    try:
+        yield f"http://127.0.0.1:{server.port}", router
+    finally:
+        await server.drain(timeout=2.0)
+
+
+@contextlib.asynccontextmanager
+async def scripted_backend(handler):
+    """An in-process aiohttp server whose every POST is answered by `handler`."""
+    from aiohttp import web
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
