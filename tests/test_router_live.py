@@ -8,7 +8,6 @@ import json
 import aiohttp
 import pytest
 from aiohttp import web
-
 from live import (
     MODEL,
     async_wait_for,
@@ -26,7 +25,8 @@ pytestmark = pytest.mark.asyncio
 SSE_SCRIPT = [
     b'data: {"id":"x","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n',
     b'data: {"id":"x","choices":[{"index":0,"delta":{"content":"a\\u00e9"}}]}\n',
-    b'\ndata: {"id":"x","choices":[{"index":0,"delta":{"content":" b"},"finish_reason":"stop"}]}\n\n',
+    b'\ndata: {"id":"x","choices":[{"index":0,"delta":{"content":" b"},'
+    b'"finish_reason":"stop"}]}\n\n',
     b"data: [DONE]\n\n",
 ]
 
