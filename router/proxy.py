@@ -92,6 +92,10 @@ class Proxy:
         status = 500
         try:
             response = await self._openai(request, route, arrival)
+        except Exception:  # a bug must still answer in OpenAI's format, never a bare 500
+            log.exception("internal error on %s", route)
+            response = error_response(500, "internal router error", code="internal_error")
+        try:
             status = response.status
             return response
         finally:
@@ -194,7 +198,7 @@ class Proxy:
             except UpstreamFailed as failure:
                 last = f"backend {backend.backend_id}: {failure}"
                 self.metrics.upstream_failures.labels(backend.backend_id, failure.kind).inc()
-                self._settle(info, backend, ok=False)
+                self._settle(info, backend, ok=False, fatal=failure.kind == "refused")
                 if attempt + 1 < retry.max_attempts:
                     self.metrics.retries.labels(failure.kind).inc()
             finally:
@@ -343,15 +347,17 @@ class Proxy:
         return elapsed / expected
 
     def _settle(
-        self, info, backend: Backend, *, ok: bool, output_tokens: int = 0, latency_ratio=None
+        self,
+        info,
+        backend: Backend,
+        *,
+        ok: bool,
+        output_tokens: int = 0,
+        latency_ratio: float | None = None,
+        fatal: bool = False,
     ) -> None:
-        now = self.clock()
-        events = self.scheduler.finish(
-            info.request_id,
-            info.model,
-            Outcome(ok, output_tokens, latency_ratio=latency_ratio),
-            now,
-        )
+        outcome = Outcome(ok, output_tokens, latency_ratio=latency_ratio, fatal=fatal)
+        events = self.scheduler.finish(info.request_id, info.model, outcome, self.clock())
         if events is not None:
             self.record_health(events)
 
@@ -396,5 +402,7 @@ def _kind(exc: BaseException) -> str:
     if isinstance(exc, asyncio.TimeoutError):
         return "timeout"
     if isinstance(exc, aiohttp.ClientConnectorError):
+        if isinstance(exc.os_error, ConnectionRefusedError):
+            return "refused"  # nothing listens: the engine process is gone
         return "connect"
     return "connection"

@@ -95,3 +95,12 @@ def test_breaker_invariants(seq) -> None:
         assert breaker.allows_traffic() == (breaker.state is not S.OPEN)
         if breaker.state is S.OPEN:
             assert breaker.opened_at <= now
+
+
+def test_a_refused_connection_trips_at_once_and_fails_a_probe() -> None:
+    breaker = CircuitBreaker(BreakerSettings(failure_threshold=5, cooldown_s=1))
+    transition = breaker.on_failure(0.0, fatal=True)
+    assert transition is not None and transition.after is BreakerState.OPEN
+    breaker.tick(1.0)
+    assert breaker.state is BreakerState.HALF_OPEN
+    assert breaker.on_failure(1.1, fatal=True).after is BreakerState.OPEN

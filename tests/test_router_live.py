@@ -90,7 +90,7 @@ async def test_connect_error_and_5xx_are_retried_on_another_backend(tmp_path) ->
                         assert r.status == 200, await r.text()
                         assert r.headers["x-gpuroute-backend"] == f"127.0.0.1:{engine.port}"
                 retries = router.metrics.retries
-                assert sum(retries.labels(k)._value.get() for k in ("connect", "5xx")) >= 2
+                assert sum(retries.labels(k)._value.get() for k in ("refused", "5xx")) >= 2
 
 
 async def test_no_retry_after_first_byte_ends_with_an_sse_error_event(tmp_path) -> None:

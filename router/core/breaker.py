@@ -99,13 +99,14 @@ class CircuitBreaker:
                 return self._fire(BreakerEvent.PROBE_SUCCEEDED, now)
         return None
 
-    def on_failure(self, now: float) -> Transition | None:
+    def on_failure(self, now: float, *, fatal: bool = False) -> Transition | None:
+        """A failed request; `fatal` (connection refused: nothing listens) trips at once."""
         if self.state is BreakerState.HALF_OPEN:
             self.cooldown_s = min(self.cooldown_s * 2, self.settings.max_cooldown_s)
             return self._fire(BreakerEvent.PROBE_FAILED, now)
         if self.state is BreakerState.CLOSED:
             self.consecutive_failures += 1
-            if self.consecutive_failures >= self.settings.failure_threshold:
+            if fatal or self.consecutive_failures >= self.settings.failure_threshold:
                 return self._fire(BreakerEvent.TRIP, now)
         return None  # late results of requests sent before it opened change nothing
 

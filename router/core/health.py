@@ -55,11 +55,17 @@ class BackendHealth:
         )
 
     def record(
-        self, backend: Backend, ok: bool, now: float, latency_ratio: float | None = None
+        self,
+        backend: Backend,
+        ok: bool,
+        now: float,
+        latency_ratio: float | None = None,
+        *,
+        fatal: bool = False,
     ) -> HealthEvents:
         events = HealthEvents()
         breaker = self.breaker(backend.backend_id)
-        transition = breaker.on_success(now) if ok else breaker.on_failure(now)
+        transition = breaker.on_success(now) if ok else breaker.on_failure(now, fatal=fatal)
         if transition is not None:
             events.breaker.append((backend.backend_id, transition))
             self._apply_breaker(backend, transition, now)

@@ -33,6 +33,7 @@ class Outcome:
     prefill_s_per_token: float | None = None  # only when measured without queueing
     decode_s_per_token: float | None = None  # step time / batch, the throughput cost
     latency_ratio: float | None = None  # observed / expected duration, for gray failures
+    fatal: bool = False  # the backend is certainly down (connection refused): trip now
 
 
 class Scheduler:
@@ -100,7 +101,9 @@ class Scheduler:
                 prefill_s_per_token=outcome.prefill_s_per_token,
                 decode_s_per_token=outcome.decode_s_per_token,
             )
-        return self.health.record(backend, outcome.ok, now, outcome.latency_ratio)
+        return self.health.record(
+            backend, outcome.ok, now, outcome.latency_ratio, fatal=outcome.fatal
+        )
 
     def release(self, request_id: object) -> None:
         """Drop a request's booking with no health verdict (client gone, request refused)."""
