@@ -48,6 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     fake.add_argument("--stream-interval-ms", type=float, default=20.0)
     fake.add_argument("--seed", type=int, default=0)
 
+    from gpuroute.sim.bench_cli import add_bench_parser
+
+    add_bench_parser(sub)
+
     router = sub.add_parser("router", help="run the regional router")
     router.add_argument("--config", required=True, metavar="FILE", help="router TOML")
     return parser
@@ -87,6 +91,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 2
             run_fake_engine(config)
             return 0
+        if args.command == "bench":
+            from gpuroute.sim.bench_cli import run_bench
+
+            return run_bench(args)
         if args.command == "router":
             from gpuroute.router.server import run_router
 

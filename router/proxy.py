@@ -198,6 +198,7 @@ class Proxy:
             except UpstreamFailed as failure:
                 last = f"backend {backend.backend_id}: {failure}"
                 self.metrics.upstream_failures.labels(backend.backend_id, failure.kind).inc()
+                self._log_failure(info.request_id, backend, failure.kind)
                 self._settle(info, backend, ok=False, fatal=failure.kind == "refused")
                 if attempt + 1 < retry.max_attempts:
                     self.metrics.retries.labels(failure.kind).inc()
@@ -314,6 +315,7 @@ class Proxy:
         exc: BaseException,
     ) -> web.StreamResponse:
         self.metrics.stream_errors.labels(backend.backend_id).inc()
+        self._log_failure(info.request_id, backend, "stream")
         self._settle(info, backend, ok=False)
         log.warning("stream from %s broke after first byte: %r", backend.backend_id, exc)
         if streamed:
@@ -376,6 +378,11 @@ class Proxy:
                 ejection.enforced,
             )
 
+    def _log_failure(self, request_id: int, backend: Backend, kind: str) -> None:
+        if self.config.decision_log_sample:
+            event = {"event": "attempt_failed", "ts": time.time(), "request_id": request_id}
+            decisions.info(json.dumps(event | {"backend": backend.backend_id, "kind": kind}))
+
     def _log_decision(self, parsed: ParsedRequest, chosen: Backend, attempt: int) -> None:
         rate = self.config.decision_log_sample
         if not rate or self.rng.random() >= rate:
@@ -385,6 +392,8 @@ class Proxy:
         decisions.info(
             json.dumps(
                 {
+                    "event": "decision",
+                    "ts": time.time(),
                     "request_id": info.request_id,
                     "model": info.model,
                     "prompt_tokens": info.prompt_tokens,

@@ -1,0 +1,140 @@
+"""Command-line glue for `gpuroute bench live` and `gpuroute bench overhead`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from gpuroute.sim.proxies import BASELINES, BenchError
+from rich.console import Console
+from rich.table import Table
+
+LIVE_COLUMNS = (
+    ("target", "target", "{}"),
+    ("completed", "done", "{:,}"),
+    ("failed", "fail", "{:,}"),
+    ("ttft_p50_s", "TTFT p50", "{:.3f}"),
+    ("ttft_p99_s", "TTFT p99", "{:.3f}"),
+    ("e2e_p50_s", "E2E p50", "{:.2f}"),
+    ("e2e_p99_s", "E2E p99", "{:.2f}"),
+    ("throughput_rps", "req/s", "{:.2f}"),
+    ("goodput_rps", "goodput", "{:.2f}"),
+)
+
+
+def add_bench_parser(sub) -> None:
+    bench = sub.add_parser("bench", help="live benchmarks against HAProxy and NGINX")
+    kinds = bench.add_subparsers(dest="bench", required=True, metavar="KIND")
+    live = kinds.add_parser("live", help="replay a trace through our router and the baselines")
+    live.add_argument(
+        "--engines", default="H100:2,A100:4,L4:4", help="GPU:count,... of fake engines"
+    )
+    live.add_argument("--trace", type=Path, help="trace file (default: built-in synthetic chat)")
+    live.add_argument("--format", default="azure", help="azure, mooncake or lengths")
+    live.add_argument("--target-utilization", type=float, default=0.85)
+    live.add_argument("--duration", type=float, default=120.0, help="seconds of arrivals")
+    live.add_argument("--time-scale", type=float, default=8.0, help="engines run this much slower")
+    live.add_argument("--policy", action="append", help="our policies to run (repeatable)")
+    live.add_argument(
+        "--baselines", default=",".join(BASELINES), help="comma list of haproxy,nginx or 'none'"
+    )
+    live.add_argument("--no-stream", action="store_true", help="non-streamed requests")
+    live.add_argument(
+        "--kill", action="append", default=[], metavar="ENGINE@S", help="SIGKILL an engine"
+    )
+    live.add_argument(
+        "--slow", action="append", default=[], metavar="ENGINE@S:FACTOR", help="slow an engine down"
+    )
+    live.add_argument("--seed", type=int, default=1)
+    live.add_argument("--json", metavar="OUT", help="write results as JSON ('-' = stdout)")
+    live.add_argument("--plot", metavar="OUT.png", help="latency CDF plot (needs matplotlib)")
+
+    over = kinds.add_parser("overhead", help="added latency and throughput of each proxy")
+    over.add_argument("--duration", type=float, default=10.0, help="seconds per wrk run")
+    over.add_argument("--json", metavar="OUT")
+
+
+def live_spec(args: argparse.Namespace):
+    from gpuroute.sim.bench_live import LiveBenchSpec, parse_engines, parse_fault
+
+    baselines = [] if args.baselines == "none" else [b for b in args.baselines.split(",") if b]
+    for name in baselines:
+        if name not in BASELINES:
+            raise BenchError(f"--baselines: unknown {name!r}; known: {', '.join(BASELINES)}")
+    if args.trace is not None and not args.trace.exists():
+        raise BenchError(f"--trace: {args.trace} not found")
+    faults = [parse_fault("kill", f) for f in args.kill] + [
+        parse_fault("slow", f) for f in args.slow
+    ]
+    engines = parse_engines(args.engines)
+    for fault in faults:
+        if not 0 <= fault.engine < len(engines):
+            raise BenchError(
+                f"fault engine index {fault.engine} out of range 0..{len(engines) - 1}"
+            )
+    if not 0 < args.target_utilization <= 2 or args.duration <= 0 or args.time_scale <= 0:
+        raise BenchError("need 0 < --target-utilization <= 2, --duration > 0, --time-scale > 0")
+    return LiveBenchSpec(
+        engines=engines,
+        policies=args.policy or ["least_outstanding_work"],
+        baselines=baselines,
+        trace=args.trace,
+        trace_format=args.format,
+        target_utilization=args.target_utilization,
+        duration_s=args.duration,
+        time_scale=args.time_scale,
+        stream=not args.no_stream,
+        faults=faults,
+        seed=args.seed,
+    )
+
+
+def print_table(console: Console, title: str, rows: list[dict], columns) -> None:
+    table = Table(title=title)
+    for _, header, _ in columns:
+        table.add_column(header, justify="left" if header == "target" else "right")
+    for row in rows:
+        table.add_row(*(fmt.format(row[key]) for key, _, fmt in columns))
+    console.print(table)
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    console = Console(stderr=args.json == "-")
+    try:
+        if args.bench == "live":
+            from gpuroute.sim.bench_live import dump, run_live_bench
+
+            spec = live_spec(args)
+            report = run_live_bench(
+                spec, lambda t, n: console.print(f"[bold]{t}[/]: replaying {n:,} requests")
+            )
+            title = (
+                f"{report['trace']}: {report['requests']:,} requests at {report['rate_rps']} req/s, "
+                f"{len(spec.engines)} engines, time scale {spec.time_scale:g}"
+            )
+            print_table(console, title, report["targets"], LIVE_COLUMNS)
+            for target in report["targets"]:
+                for fault in target.get("faults", []):
+                    console.print(f"{target['target']} fault: {fault}")
+            if args.plot:
+                from gpuroute.sim.bench_plot import plot_live
+
+                plot_live(report, args.plot)
+        else:
+            from gpuroute.sim.bench_live import dump
+            from gpuroute.sim.bench_overhead import OVERHEAD_COLUMNS, run_overhead
+
+            report = run_overhead(args.duration, console)
+            print_table(
+                console,
+                "proxy overhead (tiny non-streamed requests)",
+                report["rows"],
+                OVERHEAD_COLUMNS,
+            )
+        if args.json:
+            dump(report, args.json)
+    except BenchError as exc:
+        print(f"gpuroute bench: error: {exc}", file=sys.stderr)
+        return 2
+    return 0

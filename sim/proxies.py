@@ -1,0 +1,208 @@
+"""Targets of the live benchmarks: fake-engine fleets, our router, HAProxy and NGINX.
+
+Each is a real child process on a free loopback port, configured into a scratch folder,
+started and stopped the same way, so every target faces identical engines."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+BASELINES = ("haproxy", "nginx")
+
+
+class BenchError(RuntimeError):
+    """A benchmark cannot run (missing binary, a process that would not start)."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout: float, proc: subprocess.Popen, what: str) -> None:
+    """Poll `url` until it answers 200; fail if the process exits or time runs out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise BenchError(f"{what} exited with status {proc.returncode} while starting")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise BenchError(f"{what} did not answer {url} within {timeout:.0f} s")
+        time.sleep(0.05)
+
+
+@dataclass
+class Child:
+    name: str
+    proc: subprocess.Popen
+    port: int
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(5)
+
+
+def spawn(name: str, cmd: list[str], workdir: Path, port: int, *, cpu: int | None = None) -> Child:
+    log = workdir / f"{name}.log"
+    if cpu is not None and shutil.which("taskset"):
+        cmd = ["taskset", "-c", str(cpu), *cmd]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=workdir)
+    return Child(name, proc, port, log)
+
+
+def start_engine(
+    workdir: Path, index: int, gpu: str, *, time_scale: float, stream_interval_ms: float, cpu=None
+) -> Child:
+    port = free_port()
+    cmd = [
+        sys.executable, "-m", "gpuroute.cli", "fake-engine", "--gpu", gpu, "--port", str(port),
+        "--time-scale", str(time_scale), "--stream-interval-ms", str(stream_interval_ms),
+        "--seed", str(index),
+    ]  # fmt: skip
+    return spawn(f"engine-{index}-{gpu}", cmd, workdir, port, cpu=cpu)
+
+
+def router_config(engines: list[tuple[str, Child]], port: int, policy: str, extra: str = "") -> str:
+    lines = [f'policy = "{policy}"', extra, "[listen]", f"port = {port}"]
+    for gpu, child in engines:
+        lines += [
+            "[[backends]]",
+            f'url = "{child.url}"',
+            f'gpu = "{gpu}"',
+            'models = ["llama-3.1-8b"]',
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def start_router(
+    workdir: Path, engines: list[tuple[str, Child]], policy: str, *, extra: str = "", cpu=None
+) -> Child:
+    port = free_port()
+    path = workdir / f"router-{policy}.toml"
+    path.write_text(router_config(engines, port, policy, extra))
+    cmd = [sys.executable, "-m", "gpuroute.cli", "router", "--config", str(path)]
+    return spawn(f"router-{policy}", cmd, workdir, port, cpu=cpu)
+
+
+def haproxy_config(engines: list[tuple[str, Child]], port: int) -> str:
+    servers = "\n".join(
+        f"    server e{i} 127.0.0.1:{child.port} maxconn 10000"
+        for i, (_, child) in enumerate(engines)
+    )
+    return f"""global
+    maxconn 20000
+    nbthread 1
+
+defaults
+    mode http
+    timeout connect 2s
+    timeout client 900s
+    timeout server 900s
+    option http-no-delay
+    retries 3
+    option redispatch
+
+frontend fe
+    bind 127.0.0.1:{port}
+    default_backend engines
+
+backend engines
+    balance leastconn
+{servers}
+"""
+
+
+def nginx_config(engines: list[tuple[str, Child]], port: int, workdir: Path) -> str:
+    servers = "\n".join(f"        server 127.0.0.1:{child.port};" for _, child in engines)
+    return f"""worker_processes 1;
+daemon off;
+pid {workdir}/nginx.pid;
+error_log {workdir}/nginx-error.log warn;
+events {{ worker_connections 20000; }}
+http {{
+    access_log off;
+    client_body_temp_path {workdir}/nginx-body;
+    proxy_temp_path {workdir}/nginx-proxy;
+    fastcgi_temp_path {workdir}/nginx-fastcgi;
+    uwsgi_temp_path {workdir}/nginx-uwsgi;
+    scgi_temp_path {workdir}/nginx-scgi;
+    upstream engines {{
+        least_conn;
+{servers}
+        keepalive 512;
+    }}
+    server {{
+        listen 127.0.0.1:{port};
+        client_max_body_size 64m;
+        location / {{
+            proxy_pass http://engines;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_request_buffering off;
+            proxy_read_timeout 900s;
+            proxy_next_upstream error timeout;
+        }}
+    }}
+}}
+"""
+
+
+def require(binary: str) -> str:
+    path = shutil.which(binary) or (
+        f"/usr/sbin/{binary}" if Path(f"/usr/sbin/{binary}").exists() else None
+    )
+    if path is None:
+        raise BenchError(
+            f"{binary} not found; install it (Debian: apt-get install {binary}) "
+            "or run `make bench-deps`"
+        )
+    return path
+
+
+def start_baseline(
+    name: str, workdir: Path, engines: list[tuple[str, Child]], *, cpu=None
+) -> Child:
+    port = free_port()
+    if name == "haproxy":
+        path = workdir / "haproxy.cfg"
+        path.write_text(haproxy_config(engines, port))
+        return spawn(
+            "haproxy", [require("haproxy"), "-f", str(path), "-db"], workdir, port, cpu=cpu
+        )
+    if name == "nginx":
+        path = workdir / "nginx.conf"
+        path.write_text(nginx_config(engines, port, workdir))
+        cmd = [require("nginx"), "-c", str(path), "-p", str(workdir)]
+        return spawn("nginx", cmd, workdir, port, cpu=cpu)
+    raise BenchError(f"unknown baseline {name!r}; known: {', '.join(BASELINES)}")
