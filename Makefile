@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench-scale clean
+.PHONY: demo test lint bench-deps bench-scale bench-live bench-overhead clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,13 +15,22 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/gpuroute sim
 
-test: $(STAMP)
+test: $(STAMP) bench-deps
 	$(BIN)/ruff check .
 	$(BIN)/pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+bench-deps:
+	@scripts/bootstrap-system.sh
+
+bench-live: $(STAMP) bench-deps
+	$(BIN)/gpuroute bench live --json out/bench-live.json
+
+bench-overhead: $(STAMP) bench-deps
+	$(BIN)/gpuroute bench overhead --json out/bench-overhead.json
 
 bench-scale: $(STAMP)
 	$(BIN)/gpuroute sim --scenario bench/scenarios/scale-1m.toml --json out/scale-1m.json

@@ -100,7 +100,7 @@ def print_table(console: Console, title: str, rows: list[dict], columns) -> None
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    console = Console(stderr=args.json == "-")
+    console = Console(stderr=args.json == "-", width=None if sys.stdout.isatty() else 140)
     try:
         if args.bench == "live":
             from gpuroute.sim.bench_live import dump, run_live_bench
@@ -110,8 +110,9 @@ def run_bench(args: argparse.Namespace) -> int:
                 spec, lambda t, n: console.print(f"[bold]{t}[/]: replaying {n:,} requests")
             )
             title = (
-                f"{report['trace']}: {report['requests']:,} requests at {report['rate_rps']} req/s, "
-                f"{len(spec.engines)} engines, time scale {spec.time_scale:g}"
+                f"{report['trace']}: {report['requests']:,} requests at "
+                f"{report['rate_rps']} req/s, {len(spec.engines)} engines, "
+                f"time scale {spec.time_scale:g}"
             )
             print_table(console, title, report["targets"], LIVE_COLUMNS)
             for target in report["targets"]:

@@ -154,6 +154,8 @@ def summarise(target: str, results: list[RequestResult], spec: LiveBenchSpec) ->
         "throughput_rps": round(len(ok) / span, 3),
         "goodput_rps": round(good / span, 3),
         "errors": sorted({r.error for r in results if r.error})[:5],
+        "_ttft": ttft.tolist(),  # samples for --plot; not written to JSON
+        "_e2e": e2e.tolist(),
     }
 
 
@@ -219,8 +221,17 @@ def run_live_bench(spec: LiveBenchSpec, on_target=None) -> dict:
     return report
 
 
+def public(value):
+    """The report without its private sample arrays (keys starting with '_')."""
+    if isinstance(value, dict):
+        return {k: public(v) for k, v in value.items() if not k.startswith("_")}
+    if isinstance(value, list):
+        return [public(v) for v in value]
+    return value
+
+
 def dump(report: dict, out: str) -> None:
-    text = json.dumps(report, indent=2)
+    text = json.dumps(public(report), indent=2)
     if out == "-":
         print(text)
     else:

@@ -116,11 +116,10 @@ def start_router(
 
 def haproxy_config(engines: list[tuple[str, Child]], port: int) -> str:
     servers = "\n".join(
-        f"    server e{i} 127.0.0.1:{child.port} maxconn 10000"
-        for i, (_, child) in enumerate(engines)
+        f"    server e{i} 127.0.0.1:{child.port}" for i, (_, child) in enumerate(engines)
     )
     return f"""global
-    maxconn 20000
+    maxconn 8000
     nbthread 1
 
 defaults
@@ -148,7 +147,7 @@ def nginx_config(engines: list[tuple[str, Child]], port: int, workdir: Path) -> 
 daemon off;
 pid {workdir}/nginx.pid;
 error_log {workdir}/nginx-error.log warn;
-events {{ worker_connections 20000; }}
+events {{ worker_connections 8000; }}
 http {{
     access_log off;
     client_body_temp_path {workdir}/nginx-body;

@@ -1,0 +1,79 @@
+"""The live benchmark's machinery on a tiny workload: every target serves every request."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+
+import numpy as np
+import pytest
+from gpuroute.sim.bench_live import Fault, LiveBenchSpec, parse_engines, parse_fault, run_target
+from gpuroute.sim.bench_overhead import parse_wrk
+from gpuroute.sim.proxies import BenchError
+from gpuroute.sim.workloads import Workload
+
+
+def tiny_workload(n: int = 40, rate: float = 20.0) -> Workload:
+    rng = np.random.default_rng(0)
+    return Workload(
+        np.arange(n) / rate,
+        rng.integers(50, 400, n),
+        rng.integers(5, 40, n),
+        [],
+        [],
+    )
+
+
+def have(binary: str) -> bool:
+    return shutil.which(binary) is not None or shutil.which(binary, path="/usr/sbin") is not None
+
+
+@pytest.mark.parametrize("target", ["least_outstanding_work", "haproxy", "nginx"])
+def test_each_target_serves_the_whole_trace(tmp_path, target) -> None:
+    if target in ("haproxy", "nginx") and not have(target):
+        pytest.skip(f"{target} is not installed (make bench-deps installs it)")
+    spec = LiveBenchSpec(engines=["H100", "L4"], time_scale=1.0, stream_interval_ms=10)
+    result = asyncio.run(run_target(target, spec, tiny_workload(), tmp_path))
+    assert (result["requests"], result["completed"], result["failed"]) == (40, 40, 0)
+    assert 0 < result["ttft_p50_s"] <= result["e2e_p50_s"] <= result["e2e_p99_s"]
+
+
+def test_killed_engine_loses_no_unstreamed_request_and_gets_no_new_one(tmp_path) -> None:
+    spec = LiveBenchSpec(
+        engines=["A100", "A100", "A100"],
+        time_scale=20.0,
+        stream=False,
+        faults=[Fault("kill", 1, 1.0)],
+    )
+    result = asyncio.run(
+        run_target("least_outstanding_work", spec, tiny_workload(60, 30), tmp_path)
+    )
+    assert result["failed"] == 0 and result["completed"] == 60
+    (kill,) = result["faults"]
+    assert kill["first_failure_after_s"] is not None
+    assert kill["picks_after_first_failure"] == 0
+
+
+def test_cli_inputs_are_checked() -> None:
+    assert parse_engines("H100:2,L4:1") == ["H100", "H100", "L4"]
+    for bad in ("B200:1", "H100", "H100:0", ""):
+        with pytest.raises(BenchError, match="--engines"):
+            parse_engines(bad)
+    assert parse_fault("slow", "2@30:20") == Fault("slow", 2, 30.0, 20.0)
+    with pytest.raises(BenchError, match="ENGINE@SECONDS"):
+        parse_fault("kill", "x@y")
+
+
+def test_wrk_output_is_read() -> None:
+    out = """Running 2s test @ http://127.0.0.1:1/v1/completions
+  Latency Distribution
+     50%  412.00us
+     75%  500.00us
+     90%    1.20ms
+     99%    2.50ms
+  1000 requests in 2.00s, 1.00MB read
+Requests/sec:    500.25
+"""
+    assert parse_wrk(out) == pytest.approx(
+        {"rps": 500.25, "p50_ms": 0.412, "p99_ms": 2.5, "non_2xx": 0}
+    )
