@@ -56,6 +56,9 @@ class RetryConfig(StrictModel):
     min_retries_concurrent: int = Field(default=3, ge=0)
     backoff_base_s: float = Field(default=0.025, ge=0)
     backoff_max_s: float = Field(default=0.25, ge=0)
+    # Requests waiting for a first byte from a backend ejected or this many times slower
+    # than the fleet are moved elsewhere (0 = never); see Proxy.rescue_stuck.
+    rescue_slowness: float = Field(default=4.0, ge=0)
 
 
 class AdmissionConfig(StrictModel):

@@ -42,7 +42,14 @@ class BackendCollector:
             breaker.add_metric([b.backend_id, brk.value], float(brk.value != "closed"))
             in_flight.add_metric([b.backend_id], b.in_flight)
             outstanding.add_metric([b.backend_id], b.outstanding)
-        yield from (state, breaker, in_flight, outstanding)
+        slowness = GaugeMetricFamily(
+            "gpuroute_backend_slowness",
+            "Observed/expected duration against the fleet median (1 = typical).",
+            labels=["backend"],
+        )
+        for b in self.backends:
+            slowness.add_metric([b.backend_id], b.slowness)
+        yield from (state, breaker, in_flight, outstanding, slowness)
 
 
 class RouterMetrics:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import logging
 import random
 import time
@@ -20,15 +19,16 @@ from gpuroute.router.config import RouterConfig
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.health import HealthEvents
 from gpuroute.router.core.scheduler import Outcome, Scheduler
+from gpuroute.router.decision_log import DecisionLog
 from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.priors import GpuPriors
 from gpuroute.router.relay import REQUEST_DROP, RESPONSE_DROP, ResponseTally, forward_headers
 from gpuroute.router.request_parse import ParsedRequest, RequestError, parse_request
+from gpuroute.router.watch import BackendWatch
 
 from gpuroute.openai_api import SSE_DONE, error_response, sse_error
 
 log = logging.getLogger("gpuroute.router")
-decisions = logging.getLogger("gpuroute.decisions")
 BACKEND_HEADER = "x-gpuroute-backend"
 UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
@@ -58,6 +58,8 @@ class Proxy:
         self.rng = rng or random.Random()
         self.urls = {b.backend_id: b.url for b in config.backends}
         limits = {b.backend_id: b.max_inflight for b in config.backends}
+        self.watch = BackendWatch(scheduler, priors, clock, config.retry.rescue_slowness)
+        self.decisions = DecisionLog(config.decision_log_sample, config.policy, scheduler, self.rng)
         self.gate = AdmissionGate(config.admission, scheduler.backends, limits, metrics, clock)
         self.session: aiohttp.ClientSession | None = None
         self._ids = itertools.count(1)
@@ -176,9 +178,10 @@ class Proxy:
         retry = self.config.retry
         tried: set[str] = set()
         last = "no backend is available"
-        for attempt in range(retry.max_attempts):
+        attempt, attempts, rescued = 0, retry.max_attempts, False
+        while attempt < attempts:
             if attempt:
-                if not self._retry_allowed():
+                if not rescued and not self._retry_allowed():
                     self.metrics.retry_budget_exhausted.inc()
                     break
                 delay = min(retry.backoff_max_s, retry.backoff_base_s * 2 ** (attempt - 1))
@@ -190,21 +193,30 @@ class Proxy:
                 break
             backend = decision.backend
             tried.add(backend.backend_id)
-            self._log_decision(parsed, backend, attempt)
+            expected = self.watch.started(info, backend)
+            self.decisions.decision(info, backend, attempt, self.clock())
             if attempt:
                 self.active_retries += 1
             try:
-                return await self._forward(request, parsed, raw, route, backend, arrival)
+                return await self._forward(request, parsed, raw, route, backend, arrival, expected)
             except UpstreamFailed as failure:
                 last = f"backend {backend.backend_id}: {failure}"
                 self.metrics.upstream_failures.labels(backend.backend_id, failure.kind).inc()
-                self._log_failure(info.request_id, backend, failure.kind)
-                self._settle(info, backend, ok=False, fatal=failure.kind == "refused")
-                if attempt + 1 < retry.max_attempts:
+                self.decisions.failure(info.request_id, backend, failure.kind)
+                # nothing listening, or the connection died under us: the engine is gone
+                fatal = failure.kind in ("refused", "connection")
+                rescued = failure.kind == "rescued"
+                if rescued:
+                    self.watch.gave_up(info.request_id)
+                self._settle(info, backend, ok=False, fatal=fatal)
+                if rescued:
+                    attempts += 1  # moving off a bad backend is not the request's fault
+                if attempt + 1 < attempts:
                     self.metrics.retries.labels(failure.kind).inc()
             finally:
                 if attempt:
                     self.active_retries -= 1
+            attempt += 1
         if not tried:
             return error_response(
                 503, f"no healthy backend can serve model `{info.model}` now", code="no_backend"
@@ -224,38 +236,64 @@ class Proxy:
         route: str,
         backend: Backend,
         arrival: float,
+        expected: float,
     ) -> web.StreamResponse:
         """One attempt. Raises UpstreamFailed only while nothing has reached the client."""
-        assert self.session is not None
         info = parsed.info
         url = self.urls[backend.backend_id] + request.path_qs
         headers = forward_headers(request.headers.items(), REQUEST_DROP)
-        batch_at_start = backend.in_flight
+        batch_at_start = backend.in_flight - 1  # the ledger already counts this request
+        started = self.clock()
+        upstream = None
         try:
-            upstream = await self.session.post(url, data=raw, headers=headers)
-        except UPSTREAM_ERRORS as exc:
-            raise UpstreamFailed(_kind(exc), repr(exc)) from None
-        try:
-            if upstream.status >= 500:
-                raise UpstreamFailed("5xx", f"status {upstream.status}")
-            try:
-                first = await upstream.content.readany()
-            except UPSTREAM_ERRORS as exc:
-                raise UpstreamFailed(_kind(exc), f"before first byte: {exc!r}") from None
-            if not first and upstream.status < 400:
-                raise UpstreamFailed("empty", "closed before the first byte")
+            upstream, first = await self._first_bytes(info, backend, url, raw, headers, expected)
             return await self._relay(
-                request, parsed, route, backend, upstream, first, arrival, batch_at_start
+                request, parsed, route, backend, upstream, first, arrival, started, batch_at_start
             )
         except asyncio.CancelledError:
             self.scheduler.release(info.request_id)  # client went away
+            self.watch.forget(info.request_id)
             self.metrics.client_disconnects.inc()
             raise
         finally:
-            if upstream.content.at_eof():
-                upstream.release()  # the connection goes back to the pool
-            else:
+            if upstream is not None:
+                if upstream.content.at_eof():
+                    upstream.release()  # the connection goes back to the pool
+                else:
+                    upstream.close()
+
+    async def _first_bytes(
+        self, info, backend: Backend, url: str, raw: bytes, headers: dict, expected: float
+    ) -> tuple[aiohttp.ClientResponse, bytes]:
+        """Send the request and wait for the first body bytes, which may be the whole answer
+        of a non-streamed request. Until they come the attempt can be moved elsewhere: by a
+        failure, or by `rescue_stuck` when its backend turned bad meanwhile."""
+        assert self.session is not None
+        rid = info.request_id
+        self.watch.waiting(rid, backend, expected)
+        upstream = None
+        try:
+            try:
+                upstream = await self.session.post(url, data=raw, headers=headers)
+                if upstream.status >= 500:
+                    raise UpstreamFailed("5xx", f"status {upstream.status}")
+                first = await upstream.content.readany()
+            except UPSTREAM_ERRORS as exc:
+                raise UpstreamFailed(_kind(exc), f"before first byte: {exc!r}") from None
+            except asyncio.CancelledError:
+                if not self.watch.take_rescue(rid):
+                    raise
+                asyncio.current_task().uncancel()
+                raise UpstreamFailed("rescued", f"moved off {backend.backend_id}") from None
+            if not first and upstream.status < 400:
+                raise UpstreamFailed("empty", "closed before the first byte")
+            return upstream, first
+        except BaseException:
+            if upstream is not None:
                 upstream.close()
+            raise
+        finally:
+            self.watch.done_waiting(rid, backend)
 
     async def _relay(
         self,
@@ -266,6 +304,7 @@ class Proxy:
         upstream: aiohttp.ClientResponse,
         first: bytes,
         arrival: float,
+        started: float,
         batch_at_start: int,
     ) -> web.StreamResponse:
         info = parsed.info
@@ -299,9 +338,7 @@ class Proxy:
         except ConnectionError:
             return self._client_gone(info, response)
         output = tally.output_tokens(streamed)
-        ratio = self._latency_ratio(
-            backend, info.prompt_tokens, output, self.clock() - arrival, batch_at_start
-        )
+        ratio = self.watch.succeeded(info, backend, output, started, batch_at_start)
         # 4xx is the client's problem, not the backend's: counted healthy.
         self._settle(info, backend, ok=True, output_tokens=output, latency_ratio=ratio)
         return response
@@ -315,8 +352,9 @@ class Proxy:
         exc: BaseException,
     ) -> web.StreamResponse:
         self.metrics.stream_errors.labels(backend.backend_id).inc()
-        self._log_failure(info.request_id, backend, "stream")
-        self._settle(info, backend, ok=False)
+        self.decisions.failure(info.request_id, backend, "stream")
+        # a connection that died mid-stream means the engine died; a timeout may not
+        self._settle(info, backend, ok=False, fatal=not isinstance(exc, asyncio.TimeoutError))
         log.warning("stream from %s broke after first byte: %r", backend.backend_id, exc)
         if streamed:
             try:
@@ -333,21 +371,11 @@ class Proxy:
     def _client_gone(self, info, response: web.StreamResponse) -> web.StreamResponse:
         self.metrics.client_disconnects.inc()
         self.scheduler.release(info.request_id)
+        self.watch.forget(info.request_id)
         response.force_close()
         return response
 
     # -- bookkeeping -----------------------------------------------------------------------
-    def _latency_ratio(
-        self, backend: Backend, prompt: int, output: int, elapsed: float, batch: int
-    ) -> float | None:
-        """Observed / expected duration; expected from the GPU type's roofline at this load."""
-        priors = self.priors.get(backend.gpu_type)
-        if priors is None or output < 4:
-            return None
-        tpot = max(priors.unloaded_tpot_s, (batch + 1) * priors.cost.decode_s_per_token)
-        expected = prompt * priors.cost.prefill_s_per_token + output * tpot
-        return elapsed / expected
-
     def _settle(
         self,
         info,
@@ -358,6 +386,8 @@ class Proxy:
         latency_ratio: float | None = None,
         fatal: bool = False,
     ) -> None:
+        if not ok:
+            self.watch.forget(info.request_id)
         outcome = Outcome(ok, output_tokens, latency_ratio=latency_ratio, fatal=fatal)
         events = self.scheduler.finish(info.request_id, info.model, outcome, self.clock())
         if events is not None:
@@ -377,34 +407,6 @@ class Proxy:
                 ejection.reason,
                 ejection.enforced,
             )
-
-    def _log_failure(self, request_id: int, backend: Backend, kind: str) -> None:
-        if self.config.decision_log_sample:
-            event = {"event": "attempt_failed", "ts": time.time(), "request_id": request_id}
-            decisions.info(json.dumps(event | {"backend": backend.backend_id, "kind": kind}))
-
-    def _log_decision(self, parsed: ParsedRequest, chosen: Backend, attempt: int) -> None:
-        rate = self.config.decision_log_sample
-        if not rate or self.rng.random() >= rate:
-            return
-        info = parsed.info
-        scores = self.scheduler.explain(info, self.clock(), self.rng)
-        decisions.info(
-            json.dumps(
-                {
-                    "event": "decision",
-                    "ts": time.time(),
-                    "request_id": info.request_id,
-                    "model": info.model,
-                    "prompt_tokens": info.prompt_tokens,
-                    "policy": self.config.policy,
-                    "attempt": attempt,
-                    "candidates": [{"backend": b, "score": s} for b, s in scores],
-                    "chosen": chosen.backend_id,
-                    "reason": "retry" if attempt else "policy",
-                }
-            )
-        )
 
 
 def _kind(exc: BaseException) -> str:

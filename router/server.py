@@ -95,6 +95,9 @@ class RouterApp:
             await asyncio.sleep(self.config.tick_s)  # a period, not a synchronisation
             now = self.proxy.clock()
             self.proxy.record_health(self.scheduler.tick(now))
+            self.proxy.watch.refresh()
+            if moved := self.proxy.watch.rescue():
+                log.warning("moved %d requests off ejected or slow backends", moved)
             self.scheduler.backends.finish_warmups(now)
             self.proxy.gate.expire()
             self.proxy.gate.dispatch()
@@ -138,6 +141,7 @@ class RouterApp:
                     "reason": b.reason,
                     "in_flight": b.in_flight,
                     "outstanding_s": round(b.outstanding, 4),
+                    "slowness": round(b.slowness, 3),
                     "breaker": breaker.state.value,
                     "ejected": health.outliers.is_ejected(b.backend_id),
                 }

@@ -159,6 +159,35 @@ def summarise(target: str, results: list[RequestResult], spec: LiveBenchSpec) ->
     }
 
 
+async def engine_stats(engines: list[Child], elapsed_s: float) -> dict:
+    """Requests each engine served and its simulated GPU busy share (nvidia-smi's util)."""
+    import aiohttp
+
+    served, busy = [], []
+    async with aiohttp.ClientSession() as session:
+        for child in engines:
+            try:
+                async with session.get(child.url + "/metrics") as response:
+                    text = await response.text()
+            except aiohttp.ClientError:
+                served.append(None)  # killed during the run
+                continue
+            values = dict(
+                line.split("{")[0:1] + line.rsplit(" ", 1)[1:]
+                for line in text.splitlines()
+                if line and not line.startswith("#")
+            )
+            served.append(int(float(values.get("vllm:request_success_total", 0))))
+            busy.append(float(values.get("gpuroute_fake_gpu_busy_seconds", 0)) / elapsed_s)
+    busy_arr = np.asarray(busy)
+    cv = float(busy_arr.std() / busy_arr.mean()) if busy_arr.size and busy_arr.mean() > 0 else 0.0
+    return {
+        "engine_requests": served,
+        "gpu_busy_mean": round(float(busy_arr.mean()), 4) if busy_arr.size else 0.0,
+        "gpu_busy_cv": round(cv, 4),
+    }
+
+
 async def run_target(target: str, spec: LiveBenchSpec, workload: Workload, workdir: Path) -> dict:
     folder = workdir / target
     folder.mkdir(parents=True, exist_ok=True)
@@ -186,6 +215,7 @@ async def run_target(target: str, spec: LiveBenchSpec, workload: Workload, workd
         applied = await faults if faults.done() else []
         faults.cancel()
         summary = summarise(target, results, spec)
+        summary |= await engine_stats(engines, replay.elapsed())
         if spec.faults and target not in BASELINES:
             from gpuroute.sim.fault_report import fault_report
 

@@ -162,7 +162,7 @@ async def scripted_backend(handler):
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", handler)
-    runner = web.AppRunner(app)
+    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()

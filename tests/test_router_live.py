@@ -243,3 +243,32 @@ async def test_bad_inputs_get_openai_errors_never_500(tmp_path) -> None:
                     assert r.status == status, (body[:60], payload)
                     assert set(payload["error"]) == {"message", "type", "param", "code"}
                     assert payload["error"]["param"] == param
+
+
+async def test_requests_stuck_on_a_backend_that_went_silent_are_moved(tmp_path) -> None:
+    silent_hits = []
+
+    async def silent(request: web.Request) -> web.Response:
+        silent_hits.append(1)
+        await request.read()
+        await asyncio.Event().wait()  # a gray failure: accepts, never answers
+        raise AssertionError("unreachable")
+
+    with fake_engines(("H100", 1.0)) as (engine,):
+        async with scripted_backend(silent) as stuck:
+            config = router_toml([(engine.url, "H100"), (stuck, "H100")])
+            async with running_router(config, tmp_path) as (url, router):
+                async with aiohttp.ClientSession() as s:
+
+                    async def one() -> int:
+                        async with s.post(url + "/v1/chat/completions", json=chat_body()) as r:
+                            await r.read()
+                            return r.status
+
+                    statuses = await asyncio.wait_for(
+                        asyncio.gather(*(one() for _ in range(20))), 60
+                    )
+                assert statuses == [200] * 20
+                assert len(silent_hits) >= 3 and router.proxy.watch.rescues == len(silent_hits)
+                stuck_id = stuck.split("//")[1]
+                assert router.scheduler.backends.get(stuck_id).slowness >= 4

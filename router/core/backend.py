@@ -33,6 +33,7 @@ class Backend:
         "models",
         "outstanding",
         "reason",
+        "slowness",
         "state",
         "state_since",
         "zone",
@@ -61,6 +62,7 @@ class Backend:
         self.reason = "configured"
         self.in_flight = 0
         self.outstanding = 0.0  # seconds of GPU work admitted and not yet finished
+        self.slowness = 1.0  # observed / expected speed against the fleet (SlownessTracker)
 
     def __repr__(self) -> str:
         return f"Backend({self.backend_id!r}, {self.gpu_type}, {self.state.value})"

@@ -60,10 +60,11 @@ class PickContext:
         return self.backends.slow_start.factor(self.now - backend.state_since)
 
     def work_score(self, backend: Backend, cost: float | None = None) -> float:
-        """Seconds until the backend would finish its outstanding work plus this request."""
+        """Seconds until the backend would finish its outstanding work plus this request,
+        stretched by how much slower than expected it has been running."""
         if cost is None:
             cost = self.cost_on(backend)
-        return (backend.outstanding + cost) / self.warmup_factor(backend)
+        return (backend.outstanding + cost) * backend.slowness / self.warmup_factor(backend)
 
 
 class Policy(Protocol):

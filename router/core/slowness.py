@@ -1,0 +1,80 @@
+"""How much slower each backend runs than the rest of the fleet, from real requests.
+
+Every request gets an expected duration when it starts (its GPU type's roofline at the load
+it met). A backend's ratio is an EWMA of observed/expected over its finished requests, or
+the median elapsed/expected of its requests still running, whichever is larger: a backend
+that turned 20x slower stops finishing anything, so finished requests alone would notice
+late. Slowness = that ratio / the fleet's median ratio, at least 1. Least outstanding work
+multiplies a backend's score by it, so a gray failure loses its share within a tick or two,
+long before outlier ejection (which needs an interval of completions) acts."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+
+
+class SlownessTracker:
+    def __init__(self, *, alpha: float = 0.2, cap: float = 100.0, min_samples: int = 3) -> None:
+        if not 0 < alpha <= 1 or cap < 1 or min_samples < 1:
+            raise ValueError("need 0 < alpha <= 1, cap >= 1, min_samples >= 1")
+        self.alpha, self.cap, self.min_samples = alpha, cap, min_samples
+        self._running: dict[object, tuple[str, float, float]] = {}  # id -> backend, start, expected
+        self._ratio: dict[str, float] = {}  # finished-request EWMA per backend
+        self._samples: dict[str, int] = {}
+        self.slowness: dict[str, float] = {}
+
+    def start(self, request_id: object, backend_id: str, now: float, expected_s: float) -> None:
+        self._running[request_id] = (backend_id, now, max(expected_s, 1e-6))
+
+    def finish(self, request_id: object, now: float, expected_s: float | None = None) -> None:
+        """A request ended; `expected_s` (known output length) replaces the start estimate.
+        Failures and disconnects should call `forget` instead."""
+        entry = self._running.pop(request_id, None)
+        if entry is None:
+            return
+        backend_id, started, expected = entry
+        ratio = (now - started) / max(expected_s or expected, 1e-6)
+        previous = self._ratio.get(backend_id)
+        self._ratio[backend_id] = (
+            ratio if previous is None else previous + self.alpha * (ratio - previous)
+        )
+        self._samples[backend_id] = self._samples.get(backend_id, 0) + 1
+
+    def forget(self, request_id: object) -> None:
+        self._running.pop(request_id, None)
+
+    def refresh(self, now: float, backend_ids: Iterable[str]) -> dict[str, float]:
+        """Recompute every backend's slowness (call on the router's tick)."""
+        running: dict[str, list[float]] = {}
+        for backend_id, started, expected in self._running.values():
+            running.setdefault(backend_id, []).append((now - started) / expected)
+        ratios: dict[str, float] = {}
+        for backend_id in backend_ids:
+            finished = (
+                self._ratio.get(backend_id)
+                if self._samples.get(backend_id, 0) >= self.min_samples
+                else None
+            )
+            ages = running.get(backend_id)
+            in_flight = statistics.median(ages) if ages and len(ages) >= self.min_samples else None
+            candidates = [r for r in (finished, in_flight) if r is not None]
+            if candidates:
+                ratios[backend_id] = max(candidates)
+        if len(ratios) < 2:
+            self.slowness = dict.fromkeys(ratios, 1.0)
+            return self.slowness
+        self.slowness = {
+            b: min(self.cap, max(1.0, r / _typical(ratios, b))) for b, r in ratios.items()
+        }
+        return self.slowness
+
+
+def _typical(ratios: dict[str, float], backend_id: str, exact_up_to: int = 64) -> float:
+    """The median ratio of the *other* backends (in a pair, the median of both would cap
+    anyone's slowness at 2); past `exact_up_to` backends one leaves the median unmoved."""
+    if len(ratios) > exact_up_to:
+        typical = statistics.median(ratios.values())
+    else:
+        typical = statistics.median(r for b, r in ratios.items() if b != backend_id)
+    return max(typical, 1e-9)

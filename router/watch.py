@@ -1,0 +1,113 @@
+"""Watching backends through the requests they serve: expected durations, slowness, and
+attempts still waiting for a first byte (which can be moved off a backend that turned bad).
+
+The decisions live in the sans-IO core (`SlownessTracker`); this shell feeds it times and
+owns the asyncio side: the attempt tasks it may cancel."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from gpuroute.router.core.backend import Backend, BackendState
+from gpuroute.router.core.request import RequestInfo
+from gpuroute.router.core.scheduler import Scheduler
+from gpuroute.router.core.slowness import SlownessTracker
+from gpuroute.router.priors import GpuPriors
+
+
+class BackendWatch:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        priors: dict[str, GpuPriors],
+        clock: Callable[[], float],
+        rescue_slowness: float,
+    ) -> None:
+        self.scheduler = scheduler
+        self.priors = priors
+        self.clock = clock
+        self.rescue_slowness = rescue_slowness
+        self.slowness = SlownessTracker()
+        # backend -> request id -> (attempt task, started, expected duration)
+        self._waiting: dict[str, dict[object, tuple[asyncio.Task, float, float]]] = {}
+        self._rescued: set[object] = set()
+        self.rescues = 0
+
+    def expected_s(self, backend: Backend, prompt: int, output: float, batch: int) -> float:
+        """Expected duration on this backend: its GPU type's roofline at the load it has."""
+        priors = self.priors.get(backend.gpu_type)
+        if priors is None:
+            return 1.0  # unknown type: every request counts alike
+        tpot = max(priors.unloaded_tpot_s, (batch + 1) * priors.cost.decode_s_per_token)
+        return prompt * priors.cost.prefill_s_per_token + output * tpot
+
+    def started(self, info: RequestInfo, backend: Backend) -> float:
+        """An attempt was booked on `backend`; returns its expected duration."""
+        output = self.scheduler.estimator.expected_output(info.model, info.max_tokens)
+        expected = self.expected_s(backend, info.prompt_tokens, output, backend.in_flight - 1)
+        self.slowness.start(info.request_id, backend.backend_id, self.clock(), expected)
+        return expected
+
+    def succeeded(
+        self, info: RequestInfo, backend: Backend, output: int, started: float, batch: int
+    ) -> float | None:
+        """The attempt finished well; returns observed/expected for outlier detection."""
+        now = self.clock()
+        expected = self.expected_s(backend, info.prompt_tokens, max(output, 1), batch)
+        self.slowness.finish(info.request_id, now, expected)
+        return (now - started) / expected if output >= 4 else None
+
+    def forget(self, request_id: object) -> None:
+        self.slowness.forget(request_id)
+
+    def gave_up(self, request_id: object) -> None:
+        """A rescued attempt: it took at least this long, which is worth remembering (or the
+        backend would look fine again the moment its stuck requests were moved)."""
+        self.slowness.finish(request_id, self.clock())
+
+    # -- attempts waiting for their first byte ---------------------------------------------
+    def waiting(self, request_id: object, backend: Backend, expected: float) -> asyncio.Task:
+        task = asyncio.current_task()
+        assert task is not None
+        entry = (task, self.clock(), expected)
+        self._waiting.setdefault(backend.backend_id, {})[request_id] = entry
+        return task
+
+    def done_waiting(self, request_id: object, backend: Backend) -> None:
+        self._waiting.get(backend.backend_id, {}).pop(request_id, None)
+
+    def take_rescue(self, request_id: object) -> bool:
+        """Was this attempt's cancellation a rescue (True, consumed) or the client leaving?"""
+        if request_id in self._rescued:
+            self._rescued.discard(request_id)
+            return True
+        return False
+
+    # -- tick ------------------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Recompute how much slower than expected each backend runs."""
+        backends = self.scheduler.backends
+        slowness = self.slowness.refresh(self.clock(), [b.backend_id for b in backends])
+        for backend in backends:
+            backend.slowness = slowness.get(backend.backend_id, 1.0)
+
+    def rescue(self) -> int:
+        """Cancel attempts stuck on a backend since ejected or `rescue_slowness` times slow,
+        once past twice their expected duration (the rest may be about to finish). Nothing
+        reached their clients, so the proxy retries them elsewhere. Returns how many."""
+        if not self.rescue_slowness:
+            return 0
+        now, moved = self.clock(), 0
+        for backend in self.scheduler.backends:
+            waiting = self._waiting.get(backend.backend_id)
+            bad = backend.state is BackendState.EJECTED or backend.slowness >= self.rescue_slowness
+            if not waiting or not bad:
+                continue
+            for request_id, (task, started, expected) in list(waiting.items()):
+                if now - started > 2 * expected and request_id not in self._rescued:
+                    self._rescued.add(request_id)
+                    task.cancel()
+                    moved += 1
+        self.rescues += moved
+        return moved
