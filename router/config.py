@@ -58,7 +58,7 @@ class RetryConfig(StrictModel):
     backoff_max_s: float = Field(default=0.25, ge=0)
     # Requests waiting for a first byte from a backend ejected or this many times slower
     # than the fleet are moved elsewhere (0 = never); see Proxy.rescue_stuck.
-    rescue_slowness: float = Field(default=4.0, ge=0)
+    rescue_slowness: float = Field(default=10.0, ge=0)
 
 
 class AdmissionConfig(StrictModel):

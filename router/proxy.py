@@ -204,11 +204,17 @@ class Proxy:
                 self.metrics.upstream_failures.labels(backend.backend_id, failure.kind).inc()
                 self.decisions.failure(info.request_id, backend, failure.kind)
                 # nothing listening, or the connection died under us: the engine is gone
-                fatal = failure.kind in ("refused", "connection")
                 rescued = failure.kind == "rescued"
                 if rescued:
+                    # Moving work off a slow backend is not an error verdict (counting it as
+                    # one opened breakers on merely busy backends and cascaded); its duration
+                    # so far still informs slowness.
                     self.watch.gave_up(info.request_id)
-                self._settle(info, backend, ok=False, fatal=fatal)
+                    self.scheduler.release(info.request_id)
+                else:
+                    # nothing listening, or the connection died under us: the engine is gone
+                    fatal = failure.kind in ("refused", "connection")
+                    self._settle(info, backend, ok=False, fatal=fatal)
                 if rescued:
                     attempts += 1  # moving off a bad backend is not the request's fault
                 if attempt + 1 < attempts:

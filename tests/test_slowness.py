@@ -52,3 +52,12 @@ def test_least_outstanding_work_moves_traffic_off_a_slow_backend() -> None:
     # equal score = equal outstanding x slowness: b0 carries 1/20 of another's work
     assert counts["b0"] / 6000 == pytest.approx(1 / 61, abs=0.002)
     assert all(counts[f"b{i}"] / 6000 == pytest.approx(20 / 61, abs=0.002) for i in (1, 2, 3))
+
+
+def test_in_a_pair_the_other_backend_is_the_yardstick() -> None:
+    tracker = SlownessTracker(alpha=1.0, min_samples=1)
+    tracker.start("a1", "a", 0.0, 1.0)
+    tracker.finish("a1", 1.0)
+    tracker.start("b1", "b", 0.0, 1.0)
+    tracker.finish("b1", 20.0)
+    assert tracker.refresh(30.0, ["a", "b"]) == {"a": 1.0, "b": 20.0}
