@@ -97,6 +97,7 @@ class RouterConfig(StrictModel):
     drain_timeout_s: float = Field(default=30.0, ge=0)
     decision_log_sample: float = Field(default=0.0, ge=0, le=1)
     tick_s: float = Field(default=0.5, gt=0)
+    health_check_path: str = "/health"  # probed while a backend's breaker is half-open
     limits: LimitsConfig = LimitsConfig()
     retry: RetryConfig = RetryConfig()
     admission: AdmissionConfig = AdmissionConfig()

@@ -13,6 +13,7 @@ import signal
 import sys
 import time
 
+import aiohttp
 from aiohttp import web
 from gpuroute.router.config import RouterConfig, load_router_config
 from gpuroute.router.core.backend import Backend, BackendSet
@@ -46,6 +47,7 @@ def build_scheduler(config: RouterConfig, priors) -> Scheduler:
         backends,
         BreakerSettings(**config.breaker.model_dump()),
         OutlierSettings(**config.outlier.model_dump()),
+        active_probes=True,
     )
     estimator = CostEstimator({gpu: p.cost for gpu, p in priors.items()})
     return Scheduler(backends, build_policy(config.policy), estimator, health)
@@ -63,6 +65,7 @@ class RouterApp:
         self.proxy = Proxy(config, self.scheduler, self.metrics, self.priors, rng=rng)
         self.draining = False
         self._ticker: asyncio.Task | None = None
+        self._probes: dict[str, asyncio.Task] = {}
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.config.limits.max_body_bytes)
@@ -83,6 +86,8 @@ class RouterApp:
         self._ticker = asyncio.create_task(self._tick_loop())
 
     async def _cleanup(self, _app: web.Application) -> None:
+        for task in self._probes.values():
+            task.cancel()
         if self._ticker is not None:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -95,12 +100,35 @@ class RouterApp:
             await asyncio.sleep(self.config.tick_s)  # a period, not a synchronisation
             now = self.proxy.clock()
             self.proxy.record_health(self.scheduler.tick(now))
+            self._start_probes()
             self.proxy.watch.refresh()
             if moved := self.proxy.watch.rescue():
                 log.warning("moved %d requests off ejected or slow backends", moved)
             self.scheduler.backends.finish_warmups(now)
             self.proxy.gate.expire()
             self.proxy.gate.dispatch()
+
+    def _start_probes(self) -> None:
+        """Half-open breakers are decided by health checks, never by clients' requests."""
+        for backend_id in self.scheduler.health.half_open:
+            task = self._probes.get(backend_id)
+            if task is None or task.done():
+                self._probes[backend_id] = asyncio.create_task(self._probe(backend_id))
+
+    async def _probe(self, backend_id: str) -> None:
+        backend = self.scheduler.backends.get(backend_id)
+        session = self.proxy.session
+        assert session is not None
+        timeout = aiohttp.ClientTimeout(total=self.config.limits.connect_timeout_s + 2)
+        try:
+            url = self.proxy.urls[backend_id] + self.config.health_check_path
+            async with session.get(url, timeout=timeout) as response:
+                ok = response.status == 200
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            ok = False
+        if backend_id in self.scheduler.health.half_open:
+            events = self.scheduler.health.record(backend, ok, self.proxy.clock())
+            self.proxy.record_health(events)
 
     # -- admin -----------------------------------------------------------------------------
     async def models(self, _request: web.Request) -> web.Response:

@@ -34,7 +34,7 @@ def add_bench_parser(sub) -> None:
     live.add_argument("--format", default="azure", help="azure, mooncake or lengths")
     live.add_argument("--target-utilization", type=float, default=0.85)
     live.add_argument("--duration", type=float, default=120.0, help="seconds of arrivals")
-    live.add_argument("--time-scale", type=float, default=8.0, help="engines run this much slower")
+    live.add_argument("--time-scale", type=float, default=2.0, help="engines run this much slower")
     live.add_argument("--policy", action="append", help="our policies to run (repeatable)")
     live.add_argument(
         "--baselines", default=",".join(BASELINES), help="comma list of haproxy,nginx or 'none'"

@@ -53,7 +53,7 @@ class LiveBenchSpec:
     trace_format: str | None = None
     target_utilization: float = 0.85
     duration_s: float = 120.0
-    time_scale: float = 8.0
+    time_scale: float = 2.0
     stream: bool = True
     stream_interval_ms: float = 50.0
     slo_ttft_s: float = 5.0  # at GPU speed; scaled by time_scale when judged

@@ -78,3 +78,23 @@ def test_half_open_backend_gets_one_probe_at_a_time_whatever_the_policy_says() -
     assert bad not in {d.backend for d in others}  # its probe is still in flight
     scheduler.finish("p1", "m", Outcome(True), 7.3)
     assert scheduler.route(RequestInfo("p2", "m", 10, 10), 7.4, rng).backend is bad
+
+
+def test_with_active_probes_a_half_open_backend_gets_no_client_request() -> None:
+    pool = backends(3)
+    backend_set = BackendSet(pool, slow_start=SlowStart(window_s=10))
+    health = BackendHealth(
+        backend_set, BreakerSettings(failure_threshold=1, cooldown_s=5), active_probes=True
+    )
+    scheduler = Scheduler(backend_set, LeastOutstandingWork(), health=health)
+    health.record(pool[0], False, 0.0)
+    scheduler.tick(6.0)
+    assert health.half_open == {"b0"}
+    rng = random.Random(2)
+    picks = {
+        scheduler.route(RequestInfo(i, "m", 10, 10), 6.1, rng).backend.backend_id for i in range(50)
+    }
+    assert "b0" not in picks
+    for t in (6.2, 6.3, 6.4):  # health checks succeed
+        health.record(pool[0], True, t)
+    assert health.half_open == set() and pool[0].state is BackendState.WARMING

@@ -33,11 +33,17 @@ class BackendHealth:
         backends: BackendSet,
         breaker: BreakerSettings | None = None,
         outlier: OutlierSettings | None = None,
+        *,
+        active_probes: bool = False,
     ) -> None:
         self.backends = backends
         self.breaker_settings = breaker or BreakerSettings()
         self.outliers = OutlierDetector(outlier)
         self._breakers: dict[str, CircuitBreaker] = {}
+        # With active probes the shell health-checks half-open backends itself and real
+        # requests never go there; without (the simulator), one real request is the probe.
+        self.active_probes = active_probes
+        self.half_open: set[str] = set()
 
     def breaker(self, backend_id: str) -> CircuitBreaker:
         breaker = self._breakers.get(backend_id)
@@ -46,11 +52,10 @@ class BackendHealth:
         return breaker
 
     def wants_probe(self, backend: Backend) -> bool:
-        """A half-open breaker needs real requests to decide; one at a time."""
-        breaker = self._breakers.get(backend.backend_id)
+        """Without active probes, a half-open breaker takes one real request at a time."""
         return (
-            breaker is not None
-            and breaker.state is BreakerState.HALF_OPEN
+            not self.active_probes
+            and backend.backend_id in self.half_open
             and backend.in_flight == 0
         )
 
@@ -101,6 +106,10 @@ class BackendHealth:
         return events
 
     def _apply_breaker(self, backend: Backend, transition: Transition, now: float) -> None:
+        if transition.after is BreakerState.HALF_OPEN:
+            self.half_open.add(backend.backend_id)
+        else:
+            self.half_open.discard(backend.backend_id)
         draining = backend.state is BackendState.DRAINING
         if transition.after is BreakerState.OPEN and not draining:
             self.backends.set_state(backend, BackendState.EJECTED, now, "breaker open")

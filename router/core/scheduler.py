@@ -62,8 +62,15 @@ class Scheduler:
     ) -> Decision | None:
         """Choose a backend and book the request; None when no backend can take it."""
         candidates = self.backends.routable(request.model)
-        if exclude:
-            candidates = [b for b in candidates if b.backend_id not in exclude]
+        half_open = self.health.half_open
+        if exclude or half_open:
+            # a half-open backend takes only its probe (wants_probe below, or active checks)
+            candidates = [
+                b
+                for b in candidates
+                if b.backend_id not in exclude
+                and (b.backend_id not in half_open or self.health.wants_probe(b))
+            ]
         if not candidates:
             return None
         ctx = self.context(request, now, rng)
