@@ -1,10 +1,12 @@
 """How much slower each backend runs than the rest of the fleet, from real requests.
 
 Every request gets an expected duration when it starts (its GPU type's roofline at the load
-it met). A backend's ratio is an EWMA of observed/expected over its finished requests, or
-the median elapsed/expected of its requests still running, whichever is larger: a backend
-that turned 20x slower stops finishing anything, so finished requests alone would notice
-late. Slowness = that ratio / the fleet's median ratio, at least 1. Least outstanding work
+it met). A backend's ratio is an EWMA of observed/expected over its finished requests. A
+backend that finished nothing for `stall_s` while holding requests (hung, or so slow that
+nothing completes) is judged by the median elapsed/expected of those instead. Ages alone are
+not used otherwise: after load shifts, one backend's requests are simply younger than
+another's, and treating age as slowness moved work off healthy backends (measured).
+Slowness = that ratio / the other backends' median ratio, at least 1. Least outstanding work
 multiplies a backend's score by it, so a gray failure loses its share within a tick or two,
 long before outlier ejection (which needs an interval of completions) acts."""
 
@@ -15,10 +17,13 @@ from collections.abc import Iterable
 
 
 class SlownessTracker:
-    def __init__(self, *, alpha: float = 0.2, cap: float = 100.0, min_samples: int = 3) -> None:
-        if not 0 < alpha <= 1 or cap < 1 or min_samples < 1:
-            raise ValueError("need 0 < alpha <= 1, cap >= 1, min_samples >= 1")
-        self.alpha, self.cap, self.min_samples = alpha, cap, min_samples
+    def __init__(
+        self, *, alpha: float = 0.2, cap: float = 100.0, min_samples: int = 3, stall_s: float = 5.0
+    ) -> None:
+        if not 0 < alpha <= 1 or cap < 1 or min_samples < 1 or stall_s < 0:
+            raise ValueError("need 0 < alpha <= 1, cap >= 1, min_samples >= 1, stall_s >= 0")
+        self.alpha, self.cap, self.min_samples, self.stall_s = alpha, cap, min_samples, stall_s
+        self._last_finish: dict[str, float] = {}
         self._running: dict[object, tuple[str, float, float]] = {}  # id -> backend, start, expected
         self._ratio: dict[str, float] = {}  # finished-request EWMA per backend
         self._samples: dict[str, int] = {}
@@ -40,6 +45,7 @@ class SlownessTracker:
             ratio if previous is None else previous + self.alpha * (ratio - previous)
         )
         self._samples[backend_id] = self._samples.get(backend_id, 0) + 1
+        self._last_finish[backend_id] = now
 
     def forget(self, request_id: object) -> None:
         self._running.pop(request_id, None)
@@ -57,7 +63,10 @@ class SlownessTracker:
                 else None
             )
             ages = running.get(backend_id)
-            in_flight = statistics.median(ages) if ages and len(ages) >= self.min_samples else None
+            stalled = now - self._last_finish.get(backend_id, -float("inf")) > self.stall_s
+            in_flight = None
+            if stalled and ages and len(ages) >= self.min_samples:
+                in_flight = statistics.median(ages)
             candidates = [r for r in (finished, in_flight) if r is not None]
             if candidates:
                 ratios[backend_id] = max(candidates)
