@@ -51,7 +51,8 @@ def add_bench_parser(sub) -> None:
     live.add_argument("--plot", metavar="OUT.png", help="latency CDF plot (needs matplotlib)")
 
     over = kinds.add_parser("overhead", help="added latency and throughput of each proxy")
-    over.add_argument("--duration", type=float, default=10.0, help="seconds per wrk run")
+    over.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run")
+    over.add_argument("--rounds", type=int, default=3, help="visits to each target (medians)")
     over.add_argument("--json", metavar="OUT")
 
 
@@ -126,7 +127,7 @@ def run_bench(args: argparse.Namespace) -> int:
             from gpuroute.sim.bench_live import dump
             from gpuroute.sim.bench_overhead import OVERHEAD_COLUMNS, run_overhead
 
-            report = run_overhead(args.duration, console)
+            report = run_overhead(args.duration, console, args.rounds)
             print_table(
                 console,
                 "proxy overhead (tiny non-streamed requests)",

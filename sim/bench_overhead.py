@@ -1,13 +1,15 @@
 """`gpuroute bench overhead`: what a proxy adds to tiny non-streamed requests.
 
 wrk drives the same fake engine directly and through each proxy, at 1 connection (added
-latency) and 32 connections (throughput). The engine and wrk share CPU 0; the proxy under
+latency) and 32 connections (throughput), visiting the targets in turn for several rounds and
+keeping medians. The engine and wrk share CPU 0; the proxy under
 test gets CPU 1 alone, so "throughput on one core" means what it says. The engine's model
 time is scaled to nothing (`--time-scale 0.0001`) so the proxies, not the GPU, are measured."""
 
 from __future__ import annotations
 
 import re
+import statistics
 import subprocess
 import tempfile
 from pathlib import Path
@@ -73,9 +75,11 @@ def wrk(url: str, connections: int, duration: float, script: Path) -> dict[str, 
     return parse_wrk(done.stdout)
 
 
-def run_overhead(duration: float, console: Console) -> dict:
+def run_overhead(duration: float, console: Console, rounds: int = 3) -> dict:
+    """All proxies start once; wrk visits them in turn, `rounds` times, and the median of
+    each measure is kept: the machine's noise then hits every target alike."""
     require("taskset")
-    rows: list[dict] = []
+    samples: dict[tuple[str, int], list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="gpuroute-overhead-") as tmp:
         workdir = Path(tmp)
         script = workdir / "post.lua"
@@ -83,31 +87,39 @@ def run_overhead(duration: float, console: Console) -> dict:
         engine = start_engine(
             workdir, 0, "H100", time_scale=0.0001, stream_interval_ms=0, cpu=ENGINE_CPU
         )
+        proxies: dict[str, Child] = {}
         try:
             wait_http(engine.url + "/health", 30, engine.proc, "fake engine")
             pairs = [("H100", engine)]
-            for target in ("direct", "gpuroute", *BASELINES):
-                proxy: Child | None = None
-                try:
-                    if target == "gpuroute":
-                        proxy = start_router(
-                            workdir, pairs, "least_outstanding_work", cpu=PROXY_CPU
+            proxies["gpuroute"] = start_router(
+                workdir, pairs, "least_outstanding_work", cpu=PROXY_CPU
+            )
+            for name in BASELINES:
+                proxies[name] = start_baseline(name, workdir, pairs, cpu=PROXY_CPU)
+            urls = {"direct": engine.url} | {name: p.url for name, p in proxies.items()}
+            for name, child in proxies.items():
+                wait_http(child.url + "/v1/models", 30, child.proc, name)
+            for url in urls.values():
+                wrk(url, 4, min(duration, 2.0), script)  # warm connections and caches
+            for round_ in range(rounds):
+                for connections in CONNECTIONS:
+                    for target, url in urls.items():
+                        console.print(
+                            f"round {round_ + 1}/{rounds}: {target}, {connections} connection(s)"
                         )
-                    elif target != "direct":
-                        proxy = start_baseline(target, workdir, pairs, cpu=PROXY_CPU)
-                    url = engine.url if proxy is None else proxy.url
-                    if proxy is not None:
-                        wait_http(url + "/v1/models", 30, proxy.proc, target)
-                    wrk(url, 4, min(duration, 2.0), script)  # warm connections and caches
-                    for connections in CONNECTIONS:
-                        console.print(f"{target}: {connections} connection(s), {duration:g} s")
                         result = wrk(url, connections, duration, script)
-                        rows.append({"target": target, "connections": connections} | result)
-                finally:
-                    if proxy is not None:
-                        proxy.stop()
+                        samples.setdefault((target, connections), []).append(result)
         finally:
+            for child in proxies.values():
+                child.stop()
             engine.stop()
+    rows = []
+    for (target, connections), runs in samples.items():
+        row = {"target": target, "connections": connections, "rounds": len(runs)}
+        for key in ("rps", "p50_ms", "p99_ms"):
+            row[key] = round(statistics.median(r[key] for r in runs), 4)
+        row["non_2xx"] = sum(int(r["non_2xx"]) for r in runs)
+        rows.append(row)
     direct = {r["connections"]: r for r in rows if r["target"] == "direct"}
     haproxy = {r["connections"]: r for r in rows if r["target"] == "haproxy"}
     for row in rows:
@@ -115,4 +127,16 @@ def run_overhead(duration: float, console: Console) -> dict:
         row["added_p50_ms"] = round(row["p50_ms"] - base["p50_ms"], 4)
         row["added_p99_ms"] = round(row["p99_ms"] - base["p99_ms"], 4)
         row["rps_vs_haproxy"] = round(row["rps"] / haproxy[row["connections"]]["rps"], 3)
-    return {"duration_s": duration, "engine_cpu": ENGINE_CPU, "proxy_cpu": PROXY_CPU, "rows": rows}
+    rows.sort(
+        key=lambda r: (
+            list(("direct", "gpuroute", *BASELINES)).index(r["target"]),
+            r["connections"],
+        )
+    )
+    return {
+        "duration_s": duration,
+        "rounds": rounds,
+        "engine_cpu": ENGINE_CPU,
+        "proxy_cpu": PROXY_CPU,
+        "rows": rows,
+    }

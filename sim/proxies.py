@@ -93,7 +93,10 @@ def start_engine(
 
 
 def router_config(engines: list[tuple[str, Child]], port: int, policy: str, extra: str = "") -> str:
+    # The baselines wait 900 s for a backend; so do we (long non-streamed answers on slow
+    # engines at a time scale can exceed the router's 120 s default before their first byte).
     lines = [f'policy = "{policy}"', extra, "[listen]", f"port = {port}"]
+    lines += ["[limits]", "first_byte_timeout_s = 900.0"]
     for gpu, child in engines:
         lines += [
             "[[backends]]",
