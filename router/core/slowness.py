@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 class SlownessTracker:
     def __init__(
-        self, *, alpha: float = 0.2, cap: float = 100.0, min_samples: int = 3, stall_s: float = 5.0
+        self, *, alpha: float = 0.5, cap: float = 100.0, min_samples: int = 3, stall_s: float = 5.0
     ) -> None:
         if not 0 < alpha <= 1 or cap < 1 or min_samples < 1 or stall_s < 0:
             raise ValueError("need 0 < alpha <= 1, cap >= 1, min_samples >= 1, stall_s >= 0")
