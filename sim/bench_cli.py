@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from gpuroute.sim.proxies import BASELINES, BenchError
+from gpuroute.sim.proxies import BASELINES, EXTRA_BASELINES, BenchError
 from rich.console import Console
 from rich.table import Table
 
@@ -37,7 +37,9 @@ def add_bench_parser(sub) -> None:
     live.add_argument("--time-scale", type=float, default=2.0, help="engines run this much slower")
     live.add_argument("--policy", action="append", help="our policies to run (repeatable)")
     live.add_argument(
-        "--baselines", default=",".join(BASELINES), help="comma list of haproxy,nginx or 'none'"
+        "--baselines",
+        default=",".join(BASELINES),
+        help="comma list of haproxy, nginx, haproxy-weighted, or 'none'",
     )
     live.add_argument("--no-stream", action="store_true", help="non-streamed requests")
     live.add_argument(
@@ -61,8 +63,9 @@ def live_spec(args: argparse.Namespace):
 
     baselines = [] if args.baselines == "none" else [b for b in args.baselines.split(",") if b]
     for name in baselines:
-        if name not in BASELINES:
-            raise BenchError(f"--baselines: unknown {name!r}; known: {', '.join(BASELINES)}")
+        if name not in BASELINES + EXTRA_BASELINES:
+            known = ", ".join(BASELINES + EXTRA_BASELINES)
+            raise BenchError(f"--baselines: unknown {name!r}; known: {known}")
     if args.trace is not None and not args.trace.exists():
         raise BenchError(f"--trace: {args.trace} not found")
     faults = [parse_fault("kill", f) for f in args.kill] + [

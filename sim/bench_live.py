@@ -21,6 +21,7 @@ from gpuroute.sim.loadgen import Replay, RequestResult
 from gpuroute.sim.models import MODELS
 from gpuroute.sim.proxies import (
     BASELINES,
+    EXTRA_BASELINES,
     BenchError,
     Child,
     start_baseline,
@@ -202,7 +203,7 @@ async def run_target(target: str, spec: LiveBenchSpec, workload: Workload, workd
         for child in engines:
             wait_http(child.url + "/health", 30, child.proc, child.name)
         pairs = list(zip(spec.engines, engines, strict=True))
-        if target in BASELINES:
+        if target in BASELINES + EXTRA_BASELINES:
             proxy = start_baseline(target, folder, pairs)
         else:
             extra = "decision_log_sample = 1.0" if spec.faults else ""
@@ -216,7 +217,7 @@ async def run_target(target: str, spec: LiveBenchSpec, workload: Workload, workd
         faults.cancel()
         summary = summarise(target, results, spec)
         summary |= await engine_stats(engines, replay.elapsed())
-        if spec.faults and target not in BASELINES:
+        if spec.faults and target not in BASELINES + EXTRA_BASELINES:
             from gpuroute.sim.fault_report import fault_report
 
             summary["faults"] = fault_report(proxy.log, applied, pairs, results)

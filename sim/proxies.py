@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 BASELINES = ("haproxy", "nginx")
+# Optional: HAProxy leastconn with per-server weights from GPU capacity (conns ÷ weight),
+# what a careful operator would configure; the simulator's least_connections models it.
+EXTRA_BASELINES = ("haproxy-weighted",)
 
 
 class BenchError(RuntimeError):
@@ -117,9 +120,16 @@ def start_router(
     return spawn(f"router-{policy}", cmd, workdir, port, cpu=cpu)
 
 
-def haproxy_config(engines: list[tuple[str, Child]], port: int) -> str:
+def haproxy_config(engines: list[tuple[str, Child]], port: int, weighted: bool = False) -> str:
+    weights = [""] * len(engines)
+    if weighted:
+        from gpuroute.router.priors import engine_priors
+
+        priors = engine_priors("llama-3.1-8b")
+        weights = [f" weight {max(1, round(256 * priors[gpu].capacity))}" for gpu, _ in engines]
     servers = "\n".join(
-        f"    server e{i} 127.0.0.1:{child.port}" for i, (_, child) in enumerate(engines)
+        f"    server e{i} 127.0.0.1:{child.port}{weights[i]}"
+        for i, (_, child) in enumerate(engines)
     )
     return f"""global
     maxconn 8000
@@ -196,9 +206,9 @@ def start_baseline(
     name: str, workdir: Path, engines: list[tuple[str, Child]], *, cpu=None
 ) -> Child:
     port = free_port()
-    if name == "haproxy":
-        path = workdir / "haproxy.cfg"
-        path.write_text(haproxy_config(engines, port))
+    if name in ("haproxy", "haproxy-weighted"):
+        path = workdir / f"{name}.cfg"
+        path.write_text(haproxy_config(engines, port, weighted=name == "haproxy-weighted"))
         return spawn(
             "haproxy", [require("haproxy"), "-f", str(path), "-db"], workdir, port, cpu=cpu
         )
@@ -207,4 +217,5 @@ def start_baseline(
         path.write_text(nginx_config(engines, port, workdir))
         cmd = [require("nginx"), "-c", str(path), "-p", str(workdir)]
         return spawn("nginx", cmd, workdir, port, cpu=cpu)
-    raise BenchError(f"unknown baseline {name!r}; known: {', '.join(BASELINES)}")
+    known = ", ".join(BASELINES + EXTRA_BASELINES)
+    raise BenchError(f"unknown baseline {name!r}; known: {known}")

@@ -28,10 +28,13 @@ def have(binary: str) -> bool:
     return shutil.which(binary) is not None or shutil.which(binary, path="/usr/sbin") is not None
 
 
-@pytest.mark.parametrize("target", ["least_outstanding_work", "haproxy", "nginx"])
+@pytest.mark.parametrize(
+    "target", ["least_outstanding_work", "haproxy", "nginx", "haproxy-weighted"]
+)
 def test_each_target_serves_the_whole_trace(tmp_path, target) -> None:
-    if target in ("haproxy", "nginx") and not have(target):
-        pytest.skip(f"{target} is not installed (make bench-deps installs it)")
+    binary = target.split("-")[0]
+    if binary in ("haproxy", "nginx") and not have(binary):
+        pytest.skip(f"{binary} is not installed (make bench-deps installs it)")
     spec = LiveBenchSpec(engines=["H100", "L4"], time_scale=1.0, stream_interval_ms=10)
     result = asyncio.run(run_target(target, spec, tiny_workload(), tmp_path))
     assert (result["requests"], result["completed"], result["failed"]) == (40, 40, 0)
