@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from gpuroute.router.config import AdmissionConfig
 from gpuroute.router.core.admission import AdmissionQueue, AdmissionSettings, Shed, Verdict
-from gpuroute.router.core.backend import BackendSet
+from gpuroute.router.core.backend import ROUTABLE_STATES, BackendSet
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.metrics import RouterMetrics
 
@@ -58,7 +58,7 @@ class AdmissionGate:
         slots = sum(
             self.max_inflight.get(b.backend_id, 0)
             for b in self.backends
-            if b.state.value in ("ready", "warming")
+            if b.state in ROUTABLE_STATES
         )
         return self._admitted < slots
 

@@ -16,8 +16,9 @@ import aiohttp
 from aiohttp import web
 from gpuroute.router.admission_gate import AdmissionGate, Refused
 from gpuroute.router.config import RouterConfig
-from gpuroute.router.core.backend import Backend
+from gpuroute.router.core.backend import Backend, BackendState
 from gpuroute.router.core.health import HealthEvents
+from gpuroute.router.core.policies.prefix_affinity import PrefixAffinity
 from gpuroute.router.core.scheduler import Outcome, Scheduler
 from gpuroute.router.decision_log import DecisionLog
 from gpuroute.router.metrics import RouterMetrics
@@ -58,6 +59,8 @@ class Proxy:
         self.rng = rng or random.Random()
         self.urls = {b.backend_id: b.url for b in config.backends}
         limits = {b.backend_id: b.max_inflight for b in config.backends}
+        # hashing every prompt's blocks is wasted work unless the policy looks at them
+        self.reads_prefix_blocks = config.policy == PrefixAffinity.name
         self.watch = BackendWatch(scheduler, priors, clock, config.retry.rescue_slowness)
         self.decisions = DecisionLog(config.decision_log_sample, config.policy, scheduler, self.rng)
         self.gate = AdmissionGate(config.admission, scheduler.backends, limits, metrics, clock)
@@ -110,7 +113,7 @@ class Proxy:
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
         """Other paths go to the least busy ready backend, unscheduled and unretried."""
-        ready = [b for b in self.scheduler.backends if b.state.value == "ready"]
+        ready = [b for b in self.scheduler.backends if b.state is BackendState.READY]
         if not ready:
             return error_response(503, "no backend is ready", code="no_backend")
         backend = min(ready, key=lambda b: b.in_flight)
@@ -145,6 +148,7 @@ class Proxy:
                 next(self._ids),
                 priorities=tuple(config.admission.priorities),
                 default_priority=config.admission.default_priority,
+                with_prefix_blocks=self.reads_prefix_blocks,
             )
         except RequestError as exc:
             return error_response(exc.status, exc.message, param=exc.param, code=exc.code)

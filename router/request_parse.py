@@ -59,7 +59,9 @@ def parse_request(
     *,
     priorities: tuple[str, ...],
     default_priority: str,
+    with_prefix_blocks: bool = True,
 ) -> ParsedRequest:
+    """`with_prefix_blocks=False` skips hashing the prompt when no policy reads the blocks."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -106,7 +108,7 @@ def parse_request(
         estimate_tokens(text),
         max_tokens,
         session_id=session,
-        prefix_blocks=prefix_blocks(text),
+        prefix_blocks=prefix_blocks(text) if with_prefix_blocks else (),
         priority=priority,
     )
     return ParsedRequest(info, stream, deadline_s)

@@ -16,7 +16,7 @@ import time
 import aiohttp
 from aiohttp import web
 from gpuroute.router.config import RouterConfig, load_router_config
-from gpuroute.router.core.backend import Backend, BackendSet
+from gpuroute.router.core.backend import ROUTABLE_STATES, Backend, BackendSet
 from gpuroute.router.core.breaker import BreakerSettings
 from gpuroute.router.core.cost import CostEstimator
 from gpuroute.router.core.health import BackendHealth
@@ -145,7 +145,7 @@ class RouterApp:
     async def readyz(self, _request: web.Request) -> web.Response:
         if self.draining:
             return error_response(503, "draining", code="draining")
-        ready = [b for b in self.scheduler.backends if b.state.value in ("ready", "warming")]
+        ready = [b for b in self.scheduler.backends if b.state in ROUTABLE_STATES]
         if not ready:
             return error_response(503, "no backend is routable", code="no_backend")
         return web.json_response({"status": "ready", "routable_backends": len(ready)})

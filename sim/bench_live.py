@@ -14,6 +14,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import aiohttp
 import numpy as np
 from gpuroute.sim.engine_model import EngineParams
 from gpuroute.sim.fleet import saturated_throughput
@@ -107,7 +108,6 @@ def load_workload(spec: LiveBenchSpec) -> tuple[Workload, float]:
 
 async def _apply_faults(spec: LiveBenchSpec, engines: list[Child], replay: Replay) -> list[dict]:
     applied = []
-    import aiohttp
 
     for fault in sorted(spec.faults, key=lambda f: f.at_s):
         await asyncio.sleep(max(0.0, fault.at_s - replay.elapsed()))  # scheduled, not a sync
@@ -162,7 +162,6 @@ def summarise(target: str, results: list[RequestResult], spec: LiveBenchSpec) ->
 
 async def engine_stats(engines: list[Child], elapsed_s: float) -> dict:
     """Requests each engine served and its simulated GPU busy share (nvidia-smi's util)."""
-    import aiohttp
 
     served, busy = [], []
     async with aiohttp.ClientSession() as session:

@@ -21,76 +21,51 @@ def usage(prompt: int, completion: int) -> dict[str, int]:
     }
 
 
-def chat_chunk(
-    rid: str, created: int, model: str, delta: dict[str, Any], finish: str | None = None
+def _envelope(
+    rid: str, obj: str, created: int, model: str, choices: list, **extra: Any
 ) -> dict[str, Any]:
     return {
         "id": rid,
-        "object": "chat.completion.chunk",
+        "object": obj,
         "created": created,
         "model": model,
-        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
-    }
+        "choices": choices,
+    } | extra
+
+
+def chat_chunk(
+    rid: str, created: int, model: str, delta: dict[str, Any], finish: str | None = None
+) -> dict[str, Any]:
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+    return _envelope(rid, "chat.completion.chunk", created, model, [choice])
 
 
 def completion_chunk(
     rid: str, created: int, model: str, text: str, finish: str | None = None
 ) -> dict[str, Any]:
-    return {
-        "id": rid,
-        "object": "text_completion",
-        "created": created,
-        "model": model,
-        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
-    }
+    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+    return _envelope(rid, "text_completion", created, model, [choice])
 
 
 def usage_chunk(
     kind: str, rid: str, created: int, model: str, prompt: int, completion: int
 ) -> dict[str, Any]:
-    return {
-        "id": rid,
-        "object": kind,
-        "created": created,
-        "model": model,
-        "choices": [],
-        "usage": usage(prompt, completion),
-    }
+    return _envelope(rid, kind, created, model, [], usage=usage(prompt, completion))
 
 
 def chat_completion(
     rid: str, created: int, model: str, output: int, prompt: int, finish: str
 ) -> dict[str, Any]:
-    return {
-        "id": rid,
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": tokens_text(output)},
-                "logprobs": None,
-                "finish_reason": finish,
-            }
-        ],
-        "usage": usage(prompt, output),
-    }
+    message = {"role": "assistant", "content": tokens_text(output)}
+    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
+    return _envelope(rid, "chat.completion", created, model, [choice], usage=usage(prompt, output))
 
 
 def completion(
     rid: str, created: int, model: str, output: int, prompt: int, finish: str
 ) -> dict[str, Any]:
-    return {
-        "id": rid,
-        "object": "text_completion",
-        "created": created,
-        "model": model,
-        "choices": [
-            {"index": 0, "text": tokens_text(output), "logprobs": None, "finish_reason": finish}
-        ],
-        "usage": usage(prompt, output),
-    }
+    choice = {"index": 0, "text": tokens_text(output), "logprobs": None, "finish_reason": finish}
+    return _envelope(rid, "text_completion", created, model, [choice], usage=usage(prompt, output))
 
 
 def embedding(text: str, dims: int = 16) -> list[float]:

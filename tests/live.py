@@ -6,21 +6,15 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 
 import aiohttp
+from gpuroute.sim.proxies import free_port  # one helper for tests and benches
 
 MODEL = "llama-3.1-8b"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def gpuroute_cmd(*args: str) -> list[str]:

@@ -88,3 +88,12 @@ def test_extracts_what_the_scheduler_needs() -> None:
     assert len(info.prefix_blocks) == 2 and info.prefix_blocks == prefix_blocks(text)
     # chained: a different first block changes every later hash
     assert prefix_blocks("b" + text[1:])[1] != info.prefix_blocks[1]
+
+
+def test_blocks_are_not_hashed_when_no_policy_reads_them() -> None:
+    raw = json.dumps({"model": "m", "prompt": "a" * (3 * BLOCK_CHARS)}).encode()
+    parsed = parse_request(
+        "/v1/completions", raw, {}, 1, priorities=PRIORITIES, default_priority="normal",
+        with_prefix_blocks=False,
+    )  # fmt: skip
+    assert parsed.info.prefix_blocks == () and parsed.info.prompt_tokens == 3 * 512
