@@ -44,7 +44,7 @@ def test_each_target_serves_the_whole_trace(tmp_path, target) -> None:
 def test_killed_engine_loses_no_unstreamed_request_and_gets_no_new_one(tmp_path) -> None:
     spec = LiveBenchSpec(
         engines=["A100", "A100", "A100"],
-        time_scale=20.0,
+        time_scale=5.0,  # requests finish inside the 5 s stall window (see closing note)
         stream=False,
         faults=[Fault("kill", 1, 1.0)],
     )
