@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench-deps bench-scale bench-live bench-overhead clean
+.PHONY: demo test lint proto consul bench-deps bench-scale bench-live bench-overhead clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,13 +15,22 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/gpuroute sim
 
-test: $(STAMP) bench-deps
+test: $(STAMP) bench-deps consul
 	$(BIN)/ruff check .
 	$(BIN)/pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+# Regenerate the gRPC code from gpuroute/proto/*.proto (tests/test_proto.py checks it is current).
+proto: $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. \
+		gpuroute/proto/load.proto
+
+# Build the pinned Consul once from the Go module proxy (cached in ~/.cache/gpuroute).
+consul:
+	@scripts/build-consul.sh >/dev/null
 
 bench-deps:
 	@scripts/bootstrap-system.sh

@@ -19,6 +19,7 @@ from typing import Any
 from aiohttp import web
 from gpuroute.sim import fake_payloads as payloads
 from gpuroute.sim.engine_model import EngineParams
+from gpuroute.sim.fake_gpu import SimulatedGpu
 from gpuroute.sim.live_engine import LiveEngine, LiveRequest
 from gpuroute.sim.models import MODELS
 from prometheus_client import CollectorRegistry, generate_latest
@@ -83,6 +84,8 @@ class FakeEngine:
         self.engine: LiveEngine | None = None
         self.created = int(time.time())
         self.errors_injected = 0
+        kv_bytes = self.params.kv_capacity_tokens * self.params.model.kv_bytes_per_token
+        self.gpu = SimulatedGpu(self.params.gpu, self.params.model.weight_total_bytes, kv_bytes)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)  # collect() below
 
@@ -100,6 +103,7 @@ class FakeEngine:
                 web.get("/metrics", self.metrics),
                 web.post("/_fault", self.set_fault),
                 web.get("/_fault", self.get_fault),
+                web.get("/_gpu", self.gpu_state),
             ]
         )
         return app
@@ -193,6 +197,20 @@ class FakeEngine:
             "gpuroute_fake_errors_injected",
             "Fast 500s from the error-rate fault.",
             self.errors_injected,
+        )
+
+    async def gpu_state(self, _request: web.Request) -> web.Response:
+        """Simulated NVML-like GPU state, read by the agent's simulated telemetry source."""
+        if self.engine is None:
+            return error_response(503, "engine starting")
+        model = self.engine.model
+        return web.json_response(
+            self.gpu.sample(
+                busy_s=model.busy_s,
+                kv_usage=model.kv_usage(),
+                throttled=self.faults.throttle > 1,
+                processes=1,
+            )
         )
 
     async def metrics(self, _request: web.Request) -> web.Response:

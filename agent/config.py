@@ -1,0 +1,98 @@
+"""Node agent configuration (TOML), validated with errors that name the file and the key."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
+
+from gpuroute.agent.engine_metrics import ENGINE_KINDS
+from pydantic import AfterValidator, Field, model_validator
+
+from gpuroute.config import StrictModel, known_name, load_toml_model
+from gpuroute.gpus import GpuTypeName
+
+EngineKind = Annotated[str, AfterValidator(lambda v: known_name(v, ENGINE_KINDS, "engine kind"))]
+_ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
+
+
+def _engine_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname or not parts.port:
+        raise ValueError(f"expected http(s)://host:port, got {value!r}")
+    return value.rstrip("/")
+
+
+def _service_id(value: str) -> str:
+    if not value or set(value) - _ID_CHARS:
+        raise ValueError("use letters, digits and - _ . : only")
+    return value
+
+
+class EngineConfig(StrictModel):
+    url: Annotated[str, AfterValidator(_engine_url)] = "http://127.0.0.1:8000"
+    kind: EngineKind = "vllm"
+    models: list[str] = Field(min_length=1)
+    gpu: GpuTypeName
+    gpu_count: int = Field(default=1, ge=1)
+    capacity: float | None = Field(default=None, gt=0)  # default: the router's GPU prior
+    health_path: str = "/health"
+    metrics_path: str = "/metrics"
+
+    @property
+    def port(self) -> int:
+        return urlsplit(self.url).port or 80
+
+
+class TelemetryConfig(StrictModel):
+    source: Literal["auto", "nvml", "simulated"] = "auto"
+    simulated_path: str = "/_gpu"  # on the engine (the fake engine serves it)
+    interval_s: float = Field(default=0.2, gt=0, le=5)  # engine /metrics and GPU samples
+    health_interval_s: float = Field(default=1.0, gt=0)  # engine /health probes
+    hot_temperature_c: float = Field(default=87.0, gt=0)
+    warning_hold_s: float = Field(default=10.0, ge=0)
+
+
+class ConsulConfig(StrictModel):
+    enabled: bool = True  # false: no registration (routers list the engine statically)
+    address: str = "http://127.0.0.1:8500"  # the local Consul agent
+    token: str | None = None
+    service: str = "gpuroute-engine"
+    ttl_s: float = Field(default=15.0, ge=2)
+    deregister_critical_after_s: float = Field(default=600.0, ge=60)  # Consul's minimum: 1m
+    timeout_s: float = Field(default=3.0, gt=0)
+
+
+class ListenConfig(StrictModel):
+    host: str = "127.0.0.1"
+    port: int = Field(ge=0, le=65535)
+
+
+class AgentConfig(StrictModel):
+    id: Annotated[str, AfterValidator(_service_id)] | None = None  # default: hostname-port
+    region: str = "local"
+    zone: str = "local-a"
+    advertise_address: str = "127.0.0.1"  # where routers reach the engine and load stream
+    engine: EngineConfig
+    telemetry: TelemetryConfig = TelemetryConfig()
+    consul: ConsulConfig = ConsulConfig()
+    load_stream: ListenConfig = ListenConfig(port=7070)
+    admin: ListenConfig = ListenConfig(port=7071)
+    heartbeat_s: float = Field(default=0.25, gt=0, le=5)
+    drain_timeout_s: float = Field(default=60.0, ge=0)
+    drain_grace_s: float = Field(default=1.0, ge=0)  # routers see the drain within this
+
+    @model_validator(mode="after")
+    def _meta_fits(self) -> AgentConfig:
+        if len(",".join(self.engine.models)) > 512:
+            raise ValueError("engine.models joined by commas must fit Consul's 512-char Meta")
+        return self
+
+    @property
+    def service_id(self) -> str:
+        return self.id or f"{socket.gethostname()}-{self.engine.port}"
+
+
+def load_agent_config(path: Path | str) -> AgentConfig:
+    return load_toml_model(path, AgentConfig)

@@ -1,0 +1,74 @@
+"""The engine's own view of its load, read from its Prometheus `/metrics` page.
+
+Each engine names the same facts differently; one table maps them to three fields. Where an
+engine has no gauge for a field it stays None and the router falls back on its own ledger.
+
+- running: vllm:num_requests_running; sglang:num_running_reqs; tgi_batch_current_size;
+  Triton has none.
+- waiting: vllm:num_requests_waiting; sglang:num_queue_reqs; tgi_queue_size;
+  Triton nv_inference_pending_request_count.
+- kv_cache_usage (0..1): vllm:kv_cache_usage_perc (v1) or vllm:gpu_cache_usage_perc (v0);
+  sglang:token_usage; TGI and Triton have none.
+
+Triton running the vLLM backend also exports the vllm: names; use `kind = "vllm"` there."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+ENGINE_METRIC_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
+    "vllm": {
+        "running": ("vllm:num_requests_running",),
+        "waiting": ("vllm:num_requests_waiting",),
+        "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+    },
+    "sglang": {
+        "running": ("sglang:num_running_reqs",),
+        "waiting": ("sglang:num_queue_reqs",),
+        "kv_cache_usage": ("sglang:token_usage",),
+    },
+    "tgi": {
+        "running": ("tgi_batch_current_size",),
+        "waiting": ("tgi_queue_size",),
+        "kv_cache_usage": (),
+    },
+    "triton": {
+        "running": (),
+        "waiting": ("nv_inference_pending_request_count",),
+        "kv_cache_usage": (),
+    },
+}
+ENGINE_KINDS = tuple(ENGINE_METRIC_NAMES)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLoad:
+    running: int | None = None
+    waiting: int | None = None
+    kv_cache_usage: float | None = None
+
+    @property
+    def in_flight(self) -> int:
+        return (self.running or 0) + (self.waiting or 0)
+
+
+def parse_engine_metrics(text: str, kind: str) -> EngineLoad:
+    """Sum each field over its samples (one per model or GPU); unknown names are ignored."""
+    names = ENGINE_METRIC_NAMES[kind]
+    wanted = {name: fld for fld, candidates in names.items() for name in candidates}
+    totals: dict[str, float] = {}
+    found: dict[str, str] = {}  # field -> the first metric name that supplied it
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            fld = wanted.get(sample.name)
+            if fld is None or found.setdefault(fld, sample.name) != sample.name:
+                continue
+            totals[fld] = totals.get(fld, 0.0) + sample.value
+    kv = totals.get("kv_cache_usage")
+    return EngineLoad(
+        running=int(totals["running"]) if "running" in totals else None,
+        waiting=int(totals["waiting"]) if "waiting" in totals else None,
+        kv_cache_usage=min(1.0, max(0.0, kv)) if kv is not None else None,
+    )

@@ -1,0 +1,258 @@
+"""GPU telemetry behind one interface: NVML on a GPU host, the fake engine's simulated GPU
+elsewhere. A telemetry failure is a log line and an error in the reading, never a crash:
+the agent must keep registering and streaming load even when NVML misbehaves."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import aiohttp
+
+log = logging.getLogger("gpuroute.agent.gpu")
+
+# Clock-event reasons that mean the GPU runs slower than it should (idle, app clocks and
+# sync boost are normal operation; a power cap at TDP is normal under full load).
+_DEGRADING_REASONS = {
+    0x08: "hw_slowdown",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+}
+_OTHER_REASONS = {
+    0x01: "gpu_idle",
+    0x02: "applications_clocks",
+    0x04: "sw_power_cap",
+    0x10: "sync_boost",
+}
+DEGRADING = frozenset(_DEGRADING_REASONS.values())
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    index: int
+    name: str
+    util: float  # 0..1
+    memory_total: int  # bytes
+    memory_used: int
+    temperature_c: float | None = None
+    power_w: float | None = None
+    throttle_reasons: tuple[str, ...] = ()
+    ecc_uncorrected: int | None = None  # volatile (since boot) uncorrected ECC errors
+    retired_pages: int | None = None  # double-bit ECC retirements (pre-Hopper) or None
+    processes: int | None = None
+
+    @property
+    def memory_free(self) -> int:
+        return max(0, self.memory_total - self.memory_used)
+
+    @property
+    def throttled(self) -> bool:
+        return any(r in DEGRADING for r in self.throttle_reasons)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    gpus: tuple[GpuSample, ...] = ()
+    error: str | None = None  # why the reading is missing or partial
+
+    @property
+    def util(self) -> float:
+        return sum(g.util for g in self.gpus) / len(self.gpus) if self.gpus else 0.0
+
+    @property
+    def memory_free(self) -> int:
+        return sum(g.memory_free for g in self.gpus)
+
+    @property
+    def throttled(self) -> bool:
+        return any(g.throttled for g in self.gpus)
+
+    @property
+    def ecc_uncorrected(self) -> int:
+        return sum(g.ecc_uncorrected or 0 for g in self.gpus)
+
+
+class GpuSource(Protocol):
+    name: str
+
+    async def read(self) -> GpuReading: ...
+
+    async def close(self) -> None: ...
+
+
+def throttle_names(mask: int) -> tuple[str, ...]:
+    names = {**_OTHER_REASONS, **_DEGRADING_REASONS}
+    return tuple(name for bit, name in sorted(names.items()) if mask & bit)
+
+
+class GpuUnavailable(Exception):
+    """NVML cannot be used on this host (no library, no driver, no GPU)."""
+
+
+class NvmlSource:
+    """NVML through nvidia-ml-py. Calls block, so reads run in a worker thread."""
+
+    name = "nvml"
+
+    def __init__(self) -> None:
+        try:
+            import pynvml
+        except ImportError as exc:  # pragma: no cover - nvidia-ml-py is a dependency
+            raise GpuUnavailable(f"nvidia-ml-py is not installed: {exc}") from exc
+        self.nvml: Any = pynvml
+        try:
+            pynvml.nvmlInit()
+            self.count = pynvml.nvmlDeviceGetCount()
+        except pynvml.NVMLError_LibraryNotFound as exc:
+            raise GpuUnavailable("libnvidia-ml.so not found (no NVIDIA driver)") from exc
+        except pynvml.NVMLError as exc:
+            raise GpuUnavailable(f"NVML init failed: {exc}") from exc
+        if self.count == 0:
+            raise GpuUnavailable("NVML sees no GPU")
+        self._warned: set[str] = set()
+
+    async def read(self) -> GpuReading:
+        return await asyncio.to_thread(self.read_sync)
+
+    def read_sync(self) -> GpuReading:
+        gpus, errors = [], []
+        for index in range(self.count):
+            try:
+                gpus.append(self._sample(index))
+            except self.nvml.NVMLError as exc:  # e.g. GPU fallen off the bus
+                errors.append(f"gpu {index}: {exc}")
+        error = "; ".join(errors) or None
+        if error and error not in self._warned:
+            self._warned.add(error)
+            log.error("NVML read failed: %s", error)
+        return GpuReading(tuple(gpus), error)
+
+    def _optional(self, call, *args):
+        """Metrics some GPUs do not support (ECC on L4, retired pages on Hopper) read as None."""
+        try:
+            return call(*args)
+        except self.nvml.NVMLError as exc:
+            key = f"{getattr(call, '__name__', call)}: {exc}"
+            if key not in self._warned:
+                self._warned.add(key)
+                log.info("NVML: %s (reported as unknown)", key)
+            return None
+
+    def _sample(self, index: int) -> GpuSample:
+        n = self.nvml
+        h = n.nvmlDeviceGetHandleByIndex(index)
+        name = n.nvmlDeviceGetName(h)
+        memory = n.nvmlDeviceGetMemoryInfo(h)
+        util = n.nvmlDeviceGetUtilizationRates(h).gpu / 100.0
+        temp = self._optional(n.nvmlDeviceGetTemperature, h, n.NVML_TEMPERATURE_GPU)
+        power_mw = self._optional(n.nvmlDeviceGetPowerUsage, h)
+        reasons_call = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or (
+            n.nvmlDeviceGetCurrentClocksThrottleReasons
+        )
+        mask = self._optional(reasons_call, h) or 0
+        ecc = self._optional(
+            n.nvmlDeviceGetTotalEccErrors,
+            h,
+            n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+            n.NVML_VOLATILE_ECC,
+        )
+        retired = self._optional(
+            n.nvmlDeviceGetRetiredPages, h, n.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
+        )
+        procs = self._optional(n.nvmlDeviceGetComputeRunningProcesses, h)
+        return GpuSample(
+            index=index,
+            name=name.decode() if isinstance(name, bytes) else str(name),
+            util=util,
+            memory_total=int(memory.total),
+            memory_used=int(memory.used),
+            temperature_c=float(temp) if temp is not None else None,
+            power_w=power_mw / 1000.0 if power_mw is not None else None,
+            throttle_reasons=throttle_names(int(mask)),
+            ecc_uncorrected=int(ecc) if ecc is not None else None,
+            retired_pages=len(retired) if retired is not None else None,
+            processes=len(procs) if procs is not None else None,
+        )
+
+    async def close(self) -> None:
+        with contextlib.suppress(self.nvml.NVMLError):
+            self.nvml.nvmlShutdown()
+
+
+@dataclass
+class SimulatedSource:
+    """Reads the fake engine's simulated GPU (GET /_gpu)."""
+
+    url: str
+    timeout_s: float = 1.0
+    name: str = "simulated"
+    _session: aiohttp.ClientSession | None = field(default=None, repr=False)
+
+    async def read(self) -> GpuReading:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s)
+            )
+        try:
+            async with self._session.get(self.url) as response:
+                if response.status != 200:
+                    return GpuReading(error=f"{self.url}: HTTP {response.status}")
+                body = await response.json()
+            return GpuReading(tuple(_sample_from_json(g) for g in body["gpus"]))
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError, KeyError) as exc:
+            return GpuReading(error=f"{self.url}: {type(exc).__name__} {exc}".strip())
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+class NoGpuSource:
+    """Used when NVML was asked for and cannot run: the agent keeps working without GPU data."""
+
+    name = "none"
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    async def read(self) -> GpuReading:
+        return GpuReading(error=self.reason)
+
+    async def close(self) -> None:
+        return None
+
+
+def _sample_from_json(g: dict[str, Any]) -> GpuSample:
+    return GpuSample(
+        index=int(g["index"]),
+        name=str(g["name"]),
+        util=float(g["util"]),
+        memory_total=int(g["memory_total"]),
+        memory_used=int(g["memory_used"]),
+        temperature_c=g.get("temperature_c"),
+        power_w=g.get("power_w"),
+        throttle_reasons=tuple(g.get("throttle_reasons", ())),
+        ecc_uncorrected=g.get("ecc_uncorrected"),
+        retired_pages=g.get("retired_pages"),
+        processes=g.get("processes"),
+    )
+
+
+def open_gpu_source(kind: str, simulated_url: str) -> GpuSource:
+    """`auto` takes NVML when it works and the simulated GPU otherwise; `nvml` logs an error
+    and carries on without GPU data when NVML cannot run."""
+    if kind in ("auto", "nvml"):
+        try:
+            source = NvmlSource()
+            log.info("GPU telemetry: NVML, %d GPU(s)", source.count)
+            return source
+        except GpuUnavailable as exc:
+            if kind == "nvml":
+                log.error("GPU telemetry: NVML unavailable (%s); running without GPU data", exc)
+                return NoGpuSource(f"NVML unavailable: {exc}")
+            log.info("GPU telemetry: NVML unavailable (%s); using the simulated GPU", exc)
+    return SimulatedSource(simulated_url)
