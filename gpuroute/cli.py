@@ -54,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     router = sub.add_parser("router", help="run the regional router")
     router.add_argument("--config", required=True, metavar="FILE", help="router TOML")
+
+    agent = sub.add_parser("agent", help="run the node agent, or tell a running one to drain")
+    agent.add_argument("action", nargs="?", choices=["run", "drain"], default="run")
+    agent.add_argument("--config", required=True, metavar="FILE", help="agent TOML")
     return parser
 
 
@@ -99,6 +103,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from gpuroute.router.server import run_router
 
             return run_router(args.config)
+        if args.command == "agent":
+            from gpuroute.agent.server import request_drain, run_agent
+
+            return run_agent(args.config) if args.action == "run" else request_drain(args.config)
     except ConfigError as exc:
         print(f"gpuroute: error: {exc}", file=sys.stderr)
         return 2

@@ -24,6 +24,10 @@ class ConsulUnavailable(Exception):
     """Consul did not answer in time or answered with an error."""
 
 
+class ConsulRejected(ConsulUnavailable):
+    """Consul answered but refused the request (bad request or ACL): not a transient error."""
+
+
 class UnknownCheck(ConsulUnavailable):
     """The local agent no longer knows the check (it restarted or reaped the service)."""
 
@@ -83,6 +87,8 @@ class ConsulClient:
             return await asyncio.wait_for(awaitable, timeout_s or self.timeout_s)
         except consul.NotFound as exc:
             raise UnknownCheck(str(exc)) from exc
+        except (consul.BadRequest, consul.ACLPermissionDenied) as exc:
+            raise ConsulRejected(f"Consul rejected the request: {exc}") from exc
         except (TimeoutError, OSError, consul.ConsulException) as exc:
             raise ConsulUnavailable(f"{type(exc).__name__}: {exc}".rstrip(": ")) from exc
         except Exception as exc:  # aiohttp errors and py-consul's ValueError on bad bodies

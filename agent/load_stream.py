@@ -1,0 +1,122 @@
+"""The agent's gRPC load stream: every router watching gets each new sample as it is taken,
+and the latest one again after `heartbeat_s` of silence so a quiet stream still proves it
+is alive. `seq` grows only when the load changed, so routers can tell news from heartbeats."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+
+import grpc
+
+from gpuroute.proto import load_pb2, load_pb2_grpc
+
+log = logging.getLogger("gpuroute.agent.stream")
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSample:
+    running: int = 0
+    waiting: int = 0
+    kv_cache_usage: float = 0.0
+    gpu_util: float = 0.0
+    memory_free_bytes: int = 0
+    throttled: bool = False
+    health: str = "warming"
+
+    def same_load(self, other: LoadSample) -> bool:
+        """Equal up to noise that no router decision depends on."""
+        return (
+            self.running == other.running
+            and self.waiting == other.waiting
+            and abs(self.kv_cache_usage - other.kv_cache_usage) < 0.01
+            and abs(self.gpu_util - other.gpu_util) < 0.05
+            and self.throttled == other.throttled
+            and self.health == other.health
+        )
+
+
+class LoadBroadcaster:
+    """Holds the latest sample; wakes every stream when a new one arrives."""
+
+    def __init__(self, backend_id: str, clock) -> None:
+        self.backend_id = backend_id
+        self.clock = clock  # wall clock: the timestamp crosses machines
+        self.seq = 0
+        self.sample = LoadSample()
+        self.taken_at = clock()
+        self.version = 0  # every publish, heartbeat-worthy or not
+        self._new = asyncio.Condition()
+        self.watchers = 0
+
+    async def publish(self, sample: LoadSample) -> None:
+        if not sample.same_load(self.sample) or self.seq == 0:
+            self.seq += 1
+        self.sample, self.taken_at = sample, self.clock()
+        self.version += 1
+        async with self._new:
+            self._new.notify_all()
+
+    async def set_health(self, health: str) -> None:
+        """A health change goes out at once, without waiting for the next sample."""
+        await self.publish(replace(self.sample, health=health))
+
+    def report(self) -> load_pb2.LoadReport:
+        s = self.sample
+        return load_pb2.LoadReport(
+            backend_id=self.backend_id,
+            seq=self.seq,
+            timestamp=self.taken_at,
+            running=s.running,
+            waiting=s.waiting,
+            kv_cache_usage=s.kv_cache_usage,
+            gpu_util=s.gpu_util,
+            memory_free_bytes=s.memory_free_bytes,
+            throttled=s.throttled,
+            health=s.health,
+        )
+
+    async def wait_newer(self, version: int, timeout: float) -> None:
+        """Return when a sample newer than `version` exists, or after `timeout`."""
+        async with self._new:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._new.wait_for(lambda: self.version > version), timeout
+                )
+
+
+class AgentLoadService(load_pb2_grpc.AgentLoadServicer):
+    def __init__(self, broadcaster: LoadBroadcaster, heartbeat_s: float) -> None:
+        self.broadcaster = broadcaster
+        self.heartbeat_s = heartbeat_s
+        self.closing = asyncio.Event()
+
+    async def WatchLoad(  # noqa: N802 - the name is the RPC's
+        self, request: load_pb2.WatchLoadRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[load_pb2.LoadReport]:
+        b = self.broadcaster
+        b.watchers += 1
+        log.info("router %s watching load", request.router_id or context.peer())
+        try:
+            while not self.closing.is_set():
+                sent = b.version
+                yield b.report()
+                await b.wait_newer(sent, self.heartbeat_s)
+        finally:
+            b.watchers -= 1
+
+
+async def start_load_server(
+    service: AgentLoadService, host: str, port: int
+) -> tuple[grpc.aio.Server, int]:
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    load_pb2_grpc.add_AgentLoadServicer_to_server(service, server)
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError as exc:  # grpc reports a busy port this way
+        raise OSError(f"load stream: cannot listen on {host}:{port} (in use?)") from exc
+    await server.start()
+    return server, bound

@@ -1,0 +1,360 @@
+"""The node agent process: sample the engine and GPUs, keep Consul told of health
+transitions, stream load to routers, drain on SIGTERM or `gpuroute agent drain`.
+
+Startup is warming (registered, critical) until the engine first answers /health; an engine
+restart shows as critical and back; a Consul restart as a re-registration."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+import time
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+from gpuroute.agent.config import AgentConfig, load_agent_config
+from gpuroute.agent.core.health import Health, HealthSettings, HostHealth, degraded_reason
+from gpuroute.agent.engine_metrics import EngineLoad, parse_engine_metrics
+from gpuroute.agent.gpu_telemetry import GpuReading, GpuSource, open_gpu_source
+from gpuroute.agent.load_stream import (
+    AgentLoadService,
+    LoadBroadcaster,
+    LoadSample,
+    start_load_server,
+)
+from gpuroute.agent.registration import Registration
+from gpuroute.config import ConfigError
+from gpuroute.consul_client import ConsulClient, ConsulUnavailable
+
+log = logging.getLogger("gpuroute.agent")
+
+
+class Agent:
+    def __init__(self, config: AgentConfig, gpu_source: GpuSource | None = None) -> None:
+        self.config = config
+        t = config.telemetry
+        self.health = HostHealth(
+            HealthSettings(warning_hold_s=t.warning_hold_s, hot_temperature_c=t.hot_temperature_c)
+        )
+        self.gpu = gpu_source or open_gpu_source(t.source, config.engine.url + t.simulated_path)
+        self.broadcaster = LoadBroadcaster(config.service_id, time.time)
+        self.stream = AgentLoadService(self.broadcaster, config.heartbeat_s)
+        self.engine_load = EngineLoad()
+        self.gpu_reading = GpuReading()
+        self.engine_ok = False
+        self.registration: Registration | None = None
+        self.consul: ConsulClient | None = None
+        self.load_port = 0
+        self.admin_port = 0
+        self.done = asyncio.Event()  # set when a drain has finished
+        self._drain_task: asyncio.Task | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._grpc = None
+        self._admin: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.m_health = Gauge(
+            "gpuroute_agent_health",
+            "1 for the current health state.",
+            ["state"],
+            registry=self.registry,
+        )
+        self.m_transitions = Counter(
+            "gpuroute_agent_health_transitions_total",
+            "Health transitions.",
+            ["to"],
+            registry=self.registry,
+        )
+        self.m_consul_up = Gauge(
+            "gpuroute_agent_consul_up",
+            "Whether the last Consul call worked.",
+            registry=self.registry,
+        )
+        self.m_watchers = Gauge(
+            "gpuroute_agent_load_watchers",
+            "Routers streaming this agent's load.",
+            registry=self.registry,
+        )
+        self.m_scrape_errors = Counter(
+            "gpuroute_agent_engine_scrape_errors_total",
+            "Failed engine /metrics scrapes.",
+            registry=self.registry,
+        )
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    async def start(self) -> None:
+        c = self.config
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1.0))
+        self._grpc, self.load_port = await start_load_server(
+            self.stream, c.load_stream.host, c.load_stream.port
+        )
+        await self._start_admin()
+        if c.consul.enabled:
+            self.consul = ConsulClient(
+                c.consul.address, token=c.consul.token, timeout_s=c.consul.timeout_s
+            )
+            self.registration = Registration(c, self.consul, self.load_port, self._consul_status)
+            self._tasks.append(asyncio.create_task(self.registration.run()))
+        self._tasks.append(asyncio.create_task(self._sample_loop()))
+        self._tasks.append(asyncio.create_task(self._health_loop()))
+        log.info(
+            "agent %s: engine %s, load stream :%d, admin :%d, GPU source %s",
+            c.service_id,
+            c.engine.url,
+            self.load_port,
+            self.admin_port,
+            self.gpu.name,
+        )
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self.stream.closing.set()
+        if self._grpc is not None:
+            await self._grpc.stop(grace=0.5)
+        if self._admin is not None:
+            await self._admin.cleanup()
+        if self.consul is not None:
+            await self.consul.close()
+        if self._session is not None:
+            await self._session.close()
+        await self.gpu.close()
+
+    def _consul_status(self) -> tuple[str, str]:
+        return self.health.consul_status, self.health.consul_output
+
+    # -- sampling -----------------------------------------------------------------------------
+    async def _health_loop(self) -> None:
+        """Engine /health probes feed the health machine (slower than load samples)."""
+        url = self.config.engine.url + self.config.engine.health_path
+        while True:
+            try:
+                async with self._session.get(url) as response:
+                    ok = response.status == 200
+            except (aiohttp.ClientError, TimeoutError, OSError):
+                ok = False
+            self.engine_ok = ok
+            await self._observe()
+            await asyncio.sleep(self.config.telemetry.health_interval_s)  # a period
+
+    async def _observe(self) -> None:
+        g = self.gpu_reading
+        temps = [x.temperature_c for x in g.gpus if x.temperature_c is not None]
+        reasons = tuple(sorted({r for x in g.gpus for r in x.throttle_reasons}))
+        degraded = degraded_reason(
+            g.throttled,
+            reasons,
+            max(temps, default=None),
+            g.ecc_uncorrected,
+            g.error,
+            self.health.settings,
+        )
+        transition = self.health.observe(time.monotonic(), self.engine_ok, degraded)
+        if transition is not None:
+            await self._on_transition(transition.new, transition.reason)
+
+    async def _on_transition(self, new: Health, reason: str) -> None:
+        log.info("health -> %s (%s)", new.value, reason)
+        self.m_transitions.labels(new.value).inc()
+        for state in Health:
+            self.m_health.labels(state.value).set(float(state is new))
+        await self.broadcaster.set_health(new.value)
+        if self.registration is not None:
+            self.registration.changed.set()
+
+    async def _sample_loop(self) -> None:
+        engine = self.config.engine
+        url = engine.url + engine.metrics_path
+        while True:
+            started = time.monotonic()
+            metrics, self.gpu_reading = await asyncio.gather(self._scrape(url), self.gpu.read())
+            if metrics is not None:
+                self.engine_load = metrics
+            g = self.gpu_reading
+            await self.broadcaster.publish(
+                LoadSample(
+                    running=self.engine_load.running or 0,
+                    waiting=self.engine_load.waiting or 0,
+                    kv_cache_usage=self.engine_load.kv_cache_usage or 0.0,
+                    gpu_util=g.util,
+                    memory_free_bytes=g.memory_free,
+                    throttled=g.throttled,
+                    health=self.health.state.value,
+                )
+            )
+            self.m_watchers.set(self.broadcaster.watchers)
+            if self.registration is not None:
+                self.m_consul_up.set(float(self.registration.consul_up))
+            elapsed = time.monotonic() - started
+            await asyncio.sleep(max(0.0, self.config.telemetry.interval_s - elapsed))
+
+    async def _scrape(self, url: str) -> EngineLoad | None:
+        try:
+            async with self._session.get(url) as response:
+                if response.status != 200:
+                    raise ValueError(f"HTTP {response.status}")
+                text = await response.text()
+            return parse_engine_metrics(text, self.config.engine.kind)
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
+            self.m_scrape_errors.inc()
+            return None
+
+    # -- drain ----------------------------------------------------------------------------------
+    def drain(self) -> asyncio.Task:
+        """Start draining once; later calls return the same task."""
+        if self._drain_task is None:
+            self._drain_task = asyncio.create_task(self._drain())
+        return self._drain_task
+
+    async def _drain(self) -> dict:
+        c = self.config
+        started = time.monotonic()
+        transition = self.health.drain("drain requested")
+        if transition is not None:
+            await self._on_transition(transition.new, transition.reason)
+        if self.registration is not None:
+            try:
+                await self.registration.maintenance("gpuroute agent draining")
+            except ConsulUnavailable as exc:
+                log.warning("drain: could not set Consul maintenance (%s)", exc)
+        # requests a router sent just before it saw the drain may still be on the wire
+        await asyncio.sleep(c.drain_grace_s)  # a grace period, not a synchronisation
+        deadline = started + c.drain_timeout_s
+        idle_samples = 0
+        while time.monotonic() < deadline and idle_samples < 2:
+            idle_samples = idle_samples + 1 if self.engine_load.in_flight == 0 else 0
+            await asyncio.sleep(c.telemetry.interval_s)
+        left = self.engine_load.in_flight
+        if self.registration is not None:
+            try:
+                await self.registration.deregister()
+            except ConsulUnavailable as exc:
+                log.warning("drain: could not deregister (%s); Consul will reap it", exc)
+        result = {
+            "drained": left == 0,
+            "in_flight_left": left,
+            "seconds": round(time.monotonic() - started, 3),
+        }
+        log.info("drain finished: %s", result)
+        self.done.set()
+        return result
+
+    # -- admin ----------------------------------------------------------------------------------
+    async def _start_admin(self) -> None:
+        app = web.Application()
+        app.router.add_get("/healthz", lambda _r: web.json_response({"status": "ok"}))
+        app.router.add_get("/status", self._status)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_post("/drain", self._drain_endpoint)
+        self._admin = web.AppRunner(app, access_log=None)
+        await self._admin.setup()
+        site = web.TCPSite(self._admin, self.config.admin.host, self.config.admin.port)
+        await site.start()
+        self.admin_port = self._admin.addresses[0][1]
+
+    def status(self) -> dict:
+        g, e = self.gpu_reading, self.engine_load
+        r = self.registration
+        return {
+            "id": self.config.service_id,
+            "health": self.health.state.value,
+            "reason": self.health.reason,
+            "engine": {
+                "ok": self.engine_ok,
+                "running": e.running,
+                "waiting": e.waiting,
+                "kv_cache_usage": e.kv_cache_usage,
+            },
+            "gpu": {
+                "source": self.gpu.name,
+                "count": len(g.gpus),
+                "util": round(g.util, 3),
+                "memory_free_bytes": g.memory_free,
+                "throttled": g.throttled,
+                "error": g.error,
+            },
+            "consul": None
+            if r is None
+            else {"up": r.consul_up, "registered": r.registered, "writes": r.writes},
+            "load_stream": {
+                "port": self.load_port,
+                "watchers": self.broadcaster.watchers,
+                "seq": self.broadcaster.seq,
+            },
+        }
+
+    async def _status(self, _request: web.Request) -> web.Response:
+        return web.json_response(self.status())
+
+    async def _metrics(self, _request: web.Request) -> web.Response:
+        body = generate_latest(self.registry)
+        return web.Response(body=body, content_type="text/plain", charset="utf-8")
+
+    async def _drain_endpoint(self, _request: web.Request) -> web.Response:
+        return web.json_response(await asyncio.shield(self.drain()))
+
+
+async def serve_agent(agent: Agent) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, agent.drain)
+    await agent.start()
+    print(f"gpuroute agent {agent.config.service_id} admin on :{agent.admin_port}", flush=True)
+    await agent.done.wait()
+    await agent.stop()  # the admin runner's cleanup lets a pending /drain answer finish
+
+
+def run_agent(path: str) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        config = load_agent_config(path)
+    except ConfigError as exc:
+        print(f"gpuroute agent: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover
+        runner = asyncio.run
+
+    async def main() -> None:
+        await serve_agent(Agent(config))
+
+    try:
+        runner(main())
+    except OSError as exc:
+        print(f"gpuroute agent: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def request_drain(path: str, timeout_s: float | None = None) -> int:
+    """`gpuroute agent drain --config FILE`: ask the running agent to drain; wait for it."""
+    try:
+        config = load_agent_config(path)
+    except ConfigError as exc:
+        print(f"gpuroute agent drain: error: {exc}", file=sys.stderr)
+        return 2
+    url = f"http://{config.admin.host}:{config.admin.port}/drain"
+    wait = timeout_s or config.drain_timeout_s + config.drain_grace_s + 30
+
+    async def call() -> int:
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=wait)) as s:
+                async with s.post(url) as response:
+                    print(await response.text())
+                    return 0 if response.status == 200 else 1
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            print(f"gpuroute agent drain: cannot reach the agent at {url}: {exc}", file=sys.stderr)
+            return 1
+
+    return asyncio.run(call())
