@@ -83,9 +83,7 @@ class LoadBroadcaster:
         """Return when a sample newer than `version` exists, or after `timeout`."""
         async with self._new:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    self._new.wait_for(lambda: self.version > version), timeout
-                )
+                await asyncio.wait_for(self._new.wait_for(lambda: self.version > version), timeout)
 
 
 class AgentLoadService(load_pb2_grpc.AgentLoadServicer):
@@ -94,7 +92,7 @@ class AgentLoadService(load_pb2_grpc.AgentLoadServicer):
         self.heartbeat_s = heartbeat_s
         self.closing = asyncio.Event()
 
-    async def WatchLoad(  # noqa: N802 - the name is the RPC's
+    async def WatchLoad(
         self, request: load_pb2.WatchLoadRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[load_pb2.LoadReport]:
         b = self.broadcaster

@@ -9,11 +9,13 @@ trying with backoff and re-registers when it comes back."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from gpuroute.agent.config import AgentConfig
+
 from gpuroute.consul_client import ConsulClient, ConsulUnavailable, UnknownCheck, check_meta
 from gpuroute.gpus import GPU_SPECS
 
@@ -104,10 +106,8 @@ class Registration:
             await self._wait(refresh)
 
     async def _wait(self, seconds: float) -> None:
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.changed.wait(), seconds)
-        except TimeoutError:
-            pass
         self.changed.clear()
 
     async def _register(self) -> None:

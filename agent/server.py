@@ -15,8 +15,6 @@ import time
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-
 from gpuroute.agent.config import AgentConfig, load_agent_config
 from gpuroute.agent.core.health import Health, HealthSettings, HostHealth, degraded_reason
 from gpuroute.agent.engine_metrics import EngineLoad, parse_engine_metrics
@@ -28,6 +26,8 @@ from gpuroute.agent.load_stream import (
     start_load_server,
 )
 from gpuroute.agent.registration import Registration
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
 from gpuroute.config import ConfigError
 from gpuroute.consul_client import ConsulClient, ConsulUnavailable
 
@@ -349,10 +349,10 @@ def request_drain(path: str, timeout_s: float | None = None) -> int:
 
     async def call() -> int:
         try:
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=wait)) as s:
-                async with s.post(url) as response:
-                    print(await response.text())
-                    return 0 if response.status == 200 else 1
+            timeout = aiohttp.ClientTimeout(total=wait)
+            async with aiohttp.ClientSession(timeout=timeout) as s, s.post(url) as response:
+                print(await response.text())
+                return 0 if response.status == 200 else 1
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             print(f"gpuroute agent drain: cannot reach the agent at {url}: {exc}", file=sys.stderr)
             return 1

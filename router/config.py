@@ -90,6 +90,21 @@ class OutlierConfig(StrictModel):
     enforcing: bool = True
 
 
+class MembershipConfig(StrictModel):
+    """Backends discovered through Consul (`consul` set) instead of, or besides, `backends`."""
+
+    consul: str | None = None  # e.g. "http://127.0.0.1:8500", the local Consul agent
+    token: str | None = None
+    datacenter: str | None = None
+    service: str = "gpuroute-engine"
+    wait_s: float = Field(default=30.0, ge=1, le=600)  # blocking-query wait (Consul caps 10m)
+    min_interval_s: float = Field(default=0.05, ge=0)  # rate limit between blocking queries
+    timeout_s: float = Field(default=3.0, gt=0)
+    max_inflight: int = Field(default=256, ge=1)  # per discovered backend
+    load_streams: bool = True  # open each agent's gRPC load stream
+    load_stale_s: float = Field(default=1.0, gt=0)  # older agent reports are ignored
+
+
 class RouterConfig(StrictModel):
     listen: ListenConfig = ListenConfig()
     policy: PolicyName = "least_outstanding_work"
@@ -103,7 +118,14 @@ class RouterConfig(StrictModel):
     admission: AdmissionConfig = AdmissionConfig()
     breaker: BreakerConfig = BreakerConfig()
     outlier: OutlierConfig = OutlierConfig()
-    backends: list[BackendConfig] = Field(min_length=1)
+    membership: MembershipConfig = MembershipConfig()
+    backends: list[BackendConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _has_backends(self) -> RouterConfig:
+        if not self.backends and not self.membership.consul:
+            raise ValueError("list [[backends]] or set membership.consul to discover them")
+        return self
 
     @field_validator("backends")
     @classmethod

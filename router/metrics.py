@@ -119,6 +119,29 @@ class RouterMetrics:
             "gpuroute_breaker_transitions", "Breaker state changes.", ["backend", "to"], registry=r
         )
 
+        self.membership_stale = Gauge(
+            "gpuroute_membership_stale",
+            "1 while Consul cannot be reached: routing on the last known backend set.",
+            registry=r,
+        )
+        self.membership_changes = Counter(
+            "gpuroute_membership_changes",
+            "Backend set changes from Consul, by kind (joined, down, up, left, removed).",
+            ["change"],
+            registry=r,
+        )
+        self.agents_stale = Gauge(
+            "gpuroute_agents_stale",
+            "Discovered backends whose agent load report is older than load_stale_s.",
+            registry=r,
+        )
+        self.load_report_age = Histogram(
+            "gpuroute_load_report_age_seconds",
+            "Age of an agent's load sample when it reaches the router.",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=r,
+        )
+
     def watch_backends(self, backends: BackendSet, health: BackendHealth) -> None:
         self.registry.register(BackendCollector(backends, health))
 

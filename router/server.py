@@ -20,9 +20,11 @@ from gpuroute.router.core.backend import ROUTABLE_STATES, Backend, BackendSet
 from gpuroute.router.core.breaker import BreakerSettings
 from gpuroute.router.core.cost import CostEstimator
 from gpuroute.router.core.health import BackendHealth
+from gpuroute.router.core.membership import Member
 from gpuroute.router.core.outlier import OutlierSettings
 from gpuroute.router.core.policies import build_policy
 from gpuroute.router.core.scheduler import Scheduler
+from gpuroute.router.membership import Membership
 from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.priors import engine_priors
 from gpuroute.router.proxy import Proxy
@@ -63,6 +65,18 @@ class RouterApp:
         self.metrics = RouterMetrics()
         self.metrics.watch_backends(self.scheduler.backends, self.scheduler.health)
         self.proxy = Proxy(config, self.scheduler, self.metrics, self.priors, rng=rng)
+        self.membership: Membership | None = None
+        if config.membership.consul:
+            self.membership = Membership(
+                config.membership,
+                self.scheduler,
+                self.metrics,
+                known_gpus=self.priors,
+                capacity_of=lambda member: self.priors[member.gpu].capacity,
+                on_join=self._joined,
+                on_remove=self._removed,
+                clock=self.proxy.clock,
+            )
         self.draining = False
         self._ticker: asyncio.Task | None = None
         self._probes: dict[str, asyncio.Task] = {}
@@ -81,13 +95,25 @@ class RouterApp:
         app.on_cleanup.append(self._cleanup)
         return app
 
+    def _joined(self, backend: Backend, member: Member) -> None:
+        self.proxy.urls[backend.backend_id] = member.url
+        self.proxy.gate.max_inflight[backend.backend_id] = self.config.membership.max_inflight
+
+    def _removed(self, backend_id: str) -> None:
+        self.proxy.urls.pop(backend_id, None)
+        self.proxy.gate.max_inflight.pop(backend_id, None)
+
     async def _startup(self, _app: web.Application) -> None:
         await self.proxy.start()
+        if self.membership is not None:
+            await self.membership.start()
         self._ticker = asyncio.create_task(self._tick_loop())
 
     async def _cleanup(self, _app: web.Application) -> None:
         for task in self._probes.values():
             task.cancel()
+        if self.membership is not None:
+            await self.membership.close()
         if self._ticker is not None:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -105,6 +131,8 @@ class RouterApp:
             if moved := self.proxy.watch.rescue():
                 log.warning("moved %d requests off ejected or slow backends", moved)
             self.scheduler.backends.finish_warmups(now)
+            if self.membership is not None:
+                self.membership.tick()
             self.proxy.gate.expire()
             self.proxy.gate.dispatch()
 
@@ -174,7 +202,19 @@ class RouterApp:
                     "ejected": health.outliers.is_ejected(b.backend_id),
                 }
             )
-        return web.json_response({"policy": self.config.policy, "backends": rows})
+            if self.membership is not None and (extra := self.membership.describe(b.backend_id)):
+                rows[-1].update(extra)
+        body: dict = {"policy": self.config.policy, "backends": rows}
+        if (m := self.membership) is not None:
+            body["membership"] = {
+                "consul": self.config.membership.consul,
+                "stale": m.stale,
+                "members": len(m.members),
+                "since_sync_s": None
+                if m.last_sync is None
+                else round(self.proxy.clock() - m.last_sync, 3),
+            }
+        return web.json_response(body)
 
 
 class RouterServer:

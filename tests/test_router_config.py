@@ -32,7 +32,12 @@ def test_example_config_matches_the_defaults_and_builds_a_router() -> None:
         ("[retry]\nbudget_ratio = 2\n" + BACKEND, "retry.budget_ratio", "less than or equal to 1"),
         ('[admission]\ndefault_priority = "vip"\n' + BACKEND, "admission", "unknown priority"),
         ("[limits]\nmax_body = 1\n" + BACKEND, "limits.max_body", "Extra inputs"),
-        ("", "backends", "Field required"),
+        ("", "(top level)", "list [[backends]] or set membership.consul"),
+        (
+            '[membership]\nconsul = "http://127.0.0.1:8500"\nwait_s = 0\n',
+            "membership.wait_s",
+            "greater than or equal to 1",
+        ),
     ],
 )
 def test_bad_config_names_file_and_key(tmp_path, text, key, message) -> None:
@@ -50,5 +55,4 @@ def test_router_cli_reports_each_config_error_with_file_and_key(tmp_path, capsys
     lines = capsys.readouterr().err.strip().removeprefix("gpuroute router: error: ").splitlines()
     assert lines == [
         f"{path}: policy: Input should be a valid string",
-        f"{path}: backends: Field required",
     ]

@@ -28,6 +28,7 @@ class Backend:
         "address",
         "backend_id",
         "capacity",
+        "external",
         "gpu_type",
         "in_flight",
         "models",
@@ -62,6 +63,7 @@ class Backend:
         self.reason = "configured"
         self.in_flight = 0
         self.outstanding = 0.0  # seconds of GPU work admitted and not yet finished
+        self.external = 0.0  # work other routers put here, from the agent's load report
         self.slowness = 1.0  # observed / expected speed against the fleet (SlownessTracker)
 
     def __repr__(self) -> str:

@@ -64,7 +64,8 @@ class PickContext:
         stretched by how much slower than expected it has been running."""
         if cost is None:
             cost = self.cost_on(backend)
-        return (backend.outstanding + cost) * backend.slowness / self.warmup_factor(backend)
+        work = backend.outstanding + backend.external + cost
+        return work * backend.slowness / self.warmup_factor(backend)
 
 
 class Policy(Protocol):

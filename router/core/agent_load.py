@@ -1,0 +1,76 @@
+"""Agents' load reports merged with the router's own ledger (pure: times are arguments).
+
+The ledger is the primary signal: it knows this router's requests the moment they are sent.
+What it cannot see is work other routers put on the same engine; an agent's report shows
+it as running + waiting beyond this router's in-flight count. That surplus, priced at the
+mean cost of a request on the backend, becomes the backend's `external` work. A report
+older than `stale_after_s` says nothing any more: external work drops to zero and the
+ledger alone decides."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuroute.router.core.backend import Backend
+
+
+@dataclass(frozen=True, slots=True)
+class AgentReport:
+    seq: int
+    timestamp: float  # agent's wall clock when sampled
+    running: int
+    waiting: int
+    kv_cache_usage: float
+    gpu_util: float
+    throttled: bool
+    health: str
+    received_at: float  # router's monotonic clock
+
+
+class AgentLoadView:
+    def __init__(self, stale_after_s: float = 1.0) -> None:
+        if stale_after_s <= 0:
+            raise ValueError("stale_after_s must be > 0")
+        self.stale_after_s = stale_after_s
+        self.reports: dict[str, AgentReport] = {}
+
+    def record(self, backend_id: str, report: AgentReport) -> bool:
+        """Keep a report unless it is older than the one held (seq restarts with the agent,
+        so order by the sample time). Returns whether the agent's health changed."""
+        held = self.reports.get(backend_id)
+        if held is not None and report.timestamp < held.timestamp:
+            return False
+        self.reports[backend_id] = report
+        return held is None or held.health != report.health
+
+    def forget(self, backend_id: str) -> None:
+        self.reports.pop(backend_id, None)
+
+    def fresh(self, backend_id: str, now: float) -> AgentReport | None:
+        report = self.reports.get(backend_id)
+        if report is None or now - report.received_at > self.stale_after_s:
+            return None
+        return report
+
+    def age(self, backend_id: str, wall_now: float) -> float | None:
+        """How old the freshest load this router holds for the backend is (agent clock)."""
+        report = self.reports.get(backend_id)
+        return None if report is None else max(0.0, wall_now - report.timestamp)
+
+    def external_work(self, backend: Backend, now: float, mean_cost_s: float) -> float:
+        report = self.fresh(backend.backend_id, now)
+        if report is None:
+            return 0.0
+        others = report.running + report.waiting - backend.in_flight
+        return max(0, others) * mean_cost_s
+
+    def update(self, backends, now: float, mean_cost_s) -> int:
+        """Refresh every backend's external work; returns how many have stale or no reports."""
+        stale = 0
+        for backend in backends:
+            if backend.backend_id not in self.reports:
+                continue
+            if self.fresh(backend.backend_id, now) is None:
+                stale += 1
+            backend.external = self.external_work(backend, now, mean_cost_s(backend))
+        return stale

@@ -1,0 +1,183 @@
+"""Membership from Consul's health entries, as pure functions: what the catalog says, and
+what must change in the backend set for it.
+
+Consul carries membership and health *transitions* only; load comes over the agents'
+streams (DESIGN.md). A critical or departed member takes no new requests but keeps the ones
+it has; a member back from critical, or a new one, re-enters through slow start."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuroute.router.core.backend import ROUTABLE_STATES, Backend, BackendSet, BackendState
+
+STATUS_RANK = {"passing": 0, "warning": 1, "critical": 2, "maintenance": 2}
+MEMBERSHIP_REASON = "consul"  # prefix of every state reason this module sets
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    backend_id: str
+    url: str  # http://address:port of the engine
+    gpu: str
+    models: tuple[str, ...]
+    status: str  # worst of the entry's checks: passing, warning or critical
+    output: str = ""
+    capacity: float | None = None
+    load_address: str | None = None  # host:port of the agent's gRPC load stream
+    region: str = ""
+    zone: str = ""
+
+    @property
+    def routable(self) -> bool:
+        return self.status in ("passing", "warning")
+
+
+def members_from_entries(
+    entries: Iterable[Mapping[str, Any]], known_gpus: Iterable[str]
+) -> tuple[dict[str, Member], list[str]]:
+    """Parse /v1/health/service entries; entries gpuroute cannot use are reported, not kept."""
+    gpus = set(known_gpus)
+    members: dict[str, Member] = {}
+    problems: list[str] = []
+    for entry in entries:
+        service = entry.get("Service") or {}
+        node = entry.get("Node") or {}
+        sid = service.get("ID") or ""
+        meta = service.get("Meta") or {}
+        address = service.get("Address") or node.get("Address") or ""
+        port = service.get("Port") or 0
+        gpu = meta.get("gpu_model", "")
+        models = tuple(m for m in (meta.get("models") or "").split(",") if m)
+        if not sid or not address or not port:
+            problems.append(f"entry without ID, address or port: {sid or '?'}")
+            continue
+        if gpu not in gpus or not models:
+            problems.append(f"{sid}: unknown gpu_model {gpu!r} or no models in Meta")
+            continue
+        checks = entry.get("Checks") or []
+        worst = max(checks, key=_severity, default=None)
+        status = "passing" if worst is None else worst.get("Status", "critical")
+        if status not in STATUS_RANK:
+            status = "critical"
+        try:
+            capacity = float(meta["capacity"]) if meta.get("capacity") else None
+            load_port = int(meta["load_port"]) if meta.get("load_port") else None
+        except ValueError:
+            problems.append(f"{sid}: capacity or load_port in Meta is not a number")
+            continue
+        host = f"[{address}]" if ":" in address else address
+        members[sid] = Member(
+            backend_id=sid,
+            url=f"http://{host}:{port}",
+            gpu=gpu,
+            models=models,
+            status=status,
+            output=(worst or {}).get("Output", "") if worst is not None else "",
+            capacity=capacity if capacity and capacity > 0 else None,
+            load_address=f"{host}:{load_port}" if load_port else None,
+            region=meta.get("region", ""),
+            zone=meta.get("zone", ""),
+        )
+    return members, problems
+
+
+@dataclass(slots=True)
+class MembershipChanges:
+    joined: list[Member] = field(default_factory=list)
+    down: list[str] = field(default_factory=list)  # critical now: drain
+    up: list[str] = field(default_factory=list)  # back from critical: slow start
+    left: list[str] = field(default_factory=list)  # gone from the catalog: drain, then remove
+
+    def __bool__(self) -> bool:
+        return bool(self.joined or self.down or self.up or self.left)
+
+
+def plan(
+    backends: BackendSet, managed: Iterable[str], members: Mapping[str, Member]
+) -> MembershipChanges:
+    """What to change so the managed part of `backends` follows `members`.
+    Backends not in `managed` (static ones from the config) are never touched."""
+    managed = set(managed)
+    changes = MembershipChanges()
+    for sid, member in members.items():
+        if sid not in backends:
+            changes.joined.append(member)
+            continue
+        if sid not in managed:
+            continue
+        backend = backends.get(sid)
+        by_us = backend.reason.startswith(MEMBERSHIP_REASON)
+        if not member.routable and backend.state in ROUTABLE_STATES:
+            changes.down.append(sid)
+        elif member.routable and backend.state is BackendState.DRAINING and by_us:
+            changes.up.append(sid)
+    changes.left = sorted(sid for sid in managed if sid in backends and sid not in members)
+    return changes
+
+
+def apply(
+    backends: BackendSet,
+    changes: MembershipChanges,
+    members: Mapping[str, Member],
+    now: float,
+    *,
+    capacity_of,
+    warm: bool,
+) -> list[Backend]:
+    """Apply a plan; returns the backends that joined. `capacity_of(member)` fills in a
+    capacity the agent did not advertise; `warm=False` on the first sync (no slow start)."""
+    added = []
+    for member in changes.joined:
+        backend = Backend(
+            member.backend_id,
+            member.gpu,
+            member.models,
+            capacity=member.capacity or capacity_of(member),
+            address=member.url,
+            zone=member.zone or None,
+        )
+        backends.add(backend, now, warm=warm)
+        if not member.routable:
+            backends.set_state(
+                backend, BackendState.DRAINING, now, f"{MEMBERSHIP_REASON}: critical"
+            )
+        else:
+            backend.reason = f"{MEMBERSHIP_REASON}: joined"
+        added.append(backend)
+    for sid in changes.down:
+        reason = members[sid].output or "critical"
+        backends.set_state(
+            backends.get(sid), BackendState.DRAINING, now, f"{MEMBERSHIP_REASON}: {reason}"
+        )
+    for sid in changes.up:
+        backends.set_state(
+            backends.get(sid), BackendState.WARMING, now, f"{MEMBERSHIP_REASON}: back"
+        )
+    for sid in changes.left:
+        backend = backends.get(sid)
+        if (
+            backend.state is not BackendState.DRAINING
+            or backend.reason != f"{MEMBERSHIP_REASON}: left"
+        ):
+            backends.set_state(backend, BackendState.DRAINING, now, f"{MEMBERSHIP_REASON}: left")
+    return added
+
+
+def removable(
+    backends: BackendSet, managed: Iterable[str], members: Mapping[str, Member]
+) -> list[str]:
+    """Departed members with nothing in flight: safe to forget."""
+    return [
+        sid
+        for sid in managed
+        if sid in backends and sid not in members and backends.get(sid).in_flight == 0
+    ]
+
+
+def _severity(check: Mapping[str, Any]) -> tuple[int, bool]:
+    """Worst status first; among equals prefer the service's own check over serfHealth,
+    whose output says less."""
+    return STATUS_RANK.get(check.get("Status"), 2), check.get("CheckID") != "serfHealth"

@@ -1,0 +1,254 @@
+"""The router's I/O for a self-describing fleet: Consul blocking queries for membership and
+health transitions, one gRPC load stream per agent for live load.
+
+Consul down or unreachable: keep the last known set, say so in metrics and /admin/backends,
+keep serving, and catch up by itself when Consul answers again. An agent's stream down:
+its reports go stale and the router's own ledger alone decides for that backend."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable
+
+import grpc
+from gpuroute.router.config import MembershipConfig
+from gpuroute.router.core.agent_load import AgentLoadView, AgentReport
+from gpuroute.router.core.backend import ROUTABLE_STATES, Backend, BackendState
+from gpuroute.router.core.membership import Member, apply, members_from_entries, plan, removable
+from gpuroute.router.core.scheduler import Scheduler
+from gpuroute.router.metrics import RouterMetrics
+
+from gpuroute.consul_client import ConsulClient, ConsulUnavailable, next_index
+from gpuroute.proto import load_pb2, load_pb2_grpc
+
+log = logging.getLogger("gpuroute.router.membership")
+AGENT_REASON = "agent"
+TYPICAL_PROMPT_TOKENS = 512  # prices another router's request when this one has none in flight
+GRPC_OPTIONS = [
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+]
+
+
+class Membership:
+    def __init__(
+        self,
+        config: MembershipConfig,
+        scheduler: Scheduler,
+        metrics: RouterMetrics,
+        *,
+        known_gpus: Iterable[str],
+        capacity_of: Callable[[Member], float],
+        on_join: Callable[[Backend, Member], None],
+        on_remove: Callable[[str], None],
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+        router_id: str = "router",
+    ) -> None:
+        self.config = config
+        self.scheduler = scheduler
+        self.metrics = metrics
+        self.known_gpus = tuple(known_gpus)
+        self.capacity_of = capacity_of
+        self.on_join, self.on_remove = on_join, on_remove
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.router_id = router_id
+        self.client = ConsulClient(
+            config.consul or "",
+            token=config.token,
+            datacenter=config.datacenter,
+            timeout_s=config.timeout_s,
+        )
+        self.view = AgentLoadView(config.load_stale_s)
+        self.members: dict[str, Member] = {}
+        self.managed: set[str] = set()  # backend ids this module added (static ones are not)
+        self.stale = True  # until the first answer
+        self.synced = asyncio.Event()
+        self.last_sync: float | None = None
+        self._problems: set[str] = set()
+        self._watch: asyncio.Task | None = None
+        self._streams: dict[str, asyncio.Task] = {}
+
+    async def start(self) -> None:
+        self._watch = asyncio.create_task(self._watch_loop())
+
+    async def close(self) -> None:
+        tasks = [t for t in (self._watch, *self._streams.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.client.close()
+
+    # -- Consul ---------------------------------------------------------------------------------
+    async def _watch_loop(self) -> None:
+        index, backoff = 0, 0.5
+        while True:
+            try:
+                returned, entries = await self.client.health_service(
+                    self.config.service, index, self.config.wait_s
+                )
+            except ConsulUnavailable as exc:
+                if not self.stale:
+                    log.warning(
+                        "Consul unreachable (%s): keeping %d backends", exc, len(self.members)
+                    )
+                self._set_stale(True)
+                index = 0  # a restarted Consul starts its indexes over
+                await asyncio.sleep(backoff * (0.5 + self.rng.random()))  # jittered backoff
+                backoff = min(backoff * 2, 10.0)
+                continue
+            backoff = 0.5
+            index = next_index(index, returned)
+            members, problems = members_from_entries(entries, self.known_gpus)
+            for problem in set(problems) - self._problems:
+                log.warning("Consul entry ignored: %s", problem)
+            self._problems = set(problems)
+            self.members = members
+            if self.stale:
+                log.info("Consul answered: %d members", len(members))
+            self._set_stale(False)
+            self.last_sync = self.clock()
+            self.reconcile(first=not self.synced.is_set())
+            self.synced.set()
+            # rate limit: a flapping service must not turn the loop into a busy poll
+            await asyncio.sleep(self.config.min_interval_s * (0.5 + self.rng.random()))
+
+    def _set_stale(self, stale: bool) -> None:
+        self.stale = stale
+        self.metrics.membership_stale.set(float(stale))
+
+    def reconcile(self, first: bool = False) -> None:
+        """Bring the backend set in line with the last known members (also run every tick,
+        so a backend's local state changes are checked against Consul's view)."""
+        now, backends = self.clock(), self.scheduler.backends
+        changes = plan(backends, self.managed, self.members)
+        if changes:
+            added = apply(
+                backends, changes, self.members, now, capacity_of=self.capacity_of, warm=not first
+            )
+            for backend in added:
+                member = self.members[backend.backend_id]
+                self.managed.add(backend.backend_id)
+                self.on_join(backend, member)
+                self._open_stream(backend.backend_id, member)
+            for kind in ("joined", "down", "up", "left"):
+                if n := len(getattr(changes, kind)):
+                    self.metrics.membership_changes.labels(kind).inc(n)
+                    log.info("membership %s: %s", kind, _ids(getattr(changes, kind)))
+        for sid in removable(backends, self.managed, self.members):
+            backends.remove(sid)
+            self.managed.discard(sid)
+            self.view.forget(sid)
+            if task := self._streams.pop(sid, None):
+                task.cancel()
+            self.on_remove(sid)
+            self.metrics.membership_changes.labels("removed").inc()
+
+    # -- agent load streams -------------------------------------------------------------------
+    def _open_stream(self, backend_id: str, member: Member) -> None:
+        if self.config.load_streams and member.load_address and backend_id not in self._streams:
+            self._streams[backend_id] = asyncio.create_task(
+                self._stream_loop(backend_id, member.load_address)
+            )
+
+    async def _stream_loop(self, backend_id: str, address: str) -> None:
+        backoff = 0.25
+        request = load_pb2.WatchLoadRequest(router_id=self.router_id)
+        while True:
+            try:
+                async with grpc.aio.insecure_channel(address, options=GRPC_OPTIONS) as channel:
+                    stub = load_pb2_grpc.AgentLoadStub(channel)
+                    async for report in stub.WatchLoad(request):
+                        backoff = 0.25
+                        self.on_report(backend_id, report)
+            except grpc.aio.AioRpcError as exc:
+                log.debug("load stream %s (%s): %s", backend_id, address, exc.code())
+            await asyncio.sleep(backoff * (0.5 + self.rng.random()))  # jittered reconnect
+            backoff = min(backoff * 2, 5.0)
+
+    def on_report(self, backend_id: str, r: load_pb2.LoadReport) -> None:
+        if backend_id not in self.scheduler.backends:
+            return
+        self.metrics.load_report_age.observe(max(0.0, time.time() - r.timestamp))
+        report = AgentReport(
+            r.seq,
+            r.timestamp,
+            r.running,
+            r.waiting,
+            r.kv_cache_usage,
+            r.gpu_util,
+            r.throttled,
+            r.health,
+            self.clock(),
+        )
+        backend = self.scheduler.backends.get(backend_id)
+        if self.view.record(backend_id, report):
+            self._agent_health(backend, report.health)
+        backend.external = self.view.external_work(
+            backend, report.received_at, self.mean_cost(backend)
+        )
+
+    def _agent_health(self, backend: Backend, health: str) -> None:
+        """An agent's drain or critical reaches the router before Consul's does."""
+        backends, now = self.scheduler.backends, self.clock()
+        if health in ("draining", "critical") and backend.state in ROUTABLE_STATES:
+            backends.set_state(backend, BackendState.DRAINING, now, f"{AGENT_REASON}: {health}")
+        elif (
+            health in ("passing", "warning")
+            and backend.state is BackendState.DRAINING
+            and backend.reason.startswith(AGENT_REASON)
+        ):
+            backends.set_state(backend, BackendState.WARMING, now, f"{AGENT_REASON}: {health}")
+
+    def mean_cost(self, backend: Backend) -> float:
+        if backend.in_flight:
+            return backend.outstanding / backend.in_flight
+        estimator = self.scheduler.estimator
+        model = next(iter(backend.models))
+        output = estimator.expected_output(model, None)
+        return estimator.seconds(backend.gpu_type, backend.capacity, TYPICAL_PROMPT_TOKENS, output)
+
+    def tick(self) -> None:
+        self.reconcile()
+        stale = self.view.update(
+            (self.scheduler.backends.get(s) for s in self.managed if s in self.scheduler.backends),
+            self.clock(),
+            self.mean_cost,
+        )
+        self.metrics.agents_stale.set(stale)
+
+    def describe(self, backend_id: str) -> dict | None:
+        """The Consul and agent view of one backend, for /admin/backends."""
+        if backend_id not in self.managed:
+            return None
+        member = self.members.get(backend_id)
+        report = self.view.reports.get(backend_id)
+        age = self.view.age(backend_id, time.time())
+        return {
+            "consul": None
+            if member is None
+            else {"status": member.status, "output": member.output},
+            "agent": None
+            if report is None
+            else {
+                "health": report.health,
+                "running": report.running,
+                "waiting": report.waiting,
+                "kv_cache_usage": round(report.kv_cache_usage, 3),
+                "gpu_util": round(report.gpu_util, 3),
+                "throttled": report.throttled,
+                "seq": report.seq,
+                "age_s": round(age, 3) if age is not None else None,
+                "fresh": self.view.fresh(backend_id, self.clock()) is not None,
+            },
+            "external_s": round(self.scheduler.backends.get(backend_id).external, 4),
+        }
+
+
+def _ids(items) -> str:
+    return ", ".join(m.backend_id if isinstance(m, Member) else m for m in items)
