@@ -96,7 +96,9 @@ class Registration:
                 log.warning("Consul lost the service (restart or reap); registering again")
                 self.registered = False
                 continue
-            except ConsulUnavailable as exc:
+            except Exception as exc:
+                if not isinstance(exc, ConsulUnavailable):
+                    log.exception("unexpected error talking to Consul")
                 if self.consul_up or self.registered:
                     log.warning("Consul: %s; retrying with backoff", exc)
                 self.consul_up, self.registered = False, False

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 import consul
 import consul.aio
 import consul.callback
+import consul.exceptions
 
 SERVICE_META_MAX_PAIRS = 64
 SERVICE_META_MAX_VALUE = 512
@@ -87,7 +88,7 @@ class ConsulClient:
             return await asyncio.wait_for(awaitable, timeout_s or self.timeout_s)
         except consul.NotFound as exc:
             raise UnknownCheck(str(exc)) from exc
-        except (consul.BadRequest, consul.ACLPermissionDenied) as exc:
+        except (consul.exceptions.BadRequest, consul.ACLPermissionDenied) as exc:
             raise ConsulRejected(f"Consul rejected the request: {exc}") from exc
         except (TimeoutError, OSError, consul.ConsulException) as exc:
             raise ConsulUnavailable(f"{type(exc).__name__}: {exc}".rstrip(": ")) from exc

@@ -86,6 +86,17 @@ class Membership:
 
     # -- Consul ---------------------------------------------------------------------------------
     async def _watch_loop(self) -> None:
+        while True:
+            try:
+                await self._follow_consul()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug here must not freeze membership: log, wait, go on
+                log.exception("membership loop failed; restarting it")
+                self._set_stale(True)
+                await asyncio.sleep(1.0)
+
+    async def _follow_consul(self) -> None:
         index, backoff = 0, 0.5
         while True:
             try:
@@ -126,7 +137,8 @@ class Membership:
         """Bring the backend set in line with the last known members (also run every tick,
         so a backend's local state changes are checked against Consul's view)."""
         now, backends = self.clock(), self.scheduler.backends
-        changes = plan(backends, self.managed, self.members)
+        vouched = self.vouched()
+        changes = plan(backends, self.managed, self.members, vouched)
         if changes:
             added = apply(
                 backends, changes, self.members, now, capacity_of=self.capacity_of, warm=not first
@@ -140,7 +152,7 @@ class Membership:
                 if n := len(getattr(changes, kind)):
                     self.metrics.membership_changes.labels(kind).inc(n)
                     log.info("membership %s: %s", kind, _ids(getattr(changes, kind)))
-        for sid in removable(backends, self.managed, self.members):
+        for sid in removable(backends, self.managed, self.members, vouched):
             backends.remove(sid)
             self.managed.discard(sid)
             self.view.forget(sid)
@@ -148,6 +160,15 @@ class Membership:
                 task.cancel()
             self.on_remove(sid)
             self.metrics.membership_changes.labels("removed").inc()
+
+    def vouched(self) -> set[str]:
+        """Backends whose agents stream fresh, healthy reports."""
+        now = self.clock()
+        return {
+            sid
+            for sid in self.managed
+            if (r := self.view.fresh(sid, now)) is not None and r.health in ("passing", "warning")
+        }
 
     # -- agent load streams -------------------------------------------------------------------
     def _open_stream(self, backend_id: str, member: Member) -> None:

@@ -164,3 +164,49 @@ async def scripted_backend(handler):
         yield f"http://127.0.0.1:{runner.addresses[0][1]}"
     finally:
         await runner.cleanup()
+
+
+def agent_toml(engine: FakeEngineProcess, consul: str, agent_id: str, **overrides: str) -> str:
+    """A node agent's config for `engine`, registering with the Consul agent at `consul`."""
+    top = {
+        "id": f'"{agent_id}"',
+        "drain_grace_s": overrides.pop("drain_grace_s", "0.5"),
+        "drain_timeout_s": overrides.pop("drain_timeout_s", "30"),
+    }
+    lines = [f"{k} = {v}" for k, v in top.items()]
+    lines += [
+        f'[engine]\nurl = "{engine.url}"\nmodels = ["{MODEL}"]\ngpu = "{engine.gpu}"',
+        '[telemetry]\nsource = "simulated"\nhealth_interval_s = 0.2\ninterval_s = 0.1',
+        f'[consul]\naddress = "{consul}"\nttl_s = 6',
+        f"[load_stream]\nport = {free_port()}",
+        f"[admin]\nport = {free_port()}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+class AgentProcess:
+    """`gpuroute agent --config` as a child process."""
+
+    def __init__(self, config_text: str, tmp_dir, name: str) -> None:
+        self.path = tmp_dir / f"{name}.toml"
+        self.path.write_text(config_text)
+        self.log = (tmp_dir / f"{name}.log").open("wb")
+        self.proc = subprocess.Popen(
+            gpuroute_cmd("agent", "--config", str(self.path)),
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def drain(self) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            gpuroute_cmd("agent", "drain", "--config", str(self.path)),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+        self.log.close()

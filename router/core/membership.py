@@ -7,7 +7,7 @@ it has; a member back from critical, or a new one, re-enters through slow start.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,10 +96,17 @@ class MembershipChanges:
 
 
 def plan(
-    backends: BackendSet, managed: Iterable[str], members: Mapping[str, Member]
+    backends: BackendSet,
+    managed: Iterable[str],
+    members: Mapping[str, Member],
+    vouched: Collection[str] = (),
 ) -> MembershipChanges:
     """What to change so the managed part of `backends` follows `members`.
-    Backends not in `managed` (static ones from the config) are never touched."""
+
+    Backends not in `managed` (static ones from the config) are never touched. A backend
+    missing from the catalog but `vouched` for (its agent streams fresh, healthy reports)
+    is kept: a restarted Consul shows an empty catalog until the agents register again,
+    and a real departure is announced on the stream first (the agent drains)."""
     managed = set(managed)
     changes = MembershipChanges()
     for sid, member in members.items():
@@ -114,7 +121,9 @@ def plan(
             changes.down.append(sid)
         elif member.routable and backend.state is BackendState.DRAINING and by_us:
             changes.up.append(sid)
-    changes.left = sorted(sid for sid in managed if sid in backends and sid not in members)
+    changes.left = sorted(
+        sid for sid in managed if sid in backends and sid not in members and sid not in vouched
+    )
     return changes
 
 
@@ -167,13 +176,19 @@ def apply(
 
 
 def removable(
-    backends: BackendSet, managed: Iterable[str], members: Mapping[str, Member]
+    backends: BackendSet,
+    managed: Iterable[str],
+    members: Mapping[str, Member],
+    vouched: Collection[str] = (),
 ) -> list[str]:
     """Departed members with nothing in flight: safe to forget."""
     return [
         sid
         for sid in managed
-        if sid in backends and sid not in members and backends.get(sid).in_flight == 0
+        if sid in backends
+        and sid not in members
+        and sid not in vouched
+        and backends.get(sid).in_flight == 0
     ]
 
 

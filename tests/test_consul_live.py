@@ -1,0 +1,275 @@
+"""Agents, a router and a real `consul agent -dev` on loopback: join, engine kill, drain,
+Consul outage. Every number asserted here is also printed, for the closing note."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import urllib.request
+
+import aiohttp
+import pytest
+from gpuroute.router.proxy import BACKEND_HEADER
+from live import (
+    AgentProcess,
+    agent_toml,
+    async_wait_for,
+    backends_state,
+    chat_body,
+    fake_engines,
+    running_router,
+)
+
+from gpuroute.consul_dev import HOW_TO_GET_CONSUL, ConsulDev, consul_binary
+
+pytestmark = pytest.mark.asyncio
+
+
+@pytest.fixture
+def consul(tmp_path):
+    binary = consul_binary()
+    if binary is None:
+        pytest.skip(HOW_TO_GET_CONSUL)
+    with ConsulDev(binary, log_path=tmp_path / "consul.log") as dev:
+        yield dev
+
+
+def membership_toml(consul: ConsulDev) -> str:
+    return (
+        "tick_s = 0.05\n[listen]\nport = 0\n"
+        f'[membership]\nconsul = "{consul.address}"\nwait_s = 5\n'
+    )
+
+
+def check_status(consul: ConsulDev, agent_id: str) -> str | None:
+    url = f"{consul.address}/v1/agent/checks"
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            checks = json.load(response)
+    except OSError:
+        return None
+    check = checks.get(f"gpuroute-agent:{agent_id}")
+    return check["Status"] if check else None
+
+
+class Clients:
+    """`workers` clients sending requests back to back; every outcome is recorded."""
+
+    def __init__(self, url: str, workers: int, *, stream: bool = False, max_tokens: int = 8):
+        self.url, self.workers, self.stream, self.max_tokens = url, workers, stream, max_tokens
+        self.results: list[tuple[float, str | None, int, bool]] = []  # sent, backend, status, ok
+        self.stop = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+
+    async def __aenter__(self) -> Clients:
+        self.session = aiohttp.ClientSession()
+        self._tasks = [asyncio.create_task(self._worker()) for _ in range(self.workers)]
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.stop.set()
+        await asyncio.gather(*self._tasks)
+        await self.session.close()
+
+    async def _worker(self) -> None:
+        body = chat_body(stream=self.stream, max_tokens=self.max_tokens)
+        while not self.stop.is_set():
+            sent = time.monotonic()
+            try:
+                async with self.session.post(self.url + "/v1/chat/completions", json=body) as r:
+                    text = await r.text()
+                    ok = r.status == 200 and (not self.stream or "data: [DONE]" in text)
+                    ok = ok and '"error"' not in text
+                    self.results.append((sent, r.headers.get(BACKEND_HEADER), r.status, ok))
+            except aiohttp.ClientError:
+                self.results.append((sent, None, 0, False))
+
+    @property
+    def failed(self) -> list[tuple[float, str | None, int, bool]]:
+        return [r for r in self.results if not r[3]]
+
+    def first_to(self, backend: str) -> float | None:
+        return min((r[0] for r in self.results if r[1] == backend), default=None)
+
+
+async def state_of(session, router_url: str, backend: str) -> str | None:
+    row = (await backends_state(session, router_url)).get(backend)
+    return row["state"] if row else None
+
+
+async def test_new_agent_gets_traffic_within_3s_and_consul_writes_only_on_transitions(
+    consul, tmp_path
+) -> None:
+    with fake_engines(("H100", 1.0), ("H100", 1.0)) as (e1, e2):
+        a1 = AgentProcess(agent_toml(e1, consul.address, "a1"), tmp_path, "a1")
+        try:
+            async with running_router(membership_toml(consul), tmp_path) as (url, _router):
+                async with aiohttp.ClientSession() as s:
+                    await async_wait_for(
+                        lambda: _routable(s, url, "a1"), 20, "a1 routable through Consul"
+                    )
+                async with Clients(url, workers=8) as clients:
+                    a2 = AgentProcess(agent_toml(e2, consul.address, "a2"), tmp_path, "a2")
+                    try:
+                        await async_wait_for(
+                            _sync(lambda: check_status(consul, "a2") == "passing"), 20, "a2 passing"
+                        )
+                        passing_at = time.monotonic()
+                        await async_wait_for(
+                            _sync(lambda: clients.first_to("a2") is not None),
+                            5,
+                            "a2's first request",
+                        )
+                        delay = max(0.0, clients.first_to("a2") - passing_at)
+                    finally:
+                        a2.stop()
+                print(f"\nfirst request to a new backend {delay:.3f} s after its check passed")
+                assert delay <= 3.0
+                assert clients.failed == []
+        finally:
+            a1.stop()
+
+
+async def test_engine_sigkill_no_new_requests_after_first_failure_and_no_client_errors(
+    consul, tmp_path
+) -> None:
+    with fake_engines(("H100", 1.0), ("H100", 1.0)) as (e1, e2):
+        agents = [
+            AgentProcess(agent_toml(e, consul.address, name), tmp_path, name)
+            for e, name in ((e1, "k1"), (e2, "k2"))
+        ]
+        try:
+            async with running_router(membership_toml(consul), tmp_path) as (url, router):
+                async with aiohttp.ClientSession() as s:
+                    for name in ("k1", "k2"):
+                        await async_wait_for(lambda n=name: _routable(s, url, n), 20, name)
+                    async with Clients(url, workers=8) as clients:
+                        await async_wait_for(
+                            _sync(lambda: clients.first_to("k2") is not None), 10, "k2 used"
+                        )
+                        killed_at = time.monotonic()
+                        e2.kill()
+                        await async_wait_for(
+                            lambda: _not_routable(s, url, "k2"), 15, "k2 out of rotation"
+                        )
+                        out_at = time.monotonic() - killed_at
+                        await async_wait_for(
+                            _sync(lambda: check_status(consul, "k2") == "critical"), 15, "critical"
+                        )
+                        critical_at = time.monotonic() - killed_at
+                        await asyncio.sleep(0.5)  # traffic keeps flowing: a load window
+            refused = _metric(router, "gpuroute_upstream_failures", backend="k2", kind="refused")
+            print(
+                f"\nengine SIGKILL: out of rotation after {out_at:.3f} s, critical in Consul "
+                f"after {critical_at:.2f} s; refused attempts {refused}"
+            )
+            assert refused <= 1, "a backend that refused a connection got new requests"
+            assert clients.failed == []
+        finally:
+            for agent in agents:
+                agent.stop()
+
+
+async def test_drain_sends_nothing_new_and_finishes_every_stream(consul, tmp_path) -> None:
+    with fake_engines(("H100", 1.0), ("H100", 1.0)) as (e1, e2):
+        agents = [
+            AgentProcess(agent_toml(e, consul.address, name), tmp_path, name)
+            for e, name in ((e1, "d1"), (e2, "d2"))
+        ]
+        try:
+            async with running_router(membership_toml(consul), tmp_path) as (url, _router):
+                async with aiohttp.ClientSession() as s:
+                    for name in ("d1", "d2"):
+                        await async_wait_for(lambda n=name: _routable(s, url, n), 20, name)
+                    async with Clients(url, workers=6, stream=True, max_tokens=200) as clients:
+                        await async_wait_for(
+                            _sync(lambda: clients.first_to("d2") is not None), 10, "d2 used"
+                        )
+                        started = time.monotonic()
+                        drain = asyncio.create_task(asyncio.to_thread(agents[1].drain))
+                        await async_wait_for(
+                            lambda: _state_is(s, url, "d2", "draining"), 10, "router sees drain"
+                        )
+                        seen_at = time.monotonic()
+                        result = await drain
+                    late = [r for r in clients.results if r[1] == "d2" and r[0] > seen_at]
+            summary = json.loads(result.stdout)
+            print(
+                f"\ndrain: router saw it {seen_at - started:.3f} s after the command; "
+                f"{summary}; streams {len(clients.results)}, failed {len(clients.failed)}"
+            )
+            assert result.returncode == 0 and summary["drained"] is True
+            assert late == []
+            assert clients.failed == []
+        finally:
+            for agent in agents:
+                agent.stop()
+
+
+async def test_consul_outage_keeps_serving_and_router_recovers(consul, tmp_path) -> None:
+    with fake_engines(("H100", 1.0), ("A100", 1.0)) as (e1, e2):
+        agents = [
+            AgentProcess(agent_toml(e, consul.address, name), tmp_path, name)
+            for e, name in ((e1, "o1"), (e2, "o2"))
+        ]
+        try:
+            async with running_router(membership_toml(consul), tmp_path) as (url, _router):
+                async with aiohttp.ClientSession() as s:
+                    for name in ("o1", "o2"):
+                        await async_wait_for(lambda n=name: _routable(s, url, n), 20, name)
+                    async with Clients(url, workers=6) as clients:
+                        consul.stop()
+                        await async_wait_for(lambda: _stale(s, url, True), 15, "stale membership")
+                        during = len(clients.results)
+                        await asyncio.sleep(3.0)  # an outage window with traffic flowing
+                        during = len(clients.results) - during
+                        await asyncio.to_thread(consul.start)
+                        back_at = time.monotonic()
+                        await async_wait_for(lambda: _stale(s, url, False), 20, "recovered")
+                        await async_wait_for(
+                            _sync(lambda: check_status(consul, "o1") == "passing"
+                                  and check_status(consul, "o2") == "passing"),
+                            20, "agents registered again",
+                        )  # fmt: skip
+                        recovered = time.monotonic() - back_at
+                        states = {n: await state_of(s, url, n) for n in ("o1", "o2")}
+            print(
+                f"\nConsul outage: {during} requests served while down, recovered "
+                f"{recovered:.2f} s after Consul came back, failed {len(clients.failed)}"
+            )
+            assert during > 0 and clients.failed == []
+            assert set(states.values()) <= {"ready", "warming"}
+        finally:
+            for agent in agents:
+                agent.stop()
+
+
+# -- helpers ------------------------------------------------------------------------------------
+def _sync(predicate):
+    async def check() -> bool:
+        return predicate()
+
+    return check
+
+
+async def _routable(session, url: str, backend: str) -> bool:
+    return await state_of(session, url, backend) in ("ready", "warming")
+
+
+async def _not_routable(session, url: str, backend: str) -> bool:
+    return not await _routable(session, url, backend)
+
+
+async def _state_is(session, url: str, backend: str, state: str) -> bool:
+    return await state_of(session, url, backend) == state
+
+
+async def _stale(session, url: str, stale: bool) -> bool:
+    async with session.get(url + "/admin/backends") as response:
+        return (await response.json())["membership"]["stale"] is stale
+
+
+def _metric(router, name: str, **labels: str) -> float:
+    value = router.metrics.registry.get_sample_value(name + "_total", labels)
+    return value or 0.0
