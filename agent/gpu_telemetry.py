@@ -43,6 +43,7 @@ class GpuSample:
     throttle_reasons: tuple[str, ...] = ()
     ecc_uncorrected: int | None = None  # volatile (since boot) uncorrected ECC errors
     retired_pages: int | None = None  # double-bit ECC retirements (pre-Hopper) or None
+    row_remap_pending: bool | None = None  # Ampere/Hopper: a remap needs a GPU reset
     processes: int | None = None
 
     @property
@@ -74,6 +75,10 @@ class GpuReading:
     @property
     def ecc_uncorrected(self) -> int:
         return sum(g.ecc_uncorrected or 0 for g in self.gpus)
+
+    @property
+    def row_remap_pending(self) -> bool:
+        return any(g.row_remap_pending for g in self.gpus)
 
 
 class GpuSource(Protocol):
@@ -163,6 +168,7 @@ class NvmlSource:
         retired = self._optional(
             n.nvmlDeviceGetRetiredPages, h, n.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
         )
+        remap = self._optional(n.nvmlDeviceGetRemappedRows, h)  # (corr, unc, pending, failed)
         procs = self._optional(n.nvmlDeviceGetComputeRunningProcesses, h)
         return GpuSample(
             index=index,
@@ -175,6 +181,7 @@ class NvmlSource:
             throttle_reasons=throttle_names(int(mask)),
             ecc_uncorrected=int(ecc) if ecc is not None else None,
             retired_pages=len(retired) if retired is not None else None,
+            row_remap_pending=bool(remap[2] or remap[3]) if remap is not None else None,
             processes=len(procs) if procs is not None else None,
         )
 
@@ -238,6 +245,7 @@ def _sample_from_json(g: dict[str, Any]) -> GpuSample:
         throttle_reasons=tuple(g.get("throttle_reasons", ())),
         ecc_uncorrected=g.get("ecc_uncorrected"),
         retired_pages=g.get("retired_pages"),
+        row_remap_pending=g.get("row_remap_pending"),
         processes=g.get("processes"),
     )
 

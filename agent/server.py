@@ -156,6 +156,7 @@ class Agent:
             g.ecc_uncorrected,
             g.error,
             self.health.settings,
+            g.row_remap_pending,
         )
         transition = self.health.observe(time.monotonic(), self.engine_ok, degraded)
         if transition is not None:

@@ -126,6 +126,7 @@ def degraded_reason(
     ecc_uncorrected: int,
     telemetry_error: str | None,
     settings: HealthSettings,
+    row_remap_pending: bool = False,
 ) -> str | None:
     """Why the host should be `warning`, in words that are stable between samples."""
     if throttled:
@@ -134,6 +135,8 @@ def degraded_reason(
         return f"GPU temperature at or above {settings.hot_temperature_c:g} C"
     if ecc_uncorrected > 0:
         return "uncorrected ECC errors since boot"
+    if row_remap_pending:
+        return "memory row remapping pending (needs a GPU reset)"
     if telemetry_error:
         return "GPU telemetry failing"
     return None
