@@ -12,6 +12,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from gpuroute.ports import free_ports
+
 CONSUL_VERSION = "1.22.2"  # scripts/build-consul.sh builds the same one
 HOW_TO_GET_CONSUL = (
     "Consul not found: run `make consul` (builds Consul "
@@ -30,20 +32,6 @@ def consul_binary() -> Path | None:
         return cached
     found = shutil.which("consul")
     return Path(found) if found else None
-
-
-def free_ports(n: int) -> list[int]:
-    import socket
-
-    socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    return ports
 
 
 class ConsulDev:

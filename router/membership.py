@@ -111,7 +111,7 @@ class Membership:
                 self._set_stale(True)
                 index = 0  # a restarted Consul starts its indexes over
                 await asyncio.sleep(backoff * (0.5 + self.rng.random()))  # jittered backoff
-                backoff = min(backoff * 2, 10.0)
+                backoff = min(backoff * 2, 5.0)
                 continue
             backoff = 0.5
             index = next_index(index, returned)

@@ -57,6 +57,15 @@ def add_bench_parser(sub) -> None:
     over.add_argument("--rounds", type=int, default=3, help="visits to each target (medians)")
     over.add_argument("--json", metavar="OUT")
 
+    fleet = kinds.add_parser(
+        "fleet", help="Consul-discovered simulated hosts: load staleness, Raft writes, outage"
+    )
+    fleet.add_argument("--hosts", type=int, default=50, help="simulated GPU hosts (agents)")
+    fleet.add_argument("--duration", type=float, default=60.0, help="steady-state seconds")
+    fleet.add_argument("--outage", type=float, default=30.0, help="Consul down this long (0: no)")
+    fleet.add_argument("--workers", type=int, default=8, help="closed-loop clients")
+    fleet.add_argument("--json", metavar="OUT")
+
 
 def live_spec(args: argparse.Namespace):
     from gpuroute.sim.bench_live import LiveBenchSpec, parse_engines, parse_fault
@@ -103,6 +112,30 @@ def print_table(console: Console, title: str, rows: list[dict], columns) -> None
     console.print(table)
 
 
+def print_fleet(console: Console, r: dict) -> None:
+    table = Table(title=f"fleet membership: {r['hosts']} agents, one router, Consul dev agent")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    rows = [
+        ("load staleness p50 / p99 / max (s)",
+         f"{r['staleness_p50_s']:.3f} / {r['staleness_p99_s']:.3f} / {r['staleness_max_s']:.3f}"),
+        ("staleness samples", f"{r['staleness_samples']:,}"),
+        ("Consul Raft writes (steady)", f"{r['raft_writes']} in {r['steady_seconds']:.0f} s"),
+        ("Consul Raft writes / s", f"{r['raft_writes_per_s']:.3f}"),
+        ("requests ok / failed", f"{r['requests_ok']:,} / {r['requests_failed']:,}"),
+    ]  # fmt: skip
+    if o := r.get("outage"):
+        rows += [
+            (f"Consul outage {o['seconds']:.0f} s: served / failed",
+             f"{o['served_during']:,} / {o['failed']:,}"),
+            ("router caught up after restart (s)", f"{o['router_recovered_s']:.2f}"),
+            ("all agents registered again (s)", f"{o['agents_registered_s']:.2f}"),
+        ]  # fmt: skip
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+
+
 def run_bench(args: argparse.Namespace) -> int:
     console = Console(stderr=args.json == "-", width=None if sys.stdout.isatty() else 140)
     try:
@@ -126,6 +159,16 @@ def run_bench(args: argparse.Namespace) -> int:
                 from gpuroute.sim.bench_plot import plot_live
 
                 plot_live(report, args.plot)
+        elif args.bench == "fleet":
+            from gpuroute.sim.bench_fleet import FleetBenchSpec, run_fleet_bench
+            from gpuroute.sim.bench_live import dump
+
+            if args.hosts < 1 or args.duration <= 0 or args.outage < 0 or args.workers < 1:
+                raise BenchError("need --hosts >= 1, --duration > 0, --outage >= 0, --workers >= 1")
+            spec = FleetBenchSpec(args.hosts, args.duration, args.outage, args.workers)
+            console.print(f"[bold]fleet[/]: {spec.hosts} simulated hosts, Consul dev agent")
+            report = run_fleet_bench(spec)
+            print_fleet(console, report)
         else:
             from gpuroute.sim.bench_live import dump
             from gpuroute.sim.bench_overhead import OVERHEAD_COLUMNS, run_overhead

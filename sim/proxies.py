@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+
+from gpuroute.ports import free_port
 
 BASELINES = ("haproxy", "nginx")
 # Optional: HAProxy leastconn with per-server weights from GPU capacity (conns ÷ weight),
@@ -23,12 +24,6 @@ EXTRA_BASELINES = ("haproxy-weighted",)
 
 class BenchError(RuntimeError):
     """A benchmark cannot run (missing binary, a process that would not start)."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_http(url: str, timeout: float, proc: subprocess.Popen, what: str) -> None:

@@ -1,0 +1,108 @@
+"""Many simulated GPU hosts in one process: N fake engines, each with its own node agent
+registering in Consul and streaming load. It lets one machine play a 50-host fleet for the
+membership benchmark (`gpuroute bench fleet`) and the demo, with the agents' real code.
+
+    python -m gpuroute.sim.fleet_host --hosts 50 --consul http://127.0.0.1:8500 \
+        --gpus H100,A100,L4 --time-scale 2 --ready FILE
+
+Prints one JSON line per host once all are serving, and writes it to --ready."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from aiohttp import web
+from gpuroute.agent.config import AgentConfig
+from gpuroute.agent.server import Agent
+from gpuroute.sim.fake_engine import FakeEngine, FakeEngineConfig
+
+from gpuroute.ports import free_ports
+
+
+def host_config(
+    index: int, gpu: str, engine_port: int, consul: str | None, *, sample_s: float
+) -> AgentConfig:
+    return AgentConfig.model_validate(
+        {
+            "id": f"sim-{index:03d}-{gpu.lower()}",
+            "zone": f"local-{'abc'[index % 3]}",
+            "engine": {
+                "url": f"http://127.0.0.1:{engine_port}",
+                "models": ["llama-3.1-8b"],
+                "gpu": gpu,
+            },
+            "telemetry": {"source": "simulated", "interval_s": sample_s},
+            "consul": {"enabled": consul is not None, "address": consul or "http://x:1"},
+            "load_stream": {"port": 0},
+            "admin": {"port": 0},
+            "drain_grace_s": 0.5,
+        }
+    )
+
+
+async def run_hosts(args: argparse.Namespace) -> None:
+    gpus = [g for g in args.gpus.split(",") if g]
+    runners, agents, hosts = [], [], []
+    for index, port in enumerate(free_ports(args.hosts)):
+        gpu = gpus[index % len(gpus)]
+        engine = FakeEngine(
+            FakeEngineConfig(gpu=gpu, port=port, time_scale=args.time_scale, seed=index)
+        )
+        runner = web.AppRunner(engine.app(), access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        runners.append(runner)
+        agent = Agent(host_config(index, gpu, port, args.consul, sample_s=args.sample_s))
+        await agent.start()
+        agents.append(agent)
+        hosts.append(
+            {
+                "id": agent.config.service_id,
+                "gpu": gpu,
+                "engine": f"http://127.0.0.1:{port}",
+                "load_port": agent.load_port,
+                "admin_port": agent.admin_port,
+            }
+        )
+    text = "\n".join(json.dumps(h) for h in hosts)
+    if args.ready:
+        Path(args.ready).write_text(text + "\n")
+    print(text, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    for agent in agents:
+        await agent.stop()
+    for runner in runners:
+        await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=10)
+    parser.add_argument("--consul", help="Consul HTTP address (omit: no registration)")
+    parser.add_argument("--gpus", default="H100,A100,L4")
+    parser.add_argument("--time-scale", type=float, default=1.0)
+    parser.add_argument("--sample-s", type=float, default=0.2)
+    parser.add_argument("--ready", help="write the host list here once all serve")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    try:
+        import uvloop
+
+        uvloop.run(run_hosts(args))
+    except ImportError:  # pragma: no cover
+        asyncio.run(run_hosts(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
