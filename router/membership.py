@@ -170,6 +170,15 @@ class Membership:
             if (r := self.view.fresh(sid, now)) is not None and r.health in ("passing", "warning")
         }
 
+    def lost(self, backend_id: str) -> bool:
+        """Consul says critical or gone, and the agent is silent: a crashed or cut-off host,
+        whose waiting requests will never be answered."""
+        if backend_id not in self.managed:
+            return False
+        member = self.members.get(backend_id)
+        consul_down = member is None or not member.routable
+        return consul_down and self.view.fresh(backend_id, self.clock()) is None
+
     # -- agent load streams -------------------------------------------------------------------
     def _open_stream(self, backend_id: str, member: Member) -> None:
         if self.config.load_streams and member.load_address and backend_id not in self._streams:

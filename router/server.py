@@ -77,6 +77,7 @@ class RouterApp:
                 on_remove=self._removed,
                 clock=self.proxy.clock,
             )
+            self.proxy.watch.lost = self.membership.lost
         self.draining = False
         self._ticker: asyncio.Task | None = None
         self._probes: dict[str, asyncio.Task] = {}

@@ -29,6 +29,9 @@ class BackendWatch:
         self.clock = clock
         self.rescue_slowness = rescue_slowness
         self.slowness = SlownessTracker()
+        # Set by the membership shell: True for a backend Consul calls critical or gone
+        # whose agent has gone silent too, i.e. a host that crashed or is cut off.
+        self.lost: Callable[[str], bool] = lambda _backend_id: False
         # backend -> request id -> (attempt task, started, expected duration)
         self._waiting: dict[str, dict[object, tuple[asyncio.Task, float, float]]] = {}
         self._rescued: set[object] = set()
@@ -94,18 +97,22 @@ class BackendWatch:
 
     def rescue(self) -> int:
         """Cancel attempts stuck on a backend since ejected or `rescue_slowness` times slow,
-        once past twice their expected duration (the rest may be about to finish). Nothing
-        reached their clients, so the proxy retries them elsewhere. Returns how many."""
+        once past twice their expected duration (the rest may be about to finish), and at
+        once on a lost host (nothing will come back from it). Nothing reached their clients,
+        so the proxy retries them elsewhere. Returns how many."""
         if not self.rescue_slowness:
             return 0
         now, moved = self.clock(), 0
         for backend in self.scheduler.backends:
             waiting = self._waiting.get(backend.backend_id)
+            if not waiting:
+                continue
+            lost = self.lost(backend.backend_id)
             bad = backend.state is BackendState.EJECTED or backend.slowness >= self.rescue_slowness
-            if not waiting or not bad:
+            if not (bad or lost):
                 continue
             for request_id, (task, started, expected) in list(waiting.items()):
-                if now - started > 2 * expected and request_id not in self._rescued:
+                if (lost or now - started > 2 * expected) and request_id not in self._rescued:
                     self._rescued.add(request_id)
                     task.cancel()
                     moved += 1
