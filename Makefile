@@ -13,6 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
+	$(BIN)/gpuroute demo
 	$(BIN)/gpuroute sim
 
 test: $(STAMP) bench-deps consul

@@ -55,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     router = sub.add_parser("router", help="run the regional router")
     router.add_argument("--config", required=True, metavar="FILE", help="router TOML")
 
+    demo = sub.add_parser(
+        "demo", help="one-machine fleet: simulated hosts, agents, Consul (if built), a router"
+    )
+    demo.add_argument("--seconds", type=float, default=16.0, help="seconds of traffic")
+
     agent = sub.add_parser("agent", help="run the node agent, or tell a running one to drain")
     agent.add_argument("action", nargs="?", choices=["run", "drain"], default="run")
     agent.add_argument("--config", required=True, metavar="FILE", help="agent TOML")
@@ -103,6 +108,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from gpuroute.router.server import run_router
 
             return run_router(args.config)
+        if args.command == "demo":
+            from gpuroute.sim.demo_fleet import run_demo
+
+            return run_demo(args.seconds)
         if args.command == "agent":
             from gpuroute.agent.server import request_drain, run_agent
 

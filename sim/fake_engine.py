@@ -206,7 +206,7 @@ class FakeEngine:
         model = self.engine.model
         return web.json_response(
             self.gpu.sample(
-                busy_s=model.busy_s,
+                busy=model.num_running + model.num_waiting > 0,
                 kv_usage=model.kv_usage(),
                 throttled=self.faults.throttle > 1,
                 processes=1,

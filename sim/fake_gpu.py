@@ -2,7 +2,7 @@
 
 The agent's simulated telemetry source reads it (GET /_gpu on the fake engine), so the agent
 runs the same code path on a laptop as on a GPU host, minus the NVML calls. Utilisation is
-the engine model's busy time over the last sampling window (what nvidia-smi calls util);
+whether the engine has work, smoothed over the last second (what nvidia-smi calls util);
 temperature and power follow utilisation; a throttle fault shows as a thermal slowdown."""
 
 from __future__ import annotations
@@ -31,22 +31,21 @@ class SimulatedGpu:
         self.weights_bytes = weights_bytes
         self.kv_bytes = kv_bytes
         self.clock = clock
-        self._last = (clock(), 0.0)  # (time, busy seconds) at the previous sample
+        self._last = clock()
         self._util = 0.0
 
-    def utilisation(self, busy_s: float) -> float:
-        """Busy fraction of wall time since the previous call."""
+    def utilisation(self, busy: bool, window_s: float = 1.0) -> float:
+        """Fraction of the last `window_s` the engine had work (exponentially weighted)."""
         now = self.clock()
-        then, busy_then = self._last
-        if now - then >= 0.05:
-            self._util = min(1.0, max(0.0, (busy_s - busy_then) / (now - then)))
-            self._last = (now, busy_s)
+        weight = min(1.0, (now - self._last) / window_s)
+        self._util += weight * (float(busy) - self._util)
+        self._last = now
         return self._util
 
     def sample(
-        self, *, busy_s: float, kv_usage: float, throttled: bool, processes: int
+        self, *, busy: bool, kv_usage: float, throttled: bool, processes: int
     ) -> dict[str, Any]:
-        util = self.utilisation(busy_s)
+        util = self.utilisation(busy)
         total = int(self.spec.memory_gb * 1e9)
         used = min(total, int(self.weights_bytes + kv_usage * self.kv_bytes))
         warm = IDLE_TEMP_C + util * (FULL_LOAD_TEMP_C - IDLE_TEMP_C)
