@@ -28,6 +28,7 @@ from gpuroute.agent.load_stream import (
 from gpuroute.agent.registration import Registration
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
+from gpuroute import runtime
 from gpuroute.config import ConfigError
 from gpuroute.consul_client import ConsulClient, ConsulUnavailable
 
@@ -314,24 +315,18 @@ async def serve_agent(agent: Agent) -> None:
 
 
 def run_agent(path: str) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    runtime.configure_logging()
     try:
         config = load_agent_config(path)
     except ConfigError as exc:
         print(f"gpuroute agent: error: {exc}", file=sys.stderr)
         return 2
-    try:
-        import uvloop
-
-        runner = uvloop.run
-    except ImportError:  # pragma: no cover
-        runner = asyncio.run
 
     async def main() -> None:
         await serve_agent(Agent(config))
 
     try:
-        runner(main())
+        runtime.run(main())
     except OSError as exc:
         print(f"gpuroute agent: error: {exc}", file=sys.stderr)
         return 1

@@ -75,6 +75,13 @@ class ConsulDev:
         except OSError:
             return False
 
+    def raft_index(self) -> int:
+        """The server's last Raft log index: every catalog write moves it by one."""
+        import json
+
+        with urllib.request.urlopen(self.address + "/v1/agent/self", timeout=5) as r:
+            return int(json.load(r)["Stats"]["raft"]["last_log_index"])
+
     def stop(self, sig: int = signal.SIGKILL) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(sig)

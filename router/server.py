@@ -29,6 +29,7 @@ from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.priors import engine_priors
 from gpuroute.router.proxy import Proxy
 
+from gpuroute import runtime
 from gpuroute.config import ConfigError
 from gpuroute.openai_api import error_response
 
@@ -266,18 +267,12 @@ class RouterServer:
 
 
 def run_router(path: str) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    runtime.configure_logging()
     try:
         config = load_router_config(path)
         router = RouterApp(config)
     except ConfigError as exc:
         print(f"gpuroute router: error: {exc}", file=sys.stderr)
         return 2
-    try:
-        import uvloop
-
-        runner = uvloop.run
-    except ImportError:  # pragma: no cover
-        runner = asyncio.run
-    runner(RouterServer(router).serve())
+    runtime.run(RouterServer(router).serve())
     return 0

@@ -37,11 +37,6 @@ class FleetBenchSpec:
     workdir: Path = field(default_factory=lambda: Path("out/bench-fleet"))
 
 
-def raft_index(consul: ConsulDev) -> int:
-    with urllib.request.urlopen(consul.address + "/v1/agent/self", timeout=5) as r:
-        return int(json.load(r)["Stats"]["raft"]["last_log_index"])
-
-
 def passing_count(consul: ConsulDev) -> int:
     url = consul.address + "/v1/health/service/gpuroute-engine?passing=1"
     try:
@@ -109,12 +104,12 @@ async def measure(spec: FleetBenchSpec, consul: ConsulDev, router_url: str) -> d
         driver = asyncio.create_task(traffic.run())
         await asyncio.sleep(3.0)  # settle: first streams, warm-ups; not a synchronisation
         ages: list[float] = []
-        index0, t0 = raft_index(consul), time.monotonic()
+        index0, t0 = consul.raft_index(), time.monotonic()
         while time.monotonic() - t0 < spec.duration_s:
             body = await admin(s, router_url)
             ages += [b["agent"]["age_s"] for b in body["backends"] if b.get("agent")]
             await asyncio.sleep(0.1)  # the sampling period
-        index1, t1 = raft_index(consul), time.monotonic()
+        index1, t1 = consul.raft_index(), time.monotonic()
         steady = {"requests_ok": traffic.ok, "requests_failed": traffic.failed}
         result: dict = {
             "hosts": n,

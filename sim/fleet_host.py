@@ -22,6 +22,7 @@ from gpuroute.agent.config import AgentConfig
 from gpuroute.agent.server import Agent
 from gpuroute.sim.fake_engine import FakeEngine, FakeEngineConfig
 
+from gpuroute import runtime
 from gpuroute.ports import free_ports
 
 
@@ -94,13 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample-s", type=float, default=0.2)
     parser.add_argument("--ready", help="write the host list here once all serve")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
-    try:
-        import uvloop
-
-        uvloop.run(run_hosts(args))
-    except ImportError:  # pragma: no cover
-        asyncio.run(run_hosts(args))
+    runtime.configure_logging(logging.WARNING)
+    runtime.run(run_hosts(args))
     return 0
 
 

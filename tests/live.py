@@ -53,9 +53,16 @@ def http_ok(url: str) -> bool:
 class FakeEngineProcess:
     """`gpuroute fake-engine` as a child process on a free loopback port."""
 
-    def __init__(self, gpu: str = "H100", *, time_scale: float = 1.0, extra: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        gpu: str = "H100",
+        *,
+        time_scale: float = 1.0,
+        extra: tuple[str, ...] = (),
+        port: int | None = None,
+    ):
         self.gpu = gpu
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = gpuroute_cmd(
             "fake-engine",
