@@ -10,6 +10,7 @@ import contextlib
 import logging
 import random
 import signal
+import socket
 import sys
 import time
 
@@ -77,6 +78,7 @@ class RouterApp:
                 on_join=self._joined,
                 on_remove=self._removed,
                 clock=self.proxy.clock,
+                router_id=f"{socket.gethostname()}:{config.listen.port}",
             )
             self.proxy.watch.lost = self.membership.lost
         self.draining = False

@@ -22,12 +22,16 @@ export GOFLAGS=-mod=mod
 # Registry mirrors may not serve checksum-database lookups for Consul's nested modules;
 # their hashes are then recorded from the proxy's zips instead.
 export GONOSUMDB="${GONOSUMDB:-github.com/hashicorp/consul}"
-dir="$(go mod download -json "github.com/hashicorp/consul@v$VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+download() { go mod download -json "github.com/hashicorp/consul@v$VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p'; }
+dir="$(download || { echo "build-consul: download failed; retrying once" >&2; sleep 5; download; })"
 cp -r "$dir" "$work/src" && chmod -R u+w "$work/src" && cd "$work/src"
 for m in $(awk '$2 == "=>" && $3 ~ /^\.\// {print $1}' go.mod); do
     go mod edit -dropreplace="$m"
 done
-CGO_ENABLED=0 go build -trimpath -o "$work/consul" \
-    -ldflags "-s -w -X github.com/hashicorp/consul/version.GitCommit=gomodproxy" . >&2
+build() {
+    CGO_ENABLED=0 go build -trimpath -o "$work/consul" \
+        -ldflags "-s -w -X github.com/hashicorp/consul/version.GitCommit=gomodproxy" . >&2
+}
+build || { echo "build-consul: build failed; retrying once" >&2; sleep 5; build; }
 mv "$work/consul" "$BIN.tmp" && mv "$BIN.tmp" "$BIN"
 echo "$BIN"
