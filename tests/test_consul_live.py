@@ -151,7 +151,9 @@ class Fleet:
 
 
 @contextlib.asynccontextmanager
-async def discovered_fleet(consul, tmp_path, names: tuple[str, ...], gpus: tuple[str, ...]):
+async def discovered_fleet(
+    consul, tmp_path, names: tuple[str, ...], gpus: tuple[str, ...], membership_extra: str = ""
+):
     """Engines with agents registering in `consul`, and a router that found them all."""
     with fake_engines(*((gpu, 1.0) for gpu in gpus)) as engines:
         agents = [
@@ -159,7 +161,8 @@ async def discovered_fleet(consul, tmp_path, names: tuple[str, ...], gpus: tuple
             for e, name in zip(engines, names, strict=True)
         ]
         try:
-            async with running_router(membership_toml(consul), tmp_path) as (url, router):
+            config = membership_toml(consul) + membership_extra
+            async with running_router(config, tmp_path) as (url, router):
                 async with aiohttp.ClientSession() as s:
                     for name in names:
                         await async_wait_for(lambda n=name: _routable(s, url, n), 20, name)
@@ -249,6 +252,48 @@ async def test_consul_outage_keeps_serving_and_router_recovers(consul, tmp_path)
     )
     assert during > 0 and clients.failed == []
     assert set(states.values()) <= {"ready", "warming"}
+
+
+@pytest.mark.parametrize("load_streams", [True, False])
+async def test_router_counts_work_it_did_not_send_from_agent_reports(
+    consul, tmp_path, load_streams
+) -> None:
+    """Another router's load (here: clients going straight to the engine) is invisible to
+    this router's ledger; the agent's report shows it, and the router routes around it.
+    Without load streams the two idle-looking engines tie and picks split at random."""
+    extra = "" if load_streams else "load_streams = false\n"
+    names, gpus = ("x1", "x2"), ("H100", "H100")
+    async with discovered_fleet(consul, tmp_path, names, gpus, extra) as f:
+        busy = f.engines[0].url + "/v1/chat/completions"
+        body = chat_body("x " * 3000, stream=False, max_tokens=4000)
+        direct = [asyncio.create_task(f.session.post(busy, json=body)) for _ in range(12)]
+        try:
+
+            async def loaded() -> bool:
+                async with f.session.get(f.engines[0].url + "/metrics") as r:
+                    text = await r.text()
+                running = [ln for ln in text.splitlines() if ln.startswith("vllm:num_requests_r")]
+                if not running or float(running[0].split()[-1]) < 12:
+                    return False
+                row = (await backends_state(f.session, f.url))["x1"]
+                return not load_streams or row["external_s"] > 0
+
+            await async_wait_for(loaded, 20, "the direct load (and the agent's report of it)")
+            picks = []
+            for _ in range(12):
+                async with f.session.post(f.url + "/v1/chat/completions", json=chat_body()) as r:
+                    await r.read()
+                    picks.append(r.headers[BACKEND_HEADER])
+            external = (await backends_state(f.session, f.url))["x1"]["external_s"]
+        finally:
+            for task in direct:
+                task.cancel()
+            await asyncio.gather(*direct, return_exceptions=True)
+    print(f"\nload streams {load_streams}: external work {external:.2f} s; picks {picks}")
+    if load_streams:
+        assert picks == ["x2"] * 12
+    else:
+        assert external == 0 and "x1" in picks  # all 12 on x2 by chance: p = 2**-12
 
 
 # -- helpers ------------------------------------------------------------------------------------
