@@ -326,7 +326,7 @@ def run_agent(path: str) -> int:
         await serve_agent(Agent(config))
 
     try:
-        runtime.run(main())
+        runtime.run(main(), fast_loop=False)
     except OSError as exc:
         print(f"gpuroute agent: error: {exc}", file=sys.stderr)
         return 1

@@ -12,10 +12,15 @@ def configure_logging(level: int = logging.INFO) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
 
-def run(main: Coroutine[Any, Any, Any]) -> Any:
-    """Run on uvloop when it is installed (it is a dependency), else on asyncio's loop."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover
-        return asyncio.run(main)
-    return uvloop.run(main)
+def run(main: Coroutine[Any, Any, Any], *, fast_loop: bool = True) -> Any:
+    """Run on uvloop when it is installed (it is a dependency) and `fast_loop`, else on
+    asyncio's own loop. Processes whose work is mostly gRPC serving (agents) take asyncio's
+    loop: it is the one grpc.aio is built and tested on, and they need no speed."""
+    if fast_loop:
+        try:
+            import uvloop
+        except ImportError:  # pragma: no cover
+            pass
+        else:
+            return uvloop.run(main)
+    return asyncio.run(main)

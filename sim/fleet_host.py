@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready", help="write the host list here once all serve")
     args = parser.parse_args(argv)
     runtime.configure_logging(logging.WARNING)
-    runtime.run(run_hosts(args))
+    runtime.run(run_hosts(args), fast_loop=False)
     return 0
 
 
