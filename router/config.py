@@ -107,6 +107,9 @@ class MembershipConfig(StrictModel):
 
 class RouterConfig(StrictModel):
     listen: ListenConfig = ListenConfig()
+    # When set, /metrics, /admin/* (and /healthz, /readyz) move to this listener, and the
+    # public one serves the OpenAI API only (no passthrough to engines).
+    admin_listen: ListenConfig | None = None
     policy: PolicyName = "least_outstanding_work"
     model_shape: str = "llama-3.1-8b"  # seeds the cost priors; learned online after that
     drain_timeout_s: float = Field(default=30.0, ge=0)

@@ -86,18 +86,36 @@ class RouterApp:
         self._probes: dict[str, asyncio.Task] = {}
 
     def app(self) -> web.Application:
+        """The public application; with `admin_listen` set it carries the API only."""
         app = web.Application(client_max_size=self.config.limits.max_body_bytes)
         for route in OPENAI_ROUTES:
             app.router.add_post(route, self.proxy.openai)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
-        app.router.add_get("/metrics", self.metrics_page)
-        app.router.add_get("/admin/backends", self.admin_backends)
-        app.router.add_route("*", "/{tail:.*}", self.proxy.passthrough)
+        if self.config.admin_listen is None:
+            self._add_admin_routes(app)
+            app.router.add_route("*", "/{tail:.*}", self.proxy.passthrough)
+        else:
+            app.router.add_route("*", "/{tail:.*}", self.not_found)
         app.on_startup.append(self._startup)
         app.on_cleanup.append(self._cleanup)
         return app
+
+    def admin_app(self) -> web.Application:
+        """Metrics and admin on their own listener, kept off the public port."""
+        app = web.Application()
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
+        self._add_admin_routes(app)
+        return app
+
+    def _add_admin_routes(self, app: web.Application) -> None:
+        app.router.add_get("/metrics", self.metrics_page)
+        app.router.add_get("/admin/backends", self.admin_backends)
+
+    async def not_found(self, request: web.Request) -> web.Response:
+        return error_response(404, f"no route {request.method} {request.path}", code="not_found")
 
     def _joined(self, backend: Backend, member: Member) -> None:
         self.proxy.urls[backend.backend_id] = member.url
@@ -228,6 +246,7 @@ class RouterServer:
         self.router = router
         self.runner: web.AppRunner | None = None
         self.site: web.TCPSite | None = None
+        self.admin_runner: web.AppRunner | None = None
         self.stopping = asyncio.Event()
 
     @property
@@ -241,6 +260,14 @@ class RouterServer:
         await self.runner.setup()
         self.site = web.TCPSite(self.runner, listen.host, listen.port, backlog=1024)
         await self.site.start()
+        if (admin := self.router.config.admin_listen) is not None:
+            self.admin_runner = web.AppRunner(self.router.admin_app(), access_log=None)
+            await self.admin_runner.setup()
+            await web.TCPSite(self.admin_runner, admin.host, admin.port).start()
+
+    @property
+    def admin_port(self) -> int | None:
+        return None if self.admin_runner is None else self.admin_runner.addresses[0][1]
 
     async def drain(self, timeout: float | None = None) -> None:
         router = self.router
@@ -255,6 +282,8 @@ class RouterServer:
         except TimeoutError:
             log.warning("drain timeout (%.0f s): %d requests cut", timeout, router.proxy.active)
         await self.runner.cleanup()
+        if self.admin_runner is not None:  # kept up during the drain: /readyz says 503
+            await self.admin_runner.cleanup()
 
     async def serve(self) -> None:
         loop = asyncio.get_running_loop()

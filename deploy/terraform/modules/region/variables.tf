@@ -1,0 +1,208 @@
+variable "name" {
+  description = "gpuroute region name (also the Consul datacenter name), e.g. us-east."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{1,31}$", var.name))
+    error_message = "name must be lowercase letters, digits and dashes, starting with a letter."
+  }
+}
+
+variable "vpc_cidr" {
+  description = "The region's VPC CIDR (fleet-plan output vpc_cidrs)."
+  type        = string
+}
+
+variable "azs" {
+  description = "Availability zones, in the order fleet-plan used for the subnets; at least 3."
+  type        = list(string)
+
+  validation {
+    condition     = length(var.azs) >= 3 && length(distinct(var.azs)) == length(var.azs)
+    error_message = "At least 3 distinct availability zones: one Consul server in each."
+  }
+}
+
+variable "public_subnets" {
+  description = "Public subnet CIDRs, one per AZ (fleet-plan output subnets[region].public)."
+  type        = list(string)
+}
+
+variable "private_subnets" {
+  description = "Private subnet CIDRs, one per AZ (fleet-plan output subnets[region].private)."
+  type        = list(string)
+}
+
+variable "consul_servers" {
+  description = "The region's Consul servers (fleet-plan output consul_servers[region]): name, az, subnet, private_ip."
+  type = list(object({
+    name       = string
+    az         = string
+    subnet     = string
+    private_ip = string
+  }))
+
+  validation {
+    condition     = length(var.consul_servers) >= 3 && length(distinct([for s in var.consul_servers : s.az])) >= 3
+    error_message = "At least 3 Consul servers in 3 distinct availability zones."
+  }
+}
+
+variable "consul_version" {
+  description = "Consul release installed on every node (servers and client agents)."
+  type        = string
+  default     = "1.22.2"
+}
+
+variable "consul_gossip_key" {
+  description = "Consul gossip encryption key (32 bytes, base64; `consul keygen`). The same in every region for WAN gossip."
+  type        = string
+  sensitive   = true
+
+  validation {
+    condition     = can(base64decode(var.consul_gossip_key)) && length(base64decode(var.consul_gossip_key)) == 32
+    error_message = "consul_gossip_key must be 32 bytes, base64-encoded (`consul keygen`)."
+  }
+}
+
+variable "consul_acl_bootstrap_token" {
+  description = "Consul ACL initial management token (a UUID). Keep it in a secret store; agents get narrower tokens."
+  type        = string
+  sensitive   = true
+}
+
+variable "consul_agent_token" {
+  description = "Consul ACL token for client agents and gpuroute (service:write on gpuroute-*, node:write, service:read)."
+  type        = string
+  sensitive   = true
+}
+
+variable "wan_join" {
+  description = "Consul server IPs of the other federating regions (fleet-plan output federation[region]); empty = not federated."
+  type        = list(string)
+  default     = []
+}
+
+variable "wan_peer_cidrs" {
+  description = "VPC CIDRs of the federating regions whose Consul servers may reach this region's servers (WAN gossip and RPC)."
+  type        = list(string)
+  default     = []
+}
+
+variable "gpu_node_groups" {
+  description = "This region's GPU node groups (fleet-plan output gpu_node_groups filtered to the region)."
+  type = map(object({
+    region        = string
+    gpu           = string
+    gpus          = number
+    instance_type = string
+    gpus_per_host = number
+    hosts         = number
+    models        = list(string)
+    az            = string
+  }))
+  default = {}
+}
+
+variable "engine" {
+  description = "Inference engine on the GPU nodes: vllm, sglang or tgi, and the container image to run."
+  type = object({
+    kind  = string
+    image = string
+    model = string
+  })
+  default = {
+    kind  = "vllm"
+    image = "vllm/vllm-openai:v0.11.0"
+    model = "meta-llama/Llama-3.1-8B-Instruct"
+  }
+
+  validation {
+    condition     = contains(["vllm", "sglang", "tgi"], var.engine.kind)
+    error_message = "engine.kind must be vllm, sglang or tgi."
+  }
+}
+
+variable "gpuroute_package" {
+  description = "pip requirement for gpuroute on the hosts, e.g. gpuroute==0.1.0 or a wheel URL in your artifact store."
+  type        = string
+  default     = "gpuroute==0.1.0"
+}
+
+variable "ami_id" {
+  description = "AMI for Consul servers and routers (Debian 12 or Ubuntu 24.04 with systemd and python3)."
+  type        = string
+}
+
+variable "gpu_ami_id" {
+  description = "AMI for GPU nodes, with the NVIDIA driver and container toolkit (e.g. an AWS Deep Learning Base AMI)."
+  type        = string
+}
+
+variable "consul_instance_type" {
+  description = "Instance type of the Consul servers."
+  type        = string
+  default     = "t3.medium"
+}
+
+variable "router_instance_type" {
+  description = "Instance type of the regional routers."
+  type        = string
+  default     = "c7i.xlarge"
+}
+
+variable "routers" {
+  description = "Regional router count (min, desired, max) behind the network load balancer."
+  type = object({
+    min     = number
+    desired = number
+    max     = number
+  })
+  default = { min = 2, desired = 2, max = 6 }
+
+  validation {
+    condition     = var.routers.min >= 2 && var.routers.min <= var.routers.desired && var.routers.desired <= var.routers.max
+    error_message = "At least 2 routers (one can drain while the other serves), and min <= desired <= max."
+  }
+}
+
+variable "global_routers" {
+  description = "Global-tier routers in this region (0 = none); the global module points DNS at their load balancer."
+  type        = number
+  default     = 0
+}
+
+variable "client_cidrs" {
+  description = "Who may call the inference API on the load balancer (port 443/80). The API only: Consul, agent and admin ports are never opened to these."
+  type        = list(string)
+  default     = ["0.0.0.0/0"]
+}
+
+variable "admin_cidrs" {
+  description = "Operator networks (VPN, bastion) allowed to reach admin and metrics ports. Never the whole internet."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for c in var.admin_cidrs : !contains(["0.0.0.0/0", "::/0"], c)])
+    error_message = "admin_cidrs must not contain 0.0.0.0/0 or ::/0."
+  }
+}
+
+variable "tls_certificate_arn" {
+  description = "ACM certificate for the load balancer's TLS listener (443); null = plain TCP on port 80 (tests, private use)."
+  type        = string
+  default     = null
+}
+
+variable "drain_timeout_s" {
+  description = "Router and agent drain timeout; instance refresh and systemd stop wait a little longer."
+  type        = number
+  default     = 60
+}
+
+variable "tags" {
+  description = "Tags added to every resource."
+  type        = map(string)
+  default     = {}
+}
