@@ -1,0 +1,130 @@
+# Regional routers (and, when global_routers > 0, the global tier's routers in this region)
+# behind a network load balancer. The API listens on 8080 (global: 8090); metrics and admin
+# on 9090 (admin_listen), where the load balancer's /readyz health check goes too.
+
+locals {
+  router_roles = merge(
+    { regional = { port = 8080, count = var.routers, command = "router" } },
+    var.global_routers > 0 ? {
+      global = { port = 8090, count = { min = var.global_routers, desired = var.global_routers, max = var.global_routers }, command = "global" }
+    } : {}
+  )
+}
+
+resource "aws_launch_template" "router" {
+  for_each               = local.router_roles
+  name_prefix            = "gpuroute-${var.name}-${each.key}-"
+  image_id               = var.ami_id
+  instance_type          = var.router_instance_type
+  vpc_security_group_ids = [aws_security_group.node.id, aws_security_group.router.id]
+
+  iam_instance_profile {
+    name = aws_iam_instance_profile.host.name
+  }
+
+  metadata_options {
+    http_tokens = "required"
+  }
+
+  user_data = base64gzip(templatefile("${path.module}/templates/router.sh.tftpl", merge(local.consul_common, {
+    agent_token     = var.consul_agent_token
+    consul_client   = local.consul_client
+    role            = each.key
+    command         = each.value.command
+    port            = each.value.port
+    gpuroute        = var.gpuroute_package
+    drain_timeout_s = var.drain_timeout_s
+    unit            = file("${path.module}/../../../systemd/gpuroute-${each.value.command}.service")
+  })))
+
+  tag_specifications {
+    resource_type = "instance"
+    tags          = merge(local.tags, { Name = "gpuroute-${var.name}-${each.key}-router", "gpuroute:role" = "${each.key}-router" })
+  }
+}
+
+resource "aws_lb" "router" {
+  for_each           = local.router_roles
+  name_prefix        = substr("gr${each.key}", 0, 6)
+  load_balancer_type = "network"
+  internal           = false
+  subnets            = aws_subnet.public[*].id
+  security_groups    = [aws_security_group.lb.id]
+  tags               = local.tags
+}
+
+resource "aws_lb_target_group" "router" {
+  for_each             = local.router_roles
+  name_prefix          = substr("gr${each.key}", 0, 6)
+  port                 = each.value.port
+  protocol             = "TCP"
+  vpc_id               = aws_vpc.this.id
+  deregistration_delay = var.drain_timeout_s
+
+  health_check {
+    protocol            = "HTTP"
+    port                = "9090"
+    path                = "/readyz"
+    interval            = 10
+    healthy_threshold   = 2
+    unhealthy_threshold = 2
+  }
+
+  tags = local.tags
+}
+
+resource "aws_vpc_security_group_ingress_rule" "health_from_lb" {
+  security_group_id            = aws_security_group.router.id
+  description                  = "Load balancer health checks on the router's admin listener (/readyz)"
+  referenced_security_group_id = aws_security_group.lb.id
+  ip_protocol                  = "tcp"
+  from_port                    = 9090
+  to_port                      = 9090
+}
+
+resource "aws_lb_listener" "api" {
+  for_each          = local.router_roles
+  load_balancer_arn = aws_lb.router[each.key].arn
+  port              = var.tls_certificate_arn == null ? 80 : 443
+  protocol          = var.tls_certificate_arn == null ? "TCP" : "TLS"
+  certificate_arn   = var.tls_certificate_arn
+  ssl_policy        = var.tls_certificate_arn == null ? null : "ELBSecurityPolicy-TLS13-1-2-2021-06"
+
+  default_action {
+    type             = "forward"
+    target_group_arn = aws_lb_target_group.router[each.key].arn
+  }
+}
+
+resource "aws_autoscaling_group" "router" {
+  for_each            = local.router_roles
+  name_prefix         = "gpuroute-${var.name}-${each.key}-"
+  min_size            = each.value.count.min
+  max_size            = each.value.count.max
+  desired_capacity    = each.value.count.desired
+  vpc_zone_identifier = aws_subnet.private[*].id
+  target_group_arns   = [aws_lb_target_group.router[each.key].arn]
+  health_check_type   = "ELB"
+
+  launch_template {
+    id      = aws_launch_template.router[each.key].id
+    version = aws_launch_template.router[each.key].latest_version
+  }
+
+  instance_refresh {
+    strategy = "Rolling"
+    preferences {
+      min_healthy_percentage = 50
+      instance_warmup        = 120
+    }
+  }
+
+  dynamic "tag" {
+    for_each = local.tags
+    content {
+      key                 = tag.key
+      value               = tag.value
+      propagate_at_launch = true
+    }
+  }
+}

@@ -1,0 +1,60 @@
+# Renders the region module's user-data templates without any provider, so `terraform test`
+# can check them offline (the AWS modules themselves need provider plugins to plan).
+
+variable "drain_timeout_s" {
+  description = "Drain timeout passed to the templates."
+  type        = number
+  default     = 60
+}
+
+locals {
+  templates = "${path.module}/../../modules/region/templates"
+  common = {
+    datacenter     = "eu-west"
+    auto_join      = "provider=aws tag_key=gpuroute-consul tag_value=gpuroute-consul-eu-west"
+    consul_version = "1.22.2"
+    gossip_key     = "c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0MTI="
+  }
+  consul_client = templatefile("${local.templates}/consul-client.sh.tftpl", merge(local.common, { agent_token = "agent-token" }))
+}
+
+output "consul_server" {
+  description = "A rendered Consul server user-data script."
+  value = templatefile("${local.templates}/consul-server.sh.tftpl", merge(local.common, {
+    node_name       = "consul-eu-west-1"
+    servers         = 3
+    wan_join        = ["10.64.128.10", "10.64.144.10"]
+    bootstrap_token = "bootstrap-token"
+  }))
+}
+
+output "gpu_node" {
+  description = "A rendered GPU-node user-data script (vLLM on an 8-GPU host)."
+  value = templatefile("${local.templates}/gpu-node.sh.tftpl", merge(local.common, {
+    agent_token     = "agent-token"
+    consul_client   = local.consul_client
+    region          = "eu-west"
+    zone            = "eu-central-1a"
+    gpu             = "A100"
+    gpu_count       = 8
+    models          = ["llama-3.1-8b"]
+    engine          = { kind = "vllm", image = "vllm/vllm-openai:v0.11.0", model = "meta-llama/Llama-3.1-8B-Instruct" }
+    gpuroute        = "gpuroute==0.1.0"
+    drain_timeout_s = var.drain_timeout_s
+    agent_unit      = file("${path.module}/../../../systemd/gpuroute-agent.service")
+  }))
+}
+
+output "router" {
+  description = "A rendered regional-router user-data script."
+  value = templatefile("${local.templates}/router.sh.tftpl", merge(local.common, {
+    agent_token     = "agent-token"
+    consul_client   = local.consul_client
+    role            = "regional"
+    command         = "router"
+    port            = 8080
+    gpuroute        = "gpuroute==0.1.0"
+    drain_timeout_s = var.drain_timeout_s
+    unit            = file("${path.module}/../../../systemd/gpuroute-router.service")
+  }))
+}

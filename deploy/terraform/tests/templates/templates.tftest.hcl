@@ -1,0 +1,56 @@
+run "consul_server_joins_by_tag_and_federates" {
+  command = plan
+
+  assert {
+    condition     = strcontains(output.consul_server, "retry_join       = [\"provider=aws tag_key=gpuroute-consul tag_value=gpuroute-consul-eu-west\"]")
+    error_message = "servers find each other by tag"
+  }
+
+  assert {
+    condition     = strcontains(output.consul_server, "retry_join_wan   = [\"10.64.128.10\",\"10.64.144.10\"]")
+    error_message = "federating servers WAN-join the other regions' servers"
+  }
+
+  assert {
+    condition     = strcontains(output.consul_server, "default_policy           = \"deny\"") && strcontains(output.consul_server, "bootstrap_expect = 3")
+    error_message = "ACLs deny by default; three servers bootstrap"
+  }
+}
+
+run "gpu_node_runs_engine_consul_and_agent" {
+  command = plan
+
+  assert {
+    condition     = strcontains(output.gpu_node, "--tensor-parallel-size 8") && strcontains(output.gpu_node, "--served-model-name llama-3.1-8b")
+    error_message = "vLLM serves the pool's model over every GPU of the host"
+  }
+
+  assert {
+    condition     = strcontains(output.gpu_node, "[telemetry]\nsource = \"nvml\"") && strcontains(output.gpu_node, "models = [\"llama-3.1-8b\"]")
+    error_message = "the agent reads NVML and advertises the models"
+  }
+
+  assert {
+    condition     = strcontains(output.gpu_node, "ExecStart=/opt/gpuroute/bin/gpuroute agent --config /etc/gpuroute/agent.toml") && strcontains(output.gpu_node, "TimeoutStopSec=%s\\n' \"$(( 60 + 30 ))\"")
+    error_message = "the agent runs from the shipped unit, with a stop timeout above the drain timeout"
+  }
+
+  assert {
+    condition     = strcontains(output.gpu_node, "tokens { agent = \"agent-token\"")
+    error_message = "the Consul client agent carries its ACL token"
+  }
+}
+
+run "router_keeps_admin_off_the_public_port" {
+  command = plan
+
+  assert {
+    condition     = strcontains(output.router, "[admin_listen]\nhost = \"0.0.0.0\"\nport = 9090") && strcontains(output.router, "[listen]\nhost = \"0.0.0.0\"\nport = 8080")
+    error_message = "API on 8080, admin and /readyz on 9090"
+  }
+
+  assert {
+    condition     = strcontains(output.router, "consul = \"http://127.0.0.1:8500\"")
+    error_message = "the router discovers engines through its local Consul agent"
+  }
+}
