@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint proto consul bench-deps bench-scale bench-live bench-overhead clean
+.PHONY: demo test lint proto consul terraform bench-deps bench-scale bench-live bench-overhead clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +16,7 @@ demo: $(STAMP)
 	$(BIN)/gpuroute demo
 	$(BIN)/gpuroute sim
 
-test: $(STAMP) bench-deps consul
+test: $(STAMP) bench-deps consul terraform
 	$(BIN)/ruff check .
 	$(BIN)/pytest
 
@@ -32,6 +32,10 @@ proto: $(STAMP)
 # Build the pinned Consul once from the Go module proxy (cached in ~/.cache/gpuroute).
 consul:
 	@scripts/build-consul.sh >/dev/null
+
+# terraform on PATH, else OpenTofu built once from the Go module proxy (deployment tests).
+terraform:
+	@scripts/build-terraform.sh >/dev/null
 
 bench-deps:
 	@scripts/bootstrap-system.sh

@@ -33,6 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-config", help="validate a regions file")
     check.add_argument("file", metavar="FILE")
 
+    tfvars = sub.add_parser(
+        "tfvars", help="Terraform variables (JSON) for deploy/terraform from a regions file"
+    )
+    tfvars.add_argument("file", metavar="FILE")
+
     fake = sub.add_parser(
         "fake-engine", help="serve a simulated GPU engine with vLLM's OpenAI API and metrics"
     )
@@ -79,6 +84,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             fleet = load_fleet(args.file)
             gpus = sum(p.count for r in fleet.regions for p in r.gpu_pools)
             print(f"{args.file}: ok ({len(fleet.regions)} regions, {gpus} GPUs)")
+            return 0
+        if args.command == "tfvars":
+            from gpuroute.tfvars import render_tfvars
+
+            sys.stdout.write(render_tfvars(args.file))
             return 0
         if args.command == "fake-engine":
             from gpuroute.sim.fake_engine import FakeEngineConfig, run_fake_engine

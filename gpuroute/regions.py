@@ -30,16 +30,34 @@ class GpuPool(StrictModel):
     capacity_weight: float | None = Field(default=None, gt=0)
 
 
+AwsRegion = Annotated[str, Field(pattern=r"^[a-z]{2}(-gov)?-[a-z]+-[0-9]$")]
+
+
+class RegionDeploy(StrictModel):
+    """Where Terraform puts the region (read by `gpuroute tfvars` only)."""
+
+    aws_region: AwsRegion | None = None
+    azs: list[str] | None = Field(default=None, min_length=3)  # default: <aws_region>a, b, c
+    cidr_index: int | None = Field(default=None, ge=0, le=63)  # default: position in the file
+    federate: bool = True  # WAN-join the other regions' Consul servers
+
+
 class Region(StrictModel):
     name: RegionName
     location: Location
     jurisdiction: Jurisdiction
     city: str | None = None
     gpu_pools: list[GpuPool] = Field(default_factory=list)
+    deploy: RegionDeploy = RegionDeploy()
+
+
+class FleetDeploy(StrictModel):
+    global_regions: list[RegionName] = Field(default_factory=list)  # run the global tier here
 
 
 class FleetConfig(StrictModel):
     regions: list[Region] = Field(min_length=1)
+    deploy: FleetDeploy = FleetDeploy()
 
     @field_validator("regions")
     @classmethod

@@ -87,6 +87,11 @@ variable "wan_peer_cidrs" {
   description = "VPC CIDRs of the federating regions whose Consul servers may reach this region's servers (WAN gossip and RPC)."
   type        = list(string)
   default     = []
+
+  validation {
+    condition     = alltrue([for c in var.wan_peer_cidrs : !contains(["0.0.0.0/0", "::/0"], c)])
+    error_message = "wan_peer_cidrs are peer VPCs, never 0.0.0.0/0 or ::/0."
+  }
 }
 
 variable "gpu_node_groups" {

@@ -1,0 +1,88 @@
+# Written by `gpuroute tfvars regions.example.toml > terraform.tfvars.json` ----------------------
+
+variable "regions" {
+  description = "The fleet's regions, from regions.example.toml (gpuroute tfvars): AWS region, CIDR index, jurisdiction, AZs, neighbours nearest first, GPU pools."
+  type = map(object({
+    aws_region   = string
+    cidr_index   = number
+    jurisdiction = string
+    azs          = list(string)
+    federate     = optional(bool, true)
+    neighbours   = list(string)
+    gpu_pools = list(object({
+      gpu    = string
+      count  = number
+      models = list(string)
+      zone   = optional(string)
+    }))
+  }))
+}
+
+variable "global_regions" {
+  description = "Regions that run the global tier (at least two), from regions.example.toml."
+  type        = list(string)
+}
+
+# Yours to set (terraform.tfvars, or TF_VAR_* for the secrets) -----------------------------------
+
+variable "amis" {
+  description = "Per gpuroute region: AMI for Consul servers and routers, and the GPU AMI (NVIDIA driver + container toolkit)."
+  type = map(object({
+    ami_id     = string
+    gpu_ami_id = string
+  }))
+}
+
+variable "consul_gossip_key" {
+  description = "Consul gossip encryption key (`consul keygen`), shared by all regions."
+  type        = string
+  sensitive   = true
+}
+
+variable "consul_acl_bootstrap_token" {
+  description = "Consul ACL initial management token (a UUID)."
+  type        = string
+  sensitive   = true
+}
+
+variable "consul_agent_token" {
+  description = "Consul ACL token for client agents and gpuroute processes."
+  type        = string
+  sensitive   = true
+}
+
+variable "domain_name" {
+  description = "The global endpoint, e.g. api.inference.example.com."
+  type        = string
+}
+
+variable "hosted_zone_id" {
+  description = "Route 53 hosted zone of domain_name."
+  type        = string
+}
+
+variable "tls_certificate_arns" {
+  description = "Per gpuroute region: ACM certificate for the load balancers' TLS listeners (omit a region for plain TCP on port 80)."
+  type        = map(string)
+  default     = {}
+}
+
+variable "admin_cidrs" {
+  description = "Operator networks allowed to reach admin and metrics ports (never 0.0.0.0/0)."
+  type        = list(string)
+  default     = []
+}
+
+variable "engine" {
+  description = "Inference engine on the GPU nodes (kind, image, model)."
+  type = object({
+    kind  = string
+    image = string
+    model = string
+  })
+  default = {
+    kind  = "vllm"
+    image = "vllm/vllm-openai:v0.11.0"
+    model = "meta-llama/Llama-3.1-8B-Instruct"
+  }
+}

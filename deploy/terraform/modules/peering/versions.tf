@@ -1,0 +1,12 @@
+terraform {
+  required_version = ">= 1.6"
+
+  required_providers {
+    aws = {
+      source  = "hashicorp/aws"
+      version = ">= 5.40, < 7.0"
+      # the requester's and the accepter's regions
+      configuration_aliases = [aws.requester, aws.accepter]
+    }
+  }
+}
