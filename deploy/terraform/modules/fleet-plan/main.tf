@@ -2,13 +2,15 @@
 # (`terraform test`). The AWS modules take these values as inputs.
 
 locals {
-  # GPUs per instance for each GPU type, and the AWS instance type that carries them.
+  # GPUs per instance for each GPU type, the AWS instance type that carries them, and one
+  # GPU's capacity weight against an H100 (gpuroute's priors for an 8B model; the router's
+  # slowness tracking corrects what tensor parallelism does not scale linearly).
   instance_types = {
-    H100 = { type = "p5.48xlarge", gpus = 8 }
-    A100 = { type = "p4d.24xlarge", gpus = 8 }
-    L4   = { type = "g6.xlarge", gpus = 1 }
-    T4   = { type = "g4dn.xlarge", gpus = 1 }
-    V100 = { type = "p3.2xlarge", gpus = 1 }
+    H100 = { type = "p5.48xlarge", gpus = 8, weight = 1.0 }
+    A100 = { type = "p4d.24xlarge", gpus = 8, weight = 0.41 }
+    L4   = { type = "g6.xlarge", gpus = 1, weight = 0.101 }
+    T4   = { type = "g4dn.xlarge", gpus = 1, weight = 0.063 }
+    V100 = { type = "p3.2xlarge", gpus = 1, weight = 0.165 }
   }
 
   vpc_cidrs = { for name, r in var.regions : name => cidrsubnet(var.supernet, 6, r.cidr_index) }
@@ -43,6 +45,7 @@ locals {
         instance_type = local.instance_types[p.gpu].type
         gpus_per_host = local.instance_types[p.gpu].gpus
         hosts         = ceil(p.count / local.instance_types[p.gpu].gpus)
+        capacity      = local.instance_types[p.gpu].weight * local.instance_types[p.gpu].gpus
         models        = p.models
         az            = p.zone != null ? p.zone : r.azs[i % length(r.azs)]
       } if p.count > 0

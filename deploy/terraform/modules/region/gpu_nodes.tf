@@ -23,6 +23,7 @@ resource "aws_launch_template" "gpu" {
     zone            = each.value.az
     gpu             = each.value.gpu
     gpu_count       = each.value.gpus_per_host
+    capacity        = each.value.capacity
     models          = each.value.models
     engine          = var.engine
     gpuroute        = var.gpuroute_package

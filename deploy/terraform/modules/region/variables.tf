@@ -103,6 +103,7 @@ variable "gpu_node_groups" {
     instance_type = string
     gpus_per_host = number
     hosts         = number
+    capacity      = number
     models        = list(string)
     az            = string
   }))

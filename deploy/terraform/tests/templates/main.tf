@@ -37,6 +37,7 @@ output "gpu_node" {
     zone            = "eu-central-1a"
     gpu             = "A100"
     gpu_count       = 8
+    capacity        = 3.28
     models          = ["llama-3.1-8b"]
     engine          = { kind = "vllm", image = "vllm/vllm-openai:v0.11.0", model = "meta-llama/Llama-3.1-8B-Instruct" }
     gpuroute        = "gpuroute==0.1.0"

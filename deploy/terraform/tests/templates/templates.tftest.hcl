@@ -26,7 +26,7 @@ run "gpu_node_runs_engine_consul_and_agent" {
   }
 
   assert {
-    condition     = strcontains(output.gpu_node, "[telemetry]\nsource = \"nvml\"") && strcontains(output.gpu_node, "models = [\"llama-3.1-8b\"]")
+    condition     = strcontains(output.gpu_node, "[telemetry]\nsource = \"nvml\"") && strcontains(output.gpu_node, "models = [\"llama-3.1-8b\"]") && strcontains(output.gpu_node, "capacity = 3.28")
     error_message = "the agent reads NVML and advertises the models"
   }
 

@@ -94,8 +94,8 @@ run "gpu_pools_become_node_groups" {
   }
 
   assert {
-    condition     = output.gpu_node_groups["eu-west/a100-0"].hosts == 2
-    error_message = "9 A100s need two 8-GPU hosts"
+    condition     = output.gpu_node_groups["eu-west/a100-0"].hosts == 2 && output.gpu_node_groups["eu-west/a100-0"].capacity == 0.41 * 8
+    error_message = "9 A100s need two 8-GPU hosts, each weighing 8 A100s"
   }
 
   assert {
