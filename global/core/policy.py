@@ -1,0 +1,122 @@
+"""The global routing decision (pure: the caller passes the region views and `rng`).
+
+1. Residency: only regions whose jurisdiction the request's rules allow, and that serve
+   its model, are ever looked at. None left: a refusal naming the rules.
+2. Of those, the regions that are up. None up: a refusal (the caller answers 503).
+3. Rank: `nearest` by distance; `latency` and `ours` by estimated RTT plus the region's
+   expected queueing delay.
+4. `ours` then walks the ranking: each region keeps a request unless it is spilling, in
+   which case the request moves on with the spill fraction's probability to the next
+   region that can receive. A region hint header wins when it is compliant and up.
+
+The decision carries the full compliant, up ranking after the chosen region: the caller
+retries across regions (before the first byte) in that order and no other."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpuroute.global_.core.geo import Point, estimated_rtt_s, great_circle_km
+from gpuroute.global_.core.residency import Allowed
+from gpuroute.global_.core.spillover import Spillover
+
+MODES = ("ours", "latency", "nearest")
+
+
+@dataclass(frozen=True, slots=True)
+class RegionView:
+    name: str
+    jurisdiction: str
+    location: Point
+    up: bool
+    queue_delay_s: float = 0.0
+    models: frozenset[str] | None = None  # None: not reported yet, assume it serves all
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalRequest:
+    model: str
+    allowed: Allowed
+    location: Point | None = None  # None: client not placed; rank by region order
+    hint: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalDecision:
+    order: tuple[str, ...]  # chosen region first, then the retry order; empty = refused
+    reason: str  # nearest | latency | spill | failover | hint | residency | no_region_up
+    rules: tuple[str, ...] = ()
+
+    @property
+    def region(self) -> str | None:
+        return self.order[0] if self.order else None
+
+
+class GlobalPolicy:
+    def __init__(self, mode: str = "ours", spillover: Spillover | None = None) -> None:
+        if mode not in MODES:
+            raise ValueError(f"unknown global policy {mode!r}; known: {', '.join(MODES)}")
+        self.mode = mode
+        self.spillover = spillover or Spillover()
+
+    def decide(
+        self, request: GlobalRequest, regions: Sequence[RegionView], rng: random.Random
+    ) -> GlobalDecision:
+        allowed = request.allowed
+        compliant = [
+            r
+            for r in regions
+            if allowed.permits(r.jurisdiction) and (r.models is None or request.model in r.models)
+        ]
+        if not compliant:
+            return GlobalDecision((), "residency", allowed.rules)
+        up = [r for r in compliant if r.up]
+        if not up:
+            return GlobalDecision((), "no_region_up", allowed.rules)
+        ranked = self.rank(request.location, up)
+        if request.hint is not None:
+            hinted = next((r for r in ranked if r.name == request.hint), None)
+            if hinted is not None:
+                rest = tuple(r.name for r in ranked if r is not hinted)
+                return GlobalDecision((hinted.name, *rest), "hint", allowed.rules)
+        first = 0
+        if self.mode == "ours":
+            first = self._walk(ranked, rng)
+        chosen = ranked[first]
+        order = (chosen.name, *(r.name for r in ranked if r is not chosen))
+        nearest = self.rank(request.location, compliant)[0] if len(compliant) > len(up) else None
+        if nearest is not None and not nearest.up and first == 0:
+            reason = "failover"
+        elif first > 0:
+            reason = "spill"
+        else:
+            reason = "nearest" if self.mode == "nearest" else "latency"
+        return GlobalDecision(order, reason, allowed.rules)
+
+    def rank(self, location: Point | None, regions: Sequence[RegionView]) -> list[RegionView]:
+        if location is None:
+            if self.mode == "nearest":
+                return list(regions)
+            return sorted(regions, key=lambda r: r.queue_delay_s)
+        if self.mode == "nearest":
+            return sorted(regions, key=lambda r: great_circle_km(location, r.location))
+        return sorted(
+            regions, key=lambda r: estimated_rtt_s(location, r.location) + r.queue_delay_s
+        )
+
+    def _walk(self, ranked: Sequence[RegionView], rng: random.Random) -> int:
+        """Index of the region that keeps the request (the spill waterfall)."""
+        spill = self.spillover
+        i = 0
+        while True:
+            fraction = spill.fraction(ranked[i].name)
+            if fraction <= 0 or rng.random() >= fraction:
+                return i
+            nxt = next(
+                (j for j in range(i + 1, len(ranked)) if spill.can_receive(ranked[j].name)), None
+            )
+            if nxt is None:
+                return i  # nobody can absorb it: it stays (and queues) here
+            i = nxt
