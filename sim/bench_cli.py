@@ -23,6 +23,16 @@ LIVE_COLUMNS = (
 )
 
 
+GLOBAL_COLUMNS = (
+    ("policy", "target", "{}"),
+    ("decisions", "decisions", "{:,}"),
+    ("p50_us", "p50 µs", "{:.1f}"),
+    ("p99_us", "p99 µs", "{:.1f}"),
+    ("p999_us", "p99.9 µs", "{:.1f}"),
+    ("p99_vs_nearest", "p99 ÷ nearest", "{:.2f}"),
+)
+
+
 def add_bench_parser(sub) -> None:
     bench = sub.add_parser("bench", help="live benchmarks against HAProxy and NGINX")
     kinds = bench.add_subparsers(dest="bench", required=True, metavar="KIND")
@@ -56,6 +66,11 @@ def add_bench_parser(sub) -> None:
     over.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run")
     over.add_argument("--rounds", type=int, default=3, help="visits to each target (medians)")
     over.add_argument("--json", metavar="OUT")
+
+    glob = kinds.add_parser("global", help="time one global routing decision")
+    glob.add_argument("--regions", type=int, default=20)
+    glob.add_argument("--decisions", type=int, default=100_000)
+    glob.add_argument("--json", metavar="OUT")
 
     fleet = kinds.add_parser(
         "fleet", help="Consul-discovered simulated hosts: load staleness, Raft writes, outage"
@@ -159,6 +174,19 @@ def run_bench(args: argparse.Namespace) -> int:
                 from gpuroute.sim.bench_plot import plot_live
 
                 plot_live(report, args.plot)
+        elif args.bench == "global":
+            from gpuroute.sim.bench_global import run_global_bench
+            from gpuroute.sim.bench_live import dump
+
+            if args.regions < 2 or args.decisions < 100:
+                raise BenchError("need --regions >= 2 and --decisions >= 100")
+            report = run_global_bench(args.regions, args.decisions)
+            print_table(
+                console,
+                f"global routing decision, {report['regions']} regions",
+                report["rows"],
+                GLOBAL_COLUMNS,
+            )
         elif args.bench == "fleet":
             from gpuroute.sim.bench_fleet import FleetBenchSpec, run_fleet_bench
             from gpuroute.sim.bench_live import dump

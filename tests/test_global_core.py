@@ -242,3 +242,12 @@ def test_no_path_ever_leaves_the_allowed_jurisdictions(specs, allowed_set, mode,
     compliant_up = {v.name for v in views if v.jurisdiction in allowed_set and v.up}
     assert set(decision.order) == compliant_up  # every compliant region stays retryable
     assert (decision.region is None) == (not compliant_up)
+
+
+def test_decision_benchmark_reports_both_policies() -> None:
+    from gpuroute.sim.bench_global import run_global_bench
+
+    report = run_global_bench(n_regions=6, decisions=300)
+    assert [r["policy"] for r in report["rows"]] == ["nearest", "ours"]
+    assert all(r["p99_us"] >= r["p50_us"] > 0 for r in report["rows"])
+    assert report["rows"][0]["p99_vs_nearest"] == 1.0
