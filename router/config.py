@@ -105,6 +105,15 @@ class MembershipConfig(StrictModel):
     load_stale_s: float = Field(default=1.0, gt=0)  # older agent reports are ignored
 
 
+class RegionConfig(StrictModel):
+    """This router's region, as the global tier sees it (report_listen unset: no reports)."""
+
+    name: str = "local"
+    report_listen: ListenConfig | None = None  # gRPC RegionLoad.WatchRegion
+    report_period_s: float = Field(default=0.5, gt=0, le=10)
+    saturation_delay_s: float = Field(default=2.0, gt=0)  # work ahead at which it is "full"
+
+
 class RouterConfig(StrictModel):
     listen: ListenConfig = ListenConfig()
     # When set, /metrics, /admin/* (and /healthz, /readyz) move to this listener, and the
@@ -122,6 +131,7 @@ class RouterConfig(StrictModel):
     breaker: BreakerConfig = BreakerConfig()
     outlier: OutlierConfig = OutlierConfig()
     membership: MembershipConfig = MembershipConfig()
+    region: RegionConfig = RegionConfig()
     backends: list[BackendConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")

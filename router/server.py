@@ -24,11 +24,13 @@ from gpuroute.router.core.health import BackendHealth
 from gpuroute.router.core.membership import Member
 from gpuroute.router.core.outlier import OutlierSettings
 from gpuroute.router.core.policies import build_policy
+from gpuroute.router.core.region_summary import RegionSummary, summarise
 from gpuroute.router.core.scheduler import Scheduler
 from gpuroute.router.membership import Membership
 from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.priors import engine_priors
 from gpuroute.router.proxy import Proxy
+from gpuroute.router.region_report import RegionReportService, start_region_server
 
 from gpuroute import runtime
 from gpuroute.config import ConfigError
@@ -84,6 +86,8 @@ class RouterApp:
         self.draining = False
         self._ticker: asyncio.Task | None = None
         self._probes: dict[str, asyncio.Task] = {}
+        self._region_server = None
+        self.region_port: int | None = None
 
     def app(self) -> web.Application:
         """The public application; with `admin_listen` set it carries the API only."""
@@ -125,8 +129,21 @@ class RouterApp:
         self.proxy.urls.pop(backend_id, None)
         self.proxy.gate.max_inflight.pop(backend_id, None)
 
+    def region_summary(self) -> RegionSummary:
+        return summarise(self.scheduler.backends, self.config.region.saturation_delay_s)
+
     async def _startup(self, _app: web.Application) -> None:
         await self.proxy.start()
+        if (listen := self.config.region.report_listen) is not None:
+            service = RegionReportService(
+                self.config.region.name,
+                self.region_summary,
+                lambda: len(self.proxy.gate.queue),
+                self.config.region.report_period_s,
+            )
+            self._region_server, self.region_port = await start_region_server(
+                service, listen.host, listen.port
+            )
         if self.membership is not None:
             await self.membership.start()
         self._ticker = asyncio.create_task(self._tick_loop())
@@ -136,6 +153,8 @@ class RouterApp:
             task.cancel()
         if self.membership is not None:
             await self.membership.close()
+        if self._region_server is not None:
+            await self._region_server.stop(0.5)
         if self._ticker is not None:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):

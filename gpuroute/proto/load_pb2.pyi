@@ -1,5 +1,7 @@
+from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable
 from typing import ClassVar as _ClassVar, Optional as _Optional
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -33,3 +35,35 @@ class LoadReport(_message.Message):
     throttled: bool
     health: str
     def __init__(self, backend_id: _Optional[str] = ..., seq: _Optional[int] = ..., timestamp: _Optional[float] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., gpu_util: _Optional[float] = ..., memory_free_bytes: _Optional[int] = ..., throttled: _Optional[bool] = ..., health: _Optional[str] = ...) -> None: ...
+
+class WatchRegionRequest(_message.Message):
+    __slots__ = ("global_id",)
+    GLOBAL_ID_FIELD_NUMBER: _ClassVar[int]
+    global_id: str
+    def __init__(self, global_id: _Optional[str] = ...) -> None: ...
+
+class RegionReport(_message.Message):
+    __slots__ = ("region", "seq", "timestamp", "utilisation", "queue_delay_s", "queue_depth", "routable_backends", "capacity", "models", "ttft_p99_s", "e2e_p99_s")
+    REGION_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    UTILISATION_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_DELAY_S_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    ROUTABLE_BACKENDS_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    TTFT_P99_S_FIELD_NUMBER: _ClassVar[int]
+    E2E_P99_S_FIELD_NUMBER: _ClassVar[int]
+    region: str
+    seq: int
+    timestamp: float
+    utilisation: float
+    queue_delay_s: float
+    queue_depth: int
+    routable_backends: int
+    capacity: float
+    models: _containers.RepeatedScalarFieldContainer[str]
+    ttft_p99_s: float
+    e2e_p99_s: float
+    def __init__(self, region: _Optional[str] = ..., seq: _Optional[int] = ..., timestamp: _Optional[float] = ..., utilisation: _Optional[float] = ..., queue_delay_s: _Optional[float] = ..., queue_depth: _Optional[int] = ..., routable_backends: _Optional[int] = ..., capacity: _Optional[float] = ..., models: _Optional[_Iterable[str]] = ..., ttft_p99_s: _Optional[float] = ..., e2e_p99_s: _Optional[float] = ...) -> None: ...

@@ -96,3 +96,76 @@ class AgentLoad:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class RegionLoadStub:
+    """Missing associated documentation comment in .proto file."""
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.WatchRegion = channel.unary_stream(
+                '/gpuroute.v1.RegionLoad/WatchRegion',
+                request_serializer=gpuroute_dot_proto_dot_load__pb2.WatchRegionRequest.SerializeToString,
+                response_deserializer=gpuroute_dot_proto_dot_load__pb2.RegionReport.FromString,
+                _registered_method=True)
+
+
+class RegionLoadServicer:
+    """Missing associated documentation comment in .proto file."""
+
+    def WatchRegion(self, request, context):
+        """A report at once, then every period (500 ms by default) until the caller leaves.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_RegionLoadServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'WatchRegion': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchRegion,
+                    request_deserializer=gpuroute_dot_proto_dot_load__pb2.WatchRegionRequest.FromString,
+                    response_serializer=gpuroute_dot_proto_dot_load__pb2.RegionReport.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'gpuroute.v1.RegionLoad', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('gpuroute.v1.RegionLoad', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class RegionLoad:
+    """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def WatchRegion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/gpuroute.v1.RegionLoad/WatchRegion',
+            gpuroute_dot_proto_dot_load__pb2.WatchRegionRequest.SerializeToString,
+            gpuroute_dot_proto_dot_load__pb2.RegionReport.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -1,0 +1,68 @@
+"""The regional router's report stream for the global tier (gRPC `RegionLoad.WatchRegion`):
+a summary at once, then one every `period_s` while the caller listens."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+from gpuroute.router.core.region_summary import RegionSummary
+
+from gpuroute.proto import load_pb2, load_pb2_grpc
+
+
+class RegionReportService(load_pb2_grpc.RegionLoadServicer):
+    def __init__(
+        self,
+        region: str,
+        summary: Callable[[], RegionSummary],
+        queue_depth: Callable[[], int],
+        period_s: float,
+    ) -> None:
+        self.region = region
+        self.summary = summary
+        self.queue_depth = queue_depth
+        self.period_s = period_s
+        self._seq = itertools.count(1)
+        self.watchers = 0
+
+    def report(self) -> load_pb2.RegionReport:
+        s = self.summary()
+        return load_pb2.RegionReport(
+            region=self.region,
+            seq=next(self._seq),
+            timestamp=time.time(),
+            utilisation=s.utilisation,
+            queue_delay_s=s.queue_delay_s,
+            queue_depth=self.queue_depth(),
+            routable_backends=s.routable_backends,
+            capacity=s.capacity,
+            models=list(s.models),
+        )
+
+    async def WatchRegion(
+        self, request: load_pb2.WatchRegionRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[load_pb2.RegionReport]:
+        self.watchers += 1
+        try:
+            while True:
+                yield self.report()
+                await asyncio.sleep(self.period_s)  # the report period
+        finally:
+            self.watchers -= 1
+
+
+async def start_region_server(
+    service: RegionReportService, host: str, port: int
+) -> tuple[grpc.aio.Server, int]:
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    load_pb2_grpc.add_RegionLoadServicer_to_server(service, server)
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError as exc:
+        raise OSError(f"region report: cannot listen on {host}:{port} (in use?)") from exc
+    await server.start()
+    return server, bound
