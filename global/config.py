@@ -1,0 +1,120 @@
+"""Global tier configuration (TOML), validated with errors that name the file and the key."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Annotated
+from urllib.parse import urlsplit
+
+from gpuroute.global_.core.policy import MODES
+from gpuroute.global_.core.residency import ANY, ResidencyRules
+from gpuroute.router.config import LimitsConfig, ListenConfig
+from pydantic import AfterValidator, Field, field_validator
+
+from gpuroute.config import ConfigError, StrictModel, known_name, load_toml_model
+from gpuroute.regions import FleetConfig, load_fleet
+
+Mode = Annotated[str, AfterValidator(lambda v: known_name(v, MODES, "global policy"))]
+
+
+def _http_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"expected an http(s)://host:port URL, got {value!r}")
+    return value.rstrip("/")
+
+
+class EndpointConfig(StrictModel):
+    """A regional router: where to forward, and where its region reports stream from."""
+
+    region: str
+    url: Annotated[str, AfterValidator(_http_url)]
+    report: str  # host:port of its RegionLoad gRPC service
+
+
+class SpilloverConfig(StrictModel):
+    start: float = Field(default=0.85, gt=0)
+    stop: float = Field(default=0.75, gt=0)
+    full: float = Field(default=1.0, gt=0)
+    max_fraction: float = Field(default=0.9, gt=0, le=1)
+
+
+class RegionHealthConfig(StrictModel):
+    stale_after_s: float = Field(default=2.0, gt=0)
+    down_after_failures: int = Field(default=3, ge=1)
+    up_after_s: float = Field(default=5.0, ge=0)
+
+
+class ResidencyConfig(StrictModel):
+    tenants: dict[str, list[str]] = Field(default_factory=dict)  # tenant -> jurisdictions
+    countries: dict[str, list[str]] = Field(default_factory=dict)  # ISO country -> jurisdictions
+    # clients GeoIP cannot place; ["*"] = no constraint, e.g. ["eu"] to fail closed
+    unknown_country: list[str] = Field(default_factory=lambda: ["*"])
+    api_keys: dict[str, str] = Field(default_factory=dict)  # sha256(key) hex -> tenant
+
+    @field_validator("api_keys")
+    @classmethod
+    def _hashes(cls, keys: dict[str, str]) -> dict[str, str]:
+        for digest in keys:
+            if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+                raise ValueError(f"{digest[:12]}...: expected a lowercase sha256 hex digest")
+        return keys
+
+
+class GlobalConfig(StrictModel):
+    regions_file: str = "regions.example.toml"  # relative to this file
+    policy: Mode = "ours"
+    geoip_database: str | None = None  # GeoIP2/GeoLite2 City .mmdb; unset: clients unplaced
+    trusted_proxies: list[str] = Field(default_factory=list)  # CIDRs whose X-Forwarded-For counts
+    drain_timeout_s: float = Field(default=30.0, ge=0)
+    tick_s: float = Field(default=0.25, gt=0)
+    listen: ListenConfig = ListenConfig(port=8090)
+    admin_listen: ListenConfig | None = None
+    limits: LimitsConfig = LimitsConfig()
+    spillover: SpilloverConfig = SpilloverConfig()
+    region_health: RegionHealthConfig = RegionHealthConfig()
+    residency: ResidencyConfig = ResidencyConfig()
+    endpoints: list[EndpointConfig] = Field(min_length=1)
+
+
+def _set(values: list[str]) -> frozenset[str]:
+    return ANY if values == ["*"] else frozenset(v.lower() for v in values)
+
+
+def compile_residency(config: ResidencyConfig, fleet: FleetConfig) -> ResidencyRules:
+    return ResidencyRules(
+        jurisdictions=frozenset(r.jurisdiction for r in fleet.regions),
+        tenants={t: _set(v) for t, v in config.tenants.items()},
+        countries={c: _set(v) for c, v in config.countries.items()},
+        unknown_country=_set(config.unknown_country),
+    )
+
+
+def load_global_config(path: Path | str) -> tuple[GlobalConfig, FleetConfig, ResidencyRules]:
+    """The config, the fleet it points to and its compiled residency rules; every problem
+    (unknown region, unknown jurisdiction, missing GeoIP database) names file and key."""
+    path = Path(path)
+    config = load_toml_model(path, GlobalConfig)
+    fleet = load_fleet(path.parent / config.regions_file)
+    names = {r.name for r in fleet.regions}
+    known = ", ".join(sorted(names))
+    problems = [
+        f"{path}: endpoints[{i}].region: unknown region {e.region!r}; known: {known}"
+        for i, e in enumerate(config.endpoints)
+        if e.region not in names
+    ]
+    rules = compile_residency(config.residency, fleet)
+    problems += [f"{path}: {p}" for p in rules.check()]
+    if config.geoip_database is not None:
+        db = path.parent / config.geoip_database
+        if not db.is_file():
+            problems.append(f"{path}: geoip_database: {db} not found")
+    for i, cidr in enumerate(config.trusted_proxies):
+        try:
+            ipaddress.ip_network(cidr, strict=False)
+        except ValueError as exc:
+            problems.append(f"{path}: trusted_proxies[{i}]: {exc}")
+    if problems:
+        raise ConfigError("\n".join(problems))
+    return config, fleet, rules
