@@ -26,7 +26,7 @@ class ClientPlace:
 
 class ClientLocator:
     def __init__(self, database: str | None, trusted_proxies: list[str]) -> None:
-        self.trusted = [ipaddress.ip_network(c, strict=False) for c in trusted_proxies]
+        self.proxies = [ipaddress.ip_network(c, strict=False) for c in trusted_proxies]
         self.reader = None
         if database is not None:
             self.reader = geoip2.database.Reader(database)
@@ -40,16 +40,16 @@ class ClientLocator:
         """The peer, or, when the peer is a trusted proxy, the last untrusted address in
         X-Forwarded-For (a client can prepend anything; only proxies append)."""
         address = peer
-        if forwarded_for and self._trusted(peer):
+        if forwarded_for and self.trusted(peer):
             for hop in reversed([h.strip() for h in forwarded_for.split(",") if h.strip()]):
                 address = hop
-                if not self._trusted(hop):
+                if not self.trusted(hop):
                     break
         return address
 
-    def _trusted(self, address: str | None) -> bool:
+    def trusted(self, address: str | None) -> bool:
         ip = _ip(address)
-        return ip is not None and any(ip in net for net in self.trusted)
+        return ip is not None and any(ip in net for net in self.proxies)
 
     def place(self, peer: str | None, forwarded_for: str | None = None) -> ClientPlace:
         address = self.client_address(peer, forwarded_for)

@@ -65,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--seconds", type=float, default=16.0, help="seconds of traffic")
 
+    glob = sub.add_parser("global", help="run the global tier (one endpoint for all regions)")
+    glob.add_argument("--config", required=True, metavar="FILE", help="global TOML")
+
     agent = sub.add_parser("agent", help="run the node agent, or tell a running one to drain")
     agent.add_argument("action", nargs="?", choices=["run", "drain"], default="run")
     agent.add_argument("--config", required=True, metavar="FILE", help="agent TOML")
@@ -118,6 +121,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from gpuroute.router.server import run_router
 
             return run_router(args.config)
+        if args.command == "global":
+            from gpuroute.global_.server import run_global
+
+            return run_global(args.config)
         if args.command == "demo":
             from gpuroute.sim.demo_fleet import run_demo
 

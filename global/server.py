@@ -1,0 +1,345 @@
+"""`gpuroute global --config FILE`: one OpenAI-compatible endpoint for the world.
+
+Per request: place the client (GeoIP), work out what residency allows, let the policy pick
+a region, forward to that region's router and relay the response chunk by chunk. Failures
+before the first byte move on to the next region of the decision's order (compliant regions
+only, by construction); after it, a stream ends with an SSE error event."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import random
+import signal
+import sys
+import time
+
+import aiohttp
+import orjson
+from aiohttp import web
+from gpuroute.global_.client import ClientLocator
+from gpuroute.global_.config import GlobalConfig, load_global_config
+from gpuroute.global_.core.policy import GlobalPolicy, GlobalRequest
+from gpuroute.global_.core.residency import ResidencyError, ResidencyRules
+from gpuroute.global_.core.spillover import Spillover, SpillSettings
+from gpuroute.global_.feeds import RegionFeeds
+from gpuroute.router.relay import REQUEST_DROP, RESPONSE_DROP, forward_headers
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+from gpuroute import runtime
+from gpuroute.config import ConfigError
+from gpuroute.openai_api import SSE_DONE, error_response, sse_error
+from gpuroute.regions import FleetConfig
+
+log = logging.getLogger("gpuroute.global")
+OPENAI_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+REGION_HEADER = "x-gpuroute-region"
+UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+
+class GlobalMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "gpuroute_global_requests", "Requests by region served and reason.",
+            ["region", "reason"], registry=r,
+        )  # fmt: skip
+        self.rejections = Counter(
+            "gpuroute_global_residency_rejections",
+            "Requests refused because no compliant region could serve them, by rule.",
+            ["reason", "rule"], registry=r,
+        )  # fmt: skip
+        self.retries = Counter(
+            "gpuroute_global_cross_region_retries", "Attempts moved to another region.",
+            ["from_region", "to_region"], registry=r,
+        )  # fmt: skip
+        self.region_state = Gauge(
+            "gpuroute_global_region_state", "1 for each region's current state.",
+            ["region", "state"], registry=r,
+        )  # fmt: skip
+
+
+class GlobalApp:
+    def __init__(
+        self,
+        config: GlobalConfig,
+        fleet: FleetConfig,
+        rules: ResidencyRules,
+        *,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config, self.fleet, self.rules = config, fleet, rules
+        self.rng = rng or random.Random()
+        self.metrics = GlobalMetrics()
+        spill = Spillover(SpillSettings(**config.spillover.model_dump()))
+        self.policy = GlobalPolicy(config.policy, spill)
+        self.feeds = RegionFeeds(config, fleet, spill, rng=self.rng, on_change=self._state)
+        self.locator = ClientLocator(config.geoip_database, config.trusted_proxies)
+        self.session: aiohttp.ClientSession | None = None
+        self.draining = False
+        self.active = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self._ticker: asyncio.Task | None = None
+        limits = config.limits
+        self.timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=limits.connect_timeout_s, sock_read=limits.first_byte_timeout_s
+        )
+
+    def _state(self, region: str, state: str) -> None:
+        for s in ("unknown", "up", "down", "recovering"):
+            self.metrics.region_state.labels(region, s).set(float(s == state))
+
+    # -- application -----------------------------------------------------------------------
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.config.limits.max_body_bytes)
+        for route in OPENAI_ROUTES:
+            app.router.add_post(route, self.forward)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
+        if self.config.admin_listen is None:
+            self.add_admin_routes(app)
+        app.on_startup.append(self._startup)
+        app.on_cleanup.append(self._cleanup)
+        return app
+
+    def add_admin_routes(self, app: web.Application) -> None:
+        app.router.add_get("/metrics", self.metrics_page)
+        app.router.add_get("/admin/regions", self.admin_regions)
+
+    async def _startup(self, _app: web.Application) -> None:
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0), auto_decompress=False, timeout=self.timeout
+        )
+        await self.feeds.start()
+        self._ticker = asyncio.create_task(self._tick_loop())
+
+    async def _cleanup(self, _app: web.Application) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+        await self.feeds.close()
+        if self.session is not None:
+            await self.session.close()
+        self.locator.close()
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.tick_s)  # a period, not a synchronisation
+            self.feeds.tick()
+
+    # -- the request path ---------------------------------------------------------------------
+    def tenant(self, request: web.Request) -> str | None:
+        auth = request.headers.get("Authorization", "")
+        if auth.startswith("Bearer ") and self.config.residency.api_keys:
+            digest = hashlib.sha256(auth[7:].strip().encode()).hexdigest()
+            if digest in self.config.residency.api_keys:
+                return self.config.residency.api_keys[digest]
+        if self.locator.trusted(request.remote):  # an authenticating gateway in front
+            return request.headers.get("x-gpuroute-tenant")
+        return None
+
+    async def forward(self, request: web.Request) -> web.StreamResponse:
+        self.active += 1
+        self.idle.clear()
+        try:
+            return await self._forward(request)
+        except Exception:  # a bug must still answer in OpenAI's format
+            log.exception("global tier failed on a request")
+            return error_response(500, "internal error in the global router", code="internal_error")
+        finally:
+            self.active -= 1
+            if self.active == 0:
+                self.idle.set()
+
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
+        if self.draining:
+            return error_response(503, "global router is draining", code="draining")
+        try:
+            body = await request.read()
+            parsed = orjson.loads(body)
+        except web.HTTPRequestEntityTooLarge:
+            return error_response(413, "request body too large")
+        except orjson.JSONDecodeError:
+            return error_response(400, "body is not valid JSON")
+        if not isinstance(parsed, dict) or not isinstance(parsed.get("model"), str):
+            return error_response(400, "'model' is required and must be a string", param="model")
+        place = self.locator.place(request.remote, request.headers.get("X-Forwarded-For"))
+        try:
+            allowed = self.rules.allowed(
+                tenant=self.tenant(request),
+                header=request.headers.get("x-gpuroute-residency"),
+                country=place.country,
+            )
+        except ResidencyError as exc:
+            return error_response(400, str(exc), param="x-gpuroute-residency")
+        decision = self.policy.decide(
+            GlobalRequest(
+                parsed["model"], allowed, place.location, request.headers.get(REGION_HEADER)
+            ),
+            self.feeds.views,
+            self.rng,
+        )
+        if decision.region is None:
+            rule = " + ".join(decision.rules) or "none"
+            self.metrics.rejections.labels(decision.reason, rule).inc()
+            what = "allowed by residency" if decision.reason == "residency" else "up"
+            return error_response(
+                503,
+                f"no region {what} can serve this request (residency rules: {rule})",
+                code=decision.reason,
+                headers={"Retry-After": "1"} if decision.reason == "no_region_up" else None,
+            )
+        stream = bool(parsed.get("stream"))
+        headers = forward_headers(request.headers.items(), REQUEST_DROP | {REGION_HEADER})
+        forwarded = request.headers.get("X-Forwarded-For")
+        headers["X-Forwarded-For"] = (
+            f"{forwarded}, {request.remote}" if forwarded else str(request.remote)
+        )
+        last_error = "no attempt"
+        for attempt, region in enumerate(decision.order):
+            if attempt:
+                self.metrics.retries.labels(decision.order[attempt - 1], region).inc()
+            url = self.feeds.feeds[region].url + request.path_qs
+            try:
+                upstream = await self.session.post(url, data=body, headers=headers)
+            except UPSTREAM_ERRORS as exc:
+                last_error = f"{region}: {type(exc).__name__}"
+                self.feeds.forwarded(region, False)
+                continue
+            if upstream.status >= 500:
+                last_error = f"{region}: HTTP {upstream.status}"
+                upstream.release()
+                self.feeds.forwarded(region, False)
+                continue
+            reason = decision.reason if attempt == 0 else "failover"
+            self.metrics.requests.labels(region, reason).inc()
+            return await self._relay(request, upstream, region, stream)
+        return error_response(
+            502, f"every compliant region failed: {last_error}", code="upstream_error"
+        )
+
+    async def _relay(
+        self, request: web.Request, upstream: aiohttp.ClientResponse, region: str, stream: bool
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(status=upstream.status)
+        response.headers.update(forward_headers(upstream.headers.items(), RESPONSE_DROP))
+        response.headers[REGION_HEADER] = region
+        try:
+            await response.prepare(request)
+            async for chunk in upstream.content.iter_any():
+                await response.write(chunk)
+            self.feeds.forwarded(region, True)
+        except UPSTREAM_ERRORS as exc:
+            self.feeds.forwarded(region, False)
+            if stream:
+                with contextlib.suppress(ConnectionError, RuntimeError):
+                    message = f"region {region} failed mid-stream: {type(exc).__name__}"
+                    await response.write(sse_error(502, message, code="upstream_stream_error"))
+                    await response.write(SSE_DONE)
+        finally:
+            upstream.release()
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await response.write_eof()
+        return response
+
+    # -- admin ------------------------------------------------------------------------------------
+    async def models(self, _request: web.Request) -> web.Response:
+        names = sorted(
+            {m for f in self.feeds.feeds.values() if f.health.up for m in f.models or ()}
+        )
+        created = int(time.time())
+        data = [
+            {"id": m, "object": "model", "created": created, "owned_by": "gpuroute"} for m in names
+        ]
+        return web.json_response({"object": "list", "data": data})
+
+    async def healthz(self, _request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(self, _request: web.Request) -> web.Response:
+        if self.draining:
+            return error_response(503, "draining", code="draining")
+        up = [v.name for v in self.feeds.views if v.up]
+        if not up:
+            return error_response(503, "no region is up", code="no_region_up")
+        return web.json_response({"status": "ready", "regions_up": up})
+
+    async def metrics_page(self, _request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(self.metrics.registry), content_type="text/plain")
+
+    async def admin_regions(self, _request: web.Request) -> web.Response:
+        return web.json_response({"policy": self.config.policy, "regions": self.feeds.describe()})
+
+
+class GlobalServer:
+    """Listen, serve, drain on SIGTERM (the same lifecycle as the regional router)."""
+
+    def __init__(self, app: GlobalApp) -> None:
+        self.global_app = app
+        self.runner: web.AppRunner | None = None
+        self.admin_runner: web.AppRunner | None = None
+        self.site: web.TCPSite | None = None
+        self.stopping = asyncio.Event()
+
+    @property
+    def port(self) -> int:
+        assert self.runner is not None
+        return self.runner.addresses[0][1]
+
+    async def start(self) -> None:
+        config = self.global_app.config
+        self.runner = web.AppRunner(
+            self.global_app.app(), access_log=None, handler_cancellation=True
+        )
+        await self.runner.setup()
+        self.site = web.TCPSite(self.runner, config.listen.host, config.listen.port)
+        await self.site.start()
+        if (admin := config.admin_listen) is not None:
+            app = web.Application()
+            app.router.add_get("/readyz", self.global_app.readyz)
+            self.global_app.add_admin_routes(app)
+            self.admin_runner = web.AppRunner(app, access_log=None)
+            await self.admin_runner.setup()
+            await web.TCPSite(self.admin_runner, admin.host, admin.port).start()
+
+    async def drain(self, timeout: float | None = None) -> None:
+        g = self.global_app
+        g.draining = True
+        assert self.site is not None and self.runner is not None
+        await self.site.stop()
+        try:
+            await asyncio.wait_for(
+                g.idle.wait(), g.config.drain_timeout_s if timeout is None else timeout
+            )
+        except TimeoutError:
+            log.warning("drain timeout: %d requests cut", g.active)
+        await self.runner.cleanup()
+        if self.admin_runner is not None:
+            await self.admin_runner.cleanup()
+
+    async def serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stopping.set)
+        await self.start()
+        listen = self.global_app.config.listen
+        print(f"gpuroute global listening on http://{listen.host}:{self.port}", flush=True)
+        await self.stopping.wait()
+        await self.drain()
+
+
+def run_global(path: str) -> int:
+    runtime.configure_logging()
+    try:
+        config, fleet, rules = load_global_config(path)
+        app = GlobalApp(config, fleet, rules)
+    except ConfigError as exc:
+        print(f"gpuroute global: error: {exc}", file=sys.stderr)
+        return 2
+    runtime.run(GlobalServer(app).serve())
+    return 0
