@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+from gpuroute.global_.core.policy import MODES
 from gpuroute.router.core.policies import POLICIES
 from gpuroute.sim.report import TABLE_COLUMNS, PolicyReport
 from gpuroute.sim.scenario import builtin_scenario, load_scenario
@@ -33,6 +34,8 @@ def run_sim(
 ) -> int:
     err = Console(stderr=True)
     loaded = load_scenario(scenario_path) if scenario_path else builtin_scenario()
+    if loaded.scenario.global_ is not None:
+        return run_global_sim(loaded, policies, json_out, quiet=quiet)
     names = policies or loaded.scenario.router.policies
     try:
         for name in names:
@@ -70,10 +73,58 @@ def run_sim(
             render_table(f"{scenario.name} (seed {scenario.seed})", reports)
         )
     if json_out:
-        text = json.dumps([r.to_dict() for r in reports], indent=2)
-        if json_out == "-":
-            sys.stdout.write(text + "\n")
-        else:
-            Path(json_out).parent.mkdir(parents=True, exist_ok=True)
-            Path(json_out).write_text(text + "\n")
+        write_json([r.to_dict() for r in reports], json_out)
+    return 0
+
+
+def write_json(data, json_out: str) -> None:
+    text = json.dumps(data, indent=2)
+    if json_out == "-":
+        sys.stdout.write(text + "\n")
+    else:
+        Path(json_out).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_out).write_text(text + "\n")
+
+
+GLOBAL_COLUMNS = (
+    ("policy", "policy", "{}"),
+    ("completed", "done", "{:,}"),
+    ("failed", "fail", "{:,}"),
+    ("e2e_p99_steady_s", "E2E p99 steady", "{:.2f}"),
+    ("e2e_p99_flash_s", "E2E p99 flash", "{:.2f}"),
+    ("flash_vs_steady", "flash/steady", "{:.2f}"),
+    ("e2e_p99_s", "E2E p99 all", "{:.2f}"),
+    ("goodput_rps", "goodput", "{:.1f}"),
+    ("served_away_from_home", "spilled", "{:,}"),
+    ("residency_violations", "residency viol.", "{:,}"),
+)
+
+
+def run_global_sim(loaded, policies: list[str] | None, json_out: str | None, *, quiet: bool) -> int:
+    from gpuroute.sim.global_sim import run_global_scenario
+
+    scenario = loaded.scenario
+    if policies:
+        for name in policies:
+            known_name(name, MODES, "global policy")
+    if not quiet:
+        Console(stderr=True).print(
+            f"[bold]{scenario.name}[/]: {len(scenario.global_.regions)} regions, "
+            f"{scenario.gpu_count} GPUs; global policies "
+            f"{', '.join(policies or scenario.global_.policies)}"
+        )
+    report = run_global_scenario(loaded, policies)
+    if not quiet:
+        table = Table(
+            title=f"{scenario.name}: {report['rate_rps']} req/s steady "
+            f"({report['gpus']} GPUs, capacity {report['capacity_rps']} req/s)",
+            title_justify="left",
+        )
+        for _, header, _ in GLOBAL_COLUMNS:
+            table.add_column(header, justify="left" if header == "policy" else "right")
+        for row in report["rows"]:
+            table.add_row(*(fmt.format(row[key]) for key, _, fmt in GLOBAL_COLUMNS))
+        Console(width=None if sys.stdout.isatty() else 160).print(table)
+    if json_out:
+        write_json(report, json_out)
     return 0

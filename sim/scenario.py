@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from gpuroute.router.core.policies import POLICIES
+from gpuroute.sim.global_scenario import GlobalSection
 from gpuroute.sim.models import DEFAULT_MODEL, MODELS
 from gpuroute.sim.traces import TRACE_FORMATS
 from gpuroute.sim.workloads import PROFILES
@@ -103,10 +104,20 @@ class Scenario(StrictModel):
     faults: list[Fault] = Field(default_factory=list)
     prefix_caching: bool = True
     chunked_prefill: bool = True
+    global_: GlobalSection | None = Field(default=None, alias="global")
 
     @property
     def gpu_count(self) -> int:
         return sum(g.count for g in self.gpus)
+
+    @model_validator(mode="after")
+    def gpus_in_known_regions(self) -> Scenario:
+        if self.global_ is not None:
+            names = {r.name for r in self.global_.regions}
+            for i, g in enumerate(self.gpus):
+                if g.region not in names:
+                    raise ValueError(f"gpus[{i}].region {g.region!r} is not a [[global.regions]]")
+        return self
 
     @model_validator(mode="after")
     def faults_in_range(self) -> Scenario:

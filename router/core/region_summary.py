@@ -1,9 +1,11 @@
 """What a regional router tells the global tier about its region (pure).
 
-Work ahead of a new request on a backend is its outstanding work (this router's ledger plus
-other routers' work seen through the agent) divided by its capacity. The region's expected
-queueing delay is total work over total capacity; its utilisation is that delay against
-`saturation_delay_s`, the work ahead at which a region counts as full (1.0)."""
+Work ahead is the region's outstanding work (this router's ledger plus other routers' work
+seen through the agents) over its capacity. With continuous batching most of it runs
+concurrently, so it becomes waiting only beyond `saturation_delay_s`, the work ahead of a
+region at full load (calibrate it for the workload: it grows with batch size and request
+cost). Utilisation is work ahead / saturation (1.0 = full); the expected queueing delay is
+the excess."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ def summarise(backends: Iterable[Backend], saturation_delay_s: float) -> RegionS
     if capacity <= 0:
         return RegionSummary(0.0, 0.0, 0, 0.0, ())
     work = sum(b.outstanding + b.external for b in routable)
-    delay = work / capacity
+    ahead = work / capacity
     models = tuple(sorted({m for b in routable for m in b.models}))
-    return RegionSummary(delay / saturation_delay_s, delay, len(routable), capacity, models)
+    wait = max(0.0, ahead - saturation_delay_s)
+    return RegionSummary(ahead / saturation_delay_s, wait, len(routable), capacity, models)

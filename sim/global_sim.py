@@ -1,0 +1,294 @@
+"""Discrete-event simulation of several regions behind the global tier.
+
+Each region runs the router's own Scheduler (least outstanding work) over EngineModels; the
+global decision is the global tier's own GlobalPolicy, fed every `report_period_s` with each
+region's summary (the same `summarise` the regional router reports). A client's latency is
+what the region gives it plus one estimated RTT. Policies compared on the same arrivals:
+`nearest`, `latency` and `ours` (latency + queueing + spillover)."""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from gpuroute.global_.core.geo import Point, estimated_rtt_s
+from gpuroute.global_.core.policy import GlobalPolicy, GlobalRequest, RegionView
+from gpuroute.global_.core.residency import ANY, Allowed
+from gpuroute.global_.core.spillover import Spillover
+from gpuroute.router.core import Backend, BackendSet, CostEstimator, RequestInfo, Scheduler
+from gpuroute.router.core.policies.least_outstanding_work import LeastOutstandingWork
+from gpuroute.router.core.region_summary import summarise
+from gpuroute.router.core.scheduler import Outcome
+from gpuroute.sim.engine_model import EngineModel, EngineRequest
+from gpuroute.sim.fleet import fleet_capacity_rps, profile_gpu_types
+from gpuroute.sim.scenario import LoadedScenario
+from gpuroute.sim.workloads import synthetic
+
+REPORT, EVENT = -1, -2
+
+
+@dataclass
+class Clients:
+    """The request stream: arrival, client group, client location, allowed set."""
+
+    arrivals: np.ndarray
+    group: np.ndarray
+    points: list[Point]
+    allowed: list[Allowed]
+    prompts: np.ndarray
+    outputs: np.ndarray
+    flash: tuple[float, float] | None  # window of the first flash crowd, if any
+
+
+def build_clients(loaded: LoadedScenario, rate: float) -> Clients:
+    sc, g = loaded.scenario, loaded.scenario.global_
+    assert g is not None
+    rng = np.random.default_rng(sc.seed)
+    region = {r.name: r for r in g.regions}
+    total_share = sum(c.share for c in g.clients)
+    times, groups = [], []
+    for k, c in enumerate(g.clients):
+        base = rate * c.share / total_share
+        n = rng.poisson(base * g.duration_s)
+        times.append(rng.uniform(0, g.duration_s, n))
+        groups.append(np.full(n, k))
+        for e in g.events:
+            if e.kind == "flash_crowd" and e.region == c.region:
+                extra = rng.poisson(base * (e.factor - 1) * e.duration_s)
+                times.append(rng.uniform(e.at_s, e.at_s + e.duration_s, extra))
+                groups.append(np.full(extra, k))
+    arrivals, group = np.concatenate(times), np.concatenate(groups)
+    order = np.argsort(arrivals, kind="stable")
+    arrivals, group = arrivals[order], group[order]
+    lengths = synthetic(sc.workload.profile or "chat", len(arrivals), 1.0, sc.seed + 1)
+    points, allowed = [], []
+    bound_draw = rng.random(len(arrivals))
+    jitter = rng.normal(0, 3.0, (len(arrivals), 2))
+    for i, k in enumerate(group):
+        c = g.clients[k]
+        home = region[c.region]
+        points.append(Point(home.lat + jitter[i, 0], home.lon + jitter[i, 1]))
+        bound = bound_draw[i] < c.bound
+        allowed.append(
+            Allowed(frozenset({home.jurisdiction}), ("home",)) if bound else Allowed(ANY)
+        )
+    flash = next(
+        ((e.at_s, e.at_s + e.duration_s) for e in g.events if e.kind == "flash_crowd"), None
+    )
+    return Clients(arrivals, group, points, allowed, lengths.prompts, lengths.outputs, flash)
+
+
+@dataclass
+class RegionSim:
+    name: str
+    jurisdiction: str
+    location: Point
+    scheduler: Scheduler
+    engines: list[EngineModel]
+    index: dict[str, int] = field(default_factory=dict)
+    up: bool = True
+
+
+def run_global(loaded: LoadedScenario, mode: str, clients: Clients, rate: float) -> dict:
+    started = time.perf_counter()
+    sc, g = loaded.scenario, loaded.scenario.global_
+    assert g is not None
+    model = sc.workload.model
+    probe = synthetic(sc.workload.profile or "chat", 4000, 1.0, sc.seed)
+    profiles = profile_gpu_types(sc, probe)
+    fastest = max(p.capacity_rps for p in profiles.values())
+    regions: dict[str, RegionSim] = {}
+    engine_of: list[tuple[str, int]] = []
+    for r in g.regions:
+        backends, engines = [], []
+        for grp in (x for x in sc.gpus if x.region == r.name):
+            for _ in range(grp.count):
+                p = profiles[grp.type]
+                backends.append(Backend(f"{r.name}-{len(backends)}", grp.type, (model,),
+                                        capacity=p.capacity_rps / fastest))  # fmt: skip
+                engines.append(EngineModel(p.params, prefix_caching=sc.prefix_caching))
+        estimator = CostEstimator({t: p.prior for t, p in profiles.items()})
+        scheduler = Scheduler(BackendSet(backends), LeastOutstandingWork(), estimator)
+        sim = RegionSim(r.name, r.jurisdiction, Point(r.lat, r.lon), scheduler, engines)
+        sim.index = {b.backend_id: i for i, b in enumerate(backends)}
+        regions[r.name] = sim
+        engine_of += [(r.name, i) for i in range(len(engines))]
+    eid = {key: n for n, key in enumerate(engine_of)}
+    spill = Spillover()
+    policy = GlobalPolicy(mode, spill)
+    rng = random.Random(sc.seed)
+    views: list[RegionView] = []
+
+    def refresh_views() -> None:
+        views.clear()
+        for r in regions.values():
+            s = summarise(r.scheduler.backends, g.saturation_delay_s)
+            spill.update(r.name, s.utilisation)
+            views.append(RegionView(r.name, r.jurisdiction, r.location, r.up, s.queue_delay_s))
+
+    n = len(clients.arrivals)
+    served_in = [""] * n
+    rtt = np.zeros(n)
+    ttft, finish = np.full(n, np.nan), np.full(n, np.nan)
+    status = np.zeros(n, dtype=np.int8)  # 0 pending, 1 ok, 2 failed/refused
+    orders: dict[int, list[str]] = {}
+    heap: list[tuple[float, int, int, int]] = []
+    versions = [0] * len(engine_of)
+    seq = 0
+    heap.append((0.0, seq, REPORT, 0))
+    events = sorted(g.events, key=lambda e: e.at_s)
+    for k, e in enumerate(events):
+        if e.kind == "outage":
+            heap += [
+                (e.at_s, seq + 1 + 2 * k, EVENT, 2 * k),
+                (e.at_s + e.duration_s, seq + 2 + 2 * k, EVENT, 2 * k + 1),
+            ]
+    seq += 2 * len(events) + 1
+    heapq.heapify(heap)
+    refresh_views()
+
+    def reschedule(region: str, i: int) -> None:
+        nonlocal seq
+        e = eid[(region, i)]
+        versions[e] += 1
+        t_next = regions[region].engines[i].next_event_time()
+        if t_next is not None:
+            seq += 1
+            heapq.heappush(heap, (t_next, seq, e, versions[e]))
+
+    def place(rid: int, now: float) -> None:
+        order = orders[rid]
+        while order:
+            name = order.pop(0)
+            r = regions[name]
+            if not r.up:
+                continue
+            info = RequestInfo(rid, model, int(clients.prompts[rid]))
+            decision = r.scheduler.route(info, now, rng)
+            if decision is None:
+                continue
+            i = r.index[decision.backend.backend_id]
+            req = EngineRequest(rid, int(clients.prompts[rid]), int(clients.outputs[rid]), now)
+            if r.engines[i].fits(req) and r.engines[i].submit(req, now):
+                served_in[rid] = name
+                rtt[rid] = estimated_rtt_s(clients.points[rid], r.location)
+                reschedule(name, i)
+                return
+            r.scheduler.finish(rid, model, Outcome(False), now)
+        status[rid] = 2
+
+    def outage(name: str, down: bool, now: float) -> None:
+        r = regions[name]
+        r.up = not down
+        for i, engine in enumerate(r.engines):
+            if down:
+                for req in engine.crash(now):
+                    r.scheduler.finish(req.rid, model, Outcome(False), now)
+                    if req.first_token_at < 0 and orders.get(req.rid):
+                        place(req.rid, now)  # nothing reached the client: next region
+                    else:
+                        status[req.rid] = 2
+            else:
+                engine.recover(now)
+            reschedule(name, i)
+        refresh_views()
+
+    i = 0
+    while i < n or heap:
+        t_arr = clients.arrivals[i] if i < n else math.inf
+        if heap and heap[0][0] <= t_arr:
+            now, _, e, version = heapq.heappop(heap)
+            if e >= 0:
+                if version != versions[e]:
+                    continue
+                name, k = engine_of[e]
+                r = regions[name]
+                for req in r.engines[k].on_event(now):
+                    r.scheduler.finish(req.rid, model, Outcome(True, req.output_tokens), now)
+                    status[req.rid], ttft[req.rid], finish[req.rid] = 1, req.first_token_at, now
+                    orders.pop(req.rid, None)
+                reschedule(name, k)
+            elif e == REPORT:
+                refresh_views()
+                if i < n:
+                    seq += 1
+                    heapq.heappush(heap, (now + g.report_period_s, seq, REPORT, 0))
+            else:
+                ev = events[version // 2]
+                outage(ev.region, version % 2 == 0, now)
+            continue
+        d = policy.decide(GlobalRequest(model, clients.allowed[i], clients.points[i]), views, rng)
+        orders[i] = list(d.order)
+        place(i, t_arr)
+        i += 1
+    return report(loaded, mode, clients, regions, served_in, rtt, ttft, finish, status,
+                  time.perf_counter() - started)  # fmt: skip
+
+
+def report(loaded, mode, clients, regions, served_in, rtt, ttft, finish, status, wall) -> dict:
+    g, slo = loaded.scenario.global_, loaded.scenario.slo
+    arrivals = clients.arrivals
+    ok = status == 1
+    e2e = finish - arrivals + rtt
+    first = ttft - arrivals + rtt
+    home = np.array([g.clients[k].region for k in clients.group])
+    region_of = {r.name: r for r in regions.values()}
+    served = np.array(served_in)
+    violations = sum(
+        1
+        for i in np.flatnonzero(ok)
+        if not clients.allowed[i].permits(region_of[served[i]].jurisdiction)
+    )
+    outputs = clients.outputs
+    tpot = np.where(outputs > 1, (e2e - first) / np.maximum(outputs - 1, 1), 0.0)
+    good = ok & (first <= slo.ttft_s) & (tpot <= slo.tpot_s)
+
+    def p99(mask) -> float:
+        values = e2e[mask & ok]
+        return round(float(np.percentile(values, 99)), 3) if len(values) else float("nan")
+
+    steady = arrivals < (clients.flash[0] if clients.flash else math.inf)
+    in_flash = (
+        (arrivals >= clients.flash[0]) & (arrivals < clients.flash[1])
+        if clients.flash
+        else np.zeros(len(arrivals), bool)
+    )
+    away = ok & (served != home)
+    per_region = {
+        r: {"served": int((ok & (served == r)).sum()), "e2e_p99_s": p99(served == r),
+            "clients_e2e_p99_s": p99(home == r)}
+        for r in region_of
+    }  # fmt: skip
+    return {
+        "policy": mode,
+        "requests": len(arrivals),
+        "completed": int(ok.sum()),
+        "failed": int((status != 1).sum()),
+        "e2e_p99_s": p99(np.ones(len(arrivals), bool)),
+        "e2e_p99_steady_s": p99(steady),
+        "e2e_p99_flash_s": p99(in_flash) if clients.flash else float("nan"),
+        "flash_vs_steady": round(p99(in_flash) / p99(steady), 2) if clients.flash else float("nan"),
+        "goodput_rps": round(float(good.sum()) / g.duration_s, 2),
+        "served_away_from_home": int(away.sum()),
+        "served_away_share": round(float(away.sum()) / max(int(ok.sum()), 1), 4),
+        "residency_violations": violations,
+        "regions": per_region,
+        "sim_wall_s": round(wall, 2),
+    }
+
+
+def run_global_scenario(loaded: LoadedScenario, policies: list[str] | None = None) -> dict:
+    sc = loaded.scenario
+    assert sc.global_ is not None
+    probe = synthetic(sc.workload.profile or "chat", 4000, 1.0, sc.seed)
+    capacity = fleet_capacity_rps(sc, profile_gpu_types(sc, probe))
+    utilisation = sc.workload.target_utilization or 0.5
+    rate = utilisation * capacity
+    clients = build_clients(loaded, rate)
+    rows = [run_global(loaded, mode, clients, rate) for mode in policies or sc.global_.policies]
+    return {"scenario": sc.name, "rate_rps": round(rate, 1), "capacity_rps": round(capacity, 1),
+            "gpus": sc.gpu_count, "rows": rows}  # fmt: skip
