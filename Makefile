@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/gpuroute demo
+	$(BIN)/gpuroute demo --global
 	$(BIN)/gpuroute sim
 
 test: $(STAMP) bench-deps consul terraform

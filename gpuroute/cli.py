@@ -63,7 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser(
         "demo", help="one-machine fleet: simulated hosts, agents, Consul (if built), a router"
     )
-    demo.add_argument("--seconds", type=float, default=16.0, help="seconds of traffic")
+    demo.add_argument("--seconds", type=float, default=None, help="seconds of traffic")
+    demo.add_argument(
+        "--global", dest="global_", action="store_true",
+        help="three regions behind the global tier: residency, an outage, recovery",
+    )  # fmt: skip
 
     glob = sub.add_parser("global", help="run the global tier (one endpoint for all regions)")
     glob.add_argument("--config", required=True, metavar="FILE", help="global TOML")
@@ -126,9 +130,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_global(args.config)
         if args.command == "demo":
+            if args.global_:
+                from gpuroute.sim.demo_global import run_global_demo
+
+                return run_global_demo(args.seconds or 5.0)
             from gpuroute.sim.demo_fleet import run_demo
 
-            return run_demo(args.seconds)
+            return run_demo(args.seconds or 16.0)
         if args.command == "agent":
             from gpuroute.agent.server import request_drain, run_agent
 
