@@ -62,6 +62,17 @@ class ResidencyConfig(StrictModel):
         return keys
 
 
+class DiscoveryConfig(StrictModel):
+    """Find regional routers through Consul: each region is a WAN-federated datacenter named
+    after it, where routers register as `gpuroute-router`. [[endpoints]] stay the fallback."""
+
+    consul: str | None = None  # the global router's local Consul agent
+    token: str | None = None
+    service: str = "gpuroute-router"
+    interval_s: float = Field(default=2.0, gt=0)
+    timeout_s: float = Field(default=3.0, gt=0)
+
+
 class GlobalConfig(StrictModel):
     regions_file: str = "regions.example.toml"  # relative to this file
     policy: Mode = "ours"
@@ -75,7 +86,8 @@ class GlobalConfig(StrictModel):
     spillover: SpilloverConfig = SpilloverConfig()
     region_health: RegionHealthConfig = RegionHealthConfig()
     residency: ResidencyConfig = ResidencyConfig()
-    endpoints: list[EndpointConfig] = Field(min_length=1)
+    discovery: DiscoveryConfig = DiscoveryConfig()
+    endpoints: list[EndpointConfig] = Field(default_factory=list)
 
 
 def _set(values: list[str]) -> frozenset[str]:
@@ -104,6 +116,8 @@ def load_global_config(path: Path | str) -> tuple[GlobalConfig, FleetConfig, Res
         for i, e in enumerate(config.endpoints)
         if e.region not in names
     ]
+    if not config.endpoints and not config.discovery.consul:
+        problems.append(f"{path}: endpoints: list [[endpoints]] or set discovery.consul")
     rules = compile_residency(config.residency, fleet)
     problems += [f"{path}: {p}" for p in rules.check()]
     if config.geoip_database is not None:

@@ -28,8 +28,8 @@ class RegionFeed:
     name: str
     jurisdiction: str
     location: Point
-    url: str
-    report_address: str
+    url: str | None  # None until configured or discovered
+    report_address: str | None
     health: RegionHealth
     utilisation: float = 0.0
     queue_delay_s: float = 0.0
@@ -55,24 +55,42 @@ class RegionFeeds:
         self.clock = clock
         self.rng = rng or random.Random()
         self.on_change = on_change
+        endpoints = {e.region: e for e in config.endpoints}
+        discovering = config.discovery.consul is not None
         self.feeds: dict[str, RegionFeed] = {}
-        for e in config.endpoints:
-            r = fleet.region(e.region)
-            self.feeds[e.region] = RegionFeed(
-                r.name, r.jurisdiction, Point(r.location.lat, r.location.lon), e.url, e.report,
-                RegionHealth(settings),
+        for r in fleet.regions:
+            e = endpoints.get(r.name)
+            if e is None and not discovering:
+                continue  # a region with no router to reach: not part of the global tier
+            self.feeds[r.name] = RegionFeed(
+                r.name, r.jurisdiction, Point(r.location.lat, r.location.lon),
+                e.url if e else None, e.report if e else None, RegionHealth(settings),
             )  # fmt: skip
         self.views: list[RegionView] = []
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: dict[str, asyncio.Task] = {}
         self._rebuild()
 
     async def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._stream(f)) for f in self.feeds.values()]
+        for feed in self.feeds.values():
+            if feed.report_address is not None:
+                self._tasks[feed.name] = asyncio.create_task(self._stream(feed))
+
+    def set_endpoint(self, region: str, url: str, report_address: str) -> None:
+        """A discovered router: forward there, and stream its reports (restarting the
+        stream when the address changed)."""
+        feed = self.feeds[region]
+        if feed.url == url and feed.report_address == report_address:
+            return
+        log.info("region %s: router %s (reports %s)", region, url, report_address)
+        feed.url, feed.report_address = url, report_address
+        if (task := self._tasks.pop(region, None)) is not None:
+            task.cancel()
+        self._tasks[region] = asyncio.create_task(self._stream(feed))
 
     async def close(self) -> None:
-        for task in self._tasks:
+        for task in self._tasks.values():
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
 
     async def _stream(self, feed: RegionFeed) -> None:
         backoff = 0.25
@@ -118,7 +136,14 @@ class RegionFeeds:
 
     def _rebuild(self) -> None:
         self.views = [
-            RegionView(f.name, f.jurisdiction, f.location, f.health.up, f.queue_delay_s, f.models)
+            RegionView(
+                f.name,
+                f.jurisdiction,
+                f.location,
+                f.health.up and f.url is not None,
+                f.queue_delay_s,
+                f.models,
+            )
             for f in self.feeds.values()
         ]
 

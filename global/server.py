@@ -24,6 +24,7 @@ from gpuroute.global_.config import GlobalConfig, load_global_config
 from gpuroute.global_.core.policy import GlobalPolicy, GlobalRequest
 from gpuroute.global_.core.residency import ResidencyError, ResidencyRules
 from gpuroute.global_.core.spillover import Spillover, SpillSettings
+from gpuroute.global_.discovery import RouterDiscovery
 from gpuroute.global_.feeds import RegionFeeds
 from gpuroute.router.relay import REQUEST_DROP, RESPONSE_DROP, forward_headers
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
@@ -77,6 +78,11 @@ class GlobalApp:
         self.policy = GlobalPolicy(config.policy, spill)
         self.feeds = RegionFeeds(config, fleet, spill, rng=self.rng, on_change=self._state)
         self.locator = ClientLocator(config.geoip_database, config.trusted_proxies)
+        self.discovery = (
+            RouterDiscovery(config.discovery, self.feeds, self.rng)
+            if config.discovery.consul
+            else None
+        )
         self.session: aiohttp.ClientSession | None = None
         self.draining = False
         self.active = 0
@@ -115,6 +121,8 @@ class GlobalApp:
             connector=aiohttp.TCPConnector(limit=0), auto_decompress=False, timeout=self.timeout
         )
         await self.feeds.start()
+        if self.discovery is not None:
+            self.discovery.start()
         self._ticker = asyncio.create_task(self._tick_loop())
 
     async def _cleanup(self, _app: web.Application) -> None:
@@ -122,6 +130,8 @@ class GlobalApp:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
+        if self.discovery is not None:
+            await self.discovery.close()
         await self.feeds.close()
         if self.session is not None:
             await self.session.close()
@@ -204,7 +214,10 @@ class GlobalApp:
         for attempt, region in enumerate(decision.order):
             if attempt:
                 self.metrics.retries.labels(decision.order[attempt - 1], region).inc()
-            url = self.feeds.feeds[region].url + request.path_qs
+            base = self.feeds.feeds[region].url
+            if base is None:
+                continue
+            url = base + request.path_qs
             try:
                 upstream = await self.session.post(url, data=body, headers=headers)
             except UPSTREAM_ERRORS as exc:

@@ -147,17 +147,20 @@ class ConsulClient:
 
     # -- router side ------------------------------------------------------------------------
     async def health_service(
-        self, name: str, index: int = 0, wait_s: float = 30.0
+        self, name: str, index: int = 0, wait_s: float = 30.0, *, dc: str | None = None
     ) -> tuple[int, list[dict[str, Any]]]:
         """Blocking query on a service's health entries (all statuses: the caller filters)."""
         wait = f"{max(1, int(wait_s))}s"
         # Consul adds up to wait/16 of jitter to the wait; allow for it and a slow network
         budget = wait_s * (1 + 1 / 16) + self.timeout_s if index else self.timeout_s
         raw_index, entries = await self._call(
-            self.api.health.service(name, index=index or None, wait=wait, dc=self.datacenter),
+            self.api.health.service(name, index=index or None, wait=wait, dc=dc or self.datacenter),
             budget,
         )
         return int(raw_index or 0), entries or []
+
+    async def datacenters(self) -> list[str]:
+        return await self._call(self.api.catalog.datacenters())
 
     async def leader(self) -> str:
         return await self._call(self.api.status.leader())

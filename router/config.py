@@ -110,6 +110,9 @@ class RegionConfig(StrictModel):
 
     name: str = "local"
     report_listen: ListenConfig | None = None  # gRPC RegionLoad.WatchRegion
+    # With membership.consul and report_listen set, the router registers as gpuroute-router
+    # in its Consul datacenter under this address (default: the listen host).
+    advertise_address: str | None = None
     report_period_s: float = Field(default=0.5, gt=0, le=10)
     saturation_delay_s: float = Field(default=2.0, gt=0)  # work ahead at which it is "full"
 

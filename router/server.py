@@ -31,6 +31,7 @@ from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.priors import engine_priors
 from gpuroute.router.proxy import Proxy
 from gpuroute.router.region_report import RegionReportService, start_region_server
+from gpuroute.router.registration import RouterRegistration, router_service
 
 from gpuroute import runtime
 from gpuroute.config import ConfigError
@@ -87,6 +88,7 @@ class RouterApp:
         self._ticker: asyncio.Task | None = None
         self._probes: dict[str, asyncio.Task] = {}
         self._region_server = None
+        self.registration: RouterRegistration | None = None
         self.region_port: int | None = None
 
     def app(self) -> web.Application:
@@ -148,11 +150,23 @@ class RouterApp:
             await self.membership.start()
         self._ticker = asyncio.create_task(self._tick_loop())
 
+    def listening(self, port: int) -> None:
+        """Called once the public listener is bound: register in Consul as gpuroute-router
+        when this router discovers backends through Consul and reports its region."""
+        if self.membership is None or self.region_port is None:
+            return
+        address = self.config.region.advertise_address or self.config.listen.host
+        service = router_service(self.config, port, self.region_port, address)
+        self.registration = RouterRegistration(self.membership.client, service)
+        self.registration.start()
+
     async def _cleanup(self, _app: web.Application) -> None:
         for task in self._probes.values():
             task.cancel()
         if self.membership is not None:
             await self.membership.close()
+        if self.registration is not None:
+            await self.registration.close()
         if self._region_server is not None:
             await self._region_server.stop(0.5)
         if self._ticker is not None:
@@ -279,6 +293,7 @@ class RouterServer:
         await self.runner.setup()
         self.site = web.TCPSite(self.runner, listen.host, listen.port, backlog=1024)
         await self.site.start()
+        self.router.listening(self.port)
         if (admin := self.router.config.admin_listen) is not None:
             self.admin_runner = web.AppRunner(self.router.admin_app(), access_log=None)
             await self.admin_runner.setup()

@@ -1,0 +1,78 @@
+"""Regional routers found through Consul: every region is a WAN-federated datacenter named
+after it, queried with `?dc=<region>` through the global router's local Consul agent.
+Consul unreachable or a region's datacenter silent: the last known (or configured)
+endpoints stay; the region's own reports decide whether it is up."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+
+from gpuroute.global_.config import DiscoveryConfig
+from gpuroute.global_.feeds import RegionFeeds
+
+from gpuroute.consul_client import ConsulClient, ConsulUnavailable
+
+log = logging.getLogger("gpuroute.global.discovery")
+
+
+def router_endpoint(entry: dict) -> tuple[str, str] | None:
+    """(url, report address) of a gpuroute-router health entry, or None if incomplete."""
+    service = entry.get("Service") or {}
+    address = service.get("Address") or (entry.get("Node") or {}).get("Address")
+    port, report = service.get("Port"), (service.get("Meta") or {}).get("report_port")
+    if not address or not port or not report:
+        return None
+    host = f"[{address}]" if ":" in address else address
+    return f"http://{host}:{port}", f"{host}:{report}"
+
+
+class RouterDiscovery:
+    def __init__(self, config: DiscoveryConfig, feeds: RegionFeeds, rng: random.Random) -> None:
+        assert config.consul is not None
+        self.config, self.feeds, self.rng = config, feeds, rng
+        self.client = ConsulClient(config.consul, token=config.token, timeout_s=config.timeout_s)
+        self.reachable = False
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop())
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self.client.close()
+
+    async def _loop(self) -> None:
+        while True:
+            await self.discover()
+            await asyncio.sleep(self.config.interval_s * (0.75 + self.rng.random() / 2))
+
+    async def discover(self) -> None:
+        try:
+            datacenters = set(await self.client.datacenters())
+        except ConsulUnavailable as exc:
+            if self.reachable:
+                log.warning("Consul unreachable (%s): keeping the known routers", exc)
+            self.reachable = False
+            return
+        self.reachable = True
+        for region in self.feeds.feeds:
+            if region not in datacenters:
+                continue
+            try:
+                _, entries = await self.client.health_service(self.config.service, dc=region)
+            except ConsulUnavailable as exc:
+                log.debug("datacenter %s: %s", region, exc)
+                continue
+            passing = [
+                ep
+                for e in entries
+                if all(c.get("Status") == "passing" for c in e.get("Checks") or [])
+                and (ep := router_endpoint(e)) is not None
+            ]
+            if passing:
+                url, report = sorted(passing)[0]  # stable: the same router while it passes
+                self.feeds.set_endpoint(region, url, report)

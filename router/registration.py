@@ -1,0 +1,71 @@
+"""A regional router registers itself in its region's Consul as `gpuroute-router`, so the
+global tier can find it through WAN federation (`?dc=<region>`) instead of a static list.
+Consul checks `/readyz` itself (an HTTP check): a draining or backend-less router turns
+critical and drops out of the global tier's view."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+
+from gpuroute.router.config import RouterConfig
+
+from gpuroute.consul_client import ConsulClient, ConsulUnavailable, check_meta
+
+log = logging.getLogger("gpuroute.router.registration")
+SERVICE = "gpuroute-router"
+
+
+def router_service(config: RouterConfig, port: int, report_port: int, address: str) -> dict:
+    sid = f"{SERVICE}-{socket.gethostname()}-{port}"
+    admin = config.admin_listen
+    check_port = admin.port if admin is not None else port
+    return {
+        "ID": sid,
+        "Name": SERVICE,
+        "Address": address,
+        "Port": port,
+        "Tags": ["gpuroute", f"region-{config.region.name}"],
+        "Meta": check_meta({"region": config.region.name, "report_port": str(report_port)}),
+        "Check": {
+            "CheckID": f"{sid}:readyz",
+            "Name": "router /readyz",
+            "HTTP": f"http://{address}:{check_port}/readyz",
+            "Interval": "1s",
+            "Timeout": "1s",
+            "DeregisterCriticalServiceAfter": "5m",
+        },
+    }
+
+
+class RouterRegistration:
+    """Registers once Consul answers, and again if Consul forgets (restart)."""
+
+    def __init__(self, client: ConsulClient, service: dict) -> None:
+        self.client, self.service = client, service
+        self.registered = False
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop())
+
+    async def _loop(self) -> None:
+        backoff = 0.5
+        while True:
+            try:
+                if self.service["ID"] not in await self.client.local_service_ids():
+                    await self.client.register(self.service)
+                    log.info("registered %s in Consul", self.service["ID"])
+                self.registered, backoff = True, 5.0
+            except ConsulUnavailable as exc:
+                log.warning("router registration: %s", exc)
+                self.registered, backoff = False, min(backoff * 2, 5.0)
+            await asyncio.sleep(backoff)  # re-check period (a Consul restart forgets us)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        with contextlib.suppress(ConsulUnavailable):
+            await self.client.deregister(self.service["ID"])
