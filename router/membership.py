@@ -170,6 +170,14 @@ class Membership:
             if (r := self.view.fresh(sid, now)) is not None and r.health in ("passing", "warning")
         }
 
+    def verified(self, backend: Backend) -> bool:
+        """Static backends, or discovered ones whose agent streams fresh, healthy reports
+        (without load streams, Consul's word is all there is)."""
+        if backend.backend_id not in self.managed or not self.config.load_streams:
+            return True
+        report = self.view.fresh(backend.backend_id, self.clock())
+        return report is not None and report.health in ("passing", "warning")
+
     def lost(self, backend_id: str) -> bool:
         """Consul says critical or gone, and the agent is silent: a crashed or cut-off host,
         whose waiting requests will never be answered."""

@@ -132,7 +132,9 @@ class RouterApp:
         self.proxy.gate.max_inflight.pop(backend_id, None)
 
     def region_summary(self) -> RegionSummary:
-        return summarise(self.scheduler.backends, self.config.region.saturation_delay_s)
+        membership = self.membership
+        verified = (lambda _b: True) if membership is None else membership.verified
+        return summarise(self.scheduler.backends, self.config.region.saturation_delay_s, verified)
 
     async def _startup(self, _app: web.Application) -> None:
         await self.proxy.start()

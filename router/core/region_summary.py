@@ -9,7 +9,7 @@ the excess."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gpuroute.router.core.backend import ROUTABLE_STATES, Backend
@@ -24,8 +24,14 @@ class RegionSummary:
     models: tuple[str, ...]
 
 
-def summarise(backends: Iterable[Backend], saturation_delay_s: float) -> RegionSummary:
-    routable = [b for b in backends if b.state in ROUTABLE_STATES]
+def summarise(
+    backends: Iterable[Backend],
+    saturation_delay_s: float,
+    verified: Callable[[Backend], bool] = lambda _backend: True,
+) -> RegionSummary:
+    """`verified` leaves out backends the router cannot vouch for yet (e.g. a stale catalog
+    entry whose agent is not streaming), so a restarting region does not claim capacity."""
+    routable = [b for b in backends if b.state in ROUTABLE_STATES and verified(b)]
     capacity = sum(b.capacity for b in routable)
     if capacity <= 0:
         return RegionSummary(0.0, 0.0, 0, 0.0, ())
