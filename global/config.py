@@ -80,6 +80,7 @@ class GlobalConfig(StrictModel):
     trusted_proxies: list[str] = Field(default_factory=list)  # CIDRs whose X-Forwarded-For counts
     drain_timeout_s: float = Field(default=30.0, ge=0)
     tick_s: float = Field(default=0.25, gt=0)
+    decision_log_sample: float = Field(default=0.0, ge=0, le=1)
     listen: ListenConfig = ListenConfig(port=8090)
     admin_listen: ListenConfig | None = None
     limits: LimitsConfig = LimitsConfig()

@@ -35,6 +35,7 @@ from gpuroute.openai_api import SSE_DONE, error_response, sse_error
 from gpuroute.regions import FleetConfig
 
 log = logging.getLogger("gpuroute.global")
+decision_log = logging.getLogger("gpuroute.global.decisions")
 OPENAI_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 REGION_HEADER = "x-gpuroute-region"
 UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
@@ -194,6 +195,17 @@ class GlobalApp:
             self.feeds.views,
             self.rng,
         )
+        if self.rng.random() < self.config.decision_log_sample:
+            decision_log.info(
+                orjson.dumps(
+                    {
+                        "ts": time.time(), "client": place.address, "country": place.country,
+                        "unplaced": place.why_unplaced, "model": parsed["model"],
+                        "allowed": sorted(allowed.jurisdictions), "rules": list(allowed.rules),
+                        "order": list(decision.order), "reason": decision.reason,
+                    }
+                ).decode()
+            )  # fmt: skip
         if decision.region is None:
             rule = " + ".join(decision.rules) or "none"
             self.metrics.rejections.labels(decision.reason, rule).inc()
