@@ -37,6 +37,8 @@ class RegionFeed:
     routable_backends: int = 0
     models: frozenset[str] | None = None
     report_wall: float | None = None
+    ttft_p99_s: float = 0.0
+    e2e_p99_s: float = 0.0
 
 
 class RegionFeeds:
@@ -112,6 +114,7 @@ class RegionFeeds:
         feed.utilisation, feed.queue_delay_s = r.utilisation, r.queue_delay_s
         feed.queue_depth, feed.routable_backends = r.queue_depth, r.routable_backends
         feed.models = frozenset(r.models)
+        feed.ttft_p99_s, feed.e2e_p99_s = r.ttft_p99_s, r.e2e_p99_s
         feed.report_wall = r.timestamp
         self.spillover.update(region, r.utilisation)
         # a region with no routable backend reports, but cannot serve: treat it as silent
@@ -161,6 +164,8 @@ class RegionFeeds:
                 "queue_depth": f.queue_depth,
                 "routable_backends": f.routable_backends,
                 "models": sorted(f.models or ()),
+                "ttft_p99_s": round(f.ttft_p99_s, 3),
+                "e2e_p99_s": round(f.e2e_p99_s, 3),
                 "report_age_s": None if f.report_wall is None else round(now - f.report_wall, 3),
                 "url": f.url,
             }

@@ -6,6 +6,7 @@ explicit SSE error event after a stream broke; its ledger entry is released on e
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import logging
 import random
@@ -68,6 +69,9 @@ class Proxy:
         self._ids = itertools.count(1)
         self.active = 0
         self.active_retries = 0
+        # the last completions, for the region report's recent p99s
+        self.recent_ttft: collections.deque[float] = collections.deque(maxlen=2000)
+        self.recent_e2e: collections.deque[float] = collections.deque(maxlen=2000)
         self.idle = asyncio.Event()
         self.idle.set()
         limits_cfg = config.limits
@@ -107,7 +111,10 @@ class Proxy:
             self.active -= 1
             self.metrics.in_flight.dec()
             self.metrics.requests.labels(route, str(status)).inc()
-            self.metrics.duration.labels(route).observe(self.clock() - arrival)
+            elapsed = self.clock() - arrival
+            self.metrics.duration.labels(route).observe(elapsed)
+            if status == 200:
+                self.recent_e2e.append(elapsed)
             if self.active == 0:
                 self.idle.set()
 
@@ -329,6 +336,7 @@ class Proxy:
         except ConnectionError:
             return self._client_gone(info, response)
         self.metrics.ttft.labels(route).observe(self.clock() - arrival)
+        self.recent_ttft.append(self.clock() - arrival)
         tally.add(first)
         content = upstream.content
         while True:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import grpc
 from gpuroute.router.core.region_summary import RegionSummary
@@ -21,7 +22,9 @@ class RegionReportService(load_pb2_grpc.RegionLoadServicer):
         summary: Callable[[], RegionSummary],
         queue_depth: Callable[[], int],
         period_s: float,
+        recent: Callable[[], tuple[Sequence[float], Sequence[float]]] = lambda: ((), ()),
     ) -> None:
+        self.recent = recent
         self.region = region
         self.summary = summary
         self.queue_depth = queue_depth
@@ -31,6 +34,7 @@ class RegionReportService(load_pb2_grpc.RegionLoadServicer):
 
     def report(self) -> load_pb2.RegionReport:
         s = self.summary()
+        ttft, e2e = self.recent()
         return load_pb2.RegionReport(
             region=self.region,
             seq=next(self._seq),
@@ -41,6 +45,8 @@ class RegionReportService(load_pb2_grpc.RegionLoadServicer):
             routable_backends=s.routable_backends,
             capacity=s.capacity,
             models=list(s.models),
+            ttft_p99_s=p99(ttft),
+            e2e_p99_s=p99(e2e),
         )
 
     async def WatchRegion(
@@ -53,6 +59,14 @@ class RegionReportService(load_pb2_grpc.RegionLoadServicer):
                 await asyncio.sleep(self.period_s)  # the report period
         finally:
             self.watchers -= 1
+
+
+def p99(values: Sequence[float]) -> float:
+    """Nearest-rank p99 of recent values; 0 when there are none."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)]
 
 
 async def start_region_server(

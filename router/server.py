@@ -144,6 +144,7 @@ class RouterApp:
                 self.region_summary,
                 lambda: len(self.proxy.gate.queue),
                 self.config.region.report_period_s,
+                lambda: (self.proxy.recent_ttft, self.proxy.recent_e2e),
             )
             self._region_server, self.region_port = await start_region_server(
                 service, listen.host, listen.port

@@ -251,3 +251,11 @@ def test_decision_benchmark_reports_both_policies() -> None:
     assert [r["policy"] for r in report["rows"]] == ["nearest", "ours"]
     assert all(r["p99_us"] >= r["p50_us"] > 0 for r in report["rows"])
     assert report["rows"][0]["p99_vs_nearest"] == 1.0
+
+
+def test_recent_p99_is_nearest_rank() -> None:
+    from gpuroute.router.region_report import p99
+
+    assert p99([]) == 0.0
+    assert p99([float(i) for i in range(1, 101)]) == 99.0
+    assert p99([5.0]) == 5.0
