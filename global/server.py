@@ -12,7 +12,6 @@ import contextlib
 import hashlib
 import logging
 import random
-import signal
 import sys
 import time
 
@@ -33,6 +32,7 @@ from gpuroute import runtime
 from gpuroute.config import ConfigError
 from gpuroute.openai_api import SSE_DONE, error_response, sse_error
 from gpuroute.regions import FleetConfig
+from gpuroute.serving import DrainingServer
 
 log = logging.getLogger("gpuroute.global")
 decision_log = logging.getLogger("gpuroute.global.decisions")
@@ -112,6 +112,16 @@ class GlobalApp:
         app.on_startup.append(self._startup)
         app.on_cleanup.append(self._cleanup)
         return app
+
+    def admin_app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
+        self.add_admin_routes(app)
+        return app
+
+    def listening(self, port: int) -> None:
+        log.info("global tier listening on port %d", port)
 
     def add_admin_routes(self, app: web.Application) -> None:
         app.router.add_get("/metrics", self.metrics_page)
@@ -301,61 +311,12 @@ class GlobalApp:
         return web.json_response({"policy": self.config.policy, "regions": self.feeds.describe()})
 
 
-class GlobalServer:
+class GlobalServer(DrainingServer):
     """Listen, serve, drain on SIGTERM (the same lifecycle as the regional router)."""
 
     def __init__(self, app: GlobalApp) -> None:
+        super().__init__(app, "global")
         self.global_app = app
-        self.runner: web.AppRunner | None = None
-        self.admin_runner: web.AppRunner | None = None
-        self.site: web.TCPSite | None = None
-        self.stopping = asyncio.Event()
-
-    @property
-    def port(self) -> int:
-        assert self.runner is not None
-        return self.runner.addresses[0][1]
-
-    async def start(self) -> None:
-        config = self.global_app.config
-        self.runner = web.AppRunner(
-            self.global_app.app(), access_log=None, handler_cancellation=True
-        )
-        await self.runner.setup()
-        self.site = web.TCPSite(self.runner, config.listen.host, config.listen.port)
-        await self.site.start()
-        if (admin := config.admin_listen) is not None:
-            app = web.Application()
-            app.router.add_get("/readyz", self.global_app.readyz)
-            self.global_app.add_admin_routes(app)
-            self.admin_runner = web.AppRunner(app, access_log=None)
-            await self.admin_runner.setup()
-            await web.TCPSite(self.admin_runner, admin.host, admin.port).start()
-
-    async def drain(self, timeout: float | None = None) -> None:
-        g = self.global_app
-        g.draining = True
-        assert self.site is not None and self.runner is not None
-        await self.site.stop()
-        try:
-            await asyncio.wait_for(
-                g.idle.wait(), g.config.drain_timeout_s if timeout is None else timeout
-            )
-        except TimeoutError:
-            log.warning("drain timeout: %d requests cut", g.active)
-        await self.runner.cleanup()
-        if self.admin_runner is not None:
-            await self.admin_runner.cleanup()
-
-    async def serve(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.stopping.set)
-        await self.start()
-        listen = self.global_app.config.listen
-        print(f"gpuroute global listening on http://{listen.host}:{self.port}", flush=True)
-        await self.stopping.wait()
-        await self.drain()
 
 
 def run_global(path: str) -> int:

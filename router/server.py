@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import logging
 import random
-import signal
 import socket
 import sys
 import time
@@ -36,6 +35,7 @@ from gpuroute.router.registration import RouterRegistration, router_service
 from gpuroute import runtime
 from gpuroute.config import ConfigError
 from gpuroute.openai_api import error_response
+from gpuroute.serving import DrainingServer
 
 log = logging.getLogger("gpuroute.router")
 OPENAI_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
@@ -130,6 +130,14 @@ class RouterApp:
     def _removed(self, backend_id: str) -> None:
         self.proxy.urls.pop(backend_id, None)
         self.proxy.gate.max_inflight.pop(backend_id, None)
+
+    @property
+    def idle(self) -> asyncio.Event:
+        return self.proxy.idle
+
+    @property
+    def active(self) -> int:
+        return self.proxy.active
 
     def region_summary(self) -> RegionSummary:
         membership = self.membership
@@ -275,63 +283,12 @@ class RouterApp:
         return web.json_response(body)
 
 
-class RouterServer:
+class RouterServer(DrainingServer):
     """Listen, serve, and on SIGTERM/SIGINT drain: stop accepting, finish streams, exit."""
 
     def __init__(self, router: RouterApp) -> None:
+        super().__init__(router, "router")
         self.router = router
-        self.runner: web.AppRunner | None = None
-        self.site: web.TCPSite | None = None
-        self.admin_runner: web.AppRunner | None = None
-        self.stopping = asyncio.Event()
-
-    @property
-    def port(self) -> int:
-        assert self.runner is not None
-        return self.runner.addresses[0][1]
-
-    async def start(self) -> None:
-        listen = self.router.config.listen
-        self.runner = web.AppRunner(self.router.app(), access_log=None, handler_cancellation=True)
-        await self.runner.setup()
-        self.site = web.TCPSite(self.runner, listen.host, listen.port, backlog=1024)
-        await self.site.start()
-        self.router.listening(self.port)
-        if (admin := self.router.config.admin_listen) is not None:
-            self.admin_runner = web.AppRunner(self.router.admin_app(), access_log=None)
-            await self.admin_runner.setup()
-            await web.TCPSite(self.admin_runner, admin.host, admin.port).start()
-
-    @property
-    def admin_port(self) -> int | None:
-        return None if self.admin_runner is None else self.admin_runner.addresses[0][1]
-
-    async def drain(self, timeout: float | None = None) -> None:
-        router = self.router
-        router.draining = True
-        assert self.site is not None and self.runner is not None
-        await self.site.stop()  # no new connections
-        if timeout is None:
-            timeout = router.config.drain_timeout_s
-        try:
-            await asyncio.wait_for(router.proxy.idle.wait(), timeout)
-            log.info("drained: every in-flight request finished")
-        except TimeoutError:
-            log.warning("drain timeout (%.0f s): %d requests cut", timeout, router.proxy.active)
-        await self.runner.cleanup()
-        if self.admin_runner is not None:  # kept up during the drain: /readyz says 503
-            await self.admin_runner.cleanup()
-
-    async def serve(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.stopping.set)
-        await self.start()
-        listen = self.router.config.listen
-        print(f"gpuroute router listening on http://{listen.host}:{self.port}", flush=True)
-        await self.stopping.wait()
-        log.info("signal received: draining")
-        await self.drain()
 
 
 def run_router(path: str) -> int:

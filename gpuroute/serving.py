@@ -1,0 +1,90 @@
+"""The lifecycle both HTTP tiers share (uvicorn's Config/Server split): listen on the public
+port (and an optional admin port), and on SIGTERM/SIGINT drain: stop accepting, let
+in-flight requests and streams finish for up to `drain_timeout_s`, keep the admin listener
+up meanwhile (its /readyz says 503), exit."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Any, Protocol
+
+from aiohttp import web
+
+log = logging.getLogger("gpuroute.serving")
+
+
+class Servable(Protocol):
+    config: Any  # has listen, admin_listen and drain_timeout_s
+    draining: bool
+
+    @property
+    def idle(self) -> asyncio.Event: ...
+
+    @property
+    def active(self) -> int: ...
+
+    def app(self) -> web.Application: ...
+
+    def admin_app(self) -> web.Application: ...
+
+    def listening(self, port: int) -> None: ...
+
+
+class DrainingServer:
+    def __init__(self, app: Servable, name: str) -> None:
+        self.servable, self.name = app, name
+        self.runner: web.AppRunner | None = None
+        self.site: web.TCPSite | None = None
+        self.admin_runner: web.AppRunner | None = None
+        self.stopping = asyncio.Event()
+
+    @property
+    def port(self) -> int:
+        assert self.runner is not None
+        return self.runner.addresses[0][1]
+
+    @property
+    def admin_port(self) -> int | None:
+        return None if self.admin_runner is None else self.admin_runner.addresses[0][1]
+
+    async def start(self) -> None:
+        config = self.servable.config
+        listen = config.listen
+        self.runner = web.AppRunner(self.servable.app(), access_log=None, handler_cancellation=True)
+        await self.runner.setup()
+        self.site = web.TCPSite(self.runner, listen.host, listen.port, backlog=1024)
+        await self.site.start()
+        self.servable.listening(self.port)
+        if (admin := config.admin_listen) is not None:
+            self.admin_runner = web.AppRunner(self.servable.admin_app(), access_log=None)
+            await self.admin_runner.setup()
+            await web.TCPSite(self.admin_runner, admin.host, admin.port).start()
+
+    async def drain(self, timeout: float | None = None) -> None:
+        s = self.servable
+        s.draining = True
+        assert self.site is not None and self.runner is not None
+        await self.site.stop()  # no new connections
+        if timeout is None:
+            timeout = s.config.drain_timeout_s
+        try:
+            await asyncio.wait_for(s.idle.wait(), timeout)
+            log.info("%s drained: every in-flight request finished", self.name)
+        except TimeoutError:
+            log.warning("%s drain timeout (%.0f s): %d requests cut", self.name, timeout, s.active)
+        await self.runner.cleanup()
+        if self.admin_runner is not None:  # kept up during the drain: /readyz says 503
+            await self.admin_runner.cleanup()
+
+    async def serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stopping.set)
+        await self.start()
+        listen = self.servable.config.listen
+        print(f"gpuroute {self.name} listening on http://{listen.host}:{self.port}", flush=True)
+        await self.stopping.wait()
+        log.info("signal received: draining")
+        await self.drain()
