@@ -128,7 +128,7 @@ async def test_region_outage_across_wan_federated_datacenters(lab, repo) -> None
     (lab.workdir / "regions.toml").write_text((repo / "regions.example.toml").read_text())
     (lab.workdir / "global.toml").write_text(
         'regions_file = "regions.toml"\ntick_s = 0.05\n[listen]\nport = 0\n'
-        "[region_health]\nstale_after_s = 1.0\nup_after_s = 2.0\n"
+        "[region_health]\nstale_after_s = 2.0\nup_after_s = 5.0\n"
         f'[discovery]\nconsul = "{us}"\ninterval_s = 0.5\n'
     )
     config, fleet, rules = load_global_config(lab.workdir / "global.toml")
