@@ -134,9 +134,19 @@ async def test_region_outage_across_wan_federated_datacenters(lab, repo) -> None
     config, fleet, rules = load_global_config(lab.workdir / "global.toml")
     app = GlobalApp(config, fleet, rules)
     transitions: list[tuple[float, str, str]] = []
-    app.feeds.on_change = lambda region, state: transitions.append(
-        (time.monotonic(), region, state)
-    )
+    feed = app.feeds.feeds["eu-west"]
+    why: list[str] = []  # for a failure message: what the region looked like at each change
+
+    def changed(region: str, state: str) -> None:
+        transitions.append((time.monotonic(), region, state))
+        if region == "eu-west":
+            health = feed.health
+            why.append(
+                f"{state}: failures {health.failures}, routable {feed.routable_backends}, "
+                f"last report {health.last_report}"
+            )
+
+    app.feeds.on_change = changed
     server = GlobalServer(app)
     await server.start()
     url = f"http://127.0.0.1:{server.port}"
@@ -203,7 +213,7 @@ async def test_region_outage_across_wan_federated_datacenters(lab, repo) -> None
     )
     assert moved < 5.0
     assert failed == [] and violations == []
-    assert eu_states[0] == "up" and eu_states[1:] == ["down", "recovering", "up"]
+    assert eu_states[0] == "up" and eu_states[1:] == ["down", "recovering", "up"], why
 
 
 def _sync(predicate):
