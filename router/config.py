@@ -117,6 +117,33 @@ class RegionConfig(StrictModel):
     saturation_delay_s: float = Field(default=2.0, gt=0)  # work ahead at which it is "full"
 
 
+class ApiKeyConfig(StrictModel):
+    sha256: str  # of the key itself: keys are never stored
+    tenant: str
+    requests_per_minute: float | None = Field(default=None, gt=0)
+    tokens_per_minute: float | None = Field(default=None, gt=0)
+
+    @field_validator("sha256")
+    @classmethod
+    def _digest(cls, value: str) -> str:
+        if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+            raise ValueError("expected a lowercase sha256 hex digest of the key")
+        return value
+
+
+class AuthConfig(StrictModel):
+    required: bool = False  # true: requests without a known key get 401
+    keys: list[ApiKeyConfig] = Field(default_factory=list)
+
+
+class RedisConfig(StrictModel):
+    url: str | None = None  # e.g. redis://127.0.0.1:6379/0; unset: quotas are per replica
+    prefix: str = "gpuroute"
+    timeout_s: float = Field(default=0.05, gt=0)  # per call; beyond it, fall back
+    retry_s: float = Field(default=1.0, gt=0)  # after a failure, local buckets this long
+    local_fraction: float = Field(default=1.0, gt=0, le=1)  # of each quota, per replica, while down
+
+
 class RouterConfig(StrictModel):
     listen: ListenConfig = ListenConfig()
     # When set, /metrics, /admin/* (and /healthz, /readyz) move to this listener, and the
@@ -135,6 +162,8 @@ class RouterConfig(StrictModel):
     outlier: OutlierConfig = OutlierConfig()
     membership: MembershipConfig = MembershipConfig()
     region: RegionConfig = RegionConfig()
+    auth: AuthConfig = AuthConfig()
+    redis: RedisConfig = RedisConfig()
     backends: list[BackendConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")

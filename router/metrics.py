@@ -142,6 +142,18 @@ class RouterMetrics:
             registry=r,
         )
 
+        self.quota_refusals = Counter(
+            "gpuroute_quota_refusals",
+            "Requests refused by a tenant's quota, by limit (requests, tokens).",
+            ["tenant", "limit"],
+            registry=r,
+        )
+        self.quota_shared = Gauge(
+            "gpuroute_quota_shared",
+            "1 while quotas are enforced through Redis, 0 on local fallback buckets.",
+            registry=r,
+        )
+
     def watch_backends(self, backends: BackendSet, health: BackendHealth) -> None:
         self.registry.register(BackendCollector(backends, health))
 

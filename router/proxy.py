@@ -24,6 +24,7 @@ from gpuroute.router.core.scheduler import Outcome, Scheduler
 from gpuroute.router.decision_log import DecisionLog
 from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.priors import GpuPriors
+from gpuroute.router.quotas import AuthError, KeyPolicy, Quotas
 from gpuroute.router.relay import REQUEST_DROP, RESPONSE_DROP, ResponseTally, forward_headers
 from gpuroute.router.request_parse import ParsedRequest, RequestError, parse_request
 from gpuroute.router.watch import BackendWatch
@@ -66,6 +67,19 @@ class Proxy:
         self.decisions = DecisionLog(config.decision_log_sample, config.policy, scheduler, self.rng)
         self.gate = AdmissionGate(config.admission, scheduler.backends, limits, metrics, clock)
         self.session: aiohttp.ClientSession | None = None
+        self.quotas = Quotas(
+            {k.sha256: KeyPolicy(k.tenant, None, k.requests_per_minute, k.tokens_per_minute)
+             for k in config.auth.keys},
+            required=config.auth.required,
+            redis_url=config.redis.url,
+            prefix=config.redis.prefix,
+            timeout_s=config.redis.timeout_s,
+            local_fraction=config.redis.local_fraction,
+            retry_s=config.redis.retry_s,
+            clock=clock,
+            on_mode=lambda shared: metrics.quota_shared.set(float(shared)),
+        )  # fmt: skip
+        metrics.quota_shared.set(float(self.quotas.shared))
         self._ids = itertools.count(1)
         self.active = 0
         self.active_retries = 0
@@ -90,6 +104,7 @@ class Proxy:
     async def close(self) -> None:
         if self.session is not None:
             await self.session.close()
+        await self.quotas.close()
 
     # -- entry points ----------------------------------------------------------------------
     async def openai(self, request: web.Request) -> web.StreamResponse:
@@ -144,6 +159,10 @@ class Proxy:
     async def _openai(self, request: web.Request, route: str, arrival: float) -> web.StreamResponse:
         config = self.config
         try:
+            key = self.quotas.identify(request.headers.get("Authorization"))
+        except AuthError as exc:
+            return error_response(401, exc.message, code="invalid_api_key")
+        try:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return error_response(413, f"request body exceeds {config.limits.max_body_bytes} bytes")
@@ -171,6 +190,17 @@ class Proxy:
             return error_response(
                 503, f"no healthy backend can serve model `{info.model}` now", code="no_backend"
             )
+        if key is not None:
+            tokens = info.prompt_tokens + (info.max_tokens or 0)
+            verdict = await self.quotas.charge(key, tokens)
+            if not verdict.allowed:
+                self.metrics.quota_refusals.labels(key.tenant, verdict.limit).inc()
+                return error_response(
+                    429,
+                    f"rate limit reached for {key.tenant}: {verdict.limit} per minute",
+                    code="rate_limit_exceeded",
+                    headers=verdict.headers,
+                )
         try:
             await self.gate.admit(info, parsed.deadline_s)
         except Refused as refusal:

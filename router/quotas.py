@@ -1,0 +1,178 @@
+"""API keys and per-key quotas, shared by every router replica through Redis.
+
+Keys are configured as sha256 hashes; `Authorization: Bearer <key>` is hashed and looked up.
+Quotas (requests and tokens per minute) are token buckets kept in Redis and updated by one
+Lua script, atomically across replicas, on Redis's own clock. When Redis cannot be reached
+(down, restarting, slow beyond `timeout_s`), each replica enforces `local_fraction` of every
+quota on its own buckets (same arithmetic, `router/core/token_bucket.py`), says so in
+metrics, and tries Redis again after `retry_s`: a Redis outage never fails a request."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+from gpuroute.router.core.token_bucket import Take, TokenBucket, per_minute
+from redis.exceptions import RedisError
+
+log = logging.getLogger("gpuroute.router.quotas")
+
+# KEYS[1] bucket; ARGV: rate per ms, burst, cost. Returns {allowed, tokens*1000, retry ms}.
+TOKEN_BUCKET_LUA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local rate, burst, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'stamp')
+local tokens, stamp = tonumber(state[1]), tonumber(state[2])
+if tokens == nil then tokens, stamp = burst, now end
+tokens = math.min(burst, tokens + math.max(0, now - stamp) * rate)
+local allowed, retry = 0, 0
+if cost <= tokens then
+  tokens = tokens - cost
+  allowed = 1
+else
+  retry = math.ceil((cost - tokens) / rate)
+end
+redis.call('HSET', KEYS[1], 'tokens', tokens, 'stamp', math.max(now, stamp))
+redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate) + 1000)
+return {allowed, math.floor(tokens * 1000), retry}
+"""
+
+
+class AuthError(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class KeyPolicy:
+    tenant: str
+    priority: str | None = None
+    requests_per_minute: float | None = None
+    tokens_per_minute: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaVerdict:
+    allowed: bool
+    limit: str = ""  # "requests" or "tokens" when refused
+    retry_after_s: float = 0.0
+    headers: dict[str, str] | None = None
+    shared: bool = True  # decided by Redis (False: the local fallback)
+
+
+def key_digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def bearer(header: str | None) -> str | None:
+    """The key in `Authorization: Bearer <key>`; AuthError when malformed."""
+    if header is None:
+        return None
+    scheme, _, key = header.strip().partition(" ")
+    key = key.strip()
+    if scheme.lower() != "bearer" or not key or " " in key or len(key) > 512:
+        raise AuthError("malformed Authorization header; expected `Bearer <key>`")
+    return key
+
+
+class Quotas:
+    def __init__(
+        self,
+        keys: dict[str, KeyPolicy],
+        *,
+        required: bool,
+        redis_url: str | None,
+        prefix: str = "gpuroute",
+        timeout_s: float = 0.05,
+        local_fraction: float = 1.0,
+        retry_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        on_mode: Callable[[bool], None] = lambda shared: None,
+    ) -> None:
+        self.keys, self.required = keys, required
+        self.prefix, self.timeout_s = prefix, timeout_s
+        self.local_fraction, self.retry_s = local_fraction, retry_s
+        self.clock, self.on_mode = clock, on_mode
+        self.redis = (
+            aioredis.from_url(redis_url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+            if redis_url
+            else None
+        )
+        self._script = self.redis.register_script(TOKEN_BUCKET_LUA) if self.redis else None
+        self._local: dict[str, TokenBucket] = {}
+        self._down_until = 0.0
+        self.shared = self.redis is not None
+
+    async def close(self) -> None:
+        if self.redis is not None:
+            await self.redis.aclose()
+
+    def identify(self, authorization: str | None) -> KeyPolicy | None:
+        """The key's policy; AuthError (401) for a missing, malformed or unknown key when
+        keys are required or a key was sent."""
+        key = bearer(authorization)
+        if key is None:
+            if self.required:
+                raise AuthError("missing API key: send `Authorization: Bearer <key>`")
+            return None
+        policy = self.keys.get(key_digest(key))
+        if policy is None and (self.required or self.keys):
+            raise AuthError("invalid API key")
+        return policy
+
+    async def charge(self, policy: KeyPolicy, tokens: int) -> QuotaVerdict:
+        """Take one request and `tokens` tokens from the tenant's buckets."""
+        headers: dict[str, str] = {}
+        shared = True
+        for limit, per_min, cost in (
+            ("requests", policy.requests_per_minute, 1),
+            ("tokens", policy.tokens_per_minute, tokens),
+        ):
+            if per_min is None:
+                continue
+            take, shared = await self._take(f"{policy.tenant}:{limit}", per_min, cost)
+            headers[f"x-ratelimit-limit-{limit}"] = str(int(per_min))
+            headers[f"x-ratelimit-remaining-{limit}"] = str(max(0, int(take.remaining)))
+            if not take.allowed:
+                retry = take.retry_after_s
+                if retry == float("inf"):
+                    headers["Retry-After"] = "60"
+                    return QuotaVerdict(False, limit, 60.0, headers, shared)
+                headers["Retry-After"] = str(max(1, int(retry + 0.999)))
+                headers[f"x-ratelimit-reset-{limit}"] = f"{retry:.3f}s"
+                return QuotaVerdict(False, limit, retry, headers, shared)
+        return QuotaVerdict(True, headers=headers, shared=shared)
+
+    async def _take(self, bucket: str, per_min: float, cost: float) -> tuple[Take, bool]:
+        rate, burst = per_minute(per_min)
+        now = self.clock()
+        if self._script is not None and now >= self._down_until:
+            try:
+                allowed, tokens_milli, retry_ms = await self._script(
+                    keys=[f"{self.prefix}:quota:{bucket}"], args=[rate / 1000.0, burst, cost]
+                )
+                self._mode(True)
+                return Take(bool(allowed), tokens_milli / 1000.0, retry_ms / 1000.0), True
+            except (RedisError, OSError, TimeoutError) as exc:
+                self._down_until = now + self.retry_s
+                log.warning(
+                    "Redis unavailable (%s): local quota buckets for %.0f s", exc, self.retry_s
+                )
+                self._mode(False)
+        local = self._local.get(bucket)
+        if local is None:
+            f = self.local_fraction
+            local = self._local[bucket] = TokenBucket(rate * f, max(1.0, burst * f), now)
+        return local.take(now, cost), False
+
+    def _mode(self, shared: bool) -> None:
+        if shared != self.shared:
+            self.shared = shared
+            log.info("quotas: %s", "shared through Redis" if shared else "local fallback")
+            self.on_mode(shared)

@@ -1,0 +1,53 @@
+"""Token bucket: exact refills, and properties over random request sequences."""
+
+from __future__ import annotations
+
+import math
+
+from gpuroute.router.core.token_bucket import TokenBucket, per_minute
+from hypothesis import given
+from hypothesis import strategies as st
+
+
+def test_burst_then_steady_refill() -> None:
+    b = TokenBucket(rate_per_s=2.0, burst=4.0, now=0.0)
+    assert [b.take(0.0).allowed for _ in range(5)] == [True, True, True, True, False]
+    refused = b.take(0.0)
+    assert refused.retry_after_s == 0.5
+    assert b.take(0.5).allowed and not b.take(0.5).allowed
+    assert b.take(10.0, cost=4).allowed  # refilled to the burst, never beyond
+    assert b.take(10.0, cost=5).retry_after_s == math.inf
+
+
+def test_per_minute_limits() -> None:
+    assert per_minute(120) == (2.0, 120.0)
+
+
+@given(
+    st.floats(0.1, 100),
+    st.floats(1, 1000),
+    st.lists(st.tuples(st.floats(0, 5), st.floats(0.1, 50)), max_size=200),
+)
+def test_never_grants_more_than_burst_plus_refill(rate, burst, steps) -> None:
+    b = TokenBucket(rate, burst, 0.0)
+    now, granted = 0.0, 0.0
+    for gap, cost in steps:
+        now += gap
+        take = b.take(now, cost)
+        if take.allowed:
+            granted += cost
+            assert take.retry_after_s == 0
+        else:
+            assert take.retry_after_s > 0
+        assert 0 <= b.tokens <= burst + 1e-9
+    assert granted <= burst + rate * now + 1e-6
+
+
+@given(st.floats(0.1, 50), st.floats(1, 100), st.floats(0.1, 20))
+def test_waiting_the_hinted_time_is_enough(rate, burst, cost) -> None:
+    b = TokenBucket(rate, burst, 0.0)
+    while b.take(0.0, cost).allowed:
+        pass
+    hint = b.take(0.0, cost).retry_after_s
+    if math.isfinite(hint):
+        assert b.take(hint + 1e-6, cost).allowed
