@@ -142,6 +142,9 @@ class RedisConfig(StrictModel):
     timeout_s: float = Field(default=0.05, gt=0)  # per call; beyond it, fall back
     retry_s: float = Field(default=1.0, gt=0)  # after a failure, local buckets this long
     local_fraction: float = Field(default=1.0, gt=0, le=1)  # of each quota, per replica, while down
+    share_load: bool = True  # publish and read replicas' outstanding work (needs url)
+    publish_interval_s: float = Field(default=0.1, gt=0)
+    pick_among: int = Field(default=2, ge=1)  # least outstanding work: random among best k
 
 
 class RouterConfig(StrictModel):

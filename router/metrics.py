@@ -148,6 +148,11 @@ class RouterMetrics:
             ["tenant", "limit"],
             registry=r,
         )
+        self.shared_load_healthy = Gauge(
+            "gpuroute_shared_load_healthy",
+            "1 while replicas' outstanding work is exchanged through Redis.",
+            registry=r,
+        )
         self.quota_shared = Gauge(
             "gpuroute_quota_shared",
             "1 while quotas are enforced through Redis, 0 on local fallback buckets.",

@@ -23,6 +23,7 @@ from gpuroute.router.core.health import BackendHealth
 from gpuroute.router.core.membership import Member
 from gpuroute.router.core.outlier import OutlierSettings
 from gpuroute.router.core.policies import build_policy
+from gpuroute.router.core.policies.least_outstanding_work import LeastOutstandingWork
 from gpuroute.router.core.region_summary import RegionSummary, summarise
 from gpuroute.router.core.scheduler import Scheduler
 from gpuroute.router.membership import Membership
@@ -31,6 +32,7 @@ from gpuroute.router.priors import engine_priors
 from gpuroute.router.proxy import Proxy
 from gpuroute.router.region_report import RegionReportService, start_region_server
 from gpuroute.router.registration import RouterRegistration, router_service
+from gpuroute.router.shared_load import SharedLoad
 
 from gpuroute import runtime
 from gpuroute.config import ConfigError
@@ -57,7 +59,10 @@ def build_scheduler(config: RouterConfig, priors) -> Scheduler:
         active_probes=True,
     )
     estimator = CostEstimator({gpu: p.cost for gpu, p in priors.items()})
-    return Scheduler(backends, build_policy(config.policy), estimator, health)
+    policy = build_policy(config.policy)
+    if config.redis.url and config.redis.share_load and isinstance(policy, LeastOutstandingWork):
+        policy = LeastOutstandingWork(pick_among=config.redis.pick_among)
+    return Scheduler(backends, policy, estimator, health)
 
 
 class RouterApp:
@@ -88,6 +93,16 @@ class RouterApp:
         self._ticker: asyncio.Task | None = None
         self._probes: dict[str, asyncio.Task] = {}
         self._region_server = None
+        self.shared_load: SharedLoad | None = None
+        if config.redis.url and config.redis.share_load:
+            self.shared_load = SharedLoad(
+                config.redis.url,
+                lambda: self.scheduler.backends,
+                prefix=config.redis.prefix,
+                interval_s=config.redis.publish_interval_s,
+                timeout_s=config.redis.timeout_s,
+                on_health=lambda ok: self.metrics.shared_load_healthy.set(float(ok)),
+            )
         self.registration: RouterRegistration | None = None
         self.region_port: int | None = None
 
@@ -159,6 +174,8 @@ class RouterApp:
             )
         if self.membership is not None:
             await self.membership.start()
+        if self.shared_load is not None:
+            self.shared_load.start()
         self._ticker = asyncio.create_task(self._tick_loop())
 
     def listening(self, port: int) -> None:
@@ -178,6 +195,8 @@ class RouterApp:
             await self.membership.close()
         if self.registration is not None:
             await self.registration.close()
+        if self.shared_load is not None:
+            await self.shared_load.close()
         if self._region_server is not None:
             await self._region_server.stop(0.5)
         if self._ticker is not None:
@@ -264,6 +283,7 @@ class RouterApp:
                     "in_flight": b.in_flight,
                     "outstanding_s": round(b.outstanding, 4),
                     "slowness": round(b.slowness, 3),
+                    "shared_s": round(b.shared, 4),
                     "breaker": breaker.state.value,
                     "ejected": health.outliers.is_ejected(b.backend_id),
                 }

@@ -34,6 +34,7 @@ class Backend:
         "models",
         "outstanding",
         "reason",
+        "shared",
         "slowness",
         "state",
         "state_since",
@@ -64,6 +65,7 @@ class Backend:
         self.in_flight = 0
         self.outstanding = 0.0  # seconds of GPU work admitted and not yet finished
         self.external = 0.0  # work other routers put here, from the agent's load report
+        self.shared = 0.0  # work other replicas of this router booked here (through Redis)
         self.slowness = 1.0  # observed / expected speed against the fleet (SlownessTracker)
 
     def __repr__(self) -> str:

@@ -64,7 +64,8 @@ class PickContext:
         stretched by how much slower than expected it has been running."""
         if cost is None:
             cost = self.cost_on(backend)
-        work = backend.outstanding + backend.external + cost
+        # peers' exact ledgers and the agent's inferred surplus describe the same requests
+        work = backend.outstanding + max(backend.external, backend.shared) + cost
         return work * backend.slowness / self.warmup_factor(backend)
 
 

@@ -15,11 +15,14 @@ from gpuroute.router.core.policies.base import PickContext, min_with_random_ties
 class LeastOutstandingWork:
     name: ClassVar[str] = "least_outstanding_work"
 
-    def __init__(self, full_scan_max: int = 64, choices: int = 4) -> None:
-        if full_scan_max < 1 or choices < 2:
-            raise ValueError("full_scan_max must be >= 1 and choices >= 2")
+    def __init__(self, full_scan_max: int = 64, choices: int = 4, pick_among: int = 1) -> None:
+        if full_scan_max < 1 or choices < 2 or pick_among < 1:
+            raise ValueError("full_scan_max must be >= 1, choices >= 2, pick_among >= 1")
         self.full_scan_max = full_scan_max
         self.choices = choices
+        # >1 when replicas share state: replicas deciding on the same (slightly stale) view
+        # spread over the best few instead of all landing on the single minimum
+        self.pick_among = pick_among
 
     def sample(self, ctx: PickContext, candidates: Sequence[Backend]) -> Sequence[Backend]:
         """The candidates this pick compares: all of a small pool, a random few of a large one."""
@@ -31,6 +34,9 @@ class LeastOutstandingWork:
     def pick(self, ctx: PickContext, candidates: Sequence[Backend]) -> Backend:
         considered = self.sample(ctx, candidates)
         scores = [ctx.work_score(b) for b in considered]
+        if self.pick_among > 1 and len(considered) > 1:
+            ranked = sorted(range(len(considered)), key=scores.__getitem__)
+            return considered[ranked[ctx.rng.randrange(min(self.pick_among, len(ranked)))]]
         return min_with_random_ties(considered, scores, ctx.rng)
 
     def score(self, ctx: PickContext, backend: Backend) -> float | None:

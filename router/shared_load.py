@@ -1,0 +1,114 @@
+"""Router replicas share their outstanding work through Redis, so replicas that each see
+only their own traffic stop herding onto the same "least loaded" backend.
+
+Every `publish_interval_s` a replica writes its per-backend outstanding work (msgpack, one
+key per replica with a TTL of a few intervals, so a dead replica's share expires by itself)
+and reads its live peers' keys. The sum of the peers' work lands in each backend's `shared`
+slot, which least outstanding work adds to the replica's own ledger. Redis trouble: the
+shares are dropped after their TTL and the ledger (plus agent reports) decides alone."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterable
+
+import msgpack
+import redis.asyncio as aioredis
+from gpuroute.router.core.backend import Backend
+from redis.exceptions import RedisError
+
+log = logging.getLogger("gpuroute.router.shared_load")
+
+
+def merge_peer_loads(
+    blobs: Iterable[bytes | None], backends: Iterable[Backend]
+) -> dict[str, float]:
+    """Peers' outstanding work per backend (missing or expired peers count as nothing)."""
+    known = {b.backend_id for b in backends}
+    total: dict[str, float] = dict.fromkeys(known, 0.0)
+    for blob in blobs:
+        if not blob:
+            continue
+        try:
+            loads = msgpack.unpackb(blob)
+        except (msgpack.UnpackException, ValueError):
+            continue
+        for backend_id, work in loads.items():
+            if backend_id in total and isinstance(work, (int, float)):
+                total[backend_id] += float(work)
+    return total
+
+
+class SharedLoad:
+    def __init__(
+        self,
+        url: str,
+        backends: Callable[[], Iterable[Backend]],
+        *,
+        prefix: str = "gpuroute",
+        interval_s: float = 0.1,
+        timeout_s: float = 0.05,
+        replica_id: str | None = None,
+        on_health: Callable[[bool], None] = lambda ok: None,
+    ) -> None:
+        self.redis = aioredis.from_url(
+            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+        )
+        self.backends = backends
+        self.prefix, self.interval_s = prefix, interval_s
+        self.ttl_ms = max(int(interval_s * 5 * 1000), 200)
+        self.replica_id = replica_id or uuid.uuid4().hex[:12]
+        self.on_health = on_health
+        self.healthy = False
+        self.peers = 0
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop())
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self.redis.aclose()
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await self.sync()
+                self._health(True)
+            except (RedisError, OSError, TimeoutError) as exc:
+                if self.healthy:
+                    log.warning("shared load: Redis unavailable (%s); ledger alone", exc)
+                self._health(False)
+                for b in self.backends():
+                    b.shared = 0.0
+            await asyncio.sleep(self.interval_s * (0.8 + 0.4 * random.random()))  # the period
+
+    async def sync(self) -> None:
+        backends = list(self.backends())
+        mine = {b.backend_id: round(b.outstanding, 4) for b in backends if b.outstanding > 0}
+        now_ms = int(time.time() * 1000)
+        members = f"{self.prefix}:replicas"
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.set(f"{self.prefix}:load:{self.replica_id}", msgpack.packb(mine), px=self.ttl_ms)
+            pipe.zadd(members, {self.replica_id: now_ms})
+            pipe.zremrangebyscore(members, 0, now_ms - 10 * self.ttl_ms)
+            pipe.zrangebyscore(members, now_ms - self.ttl_ms, "+inf")
+            *_, alive = await pipe.execute()
+        peers = [p.decode() if isinstance(p, bytes) else p for p in alive]
+        peers = [p for p in peers if p != self.replica_id]
+        self.peers = len(peers)
+        blobs = await self.redis.mget([f"{self.prefix}:load:{p}" for p in peers]) if peers else []
+        totals = merge_peer_loads(blobs, backends)
+        for b in backends:
+            b.shared = totals.get(b.backend_id, 0.0)
+
+    def _health(self, ok: bool) -> None:
+        if ok != self.healthy:
+            self.healthy = ok
+            self.on_health(ok)
