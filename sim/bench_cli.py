@@ -59,6 +59,12 @@ def add_bench_parser(sub) -> None:
         "--slow", action="append", default=[], metavar="ENGINE@S:FACTOR", help="slow an engine down"
     )
     live.add_argument("--seed", type=int, default=1)
+    live.add_argument(
+        "--replicas", type=int, default=1, help="router replicas (requests round robin over them)"
+    )
+    live.add_argument(
+        "--no-shared-state", action="store_true", help="replicas do not share state (no Redis)"
+    )
     live.add_argument("--json", metavar="OUT", help="write results as JSON ('-' = stdout)")
     live.add_argument("--plot", metavar="OUT.png", help="latency CDF plot (needs matplotlib)")
 
@@ -115,6 +121,8 @@ def live_spec(args: argparse.Namespace):
         stream=not args.no_stream,
         faults=faults,
         seed=args.seed,
+        replicas=args.replicas,
+        shared_state=not args.no_shared_state,
     )
 
 

@@ -27,6 +27,7 @@ from gpuroute.sim.proxies import (
     Child,
     start_baseline,
     start_engine,
+    start_redis,
     start_router,
     wait_http,
 )
@@ -62,6 +63,8 @@ class LiveBenchSpec:
     slo_tpot_s: float = 0.1
     faults: list[Fault] = field(default_factory=list)
     seed: int = 1
+    replicas: int = 1  # router replicas behind a round-robin client (our targets only)
+    shared_state: bool = True  # replicas share load and quotas through Redis
 
 
 def parse_engines(text: str) -> list[str]:
@@ -198,17 +201,28 @@ async def run_target(target: str, spec: LiveBenchSpec, workload: Workload, workd
         for i, gpu in enumerate(spec.engines)
     ]
     proxy: Child | None = None
+    helpers: list[Child] = []
     try:
         for child in engines:
             wait_http(child.url + "/health", 30, child.proc, child.name)
         pairs = list(zip(spec.engines, engines, strict=True))
+        urls = []
         if target in BASELINES + EXTRA_BASELINES:
             proxy = start_baseline(target, folder, pairs)
         else:
             extra = "decision_log_sample = 1.0" if spec.faults else ""
+            if spec.replicas > 1 and spec.shared_state:
+                redis = start_redis(folder)
+                helpers.append(redis)
+                extra += f'\n[redis]\nurl = "redis://127.0.0.1:{redis.port}/0"\n'
+            for k in range(1, spec.replicas):
+                replica = start_router(folder, pairs, target, extra=extra, name=f"replica-{k}")
+                helpers.append(replica)
+                wait_http(replica.url + "/v1/models", 30, replica.proc, replica.name)
+                urls.append(replica.url)
             proxy = start_router(folder, pairs, target, extra=extra)
         wait_http(proxy.url + "/v1/models", 30, proxy.proc, target)
-        replay = Replay(proxy.url, workload, MODEL, stream=spec.stream)
+        replay = Replay([proxy.url, *urls], workload, MODEL, stream=spec.stream)
         run = asyncio.create_task(replay.run())
         faults = asyncio.create_task(_apply_faults(spec, engines, replay))
         results = await run
@@ -224,6 +238,8 @@ async def run_target(target: str, spec: LiveBenchSpec, workload: Workload, workd
     finally:
         if proxy is not None:
             proxy.stop()
+        for child in helpers:
+            child.stop()
         for child in engines:
             child.stop()
 

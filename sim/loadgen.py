@@ -53,7 +53,7 @@ def prompt_for(index: int, tokens: int, blocks: tuple[int, ...] = ()) -> str:
 class Replay:
     def __init__(
         self,
-        base_url: str,
+        base_url: str | list[str],
         workload: Workload,
         model: str,
         *,
@@ -61,7 +61,11 @@ class Replay:
         request_timeout_s: float = 900.0,
         on_progress: Callable[[int], None] | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        # several URLs: requests go round robin over them, as a layer-4 balancer in front of
+        # router replicas would send them
+        urls = [base_url] if isinstance(base_url, str) else base_url
+        self.base_urls = [u.rstrip("/") for u in urls]
+        self.base_url = self.base_urls[0]
         self.workload = workload
         self.model = model
         self.stream = stream
@@ -109,7 +113,9 @@ class Replay:
         started = time.monotonic()
         try:
             async with session.post(
-                self.base_url + "/v1/chat/completions", data=orjson.dumps(body), headers=headers
+                self.base_urls[i % len(self.base_urls)] + "/v1/chat/completions",
+                data=orjson.dumps(body),
+                headers=headers,
             ) as response:
                 result.status = response.status
                 result.backend = response.headers.get(BACKEND_HEADER)

@@ -106,13 +106,28 @@ def router_config(engines: list[tuple[str, Child]], port: int, policy: str, extr
 
 
 def start_router(
-    workdir: Path, engines: list[tuple[str, Child]], policy: str, *, extra: str = "", cpu=None
+    workdir: Path,
+    engines: list[tuple[str, Child]],
+    policy: str,
+    *,
+    extra: str = "",
+    cpu=None,
+    name: str | None = None,
 ) -> Child:
     port = free_port()
-    path = workdir / f"router-{policy}.toml"
+    name = name or f"router-{policy}"
+    path = workdir / f"{name}.toml"
     path.write_text(router_config(engines, port, policy, extra))
     cmd = [sys.executable, "-m", "gpuroute.cli", "router", "--config", str(path)]
-    return spawn(f"router-{policy}", cmd, workdir, port, cpu=cpu)
+    return spawn(name, cmd, workdir, port, cpu=cpu)
+
+
+def start_redis(workdir: Path) -> Child:
+    """Debian's redis-server on a free port, no persistence (shared state for replicas)."""
+    binary = require("redis-server")
+    port = free_port()
+    cmd = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    return spawn("redis", cmd, workdir, port)
 
 
 def haproxy_config(engines: list[tuple[str, Child]], port: int, weighted: bool = False) -> str:
