@@ -80,3 +80,17 @@ Requests/sec:    500.25
     assert parse_wrk(out) == pytest.approx(
         {"rps": 500.25, "p50_ms": 0.412, "p99_ms": 2.5, "non_2xx": 0}
     )
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_router_replicas_serve_the_whole_trace(tmp_path, shared) -> None:
+    if shared and not have("redis-server"):
+        pytest.skip("redis-server is not installed (make bench-deps installs it)")
+    spec = LiveBenchSpec(
+        engines=["H100", "L4"], time_scale=1.0, stream_interval_ms=10, replicas=2,
+        shared_state=shared,
+    )  # fmt: skip
+    result = asyncio.run(run_target("least_outstanding_work", spec, tiny_workload(), tmp_path))
+    assert (result["requests"], result["completed"], result["failed"]) == (40, 40, 0)
+    logs = sorted(p.name for p in (tmp_path / "least_outstanding_work").glob("*.log"))
+    assert "replica-1.log" in logs and ("redis.log" in logs) == shared
