@@ -68,7 +68,12 @@ class AdmissionGate:
         deadline = now + deadline_s if deadline_s is not None else None
         key = info.request_id
         offer = self.queue.offer(
-            key, info.priority, now, has_capacity=self.has_capacity(), deadline=deadline
+            key,
+            info.priority,
+            now,
+            has_capacity=self.has_capacity(),
+            deadline=deadline,
+            tenant=info.tenant,
         )
         mine = None
         for shed in offer.shed:

@@ -191,6 +191,7 @@ class Proxy:
                 503, f"no healthy backend can serve model `{info.model}` now", code="no_backend"
             )
         if key is not None:
+            info.tenant = key.tenant
             tokens = info.prompt_tokens + (info.max_tokens or 0)
             verdict = await self.quotas.charge(key, tokens)
             if not verdict.allowed:

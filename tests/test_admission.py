@@ -118,3 +118,36 @@ def test_queue_matches_a_model(seq) -> None:
         else:
             assert q.remove(item) == (waiting.pop(item, None) is not None)
         assert len(q) == len(waiting) <= 8
+
+
+def test_tenants_in_one_class_are_served_fairly() -> None:
+    from gpuroute.router.core.admission import AdmissionQueue
+
+    q = AdmissionQueue()
+    for i in range(6):
+        q.offer(f"a{i}", "normal", 0.0, has_capacity=False, tenant="burst")
+    q.offer("b0", "normal", 0.0, has_capacity=False, tenant="quiet")
+    q.offer("b1", "normal", 0.0, has_capacity=False, tenant="quiet")
+    order = [q.pop_ready(1.0)[0] for _ in range(8)]
+    assert order == ["a0", "b0", "a1", "b1", "a2", "a3", "a4", "a5"]
+
+
+def test_a_late_quiet_tenant_jumps_the_bursts_tail_but_not_its_head() -> None:
+    from gpuroute.router.core.admission import AdmissionQueue
+
+    q = AdmissionQueue()
+    for i in range(10):
+        q.offer(f"a{i}", "normal", 0.0, has_capacity=False, tenant="burst")
+    assert [q.pop_ready(1.0)[0] for _ in range(3)] == ["a0", "a1", "a2"]
+    q.offer("b0", "normal", 2.0, has_capacity=False, tenant="quiet")
+    order = [q.pop_ready(3.0)[0] for _ in range(8)]
+    assert order == ["a3", "b0", "a4", "a5", "a6", "a7", "a8", "a9"]
+
+
+def test_priority_still_beats_fairness() -> None:
+    from gpuroute.router.core.admission import AdmissionQueue
+
+    q = AdmissionQueue()
+    q.offer("low", "low", 0.0, has_capacity=False, tenant="t1")
+    q.offer("high", "high", 0.0, has_capacity=False, tenant="t2")
+    assert q.pop_ready(1.0)[0] == "high"

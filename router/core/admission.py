@@ -4,7 +4,12 @@ Items are anything hashable and unique while queued (a request id, or the reques
 
 Pure: the caller says whether the pool has room (`has_capacity`) and applies the verdicts.
 A full queue sheds the lowest-priority, newest entry (possibly the newcomer) with a
-Retry-After hint from the measured drain rate."""
+Retry-After hint from the measured drain rate.
+
+Within a priority class, tenants are served fairly (start-time fair queuing): each queued
+item gets a virtual start one past its tenant's previous one, but never below the virtual
+time of the last dispatch, so one tenant's burst queues behind itself and a quiet tenant's
+request goes ahead of the burst's tail instead of waiting for all of it."""
 
 from __future__ import annotations
 
@@ -54,7 +59,10 @@ class AdmissionQueue:
     def __init__(self, settings: AdmissionSettings | None = None) -> None:
         self.settings = settings or AdmissionSettings()
         self._rank = {name: i for i, name in enumerate(self.settings.priorities)}
-        self._heap: list[tuple[int, int, float, object]] = []  # (rank, seq, deadline, item)
+        # (rank, virtual start, seq, deadline, item)
+        self._heap: list[tuple[int, float, int, float, object]] = []
+        self._vtime = 0.0  # virtual start of the last dispatched item
+        self._tenant_vtime: dict[object, float] = {}
         self._cancelled: set[int] = set()
         self._seq = itertools.count()
         self._seq_of: dict[Hashable, tuple[int, int]] = {}  # item -> (rank, seq), to cancel
@@ -88,6 +96,7 @@ class AdmissionQueue:
         *,
         has_capacity: bool,
         deadline: float | None = None,
+        tenant: object = None,
     ) -> Offer:
         rank = self.rank(priority)
         if has_capacity and not any(self._waiting[: rank + 1]):
@@ -102,9 +111,11 @@ class AdmissionQueue:
             if victim is None or victim[0] <= rank:
                 return Offer(Verdict.SHED, (Shed(item, "queue_full", self.retry_after()),))
             self._cancel(victim)
-            displaced = (Shed(victim[3], "displaced", self.retry_after()),)
+            displaced = (Shed(victim[4], "displaced", self.retry_after()),)
         seq = next(self._seq)
-        heapq.heappush(self._heap, (rank, seq, deadline, item))
+        start = max(self._vtime, self._tenant_vtime.get(tenant, 0.0)) + 1.0
+        self._tenant_vtime[tenant] = start
+        heapq.heappush(self._heap, (rank, start, seq, deadline, item))
         self._seq_of[item] = (rank, seq)
         self._waiting[rank] += 1
         return Offer(Verdict.QUEUED, displaced)
@@ -113,7 +124,7 @@ class AdmissionQueue:
         """Next item to dispatch (highest priority, then oldest) and those whose deadline passed."""
         expired = []
         while self._heap:
-            rank, seq, deadline, item = heapq.heappop(self._heap)
+            rank, start, seq, deadline, item = heapq.heappop(self._heap)
             if seq in self._cancelled:
                 self._cancelled.discard(seq)
                 continue
@@ -123,6 +134,7 @@ class AdmissionQueue:
                 expired.append(Shed(item, "deadline", self.retry_after()))
                 continue
             self._note_dispatch(now)
+            self._vtime = max(self._vtime, start)
             return item, expired
         return None, expired
 
@@ -138,20 +150,20 @@ class AdmissionQueue:
 
     def expire(self, now: float) -> list[Shed]:
         """Withdraw every queued item whose deadline has passed (in queue order)."""
-        expired = sorted(e for e in self._live() if e[2] <= now)
+        expired = sorted((e for e in self._live() if e[3] <= now), key=lambda e: e[2])
         for entry in expired:
             self._cancel(entry)
-        return [Shed(e[3], "deadline", self.retry_after()) for e in expired]
+        return [Shed(e[4], "deadline", self.retry_after()) for e in expired]
 
     def _live(self):
-        return (entry for entry in self._heap if entry[1] not in self._cancelled)
+        return (entry for entry in self._heap if entry[2] not in self._cancelled)
 
-    def _lowest(self) -> tuple[int, int, float, object] | None:
-        return max(self._live(), key=lambda e: (e[0], e[1]), default=None)
+    def _lowest(self) -> tuple[int, float, int, float, object] | None:
+        return max(self._live(), key=lambda e: (e[0], e[2]), default=None)
 
-    def _cancel(self, entry: tuple[int, int, float, object]) -> None:
-        self._cancelled.add(entry[1])
-        self._seq_of.pop(entry[3], None)
+    def _cancel(self, entry: tuple[int, float, int, float, object]) -> None:
+        self._cancelled.add(entry[2])
+        self._seq_of.pop(entry[4], None)
         self._waiting[entry[0]] -= 1
 
     def _note_dispatch(self, now: float) -> None:

@@ -19,6 +19,7 @@ class RequestInfo:
         "prompt_tokens",
         "request_id",
         "session_id",
+        "tenant",
     )
 
     def __init__(
@@ -32,7 +33,9 @@ class RequestInfo:
         prefix_blocks: tuple[int, ...] | list[int] = (),
         priority: str = "normal",
         deadline: float | None = None,
+        tenant: str | None = None,
     ) -> None:
+        self.tenant = tenant  # set from the API key; fair queuing is per tenant
         self.request_id = request_id
         self.model = model
         self.prompt_tokens = prompt_tokens
