@@ -47,6 +47,8 @@ class AdmissionGate:
                 default_timeout_s=config.default_timeout_s,
             )
         )
+        self.priorities = tuple(config.priorities)
+        self.reserved_top_fraction = config.reserved_top_fraction
         self.backends = backends
         self.max_inflight = max_inflight
         self.metrics = metrics
@@ -54,12 +56,16 @@ class AdmissionGate:
         self._waiters: dict[object, asyncio.Future[Shed | None]] = {}
         self._admitted = 0  # admitted and not yet finished
 
-    def has_capacity(self) -> bool:
+    def has_capacity(self, priority: str | None = None) -> bool:
+        """Room for one more request of `priority`; all but the most important class leave
+        `reserved_top_fraction` of the slots to it."""
         slots = sum(
             self.max_inflight.get(b.backend_id, 0)
             for b in self.backends
             if b.state in ROUTABLE_STATES
         )
+        if priority is not None and priority != self.priorities[0]:
+            slots = int(slots * (1.0 - self.reserved_top_fraction))
         return self._admitted < slots
 
     async def admit(self, info: RequestInfo, deadline_s: float | None) -> None:
@@ -71,7 +77,7 @@ class AdmissionGate:
             key,
             info.priority,
             now,
-            has_capacity=self.has_capacity(),
+            has_capacity=self.has_capacity(info.priority),
             deadline=deadline,
             tenant=info.tenant,
         )
@@ -110,8 +116,10 @@ class AdmissionGate:
     def dispatch(self) -> None:
         """Admit queued requests while there is room; shed those past their deadline."""
         now = self.clock()
-        while len(self.queue) and self.has_capacity():
-            item, expired = self.queue.pop_ready(now)
+        while len(self.queue) and self.has_capacity(self.priorities[0]):
+            # only reserved room left: only the most important class may take it
+            top_only = not self.has_capacity(self.priorities[-1])
+            item, expired = self.queue.pop_ready(now, 0 if top_only else None)
             for shed in expired:
                 self.metrics.shed.labels(shed.reason).inc()
                 self._resolve(shed.item, shed)

@@ -66,6 +66,8 @@ class AdmissionConfig(StrictModel):
     default_priority: str = "normal"
     max_queue: int = Field(default=1024, ge=0)
     default_timeout_s: float = Field(default=30.0, gt=0)
+    # share of in-flight slots only the first (most important) class may use
+    reserved_top_fraction: float = Field(default=0.0, ge=0, lt=1)
 
     @model_validator(mode="after")
     def _default_is_known(self) -> AdmissionConfig:

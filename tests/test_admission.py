@@ -151,3 +151,47 @@ def test_priority_still_beats_fairness() -> None:
     q.offer("low", "low", 0.0, has_capacity=False, tenant="t1")
     q.offer("high", "high", 0.0, has_capacity=False, tenant="t2")
     assert q.pop_ready(1.0)[0] == "high"
+
+
+def test_pop_ready_can_be_limited_to_the_top_classes() -> None:
+    from gpuroute.router.core.admission import AdmissionQueue
+
+    q = AdmissionQueue()
+    q.offer("n1", "normal", 0.0, has_capacity=False)
+    assert q.pop_ready(1.0, max_rank=0) == (None, [])
+    q.offer("h1", "high", 0.0, has_capacity=False)
+    assert q.pop_ready(1.0, max_rank=0)[0] == "h1"
+    assert q.pop_ready(1.0)[0] == "n1"
+
+
+def test_reserved_slots_admit_only_the_top_class() -> None:
+    import asyncio
+
+    from gpuroute.router.admission_gate import AdmissionGate
+    from gpuroute.router.config import AdmissionConfig
+    from gpuroute.router.core.backend import Backend, BackendSet
+    from gpuroute.router.core.request import RequestInfo
+    from gpuroute.router.metrics import RouterMetrics
+
+    async def scenario() -> tuple[int, bool, bool]:
+        pool = BackendSet([Backend("b", "H100", ["m"])])
+        gate = AdmissionGate(
+            AdmissionConfig(reserved_top_fraction=0.2), pool, {"b": 10}, RouterMetrics(),
+            lambda: 0.0,
+        )  # fmt: skip
+        admitted = 0
+        for i in range(8):
+            await gate.admit(RequestInfo(i, "m", 1, priority="normal"), None)
+            admitted += 1
+        waiting = asyncio.create_task(gate.admit(RequestInfo(98, "m", 1, priority="normal"), None))
+        await asyncio.sleep(0)  # let it park in the queue
+        high = asyncio.create_task(gate.admit(RequestInfo(99, "m", 1, priority="high"), None))
+        await asyncio.wait_for(high, 1.0)
+        normal_parked = not waiting.done()
+        gate.pump()  # a slot frees: still reserved for the top class
+        await asyncio.sleep(0)
+        still_parked = not waiting.done()
+        waiting.cancel()
+        return admitted, normal_parked, still_parked
+
+    assert asyncio.run(scenario()) == (8, True, True)

@@ -120,10 +120,15 @@ class AdmissionQueue:
         self._waiting[rank] += 1
         return Offer(Verdict.QUEUED, displaced)
 
-    def pop_ready(self, now: float) -> tuple[object | None, list[Shed]]:
-        """Next item to dispatch (highest priority, then oldest) and those whose deadline passed."""
+    def pop_ready(
+        self, now: float, max_rank: int | None = None
+    ) -> tuple[object | None, list[Shed]]:
+        """Next item to dispatch (highest priority, then fairest) and those whose deadline
+        passed. With `max_rank`, only items of that priority rank or more important go."""
         expired = []
         while self._heap:
+            if max_rank is not None and self._heap[0][0] > max_rank:
+                break
             rank, start, seq, deadline, item = heapq.heappop(self._heap)
             if seq in self._cancelled:
                 self._cancelled.discard(seq)
