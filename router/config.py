@@ -147,6 +147,7 @@ class RedisConfig(StrictModel):
     share_load: bool = True  # publish and read replicas' outstanding work (needs url)
     publish_interval_s: float = Field(default=0.1, gt=0)
     pick_among: int = Field(default=2, ge=1)  # least outstanding work: random among best k
+    session_ttl_s: float = Field(default=1800.0, ge=0)  # session -> backend memory (0 = off)
 
 
 class RouterConfig(StrictModel):

@@ -17,7 +17,7 @@ import aiohttp
 from aiohttp import web
 from gpuroute.router.admission_gate import AdmissionGate, Refused
 from gpuroute.router.config import RouterConfig
-from gpuroute.router.core.backend import Backend, BackendState
+from gpuroute.router.core.backend import ROUTABLE_STATES, Backend, BackendState
 from gpuroute.router.core.health import HealthEvents
 from gpuroute.router.core.policies.prefix_affinity import PrefixAffinity
 from gpuroute.router.core.scheduler import Outcome, Scheduler
@@ -27,6 +27,7 @@ from gpuroute.router.priors import GpuPriors
 from gpuroute.router.quotas import AuthError, KeyPolicy, Quotas
 from gpuroute.router.relay import REQUEST_DROP, RESPONSE_DROP, ResponseTally, forward_headers
 from gpuroute.router.request_parse import ParsedRequest, RequestError, parse_request
+from gpuroute.router.sessions import SessionStore
 from gpuroute.router.watch import BackendWatch
 
 from gpuroute.openai_api import SSE_DONE, error_response, sse_error
@@ -80,6 +81,18 @@ class Proxy:
             on_mode=lambda shared: metrics.quota_shared.set(float(shared)),
         )  # fmt: skip
         metrics.quota_shared.set(float(self.quotas.shared))
+        self.sessions = (
+            SessionStore(
+                config.redis.url,
+                prefix=config.redis.prefix,
+                ttl_s=config.redis.session_ttl_s,
+                timeout_s=config.redis.timeout_s,
+                retry_s=config.redis.retry_s,
+                clock=clock,
+            )
+            if config.redis.url and config.redis.session_ttl_s > 0
+            else None
+        )
         self._ids = itertools.count(1)
         self.active = 0
         self.active_retries = 0
@@ -105,6 +118,8 @@ class Proxy:
         if self.session is not None:
             await self.session.close()
         await self.quotas.close()
+        if self.sessions is not None:
+            await self.sessions.close()
 
     # -- entry points ----------------------------------------------------------------------
     async def openai(self, request: web.Request) -> web.StreamResponse:
@@ -219,6 +234,7 @@ class Proxy:
         info = parsed.info
         retry = self.config.retry
         tried: set[str] = set()
+        remembered = await self._remembered(info)
         last = "no backend is available"
         attempt, attempts, rescued = 0, retry.max_attempts, False
         while attempt < attempts:
@@ -229,12 +245,21 @@ class Proxy:
                 delay = min(retry.backoff_max_s, retry.backoff_base_s * 2 ** (attempt - 1))
                 await asyncio.sleep(self.rng.uniform(0, delay))  # jittered backoff, not a sync
             started = time.perf_counter()
-            decision = self.scheduler.route(info, self.clock(), self.rng, exclude=tried)
+            exclude: set[str] | frozenset[str] = tried
+            if remembered is not None and attempt == 0:
+                # the conversation's backend, remembered by whichever replica served it
+                exclude = {b.backend_id for b in self.scheduler.backends if b is not remembered}
+            decision = self.scheduler.route(info, self.clock(), self.rng, exclude=exclude)
+            if decision is None and exclude is not tried:
+                decision = self.scheduler.route(info, self.clock(), self.rng, exclude=tried)
             self.metrics.decision.observe(time.perf_counter() - started)
             if decision is None:
                 break
             backend = decision.backend
             tried.add(backend.backend_id)
+            if self.sessions is not None and info.session_id and backend is not remembered:
+                # awaited (one Redis write, bounded by timeout_s) so the next turn finds it
+                await self.sessions.put(info.session_id, backend.backend_id)
             expected = self.watch.started(info, backend)
             self.decisions.decision(info, backend, attempt, self.clock())
             if attempt:
@@ -270,6 +295,19 @@ class Proxy:
                 503, f"no healthy backend can serve model `{info.model}` now", code="no_backend"
             )
         return error_response(502, f"all attempts failed; last: {last}", code="upstream_error")
+
+    async def _remembered(self, info) -> Backend | None:
+        """The backend a replica sent this session to before, if it can still take it."""
+        if self.sessions is None or not info.session_id:
+            return None
+        backend_id = await self.sessions.get(info.session_id)
+        if backend_id is None or backend_id not in self.scheduler.backends:
+            return None
+        backend = self.scheduler.backends.get(backend_id)
+        limit = self.gate.max_inflight.get(backend_id, 0)
+        if backend.state not in ROUTABLE_STATES or backend.in_flight >= limit:
+            return None  # ejected, draining or full: the policy picks anew
+        return backend
 
     def _retry_allowed(self) -> bool:
         retry = self.config.retry

@@ -143,3 +143,35 @@ async def test_router_answers_401_and_429_in_openai_format_and_survives_redis_lo
                 redis.stop()  # Redis gone: local buckets, no request fails for it
                 async with s.post(post, json=chat_body(), headers=auth) as r:
                     assert r.status in (200, 429)
+
+
+async def test_follow_up_turns_reach_the_same_backend_through_any_replica(redis, tmp_path) -> None:
+    import aiohttp
+    from aiohttp import web
+    from live import chat_body, router_toml, running_router, scripted_backend
+
+    async def engine(request: web.Request) -> web.Response:
+        return web.json_response({"id": "x", "object": "chat.completion", "choices": [],
+                                  "usage": {"completion_tokens": 1}})  # fmt: skip
+
+    async with scripted_backend(engine) as u1, scripted_backend(engine) as u2:
+        async with scripted_backend(engine) as u3:
+            text = router_toml(
+                [(u1, "H100"), (u2, "H100"), (u3, "H100")], redis=f'url = "{redis.url}"'
+            )
+            (tmp_path / "a").mkdir()
+            (tmp_path / "b").mkdir()
+            async with running_router(text, tmp_path / "a", seed=1) as (ra, _):
+                async with running_router(text, tmp_path / "b", seed=2) as (rb, _):
+                    async with aiohttp.ClientSession() as s:
+                        served = {}
+                        for session in ("s1", "s2", "s3", "s4"):
+                            for turn in range(6):
+                                url = (ra, rb)[turn % 2] + "/v1/chat/completions"
+                                headers = {"x-session-id": session}
+                                async with s.post(url, json=chat_body(), headers=headers) as r:
+                                    assert r.status == 200
+                                    served.setdefault(session, set()).add(
+                                        r.headers["x-gpuroute-backend"]
+                                    )
+    assert all(len(backends) == 1 for backends in served.values()), served

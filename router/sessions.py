@@ -1,0 +1,67 @@
+"""Session → backend, shared by router replicas through Redis (with a TTL), so a
+conversation's follow-up turns reach the backend holding its KV cache whichever replica
+takes them. A remembered backend is used only while it is routable and has room; Redis
+trouble just means no preference (never a failed request)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+log = logging.getLogger("gpuroute.router.sessions")
+
+
+class SessionStore:
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "gpuroute",
+        ttl_s: float = 1800.0,
+        timeout_s: float = 0.05,
+        retry_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.redis = aioredis.from_url(
+            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+        )
+        self.prefix, self.ttl_ms = prefix, int(ttl_s * 1000)
+        self.retry_s, self.clock = retry_s, clock
+        self._down_until = 0.0
+        self.hits = self.misses = 0
+
+    def _key(self, session: str) -> str:
+        return f"{self.prefix}:session:{session}"
+
+    async def get(self, session: str) -> str | None:
+        if self.clock() < self._down_until:
+            return None
+        try:
+            value = await self.redis.get(self._key(session))
+        except (RedisError, OSError, TimeoutError) as exc:
+            self._failed(exc)
+            return None
+        if value is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        return value.decode() if isinstance(value, bytes) else value
+
+    async def put(self, session: str, backend_id: str) -> None:
+        if self.clock() < self._down_until:
+            return
+        try:
+            await self.redis.set(self._key(session), backend_id, px=self.ttl_ms)
+        except (RedisError, OSError, TimeoutError) as exc:
+            self._failed(exc)
+
+    def _failed(self, exc: BaseException) -> None:
+        self._down_until = self.clock() + self.retry_s
+        log.warning("session store: Redis unavailable (%s); no session preference", exc)
+
+    async def close(self) -> None:
+        await self.redis.aclose()
