@@ -122,6 +122,7 @@ class RegionConfig(StrictModel):
 class ApiKeyConfig(StrictModel):
     sha256: str  # of the key itself: keys are never stored
     tenant: str
+    priority: str | None = None  # the key's class when the request names none
     requests_per_minute: float | None = Field(default=None, gt=0)
     tokens_per_minute: float | None = Field(default=None, gt=0)
 
@@ -171,6 +172,16 @@ class RouterConfig(StrictModel):
     auth: AuthConfig = AuthConfig()
     redis: RedisConfig = RedisConfig()
     backends: list[BackendConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _key_priorities_known(self) -> RouterConfig:
+        for i, key in enumerate(self.auth.keys):
+            if key.priority is not None and key.priority not in self.admission.priorities:
+                raise ValueError(
+                    f"auth.keys[{i}].priority: unknown priority {key.priority!r}; "
+                    f"known: {', '.join(self.admission.priorities)}"
+                )
+        return self
 
     @model_validator(mode="after")
     def _has_backends(self) -> RouterConfig:

@@ -69,7 +69,7 @@ class Proxy:
         self.gate = AdmissionGate(config.admission, scheduler.backends, limits, metrics, clock)
         self.session: aiohttp.ClientSession | None = None
         self.quotas = Quotas(
-            {k.sha256: KeyPolicy(k.tenant, None, k.requests_per_minute, k.tokens_per_minute)
+            {k.sha256: KeyPolicy(k.tenant, k.priority, k.requests_per_minute, k.tokens_per_minute)
              for k in config.auth.keys},
             required=config.auth.required,
             redis_url=config.redis.url,
@@ -207,6 +207,8 @@ class Proxy:
             )
         if key is not None:
             info.tenant = key.tenant
+            if key.priority is not None and "x-gpuroute-priority" not in request.headers:
+                info.priority = key.priority
             tokens = info.prompt_tokens + (info.max_tokens or 0)
             verdict = await self.quotas.charge(key, tokens)
             if not verdict.allowed:

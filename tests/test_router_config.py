@@ -56,3 +56,14 @@ def test_router_cli_reports_each_config_error_with_file_and_key(tmp_path, capsys
     assert lines == [
         f"{path}: policy: Input should be a valid string",
     ]
+
+
+def test_a_key_priority_must_be_a_known_class(tmp_path) -> None:
+    digest = "a" * 64
+    path = tmp_path / "router.toml"
+    path.write_text(
+        BACKEND + f'[[auth.keys]]\nsha256 = "{digest}"\ntenant = "t"\npriority = "vip"\n'
+    )
+    with pytest.raises(ConfigError) as err:
+        load_router_config(path)
+    assert "auth.keys[0].priority: unknown priority 'vip'" in str(err.value)
