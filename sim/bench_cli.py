@@ -65,6 +65,11 @@ def add_bench_parser(sub) -> None:
     live.add_argument(
         "--no-shared-state", action="store_true", help="replicas do not share state (no Redis)"
     )
+    live.add_argument(
+        "--redis-outage",
+        metavar="AT:FOR",
+        help="kill the replicas' Redis at AT s, restart FOR s later",
+    )
     live.add_argument("--json", metavar="OUT", help="write results as JSON ('-' = stdout)")
     live.add_argument("--plot", metavar="OUT.png", help="latency CDF plot (needs matplotlib)")
 
@@ -123,7 +128,20 @@ def live_spec(args: argparse.Namespace):
         seed=args.seed,
         replicas=args.replicas,
         shared_state=not args.no_shared_state,
+        redis_outage=parse_outage(args.redis_outage),
     )
+
+
+def parse_outage(text: str | None) -> tuple[float, float] | None:
+    if text is None:
+        return None
+    try:
+        at, duration = (float(x) for x in text.split(":"))
+    except ValueError:
+        raise BenchError(f"--redis-outage {text!r}: expected AT:FOR in seconds") from None
+    if at < 0 or duration <= 0:
+        raise BenchError("--redis-outage: AT >= 0 and FOR > 0")
+    return at, duration
 
 
 def print_table(console: Console, title: str, rows: list[dict], columns) -> None:
@@ -178,6 +196,11 @@ def run_bench(args: argparse.Namespace) -> int:
             for target in report["targets"]:
                 for fault in target.get("faults", []):
                     console.print(f"{target['target']} fault: {fault}")
+                if "redis_killed_at_s" in target:
+                    console.print(
+                        f"Redis killed at {target['redis_killed_at_s']} s, restarted at "
+                        f"{target['redis_restarted_at_s']} s; failed requests: {target['failed']}"
+                    )
             if args.plot:
                 from gpuroute.sim.bench_plot import plot_live
 

@@ -65,6 +65,7 @@ class LiveBenchSpec:
     seed: int = 1
     replicas: int = 1  # router replicas behind a round-robin client (our targets only)
     shared_state: bool = True  # replicas share load and quotas through Redis
+    redis_outage: tuple[float, float] | None = None  # (at s, for s): Redis killed, restarted
 
 
 def parse_engines(text: str) -> list[str]:
@@ -107,6 +108,21 @@ def load_workload(spec: LiveBenchSpec) -> tuple[Workload, float]:
     scaled = workload.rescaled(rate / natural)
     count = int(np.searchsorted(scaled.arrivals - scaled.arrivals[0], spec.duration_s))
     return scaled.head(max(count, 1)), rate
+
+
+async def _redis_outage(spec: LiveBenchSpec, redis: Child, replay: Replay) -> dict:
+    """Kill the replicas' Redis at `at` and start it again, on the same port, `for` later."""
+    at, duration = spec.redis_outage
+    await asyncio.sleep(max(0.0, at - replay.elapsed()))  # scheduled, not a synchronisation
+    redis.kill()
+    killed = replay.elapsed()
+    await asyncio.sleep(duration)  # the outage itself
+    restarted = start_redis(redis.log.parent, port=redis.port)
+    redis.proc = restarted.proc
+    return {
+        "redis_killed_at_s": round(killed, 3),
+        "redis_restarted_at_s": round(replay.elapsed(), 3),
+    }
 
 
 async def _apply_faults(spec: LiveBenchSpec, engines: list[Child], replay: Replay) -> list[dict]:
@@ -225,11 +241,16 @@ async def run_target(target: str, spec: LiveBenchSpec, workload: Workload, workd
         replay = Replay([proxy.url, *urls], workload, MODEL, stream=spec.stream)
         run = asyncio.create_task(replay.run())
         faults = asyncio.create_task(_apply_faults(spec, engines, replay))
+        outage = None
+        if spec.redis_outage and helpers and helpers[0].name == "redis":
+            outage = asyncio.create_task(_redis_outage(spec, helpers[0], replay))
         results = await run
         applied = await faults if faults.done() else []
         faults.cancel()
         summary = summarise(target, results, spec)
         summary |= await engine_stats(engines, replay.elapsed())
+        if outage is not None:
+            summary |= await outage
         if spec.faults and target not in BASELINES + EXTRA_BASELINES:
             from gpuroute.sim.fault_report import fault_report
 

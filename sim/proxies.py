@@ -122,10 +122,10 @@ def start_router(
     return spawn(name, cmd, workdir, port, cpu=cpu)
 
 
-def start_redis(workdir: Path) -> Child:
+def start_redis(workdir: Path, port: int | None = None) -> Child:
     """Debian's redis-server on a free port, no persistence (shared state for replicas)."""
     binary = require("redis-server")
-    port = free_port()
+    port = port or free_port()
     cmd = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
     return spawn("redis", cmd, workdir, port)
 
