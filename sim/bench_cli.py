@@ -78,6 +78,16 @@ def add_bench_parser(sub) -> None:
     over.add_argument("--rounds", type=int, default=3, help="visits to each target (medians)")
     over.add_argument("--json", metavar="OUT")
 
+    reps = kinds.add_parser(
+        "replicas", help="router replicas over a Consul-discovered fleet: shared vs independent"
+    )
+    reps.add_argument("--replicas", type=int, default=4)
+    reps.add_argument("--engines", default="H100:2,A100:4,L4:4")
+    reps.add_argument("--duration", type=float, default=90.0)
+    reps.add_argument("--time-scale", type=float, default=2.0)
+    reps.add_argument("--target-utilization", type=float, default=0.85)
+    reps.add_argument("--json", metavar="OUT")
+
     glob = kinds.add_parser("global", help="time one global routing decision")
     glob.add_argument("--regions", type=int, default=20)
     glob.add_argument("--decisions", type=int, default=100_000)
@@ -205,6 +215,29 @@ def run_bench(args: argparse.Namespace) -> int:
                 from gpuroute.sim.bench_plot import plot_live
 
                 plot_live(report, args.plot)
+        elif args.bench == "replicas":
+            from gpuroute.sim.bench_live import LiveBenchSpec, dump, parse_engines
+            from gpuroute.sim.bench_replicas import run_replicas_bench
+
+            if args.replicas < 2:
+                raise BenchError("--replicas must be at least 2")
+            spec = LiveBenchSpec(
+                engines=parse_engines(args.engines),
+                duration_s=args.duration,
+                time_scale=args.time_scale,
+                target_utilization=args.target_utilization,
+                replicas=args.replicas,
+            )
+            report = run_replicas_bench(spec, Path("out/bench-replicas"))
+            print_table(
+                console, f"{args.replicas} router replicas", report["targets"], LIVE_COLUMNS
+            )
+            if "p99_independent_over_shared" in report:
+                cvs = ", ".join(f"{t['target']}: {t['gpu_busy_cv']}" for t in report["targets"])
+                console.print(
+                    f"E2E p99 independent / shared = {report['p99_independent_over_shared']}; "
+                    f"GPU busy CV {cvs}"
+                )
         elif args.bench == "global":
             from gpuroute.sim.bench_global import run_global_bench
             from gpuroute.sim.bench_live import dump
