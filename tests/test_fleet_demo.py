@@ -61,3 +61,24 @@ def test_global_demo_keeps_eu_bound_clients_in_the_eu_through_an_outage() -> Non
     assert len(rows) == 3 and all(ln.rstrip("│ ").endswith("0") for ln in rows)  # violations
     down = next(ln for ln in rows if "eu-west down" in ln)
     assert "eu-west " not in down.split("│")[2]  # nothing served by eu-west while it is down
+
+
+def test_replicas_bench_compares_shared_and_independent(tmp_path) -> None:
+    if consul_binary() is None:
+        pytest.skip(HOW_TO_GET_CONSUL)
+    from gpuroute.sim.proxies import require
+
+    try:
+        require("redis-server")
+    except Exception:
+        pytest.skip("redis-server is not installed (make bench-deps installs it)")
+    from gpuroute.sim.bench_live import LiveBenchSpec
+    from gpuroute.sim.bench_replicas import run_replicas_bench
+
+    spec = LiveBenchSpec(engines=["H100", "L4"], duration_s=4.0, time_scale=1.0, replicas=2,
+                         target_utilization=0.5)  # fmt: skip
+    report = run_replicas_bench(spec, tmp_path)
+    shared, independent = report["targets"][1], report["targets"][0]
+    assert independent["failed"] == shared["failed"] == 0
+    assert independent["completed"] == shared["completed"] > 0
+    assert report["p99_independent_over_shared"] > 0
