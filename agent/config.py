@@ -10,18 +10,11 @@ from urllib.parse import urlsplit
 from gpuroute.agent.engine_metrics import ENGINE_KINDS
 from pydantic import AfterValidator, Field, model_validator
 
-from gpuroute.config import StrictModel, known_name, load_toml_model
+from gpuroute.config import HttpUrlWithPort, StrictModel, known_name, load_toml_model
 from gpuroute.gpus import GpuTypeName
 
 EngineKind = Annotated[str, AfterValidator(lambda v: known_name(v, ENGINE_KINDS, "engine kind"))]
 _ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
-
-
-def _engine_url(value: str) -> str:
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname or not parts.port:
-        raise ValueError(f"expected http(s)://host:port, got {value!r}")
-    return value.rstrip("/")
 
 
 def _service_id(value: str) -> str:
@@ -31,7 +24,7 @@ def _service_id(value: str) -> str:
 
 
 class EngineConfig(StrictModel):
-    url: Annotated[str, AfterValidator(_engine_url)] = "http://127.0.0.1:8000"
+    url: HttpUrlWithPort = "http://127.0.0.1:8000"
     kind: EngineKind = "vllm"
     models: list[str] = Field(min_length=1)
     gpu: GpuTypeName

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 import grpc
 
+from gpuroute.grpc_server import start_grpc_server
 from gpuroute.proto import load_pb2, load_pb2_grpc
 
 log = logging.getLogger("gpuroute.agent.stream")
@@ -110,11 +111,9 @@ class AgentLoadService(load_pb2_grpc.AgentLoadServicer):
 async def start_load_server(
     service: AgentLoadService, host: str, port: int
 ) -> tuple[grpc.aio.Server, int]:
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-    load_pb2_grpc.add_AgentLoadServicer_to_server(service, server)
-    try:
-        bound = server.add_insecure_port(f"{host}:{port}")
-    except RuntimeError as exc:  # grpc reports a busy port this way
-        raise OSError(f"load stream: cannot listen on {host}:{port} (in use?)") from exc
-    await server.start()
-    return server, bound
+    return await start_grpc_server(
+        lambda server: load_pb2_grpc.add_AgentLoadServicer_to_server(service, server),
+        host,
+        port,
+        "load stream",
+    )

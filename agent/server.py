@@ -31,6 +31,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from gpuroute import runtime
 from gpuroute.config import ConfigError
 from gpuroute.consul_client import ConsulClient, ConsulUnavailable
+from gpuroute.openai_api import healthz
 
 log = logging.getLogger("gpuroute.agent")
 
@@ -252,7 +253,7 @@ class Agent:
     # -- admin ----------------------------------------------------------------------------------
     async def _start_admin(self) -> None:
         app = web.Application()
-        app.router.add_get("/healthz", lambda _r: web.json_response({"status": "ok"}))
+        app.router.add_get("/healthz", healthz)
         app.router.add_get("/status", self._status)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_post("/drain", self._drain_endpoint)

@@ -5,31 +5,23 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 from typing import Annotated
-from urllib.parse import urlsplit
 
 from gpuroute.global_.core.policy import MODES
 from gpuroute.global_.core.residency import ANY, ResidencyRules
 from gpuroute.router.config import LimitsConfig, ListenConfig
 from pydantic import AfterValidator, Field, field_validator
 
-from gpuroute.config import ConfigError, StrictModel, known_name, load_toml_model
+from gpuroute.config import ConfigError, HttpUrl, StrictModel, known_name, load_toml_model
 from gpuroute.regions import FleetConfig, load_fleet
 
 Mode = Annotated[str, AfterValidator(lambda v: known_name(v, MODES, "global policy"))]
-
-
-def _http_url(value: str) -> str:
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"expected an http(s)://host:port URL, got {value!r}")
-    return value.rstrip("/")
 
 
 class EndpointConfig(StrictModel):
     """A regional router: where to forward, and where its region reports stream from."""
 
     region: str
-    url: Annotated[str, AfterValidator(_http_url)]
+    url: HttpUrl
     report: str  # host:port of its RegionLoad gRPC service
 
 

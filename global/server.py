@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from gpuroute import runtime
 from gpuroute.config import ConfigError
-from gpuroute.openai_api import SSE_DONE, error_response, sse_error
+from gpuroute.openai_api import SSE_DONE, error_response, healthz, models_response, sse_error
 from gpuroute.regions import FleetConfig
 from gpuroute.serving import DrainingServer
 
@@ -105,7 +105,7 @@ class GlobalApp:
         for route in OPENAI_ROUTES:
             app.router.add_post(route, self.forward)
         app.router.add_get("/v1/models", self.models)
-        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/healthz", healthz)
         app.router.add_get("/readyz", self.readyz)
         if self.config.admin_listen is None:
             self.add_admin_routes(app)
@@ -115,7 +115,7 @@ class GlobalApp:
 
     def admin_app(self) -> web.Application:
         app = web.Application()
-        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/healthz", healthz)
         app.router.add_get("/readyz", self.readyz)
         self.add_admin_routes(app)
         return app
@@ -284,17 +284,9 @@ class GlobalApp:
 
     # -- admin ------------------------------------------------------------------------------------
     async def models(self, _request: web.Request) -> web.Response:
-        names = sorted(
-            {m for f in self.feeds.feeds.values() if f.health.up for m in f.models or ()}
+        return models_response(
+            m for f in self.feeds.feeds.values() if f.health.up for m in f.models or ()
         )
-        created = int(time.time())
-        data = [
-            {"id": m, "object": "model", "created": created, "owned_by": "gpuroute"} for m in names
-        ]
-        return web.json_response({"object": "list", "data": data})
-
-    async def healthz(self, _request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
 
     async def readyz(self, _request: web.Request) -> web.Response:
         if self.draining:
@@ -316,7 +308,6 @@ class GlobalServer(DrainingServer):
 
     def __init__(self, app: GlobalApp) -> None:
         super().__init__(app, "global")
-        self.global_app = app
 
 
 def run_global(path: str) -> int:

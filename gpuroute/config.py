@@ -5,9 +5,10 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -28,6 +29,22 @@ def known_name(value: str, known: Iterable[str], what: str) -> str:
     if value not in known:
         raise ValueError(f"unknown {what} {value!r}; known: {', '.join(known)}")
     return value
+
+
+def http_url(value: str, *, need_port: bool = False) -> str:
+    """An http(s)://host[:port] URL without a trailing slash."""
+    parts = urlsplit(value)
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or (need_port and not parts.port)
+    ):
+        raise ValueError(f"expected an http(s)://host:port URL, got {value!r}")
+    return value.rstrip("/")
+
+
+HttpUrl = Annotated[str, AfterValidator(http_url)]
+HttpUrlWithPort = Annotated[str, AfterValidator(lambda v: http_url(v, need_port=True))]
 
 
 def key_path(loc: tuple[int | str, ...]) -> str:

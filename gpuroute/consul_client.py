@@ -165,15 +165,6 @@ class ConsulClient:
     async def leader(self) -> str:
         return await self._call(self.api.status.leader())
 
-    async def agent_metrics(self) -> dict[str, Any]:
-        """The agent's /v1/agent/metrics (used to count Raft applies)."""
-        http = self.api.http
-        return await self._call(
-            http.get(
-                consul.callback.CB.json(), "/v1/agent/metrics", headers=self.api.prepare_headers()
-            )
-        )
-
 
 def check_meta(meta: dict[str, str]) -> dict[str, str]:
     """Enforce Consul's service Meta limits before Consul rejects the registration."""

@@ -3,6 +3,7 @@ loopback ports, for the demo, the benchmarks and the tests (never in production)
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -35,8 +36,8 @@ def consul_binary() -> Path | None:
 
 
 class ConsulDev:
-    """`consul agent -dev` on loopback; `restart()` keeps the ports (and loses the state,
-    as a dev agent does), `stop()` can be followed by `start()` for outage tests."""
+    """`consul agent -dev` on loopback. `stop()` then `start()` is an outage: the ports
+    stay, the state is gone (as with any dev agent)."""
 
     def __init__(self, binary: Path, *, log_path: Path | None = None) -> None:
         self.binary = binary
@@ -77,8 +78,6 @@ class ConsulDev:
 
     def raft_index(self) -> int:
         """The server's last Raft log index: every catalog write moves it by one."""
-        import json
-
         with urllib.request.urlopen(self.address + "/v1/agent/self", timeout=5) as r:
             return int(json.load(r)["Stats"]["raft"]["last_log_index"])
 
@@ -87,10 +86,6 @@ class ConsulDev:
             self.proc.send_signal(sig)
             self.proc.wait(15)
         self.proc = None
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
 
     def __enter__(self) -> ConsulDev:
         self.start()

@@ -6,6 +6,7 @@ Errors follow OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`,
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from aiohttp import web
@@ -54,6 +55,21 @@ def error_response(
     return web.json_response(
         error_body(status, message, code=code, param=param), status=status, headers=headers
     )
+
+
+def models_response(names) -> web.Response:
+    """GET /v1/models for the names given, as the routers answer it."""
+    created = int(time.time())
+    data = [
+        {"id": m, "object": "model", "created": created, "owned_by": "gpuroute"}
+        for m in sorted(set(names))
+    ]
+    return web.json_response({"object": "list", "data": data})
+
+
+async def healthz(_request: web.Request) -> web.Response:
+    """Liveness: 200 while the process serves."""
+    return web.json_response({"status": "ok"})
 
 
 def sse_event(payload: dict[str, Any]) -> bytes:

@@ -9,21 +9,14 @@ from urllib.parse import urlsplit
 from gpuroute.router.core.policies import POLICIES
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from gpuroute.config import StrictModel, known_name, load_toml_model
+from gpuroute.config import HttpUrl, StrictModel, known_name, load_toml_model
 from gpuroute.gpus import GpuTypeName
 
 PolicyName = Annotated[str, AfterValidator(lambda v: known_name(v, POLICIES, "policy"))]
 
 
-def _http_url(value: str) -> str:
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"expected an http(s)://host:port URL, got {value!r}")
-    return value.rstrip("/")
-
-
 class BackendConfig(StrictModel):
-    url: Annotated[str, AfterValidator(_http_url)]
+    url: HttpUrl
     gpu: GpuTypeName
     models: list[str] = Field(min_length=1)
     id: str | None = None  # defaults to host:port

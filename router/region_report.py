@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 import grpc
 from gpuroute.router.core.region_summary import RegionSummary
 
+from gpuroute.grpc_server import start_grpc_server
 from gpuroute.proto import load_pb2, load_pb2_grpc
 
 
@@ -72,11 +73,9 @@ def p99(values: Sequence[float]) -> float:
 async def start_region_server(
     service: RegionReportService, host: str, port: int
 ) -> tuple[grpc.aio.Server, int]:
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-    load_pb2_grpc.add_RegionLoadServicer_to_server(service, server)
-    try:
-        bound = server.add_insecure_port(f"{host}:{port}")
-    except RuntimeError as exc:
-        raise OSError(f"region report: cannot listen on {host}:{port} (in use?)") from exc
-    await server.start()
-    return server, bound
+    return await start_grpc_server(
+        lambda server: load_pb2_grpc.add_RegionLoadServicer_to_server(service, server),
+        host,
+        port,
+        "region report",
+    )

@@ -11,7 +11,6 @@ import logging
 import random
 import socket
 import sys
-import time
 
 import aiohttp
 from aiohttp import web
@@ -36,7 +35,7 @@ from gpuroute.router.shared_load import SharedLoad
 
 from gpuroute import runtime
 from gpuroute.config import ConfigError
-from gpuroute.openai_api import error_response
+from gpuroute.openai_api import error_response, healthz, models_response
 from gpuroute.serving import DrainingServer
 
 log = logging.getLogger("gpuroute.router")
@@ -112,7 +111,7 @@ class RouterApp:
         for route in OPENAI_ROUTES:
             app.router.add_post(route, self.proxy.openai)
         app.router.add_get("/v1/models", self.models)
-        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/healthz", healthz)
         app.router.add_get("/readyz", self.readyz)
         if self.config.admin_listen is None:
             self._add_admin_routes(app)
@@ -126,7 +125,7 @@ class RouterApp:
     def admin_app(self) -> web.Application:
         """Metrics and admin on their own listener, kept off the public port."""
         app = web.Application()
-        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/healthz", healthz)
         app.router.add_get("/readyz", self.readyz)
         self._add_admin_routes(app)
         return app
@@ -245,15 +244,7 @@ class RouterApp:
 
     # -- admin -----------------------------------------------------------------------------
     async def models(self, _request: web.Request) -> web.Response:
-        names = sorted({m for b in self.scheduler.backends for m in b.models})
-        created = int(time.time())
-        data = [
-            {"id": m, "object": "model", "created": created, "owned_by": "gpuroute"} for m in names
-        ]
-        return web.json_response({"object": "list", "data": data})
-
-    async def healthz(self, _request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
+        return models_response(m for b in self.scheduler.backends for m in b.models)
 
     async def readyz(self, _request: web.Request) -> web.Response:
         if self.draining:
@@ -308,7 +299,6 @@ class RouterServer(DrainingServer):
 
     def __init__(self, router: RouterApp) -> None:
         super().__init__(router, "router")
-        self.router = router
 
 
 def run_router(path: str) -> int:

@@ -32,7 +32,6 @@ class SessionStore:
         self.prefix, self.ttl_ms = prefix, int(ttl_s * 1000)
         self.retry_s, self.clock = retry_s, clock
         self._down_until = 0.0
-        self.hits = self.misses = 0
 
     def _key(self, session: str) -> str:
         return f"{self.prefix}:session:{session}"
@@ -46,9 +45,7 @@ class SessionStore:
             self._failed(exc)
             return None
         if value is None:
-            self.misses += 1
             return None
-        self.hits += 1
         return value.decode() if isinstance(value, bytes) else value
 
     async def put(self, session: str, backend_id: str) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import aiohttp
 import numpy as np
+from gpuroute.sim.fleet_host import start_fleet_host
 from gpuroute.sim.proxies import BenchError, Child, spawn, wait_http
 
 from gpuroute.consul_dev import HOW_TO_GET_CONSUL, ConsulDev, consul_binary
@@ -159,12 +160,10 @@ def run_fleet_bench(spec: FleetBenchSpec) -> dict:
     children: list[Child] = []
     with ConsulDev(binary, log_path=spec.workdir / "consul.log") as consul:
         try:
-            ready = spec.workdir / "hosts.jsonl"
-            ready.unlink(missing_ok=True)
-            cmd = [sys.executable, "-m", "gpuroute.sim.fleet_host", "--hosts", str(spec.hosts),
-                   "--consul", consul.address, "--time-scale", str(spec.time_scale),
-                   "--ready", str(ready)]  # fmt: skip
-            hosts = spawn("fleet-hosts", cmd, spec.workdir, 0)
+            hosts, _ = start_fleet_host(
+                spec.workdir, "fleet-hosts", spec.hosts, "H100,A100,L4",
+                consul=consul.address, time_scale=spec.time_scale, timeout=180,
+            )  # fmt: skip
             children.append(hosts)
             port = free_port()
             config = spec.workdir / "router.toml"

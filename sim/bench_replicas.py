@@ -9,7 +9,6 @@ result (same machine, same run)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import time
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import aiohttp
 from gpuroute.sim.bench_live import MODEL, LiveBenchSpec, engine_stats, load_workload, summarise
+from gpuroute.sim.fleet_host import start_fleet_host
 from gpuroute.sim.loadgen import Replay
 from gpuroute.sim.proxies import BenchError, Child, spawn, start_redis, wait_http
 
@@ -27,21 +27,6 @@ from gpuroute.ports import free_port
 @dataclass(frozen=True)
 class EngineUrl:
     url: str
-
-
-def start_fleet(spec: LiveBenchSpec, workdir: Path, consul: ConsulDev) -> tuple[Child, list]:
-    ready = workdir / "hosts.jsonl"
-    ready.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "gpuroute.sim.fleet_host", "--hosts", str(len(spec.engines)),
-           "--gpus", ",".join(spec.engines), "--consul", consul.address,
-           "--time-scale", str(spec.time_scale), "--ready", str(ready)]  # fmt: skip
-    hosts = spawn("fleet-hosts", cmd, workdir, 0)
-    deadline = time.monotonic() + 90
-    while not ready.exists():
-        if hosts.proc.poll() is not None or time.monotonic() > deadline:
-            raise BenchError("simulated hosts did not start")
-        time.sleep(0.1)
-    return hosts, [json.loads(line) for line in ready.read_text().splitlines()]
 
 
 def router_toml(port: int, consul: str, redis_url: str | None) -> str:
@@ -81,7 +66,10 @@ def run_once(spec: LiveBenchSpec, shared: bool, workdir: Path) -> dict:
     children: list[Child] = []
     with ConsulDev(binary, log_path=workdir / "consul.log") as consul:
         try:
-            hosts, fleet = start_fleet(spec, workdir, consul)
+            hosts, fleet = start_fleet_host(
+                workdir, "fleet-hosts", len(spec.engines), ",".join(spec.engines),
+                consul=consul.address, time_scale=spec.time_scale,
+            )  # fmt: skip
             children.append(hosts)
             redis_url = None
             if shared:

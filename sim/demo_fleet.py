@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import random
 import sys
 import tempfile
@@ -17,6 +16,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+from gpuroute.sim.fleet_host import start_fleet_host
 from gpuroute.sim.proxies import BenchError, Child, spawn, wait_http
 from rich.console import Console
 from rich.table import Table
@@ -115,18 +115,10 @@ def run_demo(seconds: float = 16.0) -> int:
         if consul:
             consul.start()
             console.print(f"Consul dev agent on {consul.address}")
-        ready = workdir / "hosts.jsonl"
-        cmd = [sys.executable, "-m", "gpuroute.sim.fleet_host", "--hosts", "4", "--gpus", GPUS,
-               "--ready", str(ready)]  # fmt: skip
-        if consul:
-            cmd += ["--consul", consul.address]
-        children.append(spawn("hosts", cmd, workdir, 0))
-        deadline = time.monotonic() + 60
-        while not ready.exists():
-            if children[0].proc.poll() is not None or time.monotonic() > deadline:
-                raise BenchError(f"simulated hosts did not start; see {workdir / 'hosts.log'}")
-            time.sleep(0.1)
-        hosts = [json.loads(line) for line in ready.read_text().splitlines()]
+        fleet, hosts = start_fleet_host(
+            workdir, "hosts", 4, GPUS, consul=consul.address if consul else None
+        )
+        children.append(fleet)
         console.print(f"{len(hosts)} simulated GPU hosts with agents: "
                       + ", ".join(f"{h['id']}" for h in hosts))  # fmt: skip
         port = free_port()

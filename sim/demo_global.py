@@ -8,7 +8,6 @@ Prints where every phase's requests went and what residency did."""
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import tempfile
 import time
@@ -16,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 import aiohttp
+from gpuroute.sim.fleet_host import start_fleet_host
 from gpuroute.sim.proxies import BenchError, Child, spawn, wait_http
 from rich.console import Console
 from rich.table import Table
@@ -29,19 +29,11 @@ CLIENTS = (("us-east", {}), ("eu-west", {}), ("ap-northeast", {}),
 
 
 def start_region(workdir: Path, region: str, gpus: str) -> tuple[Child, Child, int]:
-    ready = workdir / f"hosts-{region}.jsonl"
-    cmd = [sys.executable, "-m", "gpuroute.sim.fleet_host", "--hosts", "2", "--gpus", gpus,
-           "--ready", str(ready)]  # fmt: skip
-    hosts = spawn(f"hosts-{region}", cmd, workdir, 0)
-    deadline = time.monotonic() + 60
-    while not ready.exists():
-        if hosts.proc.poll() is not None or time.monotonic() > deadline:
-            raise BenchError(f"{region}: simulated hosts did not start")
-        time.sleep(0.1)
+    hosts, fleet = start_fleet_host(workdir, f"hosts-{region}", 2, gpus)
     port, report = free_port(), free_port()
     text = (f'tick_s = 0.1\n[listen]\nport = {port}\n[region]\nname = "{region}"\n'
             f"report_period_s = 0.2\n[region.report_listen]\nport = {report}\n")  # fmt: skip
-    for h in (json.loads(line) for line in ready.read_text().splitlines()):
+    for h in fleet:
         text += f'[[backends]]\nid = "{h["id"]}"\nurl = "{h["engine"]}"\ngpu = "{h["gpu"]}"\n'
         text += f'models = ["{MODEL}"]\n'
     (workdir / f"router-{region}.toml").write_text(text)

@@ -15,12 +15,14 @@ import json
 import logging
 import signal
 import sys
+import time
 from pathlib import Path
 
 from aiohttp import web
 from gpuroute.agent.config import AgentConfig
 from gpuroute.agent.server import Agent
 from gpuroute.sim.fake_engine import FakeEngine, FakeEngineConfig
+from gpuroute.sim.proxies import BenchError, Child, spawn
 
 from gpuroute import runtime
 from gpuroute.ports import free_ports
@@ -72,8 +74,10 @@ async def run_hosts(args: argparse.Namespace) -> None:
             }
         )
     text = "\n".join(json.dumps(h) for h in hosts)
-    if args.ready:
-        Path(args.ready).write_text(text + "\n")
+    if args.ready:  # written whole, then renamed: a reader never sees half of it
+        partial = Path(args.ready + ".partial")
+        partial.write_text(text + "\n")
+        partial.replace(args.ready)
     print(text, flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -84,6 +88,33 @@ async def run_hosts(args: argparse.Namespace) -> None:
         await agent.stop()
     for runner in runners:
         await runner.cleanup()
+
+
+def start_fleet_host(
+    workdir: Path,
+    name: str,
+    hosts: int,
+    gpus: str,
+    *,
+    consul: str | None = None,
+    time_scale: float = 1.0,
+    timeout: float = 90.0,
+) -> tuple[Child, list[dict]]:
+    """Run this module as a child process; return it and its hosts once all serve."""
+    ready = workdir / f"{name}.jsonl"
+    ready.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "gpuroute.sim.fleet_host", "--hosts", str(hosts), "--gpus", gpus,
+           "--time-scale", str(time_scale), "--ready", str(ready)]  # fmt: skip
+    if consul:
+        cmd += ["--consul", consul]
+    child = spawn(name, cmd, workdir, 0)
+    deadline = time.monotonic() + timeout
+    while not ready.exists():
+        if child.proc.poll() is not None or time.monotonic() > deadline:
+            child.stop()
+            raise BenchError(f"simulated hosts did not start; see {child.log}")
+        time.sleep(0.1)  # polling a file another process writes
+    return child, [json.loads(line) for line in ready.read_text().splitlines()]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,3 +21,35 @@ def shared_file(relative: str) -> Path:
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture
+def lab(tmp_path):
+    """Network namespaces on a bridge (tests/netns.py), with the pinned Consul available."""
+    from netns import NetnsLab, netns_available
+
+    from gpuroute.consul_dev import HOW_TO_GET_CONSUL, consul_binary
+
+    why = netns_available()
+    if why:
+        pytest.skip(why)
+    if consul_binary() is None:
+        pytest.skip(HOW_TO_GET_CONSUL)
+    lab = NetnsLab(tmp_path)
+    try:
+        yield lab
+    finally:
+        lab.close()
+
+
+@pytest.fixture
+def redis(tmp_path):
+    """A real redis-server on a free loopback port (tests/redis_server.py)."""
+    from redis_server import HOW_TO_GET_REDIS, RedisServer, redis_binary
+
+    if redis_binary() is None:
+        pytest.skip(HOW_TO_GET_REDIS)
+    server = RedisServer(tmp_path)
+    server.start()
+    yield server
+    server.stop()

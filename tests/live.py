@@ -40,6 +40,27 @@ async def async_wait_for(
         await asyncio.sleep(0.02)
 
 
+def holds(predicate: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
+    """A plain condition as the async one `async_wait_for` polls."""
+
+    async def check() -> bool:
+        return predicate()
+
+    return check
+
+
+def get_json(url: str):
+    """GET a JSON document; None when the server cannot be reached."""
+    import json
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return json.load(response)
+    except OSError:
+        return None
+
+
 def http_ok(url: str) -> bool:
     import urllib.request
 

@@ -7,36 +7,20 @@ without a single failed non-streamed client request, and the times are printed."
 
 from __future__ import annotations
 
-import json
 import sys
 import time
-import urllib.request
 
 import aiohttp
 import pytest
-from live import MODEL, async_wait_for, backends_state, running_router
-from netns import Host, NetnsLab, netns_available
+from live import MODEL, async_wait_for, backends_state, get_json, holds, running_router
+from netns import Host, NetnsLab
 from test_consul_live import Clients
 
-from gpuroute.consul_dev import HOW_TO_GET_CONSUL, consul_binary
+from gpuroute.consul_dev import consul_binary
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 SERVERS = ("s1", "s2", "s3")
 HOSTS = ("h1", "h2", "h3")
-
-
-@pytest.fixture
-def lab(tmp_path):
-    why = netns_available()
-    if why:
-        pytest.skip(why)
-    if consul_binary() is None:
-        pytest.skip(HOW_TO_GET_CONSUL)
-    lab = NetnsLab(tmp_path)
-    try:
-        yield lab
-    finally:
-        lab.close()
 
 
 def consul_cmd(lab: NetnsLab, host: Host, *, server: bool) -> list[str]:
@@ -53,14 +37,6 @@ def consul_cmd(lab: NetnsLab, host: Host, *, server: bool) -> list[str]:
     if server:
         cmd += ["-server", "-bootstrap-expect", "3"]
     return cmd
-
-
-def get_json(url: str):
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return json.load(response)
-    except OSError:
-        return None
 
 
 def start_host(lab: NetnsLab, host: Host) -> None:
@@ -93,12 +69,12 @@ async def test_host_crash_and_partition_leave_rotation_without_failed_requests(l
         lab.popen(lab.hosts[name], consul_cmd(lab, lab.hosts[name], server=True), f"consul-{name}")
     consul = f"http://{lab.hosts['s1'].ip}:8500"
     await async_wait_for(
-        _sync(lambda: bool(get_json(consul + "/v1/status/leader"))), 60, "a Consul leader"
+        holds(lambda: bool(get_json(consul + "/v1/status/leader"))), 60, "a Consul leader"
     )
     for name in HOSTS:
         start_host(lab, lab.hosts[name])
     await async_wait_for(
-        _sync(lambda: len(get_json(consul + "/v1/health/service/gpuroute-engine?passing=1") or [])
+        holds(lambda: len(get_json(consul + "/v1/health/service/gpuroute-engine?passing=1") or [])
               == 3), 60, "3 passing engines",
     )  # fmt: skip
     router_toml = (
@@ -110,7 +86,7 @@ async def test_host_crash_and_partition_leave_rotation_without_failed_requests(l
                 await async_wait_for(lambda n=name: _routable(s, url, n), 30, f"{name} routable")
             async with Clients(url, workers=8) as clients:
                 await async_wait_for(
-                    _sync(lambda: all(clients.first_to(n) for n in HOSTS)), 20, "traffic to all"
+                    holds(lambda: all(clients.first_to(n) for n in HOSTS)), 20, "traffic to all"
                 )
                 times = {}
                 killed = time.monotonic()
@@ -131,7 +107,7 @@ async def test_host_crash_and_partition_leave_rotation_without_failed_requests(l
                 )
                 settle = len(clients.results)
                 await async_wait_for(
-                    _sync(lambda: len(clients.results) > settle + 20), 30, "traffic on h3 alone"
+                    holds(lambda: len(clients.results) > settle + 20), 30, "traffic on h3 alone"
                 )
             rows = await backends_state(s, url)
     print("\n" + "\n".join(f"{k}: {v:.2f} s" for k, v in times.items()))
@@ -143,11 +119,6 @@ async def test_host_crash_and_partition_leave_rotation_without_failed_requests(l
 
 
 # -- helpers ------------------------------------------------------------------------------------
-def _sync(predicate):
-    async def check() -> bool:
-        return predicate()
-
-    return check
 
 
 async def _until(condition, since: float, timeout: float) -> float:

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import json
 import time
-import urllib.request
 from dataclasses import dataclass
 
 import aiohttp
@@ -21,6 +20,8 @@ from live import (
     backends_state,
     chat_body,
     fake_engines,
+    get_json,
+    holds,
     running_router,
 )
 
@@ -46,12 +47,7 @@ def membership_toml(consul: ConsulDev) -> str:
 
 
 def check_status(consul: ConsulDev, agent_id: str) -> str | None:
-    url = f"{consul.address}/v1/agent/checks"
-    try:
-        with urllib.request.urlopen(url, timeout=1) as response:
-            checks = json.load(response)
-    except OSError:
-        return None
+    checks = get_json(f"{consul.address}/v1/agent/checks") or {}
     check = checks.get(f"gpuroute-agent:{agent_id}")
     return check["Status"] if check else None
 
@@ -121,11 +117,11 @@ async def test_new_agent_gets_traffic_within_3s_and_consul_writes_only_on_transi
                     a2 = AgentProcess(agent_toml(e2, consul.address, "a2"), tmp_path, "a2")
                     try:
                         await async_wait_for(
-                            _sync(lambda: check_status(consul, "a2") == "passing"), 20, "a2 passing"
+                            holds(lambda: check_status(consul, "a2") == "passing"), 20, "a2 passing"
                         )
                         passing_at = time.monotonic()
                         await async_wait_for(
-                            _sync(lambda: clients.first_to("a2") is not None),
+                            holds(lambda: clients.first_to("a2") is not None),
                             5,
                             "a2's first request",
                         )
@@ -178,13 +174,13 @@ async def test_engine_sigkill_no_new_requests_after_first_failure_and_no_client_
     async with discovered_fleet(consul, tmp_path, ("k1", "k2"), ("H100", "H100")) as f:
         s, url = f.session, f.url
         async with Clients(url, workers=8) as clients:
-            await async_wait_for(_sync(lambda: clients.first_to("k2") is not None), 10, "k2 used")
+            await async_wait_for(holds(lambda: clients.first_to("k2") is not None), 10, "k2 used")
             killed_at = time.monotonic()
             f.engines[1].kill()
             await async_wait_for(lambda: _not_routable(s, url, "k2"), 15, "k2 out of rotation")
             out_at = time.monotonic() - killed_at
             await async_wait_for(
-                _sync(lambda: check_status(consul, "k2") == "critical"), 15, "critical"
+                holds(lambda: check_status(consul, "k2") == "critical"), 15, "critical"
             )
             critical_at = time.monotonic() - killed_at
             await asyncio.sleep(0.5)  # traffic keeps flowing: a load window
@@ -195,7 +191,7 @@ async def test_engine_sigkill_no_new_requests_after_first_failure_and_no_client_
             await async_wait_for(lambda: _routable(s, url, "k2"), 30, "k2 back in rotation")
             back_in = time.monotonic() - restarted_at
             await async_wait_for(
-                _sync(lambda: (clients.first_to("k2", after=restarted_at) or 0) > 0), 20, "k2 used"
+                holds(lambda: (clients.first_to("k2", after=restarted_at) or 0) > 0), 20, "k2 used"
             )
     print(
         f"\nengine SIGKILL: out of rotation after {out_at:.3f} s, critical in Consul "
@@ -209,7 +205,7 @@ async def test_engine_sigkill_no_new_requests_after_first_failure_and_no_client_
 async def test_drain_sends_nothing_new_and_finishes_every_stream(consul, tmp_path) -> None:
     async with discovered_fleet(consul, tmp_path, ("d1", "d2"), ("H100", "H100")) as f:
         async with Clients(f.url, workers=6, stream=True, max_tokens=200) as clients:
-            await async_wait_for(_sync(lambda: clients.first_to("d2") is not None), 10, "d2 used")
+            await async_wait_for(holds(lambda: clients.first_to("d2") is not None), 10, "d2 used")
             started = time.monotonic()
             drain = asyncio.create_task(asyncio.to_thread(f.agents[1].drain))
             await async_wait_for(
@@ -241,7 +237,7 @@ async def test_consul_outage_keeps_serving_and_router_recovers(consul, tmp_path)
             back_at = time.monotonic()
             await async_wait_for(lambda: _stale(s, url, False), 20, "recovered")
             await async_wait_for(
-                _sync(lambda: check_status(consul, "o1") == check_status(consul, "o2")
+                holds(lambda: check_status(consul, "o1") == check_status(consul, "o2")
                       == "passing"), 20, "agents registered again",
             )  # fmt: skip
             recovered = time.monotonic() - back_at
@@ -297,11 +293,6 @@ async def test_router_counts_work_it_did_not_send_from_agent_reports(
 
 
 # -- helpers ------------------------------------------------------------------------------------
-def _sync(predicate):
-    async def check() -> bool:
-        return predicate()
-
-    return check
 
 
 async def _routable(session, url: str, backend: str) -> bool:

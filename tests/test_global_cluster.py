@@ -9,20 +9,18 @@ machine's) run the test without them and say so."""
 from __future__ import annotations
 
 import asyncio
-import json
 import subprocess
 import sys
 import time
-import urllib.request
 
 import aiohttp
 import pytest
 from gpuroute.global_.config import load_global_config
 from gpuroute.global_.server import REGION_HEADER, GlobalApp, GlobalServer
-from live import MODEL, async_wait_for, chat_body
-from netns import Host, NetnsLab, netns_available
+from live import MODEL, async_wait_for, chat_body, get_json, holds
+from netns import Host, NetnsLab
 
-from gpuroute.consul_dev import HOW_TO_GET_CONSUL, consul_binary
+from gpuroute.consul_dev import consul_binary
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 REGIONS = {"us-east": "H100", "eu-west": "A100", "ap-northeast": "L4"}
@@ -31,20 +29,6 @@ RTT_MS = {
     ("us-east", "ap-northeast"): 140,
     ("eu-west", "ap-northeast"): 228,
 }
-
-
-@pytest.fixture
-def lab(tmp_path):
-    why = netns_available()
-    if why:
-        pytest.skip(why)
-    if consul_binary() is None:
-        pytest.skip(HOW_TO_GET_CONSUL)
-    lab = NetnsLab(tmp_path)
-    try:
-        yield lab
-    finally:
-        lab.close()
 
 
 def apply_rtt(lab: NetnsLab) -> str:
@@ -107,14 +91,6 @@ def start_region(lab: NetnsLab, host: Host) -> None:
     lab.popen(host, [*py, "router", "--config", str(router)], f"router-{region}")
 
 
-def get_json(url: str):
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return json.load(response)
-    except OSError:
-        return None
-
-
 async def test_region_outage_across_wan_federated_datacenters(lab, repo) -> None:
     for region in REGIONS:
         lab.add_host(region)
@@ -123,7 +99,7 @@ async def test_region_outage_across_wan_federated_datacenters(lab, repo) -> None
         start_region(lab, lab.hosts[region])
     us = f"http://{lab.hosts['us-east'].ip}:8500"
     await async_wait_for(
-        _sync(lambda: len(get_json(us + "/v1/catalog/datacenters") or []) == 3), 60, "WAN join"
+        holds(lambda: len(get_json(us + "/v1/catalog/datacenters") or []) == 3), 60, "WAN join"
     )
     (lab.workdir / "regions.toml").write_text((repo / "regions.example.toml").read_text())
     (lab.workdir / "global.toml").write_text(
@@ -176,11 +152,11 @@ async def test_region_outage_across_wan_federated_datacenters(lab, repo) -> None
                         await asyncio.sleep(0.05)
 
             tasks = [asyncio.create_task(client(k)) for k in ("pref", "pref", "pref", "eu")]
-            await async_wait_for(_sync(lambda: len(results) > 20), 20, "traffic")
+            await async_wait_for(holds(lambda: len(results) > 20), 20, "traffic")
             down_at = time.monotonic()
             lab.kill_host(lab.hosts["eu-west"])
             await async_wait_for(
-                _sync(lambda: any(t > down_at and k == "pref" and st == 200 and r != "eu-west"
+                holds(lambda: any(t > down_at and k == "pref" and st == 200 and r != "eu-west"
                                   for t, st, r, k in results)), 10, "traffic moved",
             )  # fmt: skip
             after = [t for t, st, r, k in results
@@ -190,7 +166,7 @@ async def test_region_outage_across_wan_federated_datacenters(lab, repo) -> None
             back_at = time.monotonic()
             start_region(lab, lab.hosts["eu-west"])
             await async_wait_for(
-                _sync(lambda: any(t > back_at and r == "eu-west" for t, st, r, k in results)),
+                holds(lambda: any(t > back_at and r == "eu-west" for t, st, r, k in results)),
                 90, "traffic back to eu-west",
             )  # fmt: skip
             returned = (
@@ -214,10 +190,3 @@ async def test_region_outage_across_wan_federated_datacenters(lab, repo) -> None
     assert moved < 5.0
     assert failed == [] and violations == []
     assert eu_states[0] == "up" and eu_states[1:] == ["down", "recovering", "up"], why
-
-
-def _sync(predicate):
-    async def check() -> bool:
-        return predicate()
-
-    return check

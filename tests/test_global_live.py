@@ -21,6 +21,7 @@ from live import (
     fake_engines,
     free_port,
     gpuroute_cmd,
+    holds,
     http_ok,
     wait_for,
 )
@@ -162,7 +163,7 @@ async def test_region_outage_moves_traffic_without_failures_or_violations(tmp_pa
                 results.append((time.monotonic(), status, region, kind))
 
         tasks = [asyncio.create_task(client(k)) for k in ("pref", "pref", "pref", "eu")]
-        await async_wait_for(_sync(lambda: len(results) > 20), 10, "traffic")
+        await async_wait_for(holds(lambda: len(results) > 20), 10, "traffic")
         down_at = time.monotonic()
         regions["eu-west"].kill()
 
@@ -171,9 +172,9 @@ async def test_region_outage_moves_traffic_without_failures_or_violations(tmp_pa
                      and r != "eu-west")  # fmt: skip
             return next((t - down_at for t in after), None)
 
-        await async_wait_for(_sync(lambda: moved() is not None), 10, "traffic moved")
+        await async_wait_for(holds(lambda: moved() is not None), 10, "traffic moved")
         await async_wait_for(
-            _sync(lambda: any(r == "eu-west" and st == "down" for _, r, st in transitions)),
+            holds(lambda: any(r == "eu-west" and st == "down" for _, r, st in transitions)),
             10, "eu-west down",
         )  # fmt: skip
         await asyncio.sleep(1.0)  # the outage goes on under traffic
@@ -184,7 +185,7 @@ async def test_region_outage_moves_traffic_without_failures_or_violations(tmp_pa
             after = (t for t, st, r, k in results if t > back_at and k == "pref" and r == "eu-west")
             return next((t - back_at for t in after), None)
 
-        await async_wait_for(_sync(lambda: returned() is not None), 20, "traffic back")
+        await async_wait_for(holds(lambda: returned() is not None), 20, "traffic back")
         await asyncio.sleep(2.0)  # watch for flapping
         stop.set()
         await asyncio.gather(*tasks)
@@ -204,10 +205,3 @@ async def test_region_outage_moves_traffic_without_failures_or_violations(tmp_pa
     assert violations == []
     assert eu_refused  # told, never rerouted out of the EU
     assert eu_states == ["down", "recovering", "up"]  # no flapping
-
-
-def _sync(predicate):
-    async def check() -> bool:
-        return predicate()
-
-    return check

@@ -7,20 +7,9 @@ import time
 
 import pytest
 from gpuroute.router.quotas import AuthError, KeyPolicy, Quotas, bearer, key_digest
-from redis_server import HOW_TO_GET_REDIS, RedisServer, redis_binary
 
 pytestmark = pytest.mark.asyncio
 KEY = "sk-test-123"
-
-
-@pytest.fixture
-def redis(tmp_path):
-    if redis_binary() is None:
-        pytest.skip(HOW_TO_GET_REDIS)
-    server = RedisServer(tmp_path)
-    server.start()
-    yield server
-    server.stop()
 
 
 def replicas(url: str | None, n: int, rpm: float, **kw) -> list[Quotas]:

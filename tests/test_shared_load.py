@@ -12,17 +12,6 @@ from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.policies.least_outstanding_work import LeastOutstandingWork
 from gpuroute.router.shared_load import SharedLoad, merge_peer_loads
 from helpers import backends, context
-from redis_server import HOW_TO_GET_REDIS, RedisServer, redis_binary
-
-
-@pytest.fixture
-def redis(tmp_path):
-    if redis_binary() is None:
-        pytest.skip(HOW_TO_GET_REDIS)
-    server = RedisServer(tmp_path)
-    server.start()
-    yield server
-    server.stop()
 
 
 def test_merge_ignores_expired_unknown_and_garbled_entries() -> None:
