@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 
 import grpc
 from gpuroute.router.config import MembershipConfig
-from gpuroute.router.core.agent_load import AgentLoadView, AgentReport
+from gpuroute.router.core.agent_load import SERVING_HEALTH, AgentLoadView, AgentReport
 from gpuroute.router.core.backend import ROUTABLE_STATES, Backend, BackendState
 from gpuroute.router.core.membership import Member, apply, members_from_entries, plan, removable
 from gpuroute.router.core.scheduler import Scheduler
@@ -164,19 +164,14 @@ class Membership:
     def vouched(self) -> set[str]:
         """Backends whose agents stream fresh, healthy reports."""
         now = self.clock()
-        return {
-            sid
-            for sid in self.managed
-            if (r := self.view.fresh(sid, now)) is not None and r.health in ("passing", "warning")
-        }
+        return {sid for sid in self.managed if self.view.vouches(sid, now)}
 
     def verified(self, backend: Backend) -> bool:
         """Static backends, or discovered ones whose agent streams fresh, healthy reports
         (without load streams, Consul's word is all there is)."""
         if backend.backend_id not in self.managed or not self.config.load_streams:
             return True
-        report = self.view.fresh(backend.backend_id, self.clock())
-        return report is not None and report.health in ("passing", "warning")
+        return self.view.vouches(backend.backend_id, self.clock())
 
     def lost(self, backend_id: str) -> bool:
         """Consul says critical or gone, and the agent is silent: a crashed or cut-off host,
@@ -237,7 +232,7 @@ class Membership:
         if health in ("draining", "critical") and backend.state in ROUTABLE_STATES:
             backends.set_state(backend, BackendState.DRAINING, now, f"{AGENT_REASON}: {health}")
         elif (
-            health in ("passing", "warning")
+            health in SERVING_HEALTH
             and backend.state is BackendState.DRAINING
             and backend.reason.startswith(AGENT_REASON)
         ):

@@ -17,7 +17,7 @@ import aiohttp
 from aiohttp import web
 from gpuroute.router.admission_gate import AdmissionGate, Refused
 from gpuroute.router.config import RouterConfig
-from gpuroute.router.core.backend import ROUTABLE_STATES, Backend, BackendState
+from gpuroute.router.core.backend import Backend, BackendState
 from gpuroute.router.core.health import HealthEvents
 from gpuroute.router.core.policies.prefix_affinity import PrefixAffinity
 from gpuroute.router.core.scheduler import Outcome, Scheduler
@@ -247,19 +247,15 @@ class Proxy:
                 delay = min(retry.backoff_max_s, retry.backoff_base_s * 2 ** (attempt - 1))
                 await asyncio.sleep(self.rng.uniform(0, delay))  # jittered backoff, not a sync
             started = time.perf_counter()
-            exclude: set[str] | frozenset[str] = tried
-            if remembered is not None and attempt == 0:
-                # the conversation's backend, remembered by whichever replica served it
-                exclude = {b.backend_id for b in self.scheduler.backends if b is not remembered}
-            decision = self.scheduler.route(info, self.clock(), self.rng, exclude=exclude)
-            if decision is None and exclude is not tried:
-                decision = self.scheduler.route(info, self.clock(), self.rng, exclude=tried)
+            decision = self.scheduler.route(
+                info, self.clock(), self.rng, exclude=tried, prefer=remembered
+            )
             self.metrics.decision.observe(time.perf_counter() - started)
             if decision is None:
                 break
             backend = decision.backend
             tried.add(backend.backend_id)
-            if self.sessions is not None and info.session_id and backend is not remembered:
+            if self.sessions is not None and info.session_id and backend.backend_id != remembered:
                 # awaited (one Redis write, bounded by timeout_s) so the next turn finds it
                 await self.sessions.put(info.session_id, backend.backend_id)
             expected = self.watch.started(info, backend)
@@ -298,18 +294,19 @@ class Proxy:
             )
         return error_response(502, f"all attempts failed; last: {last}", code="upstream_error")
 
-    async def _remembered(self, info) -> Backend | None:
-        """The backend a replica sent this session to before, if it can still take it."""
+    async def _remembered(self, info) -> str | None:
+        """The backend a replica sent this session to before, unless it is full (whether it
+        is still routable, the scheduler checks: an ejected or draining one is no candidate)."""
         if self.sessions is None or not info.session_id:
             return None
         backend_id = await self.sessions.get(info.session_id)
         if backend_id is None or backend_id not in self.scheduler.backends:
             return None
-        backend = self.scheduler.backends.get(backend_id)
-        limit = self.gate.max_inflight.get(backend_id, 0)
-        if backend.state not in ROUTABLE_STATES or backend.in_flight >= limit:
-            return None  # ejected, draining or full: the policy picks anew
-        return backend
+        if self.scheduler.backends.get(backend_id).in_flight >= self.gate.max_inflight.get(
+            backend_id, 0
+        ):
+            return None
+        return backend_id
 
     def _retry_allowed(self) -> bool:
         retry = self.config.retry
@@ -406,8 +403,9 @@ class Proxy:
             await response.write(first)
         except ConnectionError:
             return self._client_gone(info, response)
-        self.metrics.ttft.labels(route).observe(self.clock() - arrival)
-        self.recent_ttft.append(self.clock() - arrival)
+        ttft = self.clock() - arrival
+        self.metrics.ttft.labels(route).observe(ttft)
+        self.recent_ttft.append(ttft)
         tally.add(first)
         content = upstream.content
         while True:

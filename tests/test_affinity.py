@@ -111,3 +111,22 @@ def test_prefix_affinity_samples_large_pools_but_always_weighs_prefix_holders() 
         for i in range(2, 50)
     }
     assert follow_ups == {owner.backend_id}  # found although only 2 of 100 are sampled
+
+
+def test_a_preferred_backend_wins_while_it_is_a_candidate() -> None:
+    from gpuroute.router.core.backend import BackendState
+    from gpuroute.router.core.policies.least_outstanding_work import LeastOutstandingWork
+
+    pool = backends(3)
+    pool[1].outstanding = 50.0  # the policy would never pick it
+    scheduler = Scheduler(BackendSet(pool), LeastOutstandingWork(), CostEstimator(PRIORS))
+    rng = random.Random(0)
+    prefer = pool[1].backend_id
+    picked = scheduler.route(RequestInfo(1, "m", 100), 0.0, rng, prefer=prefer)
+    assert picked.backend is pool[1]
+    excluded = scheduler.route(RequestInfo(2, "m", 100), 0.0, rng, exclude={prefer}, prefer=prefer)
+    assert excluded.backend is not pool[1]  # a retry excludes it: the policy picks
+    scheduler.backends.set_state(pool[1], BackendState.EJECTED, 0.0, "breaker open")
+    other = scheduler.route(RequestInfo(3, "m", 100), 0.0, rng, prefer=prefer)
+    assert other.backend is not pool[1]  # an ejected backend is no candidate
+    assert scheduler.route(RequestInfo(4, "m", 100), 0.0, rng, prefer="gone").backend in pool

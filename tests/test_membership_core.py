@@ -168,3 +168,11 @@ def test_update_counts_stale_agents_and_zeroes_their_external_work() -> None:
     view.record("b", report(0, 0.9, running=4))
     stale = view.update([a, b], 1.0, lambda _backend: 0.1)
     assert stale == 1 and a.external == 0.0 and b.external == 4 * 0.1
+
+
+def test_only_fresh_serving_reports_vouch_for_a_backend() -> None:
+    view = AgentLoadView(stale_after_s=1.0)
+    view.record("a", report(0, 10.0))
+    view.record("b", report(0, 10.0, health="draining"))
+    assert view.vouches("a", 10.5) and not view.vouches("a", 11.5)
+    assert not view.vouches("b", 10.5) and not view.vouches("c", 10.5)

@@ -75,7 +75,8 @@ class GlobalPolicy:
         up = [r for r in compliant if r.up]
         if not up:
             return GlobalDecision((), "no_region_up", allowed.rules)
-        ranked = self.rank(request.location, up)
+        key = self._key(request.location)
+        ranked = up if key is None else sorted(up, key=key)
         if request.hint is not None:
             hinted = next((r for r in ranked if r.name == request.hint), None)
             if hinted is not None:
@@ -86,8 +87,11 @@ class GlobalPolicy:
             first = self._walk(ranked, rng)
         chosen = ranked[first]
         order = (chosen.name, *(r.name for r in ranked if r is not chosen))
-        nearest = self.rank(request.location, compliant)[0] if len(compliant) > len(up) else None
-        if nearest is not None and not nearest.up and first == 0:
+        # failover: the region this client would have had is down (only when some are)
+        best = None
+        if len(compliant) > len(up):
+            best = compliant[0] if key is None else min(compliant, key=key)
+        if best is not None and not best.up and first == 0:
             reason = "failover"
         elif first > 0:
             reason = "spill"
@@ -95,16 +99,15 @@ class GlobalPolicy:
             reason = "nearest" if self.mode == "nearest" else "latency"
         return GlobalDecision(order, reason, allowed.rules)
 
-    def rank(self, location: Point | None, regions: Sequence[RegionView]) -> list[RegionView]:
-        if location is None:
-            if self.mode == "nearest":
-                return list(regions)
-            return sorted(regions, key=lambda r: r.queue_delay_s)
+    def _key(self, location: Point | None):
+        """What regions are ranked by (None: keep the configured order)."""
         if self.mode == "nearest":
-            return sorted(regions, key=lambda r: great_circle_km(location, r.location))
-        return sorted(
-            regions, key=lambda r: estimated_rtt_s(location, r.location) + r.queue_delay_s
-        )
+            if location is None:
+                return None
+            return lambda r: great_circle_km(location, r.location)
+        if location is None:
+            return lambda r: r.queue_delay_s
+        return lambda r: estimated_rtt_s(location, r.location) + r.queue_delay_s
 
     def _walk(self, ranked: Sequence[RegionView], rng: random.Random) -> int:
         """Index of the region that keeps the request (the spill waterfall)."""

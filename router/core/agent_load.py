@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from gpuroute.router.core.backend import Backend
 
+SERVING_HEALTH = frozenset({"passing", "warning"})  # agent health states that take traffic
+
 
 @dataclass(frozen=True, slots=True)
 class AgentReport:
@@ -51,6 +53,11 @@ class AgentLoadView:
         if report is None or now - report.received_at > self.stale_after_s:
             return None
         return report
+
+    def vouches(self, backend_id: str, now: float) -> bool:
+        """The agent streams fresh reports of a host that is serving."""
+        report = self.fresh(backend_id, now)
+        return report is not None and report.health in SERVING_HEALTH
 
     def age(self, backend_id: str, wall_now: float) -> float | None:
         """How old the freshest load this router holds for the backend is (agent clock)."""

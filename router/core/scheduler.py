@@ -59,8 +59,11 @@ class Scheduler:
         now: float,
         rng: random.Random,
         exclude: Collection[str] = (),
+        prefer: str | None = None,
     ) -> Decision | None:
-        """Choose a backend and book the request; None when no backend can take it."""
+        """Choose a backend and book the request; None when no backend can take it.
+        `prefer` (a session's remembered backend) is taken over the policy's pick while it
+        is a candidate; a wanted half-open probe still comes first."""
         candidates = self.backends.routable(request.model)
         half_open = self.health.half_open
         if exclude or half_open:
@@ -77,6 +80,8 @@ class Scheduler:
         # A half-open breaker gets its probe whatever the policy thinks of a warming backend,
         # or it would never see traffic again while healthier backends have room.
         backend = next((b for b in candidates if self.health.wants_probe(b)), None)
+        if backend is None and prefer is not None:
+            backend = next((b for b in candidates if b.backend_id == prefer), None)
         if backend is None:
             backend = self.policy.pick(ctx, candidates)
         cost = ctx.cost_on(backend)
