@@ -25,7 +25,7 @@ from gpuroute.global_.core.residency import ResidencyError, ResidencyRules
 from gpuroute.global_.core.spillover import Spillover, SpillSettings
 from gpuroute.global_.discovery import RouterDiscovery
 from gpuroute.global_.feeds import RegionFeeds
-from gpuroute.router.relay import REQUEST_DROP, RESPONSE_DROP, forward_headers
+from gpuroute.router.relay import REQUEST_DROP, RESPONSE_DROP, UPSTREAM_ERRORS, forward_headers
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from gpuroute import runtime
@@ -38,7 +38,7 @@ log = logging.getLogger("gpuroute.global")
 decision_log = logging.getLogger("gpuroute.global.decisions")
 OPENAI_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 REGION_HEADER = "x-gpuroute-region"
-UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+GLOBAL_REQUEST_DROP = REQUEST_DROP | {REGION_HEADER}  # the hint is ours, not the region's
 
 
 class GlobalMetrics:
@@ -111,13 +111,6 @@ class GlobalApp:
             self.add_admin_routes(app)
         app.on_startup.append(self._startup)
         app.on_cleanup.append(self._cleanup)
-        return app
-
-    def admin_app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_get("/healthz", healthz)
-        app.router.add_get("/readyz", self.readyz)
-        self.add_admin_routes(app)
         return app
 
     def listening(self, port: int) -> None:
@@ -227,7 +220,7 @@ class GlobalApp:
                 headers={"Retry-After": "1"} if decision.reason == "no_region_up" else None,
             )
         stream = bool(parsed.get("stream"))
-        headers = forward_headers(request.headers.items(), REQUEST_DROP | {REGION_HEADER})
+        headers = forward_headers(request.headers.items(), GLOBAL_REQUEST_DROP)
         forwarded = request.headers.get("X-Forwarded-For")
         headers["X-Forwarded-For"] = (
             f"{forwarded}, {request.remote}" if forwarded else str(request.remote)

@@ -12,6 +12,8 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from gpuroute.openai_api import healthz
+
 log = logging.getLogger("gpuroute.serving")
 
 
@@ -27,7 +29,9 @@ class Servable(Protocol):
 
     def app(self) -> web.Application: ...
 
-    def admin_app(self) -> web.Application: ...
+    async def readyz(self, request: web.Request) -> web.Response: ...
+
+    def add_admin_routes(self, app: web.Application) -> None: ...
 
     def listening(self, port: int) -> None: ...
 
@@ -58,9 +62,17 @@ class DrainingServer:
         await self.site.start()
         self.servable.listening(self.port)
         if (admin := config.admin_listen) is not None:
-            self.admin_runner = web.AppRunner(self.servable.admin_app(), access_log=None)
+            self.admin_runner = web.AppRunner(self.admin_app(), access_log=None)
             await self.admin_runner.setup()
             await web.TCPSite(self.admin_runner, admin.host, admin.port).start()
+
+    def admin_app(self) -> web.Application:
+        """Liveness, readiness, metrics and admin on their own listener, off the public port."""
+        app = web.Application()
+        app.router.add_get("/healthz", healthz)
+        app.router.add_get("/readyz", self.servable.readyz)
+        self.servable.add_admin_routes(app)
+        return app
 
     async def drain(self, timeout: float | None = None) -> None:
         s = self.servable

@@ -25,7 +25,13 @@ from gpuroute.router.decision_log import DecisionLog
 from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.priors import GpuPriors
 from gpuroute.router.quotas import AuthError, KeyPolicy, Quotas
-from gpuroute.router.relay import REQUEST_DROP, RESPONSE_DROP, ResponseTally, forward_headers
+from gpuroute.router.relay import (
+    REQUEST_DROP,
+    RESPONSE_DROP,
+    UPSTREAM_ERRORS,
+    ResponseTally,
+    forward_headers,
+)
 from gpuroute.router.request_parse import ParsedRequest, RequestError, parse_request
 from gpuroute.router.sessions import SessionStore
 from gpuroute.router.watch import BackendWatch
@@ -34,7 +40,6 @@ from gpuroute.openai_api import SSE_DONE, error_response, sse_error
 
 log = logging.getLogger("gpuroute.router")
 BACKEND_HEADER = "x-gpuroute-backend"
-UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 
 class UpstreamFailed(Exception):

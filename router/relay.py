@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Iterable, Mapping
+
+import aiohttp
 
 HOP_BY_HOP = frozenset(
     {
@@ -22,6 +25,8 @@ HOP_BY_HOP = frozenset(
 # Dropped on the way up: the client's framing and our own control headers.
 REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "expect"}
 RESPONSE_DROP = HOP_BY_HOP | {"content-length", "date", "server"}
+# What a failed upstream attempt raises (connect, timeout, reset, protocol errors).
+UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 TAIL_BYTES = 1024
 

@@ -114,7 +114,7 @@ class RouterApp:
         app.router.add_get("/healthz", healthz)
         app.router.add_get("/readyz", self.readyz)
         if self.config.admin_listen is None:
-            self._add_admin_routes(app)
+            self.add_admin_routes(app)
             app.router.add_route("*", "/{tail:.*}", self.proxy.passthrough)
         else:
             app.router.add_route("*", "/{tail:.*}", self.not_found)
@@ -122,15 +122,7 @@ class RouterApp:
         app.on_cleanup.append(self._cleanup)
         return app
 
-    def admin_app(self) -> web.Application:
-        """Metrics and admin on their own listener, kept off the public port."""
-        app = web.Application()
-        app.router.add_get("/healthz", healthz)
-        app.router.add_get("/readyz", self.readyz)
-        self._add_admin_routes(app)
-        return app
-
-    def _add_admin_routes(self, app: web.Application) -> None:
+    def add_admin_routes(self, app: web.Application) -> None:
         app.router.add_get("/metrics", self.metrics_page)
         app.router.add_get("/admin/backends", self.admin_backends)
 

@@ -24,7 +24,7 @@ from gpuroute.router.core.policies.least_outstanding_work import LeastOutstandin
 from gpuroute.router.core.region_summary import summarise
 from gpuroute.router.core.scheduler import Outcome
 from gpuroute.sim.engine_model import EngineModel, EngineRequest
-from gpuroute.sim.fleet import fleet_capacity_rps, profile_gpu_types
+from gpuroute.sim.fleet import GpuTypeProfile, fleet_capacity_rps, profile_gpu_types
 from gpuroute.sim.scenario import LoadedScenario
 from gpuroute.sim.workloads import synthetic
 
@@ -93,13 +93,13 @@ class RegionSim:
     up: bool = True
 
 
-def run_global(loaded: LoadedScenario, mode: str, clients: Clients, rate: float) -> dict:
+def run_global(
+    loaded: LoadedScenario, mode: str, clients: Clients, profiles: dict[str, GpuTypeProfile]
+) -> dict:
     started = time.perf_counter()
     sc, g = loaded.scenario, loaded.scenario.global_
     assert g is not None
     model = sc.workload.model
-    probe = synthetic(sc.workload.profile or "chat", 4000, 1.0, sc.seed)
-    profiles = profile_gpu_types(sc, probe)
     fastest = max(p.capacity_rps for p in profiles.values())
     regions: dict[str, RegionSim] = {}
     engine_of: list[tuple[str, int]] = []
@@ -285,10 +285,11 @@ def run_global_scenario(loaded: LoadedScenario, policies: list[str] | None = Non
     sc = loaded.scenario
     assert sc.global_ is not None
     probe = synthetic(sc.workload.profile or "chat", 4000, 1.0, sc.seed)
-    capacity = fleet_capacity_rps(sc, profile_gpu_types(sc, probe))
+    profiles = profile_gpu_types(sc, probe)  # measured once: each policy runs the same fleet
+    capacity = fleet_capacity_rps(sc, profiles)
     utilisation = sc.workload.target_utilization or 0.5
     rate = utilisation * capacity
     clients = build_clients(loaded, rate)
-    rows = [run_global(loaded, mode, clients, rate) for mode in policies or sc.global_.policies]
+    rows = [run_global(loaded, mode, clients, profiles) for mode in policies or sc.global_.policies]
     return {"scenario": sc.name, "rate_rps": round(rate, 1), "capacity_rps": round(capacity, 1),
             "gpus": sc.gpu_count, "rows": rows}  # fmt: skip
