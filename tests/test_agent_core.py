@@ -16,7 +16,7 @@ from gpuroute.agent.core.health import (
     Signal,
     degraded_reason,
 )
-from gpuroute.agent.engine_metrics import ENGINE_METRIC_NAMES, EngineLoad, parse_engine_metrics
+from gpuroute.agent.engine_metrics import EngineLoad, parse_engine_metrics
 from gpuroute.agent.gpu_telemetry import (
     NoGpuSource,
     SimulatedSource,
@@ -149,8 +149,7 @@ def test_fake_engine_exports_every_vllm_name_the_agent_reads(tmp_path) -> None:
     asyncio.run(engine._start(None))
     text = generate_latest(engine.registry).decode()
     load = parse_engine_metrics(text, "vllm")
-    assert load == EngineLoad(0, 0, 0.0)
-    assert "vllm:gpu_cache_usage_perc" in ENGINE_METRIC_NAMES["vllm"]["kv_cache_usage"]
+    assert load == EngineLoad(0, 0, 0.0)  # None would mean a name the agent reads is missing
 
 
 def test_throttle_reason_bits_are_named() -> None:

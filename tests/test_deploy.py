@@ -330,8 +330,10 @@ def test_example_drain_timeouts_match_the_units() -> None:
     from gpuroute.router.config import RouterConfig
 
     agent = load_agent_config(REPO / "agent.example.toml")
-    assert agent.drain_timeout_s + agent.drain_grace_s < 90
-    assert RouterConfig.model_fields["drain_timeout_s"].default < 90
+    agent_stop = int(unit("gpuroute-agent.service")["Service"]["TimeoutStopSec"])
+    router_stop = int(unit("gpuroute-router.service")["Service"]["TimeoutStopSec"])
+    assert agent.drain_timeout_s + agent.drain_grace_s < agent_stop
+    assert RouterConfig.model_fields["drain_timeout_s"].default < router_stop
 
 
 def test_dockerfile_runs_unprivileged_with_a_healthcheck() -> None:
