@@ -15,9 +15,16 @@ from collections.abc import Callable, Iterable
 
 import grpc
 from gpuroute.router.config import MembershipConfig
-from gpuroute.router.core.agent_load import SERVING_HEALTH, AgentLoadView, AgentReport
-from gpuroute.router.core.backend import ROUTABLE_STATES, Backend, BackendState
-from gpuroute.router.core.membership import Member, apply, members_from_entries, plan, removable
+from gpuroute.router.core.agent_load import AgentLoadView, AgentReport
+from gpuroute.router.core.backend import Backend
+from gpuroute.router.core.membership import (
+    Member,
+    apply,
+    follow_agent,
+    members_from_entries,
+    plan,
+    removable,
+)
 from gpuroute.router.core.scheduler import Scheduler
 from gpuroute.router.metrics import RouterMetrics
 
@@ -25,7 +32,6 @@ from gpuroute.consul_client import ConsulClient, ConsulUnavailable, next_index
 from gpuroute.proto import load_pb2, load_pb2_grpc
 
 log = logging.getLogger("gpuroute.router.membership")
-AGENT_REASON = "agent"
 TYPICAL_PROMPT_TOKENS = 512  # prices another router's request when this one has none in flight
 GRPC_OPTIONS = [
     ("grpc.keepalive_time_ms", 10_000),
@@ -221,22 +227,10 @@ class Membership:
         )
         backend = self.scheduler.backends.get(backend_id)
         if self.view.record(backend_id, report):
-            self._agent_health(backend, report.health)
+            follow_agent(self.scheduler.backends, backend, report.health, report.received_at)
         backend.external = self.view.external_work(
             backend, report.received_at, self.mean_cost(backend)
         )
-
-    def _agent_health(self, backend: Backend, health: str) -> None:
-        """An agent's drain or critical reaches the router before Consul's does."""
-        backends, now = self.scheduler.backends, self.clock()
-        if health in ("draining", "critical") and backend.state in ROUTABLE_STATES:
-            backends.set_state(backend, BackendState.DRAINING, now, f"{AGENT_REASON}: {health}")
-        elif (
-            health in SERVING_HEALTH
-            and backend.state is BackendState.DRAINING
-            and backend.reason.startswith(AGENT_REASON)
-        ):
-            backends.set_state(backend, BackendState.WARMING, now, f"{AGENT_REASON}: {health}")
 
     def mean_cost(self, backend: Backend) -> float:
         if backend.in_flight:

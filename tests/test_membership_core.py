@@ -176,3 +176,20 @@ def test_only_fresh_serving_reports_vouch_for_a_backend() -> None:
     view.record("b", report(0, 10.0, health="draining"))
     assert view.vouches("a", 10.5) and not view.vouches("a", 11.5)
     assert not view.vouches("b", 10.5) and not view.vouches("c", 10.5)
+
+
+def test_agent_drain_takes_a_backend_out_and_only_the_agent_brings_it_back() -> None:
+    from gpuroute.router.core.membership import follow_agent
+
+    backends = BackendSet([Backend("a", "H100", ["m"]), Backend("b", "H100", ["m"])])
+    a, b = backends.get("a"), backends.get("b")
+    follow_agent(backends, a, "draining", 1.0)
+    assert (a.state, a.reason) == (BackendState.DRAINING, "agent: draining")
+    follow_agent(backends, a, "passing", 2.0)
+    assert (a.state, a.reason) == (BackendState.WARMING, "agent: passing")
+    backends.set_state(b, BackendState.DRAINING, 3.0, "consul: critical")
+    follow_agent(backends, b, "passing", 4.0)
+    assert b.state is BackendState.DRAINING  # Consul took it out: Consul brings it back
+    backends.set_state(b, BackendState.EJECTED, 5.0, "breaker open")
+    follow_agent(backends, b, "critical", 6.0)
+    assert b.state is BackendState.EJECTED  # not routable anyway: left to health

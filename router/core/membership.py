@@ -11,8 +11,10 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuroute.router.core.agent_load import SERVING_HEALTH
 from gpuroute.router.core.backend import ROUTABLE_STATES, Backend, BackendSet, BackendState
 
+AGENT_REASON = "agent"  # prefix of the state reasons `follow_agent` sets
 STATUS_RANK = {"passing": 0, "warning": 1, "critical": 2, "maintenance": 2}
 MEMBERSHIP_REASON = "consul"  # prefix of every state reason this module sets
 
@@ -196,3 +198,16 @@ def _severity(check: Mapping[str, Any]) -> tuple[int, bool]:
     """Worst status first; among equals prefer the service's own check over serfHealth,
     whose output says less."""
     return STATUS_RANK.get(check.get("Status"), 2), check.get("CheckID") != "serfHealth"
+
+
+def follow_agent(backends: BackendSet, backend: Backend, health: str, now: float) -> None:
+    """An agent's drain or critical reaches the router before Consul's does: stop sending
+    at once; when the agent serves again, ramp back in (only if the agent took it out)."""
+    if health in ("draining", "critical") and backend.state in ROUTABLE_STATES:
+        backends.set_state(backend, BackendState.DRAINING, now, f"{AGENT_REASON}: {health}")
+    elif (
+        health in SERVING_HEALTH
+        and backend.state is BackendState.DRAINING
+        and backend.reason.startswith(AGENT_REASON)
+    ):
+        backends.set_state(backend, BackendState.WARMING, now, f"{AGENT_REASON}: {health}")
