@@ -24,7 +24,7 @@ from gpuroute.router.core.scheduler import Outcome, Scheduler
 from gpuroute.router.decision_log import DecisionLog
 from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.priors import GpuPriors
-from gpuroute.router.quotas import AuthError, KeyPolicy, Quotas
+from gpuroute.router.quotas import AuthError, Quotas
 from gpuroute.router.relay import (
     REQUEST_DROP,
     RESPONSE_DROP,
@@ -73,31 +73,11 @@ class Proxy:
         self.decisions = DecisionLog(config.decision_log_sample, config.policy, scheduler, self.rng)
         self.gate = AdmissionGate(config.admission, scheduler.backends, limits, metrics, clock)
         self.session: aiohttp.ClientSession | None = None
-        self.quotas = Quotas(
-            {k.sha256: KeyPolicy(k.tenant, k.priority, k.requests_per_minute, k.tokens_per_minute)
-             for k in config.auth.keys},
-            required=config.auth.required,
-            redis_url=config.redis.url,
-            prefix=config.redis.prefix,
-            timeout_s=config.redis.timeout_s,
-            local_fraction=config.redis.local_fraction,
-            retry_s=config.redis.retry_s,
-            clock=clock,
-            on_mode=lambda shared: metrics.quota_shared.set(float(shared)),
-        )  # fmt: skip
-        metrics.quota_shared.set(float(self.quotas.shared))
-        self.sessions = (
-            SessionStore(
-                config.redis.url,
-                prefix=config.redis.prefix,
-                ttl_s=config.redis.session_ttl_s,
-                timeout_s=config.redis.timeout_s,
-                retry_s=config.redis.retry_s,
-                clock=clock,
-            )
-            if config.redis.url and config.redis.session_ttl_s > 0
-            else None
+        self.quotas = Quotas.from_config(
+            config.auth, config.redis, clock, lambda shared: metrics.quota_shared.set(shared)
         )
+        metrics.quota_shared.set(float(self.quotas.shared))
+        self.sessions = SessionStore.from_config(config.redis, clock)
         self._ids = itertools.count(1)
         self.active = 0
         self.active_retries = 0

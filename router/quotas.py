@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
+from gpuroute.router.config import AuthConfig, RedisConfig
 from gpuroute.router.core.token_bucket import Take, TokenBucket, per_minute
 from redis.exceptions import RedisError
 
@@ -108,6 +109,20 @@ class Quotas:
         self._local: dict[str, TokenBucket] = {}
         self._down_until = 0.0
         self.shared = self.redis is not None
+
+    @classmethod
+    def from_config(
+        cls, auth: AuthConfig, redis: RedisConfig, clock, on_mode: Callable[[bool], None]
+    ) -> Quotas:
+        keys = {
+            k.sha256: KeyPolicy(k.tenant, k.priority, k.requests_per_minute, k.tokens_per_minute)
+            for k in auth.keys
+        }
+        return cls(
+            keys, required=auth.required, redis_url=redis.url, prefix=redis.prefix,
+            timeout_s=redis.timeout_s, local_fraction=redis.local_fraction,
+            retry_s=redis.retry_s, clock=clock, on_mode=on_mode,
+        )  # fmt: skip
 
     async def close(self) -> None:
         if self.redis is not None:

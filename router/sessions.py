@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 
 import redis.asyncio as aioredis
+from gpuroute.router.config import RedisConfig
 from redis.exceptions import RedisError
 
 log = logging.getLogger("gpuroute.router.sessions")
@@ -32,6 +33,16 @@ class SessionStore:
         self.prefix, self.ttl_ms = prefix, int(ttl_s * 1000)
         self.retry_s, self.clock = retry_s, clock
         self._down_until = 0.0
+
+    @classmethod
+    def from_config(cls, redis: RedisConfig, clock: Callable[[], float]) -> SessionStore | None:
+        """The store, or None when Redis or session memory is off."""
+        if not redis.url or redis.session_ttl_s <= 0:
+            return None
+        return cls(
+            redis.url, prefix=redis.prefix, ttl_s=redis.session_ttl_s,
+            timeout_s=redis.timeout_s, retry_s=redis.retry_s, clock=clock,
+        )  # fmt: skip
 
     def _key(self, session: str) -> str:
         return f"{self.prefix}:session:{session}"
