@@ -47,7 +47,9 @@ class BackendWatch:
 
     def started(self, info: RequestInfo, backend: Backend) -> float:
         """An attempt was booked on `backend`; returns its expected duration."""
-        output = self.scheduler.estimator.expected_output(info.model, info.max_tokens)
+        output = self.scheduler.estimator.expected_output(
+            info.model, info.max_tokens, info.prompt_tokens
+        )
         expected = self.expected_s(backend, info.prompt_tokens, output, backend.in_flight - 1)
         self.slowness.start(info.request_id, backend.backend_id, self.clock(), expected)
         return expected

@@ -208,7 +208,9 @@ def run_global(
                 name, k = engine_of[e]
                 r = regions[name]
                 for req in r.engines[k].on_event(now):
-                    r.scheduler.finish(req.rid, model, Outcome(True, req.output_tokens), now)
+                    r.scheduler.finish(
+                        req.rid, model, Outcome(True, req.output_tokens, req.prompt_tokens), now
+                    )
                     status[req.rid], ttft[req.rid], finish[req.rid] = 1, req.first_token_at, now
                     orders.pop(req.rid, None)
                 reschedule(name, k)

@@ -169,6 +169,7 @@ class FleetSimulator:
             outcome = Outcome(
                 True,
                 req.output_tokens,
+                req.prompt_tokens,
                 prefill_s_per_token=prefill,
                 decode_s_per_token=engine.step / batch if batch >= busy_batch[e] else None,
             )

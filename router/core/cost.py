@@ -2,12 +2,15 @@
 
 Cost on a GPU type = prompt tokens × prefill seconds/token + expected output tokens × decode
 seconds/token, where decode seconds/token is the throughput cost (one step's time divided by
-the batch it served). Per model we learn the output length; per GPU type the two rates. Both
-are EWMAs seeded with priors, so the estimate is sane before the first completion."""
+the batch it served). Per model and prompt length we learn the output length
+(output_length.py); per GPU type the two rates. Both are EWMAs seeded with priors, so the
+estimate is sane before the first completion."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from gpuroute.router.core.output_length import OutputLengthModel
 
 
 @dataclass(slots=True)
@@ -52,14 +55,17 @@ class CostEstimator:
             gpu: GpuCostPrior(p.prefill_s_per_token, p.decode_s_per_token)
             for gpu, p in (priors or {}).items()
         }
-        self._output: dict[str, float] = {}
+        self.output = OutputLengthModel(default_output_tokens, alpha)
         self.default_output_tokens = default_output_tokens
         self.alpha = alpha
         self.reference = reference
 
-    def expected_output(self, model: str, max_tokens: int | None) -> float:
-        """Expected generated tokens: the learned mean, capped by the request's max_tokens."""
-        mean = self._output.get(model, self.default_output_tokens)
+    def expected_output(
+        self, model: str, max_tokens: int | None, prompt_tokens: float | None = None
+    ) -> float:
+        """Expected generated tokens: the mean learned for prompts of this length (the
+        model's overall mean without one), capped by the request's max_tokens."""
+        mean = self.output.expected(model, prompt_tokens)
         if max_tokens is not None and max_tokens < mean:
             return float(max_tokens)
         return mean
@@ -76,12 +82,10 @@ class CostEstimator:
             return rates.seconds(prompt_tokens, output_tokens)
         return self.reference.seconds(prompt_tokens, output_tokens) / capacity
 
-    def observe_output(self, model: str, output_tokens: int) -> None:
-        previous = self._output.get(model)
-        if previous is None:
-            self._output[model] = float(output_tokens)
-        else:
-            self._output[model] = ewma(previous, output_tokens, self.alpha)
+    def observe_output(
+        self, model: str, output_tokens: int, prompt_tokens: float | None = None
+    ) -> None:
+        self.output.observe(model, prompt_tokens, output_tokens)
 
     def observe_rates(
         self,

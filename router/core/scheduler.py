@@ -30,6 +30,7 @@ class Outcome:
 
     ok: bool
     output_tokens: int = 0
+    prompt_tokens: int | None = None  # what the output length is learned against
     prefill_s_per_token: float | None = None  # only when measured without queueing
     decode_s_per_token: float | None = None  # step time / batch, the throughput cost
     latency_ratio: float | None = None  # observed / expected duration, for gray failures
@@ -107,7 +108,7 @@ class Scheduler:
         backend, _ = entry
         if outcome.ok:
             if outcome.output_tokens:
-                self.estimator.observe_output(model, outcome.output_tokens)
+                self.estimator.observe_output(model, outcome.output_tokens, outcome.prompt_tokens)
             self.estimator.observe_rates(
                 backend.gpu_type,
                 prefill_s_per_token=outcome.prefill_s_per_token,

@@ -34,7 +34,9 @@ class PickContext:
         self.estimator = estimator
         self.now = now
         self.rng = rng
-        self.expected_output = estimator.expected_output(request.model, request.max_tokens)
+        self.expected_output = estimator.expected_output(
+            request.model, request.max_tokens, request.prompt_tokens
+        )
         self._costs: dict[tuple[str, float], float] = {}
 
     def cost_on(self, backend: Backend) -> float:
