@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from gpuroute.http_errors import answer_parse_errors_as_openai
 from gpuroute.openai_api import healthz
 
 log = logging.getLogger("gpuroute.serving")
@@ -58,6 +59,7 @@ class DrainingServer:
         listen = config.listen
         self.runner = web.AppRunner(self.servable.app(), access_log=None, handler_cancellation=True)
         await self.runner.setup()
+        answer_parse_errors_as_openai(self.runner)
         self.site = web.TCPSite(self.runner, listen.host, listen.port, backlog=1024)
         await self.site.start()
         self.servable.listening(self.port)

@@ -104,6 +104,7 @@ class RegionConfig(StrictModel):
     """This router's region, as the global tier sees it (report_listen unset: no reports)."""
 
     name: str = "local"
+    jurisdiction: str | None = None  # what API keys' residency sets may name besides the region
     report_listen: ListenConfig | None = None  # gRPC RegionLoad.WatchRegion
     # With membership.consul and report_listen set, the router registers as gpuroute-router
     # in its Consul datacenter under this address (default: the listen host).
@@ -118,6 +119,9 @@ class ApiKeyConfig(StrictModel):
     priority: str | None = None  # the key's class when the request names none
     requests_per_minute: float | None = Field(default=None, gt=0)
     tokens_per_minute: float | None = Field(default=None, gt=0)
+    # regions or jurisdictions this key's requests may be served in (unset: anywhere); a
+    # router elsewhere refuses them with 403, whatever sent them there
+    residency: list[str] | None = Field(default=None, min_length=1)
 
     @field_validator("sha256")
     @classmethod
@@ -173,6 +177,17 @@ class RouterConfig(StrictModel):
                 raise ValueError(
                     f"auth.keys[{i}].priority: unknown priority {key.priority!r}; "
                     f"known: {', '.join(self.admission.priorities)}"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _residency_needs_a_place(self) -> RouterConfig:
+        place = self.region.name != "local" or self.region.jurisdiction is not None
+        for i, key in enumerate(self.auth.keys):
+            if key.residency is not None and not place:
+                raise ValueError(
+                    f"auth.keys[{i}].residency: set region.name or region.jurisdiction, "
+                    "or the router cannot tell whether it may serve this key"
                 )
         return self
 

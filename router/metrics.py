@@ -148,6 +148,12 @@ class RouterMetrics:
             ["tenant", "limit"],
             registry=r,
         )
+        self.residency_refusals = Counter(
+            "gpuroute_residency_refusals",
+            "Requests refused because the key's residency set excludes this router's region.",
+            ["tenant"],
+            registry=r,
+        )
         self.shared_load_healthy = Gauge(
             "gpuroute_shared_load_healthy",
             "1 while replicas' outstanding work is exchanged through Redis.",

@@ -74,7 +74,11 @@ class Proxy:
         self.gate = AdmissionGate(config.admission, scheduler.backends, limits, metrics, clock)
         self.session: aiohttp.ClientSession | None = None
         self.quotas = Quotas.from_config(
-            config.auth, config.redis, clock, lambda shared: metrics.quota_shared.set(shared)
+            config.auth,
+            config.redis,
+            clock,
+            lambda shared: metrics.quota_shared.set(shared),
+            config.region,
         )
         metrics.quota_shared.set(float(self.quotas.shared))
         self.sessions = SessionStore.from_config(config.redis, clock)
@@ -161,7 +165,9 @@ class Proxy:
         try:
             key = self.quotas.identify(request.headers.get("Authorization"))
         except AuthError as exc:
-            return error_response(401, exc.message, code="invalid_api_key")
+            if exc.status == 403:
+                self.metrics.residency_refusals.labels(exc.tenant).inc()
+            return error_response(exc.status, exc.message, code=exc.code)
         try:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
@@ -460,7 +466,9 @@ class Proxy:
     ) -> None:
         if not ok:
             self.watch.forget(info.request_id)
-        outcome = Outcome(ok, output_tokens, latency_ratio=latency_ratio, fatal=fatal)
+        outcome = Outcome(
+            ok, output_tokens, info.prompt_tokens, latency_ratio=latency_ratio, fatal=fatal
+        )
         events = self.scheduler.finish(info.request_id, info.model, outcome, self.clock())
         if events is not None:
             self.record_health(events)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
-from gpuroute.router.config import AuthConfig, RedisConfig
+from gpuroute.router.config import AuthConfig, RedisConfig, RegionConfig
 from gpuroute.router.core.token_bucket import Take, TokenBucket, per_minute
 from redis.exceptions import RedisError
 
@@ -45,9 +45,14 @@ return {allowed, math.floor(tokens * 1000), retry}
 
 
 class AuthError(Exception):
-    def __init__(self, message: str) -> None:
+    """401 for a missing, malformed or unknown key; 403 for a key that may not be served
+    in this router's region (its residency set)."""
+
+    def __init__(
+        self, message: str, status: int = 401, code: str = "invalid_api_key", tenant: str = ""
+    ) -> None:
         super().__init__(message)
-        self.message = message
+        self.message, self.status, self.code, self.tenant = message, status, code, tenant
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +61,10 @@ class KeyPolicy:
     priority: str | None = None
     requests_per_minute: float | None = None
     tokens_per_minute: float | None = None
+    residency: frozenset[str] | None = None  # regions/jurisdictions it may be served in
+
+    def may_be_served_in(self, place: frozenset[str]) -> bool:
+        return self.residency is None or not self.residency.isdisjoint(place)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +104,10 @@ class Quotas:
         retry_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         on_mode: Callable[[bool], None] = lambda shared: None,
+        place: frozenset[str] = frozenset(),
     ) -> None:
         self.keys, self.required = keys, required
+        self.place = place  # this router's region name and jurisdiction
         self.prefix, self.timeout_s = prefix, timeout_s
         self.local_fraction, self.retry_s = local_fraction, retry_s
         self.clock, self.on_mode = clock, on_mode
@@ -112,16 +123,26 @@ class Quotas:
 
     @classmethod
     def from_config(
-        cls, auth: AuthConfig, redis: RedisConfig, clock, on_mode: Callable[[bool], None]
+        cls,
+        auth: AuthConfig,
+        redis: RedisConfig,
+        clock,
+        on_mode: Callable[[bool], None],
+        region: RegionConfig | None = None,
     ) -> Quotas:
+        region = region or RegionConfig()
+        place = frozenset(p for p in (region.name, region.jurisdiction) if p is not None)
         keys = {
-            k.sha256: KeyPolicy(k.tenant, k.priority, k.requests_per_minute, k.tokens_per_minute)
+            k.sha256: KeyPolicy(
+                k.tenant, k.priority, k.requests_per_minute, k.tokens_per_minute,
+                frozenset(k.residency) if k.residency is not None else None,
+            )
             for k in auth.keys
-        }
+        }  # fmt: skip
         return cls(
             keys, required=auth.required, redis_url=redis.url, prefix=redis.prefix,
             timeout_s=redis.timeout_s, local_fraction=redis.local_fraction,
-            retry_s=redis.retry_s, clock=clock, on_mode=on_mode,
+            retry_s=redis.retry_s, clock=clock, on_mode=on_mode, place=place,
         )  # fmt: skip
 
     async def close(self) -> None:
@@ -130,7 +151,7 @@ class Quotas:
 
     def identify(self, authorization: str | None) -> KeyPolicy | None:
         """The key's policy; AuthError (401) for a missing, malformed or unknown key when
-        keys are required or a key was sent."""
+        keys are required or a key was sent, (403) for a key bound elsewhere."""
         key = bearer(authorization)
         if key is None:
             if self.required:
@@ -139,6 +160,15 @@ class Quotas:
         policy = self.keys.get(key_digest(key))
         if policy is None and (self.required or self.keys):
             raise AuthError("invalid API key")
+        if policy is not None and not policy.may_be_served_in(self.place):
+            raise AuthError(
+                f"tenant {policy.tenant} may only be served in "
+                f"{', '.join(sorted(policy.residency or ()))}; this router is in "
+                f"{', '.join(sorted(self.place))}",
+                status=403,
+                code="residency_violation",
+                tenant=policy.tenant,
+            )
         return policy
 
     async def charge(self, policy: KeyPolicy, tokens: int) -> QuotaVerdict:

@@ -166,3 +166,51 @@ async def test_follow_up_turns_reach_the_same_backend_through_any_replica(redis,
                                         r.headers["x-gpuroute-backend"]
                                     )
     assert all(len(backends) == 1 for backends in served.values()), served
+
+
+async def test_key_bound_elsewhere_gets_403_and_oversized_headers_get_a_clear_4xx(tmp_path) -> None:
+    """The regional router enforces a key's residency set whatever sent the request there,
+    and headers beyond the server's limits are refused in OpenAI's error format."""
+    import aiohttp
+    from aiohttp import web
+    from live import chat_body, router_toml, running_router, scripted_backend
+
+    async def engine(request: web.Request) -> web.Response:
+        return web.json_response({"id": "x", "object": "chat.completion", "choices": [],
+                                  "usage": {"completion_tokens": 1}})  # fmt: skip
+
+    eu_key, us_key = "sk-eu-1", "sk-us-1"
+    async with scripted_backend(engine) as url:
+        text = router_toml(
+            [(url, "H100")],
+            region='name = "eu-west"\njurisdiction = "eu"',
+            auth=f'required = true\n[[auth.keys]]\nsha256 = "{key_digest(eu_key)}"\n'
+            'tenant = "acme-eu"\nresidency = ["eu"]\n'
+            f'[[auth.keys]]\nsha256 = "{key_digest(us_key)}"\ntenant = "acme-us"\n'
+            'residency = ["us", "us-east"]',
+        )
+        async with running_router(text, tmp_path) as (router_url, router):
+            post = router_url + "/v1/chat/completions"
+            async with aiohttp.ClientSession() as s:
+                eu, us = ({"Authorization": f"Bearer {k}"} for k in (eu_key, us_key))
+                async with s.post(post, json=chat_body(), headers=eu) as r:
+                    assert r.status == 200
+                async with s.post(post, json=chat_body(), headers=us) as r:
+                    body = await r.json()
+                    assert r.status == 403
+                    assert body["error"]["code"] == "residency_violation"
+                    assert "us, us-east" in body["error"]["message"]
+                    assert "eu, eu-west" in body["error"]["message"]
+                refusals = router.metrics.registry.get_sample_value(
+                    "gpuroute_residency_refusals_total", {"tenant": "acme-us"}
+                )
+                assert refusals == 1.0
+                for headers in (
+                    eu | {"x-big": "a" * 20_000},
+                    eu | {f"x-h{i}": "v" for i in range(200)},
+                ):
+                    async with s.post(post, json=chat_body(), headers=headers) as r:
+                        assert 400 <= r.status < 500, r.status
+                        body = await r.json(content_type=None)
+                        assert body["error"]["type"] == "invalid_request_error"
+                        assert "header" in body["error"]["message"].lower()
