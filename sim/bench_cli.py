@@ -88,6 +88,21 @@ def add_bench_parser(sub) -> None:
     reps.add_argument("--target-utilization", type=float, default=0.85)
     reps.add_argument("--json", metavar="OUT")
 
+    ten = kinds.add_parser(
+        "tenants", help="one tenant's burst against another's latency, across replicas"
+    )
+    ten.add_argument("--replicas", type=int, default=4)
+    ten.add_argument("--engines", default="H100:2,A100:4,L4:4")
+    ten.add_argument("--duration", type=float, default=60.0, help="seconds of steady arrivals")
+    ten.add_argument("--burst", default="20:40", metavar="FROM:TO", help="bursty's window (s)")
+    ten.add_argument("--steady-utilization", type=float, default=0.5)
+    ten.add_argument("--burst-utilization", type=float, default=1.0)
+    ten.add_argument(
+        "--quota-share", type=float, default=0.02, help="bursty's rpm quota, share of capacity"
+    )
+    ten.add_argument("--time-scale", type=float, default=2.0)
+    ten.add_argument("--json", metavar="OUT")
+
     glob = kinds.add_parser("global", help="time one global routing decision")
     glob.add_argument("--regions", type=int, default=20)
     glob.add_argument("--decisions", type=int, default=100_000)
@@ -238,6 +253,13 @@ def run_bench(args: argparse.Namespace) -> int:
                     f"E2E p99 independent / shared = {report['p99_independent_over_shared']}; "
                     f"GPU busy CV {cvs}"
                 )
+        elif args.bench == "tenants":
+            from gpuroute.sim.bench_live import dump, parse_engines
+            from gpuroute.sim.bench_tenants import print_tenants, run_tenants_bench, tenants_spec
+
+            spec = tenants_spec(args, parse_engines(args.engines))
+            report = run_tenants_bench(spec, lambda run: console.print(f"[bold]{run}[/]"))
+            print_tenants(console, report)
         elif args.bench == "global":
             from gpuroute.sim.bench_global import run_global_bench
             from gpuroute.sim.bench_live import dump

@@ -60,6 +60,7 @@ class Replay:
         stream: bool = True,
         request_timeout_s: float = 900.0,
         on_progress: Callable[[int], None] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         # several URLs: requests go round robin over them, as a layer-4 balancer in front of
         # router replicas would send them
@@ -71,6 +72,7 @@ class Replay:
         self.stream = stream
         self.timeout = aiohttp.ClientTimeout(total=request_timeout_s)
         self.on_progress = on_progress
+        self.headers = headers or {}  # e.g. a tenant's Authorization
         self.results: list[RequestResult] = []
         self._t0 = 0.0
         self.started_wall = 0.0
@@ -110,6 +112,7 @@ class Replay:
         if self.stream:
             body |= {"stream": True, "stream_options": {"include_usage": True}}
         headers = {"Content-Type": "application/json", OUTPUT_HEADER: str(int(w.outputs[i]))}
+        headers |= self.headers
         started = time.monotonic()
         try:
             async with session.post(

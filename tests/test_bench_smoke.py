@@ -94,3 +94,36 @@ def test_router_replicas_serve_the_whole_trace(tmp_path, shared) -> None:
     assert (result["requests"], result["completed"], result["failed"]) == (40, 40, 0)
     logs = sorted(p.name for p in (tmp_path / "least_outstanding_work").glob("*.log"))
     assert "replica-1.log" in logs and ("redis.log" in logs) == shared
+
+
+def test_tenants_bench_run_grants_the_bursty_tenant_its_quota_and_no_more(tmp_path) -> None:
+    from gpuroute.sim.bench_tenants import TenantsSpec, one_run, paired_slowdown
+
+    if not have("redis-server"):
+        pytest.skip("redis-server is not installed (make bench-deps installs it)")
+    spec = TenantsSpec(engines=["H100", "L4"], replicas=2, duration_s=2.0, burst_from_s=0.5,
+                       burst_to_s=1.5, time_scale=1.0)  # fmt: skip
+    steady, bursty = tiny_workload(40, 20), tiny_workload(30, 30)
+    row = asyncio.run(one_run("burst, quota", spec, steady, bursty, 6.0, tmp_path))
+    assert (row["steady"]["ok"], row["steady"]["failed_other"]) == (40, 0)
+    # 6 requests per minute: the minute's allowance at once, and < 1 more refilled in ~1 s
+    assert (row["bursty"]["ok"], row["bursty"]["refused_429"]) == (6, 24)
+    same = paired_slowdown(row["_steady"], row["_steady"], (0.0, 2.0))
+    assert (same["requests"], same["p50"], same["p99"]) == (40, 1.0, 1.0)
+
+
+def test_tenants_bench_inputs_are_checked() -> None:
+    import argparse
+
+    from gpuroute.sim.bench_tenants import tenants_spec
+
+    good = dict(burst="20:40", duration=60.0, replicas=4, time_scale=2.0,
+                steady_utilization=0.5, burst_utilization=1.0, quota_share=0.02)  # fmt: skip
+    assert tenants_spec(argparse.Namespace(**good), ["H100"]).burst_to_s == 40.0
+    for change, message in (
+        ({"burst": "20"}, "FROM:TO"),
+        ({"burst": "50:70"}, "FROM < TO <= --duration"),
+        ({"quota_share": 0.0}, "--quota-share"),
+    ):
+        with pytest.raises(BenchError, match=message):
+            tenants_spec(argparse.Namespace(**(good | change)), ["H100"])
