@@ -24,7 +24,7 @@ from gpuroute.router.core.scheduler import Outcome, Scheduler
 from gpuroute.router.decision_log import DecisionLog
 from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.priors import GpuPriors
-from gpuroute.router.quotas import AuthError, Quotas
+from gpuroute.router.quotas import Quotas
 from gpuroute.router.relay import (
     REQUEST_DROP,
     RESPONSE_DROP,
@@ -34,6 +34,7 @@ from gpuroute.router.relay import (
 )
 from gpuroute.router.request_parse import ParsedRequest, RequestError, parse_request
 from gpuroute.router.sessions import SessionStore
+from gpuroute.router.tenant_gate import Refusal, TenantGate
 from gpuroute.router.watch import BackendWatch
 
 from gpuroute.openai_api import SSE_DONE, error_response, sse_error
@@ -81,6 +82,7 @@ class Proxy:
             config.region,
         )
         metrics.quota_shared.set(float(self.quotas.shared))
+        self.tenants = TenantGate(self.quotas, metrics)
         self.sessions = SessionStore.from_config(config.redis, clock)
         self._ids = itertools.count(1)
         self.active = 0
@@ -163,11 +165,9 @@ class Proxy:
     async def _openai(self, request: web.Request, route: str, arrival: float) -> web.StreamResponse:
         config = self.config
         try:
-            key = self.quotas.identify(request.headers.get("Authorization"))
-        except AuthError as exc:
-            if exc.status == 403:
-                self.metrics.residency_refusals.labels(exc.tenant).inc()
-            return error_response(exc.status, exc.message, code=exc.code)
+            key = self.tenants.identify(request)
+        except Refusal as refusal:
+            return refusal.response
         try:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
@@ -197,19 +197,10 @@ class Proxy:
                 503, f"no healthy backend can serve model `{info.model}` now", code="no_backend"
             )
         if key is not None:
-            info.tenant = key.tenant
-            if key.priority is not None and "x-gpuroute-priority" not in request.headers:
-                info.priority = key.priority
-            tokens = info.prompt_tokens + (info.max_tokens or 0)
-            verdict = await self.quotas.charge(key, tokens)
-            if not verdict.allowed:
-                self.metrics.quota_refusals.labels(key.tenant, verdict.limit).inc()
-                return error_response(
-                    429,
-                    f"rate limit reached for {key.tenant}: {verdict.limit} per minute",
-                    code="rate_limit_exceeded",
-                    headers=verdict.headers,
-                )
+            try:
+                await self.tenants.charge(key, info, "x-gpuroute-priority" in request.headers)
+            except Refusal as refusal:
+                return refusal.response
         try:
             await self.gate.admit(info, parsed.deadline_s)
         except Refused as refusal:
