@@ -80,7 +80,9 @@ class Scheduler:
         ctx = self.context(request, now, rng)
         # A half-open breaker gets its probe whatever the policy thinks of a warming backend,
         # or it would never see traffic again while healthier backends have room.
-        backend = next((b for b in candidates if self.health.wants_probe(b)), None)
+        backend = None
+        if half_open and not self.health.active_probes:  # skip the scan: 1,000s of backends
+            backend = next((b for b in candidates if self.health.wants_probe(b)), None)
         if backend is None and prefer is not None:
             backend = next((b for b in candidates if b.backend_id == prefer), None)
         if backend is None:
