@@ -101,6 +101,11 @@ def add_bench_parser(sub) -> None:
         "--quota-share", type=float, default=0.02, help="bursty's rpm quota, share of capacity"
     )
     ten.add_argument("--time-scale", type=float, default=2.0)
+    ten.add_argument(
+        "--router-queue",
+        action="store_true",
+        help="add a run without quota, routers limiting each engine to its saturated batch",
+    )
     ten.add_argument("--json", metavar="OUT")
 
     glob = kinds.add_parser("global", help="time one global routing decision")

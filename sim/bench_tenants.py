@@ -7,7 +7,10 @@ during the middle window. Three runs, each on a fresh fleet with the same arriva
 
 - `alone`: steady only (the baseline), and `alone again` (the noise between two runs);
 - `burst, quota`: steady + bursty under its quota (what the issue asks about);
-- `burst, no quota`: the same burst with bursty's quota lifted (what the quota prevents).
+- `burst, no quota`: the same burst with bursty's quota lifted (what the quota prevents);
+- `burst, no quota, router queue` (with `--router-queue`): the same, each replica letting an
+  engine hold only its share of the engine's saturated batch, so that any excess waits in
+  the routers' queues, where fair queuing between tenants orders it, not in the engines'.
 
 Steady's latency for the requests it sent during the burst window, against `alone`, is the
 result; bursty's granted requests are compared with what its bucket allows."""
@@ -29,6 +32,7 @@ from gpuroute.sim.workloads import synthetic
 
 STEADY_KEY, BURSTY_KEY = "sk-bench-steady", "sk-bench-bursty"
 RUNS = ("alone", "alone again", "burst, quota", "burst, no quota")
+ROUTER_QUEUE_RUN = "burst, no quota, router queue"  # with --router-queue
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,7 @@ class TenantsSpec:
     steady_utilization: float = 0.5
     burst_utilization: float = 1.0
     quota_share: float = 0.02  # of capacity, as bursty's requests-per-minute quota
+    router_queue: bool = False  # add the run with per-engine limits in the routers
     time_scale: float = 2.0
     seed: int = 1
 
@@ -78,6 +83,21 @@ def latency(results: list[RequestResult], window: tuple[float, float] | None = N
     }
 
 
+def router_queue_limits(spec: TenantsSpec) -> dict[str, int]:
+    """Per GPU type, each replica's share of the engine's batch at saturation on chat."""
+    from gpuroute.sim.engine_model import EngineParams
+    from gpuroute.sim.models import MODELS
+
+    from gpuroute.gpus import GPU_SPECS
+
+    mean_tokens = 1155 + 211  # the chat profile's mean prompt + output (workloads.py)
+    return {
+        gpu: max(1, EngineParams(GPU_SPECS[gpu], MODELS[MODEL]).saturation_batch(mean_tokens)
+                 // spec.replicas)
+        for gpu in set(spec.engines)
+    }  # fmt: skip
+
+
 async def _delayed(replay: Replay, delay_s: float) -> list[RequestResult]:
     await asyncio.sleep(delay_s)  # the burst's scheduled start, not a synchronisation
     return await replay.run()
@@ -98,12 +118,13 @@ async def one_run(run: str, spec: TenantsSpec, steady, bursty, rpm: float, folde
         redis = start_redis(folder)
         children.append(redis)
         extra = f'[redis]\nurl = "redis://127.0.0.1:{redis.port}/0"\n'
-        extra += auth_toml(None if run == "burst, no quota" else rpm)
+        extra += auth_toml(None if run.startswith("burst, no quota") else rpm)
+        limits = router_queue_limits(spec) if run.endswith("router queue") else None
         pairs = list(zip(spec.engines, engines, strict=True))
         urls = []
         for k in range(spec.replicas):
             replica = start_router(folder, pairs, "least_outstanding_work", extra=extra,
-                                   name=f"replica-{k}")  # fmt: skip
+                                   name=f"replica-{k}", max_inflight=limits)  # fmt: skip
             children.append(replica)
             wait_http(replica.url + "/healthz", 30, replica.proc, replica.name)
             urls.append(replica.url)
@@ -160,7 +181,7 @@ def run_tenants_bench(spec: TenantsSpec, on_run=None) -> dict:
         "runs": [],
     }
     with tempfile.TemporaryDirectory(prefix="gpuroute-tenants-") as tmp:
-        for run in RUNS:
+        for run in RUNS + ((ROUTER_QUEUE_RUN,) if spec.router_queue else ()):
             if on_run is not None:
                 on_run(run)
             row = asyncio.run(
@@ -219,8 +240,10 @@ def tenants_spec(args, engines: list[str]) -> TenantsSpec:
         if not 0 < getattr(args, name) <= 2:
             raise BenchError(f"--{name.replace('_', '-')}: need a share in (0, 2]")
     return TenantsSpec(
-        engines, args.replicas, args.duration, start, end, args.steady_utilization,
-        args.burst_utilization, args.quota_share, args.time_scale,
+        engines, replicas=args.replicas, duration_s=args.duration, burst_from_s=start,
+        burst_to_s=end, steady_utilization=args.steady_utilization,
+        burst_utilization=args.burst_utilization, quota_share=args.quota_share,
+        time_scale=args.time_scale, router_queue=args.router_queue,
     )  # fmt: skip
 
 

@@ -90,7 +90,15 @@ def start_engine(
     return spawn(f"engine-{index}-{gpu}", cmd, workdir, port, cpu=cpu)
 
 
-def router_config(engines: list[tuple[str, Child]], port: int, policy: str, extra: str = "") -> str:
+def router_config(
+    engines: list[tuple[str, Child]],
+    port: int,
+    policy: str,
+    extra: str = "",
+    max_inflight: dict[str, int] | None = None,
+) -> str:
+    """`max_inflight`: per GPU type, the requests one router lets each engine hold before it
+    queues the rest itself (the router's default, 256, otherwise)."""
     # The baselines wait 900 s for a backend; so do we (long non-streamed answers on slow
     # engines at a time scale can exceed the router's 120 s default before their first byte).
     lines = [f'policy = "{policy}"', extra, "[listen]", f"port = {port}"]
@@ -102,6 +110,8 @@ def router_config(engines: list[tuple[str, Child]], port: int, policy: str, extr
             f'gpu = "{gpu}"',
             'models = ["llama-3.1-8b"]',
         ]
+        if max_inflight and gpu in max_inflight:
+            lines.append(f"max_inflight = {max_inflight[gpu]}")
     return "\n".join(lines) + "\n"
 
 
@@ -113,11 +123,12 @@ def start_router(
     extra: str = "",
     cpu=None,
     name: str | None = None,
+    max_inflight: dict[str, int] | None = None,
 ) -> Child:
     port = free_port()
     name = name or f"router-{policy}"
     path = workdir / f"{name}.toml"
-    path.write_text(router_config(engines, port, policy, extra))
+    path.write_text(router_config(engines, port, policy, extra, max_inflight))
     cmd = [sys.executable, "-m", "gpuroute.cli", "router", "--config", str(path)]
     return spawn(name, cmd, workdir, port, cpu=cpu)
 

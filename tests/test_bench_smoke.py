@@ -118,7 +118,8 @@ def test_tenants_bench_inputs_are_checked() -> None:
     from gpuroute.sim.bench_tenants import tenants_spec
 
     good = dict(burst="20:40", duration=60.0, replicas=4, time_scale=2.0,
-                steady_utilization=0.5, burst_utilization=1.0, quota_share=0.02)  # fmt: skip
+                steady_utilization=0.5, burst_utilization=1.0, quota_share=0.02,
+                router_queue=False)  # fmt: skip
     assert tenants_spec(argparse.Namespace(**good), ["H100"]).burst_to_s == 40.0
     for change, message in (
         ({"burst": "20"}, "FROM:TO"),
