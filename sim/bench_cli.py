@@ -104,7 +104,7 @@ def add_bench_parser(sub) -> None:
     ten.add_argument(
         "--router-queue",
         action="store_true",
-        help="add a run without quota, routers limiting each engine to its saturated batch",
+        help="add runs where the routers hold each engine near its throughput knee",
     )
     ten.add_argument("--json", metavar="OUT")
 

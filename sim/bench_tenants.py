@@ -8,9 +8,10 @@ during the middle window. Three runs, each on a fresh fleet with the same arriva
 - `alone`: steady only (the baseline), and `alone again` (the noise between two runs);
 - `burst, quota`: steady + bursty under its quota (what the issue asks about);
 - `burst, no quota`: the same burst with bursty's quota lifted (what the quota prevents);
-- `burst, no quota, router queue` (with `--router-queue`): the same, each replica letting an
-  engine hold only its share of the engine's saturated batch, so that any excess waits in
-  the routers' queues, where fair queuing between tenants orders it, not in the engines'.
+- with `--router-queue`, `alone, router queue` and `burst, no quota, router queue`: each
+  replica lets an engine hold only its share of what the engine holds near its throughput
+  knee, so that any excess waits in the routers' queues, where fair queuing between tenants
+  orders it, rather than in the engines' first-come-first-served queues.
 
 Steady's latency for the requests it sent during the burst window, against `alone`, is the
 result; bursty's granted requests are compared with what its bucket allows."""
@@ -32,7 +33,7 @@ from gpuroute.sim.workloads import synthetic
 
 STEADY_KEY, BURSTY_KEY = "sk-bench-steady", "sk-bench-bursty"
 RUNS = ("alone", "alone again", "burst, quota", "burst, no quota")
-ROUTER_QUEUE_RUN = "burst, no quota, router queue"  # with --router-queue
+ROUTER_QUEUE_RUNS = ("alone, router queue", "burst, no quota, router queue")  # --router-queue
 
 
 @dataclass(frozen=True)
@@ -83,19 +84,23 @@ def latency(results: list[RequestResult], window: tuple[float, float] | None = N
     }
 
 
+# Requests one engine holds at ~90 % of its capacity on synthetic chat with llama-3.1-8b:
+# Little's law (arrival rate x mean E2E) per GPU type in `gpuroute sim` on the bench's fleet
+# (99.7 / 48.7 / 15.8 at 85 %, 195 / 110 / 37 at 100 %, where TTFT p99 turns up 7x).
+KNEE_INFLIGHT = {"H100": 120, "A100": 58, "L4": 19}
+
+
 def router_queue_limits(spec: TenantsSpec) -> dict[str, int]:
-    """Per GPU type, each replica's share of the engine's batch at saturation on chat."""
-    from gpuroute.sim.engine_model import EngineParams
-    from gpuroute.sim.models import MODELS
+    """Per GPU type, each replica's share of what an engine holds near its throughput knee
+    (other types: the H100's figure scaled by their capacity prior)."""
+    from gpuroute.router.priors import engine_priors
 
-    from gpuroute.gpus import GPU_SPECS
-
-    mean_tokens = 1155 + 211  # the chat profile's mean prompt + output (workloads.py)
-    return {
-        gpu: max(1, EngineParams(GPU_SPECS[gpu], MODELS[MODEL]).saturation_batch(mean_tokens)
-                 // spec.replicas)
+    priors = engine_priors(MODEL)
+    knee = {
+        gpu: KNEE_INFLIGHT.get(gpu, KNEE_INFLIGHT["H100"] * priors[gpu].capacity)
         for gpu in set(spec.engines)
-    }  # fmt: skip
+    }
+    return {gpu: max(1, round(n / spec.replicas)) for gpu, n in knee.items()}
 
 
 async def _delayed(replay: Replay, delay_s: float) -> list[RequestResult]:
@@ -181,7 +186,7 @@ def run_tenants_bench(spec: TenantsSpec, on_run=None) -> dict:
         "runs": [],
     }
     with tempfile.TemporaryDirectory(prefix="gpuroute-tenants-") as tmp:
-        for run in RUNS + ((ROUTER_QUEUE_RUN,) if spec.router_queue else ()):
+        for run in RUNS + (ROUTER_QUEUE_RUNS if spec.router_queue else ()):
             if on_run is not None:
                 on_run(run)
             row = asyncio.run(
