@@ -224,6 +224,12 @@ def run_bench(args: argparse.Namespace) -> int:
             )
             print_table(console, title, report["targets"], LIVE_COLUMNS)
             for target in report["targets"]:
+                if "gpu_util_cv" in target:
+                    console.print(
+                        f"{target['target']}: GPU utilisation (work, as in the simulator) mean "
+                        f"{target['gpu_util_mean']}, CV {target['gpu_util_cv']}; busy share CV "
+                        f"{target['gpu_busy_cv']}"
+                    )
                 for fault in target.get("faults", []):
                     console.print(f"{target['target']} fault: {fault}")
                 if "redis_killed_at_s" in target:

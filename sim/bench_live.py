@@ -17,7 +17,7 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 from gpuroute.sim.engine_model import EngineParams
-from gpuroute.sim.fleet import saturated_throughput
+from gpuroute.sim.fleet import profile_gpu_type, request_work, saturated_throughput
 from gpuroute.sim.loadgen import Replay, RequestResult
 from gpuroute.sim.models import MODELS
 from gpuroute.sim.proxies import (
@@ -174,6 +174,7 @@ def summarise(target: str, results: list[RequestResult], spec: LiveBenchSpec) ->
         "throughput_rps": round(len(ok) / span, 3),
         "goodput_rps": round(good / span, 3),
         "errors": sorted({r.error for r in results if r.error})[:5],
+        "_span_s": span,
         "_ttft": ttft.tolist(),  # samples for --plot; not written to JSON
         "_e2e": e2e.tolist(),
     }
@@ -204,6 +205,39 @@ async def engine_stats(engines: list[Child], elapsed_s: float) -> dict:
         "engine_requests": served,
         "gpu_busy_mean": round(float(busy_arr.mean()), 4) if busy_arr.size else 0.0,
         "gpu_busy_cv": round(cv, 4),
+    }
+
+
+def work_utilisation(
+    results: list[RequestResult],
+    workload: Workload,
+    engines: list[tuple[str, Child]],
+    span_s: float,
+    time_scale: float,
+) -> dict:
+    """Each engine's `gpu_util` as the simulator defines it (work at saturated per-token cost
+    over the run's duration, sim/fleet.py), from which engine served each request (the
+    router's x-gpuroute-backend header; the baselines do not say, so they get nothing)."""
+    index = {f"127.0.0.1:{child.port}": i for i, (_, child) in enumerate(engines)}
+    if not any(r.backend in index for r in results):
+        return {}
+    model = MODELS[MODEL]
+    profiles = {
+        gpu: profile_gpu_type(EngineParams(GPU_SPECS[gpu], model), workload)
+        for gpu in {gpu for gpu, _ in engines}
+    }
+    work = [0.0] * len(engines)
+    for r in results:
+        i = index.get(r.backend) if r.ok else None
+        if i is not None:
+            gpu = engines[i][0]
+            work[i] += request_work(
+                profiles[gpu], float(workload.prompts[r.index]), float(workload.outputs[r.index])
+            )
+    util = np.asarray(work) / (span_s / time_scale)  # engines run time_scale x slower
+    return {
+        "gpu_util_mean": round(float(util.mean()), 4),
+        "gpu_util_cv": round(float(util.std() / util.mean()), 4) if util.mean() > 0 else 0.0,
     }
 
 
@@ -249,6 +283,7 @@ async def run_target(target: str, spec: LiveBenchSpec, workload: Workload, workd
         faults.cancel()
         summary = summarise(target, results, spec)
         summary |= await engine_stats(engines, replay.elapsed())
+        summary |= work_utilisation(results, workload, pairs, summary["_span_s"], spec.time_scale)
         if outage is not None:
             summary |= await outage
         if spec.faults and target not in BASELINES + EXTRA_BASELINES:

@@ -34,20 +34,34 @@ class GpuTypeProfile:
 
 def profile_gpu_types(scenario: Scenario, workload: Workload) -> dict[str, GpuTypeProfile]:
     model = MODELS[scenario.workload.model]
+    return {
+        gpu_type: profile_gpu_type(
+            EngineParams(GPU_SPECS[gpu_type], model, chunked_prefill=scenario.chunked_prefill),
+            workload,
+        )
+        for gpu_type in dict.fromkeys(g.type for g in scenario.gpus)
+    }
+
+
+def profile_gpu_type(params: EngineParams, workload: Workload) -> GpuTypeProfile:
     prompts = workload.prompts.astype(np.float64)
     mean_prompt = float(prompts.mean())
     mean_output = float(workload.outputs.mean())
-    profiles = {}
-    for gpu_type in dict.fromkeys(g.type for g in scenario.gpus):
-        params = EngineParams(GPU_SPECS[gpu_type], model, chunked_prefill=scenario.chunked_prefill)
-        mean_prefill = float(np.mean(params.prefill_s(prompts)))
-        token_cost = params.decode_token_cost_s(mean_prompt, mean_output)
-        capacity = saturated_throughput(params, workload)
-        scale = 1.0 / (capacity * (mean_prefill + mean_output * token_cost))
-        prior = GpuCostPrior(scale * mean_prefill / mean_prompt, scale * token_cost)
-        batch = params.saturation_batch(mean_prompt + mean_output)
-        profiles[gpu_type] = GpuTypeProfile(params, capacity, token_cost, scale, batch, prior)
-    return profiles
+    mean_prefill = float(np.mean(params.prefill_s(prompts)))
+    token_cost = params.decode_token_cost_s(mean_prompt, mean_output)
+    capacity = saturated_throughput(params, workload)
+    scale = 1.0 / (capacity * (mean_prefill + mean_output * token_cost))
+    prior = GpuCostPrior(scale * mean_prefill / mean_prompt, scale * token_cost)
+    batch = params.saturation_batch(mean_prompt + mean_output)
+    return GpuTypeProfile(params, capacity, token_cost, scale, batch, prior)
+
+
+def request_work(profile: GpuTypeProfile, prompt_tokens: float, output_tokens: float) -> float:
+    """Capacity-seconds one request costs a GPU of this type (no prefix-cache hit): what
+    `gpu_util` adds up, in the simulator and for the live benchmark's engines."""
+    return profile.work_scale * (
+        float(profile.params.prefill_s(prompt_tokens)) + output_tokens * profile.token_cost_s
+    )
 
 
 def saturated_throughput(params: EngineParams, workload: Workload, sample: int = 2000) -> float:

@@ -19,7 +19,13 @@ from gpuroute.router.core.policies.least_outstanding_work import LeastOutstandin
 from gpuroute.router.core.policies.prefix_affinity import PrefixAffinity
 from gpuroute.router.core.scheduler import Outcome
 from gpuroute.sim.engine_model import EngineModel, EngineRequest
-from gpuroute.sim.fleet import GpuTypeProfile, expand_gpus, fleet_capacity_rps, profile_gpu_types
+from gpuroute.sim.fleet import (
+    GpuTypeProfile,
+    expand_gpus,
+    fleet_capacity_rps,
+    profile_gpu_types,
+    request_work,
+)
 from gpuroute.sim.report import (
     FAILED,
     OK,
@@ -105,8 +111,7 @@ class FleetSimulator:
         outputs = workload.outputs.tolist()
         blocks, sessions = workload.blocks, workload.sessions
         work = [0.0] * len(engines)
-        token_cost = [profiles[t].token_cost_s for t in self.gpu_types]
-        work_scale = [profiles[t].work_scale for t in self.gpu_types]
+        engine_profiles = [profiles[t] for t in self.gpu_types]
         # Step time over batch measures throughput cost only near saturation; at low load it
         # overstates it (and would starve the GPU that looks expensive), so learn from busy GPUs.
         busy_batch = [profiles[t].saturation_batch // 2 for t in self.gpu_types]
@@ -177,9 +182,8 @@ class FleetSimulator:
             run.status[rid] = OK
             run.ttft[rid] = req.first_token_at - req.arrival
             run.finish[rid] = now
-            work[e] += work_scale[e] * (
-                engine.params.prefill_s(req.prompt_tokens - req.cached_tokens)
-                + req.output_tokens * token_cost[e]
+            work[e] += request_work(
+                engine_profiles[e], req.prompt_tokens - req.cached_tokens, req.output_tokens
             )
             infos.pop(rid, None)
             tried.pop(rid, None)

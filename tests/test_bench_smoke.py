@@ -39,6 +39,10 @@ def test_each_target_serves_the_whole_trace(tmp_path, target) -> None:
     result = asyncio.run(run_target(target, spec, tiny_workload(), tmp_path))
     assert (result["requests"], result["completed"], result["failed"]) == (40, 40, 0)
     assert 0 < result["ttft_p50_s"] <= result["e2e_p50_s"] <= result["e2e_p99_s"]
+    # only our router says which engine served a request, so only it gets work utilisation
+    assert ("gpu_util_cv" in result) == (target == "least_outstanding_work")
+    if target == "least_outstanding_work":
+        assert result["gpu_util_mean"] > 0
 
 
 def test_killed_engine_loses_no_unstreamed_request_and_gets_no_new_one(tmp_path) -> None:
