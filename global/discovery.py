@@ -13,6 +13,7 @@ from gpuroute.global_.config import DiscoveryConfig
 from gpuroute.global_.feeds import RegionFeeds
 
 from gpuroute.consul_client import ConsulClient, ConsulUnavailable
+from gpuroute.runtime import BackgroundLoop
 
 log = logging.getLogger("gpuroute.global.discovery")
 
@@ -34,15 +35,13 @@ class RouterDiscovery:
         self.config, self.feeds, self.rng = config, feeds, rng
         self.client = ConsulClient(config.consul, token=config.token, timeout_s=config.timeout_s)
         self.reachable = False
-        self._task: asyncio.Task | None = None
+        self._loop_task = BackgroundLoop()
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._loop())
+        self._loop_task.start(self._loop())
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await self._loop_task.stop()
         await self.client.close()
 
     async def _loop(self) -> None:

@@ -24,3 +24,21 @@ def run(main: Coroutine[Any, Any, Any], *, fast_loop: bool = True) -> Any:
         else:
             return uvloop.run(main)
     return asyncio.run(main)
+
+
+class BackgroundLoop:
+    """One coroutine that runs for its owner's lifetime: started once, and on stop
+    cancelled and awaited, so no task outlives the object or dies unobserved."""
+
+    def __init__(self) -> None:
+        self._task: asyncio.Task | None = None
+
+    def start(self, coro: Coroutine[Any, Any, Any]) -> None:
+        assert self._task is None, "already started"
+        self._task = asyncio.create_task(coro)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None

@@ -13,6 +13,7 @@ import socket
 from gpuroute.router.config import RouterConfig
 
 from gpuroute.consul_client import ConsulClient, ConsulUnavailable, check_meta
+from gpuroute.runtime import BackgroundLoop
 
 log = logging.getLogger("gpuroute.router.registration")
 SERVICE = "gpuroute-router"
@@ -46,10 +47,10 @@ class RouterRegistration:
     def __init__(self, client: ConsulClient, service: dict) -> None:
         self.client, self.service = client, service
         self.registered = False
-        self._task: asyncio.Task | None = None
+        self._loop_task = BackgroundLoop()
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._loop())
+        self._loop_task.start(self._loop())
 
     async def _loop(self) -> None:
         backoff = 0.5
@@ -65,7 +66,6 @@ class RouterRegistration:
             await asyncio.sleep(backoff)  # re-check period (a Consul restart forgets us)
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        await self._loop_task.stop()
         with contextlib.suppress(ConsulUnavailable):
             await self.client.deregister(self.service["ID"])

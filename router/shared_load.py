@@ -21,6 +21,8 @@ import redis.asyncio as aioredis
 from gpuroute.router.core.backend import Backend
 from redis.exceptions import RedisError
 
+from gpuroute.runtime import BackgroundLoop
+
 log = logging.getLogger("gpuroute.router.shared_load")
 
 
@@ -65,15 +67,13 @@ class SharedLoad:
         self.on_health = on_health
         self.healthy = False
         self.peers = 0
-        self._task: asyncio.Task | None = None
+        self._loop_task = BackgroundLoop()
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._loop())
+        self._loop_task.start(self._loop())
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await self._loop_task.stop()
         await self.redis.aclose()
 
     async def _loop(self) -> None:
