@@ -116,6 +116,20 @@ def test_tenants_bench_run_grants_the_bursty_tenant_its_quota_and_no_more(tmp_pa
     assert (same["requests"], same["p50"], same["p99"]) == (40, 1.0, 1.0)
 
 
+def test_paired_slowdown_compares_the_same_request_inside_the_window_only() -> None:
+    from gpuroute.sim.bench_tenants import paired_slowdown
+    from gpuroute.sim.loadgen import RequestResult
+
+    alone = [RequestResult(i, sent_at=1.0 + i, ok=True, e2e_s=2.0) for i in range(5)]
+    other = [RequestResult(i, sent_at=1.0 + i, ok=True, e2e_s=2.0 * (i + 1)) for i in range(5)]
+    other[1].ok = False  # failed in the other run: no pair
+    # window [1, 4.5): requests 0-3; request 1 has no pair; ratios 1, 3, 4
+    assert paired_slowdown(alone, other, (1.0, 4.5)) == {
+        "requests": 3, "p50": 3.0, "p90": 3.8, "p99": 3.98,
+    }  # fmt: skip
+    assert paired_slowdown(alone, other, (10.0, 20.0)) == {"requests": 0}
+
+
 def test_tenants_bench_inputs_are_checked() -> None:
     import argparse
 
