@@ -22,11 +22,12 @@ class RunOutcomes:
     status: list[int]
     ttft: list[float]
     finish: list[float]
+    served_by: list[int]  # engine index of each completed request (-1 otherwise)
     retries: int = 0
 
     @classmethod
     def pending(cls, n: int) -> RunOutcomes:
-        return cls([PENDING] * n, [float("nan")] * n, [float("nan")] * n)
+        return cls([PENDING] * n, [float("nan")] * n, [float("nan")] * n, [-1] * n)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +58,9 @@ class PolicyReport:
     kv_peak_max: float  # highest KV-cache use of any engine, as a fraction of its capacity
     sim_duration_s: float
     sim_wall_s: float
+    # per GPU type: its share of completed requests, E2E p99 and median time per output
+    # token, to see which type sets the tail
+    by_gpu_type: dict[str, dict[str, float]]
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -121,7 +125,23 @@ def summarise(
         kv_peak_max=_r(max(e.kv_peak / e.kv_capacity for e in engines)),
         sim_duration_s=_r(duration, 2),
         sim_wall_s=_r(wall_s, 2),
+        by_gpu_type=by_gpu_type(np.asarray(run.served_by)[ok], engines, e2e, tpot),
     )
+
+
+def by_gpu_type(
+    served_by: np.ndarray, engines: list[EngineModel], e2e: np.ndarray, tpot: np.ndarray
+) -> dict[str, dict[str, float]]:
+    types = np.asarray([e.params.gpu.name for e in engines])[served_by.astype(int)]
+    out = {}
+    for name in dict.fromkeys(e.params.gpu.name for e in engines):
+        mine = types == name
+        out[name] = {
+            "request_share": _r(mine.sum() / max(len(e2e), 1)),
+            "e2e_p99_s": _r(np.percentile(e2e[mine], 99)) if mine.any() else float("nan"),
+            "tpot_p50_s": _r(np.percentile(tpot[mine], 50)) if mine.any() else float("nan"),
+        }
+    return out
 
 
 TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (

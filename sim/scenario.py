@@ -76,6 +76,9 @@ class RouterSection(StrictModel):
     full_scan_max: int = Field(default=64, ge=1)
     choices: int = Field(default=4, ge=2)
     health_tick_s: float = Field(default=1.0, gt=0)
+    # an upper bound, not a router setting: the cost model is told each request's true
+    # output length, as if every client sent an exact max_tokens
+    oracle_output_lengths: bool = False
 
     @field_validator("policies")
     @classmethod

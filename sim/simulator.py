@@ -98,7 +98,10 @@ class FleetSimulator:
             for i, t in enumerate(self.gpu_types)
         ]
         index_of = {b.backend_id: i for i, b in enumerate(backends)}
-        estimator = CostEstimator({t: p.prior for t, p in profiles.items()})
+        oracle = scenario.router.oracle_output_lengths
+        estimator = CostEstimator(
+            {t: p.prior for t, p in profiles.items()}, exact_max_tokens=oracle
+        )
         scheduler = Scheduler(
             BackendSet(backends), build_policy_for(policy_name, self.loaded), estimator
         )
@@ -182,6 +185,7 @@ class FleetSimulator:
             run.status[rid] = OK
             run.ttft[rid] = req.first_token_at - req.arrival
             run.finish[rid] = now
+            run.served_by[rid] = e
             work[e] += request_work(
                 engine_profiles[e], req.prompt_tokens - req.cached_tokens, req.output_tokens
             )
@@ -229,7 +233,12 @@ class FleetSimulator:
                     apply_fault(faults[version], now)
                 continue
             info = RequestInfo(
-                i, model, prompts[i], session_id=sessions[i], prefix_blocks=blocks[i]
+                i,
+                model,
+                prompts[i],
+                outputs[i] if oracle else None,
+                session_id=sessions[i],
+                prefix_blocks=blocks[i],
             )
             infos[i] = info
             dispatch(info, t_arrival)

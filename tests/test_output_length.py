@@ -65,3 +65,10 @@ def test_estimator_uses_prompt_length_and_max_tokens_still_caps() -> None:
         est.observe_output("m", 50, prompt_tokens=100)
     assert est.expected_output("m", None, 1000) > 2 * est.expected_output("m", None, 100)
     assert est.expected_output("m", 40, 1000) == 40
+
+
+def test_exact_max_tokens_is_the_output_length_not_a_cap() -> None:
+    """The simulator's oracle runs: max_tokens is the true length, even above the mean."""
+    est = CostEstimator(default_output_tokens=256, exact_max_tokens=True)
+    assert est.expected_output("m", 900, 1000) == 900
+    assert est.expected_output("m", None, 1000) == 256

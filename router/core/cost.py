@@ -46,6 +46,7 @@ class CostEstimator:
         default_output_tokens: float = 256.0,
         alpha: float = 0.05,
         reference: GpuCostPrior = REFERENCE_PRIOR,
+        exact_max_tokens: bool = False,
     ) -> None:
         if not 0 < alpha <= 1:
             raise ValueError("alpha must be in (0, 1]")
@@ -57,6 +58,8 @@ class CostEstimator:
         }
         self.output = OutputLengthModel(default_output_tokens, alpha)
         self.default_output_tokens = default_output_tokens
+        # max_tokens is the output length, not a cap (the simulator's oracle runs)
+        self.exact_max_tokens = exact_max_tokens
         self.alpha = alpha
         self.reference = reference
 
@@ -65,6 +68,8 @@ class CostEstimator:
     ) -> float:
         """Expected generated tokens: the mean learned for prompts of this length (the
         model's overall mean without one), capped by the request's max_tokens."""
+        if max_tokens is not None and self.exact_max_tokens:
+            return float(max_tokens)
         mean = self.output.expected(model, prompt_tokens)
         if max_tokens is not None and max_tokens < mean:
             return float(max_tokens)
