@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint proto consul terraform bench-deps bench-scale bench-live bench-overhead clean
+.PHONY: demo test test-unit lint proto consul terraform bench-deps bench-scale bench-live bench-overhead clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,13 +19,19 @@ demo: $(STAMP)
 
 test: $(STAMP) bench-deps consul terraform
 	$(BIN)/ruff check .
+	LINT_IMPORTS=$(BIN)/lint-imports scripts/lint-imports.sh
 	$(BIN)/pytest
+
+# The pure suite alone (seconds; no processes, no network).
+test-unit: $(STAMP)
+	$(BIN)/pytest tests/unit
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	LINT_IMPORTS=$(BIN)/lint-imports scripts/lint-imports.sh
 	$(BIN)/ruff format --check .
 
-# Regenerate the gRPC code from gpuroute/proto/*.proto (tests/test_proto.py checks it is current).
+# Regenerate the gRPC code from gpuroute/proto/*.proto (tests/unit/test_proto.py checks it is current).
 proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. \
 		gpuroute/proto/load.proto
@@ -48,7 +54,7 @@ bench-overhead: $(STAMP) bench-deps
 	$(BIN)/gpuroute bench overhead --json out/bench-overhead.json
 
 bench-scale: $(STAMP)
-	$(BIN)/gpuroute sim --scenario bench/scenarios/scale-1m.toml --json out/scale-1m.json
+	$(BIN)/gpuroute sim --scenario sim/scenarios/scale-1m.toml --json out/scale-1m.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis

@@ -8,10 +8,17 @@ from typing import Annotated
 
 from gpuroute.global_.core.policy import MODES
 from gpuroute.global_.core.residency import ANY, ResidencyRules
-from gpuroute.router.config import LimitsConfig, ListenConfig
 from pydantic import AfterValidator, Field, field_validator
 
-from gpuroute.config import ConfigError, HttpUrl, StrictModel, known_name, load_toml_model
+from gpuroute.config import (
+    ConfigError,
+    HttpUrl,
+    LimitsConfig,
+    ListenConfig,
+    StrictModel,
+    known_name,
+    load_toml_model,
+)
 from gpuroute.regions import FleetConfig, load_fleet
 
 Mode = Annotated[str, AfterValidator(lambda v: known_name(v, MODES, "global policy"))]

@@ -25,13 +25,13 @@ from gpuroute.global_.core.residency import ResidencyError, ResidencyRules
 from gpuroute.global_.core.spillover import Spillover, SpillSettings
 from gpuroute.global_.discovery import RouterDiscovery
 from gpuroute.global_.feeds import RegionFeeds
-from gpuroute.router.relay import REQUEST_DROP, RESPONSE_DROP, UPSTREAM_ERRORS, forward_headers
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from gpuroute import runtime
 from gpuroute.config import ConfigError
 from gpuroute.openai_api import SSE_DONE, error_response, healthz, models_response, sse_error
 from gpuroute.regions import FleetConfig
+from gpuroute.relay import REQUEST_DROP, RESPONSE_DROP, UPSTREAM_ERRORS, forward_headers
 from gpuroute.serving import DrainingServer
 
 log = logging.getLogger("gpuroute.global")

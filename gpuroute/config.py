@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -45,6 +45,19 @@ def http_url(value: str, *, need_port: bool = False) -> str:
 
 HttpUrl = Annotated[str, AfterValidator(http_url)]
 HttpUrlWithPort = Annotated[str, AfterValidator(lambda v: http_url(v, need_port=True))]
+
+
+# Sections every listening tier (router, global) shares.
+class ListenConfig(StrictModel):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+
+
+class LimitsConfig(StrictModel):
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    connect_timeout_s: float = Field(default=2.0, gt=0)
+    first_byte_timeout_s: float = Field(default=120.0, gt=0)  # prefill + queueing upstream
+    idle_timeout_s: float = Field(default=60.0, gt=0)  # between two chunks of a stream
 
 
 def key_path(loc: tuple[int | str, ...]) -> str:

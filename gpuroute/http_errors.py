@@ -49,7 +49,7 @@ class OpenAIErrorServer(web.Server):
 
 def answer_parse_errors_as_openai(runner: web.BaseRunner) -> None:
     """After runner.setup(): its connections use OpenAIErrorHandler. aiohttp has no public
-    hook for this; tests/test_quotas.py fails if an upgrade breaks it."""
+    hook for this; tests/integration/test_quotas.py fails if an upgrade breaks it."""
     server = runner.server
     assert server is not None, "call after runner.setup()"
     server.__class__ = OpenAIErrorServer

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from gpuroute.router.core.prefix_blocks import BLOCK_TOKENS
+from gpuroute.prefix_blocks import BLOCK_TOKENS
 
 CHARS_PER_TOKEN = 4
 BLOCK_CHARS = BLOCK_TOKENS * CHARS_PER_TOKEN

@@ -9,7 +9,14 @@ from urllib.parse import urlsplit
 from gpuroute.router.core.policies import POLICIES
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from gpuroute.config import HttpUrl, StrictModel, known_name, load_toml_model
+from gpuroute.config import (
+    HttpUrl,
+    LimitsConfig,
+    ListenConfig,
+    StrictModel,
+    known_name,
+    load_toml_model,
+)
 from gpuroute.gpus import GpuTypeName
 
 PolicyName = Annotated[str, AfterValidator(lambda v: known_name(v, POLICIES, "policy"))]
@@ -29,18 +36,6 @@ class BackendConfig(StrictModel):
             return self.id
         parts = urlsplit(self.url)
         return f"{parts.hostname}:{parts.port}"
-
-
-class ListenConfig(StrictModel):
-    host: str = "127.0.0.1"
-    port: int = Field(default=8080, ge=0, le=65535)
-
-
-class LimitsConfig(StrictModel):
-    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
-    connect_timeout_s: float = Field(default=2.0, gt=0)
-    first_byte_timeout_s: float = Field(default=120.0, gt=0)  # prefill + queueing upstream
-    idle_timeout_s: float = Field(default=60.0, gt=0)  # between two chunks of a stream
 
 
 class RetryConfig(StrictModel):
@@ -210,7 +205,7 @@ class RouterConfig(StrictModel):
     @field_validator("model_shape")
     @classmethod
     def _known_shape(cls, value: str) -> str:
-        from gpuroute.sim.models import MODELS
+        from gpuroute.models import MODELS
 
         return known_name(value, MODELS, "model shape")
 

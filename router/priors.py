@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuroute.router.core.cost import GpuCostPrior
-from gpuroute.sim.engine_model import EngineParams
-from gpuroute.sim.models import MODELS
 
 from gpuroute.gpus import GPU_SPECS
+from gpuroute.models import MODELS
+from gpuroute.roofline import EngineParams
 
 REFERENCE_PROMPT = 1000
 REFERENCE_OUTPUT = 250

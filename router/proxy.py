@@ -25,19 +25,19 @@ from gpuroute.router.decision_log import DecisionLog
 from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.priors import GpuPriors
 from gpuroute.router.quotas import Quotas
-from gpuroute.router.relay import (
-    REQUEST_DROP,
-    RESPONSE_DROP,
-    UPSTREAM_ERRORS,
-    ResponseTally,
-    forward_headers,
-)
 from gpuroute.router.request_parse import ParsedRequest, RequestError, parse_request
 from gpuroute.router.sessions import SessionStore
 from gpuroute.router.tenant_gate import Refusal, TenantGate
 from gpuroute.router.watch import BackendWatch
 
 from gpuroute.openai_api import SSE_DONE, error_response, sse_error
+from gpuroute.relay import (
+    REQUEST_DROP,
+    RESPONSE_DROP,
+    UPSTREAM_ERRORS,
+    ResponseTally,
+    forward_headers,
+)
 
 log = logging.getLogger("gpuroute.router")
 BACKEND_HEADER = "x-gpuroute-backend"

@@ -9,7 +9,7 @@ from pathlib import Path
 from gpuroute.global_.core.policy import MODES
 from gpuroute.router.core.policies import POLICIES
 from gpuroute.sim.report import TABLE_COLUMNS, PolicyReport
-from gpuroute.sim.scenario import builtin_scenario, load_scenario
+from gpuroute.sim.scenario import LoadedScenario, builtin_scenario, load_scenario
 from gpuroute.sim.simulator import FleetSimulator
 from gpuroute.sim.traces import TraceError
 from rich.console import Console
@@ -17,6 +17,36 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from gpuroute.config import ConfigError, known_name
+
+
+def register(sub) -> None:
+    sim = sub.add_parser("sim", help="simulate a fleet under a workload and compare policies")
+    sim.add_argument(
+        "--scenario",
+        metavar="FILE",
+        help="scenario TOML, or the name of one in sim/scenarios "
+        "(default: the built-in demo, a synthetic mixed fleet)",
+    )
+    sim.add_argument(
+        "--policy",
+        action="append",
+        metavar="NAME",
+        help="policy to run (repeatable; default: the scenario's [router] policies)",
+    )
+    sim.add_argument("--json", metavar="OUT", help="write results as JSON to OUT ('-' = stdout)")
+    sim.add_argument("--quiet", action="store_true", help="no progress bar and no table")
+    sim.set_defaults(
+        run=lambda args: run_sim(args.scenario, args.policy, args.json, quiet=args.quiet)
+    )
+
+
+def resolve_scenario(scenario: str | None) -> LoadedScenario:
+    """A path to a scenario file, else the name of one shipped in sim/scenarios."""
+    if scenario is None:
+        return builtin_scenario()
+    if Path(scenario).exists() or scenario.endswith(".toml") or "/" in scenario:
+        return load_scenario(scenario)
+    return builtin_scenario(scenario)
 
 
 def render_table(title: str, reports: list[PolicyReport]) -> Table:
@@ -33,7 +63,7 @@ def run_sim(
     scenario_path: str | None, policies: list[str] | None, json_out: str | None, *, quiet: bool
 ) -> int:
     err = Console(stderr=True)
-    loaded = load_scenario(scenario_path) if scenario_path else builtin_scenario()
+    loaded = resolve_scenario(scenario_path)
     if loaded.scenario.global_ is not None:
         return run_global_sim(loaded, policies, json_out, quiet=quiet)
     names = policies or loaded.scenario.router.policies

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 
 import numpy as np
 from gpuroute.router.core.cost import GpuCostPrior
-from gpuroute.sim.engine_model import EngineModel, EngineParams, EngineRequest
-from gpuroute.sim.models import MODELS
+from gpuroute.sim.engine_model import EngineModel, EngineRequest
 from gpuroute.sim.scenario import Scenario
 from gpuroute.sim.workloads import Workload
 
 from gpuroute.gpus import GPU_SPECS
+from gpuroute.models import MODELS
+from gpuroute.roofline import EngineParams
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpuroute.router.core.prefix_blocks import BlockLru
+from gpuroute.prefix_blocks import BlockLru
 
 
 class PrefixCache:

@@ -8,13 +8,13 @@ from typing import Annotated, Literal
 
 from gpuroute.router.core.policies import POLICIES
 from gpuroute.sim.global_scenario import GlobalSection
-from gpuroute.sim.models import DEFAULT_MODEL, MODELS
 from gpuroute.sim.traces import TRACE_FORMATS
 from gpuroute.sim.workloads import PROFILES
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from gpuroute.config import ConfigError, StrictModel, known_name, read_toml, validate
 from gpuroute.gpus import GpuTypeName
+from gpuroute.models import DEFAULT_MODEL, MODELS
 
 BUILTIN_DEFAULT = "demo"
 

@@ -14,9 +14,9 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from gpuroute.router.core.prefix_blocks import BLOCK_TOKENS
 
 from gpuroute.config import known_name
+from gpuroute.prefix_blocks import BLOCK_TOKENS
 
 
 @dataclass(frozen=True, slots=True)

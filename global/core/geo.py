@@ -3,7 +3,7 @@
 RTT ≈ `RTT_BASE_MS + RTT_MS_PER_KM × great-circle km`: light in fibre takes 1 ms per 100 km
 one way (200 km/ms) and real paths are longer than great circles. The two constants are a
 least-squares fit to IBM Cloud's published inter-region RTT matrix (../shared/data/
-ibm-cloud-rtt; `tests/test_global_geo.py` refits them and checks the error), which put
+ibm-cloud-rtt; `tests/unit/test_global_core.py` refits them and checks the error), which put
 the path inflation at about 1.6x the straight fibre line."""
 
 from __future__ import annotations

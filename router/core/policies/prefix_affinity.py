@@ -14,7 +14,8 @@ from typing import ClassVar
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.policies.base import PickContext, min_with_random_ties
 from gpuroute.router.core.policies.least_outstanding_work import LeastOutstandingWork
-from gpuroute.router.core.prefix_blocks import BLOCK_TOKENS, BlockLru
+
+from gpuroute.prefix_blocks import BLOCK_TOKENS, BlockLru
 
 
 class PrefixIndex:

@@ -1,0 +1,1 @@
+"""Live benchmarks: load generator, baseline proxies, each benchmark, fault reports, plots."""

@@ -1,0 +1,69 @@
+"""What the router did around injected faults, read from its decision log.
+
+With `decision_log_sample = 1.0` the router logs every pick and every failed attempt with
+a wall-clock timestamp; this lines them up with the moments the faults were applied."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gpuroute.bench.loadgen import RequestResult
+from gpuroute.testbed.processes import Child
+
+BIN_S = 1.0
+FAIR_WINDOW_S = 20.0
+
+
+def read_events(log: Path) -> list[dict]:
+    events = []
+    for line in log.read_text(errors="replace").splitlines():
+        start = line.find("{")
+        if "gpuroute.decisions" in line and start >= 0:
+            try:
+                events.append(json.loads(line[start:]))
+            except ValueError:
+                continue
+    return events
+
+
+def fault_report(
+    log: Path, applied: list[dict], engines: list[tuple[str, Child]], results: list[RequestResult]
+) -> list[dict]:
+    events = read_events(log)
+    picks = [(e["ts"], e["chosen"]) for e in events if e.get("event") == "decision"]
+    failures = [(e["ts"], e["backend"]) for e in events if e.get("event") == "attempt_failed"]
+    report = []
+    for fault in applied:
+        backend = f"127.0.0.1:{engines[fault['engine']][1].port}"
+        at = fault["wall"]
+        entry = {
+            "kind": fault["kind"],
+            "engine": fault["engine"],
+            "backend": backend,
+            "at_s": fault["applied_at_s"],
+        }
+        if fault["kind"] == "kill":
+            first = min((t for t, b in failures if b == backend and t >= at - 1), default=None)
+            entry["first_failure_after_s"] = None if first is None else round(first - at, 3)
+            entry["picks_after_first_failure"] = (
+                None if first is None else sum(1 for t, b in picks if b == backend and t > first)
+            )
+        else:
+            before = [b for t, b in picks if at - FAIR_WINDOW_S <= t < at]
+            fair = before.count(backend) / len(before) if before else 0.0
+            shares = []
+            for k in range(30):
+                window = [b for t, b in picks if at + k * BIN_S <= t < at + (k + 1) * BIN_S]
+                shares.append(round(window.count(backend) / len(window), 4) if window else None)
+            below = next(
+                (k + 1 for k, s in enumerate(shares) if s is not None and s < fair / 2), None
+            )
+            entry |= {
+                "factor": fault["factor"],
+                "share_before": round(fair, 4),
+                "share_per_second_after": shares,
+                "seconds_to_below_half_share": below,
+            }
+        report.append(entry)
+    return report

@@ -1,0 +1,337 @@
+"""`gpuroute bench live`: the same trace through our router, HAProxy and NGINX.
+
+For each target a fresh fleet of fake engines starts (identical GPUs and seeds), the
+target starts in front of it, and the trace is replayed open-loop at the requested share
+of the fleet's measured capacity. The engines run `time_scale` times slower than the GPUs
+they model so a 2-core machine can host the fleet; every latency reported is wall-clock."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+from gpuroute.bench.loadgen import Replay, RequestResult
+from gpuroute.bench.targets import (
+    BASELINES,
+    EXTRA_BASELINES,
+    BenchError,
+    start_baseline,
+    start_router,
+)
+from gpuroute.sim.fleet import profile_gpu_type, request_work, saturated_throughput
+from gpuroute.sim.traces import read_trace
+from gpuroute.sim.workloads import Workload, synthetic
+from gpuroute.testbed.processes import Child, start_engine, start_redis, wait_http
+
+from gpuroute.gpus import GPU_SPECS
+from gpuroute.models import MODELS
+from gpuroute.roofline import EngineParams
+
+MODEL = "llama-3.1-8b"
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str  # "kill" | "slow"
+    engine: int
+    at_s: float
+    factor: float = 1.0
+
+
+@dataclass
+class LiveBenchSpec:
+    engines: list[str]  # GPU type per engine, in order
+    policies: list[str] = field(default_factory=lambda: ["least_outstanding_work"])
+    baselines: list[str] = field(default_factory=lambda: list(BASELINES))
+    trace: Path | None = None
+    trace_format: str | None = None
+    target_utilization: float = 0.85
+    duration_s: float = 120.0
+    time_scale: float = 2.0
+    stream: bool = True
+    stream_interval_ms: float = 50.0
+    slo_ttft_s: float = 5.0  # at GPU speed; scaled by time_scale when judged
+    slo_tpot_s: float = 0.1
+    faults: list[Fault] = field(default_factory=list)
+    seed: int = 1
+    replicas: int = 1  # router replicas behind a round-robin client (our targets only)
+    shared_state: bool = True  # replicas share load and quotas through Redis
+    redis_outage: tuple[float, float] | None = None  # (at s, for s): Redis killed, restarted
+
+
+def parse_engines(text: str) -> list[str]:
+    """'H100:2,A100:4' → ['H100', 'H100', 'A100', ...] with clear errors."""
+    engines: list[str] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        gpu, _, count = part.partition(":")
+        if gpu not in GPU_SPECS:
+            raise BenchError(f"--engines: unknown GPU type {gpu!r}; known: {', '.join(GPU_SPECS)}")
+        if not count.isdigit() or int(count) < 1:
+            raise BenchError(f"--engines: {part!r} needs a positive count, as in {gpu}:2")
+        engines += [gpu] * int(count)
+    if not engines:
+        raise BenchError("--engines: give at least one, as in H100:2,A100:4,L4:4")
+    return engines
+
+
+def parse_fault(kind: str, text: str) -> Fault:
+    """'3@30' (kill engine 3 at 30 s) or '2@30:20' (engine 2 becomes 20x slower at 30 s)."""
+    try:
+        engine, _, rest = text.partition("@")
+        at, _, factor = rest.partition(":")
+        return Fault(kind, int(engine), float(at), float(factor) if factor else 1.0)
+    except ValueError:
+        raise BenchError(f"--{kind} {text!r}: expected ENGINE@SECONDS[:FACTOR]") from None
+
+
+def load_workload(spec: LiveBenchSpec) -> tuple[Workload, float]:
+    """The trace at its target rate (requests/s, wall-clock) and that rate."""
+    if spec.trace is not None:
+        workload = read_trace(spec.trace, spec.trace_format or "azure", spec.seed)
+    else:
+        workload = synthetic("chat", 20_000, 1.0, spec.seed)
+    model = MODELS[MODEL]
+    capacity = sum(
+        saturated_throughput(EngineParams(GPU_SPECS[gpu], model), workload) for gpu in spec.engines
+    )
+    rate = spec.target_utilization * capacity / spec.time_scale
+    natural = (len(workload) - 1) / workload.span_s
+    scaled = workload.rescaled(rate / natural)
+    count = int(np.searchsorted(scaled.arrivals - scaled.arrivals[0], spec.duration_s))
+    return scaled.head(max(count, 1)), rate
+
+
+async def _redis_outage(spec: LiveBenchSpec, redis: Child, replay: Replay) -> dict:
+    """Kill the replicas' Redis at `at` and start it again, on the same port, `for` later."""
+    at, duration = spec.redis_outage
+    await asyncio.sleep(max(0.0, at - replay.elapsed()))  # scheduled, not a synchronisation
+    redis.kill()
+    killed = replay.elapsed()
+    await asyncio.sleep(duration)  # the outage itself
+    restarted = start_redis(redis.log.parent, port=redis.port)
+    redis.proc = restarted.proc
+    return {
+        "redis_killed_at_s": round(killed, 3),
+        "redis_restarted_at_s": round(replay.elapsed(), 3),
+    }
+
+
+async def _apply_faults(spec: LiveBenchSpec, engines: list[Child], replay: Replay) -> list[dict]:
+    applied = []
+
+    for fault in sorted(spec.faults, key=lambda f: f.at_s):
+        await asyncio.sleep(max(0.0, fault.at_s - replay.elapsed()))  # scheduled, not a sync
+        child = engines[fault.engine]
+        if fault.kind == "kill":
+            child.kill()
+        else:
+            async with aiohttp.ClientSession() as session:
+                await session.post(child.url + "/_fault", json={"slow": fault.factor})
+        applied.append(
+            asdict(fault)
+            | {
+                "applied_at_s": round(replay.elapsed(), 3),
+                "wall": replay.started_wall + replay.elapsed(),
+            }
+        )
+    return applied
+
+
+def summarise(target: str, results: list[RequestResult], spec: LiveBenchSpec) -> dict:
+    ok = [r for r in results if r.ok]
+    ttft = np.array([r.ttft_s for r in ok]) if ok else np.array([math.nan])
+    e2e = np.array([r.e2e_s for r in ok]) if ok else np.array([math.nan])
+    first = min((r.sent_at for r in results), default=0.0)
+    last = max((r.sent_at + r.e2e_s for r in results if not math.isnan(r.e2e_s)), default=1.0)
+    span = max(last - first, 1e-9)
+    scale = spec.time_scale
+    good = 0
+    for r in ok:
+        tpot = (r.e2e_s - r.ttft_s) / max(r.output_tokens - 1, 1)
+        good += r.ttft_s <= spec.slo_ttft_s * scale and tpot <= spec.slo_tpot_s * scale
+
+    def q(values: np.ndarray, p: float) -> float:
+        return round(float(np.percentile(values, p)), 4)
+
+    return {
+        "target": target,
+        "requests": len(results),
+        "completed": len(ok),
+        "failed": len(results) - len(ok),
+        "ttft_p50_s": q(ttft, 50),
+        "ttft_p99_s": q(ttft, 99),
+        "e2e_p50_s": q(e2e, 50),
+        "e2e_p99_s": q(e2e, 99),
+        "throughput_rps": round(len(ok) / span, 3),
+        "goodput_rps": round(good / span, 3),
+        "errors": sorted({r.error for r in results if r.error})[:5],
+        "_span_s": span,
+        "_ttft": ttft.tolist(),  # samples for --plot; not written to JSON
+        "_e2e": e2e.tolist(),
+    }
+
+
+async def engine_stats(engines: list[Child], elapsed_s: float) -> dict:
+    """Requests each engine served and its simulated GPU busy share (nvidia-smi's util)."""
+
+    served, busy = [], []
+    async with aiohttp.ClientSession() as session:
+        for child in engines:
+            try:
+                async with session.get(child.url + "/metrics") as response:
+                    text = await response.text()
+            except aiohttp.ClientError:
+                served.append(None)  # killed during the run
+                continue
+            values = dict(
+                line.split("{")[0:1] + line.rsplit(" ", 1)[1:]
+                for line in text.splitlines()
+                if line and not line.startswith("#")
+            )
+            served.append(int(float(values.get("vllm:request_success_total", 0))))
+            busy.append(float(values.get("gpuroute_fake_gpu_busy_seconds", 0)) / elapsed_s)
+    busy_arr = np.asarray(busy)
+    cv = float(busy_arr.std() / busy_arr.mean()) if busy_arr.size and busy_arr.mean() > 0 else 0.0
+    return {
+        "engine_requests": served,
+        "gpu_busy_mean": round(float(busy_arr.mean()), 4) if busy_arr.size else 0.0,
+        "gpu_busy_cv": round(cv, 4),
+    }
+
+
+def work_utilisation(
+    results: list[RequestResult],
+    workload: Workload,
+    engines: list[tuple[str, Child]],
+    span_s: float,
+    time_scale: float,
+) -> dict:
+    """Each engine's `gpu_util` as the simulator defines it (work at saturated per-token cost
+    over the run's duration, sim/fleet.py), from which engine served each request (the
+    router's x-gpuroute-backend header; the baselines do not say, so they get nothing)."""
+    index = {f"127.0.0.1:{child.port}": i for i, (_, child) in enumerate(engines)}
+    if not any(r.backend in index for r in results):
+        return {}
+    model = MODELS[MODEL]
+    profiles = {
+        gpu: profile_gpu_type(EngineParams(GPU_SPECS[gpu], model), workload)
+        for gpu in {gpu for gpu, _ in engines}
+    }
+    work = [0.0] * len(engines)
+    for r in results:
+        i = index.get(r.backend) if r.ok else None
+        if i is not None:
+            gpu = engines[i][0]
+            work[i] += request_work(
+                profiles[gpu], float(workload.prompts[r.index]), float(workload.outputs[r.index])
+            )
+    util = np.asarray(work) / (span_s / time_scale)  # engines run time_scale x slower
+    return {
+        "gpu_util_mean": round(float(util.mean()), 4),
+        "gpu_util_cv": round(float(util.std() / util.mean()), 4) if util.mean() > 0 else 0.0,
+    }
+
+
+async def run_target(target: str, spec: LiveBenchSpec, workload: Workload, workdir: Path) -> dict:
+    folder = workdir / target
+    folder.mkdir(parents=True, exist_ok=True)
+    engines = [
+        start_engine(
+            folder, i, gpu, time_scale=spec.time_scale, stream_interval_ms=spec.stream_interval_ms
+        )
+        for i, gpu in enumerate(spec.engines)
+    ]
+    proxy: Child | None = None
+    helpers: list[Child] = []
+    try:
+        for child in engines:
+            wait_http(child.url + "/health", 30, child.proc, child.name)
+        pairs = list(zip(spec.engines, engines, strict=True))
+        urls = []
+        if target in BASELINES + EXTRA_BASELINES:
+            proxy = start_baseline(target, folder, pairs)
+        else:
+            extra = "decision_log_sample = 1.0" if spec.faults else ""
+            if spec.replicas > 1 and spec.shared_state:
+                redis = start_redis(folder)
+                helpers.append(redis)
+                extra += f'\n[redis]\nurl = "redis://127.0.0.1:{redis.port}/0"\n'
+            for k in range(1, spec.replicas):
+                replica = start_router(folder, pairs, target, extra=extra, name=f"replica-{k}")
+                helpers.append(replica)
+                wait_http(replica.url + "/v1/models", 30, replica.proc, replica.name)
+                urls.append(replica.url)
+            proxy = start_router(folder, pairs, target, extra=extra)
+        wait_http(proxy.url + "/v1/models", 30, proxy.proc, target)
+        replay = Replay([proxy.url, *urls], workload, MODEL, stream=spec.stream)
+        run = asyncio.create_task(replay.run())
+        faults = asyncio.create_task(_apply_faults(spec, engines, replay))
+        outage = None
+        if spec.redis_outage and helpers and helpers[0].name == "redis":
+            outage = asyncio.create_task(_redis_outage(spec, helpers[0], replay))
+        results = await run
+        applied = await faults if faults.done() else []
+        faults.cancel()
+        summary = summarise(target, results, spec)
+        summary |= await engine_stats(engines, replay.elapsed())
+        summary |= work_utilisation(results, workload, pairs, summary["_span_s"], spec.time_scale)
+        if outage is not None:
+            summary |= await outage
+        if spec.faults and target not in BASELINES + EXTRA_BASELINES:
+            from gpuroute.bench.fault_report import fault_report
+
+            summary["faults"] = fault_report(proxy.log, applied, pairs, results)
+        return summary
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        for child in helpers:
+            child.stop()
+        for child in engines:
+            child.stop()
+
+
+def run_live_bench(spec: LiveBenchSpec, on_target=None) -> dict:
+    workload, rate = load_workload(spec)
+    targets = list(spec.policies) + list(spec.baselines)
+    report = {
+        "engines": spec.engines,
+        "time_scale": spec.time_scale,
+        "target_utilization": spec.target_utilization,
+        "rate_rps": round(rate, 3),
+        "requests": len(workload),
+        "duration_s": spec.duration_s,
+        "stream": spec.stream,
+        "trace": str(spec.trace) if spec.trace else "synthetic chat",
+        "targets": [],
+    }
+    with tempfile.TemporaryDirectory(prefix="gpuroute-bench-") as tmp:
+        for target in targets:
+            if on_target is not None:
+                on_target(target, len(workload))
+            result = asyncio.run(run_target(target, spec, workload, Path(tmp)))
+            report["targets"].append(result)
+    return report
+
+
+def public(value):
+    """The report without its private sample arrays (keys starting with '_')."""
+    if isinstance(value, dict):
+        return {k: public(v) for k, v in value.items() if not k.startswith("_")}
+    if isinstance(value, list):
+        return [public(v) for v in value]
+    return value
+
+
+def dump(report: dict, out: str) -> None:
+    text = json.dumps(public(report), indent=2)
+    if out == "-":
+        print(text)
+    else:
+        Path(out).write_text(text + "\n")

@@ -1,0 +1,134 @@
+"""`gpuroute bench overhead`: what a proxy adds to tiny non-streamed requests.
+
+wrk drives the same fake engine directly and through each proxy, at 1 connection (added
+latency) and 32 connections (throughput), visiting the targets in turn for several rounds and
+keeping medians. The engine and wrk share CPU 0; the proxy under
+test gets CPU 1 alone, so "throughput on one core" means what it says. The engine's model
+time is scaled to nothing (`--time-scale 0.0001`) so the proxies, not the GPU, are measured."""
+
+from __future__ import annotations
+
+import re
+import statistics
+import subprocess
+import tempfile
+from pathlib import Path
+
+from gpuroute.bench.targets import BASELINES, BenchError, start_baseline, start_router
+from gpuroute.testbed.processes import Child, require, start_engine, wait_http
+from rich.console import Console
+
+ENGINE_CPU, PROXY_CPU = 0, 1
+CONNECTIONS = (1, 32)
+WRK_SCRIPT = """wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = '{"model": "llama-3.1-8b", "prompt": "hi", "max_tokens": 1}'
+"""
+OVERHEAD_COLUMNS = (
+    ("target", "target", "{}"),
+    ("connections", "conns", "{}"),
+    ("rps", "req/s", "{:,.0f}"),
+    ("p50_ms", "p50 ms", "{:.3f}"),
+    ("p99_ms", "p99 ms", "{:.3f}"),
+    ("added_p50_ms", "+p50 ms", "{:.3f}"),
+    ("added_p99_ms", "+p99 ms", "{:.3f}"),
+    ("rps_vs_haproxy", "req/s ÷ haproxy", "{:.2f}"),
+)
+UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+def parse_wrk(output: str) -> dict[str, float]:
+    rps = re.search(r"Requests/sec:\s+([\d.]+)", output)
+    lat = dict(re.findall(r"^\s+(50|99)%\s+([\d.]+(?:us|ms|s))", output, re.M))
+    errors = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", output)
+    if rps is None or "50" not in lat or "99" not in lat:
+        raise BenchError(f"could not read wrk output:\n{output}")
+
+    def ms(text: str) -> float:
+        number, unit = re.fullmatch(r"([\d.]+)(us|ms|s)", text).groups()
+        return float(number) * UNITS[unit]
+
+    return {
+        "rps": float(rps.group(1)),
+        "p50_ms": ms(lat["50"]),
+        "p99_ms": ms(lat["99"]),
+        "non_2xx": int(errors.group(1)) if errors else 0,
+    }
+
+
+def wrk(url: str, connections: int, duration: float, script: Path) -> dict[str, float]:
+    cmd = [
+        "taskset", "-c", str(ENGINE_CPU), require("wrk"), "-t1", f"-c{connections}",
+        f"-d{duration:g}s", "--latency", "-s", str(script), url + "/v1/completions",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60, check=False)
+    if done.returncode != 0:
+        raise BenchError(f"wrk failed: {done.stderr or done.stdout}")
+    return parse_wrk(done.stdout)
+
+
+def run_overhead(duration: float, console: Console, rounds: int = 3) -> dict:
+    """All proxies start once; wrk visits them in turn, `rounds` times, and the median of
+    each measure is kept: the machine's noise then hits every target alike."""
+    require("taskset")
+    samples: dict[tuple[str, int], list[dict[str, float]]] = {}
+    with tempfile.TemporaryDirectory(prefix="gpuroute-overhead-") as tmp:
+        workdir = Path(tmp)
+        script = workdir / "post.lua"
+        script.write_text(WRK_SCRIPT)
+        engine = start_engine(
+            workdir, 0, "H100", time_scale=0.0001, stream_interval_ms=0, cpu=ENGINE_CPU
+        )
+        proxies: dict[str, Child] = {}
+        try:
+            wait_http(engine.url + "/health", 30, engine.proc, "fake engine")
+            pairs = [("H100", engine)]
+            proxies["gpuroute"] = start_router(
+                workdir, pairs, "least_outstanding_work", cpu=PROXY_CPU
+            )
+            for name in BASELINES:
+                proxies[name] = start_baseline(name, workdir, pairs, cpu=PROXY_CPU)
+            urls = {"direct": engine.url} | {name: p.url for name, p in proxies.items()}
+            for name, child in proxies.items():
+                wait_http(child.url + "/v1/models", 30, child.proc, name)
+            for url in urls.values():
+                wrk(url, 4, min(duration, 2.0), script)  # warm connections and caches
+            for round_ in range(rounds):
+                for connections in CONNECTIONS:
+                    for target, url in urls.items():
+                        console.print(
+                            f"round {round_ + 1}/{rounds}: {target}, {connections} connection(s)"
+                        )
+                        result = wrk(url, connections, duration, script)
+                        samples.setdefault((target, connections), []).append(result)
+        finally:
+            for child in proxies.values():
+                child.stop()
+            engine.stop()
+    rows = []
+    for (target, connections), runs in samples.items():
+        row = {"target": target, "connections": connections, "rounds": len(runs)}
+        for key in ("rps", "p50_ms", "p99_ms"):
+            row[key] = round(statistics.median(r[key] for r in runs), 4)
+        row["non_2xx"] = sum(int(r["non_2xx"]) for r in runs)
+        rows.append(row)
+    direct = {r["connections"]: r for r in rows if r["target"] == "direct"}
+    haproxy = {r["connections"]: r for r in rows if r["target"] == "haproxy"}
+    for row in rows:
+        base = direct[row["connections"]]
+        row["added_p50_ms"] = round(row["p50_ms"] - base["p50_ms"], 4)
+        row["added_p99_ms"] = round(row["p99_ms"] - base["p99_ms"], 4)
+        row["rps_vs_haproxy"] = round(row["rps"] / haproxy[row["connections"]]["rps"], 3)
+    rows.sort(
+        key=lambda r: (
+            list(("direct", "gpuroute", *BASELINES)).index(r["target"]),
+            r["connections"],
+        )
+    )
+    return {
+        "duration_s": duration,
+        "rounds": rounds,
+        "engine_cpu": ENGINE_CPU,
+        "proxy_cpu": PROXY_CPU,
+        "rows": rows,
+    }

@@ -1,0 +1,1 @@
+"""`gpuroute demo`: a one-machine fleet, and three regions behind the global tier."""

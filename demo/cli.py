@@ -1,0 +1,27 @@
+"""`gpuroute demo [--global]`."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub) -> None:
+    demo = sub.add_parser(
+        "demo", help="one-machine fleet: simulated hosts, agents, Consul (if built), a router"
+    )
+    demo.add_argument("--seconds", type=float, default=None, help="seconds of traffic")
+    demo.add_argument(
+        "--global", dest="global_", action="store_true",
+        help="three regions behind the global tier: residency, an outage, recovery",
+    )  # fmt: skip
+    demo.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.global_:
+        from gpuroute.demo.regions import run_global_demo
+
+        return run_global_demo(args.seconds or 5.0)
+    from gpuroute.demo.fleet import run_demo
+
+    return run_demo(args.seconds or 16.0)

@@ -1,0 +1,46 @@
+"""`gpuroute fake-engine`: a simulated GPU engine with vLLM's OpenAI API and metrics."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(sub) -> None:
+    fake = sub.add_parser(
+        "fake-engine", help="serve a simulated GPU engine with vLLM's OpenAI API and metrics"
+    )
+    fake.add_argument("--gpu", default="H100", help="GPU type (H100, A100, L4, T4, V100)")
+    fake.add_argument("--port", type=int, default=8000)
+    fake.add_argument("--host", default="127.0.0.1")
+    fake.add_argument("--model", default="llama-3.1-8b", help="engine model shape")
+    fake.add_argument("--served-name", help="model name in the API (default: --model)")
+    fake.add_argument(
+        "--time-scale", type=float, default=1.0, help="run this many times slower than the GPU"
+    )
+    fake.add_argument("--default-output-tokens", type=int, default=128)
+    fake.add_argument("--stream-interval-ms", type=float, default=20.0)
+    fake.add_argument("--seed", type=int, default=0)
+    fake.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from gpuroute.testbed.fake_engine import FakeEngineConfig, run_fake_engine
+
+    try:
+        config = FakeEngineConfig(
+            gpu=args.gpu,
+            model=args.model,
+            served_name=args.served_name,
+            host=args.host,
+            port=args.port,
+            time_scale=args.time_scale,
+            default_output_tokens=args.default_output_tokens,
+            stream_interval_s=args.stream_interval_ms / 1000,
+            seed=args.seed,
+        )
+    except ValueError as exc:
+        print(f"gpuroute fake-engine: error: {exc}", file=sys.stderr)
+        return 2
+    run_fake_engine(config)
+    return 0

@@ -1,0 +1,95 @@
+"""Finding the pinned Consul binary and running a throwaway `consul agent -dev` on free
+loopback ports, for the demo, the benchmarks and the tests (never in production)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from gpuroute.testbed.ports import free_ports
+
+CONSUL_VERSION = "1.22.2"  # scripts/build-consul.sh builds the same one
+HOW_TO_GET_CONSUL = (
+    "Consul not found: run `make consul` (builds Consul "
+    f"{CONSUL_VERSION} with Go from the module proxy into ~/.cache/gpuroute), or set "
+    "GPUROUTE_CONSUL to a consul binary"
+)
+
+
+def consul_binary() -> Path | None:
+    """GPUROUTE_CONSUL, else the cached build, else `consul` on PATH."""
+    if env := os.environ.get("GPUROUTE_CONSUL"):
+        return Path(env) if Path(env).is_file() else None
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gpuroute"
+    cached = cache / f"consul-{CONSUL_VERSION}"
+    if cached.is_file():
+        return cached
+    found = shutil.which("consul")
+    return Path(found) if found else None
+
+
+class ConsulDev:
+    """`consul agent -dev` on loopback. `stop()` then `start()` is an outage: the ports
+    stay, the state is gone (as with any dev agent)."""
+
+    def __init__(self, binary: Path, *, log_path: Path | None = None) -> None:
+        self.binary = binary
+        self.http_port, self.serf_lan, self.serf_wan, self.server_port = free_ports(4)
+        self.address = f"http://127.0.0.1:{self.http_port}"
+        self.log_path = log_path or Path(tempfile.mkstemp(prefix="consul-dev-", suffix=".log")[1])
+        self.proc: subprocess.Popen | None = None
+
+    def command(self) -> list[str]:
+        return [
+            str(self.binary), "agent", "-dev", "-bind", "127.0.0.1", "-client", "127.0.0.1",
+            "-http-port", str(self.http_port), "-dns-port", "-1", "-grpc-port", "-1",
+            "-grpc-tls-port", "-1", "-serf-lan-port", str(self.serf_lan),
+            "-serf-wan-port", str(self.serf_wan), "-server-port", str(self.server_port),
+            "-hcl", 'telemetry { disable_hostname = true }',
+        ]  # fmt: skip
+
+    def start(self, timeout: float = 30.0) -> None:
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        deadline = time.monotonic() + timeout
+        while not self.ready():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"consul exited ({self.proc.returncode}); see {self.log_path}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"consul not ready after {timeout} s; see {self.log_path}")
+            time.sleep(0.05)
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.address + "/v1/status/leader", timeout=1) as r:
+                return r.status == 200 and len(r.read().strip(b'"\n')) > 0
+        except OSError:
+            return False
+
+    def raft_index(self) -> int:
+        """The server's last Raft log index: every catalog write moves it by one."""
+        with urllib.request.urlopen(self.address + "/v1/agent/self", timeout=5) as r:
+            return int(json.load(r)["Stats"]["raft"]["last_log_index"])
+
+    def stop(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(15)
+        self.proc = None
+
+    def __enter__(self) -> ConsulDev:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop(signal.SIGTERM)

@@ -1,0 +1,409 @@
+"""A fake inference engine: vLLM's OpenAI API and metrics, timed by the engine model.
+
+Used wherever a real GPU server cannot run: tests, the live benchmark, the demo. Each
+request is queued in the same `EngineModel` the simulator uses, run against the wall clock
+(optionally `time_scale` times slower so a 2-core machine can host a fleet), and its tokens
+are streamed as the model's token clock produces them. `POST /_fault` injects failures."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from gpuroute.testbed import fake_payloads as payloads
+from gpuroute.testbed.fake_gpu import SimulatedGpu
+from gpuroute.testbed.live_engine import LiveEngine, LiveRequest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from gpuroute.gpus import GPU_SPECS
+from gpuroute.models import MODELS
+from gpuroute.openai_api import SSE_DONE, error_response, sse_event
+from gpuroute.prompt import estimate_tokens, prefix_blocks, prompt_text
+from gpuroute.roofline import EngineParams
+
+OUTPUT_HEADER = "x-fake-output-tokens"  # replay's true output length; routers never read it
+ENGINE_KEY = web.AppKey("engine", object)
+
+
+@dataclass
+class FakeEngineConfig:
+    gpu: str = "H100"
+    model: str = "llama-3.1-8b"
+    served_name: str | None = None  # name in the API; defaults to `model`
+    host: str = "127.0.0.1"
+    port: int = 8000
+    time_scale: float = 1.0  # >1 runs the engine that many times slower than the GPU
+    default_output_tokens: int = 128
+    stream_interval_s: float = 0.02  # at most one SSE chunk per stream per interval
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.gpu not in GPU_SPECS:
+            raise ValueError(f"unknown GPU type {self.gpu!r}; known: {', '.join(GPU_SPECS)}")
+        if self.model not in MODELS:
+            raise ValueError(f"unknown model {self.model!r}; known: {', '.join(MODELS)}")
+        if self.time_scale <= 0 or self.stream_interval_s < 0:
+            raise ValueError("time_scale must be > 0 and stream_interval_s >= 0")
+
+
+@dataclass
+class Faults:
+    hang: bool = False
+    slow: float = 1.0
+    throttle: float = 1.0
+    error_rate: float = 0.0
+    resumed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "hang": self.hang,
+            "slow": self.slow,
+            "throttle": self.throttle,
+            "error_rate": self.error_rate,
+        }
+
+
+class FakeEngine:
+    """Handlers and state of one fake engine; `app()` builds the aiohttp application."""
+
+    def __init__(self, config: FakeEngineConfig) -> None:
+        self.config = config
+        self.name = config.served_name or config.model
+        self.params = EngineParams(GPU_SPECS[config.gpu], MODELS[config.model])
+        self.rng = random.Random(config.seed)
+        self.faults = Faults()
+        self.faults.resumed.set()
+        self.engine: LiveEngine | None = None
+        self.created = int(time.time())
+        self.errors_injected = 0
+        kv_bytes = self.params.kv_capacity_tokens * self.params.model.kv_bytes_per_token
+        self.gpu = SimulatedGpu(self.params.gpu, self.params.model.weight_total_bytes, kv_bytes)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)  # collect() below
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app[ENGINE_KEY] = self
+        app.on_startup.append(self._start)
+        app.add_routes(
+            [
+                web.post("/v1/chat/completions", self.chat),
+                web.post("/v1/completions", self.completions),
+                web.post("/v1/embeddings", self.embeddings),
+                web.get("/v1/models", self.models),
+                web.get("/health", self.health),
+                web.get("/metrics", self.metrics),
+                web.post("/_fault", self.set_fault),
+                web.get("/_fault", self.get_fault),
+                web.get("/_gpu", self.gpu_state),
+            ]
+        )
+        return app
+
+    async def _start(self, _app: web.Application) -> None:
+        self.engine = LiveEngine(self.params)
+        self._apply_speed()
+
+    def _apply_speed(self) -> None:
+        assert self.engine is not None
+        self.engine.set_slowdown(self.config.time_scale * self.faults.slow * self.faults.throttle)
+
+    # -- OpenAI routes ---------------------------------------------------------------------
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "chat")
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "completion")
+
+    async def embeddings(self, request: web.Request) -> web.StreamResponse:
+        body = await self._admit(request)
+        if isinstance(body, web.StreamResponse):
+            return body
+        raw = body.get("input")
+        texts = [raw] if isinstance(raw, str) else raw
+        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+            return error_response(
+                400, "'input' must be a string or a list of strings", param="input"
+            )
+        prompt = sum(estimate_tokens(t) for t in texts)
+        live = self._submit(prompt, 1, ())
+        if isinstance(live, web.StreamResponse):
+            return live
+        await live.done
+        return web.json_response(payloads.embeddings(self.name, texts, prompt))
+
+    async def models(self, _request: web.Request) -> web.Response:
+        return web.json_response(
+            payloads.models_list(self.name, self.created, self.params.kv_capacity_tokens)
+        )
+
+    async def health(self, _request: web.Request) -> web.Response:
+        await self.faults.resumed.wait()
+        return web.Response(status=200)
+
+    def collect(self):
+        """Prometheus collector with vLLM's metric names (v1 engine)."""
+        engine = self.engine
+        if engine is None:
+            return
+        labels = {"model_name": self.name}
+        model = engine.model
+
+        def gauge(name: str, doc: str, value: float):
+            g = GaugeMetricFamily(name, doc, labels=list(labels))
+            g.add_metric(list(labels.values()), value)
+            return g
+
+        def counter(name: str, doc: str, value: float):
+            c = CounterMetricFamily(name, doc, labels=list(labels))
+            c.add_metric(list(labels.values()), value)
+            return c
+
+        cache = model.prefix_cache
+        yield gauge(
+            "vllm:num_requests_running", "Requests in the running batch.", model.num_running
+        )
+        yield gauge(
+            "vllm:num_requests_waiting", "Requests waiting to be scheduled.", model.num_waiting
+        )
+        yield gauge("vllm:gpu_cache_usage_perc", "KV-cache usage, 0 to 1.", model.kv_usage())
+        yield counter(
+            "vllm:prefix_cache_queries", "Prefix-cache queries, in blocks.", cache.lookups
+        )
+        yield counter("vllm:prefix_cache_hits", "Prefix-cache hits, in blocks.", cache.hits)
+        yield counter("vllm:prompt_tokens", "Prefilled prompt tokens.", engine.prompt_tokens_total)
+        yield counter("vllm:generation_tokens", "Generated tokens.", engine.generation_tokens_total)
+        yield counter("vllm:request_success", "Finished requests.", engine.finished_total)
+        yield gauge("gpuroute_fake_gpu_busy_seconds", "Simulated GPU busy time.", model.busy_s)
+        yield gauge(
+            "gpuroute_fake_slowdown",
+            "Current slowdown factor (faults x time scale).",
+            model.slowdown,
+        )
+        yield gauge(
+            "gpuroute_fake_throttled",
+            "1 while a throttle fault is on.",
+            float(self.faults.throttle > 1),
+        )
+        yield counter(
+            "gpuroute_fake_errors_injected",
+            "Fast 500s from the error-rate fault.",
+            self.errors_injected,
+        )
+
+    async def gpu_state(self, _request: web.Request) -> web.Response:
+        """Simulated NVML-like GPU state, read by the agent's simulated telemetry source."""
+        if self.engine is None:
+            return error_response(503, "engine starting")
+        model = self.engine.model
+        return web.json_response(
+            self.gpu.sample(
+                busy=model.num_running + model.num_waiting > 0,
+                kv_usage=model.kv_usage(),
+                throttled=self.faults.throttle > 1,
+                processes=1,
+            )
+        )
+
+    async def metrics(self, _request: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(self.registry), content_type="text/plain", charset="utf-8"
+        )
+
+    # -- faults ----------------------------------------------------------------------------
+    async def get_fault(self, _request: web.Request) -> web.Response:
+        return web.json_response(self.faults.as_dict())
+
+    async def set_fault(self, request: web.Request) -> web.StreamResponse:
+        try:
+            spec = await request.json()
+            if not isinstance(spec, dict):
+                raise ValueError("expected a JSON object")
+        except ValueError as exc:
+            return error_response(400, f"fault body: {exc}")
+        unknown = set(spec) - {"crash", "hang", "slow", "throttle", "error_rate", "clear"}
+        if unknown:
+            return error_response(400, f"unknown fault keys: {', '.join(sorted(unknown))}")
+        faults = self.faults
+        if spec.get("clear"):
+            faults.hang, faults.slow, faults.throttle, faults.error_rate = False, 1.0, 1.0, 0.0
+        try:
+            if "slow" in spec:
+                faults.slow = _positive(spec["slow"], "slow")
+            if "throttle" in spec:
+                faults.throttle = _positive(spec["throttle"], "throttle")
+            if "error_rate" in spec:
+                rate = float(spec["error_rate"])
+                if not 0 <= rate <= 1:
+                    raise ValueError("error_rate must be in [0, 1]")
+                faults.error_rate = rate
+        except (TypeError, ValueError) as exc:
+            return error_response(400, str(exc))
+        if "hang" in spec:
+            faults.hang = bool(spec["hang"])
+        if faults.hang:
+            faults.resumed.clear()
+        else:
+            faults.resumed.set()
+        self._apply_speed()
+        if spec.get("crash"):
+            response = web.json_response({"crashing": True})
+            await response.prepare(request)
+            await response.write_eof()
+            os._exit(1)  # as abrupt as SIGKILL: every connection is reset
+        return web.json_response(faults.as_dict())
+
+    # -- internals -------------------------------------------------------------------------
+    async def _admit(self, request: web.Request) -> dict[str, Any] | web.StreamResponse:
+        """Parse and check a request; an error response if it must not run."""
+        await self.faults.resumed.wait()  # hang: accept, then never answer
+        if self.faults.error_rate and self.rng.random() < self.faults.error_rate:
+            self.errors_injected += 1
+            return error_response(500, "injected error", code="fault_error_rate")
+        try:
+            body = json.loads(await request.read())
+        except ValueError:
+            return error_response(400, "request body is not valid JSON")
+        if not isinstance(body, dict):
+            return error_response(400, "request body must be a JSON object")
+        if body.get("model") != self.name:
+            return error_response(
+                404,
+                f"The model `{body.get('model')}` does not exist.",
+                code="model_not_found",
+                param="model",
+            )
+        return body
+
+    def _submit(self, prompt: int, output: int, blocks) -> LiveRequest | web.StreamResponse:
+        assert self.engine is not None
+        try:
+            return self.engine.submit(prompt, output, blocks)
+        except ValueError as exc:
+            return error_response(400, str(exc), code="context_length_exceeded")
+
+    async def _generate(self, request: web.Request, kind: str) -> web.StreamResponse:
+        body = await self._admit(request)
+        if isinstance(body, web.StreamResponse):
+            return body
+        if kind == "chat" and not isinstance(body.get("messages"), list):
+            return error_response(400, "'messages' must be a list", param="messages")
+        if kind == "completion" and not isinstance(body.get("prompt"), str | list):
+            return error_response(400, "'prompt' must be a string or list", param="prompt")
+        text = prompt_text(body)
+        prompt = estimate_tokens(text)
+        cap = body.get("max_completion_tokens") or body.get("max_tokens")
+        wanted = request.headers.get(OUTPUT_HEADER)
+        output = int(wanted) if wanted and wanted.isdigit() else self.config.default_output_tokens
+        finish = "stop"
+        if isinstance(cap, int) and cap > 0 and cap <= output:
+            output, finish = cap, "length"
+        output = max(1, output)
+        live = self._submit(prompt, output, prefix_blocks(text))
+        if isinstance(live, web.StreamResponse):
+            return live
+        rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
+        if body.get("stream"):
+            options = body.get("stream_options") or {}
+            include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+            return await self._stream(
+                request, live, kind, rid, prompt, output, finish, include_usage
+            )
+        try:
+            await live.done
+            await self.faults.resumed.wait()
+        except asyncio.CancelledError:
+            self.engine.cancel(live)
+            raise
+        build = payloads.chat_completion if kind == "chat" else payloads.completion
+        return web.json_response(build(rid, self.created, self.name, output, prompt, finish))
+
+    async def _stream(
+        self,
+        request: web.Request,
+        live: LiveRequest,
+        kind: str,
+        rid: str,
+        prompt: int,
+        output: int,
+        finish: str,
+        include_usage: bool,
+    ) -> web.StreamResponse:
+        assert self.engine is not None
+        engine, name, created = self.engine, self.name, self.created
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+
+        def chunk(n: int, end: str | None = None) -> bytes:
+            text = payloads.tokens_text(n)
+            if kind == "chat":
+                return sse_event(payloads.chat_chunk(rid, created, name, {"content": text}, end))
+            return sse_event(payloads.completion_chunk(rid, created, name, text, end))
+
+        try:
+            await live.first_token
+            await response.prepare(request)
+            if kind == "chat":
+                role = {"role": "assistant", "content": ""}
+                await response.write(sse_event(payloads.chat_chunk(rid, created, name, role)))
+            sent = 0
+            while True:
+                await self.faults.resumed.wait()
+                done = live.done.done()
+                n = output if done else min(engine.tokens_generated(live), output - 1)
+                if n > sent:
+                    await response.write(chunk(n - sent))
+                    sent = n
+                if done:
+                    break
+                interval = max(engine.model.step, self.config.stream_interval_s)
+                await asyncio.wait((live.done,), timeout=interval)
+            await response.write(chunk(0, finish))
+            if include_usage:
+                obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
+                await response.write(
+                    sse_event(payloads.usage_chunk(obj, rid, created, name, prompt, output))
+                )
+            await response.write(SSE_DONE)
+            await response.write_eof()
+        except (ConnectionError, asyncio.CancelledError):
+            engine.cancel(live)  # client went away
+            raise
+        return response
+
+
+def _positive(value: Any, name: str) -> float:
+    number = float(value)
+    if number <= 0:
+        raise ValueError(f"{name} must be > 0")
+    return number
+
+
+def run_fake_engine(config: FakeEngineConfig) -> None:
+    """Serve until SIGINT/SIGTERM (aiohttp's runner handles both)."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency; keep running without it
+        uvloop = None
+    engine = FakeEngine(config)
+    print(
+        f"fake engine {engine.name} on {config.gpu} listening on http://{config.host}:{config.port}",
+        flush=True,
+    )
+    web.run_app(
+        engine.app(),
+        host=config.host,
+        port=config.port,
+        print=None,
+        access_log=None,
+        loop=uvloop.new_event_loop() if uvloop else None,
+    )

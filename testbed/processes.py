@@ -1,0 +1,106 @@
+"""Child processes on free loopback ports: started, waited for and stopped the same way.
+
+The fake engine and Redis start here; the benchmarks add their proxies (bench/targets.py)."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuroute.testbed.ports import free_port
+
+
+class StartError(RuntimeError):
+    """A stand-in process cannot run (missing binary, a process that would not start)."""
+
+
+def wait_http(url: str, timeout: float, proc: subprocess.Popen, what: str) -> None:
+    """Poll `url` until it answers 200; fail if the process exits or time runs out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise StartError(f"{what} exited with status {proc.returncode} while starting")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise StartError(f"{what} did not answer {url} within {timeout:.0f} s")
+        time.sleep(0.05)
+
+
+@dataclass
+class Child:
+    name: str
+    proc: subprocess.Popen
+    port: int
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(5)
+
+
+def spawn(name: str, cmd: list[str], workdir: Path, port: int, *, cpu: int | None = None) -> Child:
+    log = workdir / f"{name}.log"
+    if cpu is not None and shutil.which("taskset"):
+        cmd = ["taskset", "-c", str(cpu), *cmd]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=workdir)
+    return Child(name, proc, port, log)
+
+
+def start_engine(
+    workdir: Path, index: int, gpu: str, *, time_scale: float, stream_interval_ms: float, cpu=None
+) -> Child:
+    port = free_port()
+    cmd = [
+        sys.executable, "-m", "gpuroute.cli", "fake-engine", "--gpu", gpu, "--port", str(port),
+        "--time-scale", str(time_scale), "--stream-interval-ms", str(stream_interval_ms),
+        "--seed", str(index),
+    ]  # fmt: skip
+    return spawn(f"engine-{index}-{gpu}", cmd, workdir, port, cpu=cpu)
+
+
+def start_redis(workdir: Path, port: int | None = None) -> Child:
+    """Debian's redis-server on a free port, no persistence (shared state for replicas)."""
+    binary = require("redis-server")
+    port = port or free_port()
+    cmd = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    return spawn("redis", cmd, workdir, port)
+
+
+def require(binary: str) -> str:
+    path = shutil.which(binary) or (
+        f"/usr/sbin/{binary}" if Path(f"/usr/sbin/{binary}").exists() else None
+    )
+    if path is None:
+        raise StartError(
+            f"{binary} not found; install it (Debian: apt-get install {binary}) "
+            "or run `make bench-deps`"
+        )
+    return path
+
+

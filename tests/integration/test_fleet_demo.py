@@ -1,0 +1,84 @@
+"""`gpuroute demo` and `gpuroute bench fleet` end to end, small: the commands a user runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from gpuroute.testbed.consul_dev import HOW_TO_GET_CONSUL, consul_binary
+
+
+def run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "gpuroute.cli", *args],
+        capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
+def test_demo_routes_through_discovered_hosts_and_drains_one() -> None:
+    result = run("demo", "--seconds", "4")
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "sim-003-l4" in out and "draining sim-003-l4" in out
+    assert '"drained": true' in out
+    assert ", 0 failed" in out
+    membership = "Consul membership" if consul_binary() else "static membership"
+    assert membership in out
+
+
+def test_fleet_bench_reports_staleness_raft_writes_and_outage(tmp_path) -> None:
+    if consul_binary() is None:
+        pytest.skip(HOW_TO_GET_CONSUL)
+    out = tmp_path / "fleet.json"
+    result = run("bench", "fleet", "--hosts", "3", "--duration", "3", "--outage", "2",
+                 "--workers", "2", "--json", str(out))  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(out.read_text())
+    assert report["hosts"] == 3 and report["staleness_samples"] > 0
+    assert report["requests_failed"] == 0 and report["outage"]["failed"] == 0
+    assert report["staleness_p99_s"] >= report["staleness_p50_s"] >= 0
+    assert "load staleness" in result.stdout
+
+
+def test_fleet_bench_without_consul_says_how_to_get_it(monkeypatch, tmp_path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "gpuroute.cli", "bench", "fleet", "--hosts", "1"],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "GPUROUTE_CONSUL": str(tmp_path / "nope")},
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "make consul" in result.stderr
+
+
+def test_global_demo_keeps_eu_bound_clients_in_the_eu_through_an_outage() -> None:
+    result = run("demo", "--global", "--seconds", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = [ln for ln in result.stdout.splitlines() if ln.startswith("│")]
+    assert len(rows) == 3 and all(ln.rstrip("│ ").endswith("0") for ln in rows)  # violations
+    down = next(ln for ln in rows if "eu-west down" in ln)
+    assert "eu-west " not in down.split("│")[2]  # nothing served by eu-west while it is down
+
+
+def test_replicas_bench_compares_shared_and_independent(tmp_path) -> None:
+    if consul_binary() is None:
+        pytest.skip(HOW_TO_GET_CONSUL)
+    from gpuroute.testbed.processes import require
+
+    try:
+        require("redis-server")
+    except Exception:
+        pytest.skip("redis-server is not installed (make bench-deps installs it)")
+    from gpuroute.bench.live import LiveBenchSpec
+    from gpuroute.bench.replicas import run_replicas_bench
+
+    spec = LiveBenchSpec(engines=["H100", "L4"], duration_s=4.0, time_scale=1.0, replicas=2,
+                         target_utilization=0.5)  # fmt: skip
+    report = run_replicas_bench(spec, tmp_path)
+    shared, independent = report["targets"][1], report["targets"][0]
+    assert independent["failed"] == shared["failed"] == 0
+    assert independent["completed"] == shared["completed"] > 0
+    ratio = independent["e2e_p99_s"] / shared["e2e_p99_s"]
+    assert report["p99_independent_over_shared"] == round(ratio, 3)

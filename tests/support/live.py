@@ -1,0 +1,240 @@
+"""Helpers for loopback integration tests: free ports, real processes, condition waits."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+
+import aiohttp
+from gpuroute.testbed.ports import free_port
+
+MODEL = "llama-3.1-8b"
+
+
+def gpuroute_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "gpuroute.cli", *args]
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    """Poll `condition` until it holds; fail with `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+
+
+async def async_wait_for(
+    condition: Callable[[], Awaitable[bool]], timeout: float = 10.0, what: str = "condition"
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not await condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def holds(predicate: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
+    """A plain condition as the async one `async_wait_for` polls."""
+
+    async def check() -> bool:
+        return predicate()
+
+    return check
+
+
+def get_json(url: str):
+    """GET a JSON document; None when the server cannot be reached."""
+    import json
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return json.load(response)
+    except OSError:
+        return None
+
+
+def http_ok(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+class FakeEngineProcess:
+    """`gpuroute fake-engine` as a child process on a free loopback port."""
+
+    def __init__(
+        self,
+        gpu: str = "H100",
+        *,
+        time_scale: float = 1.0,
+        extra: tuple[str, ...] = (),
+        port: int | None = None,
+    ):
+        self.gpu = gpu
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = gpuroute_cmd(
+            "fake-engine",
+            "--gpu",
+            gpu,
+            "--port",
+            str(self.port),
+            "--time-scale",
+            str(time_scale),
+            *extra,
+        )
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        wait_for(
+            lambda: self.proc.poll() is not None or http_ok(self.url + "/health"),
+            20,
+            f"{gpu} engine",
+        )
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"fake engine exited: {self.proc.stderr.read().decode()}")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if self.proc.stderr:
+            self.proc.stderr.close()
+
+
+@contextlib.contextmanager
+def fake_engines(*specs: tuple[str, float]) -> Iterator[list[FakeEngineProcess]]:
+    engines: list[FakeEngineProcess] = []
+    try:
+        for gpu, scale in specs:
+            engines.append(FakeEngineProcess(gpu, time_scale=scale))
+        yield engines
+    finally:
+        for engine in engines:
+            engine.stop()
+
+
+def router_toml(backends: list[tuple[str, str]], port: int = 0, **sections: str) -> str:
+    """A router config: backends as (url, gpu); extra TOML per section name."""
+    lines = ["tick_s = 0.05", f"[listen]\nport = {port}"]
+    for name, body in sections.items():
+        lines.append(f"[{name}]\n{body}")
+    for url, gpu in backends:
+        lines.append(f'[[backends]]\nurl = "{url}"\ngpu = "{gpu}"\nmodels = ["{MODEL}"]')
+    return "\n".join(lines) + "\n"
+
+
+def chat_body(text: str = "hello", *, stream: bool = False, max_tokens: int | None = 8) -> dict:
+    body: dict = {"model": MODEL, "messages": [{"role": "user", "content": text}], "stream": stream}
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    return body
+
+
+async def backends_state(session: aiohttp.ClientSession, router_url: str) -> dict[str, dict]:
+    async with session.get(router_url + "/admin/backends") as response:
+        return {row["id"]: row for row in (await response.json())["backends"]}
+
+
+def environ_without_proxies() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+
+
+@contextlib.asynccontextmanager
+async def running_router(config_text: str, tmp_dir, *, seed: int = 0):
+    """An in-process router on a free loopback port; yields (url, RouterApp)."""
+    import random
+
+    from gpuroute.router.config import load_router_config
+    from gpuroute.router.server import RouterApp, RouterServer
+
+    path = tmp_dir / "router.toml"
+    path.write_text(config_text)
+    router = RouterApp(load_router_config(path), rng=random.Random(seed))
+    server = RouterServer(router)
+    await server.start()
+    try:
+        yield f"http://127.0.0.1:{server.port}", router
+    finally:
+        await server.drain(timeout=2.0)
+
+
+@contextlib.asynccontextmanager
+async def scripted_backend(handler):
+    """An in-process aiohttp server whose every POST is answered by `handler`."""
+    from aiohttp import web
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+def agent_toml(engine: FakeEngineProcess, consul: str, agent_id: str, **overrides: str) -> str:
+    """A node agent's config for `engine`, registering with the Consul agent at `consul`."""
+    top = {
+        "id": f'"{agent_id}"',
+        "drain_grace_s": overrides.pop("drain_grace_s", "0.5"),
+        "drain_timeout_s": overrides.pop("drain_timeout_s", "30"),
+    }
+    lines = [f"{k} = {v}" for k, v in top.items()]
+    lines += [
+        f'[engine]\nurl = "{engine.url}"\nmodels = ["{MODEL}"]\ngpu = "{engine.gpu}"',
+        '[telemetry]\nsource = "simulated"\nhealth_interval_s = 0.2\ninterval_s = 0.1',
+        f'[consul]\naddress = "{consul}"\nttl_s = 6',
+        f"[load_stream]\nport = {free_port()}",
+        f"[admin]\nport = {free_port()}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+class AgentProcess:
+    """`gpuroute agent --config` as a child process."""
+
+    def __init__(self, config_text: str, tmp_dir, name: str) -> None:
+        self.path = tmp_dir / f"{name}.toml"
+        self.path.write_text(config_text)
+        self.log = (tmp_dir / f"{name}.log").open("wb")
+        self.proc = subprocess.Popen(
+            gpuroute_cmd("agent", "--config", str(self.path)),
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def drain(self) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            gpuroute_cmd("agent", "drain", "--config", str(self.path)),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+        self.log.close()

@@ -1,0 +1,50 @@
+"""A real `redis-server` on a free loopback port, for tests (Debian's package)."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+
+from gpuroute.testbed.ports import free_port
+
+HOW_TO_GET_REDIS = "redis-server not installed (make test installs Debian's redis-server as root)"
+
+
+def redis_binary() -> str | None:
+    return shutil.which("redis-server") or shutil.which("redis-server", path="/usr/sbin:/usr/bin")
+
+
+class RedisServer:
+    def __init__(self, workdir) -> None:
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.workdir = workdir
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 10.0) -> None:
+        self.proc = subprocess.Popen(
+            [redis_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(self.workdir)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while not self.ping():
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError("redis-server did not start")
+            time.sleep(0.02)
+
+    def ping(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc = None

@@ -1,0 +1,343 @@
+"""Deployment: Terraform formatting and tests, `terraform validate` where providers can be
+installed, HCL invariants checked with python-hcl2, `gpuroute tfvars`, the systemd units."""
+
+from __future__ import annotations
+
+import configparser
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import hcl2
+import pytest
+
+from gpuroute.config import ConfigError
+from gpuroute.tfvars import fleet_tfvars, render_tfvars
+
+REPO = Path(__file__).resolve().parents[2]
+TF = REPO / "deploy" / "terraform"
+PURE_MODULES = [TF / "modules" / "fleet-plan", TF / "tests" / "templates"]
+AWS_MODULES = [
+    TF / "modules" / "region",
+    TF / "modules" / "global",
+    TF / "modules" / "peering",
+    TF / "examples" / "multi-region",
+]
+ALL_MODULES = [*PURE_MODULES, *AWS_MODULES]
+PROTECTED_PORTS = {8300, 8301, 8302, 8500, 8501, 8502, 8503, 8600, 7070, 7071, 9090, 9100}
+WORLD = ("0.0.0.0/0", "::/0")
+
+
+@pytest.fixture(scope="module")
+def terraform() -> str:
+    """`make test` provides it (scripts/build-terraform.sh); a missing one is a failure
+    unless this machine cannot build one either."""
+    found = subprocess.run(
+        [str(REPO / "scripts" / "build-terraform.sh")], capture_output=True, text=True
+    )
+    if found.returncode != 0:
+        if shutil.which("go") is None:
+            pytest.skip(f"no terraform and no Go to build OpenTofu: {found.stderr.strip()}")
+        pytest.fail(f"scripts/build-terraform.sh failed: {found.stderr.strip()}")
+    return found.stdout.strip().splitlines()[-1]
+
+
+def tf(binary: str, *args: str, cwd: Path, check: bool | int = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TF_CLI_CONFIG_FILE": "/dev/null", "TF_IN_AUTOMATION": "1"}
+    result = subprocess.run(
+        [binary, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=300
+    )
+    if check and result.returncode != 0:
+        pytest.fail(f"{binary} {' '.join(args)} in {cwd}:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def copy_module(src: Path, tmp_path: Path) -> Path:
+    """Run Terraform on a copy (init writes .terraform/ and a lock file), keeping relative
+    paths to the templates and systemd units valid."""
+    dst = tmp_path / "repo"
+    if not dst.exists():
+        shutil.copytree(REPO / "deploy", dst / "deploy")
+    return dst / src.relative_to(REPO)
+
+
+# -- Terraform CLI ---------------------------------------------------------------------------
+def test_fmt_check(terraform) -> None:
+    tf(terraform, "fmt", "-check", "-recursive", "-diff", str(TF), cwd=REPO)
+
+
+@pytest.mark.parametrize("module", PURE_MODULES, ids=lambda p: p.name)
+def test_terraform_test_on_provider_free_modules(terraform, module, tmp_path) -> None:
+    work = copy_module(module, tmp_path)
+    tf(terraform, "init", "-backend=false", "-input=false", cwd=work)
+    result = tf(terraform, "test", "-no-color", cwd=work)
+    assert "0 failed" in result.stdout and " passed" in result.stdout
+
+
+@pytest.mark.parametrize("module", AWS_MODULES, ids=lambda p: p.name)
+def test_validate_where_providers_can_be_installed(terraform, module, tmp_path) -> None:
+    work = copy_module(module, tmp_path)
+    init = tf(
+        terraform, "init", "-backend=false", "-input=false", "-no-color", cwd=work, check=False
+    )
+    if init.returncode != 0:
+        reason = next(
+            (ln.strip() for ln in init.stderr.splitlines() if "registry" in ln or "provider" in ln),
+            init.stderr.strip()[-200:],
+        )
+        print(f"\n{module.name}: terraform validate skipped, providers not installable: {reason}")
+        pytest.skip(f"providers cannot be installed here ({reason})")
+    tf(terraform, "validate", "-no-color", cwd=work)
+
+
+def test_tfvars_for_the_example_flow_through_the_plan_module(terraform, tmp_path) -> None:
+    """`gpuroute tfvars regions.example.toml` fed to the pure module, applied offline:
+    every region gets 3 Consul servers in distinct AZs and non-overlapping addresses."""
+    work = copy_module(TF / "modules" / "fleet-plan", tmp_path)
+    (work / "fleet.tfvars.json").write_text(
+        json.dumps({"regions": json.loads(render_tfvars(REPO / "regions.example.toml"))["regions"]})
+    )
+    tf(terraform, "init", "-backend=false", "-input=false", cwd=work)
+    tf(terraform, "apply", "-auto-approve", "-input=false", "-var-file=fleet.tfvars.json", cwd=work)
+    out = json.loads(tf(terraform, "output", "-json", cwd=work).stdout)
+    servers = out["consul_servers"]["value"]
+    assert set(servers) == {"us-east", "eu-west", "ap-northeast"}
+    for region, members in servers.items():
+        assert len(members) == 3 and len({m["az"] for m in members}) == 3, region
+    assert sorted(out["vpc_cidrs"]["value"].values()) == [
+        "10.64.0.0/16", "10.65.0.0/16", "10.66.0.0/16",
+    ]  # fmt: skip
+    assert out["failover_order"]["value"]["eu-west"] == ["us-east", "ap-northeast"]
+    assert len(out["federation_pairs"]["value"]) == 3
+
+
+# -- HCL invariants --------------------------------------------------------------------------
+def unquote(value):
+    """python-hcl2 keeps HCL's quotes on names and string literals; drop them (and its
+    block markers) so the checks read like the source."""
+    if isinstance(value, dict):
+        return {unquote(k): unquote(v) for k, v in value.items() if k != "__is_block__"}
+    if isinstance(value, list):
+        return [unquote(v) for v in value]
+    if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] == '"':
+        return value[1:-1]
+    return value
+
+
+def parsed(module: Path) -> dict[str, list]:
+    blocks: dict[str, list] = {}
+    for path in sorted(module.glob("*.tf")):
+        with path.open() as fh:
+            for kind, items in unquote(hcl2.load(fh)).items():
+                blocks.setdefault(kind, []).extend(items)
+    return blocks
+
+
+def resources(module: Path, kind: str) -> dict[str, dict]:
+    return {
+        name: body
+        for block in parsed(module).get("resource", [])
+        for rtype, named in block.items()
+        if rtype == kind
+        for name, body in named.items()
+    }
+
+
+@pytest.mark.parametrize("module", ALL_MODULES, ids=lambda p: p.name)
+def test_every_variable_has_a_description_and_a_type(module) -> None:
+    for block in parsed(module).get("variable", []):
+        for name, body in block.items():
+            assert body.get("description"), f"{module.name}: variable {name} has no description"
+            assert "type" in body, f"{module.name}: variable {name} has no type"
+
+
+@pytest.mark.parametrize("module", ALL_MODULES, ids=lambda p: p.name)
+def test_secrets_are_marked_sensitive(module) -> None:
+    secret = re.compile(r"(token|secret|password|gossip_key|private_key)")
+    for block in parsed(module).get("variable", []):
+        for name, body in block.items():
+            if secret.search(name):
+                assert body.get("sensitive") is True, f"{module.name}: {name} is not sensitive"
+
+
+def _ports(rule: dict) -> set[int] | None:
+    """The literal port range of a rule, or None when it is an expression."""
+    low, high = rule.get("from_port"), rule.get("to_port")
+    if isinstance(low, int) and isinstance(high, int):
+        return set(range(low, high + 1))
+    return None
+
+
+def test_no_security_group_opens_consul_agent_or_admin_ports_to_the_world() -> None:
+    region = TF / "modules" / "region"
+    text = "\n".join(p.read_text() for p in region.glob("*.tf"))
+    ingress = resources(region, "aws_vpc_security_group_ingress_rule")
+    assert ingress, "the region module defines its ingress rules as separate resources"
+    assert not resources(region, "aws_security_group_rule")
+    for group in resources(region, "aws_security_group").values():
+        assert "ingress" not in group, "inline ingress blocks escape this check"
+    world_reachable = []
+    for name, rule in ingress.items():
+        source = str(rule.get("cidr_ipv4", "")) + str(rule.get("cidr_ipv6", ""))
+        assert not any(w in source for w in WORLD), f"rule {name} names the whole internet"
+        if "client_cidrs" in str(rule.get("for_each", "")) + source:
+            world_reachable.append(name)
+            ports = {80, 443} if "tls_certificate_arn" in str(rule["from_port"]) else _ports(rule)
+            assert ports and not ports & PROTECTED_PORTS, f"{name} opens {ports} to clients"
+        elif (ports := _ports(rule)) is not None and ports & PROTECTED_PORTS:
+            assert (
+                "referenced_security_group_id" in rule
+                or "var.vpc_cidr" in source
+                or "each.value.cidr" in source
+            ), f"{name}: ports {sorted(ports & PROTECTED_PORTS)} open to {source}"
+    assert world_reachable == ["api"], world_reachable
+    assert text.count("var.client_cidrs") == 1  # used by the API rule and nothing else
+    # the CIDR lists that reach protected ports reject the whole internet
+    variables = {n: b for blk in parsed(region)["variable"] for n, b in blk.items()}
+    for name in ("admin_cidrs", "wan_peer_cidrs"):
+        checks = " ".join(str(v["condition"]) for v in variables[name].get("validation", []))
+        assert "0.0.0.0/0" in checks and "::/0" in checks, f"{name} must reject the internet"
+
+
+def test_every_region_gets_three_consul_servers_in_distinct_azs() -> None:
+    region = TF / "modules" / "region"
+    server = resources(region, "aws_instance")["consul_server"]
+    assert server["count"] == "${length(var.consul_servers)}"
+    assert "var.consul_servers[count.index].az" in server["availability_zone"]
+    variables = {n: b for blk in parsed(region)["variable"] for n, b in blk.items()}
+    condition = str(variables["consul_servers"]["validation"][0]["condition"])
+    assert ">= 3" in condition and "distinct" in condition
+    plan_vars = {
+        n: b for blk in parsed(TF / "modules" / "fleet-plan")["variable"] for n, b in blk.items()
+    }
+    assert plan_vars["consul_servers_per_region"]["default"] == 3
+
+
+# -- gpuroute tfvars -------------------------------------------------------------------------
+def test_tfvars_for_the_example_regions_file() -> None:
+    out = json.loads(render_tfvars(REPO / "regions.example.toml"))
+    assert out["global_regions"] == ["us-east", "eu-west"]
+    regions = out["regions"]
+    assert {n: (r["aws_region"], r["cidr_index"]) for n, r in regions.items()} == {
+        "us-east": ("us-east-1", 0),
+        "eu-west": ("eu-central-1", 1),
+        "ap-northeast": ("ap-northeast-1", 2),
+    }
+    assert regions["ap-northeast"]["azs"] == [
+        "ap-northeast-1a",
+        "ap-northeast-1c",
+        "ap-northeast-1d",
+    ]
+    assert regions["us-east"]["azs"] == ["us-east-1a", "us-east-1b", "us-east-1c"]
+    # Washington-Frankfurt 6,500 km < Washington-Tokyo 10,900 km; Tokyo-Frankfurt 9,300 km
+    assert regions["us-east"]["neighbours"] == ["eu-west", "ap-northeast"]
+    assert regions["ap-northeast"]["neighbours"] == ["eu-west", "us-east"]
+    assert regions["eu-west"]["gpu_pools"] == [
+        {"gpu": "A100", "count": 8, "models": ["llama-3.1-8b"]},
+        {"gpu": "L4", "count": 8, "models": ["llama-3.1-8b"]},
+    ]
+
+
+def test_tfvars_cli_writes_json(capsys) -> None:
+    from gpuroute.cli import main
+
+    assert main(["tfvars", str(REPO / "regions.example.toml")]) == 0
+    assert set(json.loads(capsys.readouterr().out)) == {"regions", "global_regions"}
+
+
+REGION = '[[regions]]\nname = "{name}"\njurisdiction = "us"\nlocation = {{ lat = 1, lon = 2 }}\n'
+
+
+def region(name: str, deploy: str = 'deploy = { aws_region = "us-east-1" }\n') -> str:
+    return REGION.format(name=name) + deploy
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[deploy]\nglobal_regions = ["aa", "bb"]\n' + region("aa", "") + region("bb"),
+         "regions[0].deploy.aws_region: needed by gpuroute tfvars"),
+        ('[deploy]\nglobal_regions = ["aa", "zz"]\n' + region("aa") + region("bb"),
+         "deploy.global_regions: unknown region 'zz'"),
+        ('[deploy]\nglobal_regions = ["aa"]\n' + region("aa") + region("bb"),
+         "name at least two regions"),
+        ('[deploy]\nglobal_regions = ["aa", "bb"]\n'
+         + region("aa", 'deploy = { aws_region = "us-east-1", cidr_index = 1 }\n') + region("bb"),
+         "two regions share a CIDR index"),
+        (region("aa", 'deploy = { aws_region = "Virginia" }\n'),
+         "regions[0].deploy.aws_region: String should match pattern"),
+        (region("aa", 'deploy = { aws_region = "us-east-1", azs = ["x", "y"] }\n'),
+         "regions[0].deploy.azs: List should have at least 3 items"),
+    ],
+)  # fmt: skip
+def test_tfvars_rejects_a_bad_regions_file_naming_file_and_key(tmp_path, text, message) -> None:
+    path = tmp_path / "regions.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        render_tfvars(path)
+    assert str(path) in str(err.value) and message in str(err.value)
+
+
+def test_fleet_tfvars_neighbours_are_sorted_by_distance() -> None:
+    from gpuroute.regions import FleetConfig
+
+    fleet = FleetConfig.model_validate(
+        {
+            "deploy": {"global_regions": ["ra", "rb"]},
+            "regions": [
+                {"name": n, "jurisdiction": "us", "location": {"lat": 0, "lon": lon},
+                 "deploy": {"aws_region": "us-east-1"}}
+                for n, lon in (("ra", 0), ("rb", 90), ("rc", 10), ("rd", -40))
+            ],
+        }
+    )  # fmt: skip
+    regions = fleet_tfvars(fleet, "x.toml")["regions"]
+    assert regions["ra"]["neighbours"] == ["rc", "rd", "rb"]
+    assert regions["rb"]["neighbours"] == ["rc", "ra", "rd"]
+
+
+# -- systemd units -----------------------------------------------------------------------------
+def unit(name: str) -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str  # keys are case-sensitive in systemd
+    parser.read(REPO / "deploy" / "systemd" / name)
+    return parser
+
+
+@pytest.mark.parametrize(
+    ("name", "drain_s"),
+    [
+        ("gpuroute-agent.service", 60 + 1),  # agent.example.toml: drain_timeout_s + grace
+        ("gpuroute-router.service", 30),  # router.example.toml: drain_timeout_s
+        ("gpuroute-global.service", 30),
+    ],
+)
+def test_units_restart_drain_within_their_stop_timeout_and_are_hardened(name, drain_s) -> None:
+    service = unit(name)["Service"]
+    assert service["Restart"] == "on-failure" and service["KillSignal"] == "SIGTERM"
+    assert int(service["TimeoutStopSec"]) > drain_s
+    assert service["User"] == "gpuroute" and service["NoNewPrivileges"] == "yes"
+    assert service["ProtectSystem"] == "strict" and service["ProtectHome"] == "yes"
+    assert service["CapabilityBoundingSet"] == ""
+    assert service["ExecStart"].startswith("/opt/gpuroute/bin/gpuroute ")
+
+
+def test_example_drain_timeouts_match_the_units() -> None:
+    from gpuroute.agent.config import load_agent_config
+    from gpuroute.router.config import RouterConfig
+
+    agent = load_agent_config(REPO / "agent.example.toml")
+    agent_stop = int(unit("gpuroute-agent.service")["Service"]["TimeoutStopSec"])
+    router_stop = int(unit("gpuroute-router.service")["Service"]["TimeoutStopSec"])
+    assert agent.drain_timeout_s + agent.drain_grace_s < agent_stop
+    assert RouterConfig.model_fields["drain_timeout_s"].default < router_stop
+
+
+def test_dockerfile_runs_unprivileged_with_a_healthcheck() -> None:
+    text = (REPO / "Dockerfile").read_text()
+    assert re.search(r"^USER gpuroute", text, re.M)
+    assert "HEALTHCHECK" in text and "STOPSIGNAL SIGTERM" in text
+    assert re.search(r"^ENTRYPOINT \[\"gpuroute\"\]", text, re.M)

@@ -1,0 +1,191 @@
+"""Three regions, each in its own network namespace with its own Consul datacenter
+(WAN-joined), a fake engine, a node agent and a regional router that registers as
+gpuroute-router. The global tier, in the root namespace, finds the routers through Consul
+(`?dc=`). A whole region is killed and brought back.
+
+The RTT matrix's delays would be applied with `tc netem`; kernels without sch_netem (this
+machine's) run the test without them and say so."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+
+import aiohttp
+import pytest
+from gpuroute.global_.config import load_global_config
+from gpuroute.global_.server import REGION_HEADER, GlobalApp, GlobalServer
+from gpuroute.testbed.consul_dev import consul_binary
+from support.live import MODEL, async_wait_for, chat_body, get_json, holds
+from support.netns import Host, NetnsLab
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
+REGIONS = {"us-east": "H100", "eu-west": "A100", "ap-northeast": "L4"}
+RTT_MS = {
+    ("us-east", "eu-west"): 86,
+    ("us-east", "ap-northeast"): 140,
+    ("eu-west", "ap-northeast"): 228,
+}
+
+
+def apply_rtt(lab: NetnsLab) -> str:
+    """Per-destination netem delays (half the RTT each way); returns what was done."""
+    for (a, b), rtt in RTT_MS.items():
+        for src, dst in ((a, b), (b, a)):
+            host, peer = lab.hosts[src], lab.hosts[dst]
+            dev, band = host.link + "p", f"1:{10 + list(REGIONS).index(dst)}"
+            steps = [
+                f"qdisc replace dev {dev} root handle 1: htb default 99",
+                f"class replace dev {dev} parent 1: classid 1:99 htb rate 10gbit",
+                f"class replace dev {dev} parent 1: classid {band} htb rate 10gbit",
+                f"qdisc replace dev {dev} parent {band} netem delay {rtt / 2}ms",
+                f"filter replace dev {dev} protocol ip parent 1: prio 1 u32 "
+                f"match ip dst {peer.ip}/32 flowid {band}",
+            ]
+            for step in steps:
+                result = subprocess.run(
+                    ["ip", "netns", "exec", host.ns, "tc", *step.split()],
+                    capture_output=True, text=True,
+                )  # fmt: skip
+                if result.returncode != 0:
+                    return f"no RTT emulation (tc {step.split()[0]} ... {step.split()[-3]}): " + (
+                        result.stderr.strip()
+                    )
+    return "RTT emulated with netem: " + ", ".join(
+        f"{a}-{b} {r} ms" for (a, b), r in RTT_MS.items()
+    )
+
+
+def start_region(lab: NetnsLab, host: Host) -> None:
+    region, gpu = host.name, REGIONS[host.name]
+    others = [lab.hosts[r].ip for r in REGIONS if r != region]
+    consul = [
+        str(consul_binary()), "agent", "-server", "-bootstrap-expect", "1", "-datacenter", region,
+        "-node", f"server-{region}", "-bind", host.ip, "-client", f"127.0.0.1 {host.ip}",
+        "-data-dir", str(lab.workdir / f"consul-{region}"), "-dns-port", "-1", "-grpc-port", "-1",
+        "-log-level", "warn", *[x for ip in others for x in ("-retry-join-wan", ip)],
+    ]  # fmt: skip
+    lab.popen(host, consul, f"consul-{region}")
+    py = [sys.executable, "-m", "gpuroute.cli"]
+    lab.popen(host, [*py, "fake-engine", "--host", "0.0.0.0", "--port", "8000", "--gpu", gpu],
+              f"engine-{region}")  # fmt: skip
+    agent = lab.workdir / f"agent-{region}.toml"
+    agent.write_text(
+        f'id = "{region}-gpu-1"\nregion = "{region}"\nadvertise_address = "{host.ip}"\n'
+        f'[engine]\nurl = "http://127.0.0.1:8000"\nmodels = ["{MODEL}"]\ngpu = "{gpu}"\n'
+        '[telemetry]\nsource = "simulated"\nhealth_interval_s = 0.2\n'
+        '[consul]\naddress = "http://127.0.0.1:8500"\nttl_s = 6\n'
+        '[load_stream]\nhost = "0.0.0.0"\nport = 7070\n[admin]\nport = 7071\n'
+    )
+    lab.popen(host, [*py, "agent", "--config", str(agent)], f"agent-{region}")
+    router = lab.workdir / f"router-{region}.toml"
+    router.write_text(
+        f'tick_s = 0.05\n[listen]\nhost = "{host.ip}"\nport = 8080\n'
+        '[membership]\nconsul = "http://127.0.0.1:8500"\nwait_s = 5\n'
+        f'[region]\nname = "{region}"\nadvertise_address = "{host.ip}"\nreport_period_s = 0.2\n'
+        f'[region.report_listen]\nhost = "{host.ip}"\nport = 7080\n'
+    )
+    lab.popen(host, [*py, "router", "--config", str(router)], f"router-{region}")
+
+
+async def test_region_outage_across_wan_federated_datacenters(lab, repo) -> None:
+    for region in REGIONS:
+        lab.add_host(region)
+    rtt = apply_rtt(lab)
+    for region in REGIONS:
+        start_region(lab, lab.hosts[region])
+    us = f"http://{lab.hosts['us-east'].ip}:8500"
+    await async_wait_for(
+        holds(lambda: len(get_json(us + "/v1/catalog/datacenters") or []) == 3), 60, "WAN join"
+    )
+    (lab.workdir / "regions.toml").write_text((repo / "regions.example.toml").read_text())
+    (lab.workdir / "global.toml").write_text(
+        'regions_file = "regions.toml"\ntick_s = 0.05\n[listen]\nport = 0\n'
+        "[region_health]\nstale_after_s = 2.0\nup_after_s = 5.0\n"
+        f'[discovery]\nconsul = "{us}"\ninterval_s = 0.5\n'
+    )
+    config, fleet, rules = load_global_config(lab.workdir / "global.toml")
+    app = GlobalApp(config, fleet, rules)
+    transitions: list[tuple[float, str, str]] = []
+    feed = app.feeds.feeds["eu-west"]
+    why: list[str] = []  # for a failure message: what the region looked like at each change
+
+    def changed(region: str, state: str) -> None:
+        transitions.append((time.monotonic(), region, state))
+        if region == "eu-west":
+            health = feed.health
+            why.append(
+                f"{state}: failures {health.failures}, routable {feed.routable_backends}, "
+                f"last report {health.last_report}"
+            )
+
+    app.feeds.on_change = changed
+    server = GlobalServer(app)
+    await server.start()
+    url = f"http://127.0.0.1:{server.port}"
+    results: list[tuple[float, int, str | None, str]] = []
+    stop = asyncio.Event()
+    try:
+        async with aiohttp.ClientSession() as s:
+
+            async def all_up() -> bool:
+                async with s.get(url + "/admin/regions") as r:
+                    return {x["state"] for x in (await r.json())["regions"]} == {"up"}
+
+            await async_wait_for(all_up, 90, "three regions up through Consul discovery")
+
+            async def client(kind: str) -> None:
+                headers = {REGION_HEADER: "eu-west"}
+                if kind == "eu":
+                    headers["x-gpuroute-residency"] = "eu"
+                while not stop.is_set():
+                    async with s.post(url + "/v1/chat/completions", json=chat_body(),
+                                      headers=headers) as r:  # fmt: skip
+                        await r.read()
+                        results.append(
+                            (time.monotonic(), r.status, r.headers.get(REGION_HEADER), kind)
+                        )
+                    if r.status != 200:
+                        await asyncio.sleep(0.05)
+
+            tasks = [asyncio.create_task(client(k)) for k in ("pref", "pref", "pref", "eu")]
+            await async_wait_for(holds(lambda: len(results) > 20), 20, "traffic")
+            down_at = time.monotonic()
+            lab.kill_host(lab.hosts["eu-west"])
+            await async_wait_for(
+                holds(lambda: any(t > down_at and k == "pref" and st == 200 and r != "eu-west"
+                                  for t, st, r, k in results)), 10, "traffic moved",
+            )  # fmt: skip
+            after = [t for t, st, r, k in results
+                     if t > down_at and k == "pref" and st == 200 and r != "eu-west"]  # fmt: skip
+            moved = after[0] - down_at
+            await asyncio.sleep(1.0)  # the outage goes on under traffic
+            back_at = time.monotonic()
+            start_region(lab, lab.hosts["eu-west"])
+            await async_wait_for(
+                holds(lambda: any(t > back_at and r == "eu-west" for t, st, r, k in results)),
+                90, "traffic back to eu-west",
+            )  # fmt: skip
+            returned = (
+                next(t for t, st, r, k in results if t > back_at and r == "eu-west") - back_at
+            )
+            await asyncio.sleep(2.0)  # watch for flapping
+            stop.set()
+            await asyncio.gather(*tasks)
+    finally:
+        stop.set()
+        await server.drain(timeout=2.0)
+    failed = [r for r in results if r[3] == "pref" and r[1] != 200]
+    violations = [r for r in results if r[3] == "eu" and r[1] == 200 and r[2] != "eu-west"]
+    eu_states = [st for _, r, st in transitions if r == "eu-west"]
+    print(
+        f"\n{rtt}\nWAN-federated region outage: traffic moved after {moved:.3f} s; back "
+        f"{returned:.1f} s after the region restarted (Consul, engine, agent, router); "
+        f"{len(results)} requests, {len(failed)} failed, {len(violations)} residency "
+        f"violations; eu-west states after start-up {eu_states[1:]}"
+    )
+    assert moved < 5.0
+    assert failed == [] and violations == []
+    assert eu_states[0] == "up" and eu_states[1:] == ["down", "recovering", "up"], why

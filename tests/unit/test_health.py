@@ -1,0 +1,100 @@
+"""Breakers and ejection applied to backend states, as the scheduler sees them."""
+
+from __future__ import annotations
+
+import random
+
+from gpuroute.router.core import BackendSet, BackendState, RequestInfo, Scheduler
+from gpuroute.router.core.breaker import BreakerSettings
+from gpuroute.router.core.health import BackendHealth
+from gpuroute.router.core.outlier import OutlierSettings
+from gpuroute.router.core.policies.least_outstanding_work import LeastOutstandingWork
+from gpuroute.router.core.scheduler import Outcome
+from gpuroute.router.core.slow_start import SlowStart
+from support.helpers import backends
+
+
+def make(n=4):
+    pool = backends(n)
+    backend_set = BackendSet(pool, slow_start=SlowStart(window_s=10))
+    health = BackendHealth(
+        backend_set,
+        BreakerSettings(failure_threshold=3, cooldown_s=5, probes_to_close=2),
+        OutlierSettings(consecutive_failures=50, base_ejection_s=30),
+    )
+    return pool, backend_set, Scheduler(backend_set, LeastOutstandingWork(), health=health)
+
+
+def test_open_breaker_ejects_then_half_open_warms_then_closes() -> None:
+    pool, backend_set, scheduler = make()
+    bad = pool[0]
+    for t in range(3):
+        scheduler.health.record(bad, False, float(t))
+    assert bad.state is BackendState.EJECTED and bad.reason == "breaker open"
+    assert bad not in backend_set.routable("m")
+    scheduler.tick(7.0)  # cooldown over: half-open, back in rotation but warming
+    assert bad.state is BackendState.WARMING and bad in backend_set.routable("m")
+    scheduler.health.record(bad, True, 7.5)
+    scheduler.health.record(bad, True, 8.0)
+    assert scheduler.health.breaker(bad.backend_id).state.value == "closed"
+    scheduler.tick(17.0)
+    assert bad.state is BackendState.READY
+
+
+def test_failed_requests_through_the_scheduler_eject_and_routing_avoids_it() -> None:
+    pool, _, scheduler = make()
+    rng = random.Random(0)
+    for i in range(3):
+        decision = scheduler.route(
+            RequestInfo(i, "m", 10, 10), 0.0, rng, exclude={"b1", "b2", "b3"}
+        )
+        scheduler.finish(i, "m", Outcome(False), 0.0)
+    assert pool[0].state is BackendState.EJECTED and decision.backend is pool[0]
+    picks = {
+        scheduler.route(RequestInfo(10 + i, "m", 10, 10), 1.0, rng).backend.backend_id
+        for i in range(30)
+    }
+    assert "b0" not in picks
+
+
+def test_draining_backend_is_not_ejected_by_failures() -> None:
+    pool, backend_set, scheduler = make()
+    backend_set.set_state(pool[1], BackendState.DRAINING, 0.0, "drain")
+    for t in range(5):
+        scheduler.health.record(pool[1], False, float(t))
+    assert pool[1].state is BackendState.DRAINING
+
+
+def test_half_open_backend_gets_one_probe_at_a_time_whatever_the_policy_says() -> None:
+    pool, _, scheduler = make()
+    bad = pool[0]
+    for t in range(3):
+        scheduler.health.record(bad, False, float(t))
+    scheduler.tick(7.0)
+    rng = random.Random(1)
+    probe = scheduler.route(RequestInfo("p1", "m", 10, 10), 7.1, rng)
+    assert probe.backend is bad  # LOW alone would never pick a warming backend here
+    others = [scheduler.route(RequestInfo(f"r{i}", "m", 10, 10), 7.2, rng) for i in range(20)]
+    assert bad not in {d.backend for d in others}  # its probe is still in flight
+    scheduler.finish("p1", "m", Outcome(True), 7.3)
+    assert scheduler.route(RequestInfo("p2", "m", 10, 10), 7.4, rng).backend is bad
+
+
+def test_with_active_probes_a_half_open_backend_gets_no_client_request() -> None:
+    pool = backends(3)
+    backend_set = BackendSet(pool, slow_start=SlowStart(window_s=10))
+    health = BackendHealth(
+        backend_set, BreakerSettings(failure_threshold=1, cooldown_s=5), active_probes=True
+    )
+    scheduler = Scheduler(backend_set, LeastOutstandingWork(), health=health)
+    health.record(pool[0], False, 0.0)
+    scheduler.tick(6.0)
+    assert health.half_open == {"b0"}
+    rng = random.Random(2)
+    picks = {
+        scheduler.route(RequestInfo(i, "m", 10, 10), 6.1, rng).backend.backend_id for i in range(50)
+    }
+    assert "b0" not in picks
+    for t in (6.2, 6.3, 6.4):  # health checks succeed
+        health.record(pool[0], True, t)
+    assert health.half_open == set() and pool[0].state is BackendState.WARMING
