@@ -29,9 +29,16 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from gpuroute import runtime
 from gpuroute.config import ConfigError
-from gpuroute.openai_api import SSE_DONE, error_response, healthz, models_response, sse_error
+from gpuroute.openai_api import error_response, healthz, models_response
 from gpuroute.regions import FleetConfig
-from gpuroute.relay import REQUEST_DROP, RESPONSE_DROP, UPSTREAM_ERRORS, forward_headers
+from gpuroute.relay import (
+    REQUEST_DROP,
+    RESPONSE_DROP,
+    UPSTREAM_ERRORS,
+    RelayEnd,
+    forward_headers,
+    relay_body,
+)
 from gpuroute.serving import DrainingServer
 
 log = logging.getLogger("gpuroute.global")
@@ -219,7 +226,6 @@ class GlobalApp:
                 code=decision.reason,
                 headers={"Retry-After": "1"} if decision.reason == "no_region_up" else None,
             )
-        stream = bool(parsed.get("stream"))
         headers = forward_headers(request.headers.items(), GLOBAL_REQUEST_DROP)
         forwarded = request.headers.get("X-Forwarded-For")
         headers["X-Forwarded-For"] = (
@@ -246,33 +252,29 @@ class GlobalApp:
                 continue
             reason = decision.reason if attempt == 0 else "failover"
             self.metrics.requests.labels(region, reason).inc()
-            return await self._relay(request, upstream, region, stream)
+            return await self._relay(request, upstream, region)
         return error_response(
             502, f"every compliant region failed: {last_error}", code="upstream_error"
         )
 
     async def _relay(
-        self, request: web.Request, upstream: aiohttp.ClientResponse, region: str, stream: bool
+        self, request: web.Request, upstream: aiohttp.ClientResponse, region: str
     ) -> web.StreamResponse:
         response = web.StreamResponse(status=upstream.status)
         response.headers.update(forward_headers(upstream.headers.items(), RESPONSE_DROP))
         response.headers[REGION_HEADER] = region
         try:
-            await response.prepare(request)
-            async for chunk in upstream.content.iter_any():
-                await response.write(chunk)
-            self.feeds.forwarded(region, True)
-        except UPSTREAM_ERRORS as exc:
-            self.feeds.forwarded(region, False)
-            if stream:
-                with contextlib.suppress(ConnectionError, RuntimeError):
-                    message = f"region {region} failed mid-stream: {type(exc).__name__}"
-                    await response.write(sse_error(502, message, code="upstream_stream_error"))
-                    await response.write(SSE_DONE)
+            relayed = await relay_body(
+                request,
+                response,
+                upstream,
+                broken_message=lambda exc: f"region {region} failed mid-stream: "
+                f"{type(exc).__name__}",
+            )
         finally:
             upstream.release()
-        with contextlib.suppress(ConnectionError, RuntimeError):
-            await response.write_eof()
+        if relayed.end is not RelayEnd.CLIENT_GONE:
+            self.feeds.forwarded(region, relayed.end is RelayEnd.COMPLETE)
         return response
 
     # -- admin ------------------------------------------------------------------------------------

@@ -1,12 +1,18 @@
-"""Header hygiene and response bookkeeping for relaying one upstream response."""
+"""The one relay both tiers use: header hygiene, relaying a body, and how a broken one ends."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import enum
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 import aiohttp
+from aiohttp import web
+
+from gpuroute.openai_api import SSE_DONE, sse_error
 
 HOP_BY_HOP = frozenset(
     {
@@ -72,3 +78,84 @@ class ResponseTally:
         if streamed:
             return max(0, self.events - 3)  # role, finish and [DONE] carry no tokens
         return 0
+
+
+class RelayEnd(enum.Enum):
+    """How relaying one upstream body ended."""
+
+    COMPLETE = "complete"
+    CLIENT_GONE = "client_gone"
+    UPSTREAM_BROKE = "upstream_broke"
+
+
+@dataclass(slots=True)
+class Relayed:
+    end: RelayEnd
+    tally: ResponseTally
+    streamed: bool  # an SSE body (counted in events) rather than one JSON document
+    error: BaseException | None = None  # what broke the upstream body
+
+
+async def relay_body(
+    request: web.Request,
+    response: web.StreamResponse,
+    upstream: aiohttp.ClientResponse,
+    *,
+    first: bytes = b"",
+    on_first_write: Callable[[], None] | None = None,
+    broken_message: Callable[[BaseException], str],
+) -> Relayed:
+    """Relay `upstream`'s body (after `first`, bytes already read) chunk by chunk; `await
+    write()` is the backpressure. A body that breaks ends as an error the client cannot miss:
+    an SSE error event on a stream, else a connection closed without the final chunk."""
+    tally = ResponseTally()
+    streamed = upstream.headers.get("content-type", "").startswith("text/event-stream")
+    try:
+        await response.prepare(request)
+        if first:
+            await response.write(first)
+    except ConnectionError:
+        return _client_gone(response, tally, streamed)
+    if on_first_write is not None:
+        on_first_write()
+    tally.add(first)
+    while True:
+        try:
+            chunk = await upstream.content.readany()
+        except UPSTREAM_ERRORS as exc:
+            await end_truncated(request, response, streamed, broken_message(exc))
+            return Relayed(RelayEnd.UPSTREAM_BROKE, tally, streamed, exc)
+        if not chunk:
+            break
+        tally.add(chunk)
+        try:
+            await response.write(chunk)
+        except ConnectionError:
+            return _client_gone(response, tally, streamed)
+    try:
+        await response.write_eof()
+    except ConnectionError:
+        return _client_gone(response, tally, streamed)
+    return Relayed(RelayEnd.COMPLETE, tally, streamed)
+
+
+def _client_gone(response: web.StreamResponse, tally: ResponseTally, streamed: bool) -> Relayed:
+    response.force_close()
+    return Relayed(RelayEnd.CLIENT_GONE, tally, streamed)
+
+
+async def end_truncated(
+    request: web.Request, response: web.StreamResponse, streamed: bool, message: str
+) -> None:
+    """A truncated answer must never look complete."""
+    if streamed:
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await response.write(sse_error(502, message, code="upstream_stream_error"))
+            await response.write(SSE_DONE)
+            await response.write_eof()
+        return
+    # Without the terminating chunk (the body is chunked: Content-Length is never
+    # forwarded) the client sees an incomplete body, never a short complete one.
+    response.force_close()
+    if request.transport is not None:
+        request.transport.close()

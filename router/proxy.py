@@ -30,13 +30,14 @@ from gpuroute.router.sessions import SessionStore
 from gpuroute.router.tenant_gate import Refusal, TenantGate
 from gpuroute.router.watch import BackendWatch
 
-from gpuroute.openai_api import SSE_DONE, error_response, sse_error
+from gpuroute.openai_api import error_response
 from gpuroute.relay import (
     REQUEST_DROP,
     RESPONSE_DROP,
     UPSTREAM_ERRORS,
-    ResponseTally,
+    RelayEnd,
     forward_headers,
+    relay_body,
 )
 
 log = logging.getLogger("gpuroute.router")
@@ -378,64 +379,41 @@ class Proxy:
         headers = forward_headers(upstream.headers.items(), RESPONSE_DROP)
         headers[BACKEND_HEADER] = backend.backend_id
         response = web.StreamResponse(status=upstream.status, headers=headers)
-        tally = ResponseTally()
-        streamed = upstream.headers.get("content-type", "").startswith("text/event-stream")
-        try:
-            await response.prepare(request)
-            await response.write(first)
-        except ConnectionError:
+
+        def first_written() -> None:
+            ttft = self.clock() - arrival
+            self.metrics.ttft.labels(route).observe(ttft)
+            self.recent_ttft.append(ttft)
+
+        relayed = await relay_body(
+            request,
+            response,
+            upstream,
+            first=first,
+            on_first_write=first_written,
+            broken_message=lambda exc: (
+                f"upstream {backend.backend_id} failed mid-stream: {type(exc).__name__}"
+            ),
+        )
+        if relayed.end is RelayEnd.CLIENT_GONE:
             return self._client_gone(info, response)
-        ttft = self.clock() - arrival
-        self.metrics.ttft.labels(route).observe(ttft)
-        self.recent_ttft.append(ttft)
-        tally.add(first)
-        content = upstream.content
-        while True:
-            try:
-                chunk = await content.readany()
-            except UPSTREAM_ERRORS as exc:
-                return await self._broken_stream(info, backend, response, streamed, exc)
-            if not chunk:
-                break
-            tally.add(chunk)
-            try:
-                await response.write(chunk)
-            except ConnectionError:
-                return self._client_gone(info, response)
-        try:
-            await response.write_eof()
-        except ConnectionError:
-            return self._client_gone(info, response)
-        output = tally.output_tokens(streamed)
+        if relayed.end is RelayEnd.UPSTREAM_BROKE:
+            assert relayed.error is not None
+            self._broken_stream(info, backend, relayed.error)
+            return response
+        output = relayed.tally.output_tokens(relayed.streamed)
         ratio = self.watch.succeeded(info, backend, output, started, batch_at_start)
         # 4xx is the client's problem, not the backend's: counted healthy.
         self._settle(info, backend, ok=True, output_tokens=output, latency_ratio=ratio)
         return response
 
-    async def _broken_stream(
-        self,
-        info,
-        backend: Backend,
-        response: web.StreamResponse,
-        streamed: bool,
-        exc: BaseException,
-    ) -> web.StreamResponse:
+    def _broken_stream(self, info, backend: Backend, exc: BaseException) -> None:
+        """The body broke after the client saw its first bytes (relay_body ended it)."""
         self.metrics.stream_errors.labels(backend.backend_id).inc()
         self.decisions.failure(info.request_id, backend, "stream")
         # a connection that died mid-stream means the engine died; a timeout may not
         self._settle(info, backend, ok=False, fatal=not isinstance(exc, asyncio.TimeoutError))
         log.warning("stream from %s broke after first byte: %r", backend.backend_id, exc)
-        if streamed:
-            try:
-                message = f"upstream {backend.backend_id} failed mid-stream: {type(exc).__name__}"
-                await response.write(sse_error(502, message, code="upstream_stream_error"))
-                await response.write(SSE_DONE)
-                await response.write_eof()
-            except ConnectionError:
-                pass
-        else:
-            response.force_close()  # a truncated JSON body must not look complete
-        return response
 
     def _client_gone(self, info, response: web.StreamResponse) -> web.StreamResponse:
         self.metrics.client_disconnects.inc()
