@@ -1,4 +1,7 @@
-"""The sampled, structured decision log: one JSON object per pick or failed attempt."""
+"""The sampled, structured decision log: one JSON object per pick or failed attempt.
+
+It samples with its own RNG (turning it on must not change which backends are picked) and
+logs the scores the scheduler saw before booking the request (`Scheduler.route(explain=)`)."""
 
 from __future__ import annotations
 
@@ -6,38 +9,52 @@ import json
 import logging
 import random
 import time
+from collections.abc import Callable
 
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.request import RequestInfo
-from gpuroute.router.core.scheduler import Scheduler
+from gpuroute.router.core.scheduler import Decision
 
 decisions = logging.getLogger("gpuroute.decisions")
 
 
 class DecisionLog:
-    def __init__(self, sample: float, policy: str, scheduler: Scheduler, rng: random.Random):
-        self.sample, self.policy, self.scheduler, self.rng = sample, policy, scheduler, rng
+    def __init__(
+        self,
+        sample: float,
+        policy: str,
+        *,
+        rng: random.Random | None = None,
+        emit: Callable[[str], None] = decisions.info,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.sample, self.policy = sample, policy
+        self.rng = rng or random.Random()
+        self.emit, self.wall_clock = emit, wall_clock
 
-    def decision(self, info: RequestInfo, chosen: Backend, attempt: int, now: float) -> None:
-        if not self.sample or self.rng.random() >= self.sample:
+    def wants_next(self) -> bool:
+        """Should the next pick be explained? (Asked before routing, so scores are pre-booking.)"""
+        return bool(self.sample) and self.rng.random() < self.sample
+
+    def decision(self, info: RequestInfo, decision: Decision, attempt: int) -> None:
+        if decision.scores is None:
             return
-        scores = self.scheduler.explain(info, now, self.rng)
         event = {
             "event": "decision",
-            "ts": time.time(),
+            "ts": self.wall_clock(),
             "request_id": info.request_id,
             "model": info.model,
             "prompt_tokens": info.prompt_tokens,
             "policy": self.policy,
             "attempt": attempt,
-            "candidates": [{"backend": b, "score": s} for b, s in scores],
-            "chosen": chosen.backend_id,
-            "reason": "retry" if attempt else "policy",
+            "reason": decision.reason.value,
+            "candidates": [{"backend": b, "score": s} for b, s in decision.scores],
+            "chosen": decision.backend.backend_id,
         }
-        decisions.info(json.dumps(event))
+        self.emit(json.dumps(event))
 
     def failure(self, request_id: object, backend: Backend, kind: str) -> None:
         """Failed attempts are logged whenever the log is on (they are rare and telling)."""
         if self.sample:
-            event = {"event": "attempt_failed", "ts": time.time(), "request_id": request_id}
-            decisions.info(json.dumps(event | {"backend": backend.backend_id, "kind": kind}))
+            event = {"event": "attempt_failed", "ts": self.wall_clock(), "request_id": request_id}
+            self.emit(json.dumps(event | {"backend": backend.backend_id, "kind": kind}))

@@ -72,7 +72,7 @@ class Proxy:
         # hashing every prompt's blocks is wasted work unless the policy looks at them
         self.reads_prefix_blocks = config.policy == PrefixAffinity.name
         self.watch = BackendWatch(scheduler, priors, clock, config.retry.rescue_slowness)
-        self.decisions = DecisionLog(config.decision_log_sample, config.policy, scheduler, self.rng)
+        self.decisions = DecisionLog(config.decision_log_sample, config.policy)
         self.gate = AdmissionGate(config.admission, scheduler.backends, limits, metrics, clock)
         self.session: aiohttp.ClientSession | None = None
         self.quotas = Quotas.from_config(
@@ -231,7 +231,12 @@ class Proxy:
                 await asyncio.sleep(self.rng.uniform(0, delay))  # jittered backoff, not a sync
             started = time.perf_counter()
             decision = self.scheduler.route(
-                info, self.clock(), self.rng, exclude=tried, prefer=remembered
+                info,
+                self.clock(),
+                self.rng,
+                exclude=tried,
+                prefer=remembered,
+                explain=self.decisions.wants_next(),
             )
             self.metrics.decision.observe(time.perf_counter() - started)
             if decision is None:
@@ -242,7 +247,7 @@ class Proxy:
                 # awaited (one Redis write, bounded by timeout_s) so the next turn finds it
                 await self.sessions.put(info.session_id, backend.backend_id)
             expected = self.watch.started(info, backend)
-            self.decisions.decision(info, backend, attempt, self.clock())
+            self.decisions.decision(info, decision, attempt)
             if attempt:
                 self.active_retries += 1
             try:

@@ -5,8 +5,9 @@ finish() releases it at end-of-stream and feeds what was learned back (costs, he
 
 from __future__ import annotations
 
+import enum
 import random
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from gpuroute.router.core.backend import Backend, BackendSet
@@ -17,11 +18,26 @@ from gpuroute.router.core.policies import PickContext, Policy
 from gpuroute.router.core.request import RequestInfo
 
 
+class PickReason(enum.Enum):
+    """Why this backend: a half-open breaker's probe, a session's remembered backend, or
+    the policy's choice."""
+
+    PROBE = "probe"
+    SESSION = "session"
+    POLICY = "policy"
+
+
+Scores = tuple[tuple[str, float | None], ...]
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     backend: Backend
     cost_s: float  # booked in the ledger until finish()
     candidates: int
+    reason: PickReason = PickReason.POLICY
+    # each candidate's policy score before this request was booked (only when asked)
+    scores: Scores | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,10 +77,27 @@ class Scheduler:
         rng: random.Random,
         exclude: Collection[str] = (),
         prefer: str | None = None,
+        *,
+        explain: bool = False,
     ) -> Decision | None:
         """Choose a backend and book the request; None when no backend can take it.
         `prefer` (a session's remembered backend) is taken over the policy's pick while it
-        is a candidate; a wanted half-open probe still comes first."""
+        is a candidate; a wanted half-open probe still comes first. With `explain`, the
+        decision carries every candidate's score as it was before the booking."""
+        candidates = self.candidates(request, exclude)
+        if not candidates:
+            return None
+        ctx = self.context(request, now, rng)
+        # scored before the pick too: a policy may learn from its pick (prefix_affinity)
+        scores = self._scores(ctx, candidates) if explain else None
+        backend, reason = self._choose(ctx, candidates, prefer)
+        cost = ctx.cost_on(backend)
+        self.ledger.start(request.request_id, backend, cost)
+        return Decision(backend, cost, len(candidates), reason, scores)
+
+    def candidates(self, request: RequestInfo, exclude: Collection[str] = ()) -> list[Backend]:
+        """The backends that may take `request`: routable for its model, not excluded, and
+        a half-open one only while it wants its probe."""
         candidates = self.backends.routable(request.model)
         half_open = self.health.half_open
         if exclude or half_open:
@@ -75,30 +108,25 @@ class Scheduler:
                 if b.backend_id not in exclude
                 and (b.backend_id not in half_open or self.health.wants_probe(b))
             ]
-        if not candidates:
-            return None
-        ctx = self.context(request, now, rng)
+        return candidates
+
+    def _choose(
+        self, ctx: PickContext, candidates: Sequence[Backend], prefer: str | None
+    ) -> tuple[Backend, PickReason]:
         # A half-open breaker gets its probe whatever the policy thinks of a warming backend,
         # or it would never see traffic again while healthier backends have room.
-        backend = None
-        if half_open and not self.health.active_probes:  # skip the scan: 1,000s of backends
-            backend = next((b for b in candidates if self.health.wants_probe(b)), None)
-        if backend is None and prefer is not None:
-            backend = next((b for b in candidates if b.backend_id == prefer), None)
-        if backend is None:
-            backend = self.policy.pick(ctx, candidates)
-        cost = ctx.cost_on(backend)
-        self.ledger.start(request.request_id, backend, cost)
-        return Decision(backend, cost, len(candidates))
+        if self.health.half_open and not self.health.active_probes:  # 1,000s of backends
+            probe = next((b for b in candidates if self.health.wants_probe(b)), None)
+            if probe is not None:
+                return probe, PickReason.PROBE
+        if prefer is not None:
+            remembered = next((b for b in candidates if b.backend_id == prefer), None)
+            if remembered is not None:
+                return remembered, PickReason.SESSION
+        return self.policy.pick(ctx, candidates), PickReason.POLICY
 
-    def explain(
-        self, request: RequestInfo, now: float, rng: random.Random
-    ) -> list[tuple[str, float | None]]:
-        """Each routable backend's policy score, for the decision log (does not book)."""
-        ctx = self.context(request, now, rng)
-        return [
-            (b.backend_id, self.policy.score(ctx, b)) for b in self.backends.routable(request.model)
-        ]
+    def _scores(self, ctx: PickContext, candidates: Sequence[Backend]) -> Scores:
+        return tuple((b.backend_id, self.policy.score(ctx, b)) for b in candidates)
 
     def finish(
         self, request_id: object, model: str, outcome: Outcome, now: float

@@ -1,0 +1,113 @@
+"""The decision log explains a pick as the scheduler saw it (before booking), samples with its
+own RNG (so turning it on changes no pick), and says why a backend was chosen."""
+
+from __future__ import annotations
+
+import json
+import random
+
+from gpuroute.router.core import BackendSet, CostEstimator, RequestInfo, Scheduler
+from gpuroute.router.core.policies import build_policy
+from gpuroute.router.core.scheduler import Outcome, PickReason
+from gpuroute.router.decision_log import DecisionLog
+from support.helpers import PRIORS, backends
+
+
+def scheduler(policy: str = "least_outstanding_work", n: int = 4) -> Scheduler:
+    pool = backends(2, "H100") + backends(n - 2, "L4")
+    for i, b in enumerate(pool):
+        b.backend_id = f"b{i}"
+    return Scheduler(BackendSet(pool), build_policy(policy), CostEstimator(PRIORS))
+
+
+def replay(policy: str, sample: float, seed: int = 7) -> tuple[list[str], list[dict]]:
+    """Route 300 requests (finishing every third) with the log at `sample`."""
+    sched, rng, lines = scheduler(policy), random.Random(seed), []
+    log = DecisionLog(sample, policy, rng=random.Random(99), emit=lines.append)
+    picks = []
+    for i in range(300):
+        info = RequestInfo(i, "m", 50 + (i * 37) % 900, 20, prefix_blocks=(i % 5, i % 7))
+        decision = sched.route(info, i * 0.01, rng, explain=log.wants_next())
+        assert decision is not None
+        log.decision(info, decision, 0)
+        picks.append(decision.backend.backend_id)
+        if i % 3 == 0:
+            sched.finish(i, "m", Outcome(True, 20, info.prompt_tokens), i * 0.01)
+    return picks, [json.loads(line) for line in lines]
+
+
+def test_turning_the_log_on_changes_no_pick() -> None:
+    for policy in ("least_outstanding_work", "p2c", "random", "prefix_affinity"):
+        off, none = replay(policy, 0.0)
+        on, logged = replay(policy, 1.0)
+        assert off == on, policy
+        assert none == [] and len(logged) == 300
+
+
+def test_sampling_logs_about_the_sampled_share() -> None:
+    _, logged = replay("least_outstanding_work", 0.25)
+    assert 45 <= len(logged) <= 105  # 75 expected; binomial sd 7.5, so ±4 sd
+
+
+def test_scores_are_those_before_booking() -> None:
+    """On an idle fleet, least outstanding work scores each backend by this request's cost
+    alone; a log written after booking would show the chosen backend at twice its cost."""
+    sched, log, lines = scheduler(), None, []
+    log = DecisionLog(1.0, "least_outstanding_work", emit=lines.append)
+    info = RequestInfo("r1", "m", 1000, 100)
+    decision = sched.route(info, 0.0, random.Random(1), explain=log.wants_next())
+    log.decision(info, decision, 0)
+    event = json.loads(lines[0])
+    scores = {c["backend"]: c["score"] for c in event["candidates"]}
+    h100_cost = PRIORS["H100"].seconds(1000, 100)
+    assert scores == {
+        "b0": h100_cost,
+        "b1": h100_cost,
+        "b2": PRIORS["L4"].seconds(1000, 100),
+        "b3": PRIORS["L4"].seconds(1000, 100),
+    }
+    assert event["chosen"] in ("b0", "b1") and decision.cost_s == h100_cost
+    assert sched.backends.get(event["chosen"]).outstanding == h100_cost  # booked once
+
+
+def test_reason_says_probe_session_or_policy() -> None:
+    sched, rng = scheduler(), random.Random(3)
+    first = sched.route(RequestInfo("a", "m", 10, 10), 0.0, rng, explain=True)
+    assert first.reason is PickReason.POLICY
+    remembered = sched.route(RequestInfo("b", "m", 10, 10), 0.0, rng, prefer="b3", explain=True)
+    assert (remembered.backend.backend_id, remembered.reason) == ("b3", PickReason.SESSION)
+    bad = sched.backends.get("b1")
+    for t in range(5):
+        sched.health.record(bad, False, float(t))
+    sched.tick(30.0)  # cooldown over: half-open, wanting one probe
+    probe = sched.route(RequestInfo("c", "m", 10, 10), 30.1, rng, prefer="b3", explain=True)
+    assert (probe.backend.backend_id, probe.reason) == ("b1", PickReason.PROBE)
+
+
+def test_event_fields_and_failures() -> None:
+    lines: list[str] = []
+    log = DecisionLog(1.0, "p2c", emit=lines.append, wall_clock=lambda: 12.5)
+    sched = scheduler("p2c")
+    info = RequestInfo("r9", "m", 64, 8)
+    decision = sched.route(info, 0.0, random.Random(1), explain=True)
+    log.decision(info, decision, 1)
+    log.failure("r9", decision.backend, "refused")
+    event, failure = (json.loads(line) for line in lines)
+    assert event["request_id"] == "r9" and event["attempt"] == 1 and event["ts"] == 12.5
+    assert event["reason"] == "policy" and event["policy"] == "p2c"
+    assert len(event["candidates"]) == 4
+    assert failure == {
+        "event": "attempt_failed", "ts": 12.5, "request_id": "r9",
+        "backend": decision.backend.backend_id, "kind": "refused",
+    }  # fmt: skip
+
+
+def test_an_unexplained_decision_is_not_logged_and_a_silent_log_logs_no_failure() -> None:
+    lines: list[str] = []
+    log = DecisionLog(0.0, "p2c", emit=lines.append)
+    sched = scheduler("p2c")
+    decision = sched.route(RequestInfo("r", "m", 64, 8), 0.0, random.Random(1))
+    assert decision.scores is None
+    log.decision(RequestInfo("r", "m", 64, 8), decision, 0)
+    log.failure("r", decision.backend, "5xx")
+    assert lines == []
