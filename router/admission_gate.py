@@ -10,25 +10,27 @@ import asyncio
 from collections.abc import Callable
 
 from gpuroute.router.config import AdmissionConfig
-from gpuroute.router.core.admission import AdmissionQueue, AdmissionSettings, Shed, Verdict
+from gpuroute.router.core.admission import (
+    AdmissionQueue,
+    AdmissionSettings,
+    AdmissionSlots,
+    Shed,
+    Verdict,
+)
 from gpuroute.router.core.backend import ROUTABLE_STATES, BackendSet
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.metrics import RouterMetrics
+from gpuroute.router.rejection import Rejection
 
 
-class Refused(Exception):
-    def __init__(self, status: int, reason: str, message: str, retry_after_s: int) -> None:
-        super().__init__(message)
-        self.status, self.reason, self.message = status, reason, message
-        self.headers = {"Retry-After": str(retry_after_s)}
-
-
-def refusal(shed: Shed) -> Refused:
+def refusal(shed: Shed) -> Rejection:
+    headers = {"Retry-After": str(shed.retry_after_s)}
     if shed.reason == "deadline":
-        return Refused(504, "deadline_exceeded", "deadline passed while queued", shed.retry_after_s)
-    return Refused(
-        429, shed.reason, "router queue is full; retry after the hinted delay", shed.retry_after_s
-    )
+        return Rejection(
+            504, "deadline passed while queued", code="deadline_exceeded", headers=headers
+        )
+    message = "router queue is full; retry after the hinted delay"
+    return Rejection(429, message, code=shed.reason, headers=headers)
 
 
 class AdmissionGate:
@@ -48,28 +50,24 @@ class AdmissionGate:
             )
         )
         self.priorities = tuple(config.priorities)
-        self.reserved_top_fraction = config.reserved_top_fraction
+        self.slots = AdmissionSlots(config.reserved_top_fraction)
         self.backends = backends
         self.max_inflight = max_inflight
         self.metrics = metrics
         self.clock = clock
         self._waiters: dict[object, asyncio.Future[Shed | None]] = {}
-        self._admitted = 0  # admitted and not yet finished
 
     def has_capacity(self, priority: str | None = None) -> bool:
-        """Room for one more request of `priority`; all but the most important class leave
-        `reserved_top_fraction` of the slots to it."""
+        """Room for one more request of `priority` (None: of the most important class)."""
         slots = sum(
             self.max_inflight.get(b.backend_id, 0)
             for b in self.backends
             if b.state in ROUTABLE_STATES
         )
-        if priority is not None and priority != self.priorities[0]:
-            slots = int(slots * (1.0 - self.reserved_top_fraction))
-        return self._admitted < slots
+        return self.slots.has_room(slots, priority is None or priority == self.priorities[0])
 
     async def admit(self, info: RequestInfo, deadline_s: float | None) -> None:
-        """Return when the request may go; raise Refused when it is shed."""
+        """Return when the request may go; raise Rejection when it is shed."""
         now = self.clock()
         deadline = now + deadline_s if deadline_s is not None else None
         key = info.request_id
@@ -91,7 +89,7 @@ class AdmissionGate:
         if mine is not None:
             raise refusal(mine)
         if offer.verdict is Verdict.ADMIT:
-            self._admitted += 1
+            self.slots.take()
             return
         future: asyncio.Future[Shed | None] = asyncio.get_running_loop().create_future()
         self._waiters[key] = future
@@ -110,7 +108,7 @@ class AdmissionGate:
 
     def pump(self) -> None:
         """A request finished: free its slot and let the next waiters in."""
-        self._admitted -= 1
+        self.slots.give_back()
         self.dispatch()
 
     def dispatch(self) -> None:
@@ -125,7 +123,7 @@ class AdmissionGate:
                 self._resolve(shed.item, shed)
             if item is None:
                 break
-            self._admitted += 1
+            self.slots.take()
             self._resolve(item, None)
         self.metrics.queue_depth.set(len(self.queue))
 

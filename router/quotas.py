@@ -97,7 +97,7 @@ class Quotas:
         keys: dict[str, KeyPolicy],
         *,
         required: bool,
-        redis_url: str | None,
+        redis: aioredis.Redis | None,
         prefix: str = "gpuroute",
         timeout_s: float = 0.05,
         local_fraction: float = 1.0,
@@ -111,11 +111,7 @@ class Quotas:
         self.prefix, self.timeout_s = prefix, timeout_s
         self.local_fraction, self.retry_s = local_fraction, retry_s
         self.clock, self.on_mode = clock, on_mode
-        self.redis = (
-            aioredis.from_url(redis_url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
-            if redis_url
-            else None
-        )
+        self.redis = redis  # owned (and closed) by whoever built it
         self._script = self.redis.register_script(TOKEN_BUCKET_LUA) if self.redis else None
         self._local: dict[str, TokenBucket] = {}
         self._down_until = 0.0
@@ -126,6 +122,7 @@ class Quotas:
         cls,
         auth: AuthConfig,
         redis: RedisConfig,
+        client: aioredis.Redis | None,
         clock,
         on_mode: Callable[[bool], None],
         region: RegionConfig | None = None,
@@ -140,14 +137,11 @@ class Quotas:
             for k in auth.keys
         }  # fmt: skip
         return cls(
-            keys, required=auth.required, redis_url=redis.url, prefix=redis.prefix,
+            keys, required=auth.required, redis=client, prefix=redis.prefix,
             timeout_s=redis.timeout_s, local_fraction=redis.local_fraction,
             retry_s=redis.retry_s, clock=clock, on_mode=on_mode, place=place,
         )  # fmt: skip
 
-    async def close(self) -> None:
-        if self.redis is not None:
-            await self.redis.aclose()
 
     def identify(self, authorization: str | None) -> KeyPolicy | None:
         """The key's policy; AuthError (401) for a missing, malformed or unknown key when

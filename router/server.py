@@ -11,9 +11,11 @@ import logging
 import random
 import socket
 import sys
+import time
 
 import aiohttp
 from aiohttp import web
+from gpuroute.router.admission_gate import AdmissionGate
 from gpuroute.router.config import RouterConfig, load_router_config
 from gpuroute.router.core.backend import ROUTABLE_STATES, Backend, BackendSet
 from gpuroute.router.core.breaker import BreakerSettings
@@ -21,17 +23,25 @@ from gpuroute.router.core.cost import CostEstimator
 from gpuroute.router.core.health import BackendHealth
 from gpuroute.router.core.membership import Member
 from gpuroute.router.core.outlier import OutlierSettings
-from gpuroute.router.core.policies import build_policy
-from gpuroute.router.core.policies.least_outstanding_work import LeastOutstandingWork
+from gpuroute.router.core.policies import PolicyOptions, build_policy
 from gpuroute.router.core.region_summary import RegionSummary, summarise
+from gpuroute.router.core.retry import RetrySettings
 from gpuroute.router.core.scheduler import Scheduler
+from gpuroute.router.decision_log import DecisionLog
+from gpuroute.router.forward import Forwarder
+from gpuroute.router.front import Front
 from gpuroute.router.membership import Membership
 from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.priors import engine_priors
 from gpuroute.router.proxy import Proxy
+from gpuroute.router.quotas import Quotas
+from gpuroute.router.redis_client import open_redis
 from gpuroute.router.region_report import RegionReportService, start_region_server
 from gpuroute.router.registration import RouterRegistration, router_service
+from gpuroute.router.sessions import SessionStore
 from gpuroute.router.shared_load import SharedLoad
+from gpuroute.router.tenant_gate import TenantGate
+from gpuroute.router.watch import BackendWatch
 
 from gpuroute import runtime
 from gpuroute.config import ConfigError
@@ -58,52 +68,111 @@ def build_scheduler(config: RouterConfig, priors) -> Scheduler:
         active_probes=True,
     )
     estimator = CostEstimator({gpu: p.cost for gpu, p in priors.items()})
-    policy = build_policy(config.policy)
-    if config.redis.url and config.redis.share_load and isinstance(policy, LeastOutstandingWork):
-        policy = LeastOutstandingWork(pick_among=config.redis.pick_among)
-    return Scheduler(backends, policy, estimator, health)
+    sharing = bool(config.redis.url and config.redis.share_load)
+    options = PolicyOptions(pick_among=config.redis.pick_among if sharing else 1)
+    return Scheduler(backends, build_policy(config.policy, options), estimator, health)
 
 
 class RouterApp:
-    """Routes, proxy and admin endpoints of one router."""
+    """Routes, proxy and admin endpoints of one router: the one place its parts are built
+    and wired together."""
 
     def __init__(self, config: RouterConfig, *, rng: random.Random | None = None) -> None:
         self.config = config
+        self.clock = time.monotonic
+        rng = rng or random.Random()
         self.priors = engine_priors(config.model_shape)
         self.scheduler = build_scheduler(config, self.priors)
         self.metrics = RouterMetrics()
         self.metrics.watch_backends(self.scheduler.backends, self.scheduler.health)
-        self.proxy = Proxy(config, self.scheduler, self.metrics, self.priors, rng=rng)
-        self.membership: Membership | None = None
-        if config.membership.consul:
-            self.membership = Membership(
-                config.membership,
-                self.scheduler,
-                self.metrics,
-                known_gpus=self.priors,
-                capacity_of=lambda member: self.priors[member.gpu].capacity,
-                on_join=self._joined,
-                on_remove=self._removed,
-                clock=self.proxy.clock,
-                router_id=f"{socket.gethostname()}:{config.listen.port}",
-            )
-            self.proxy.watch.lost = self.membership.lost
+        self.redis = open_redis(config.redis)  # one client for quotas, sessions, shared load
+        self.gate = AdmissionGate(
+            config.admission,
+            self.scheduler.backends,
+            {b.backend_id: b.max_inflight for b in config.backends},
+            self.metrics,
+            self.clock,
+        )
+        self.watch = BackendWatch(
+            self.scheduler, self.priors, self.clock, config.retry.rescue_slowness
+        )
+        self.forwarder = self._forwarder(rng)
+        self.forwarder.urls.update({b.backend_id: b.url for b in config.backends})
+        front = Front(
+            config,
+            self.scheduler.backends,
+            TenantGate(self._quotas(), self.metrics),
+            self.gate,
+            with_prefix_blocks="prefix_blocks" in self.scheduler.policy.needs,
+        )
+        self.proxy = Proxy(
+            front, self.forwarder, self.gate, self.metrics, config.limits, clock=self.clock
+        )
+        self.membership = self._membership() if config.membership.consul else None
         self.draining = False
         self._ticker: asyncio.Task | None = None
         self._probes: dict[str, asyncio.Task] = {}
         self._region_server = None
-        self.shared_load: SharedLoad | None = None
-        if config.redis.url and config.redis.share_load:
-            self.shared_load = SharedLoad(
-                config.redis.url,
-                lambda: self.scheduler.backends,
-                prefix=config.redis.prefix,
-                interval_s=config.redis.publish_interval_s,
-                timeout_s=config.redis.timeout_s,
-                on_health=lambda ok: self.metrics.shared_load_healthy.set(float(ok)),
-            )
+        self.shared_load = self._shared_load()
         self.registration: RouterRegistration | None = None
         self.region_port: int | None = None
+
+    def _quotas(self) -> Quotas:
+        config = self.config
+        self.quotas = Quotas.from_config(
+            config.auth,
+            config.redis,
+            self.redis,
+            self.clock,
+            lambda shared: self.metrics.quota_shared.set(shared),
+            config.region,
+        )
+        self.metrics.quota_shared.set(float(self.quotas.shared))
+        return self.quotas
+
+    def _forwarder(self, rng: random.Random) -> Forwarder:
+        config = self.config
+        return Forwarder(
+            self.scheduler,
+            self.metrics,
+            self.watch,
+            DecisionLog(config.decision_log_sample, config.policy),
+            RetrySettings(**config.retry.model_dump(exclude={"rescue_slowness"})),
+            sessions=SessionStore.from_config(config.redis, self.redis, self.clock),
+            has_room=lambda backend_id: (
+                self.scheduler.backends.get(backend_id).in_flight
+                < self.gate.max_inflight.get(backend_id, 0)
+            ),
+            clock=self.clock,
+            rng=rng,
+        )
+
+    def _membership(self) -> Membership:
+        membership = Membership(
+            self.config.membership,
+            self.scheduler,
+            self.metrics,
+            known_gpus=self.priors,
+            capacity_of=lambda member: self.priors[member.gpu].capacity,
+            on_join=self._joined,
+            on_remove=self._removed,
+            clock=self.clock,
+            router_id=f"{socket.gethostname()}:{self.config.listen.port}",
+        )
+        self.watch.lost = membership.lost
+        return membership
+
+    def _shared_load(self) -> SharedLoad | None:
+        redis = self.config.redis
+        if self.redis is None or not redis.share_load:
+            return None
+        return SharedLoad(
+            self.redis,
+            lambda: self.scheduler.backends,
+            prefix=redis.prefix,
+            interval_s=redis.publish_interval_s,
+            on_health=lambda ok: self.metrics.shared_load_healthy.set(float(ok)),
+        )
 
     def app(self) -> web.Application:
         """The public application; with `admin_listen` set it carries the API only."""
@@ -130,12 +199,12 @@ class RouterApp:
         return error_response(404, f"no route {request.method} {request.path}", code="not_found")
 
     def _joined(self, backend: Backend, member: Member) -> None:
-        self.proxy.urls[backend.backend_id] = member.url
-        self.proxy.gate.max_inflight[backend.backend_id] = self.config.membership.max_inflight
+        self.forwarder.urls[backend.backend_id] = member.url
+        self.gate.max_inflight[backend.backend_id] = self.config.membership.max_inflight
 
     def _removed(self, backend_id: str) -> None:
-        self.proxy.urls.pop(backend_id, None)
-        self.proxy.gate.max_inflight.pop(backend_id, None)
+        self.forwarder.urls.pop(backend_id, None)
+        self.gate.max_inflight.pop(backend_id, None)
 
     @property
     def idle(self) -> asyncio.Event:
@@ -156,9 +225,9 @@ class RouterApp:
             service = RegionReportService(
                 self.config.region.name,
                 self.region_summary,
-                lambda: len(self.proxy.gate.queue),
+                lambda: len(self.gate.queue),
                 self.config.region.report_period_s,
-                lambda: (self.proxy.recent_ttft, self.proxy.recent_e2e),
+                lambda: (self.forwarder.recent_ttft, self.forwarder.recent_e2e),
             )
             self._region_server, self.region_port = await start_region_server(
                 service, listen.host, listen.port
@@ -195,22 +264,24 @@ class RouterApp:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
         await self.proxy.close()
+        if self.redis is not None:
+            await self.redis.aclose()
 
     async def _tick_loop(self) -> None:
         """Breaker cooldowns, ejection intervals, warm-up ends and queue deadlines."""
         while True:
             await asyncio.sleep(self.config.tick_s)  # a period, not a synchronisation
-            now = self.proxy.clock()
-            self.proxy.record_health(self.scheduler.tick(now))
+            now = self.clock()
+            self.forwarder.record_health(self.scheduler.tick(now))
             self._start_probes()
-            self.proxy.watch.refresh()
-            if moved := self.proxy.watch.rescue():
+            self.watch.refresh()
+            if moved := self.watch.rescue():
                 log.warning("moved %d requests off ejected or slow backends", moved)
             self.scheduler.backends.finish_warmups(now)
             if self.membership is not None:
                 self.membership.tick()
-            self.proxy.gate.expire()
-            self.proxy.gate.dispatch()
+            self.gate.expire()
+            self.gate.dispatch()
 
     def _start_probes(self) -> None:
         """Half-open breakers are decided by health checks, never by clients' requests."""
@@ -225,14 +296,14 @@ class RouterApp:
         assert session is not None
         timeout = aiohttp.ClientTimeout(total=self.config.limits.connect_timeout_s + 2)
         try:
-            url = self.proxy.urls[backend_id] + self.config.health_check_path
+            url = self.forwarder.urls[backend_id] + self.config.health_check_path
             async with session.get(url, timeout=timeout) as response:
                 ok = response.status == 200
         except (aiohttp.ClientError, TimeoutError, OSError):
             ok = False
         if backend_id in self.scheduler.health.half_open:
-            events = self.scheduler.health.record(backend, ok, self.proxy.clock())
-            self.proxy.record_health(events)
+            events = self.scheduler.health.record(backend, ok, self.clock())
+            self.forwarder.record_health(events)
 
     # -- admin -----------------------------------------------------------------------------
     async def models(self, _request: web.Request) -> web.Response:
@@ -281,7 +352,7 @@ class RouterApp:
                 "members": len(m.members),
                 "since_sync_s": None
                 if m.last_sync is None
-                else round(self.proxy.clock() - m.last_sync, 3),
+                else round(self.clock() - m.last_sync, 3),
             }
         return web.json_response(body)
 

@@ -19,29 +19,28 @@ log = logging.getLogger("gpuroute.router.sessions")
 class SessionStore:
     def __init__(
         self,
-        url: str,
+        redis: aioredis.Redis,
         *,
         prefix: str = "gpuroute",
         ttl_s: float = 1800.0,
-        timeout_s: float = 0.05,
         retry_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.redis = aioredis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
-        )
+        self.redis = redis  # owned (and closed) by whoever built it
         self.prefix, self.ttl_ms = prefix, int(ttl_s * 1000)
         self.retry_s, self.clock = retry_s, clock
         self._down_until = 0.0
 
     @classmethod
-    def from_config(cls, redis: RedisConfig, clock: Callable[[], float]) -> SessionStore | None:
+    def from_config(
+        cls, redis: RedisConfig, client: aioredis.Redis | None, clock: Callable[[], float]
+    ) -> SessionStore | None:
         """The store, or None when Redis or session memory is off."""
-        if not redis.url or redis.session_ttl_s <= 0:
+        if client is None or redis.session_ttl_s <= 0:
             return None
         return cls(
-            redis.url, prefix=redis.prefix, ttl_s=redis.session_ttl_s,
-            timeout_s=redis.timeout_s, retry_s=redis.retry_s, clock=clock,
+            client, prefix=redis.prefix, ttl_s=redis.session_ttl_s,
+            retry_s=redis.retry_s, clock=clock,
         )  # fmt: skip
 
     def _key(self, session: str) -> str:
@@ -71,5 +70,3 @@ class SessionStore:
         self._down_until = self.clock() + self.retry_s
         log.warning("session store: Redis unavailable (%s); no session preference", exc)
 
-    async def close(self) -> None:
-        await self.redis.aclose()

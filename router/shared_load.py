@@ -48,18 +48,15 @@ def merge_peer_loads(
 class SharedLoad:
     def __init__(
         self,
-        url: str,
+        redis: aioredis.Redis,
         backends: Callable[[], Iterable[Backend]],
         *,
         prefix: str = "gpuroute",
         interval_s: float = 0.1,
-        timeout_s: float = 0.05,
         replica_id: str | None = None,
         on_health: Callable[[bool], None] = lambda ok: None,
     ) -> None:
-        self.redis = aioredis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
-        )
+        self.redis = redis  # owned (and closed) by whoever built it
         self.backends = backends
         self.prefix, self.interval_s = prefix, interval_s
         self.ttl_ms = max(int(interval_s * 5 * 1000), 200)
@@ -74,7 +71,6 @@ class SharedLoad:
 
     async def close(self) -> None:
         await self._loop_task.stop()
-        await self.redis.aclose()
 
     async def _loop(self) -> None:
         while True:

@@ -7,14 +7,7 @@ from aiohttp import web
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.quotas import AuthError, KeyPolicy, Quotas
-
-from gpuroute.openai_api import error_response
-
-
-class Refusal(Exception):
-    def __init__(self, response: web.Response) -> None:
-        super().__init__(response.status)
-        self.response = response
+from gpuroute.router.rejection import Rejection
 
 
 class TenantGate:
@@ -22,28 +15,26 @@ class TenantGate:
         self.quotas, self.metrics = quotas, metrics
 
     def identify(self, request: web.Request) -> KeyPolicy | None:
-        """The caller's key policy (None: no keys in use); Refusal with 401 or 403."""
+        """The caller's key policy (None: no keys in use); Rejection with 401 or 403."""
         try:
             return self.quotas.identify(request.headers.get("Authorization"))
         except AuthError as exc:
             if exc.status == 403:
                 self.metrics.residency_refusals.labels(exc.tenant).inc()
-            raise Refusal(error_response(exc.status, exc.message, code=exc.code)) from None
+            raise Rejection(exc.status, exc.message, code=exc.code) from None
 
     async def charge(self, key: KeyPolicy, info: RequestInfo, explicit_priority: bool) -> None:
         """Tag the request with the key's tenant (and class, unless the request named one),
-        then take it from the tenant's quotas; Refusal with 429 beyond them."""
+        then take it from the tenant's quotas; Rejection with 429 beyond them."""
         info.tenant = key.tenant
         if key.priority is not None and not explicit_priority:
             info.priority = key.priority
         verdict = await self.quotas.charge(key, info.prompt_tokens + (info.max_tokens or 0))
         if not verdict.allowed:
             self.metrics.quota_refusals.labels(key.tenant, verdict.limit).inc()
-            raise Refusal(
-                error_response(
-                    429,
-                    f"rate limit reached for {key.tenant}: {verdict.limit} per minute",
-                    code="rate_limit_exceeded",
-                    headers=verdict.headers,
-                )
+            raise Rejection(
+                429,
+                f"rate limit reached for {key.tenant}: {verdict.limit} per minute",
+                code="rate_limit_exceeded",
+                headers=verdict.headers,
             )

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from gpuroute.router.core.backend import Backend, BackendState
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.core.scheduler import Scheduler
-from gpuroute.router.core.slowness import SlownessTracker
+from gpuroute.router.core.slowness import SlownessTracker, should_rescue
 from gpuroute.router.priors import GpuPriors
 
 
@@ -98,10 +98,8 @@ class BackendWatch:
             backend.slowness = slowness.get(backend.backend_id, 1.0)
 
     def rescue(self) -> int:
-        """Cancel attempts stuck on a backend since ejected or `rescue_slowness` times slow,
-        once past twice their expected duration (the rest may be about to finish), and at
-        once on a lost host (nothing will come back from it). Nothing reached their clients,
-        so the proxy retries them elsewhere. Returns how many."""
+        """Cancel the waiting attempts the core's `should_rescue` moves. Nothing reached their
+        clients, so the attempts loop retries them elsewhere. Returns how many."""
         if not self.rescue_slowness:
             return 0
         now, moved = self.clock(), 0
@@ -110,13 +108,18 @@ class BackendWatch:
             if not waiting:
                 continue
             lost = self.lost(backend.backend_id)
-            bad = backend.state is BackendState.EJECTED or backend.slowness >= self.rescue_slowness
-            if not (bad or lost):
-                continue
             for request_id, (task, started, expected) in list(waiting.items()):
-                if (lost or now - started > 2 * expected) and request_id not in self._rescued:
-                    self._rescued.add(request_id)
-                    task.cancel()
-                    moved += 1
+                if request_id in self._rescued or not should_rescue(
+                    lost=lost,
+                    ejected=backend.state is BackendState.EJECTED,
+                    slowness=backend.slowness,
+                    rescue_slowness=self.rescue_slowness,
+                    waited_s=now - started,
+                    expected_s=expected,
+                ):
+                    continue
+                self._rescued.add(request_id)
+                task.cancel()
+                moved += 1
         self.rescues += moved
         return moved

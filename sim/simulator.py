@@ -14,9 +14,7 @@ import time
 from collections.abc import Callable
 
 from gpuroute.router.core import Backend, BackendSet, CostEstimator, RequestInfo, Scheduler
-from gpuroute.router.core.policies import build_policy
-from gpuroute.router.core.policies.least_outstanding_work import LeastOutstandingWork
-from gpuroute.router.core.policies.prefix_affinity import PrefixAffinity
+from gpuroute.router.core.policies import PolicyOptions, build_policy
 from gpuroute.router.core.scheduler import Outcome
 from gpuroute.sim.engine_model import EngineModel, EngineRequest
 from gpuroute.sim.fleet import (
@@ -70,11 +68,7 @@ def prepare_workload(loaded: LoadedScenario) -> tuple[Workload, dict[str, GpuTyp
 
 def build_policy_for(name: str, loaded: LoadedScenario):
     router = loaded.scenario.router
-    if name == LeastOutstandingWork.name:
-        return LeastOutstandingWork(full_scan_max=router.full_scan_max, choices=router.choices)
-    if name == PrefixAffinity.name:
-        return PrefixAffinity(full_scan_max=router.full_scan_max, choices=router.choices)
-    return build_policy(name)
+    return build_policy(name, PolicyOptions(router.full_scan_max, router.choices))
 
 
 class FleetSimulator:

@@ -176,3 +176,26 @@ class AdmissionQueue:
             gap = max(now - self._last_dispatch, 1e-6)
             self._drain_rate += 0.1 * (1.0 / gap - self._drain_rate)
         self._last_dispatch = now
+
+
+class AdmissionSlots:
+    """In-flight slots over the routable backends, counted as requests are admitted and
+    finish. Every class but the most important leaves `reserved_top_fraction` to it."""
+
+    __slots__ = ("admitted", "reserved_top_fraction")
+
+    def __init__(self, reserved_top_fraction: float = 0.0) -> None:
+        if not 0 <= reserved_top_fraction < 1:
+            raise ValueError("reserved_top_fraction must be in [0, 1)")
+        self.reserved_top_fraction = reserved_top_fraction
+        self.admitted = 0  # admitted and not yet finished
+
+    def has_room(self, total_slots: int, top_class: bool) -> bool:
+        usable = total_slots if top_class else int(total_slots * (1.0 - self.reserved_top_fraction))
+        return self.admitted < usable
+
+    def take(self) -> None:
+        self.admitted += 1
+
+    def give_back(self) -> None:
+        self.admitted -= 1

@@ -99,3 +99,24 @@ def _typical(ratios: dict[str, float], backend_id: str, exact_up_to: int = 64) -
     else:
         typical = statistics.median(r for b, r in ratios.items() if b != backend_id)
     return max(typical, 1e-9)
+
+
+def should_rescue(
+    *,
+    lost: bool,
+    ejected: bool,
+    slowness: float,
+    rescue_slowness: float,
+    waited_s: float,
+    expected_s: float,
+) -> bool:
+    """Move an attempt still waiting for its first byte elsewhere? At once from a lost host
+    (nothing will come back); from one ejected or `rescue_slowness` times slow once past
+    twice its expected duration (the rest may be about to finish); never when
+    `rescue_slowness` is 0."""
+    if not rescue_slowness:
+        return False
+    if lost:
+        return True
+    bad = ejected or slowness >= rescue_slowness
+    return bad and waited_s > 2 * expected_s

@@ -7,14 +7,22 @@ import time
 
 import pytest
 from gpuroute.router.quotas import AuthError, KeyPolicy, Quotas, bearer, key_digest
+from support.redis_server import client
 
 pytestmark = pytest.mark.asyncio
 KEY = "sk-test-123"
 
 
 def replicas(url: str | None, n: int, rpm: float, **kw) -> list[Quotas]:
+    """`n` replicas' quotas, each with its own Redis client (as each router has)."""
     keys = {key_digest(KEY): KeyPolicy("acme", requests_per_minute=rpm)}
-    return [Quotas(keys, required=True, redis_url=url, **kw) for _ in range(n)]
+    timeout_s = kw.get("timeout_s", 0.05)
+    return [Quotas(keys, required=True, redis=client(url, timeout_s), **kw) for _ in range(n)]
+
+
+async def closed(quotas: Quotas) -> None:
+    if quotas.redis is not None:
+        await quotas.redis.aclose()
 
 
 async def test_four_replicas_share_one_quota_within_5_percent(redis) -> None:
@@ -32,7 +40,7 @@ async def test_four_replicas_share_one_quota_within_5_percent(redis) -> None:
         elapsed = time.monotonic() - started
     finally:
         for q in quotas:
-            await q.close()
+            await closed(q)
     expected = rpm / 60 * elapsed
     print(f"\n4 replicas: {granted} granted in {elapsed:.2f} s, quota allows {expected:.0f}")
     assert abs(granted - expected) <= 0.05 * expected
@@ -45,7 +53,7 @@ async def test_refusal_carries_retry_after_and_rate_limit_headers(redis) -> None
         assert (await q.charge(policy, 0)).allowed and (await q.charge(policy, 0)).allowed
         refused = await q.charge(policy, 0)
     finally:
-        await q.close()
+        await closed(q)
     assert not refused.allowed and refused.limit == "requests"
     assert 25 <= refused.retry_after_s <= 30  # 2/min: the next token in ~30 s
     assert refused.headers["Retry-After"] == str(int(refused.retry_after_s + 0.999))
@@ -73,7 +81,7 @@ async def test_redis_gone_falls_back_to_local_buckets_and_comes_back(redis) -> N
             assert time.monotonic() < deadline, "never went back to Redis"
             await asyncio.sleep(0.05)
     finally:
-        await q.close()
+        await closed(q)
     assert modes[:2] == [False, True]
 
 
@@ -91,7 +99,7 @@ async def test_keys_are_checked() -> None:
         with pytest.raises(AuthError, match=message):
             q.identify(header)
     assert bearer(" Bearer  sk-1 ") == "sk-1"
-    await q.close()
+    await closed(q)
 
 
 async def test_router_answers_401_and_429_in_openai_format_and_survives_redis_loss(

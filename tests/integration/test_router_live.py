@@ -269,6 +269,6 @@ async def test_requests_stuck_on_a_backend_that_went_silent_are_moved(tmp_path) 
                         asyncio.gather(*(one() for _ in range(20))), 60
                     )
                 assert statuses == [200] * 20
-                assert len(silent_hits) >= 3 and router.proxy.watch.rescues == len(silent_hits)
+                assert len(silent_hits) >= 3 and router.watch.rescues == len(silent_hits)
                 stuck_id = stuck.split("//")[1]
                 assert router.scheduler.backends.get(stuck_id).slowness >= 10

@@ -12,6 +12,7 @@ from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.policies.least_outstanding_work import LeastOutstandingWork
 from gpuroute.router.shared_load import SharedLoad, merge_peer_loads
 from support.helpers import backends, context
+from support.redis_server import client
 
 
 def test_merge_ignores_expired_unknown_and_garbled_entries() -> None:
@@ -42,8 +43,9 @@ async def test_each_replica_sees_the_others_work_and_drops_it_when_redis_goes(re
     theirs = [Backend("b1", "H100", ["m"]), Backend("b2", "H100", ["m"])]
     mine[0].outstanding, theirs[1].outstanding = 5.0, 2.5
     health: list[bool] = []
-    a = SharedLoad(redis.url, lambda: mine, interval_s=0.05, on_health=health.append)
-    b = SharedLoad(redis.url, lambda: theirs, interval_s=0.05)
+    clients = [client(redis.url), client(redis.url)]  # one per replica, as routers have
+    a = SharedLoad(clients[0], lambda: mine, interval_s=0.05, on_health=health.append)
+    b = SharedLoad(clients[1], lambda: theirs, interval_s=0.05)
     try:
         await a.sync()
         await b.sync()
@@ -65,3 +67,5 @@ async def test_each_replica_sees_the_others_work_and_drops_it_when_redis_goes(re
     finally:
         await a.close()
         await b.close()
+        for c in clients:
+            await c.aclose()

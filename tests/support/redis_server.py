@@ -48,3 +48,12 @@ class RedisServer:
             self.proc.kill()
             self.proc.wait(10)
         self.proc = None
+
+
+def client(url: str | None, timeout_s: float = 0.05):
+    """A redis-py asyncio client as a router builds one (short timeouts), or None."""
+    import redis.asyncio as aioredis
+
+    if url is None:
+        return None
+    return aioredis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)

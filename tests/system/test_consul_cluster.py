@@ -111,7 +111,7 @@ async def test_host_crash_and_partition_leave_rotation_without_failed_requests(l
             rows = await backends_state(s, url)
     print("\n" + "\n".join(f"{k}: {v:.2f} s" for k, v in times.items()))
     print(f"requests {len(clients.results)}, failed {len(clients.failed)}, "
-          f"rescued {router.proxy.watch.rescues}")  # fmt: skip
+          f"rescued {router.watch.rescues}")  # fmt: skip
     assert clients.failed == []
     assert rows["h3"]["state"] in ("ready", "warming")
     assert {rows["h1"]["state"], rows["h2"]["state"]} <= {"draining", "ejected"}

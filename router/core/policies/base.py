@@ -75,6 +75,9 @@ class Policy(Protocol):
     """Chooses one backend among non-empty `candidates`."""
 
     name: ClassVar[str]
+    # request data the policy reads beyond size and model ("prefix_blocks", "session_id"),
+    # so a shell computes it only for policies that use it
+    needs: ClassVar[frozenset[str]]
 
     def pick(self, ctx: PickContext, candidates: Sequence[Backend]) -> Backend: ...
 

@@ -11,6 +11,7 @@ from gpuroute.router.core.policies.base import PickContext, min_with_random_ties
 
 class LeastConnections:
     name: ClassVar[str] = "least_connections"
+    needs: ClassVar[frozenset[str]] = frozenset()
 
     def pick(self, ctx: PickContext, candidates: Sequence[Backend]) -> Backend:
         scores = [(b.in_flight + 1) / ctx.capacity_of(b) for b in candidates]

@@ -14,6 +14,7 @@ from gpuroute.router.core.policies.base import PickContext, min_with_random_ties
 
 class LeastOutstandingWork:
     name: ClassVar[str] = "least_outstanding_work"
+    needs: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, full_scan_max: int = 64, choices: int = 4, pick_among: int = 1) -> None:
         if full_scan_max < 1 or choices < 2 or pick_among < 1:

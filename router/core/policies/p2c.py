@@ -11,6 +11,7 @@ from gpuroute.router.core.policies.base import PickContext
 
 class PowerOfTwoChoices:
     name: ClassVar[str] = "p2c"
+    needs: ClassVar[frozenset[str]] = frozenset()
 
     def pick(self, ctx: PickContext, candidates: Sequence[Backend]) -> Backend:
         n = len(candidates)

@@ -46,6 +46,7 @@ class PrefixIndex:
 
 class PrefixAffinity:
     name: ClassVar[str] = "prefix_affinity"
+    needs: ClassVar[frozenset[str]] = frozenset({"prefix_blocks"})
 
     def __init__(
         self,

@@ -11,6 +11,7 @@ from gpuroute.router.core.policies.base import PickContext
 
 class RandomPick:
     name: ClassVar[str] = "random"
+    needs: ClassVar[frozenset[str]] = frozenset()
 
     def pick(self, ctx: PickContext, candidates: Sequence[Backend]) -> Backend:
         return candidates[ctx.rng.randrange(len(candidates))]

@@ -11,6 +11,7 @@ from gpuroute.router.core.policies.base import PickContext
 
 class RoundRobin:
     name: ClassVar[str] = "round_robin"
+    needs: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self) -> None:
         self._counter = 0

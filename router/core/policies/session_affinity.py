@@ -47,6 +47,7 @@ class HashRing:
 
 class SessionAffinity:
     name: ClassVar[str] = "session_affinity"
+    needs: ClassVar[frozenset[str]] = frozenset({"session_id"})
 
     def __init__(self, *, load_factor: float = 1.25, vnodes: int = 100) -> None:
         if load_factor < 1 or vnodes < 1:

@@ -1,0 +1,347 @@
+"""The attempts loop: pick a backend with the core, send, wait for the first bytes, relay.
+
+Before the first bytes reach the client an attempt that fails (refused, reset, timeout, 5xx,
+an empty close, or a rescue off a lost or very slow backend) moves to another backend, as
+the core's `Attempts` and `RetryBudget` allow; after them a broken body ends as an error
+(gpuroute/relay.py). The ledger entry is released on every path."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import random
+import time
+from collections.abc import Callable
+
+import aiohttp
+from aiohttp import web
+from gpuroute.router.core.backend import Backend
+from gpuroute.router.core.health import HealthEvents
+from gpuroute.router.core.request import RequestInfo
+from gpuroute.router.core.retry import Attempts, FailureKind, RetryBudget, RetrySettings, Verdict
+from gpuroute.router.core.scheduler import Outcome, Scheduler
+from gpuroute.router.decision_log import DecisionLog
+from gpuroute.router.metrics import RouterMetrics
+from gpuroute.router.request_parse import ParsedRequest
+from gpuroute.router.sessions import SessionStore
+from gpuroute.router.watch import BackendWatch
+
+from gpuroute.openai_api import error_response
+from gpuroute.relay import (
+    REQUEST_DROP,
+    RESPONSE_DROP,
+    UPSTREAM_ERRORS,
+    RelayEnd,
+    forward_headers,
+    relay_body,
+)
+
+log = logging.getLogger("gpuroute.router")
+BACKEND_HEADER = "x-gpuroute-backend"
+
+
+class UpstreamFailed(Exception):
+    def __init__(self, kind: FailureKind, detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+
+
+def failure_kind(exc: BaseException) -> FailureKind:
+    if isinstance(exc, asyncio.TimeoutError):
+        return FailureKind.TIMEOUT
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        if isinstance(exc.os_error, ConnectionRefusedError):
+            return FailureKind.REFUSED
+        return FailureKind.CONNECT
+    return FailureKind.CONNECTION
+
+
+class Forwarder:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        metrics: RouterMetrics,
+        watch: BackendWatch,
+        decisions: DecisionLog,
+        retry: RetrySettings,
+        *,
+        sessions: SessionStore | None,
+        has_room: Callable[[str], bool],
+        clock: Callable[[], float],
+        rng: random.Random,
+    ) -> None:
+        self.scheduler, self.metrics, self.watch = scheduler, metrics, watch
+        self.decisions, self.retry, self.sessions = decisions, retry, sessions
+        self.has_room, self.clock, self.rng = has_room, clock, rng
+        self.budget = RetryBudget(retry)
+        self.urls: dict[str, str] = {}
+        self.session: aiohttp.ClientSession | None = None
+        # the last completions, for the region report's recent p99s
+        self.recent_ttft: collections.deque[float] = collections.deque(maxlen=2000)
+        self.recent_e2e: collections.deque[float] = collections.deque(maxlen=2000)
+
+    async def attempts(
+        self, request: web.Request, parsed: ParsedRequest, raw: bytes, route: str, arrival: float
+    ) -> web.StreamResponse:
+        info = parsed.info
+        attempts, tried = Attempts(self.retry), set[str]()
+        remembered = await self._remembered(info)
+        last = "no backend is available"
+        while True:
+            verdict, delay = attempts.next(self.budget, self.rng)
+            if verdict is Verdict.BUDGET_EXHAUSTED:
+                self.metrics.retry_budget_exhausted.inc()
+            if verdict is not Verdict.GO:
+                break
+            if delay:
+                await asyncio.sleep(delay)  # jittered backoff, not a synchronisation
+            backend = await self._pick(info, attempts.count, tried, remembered)
+            if backend is None:
+                break
+            attempts.started()
+            try:
+                return await self._attempt(request, parsed, raw, route, backend, arrival, attempts)
+            except UpstreamFailed as failure:
+                last = f"backend {backend.backend_id}: {failure}"
+                if attempts.failed(failure.kind):
+                    self.metrics.retries.labels(failure.kind.value).inc()
+        if not tried:
+            message = f"no healthy backend can serve model `{info.model}` now"
+            return error_response(503, message, code="no_backend")
+        return error_response(502, f"all attempts failed; last: {last}", code="upstream_error")
+
+    async def _pick(
+        self, info: RequestInfo, attempt: int, tried: set[str], remembered: str | None
+    ) -> Backend | None:
+        started = time.perf_counter()
+        decision = self.scheduler.route(
+            info,
+            self.clock(),
+            self.rng,
+            exclude=tried,
+            prefer=remembered,
+            explain=self.decisions.wants_next(),
+        )
+        self.metrics.decision.observe(time.perf_counter() - started)
+        if decision is None:
+            return None
+        backend = decision.backend
+        tried.add(backend.backend_id)
+        if self.sessions is not None and info.session_id and backend.backend_id != remembered:
+            # awaited (one Redis write, bounded by timeout_s) so the next turn finds it
+            await self.sessions.put(info.session_id, backend.backend_id)
+        self.decisions.decision(info, decision, attempt)
+        return backend
+
+    async def _attempt(
+        self,
+        request: web.Request,
+        parsed: ParsedRequest,
+        raw: bytes,
+        route: str,
+        backend: Backend,
+        arrival: float,
+        attempts: Attempts,
+    ) -> web.StreamResponse:
+        """One attempt, counted against the retry budget while it runs if it is a retry."""
+        info = parsed.info
+        expected = self.watch.started(info, backend)
+        retry = attempts.count > 1
+        if retry:
+            self.budget.active_retries += 1
+        try:
+            return await self._forward(request, parsed, raw, route, backend, arrival, expected)
+        except UpstreamFailed as failure:
+            self._failed(info, backend, failure.kind)
+            raise
+        finally:
+            if retry:
+                self.budget.active_retries -= 1
+
+    def _failed(self, info: RequestInfo, backend: Backend, kind: FailureKind) -> None:
+        self.metrics.upstream_failures.labels(backend.backend_id, kind.value).inc()
+        self.decisions.failure(info.request_id, backend, kind.value)
+        if kind is FailureKind.RESCUED:
+            # Moving work off a slow backend is not an error verdict (counting it as one
+            # opened breakers on merely busy backends and cascaded); its duration so far
+            # still informs slowness.
+            self.watch.gave_up(info.request_id)
+            self.scheduler.release(info.request_id)
+        else:
+            self.settle(info, backend, ok=False, fatal=kind.fatal)
+
+    async def _remembered(self, info: RequestInfo) -> str | None:
+        """The backend a replica sent this session to before, unless it is full (whether it
+        is still routable, the scheduler checks: an ejected or draining one is no candidate)."""
+        if self.sessions is None or not info.session_id:
+            return None
+        backend_id = await self.sessions.get(info.session_id)
+        if backend_id is None or backend_id not in self.scheduler.backends:
+            return None
+        return backend_id if self.has_room(backend_id) else None
+
+    async def _forward(
+        self,
+        request: web.Request,
+        parsed: ParsedRequest,
+        raw: bytes,
+        route: str,
+        backend: Backend,
+        arrival: float,
+        expected: float,
+    ) -> web.StreamResponse:
+        """Raises UpstreamFailed only while nothing has reached the client."""
+        info = parsed.info
+        url = self.urls[backend.backend_id] + request.path_qs
+        headers = forward_headers(request.headers.items(), REQUEST_DROP)
+        batch_at_start = backend.in_flight - 1  # the ledger already counts this request
+        started = self.clock()
+        upstream = None
+        try:
+            upstream, first = await self._first_bytes(info, backend, url, raw, headers, expected)
+            return await self._relay(
+                request, parsed, route, backend, upstream, first, arrival, started, batch_at_start
+            )
+        except asyncio.CancelledError:
+            self.scheduler.release(info.request_id)  # client went away
+            self.watch.forget(info.request_id)
+            self.metrics.client_disconnects.inc()
+            raise
+        finally:
+            if upstream is not None:
+                if upstream.content.at_eof():
+                    upstream.release()  # the connection goes back to the pool
+                else:
+                    upstream.close()
+
+    async def _first_bytes(
+        self,
+        info: RequestInfo,
+        backend: Backend,
+        url: str,
+        raw: bytes,
+        headers: dict,
+        expected: float,
+    ) -> tuple[aiohttp.ClientResponse, bytes]:
+        """Send the request and wait for the first body bytes, which may be the whole answer
+        of a non-streamed request. Until they come the attempt can be moved elsewhere: by a
+        failure, or by a rescue (BackendWatch.rescue) when its backend turned bad meanwhile."""
+        assert self.session is not None
+        rid = info.request_id
+        self.watch.waiting(rid, backend, expected)
+        upstream = None
+        try:
+            try:
+                upstream = await self.session.post(url, data=raw, headers=headers)
+                if upstream.status >= 500:
+                    raise UpstreamFailed(FailureKind.STATUS_5XX, f"status {upstream.status}")
+                first = await upstream.content.readany()
+            except UPSTREAM_ERRORS as exc:
+                kind = failure_kind(exc)
+                raise UpstreamFailed(kind, f"before first byte: {exc!r}") from None
+            except asyncio.CancelledError:
+                if not self.watch.take_rescue(rid):
+                    raise
+                asyncio.current_task().uncancel()
+                message = f"moved off {backend.backend_id}"
+                raise UpstreamFailed(FailureKind.RESCUED, message) from None
+            if not first and upstream.status < 400:
+                raise UpstreamFailed(FailureKind.EMPTY, "closed before the first byte")
+            return upstream, first
+        except BaseException:
+            if upstream is not None:
+                upstream.close()
+            raise
+        finally:
+            self.watch.done_waiting(rid, backend)
+
+    async def _relay(
+        self,
+        request: web.Request,
+        parsed: ParsedRequest,
+        route: str,
+        backend: Backend,
+        upstream: aiohttp.ClientResponse,
+        first: bytes,
+        arrival: float,
+        started: float,
+        batch_at_start: int,
+    ) -> web.StreamResponse:
+        info = parsed.info
+        headers = forward_headers(upstream.headers.items(), RESPONSE_DROP)
+        headers[BACKEND_HEADER] = backend.backend_id
+        response = web.StreamResponse(status=upstream.status, headers=headers)
+
+        def first_written() -> None:
+            ttft = self.clock() - arrival
+            self.metrics.ttft.labels(route).observe(ttft)
+            self.recent_ttft.append(ttft)
+
+        relayed = await relay_body(
+            request,
+            response,
+            upstream,
+            first=first,
+            on_first_write=first_written,
+            broken_message=lambda exc: (
+                f"upstream {backend.backend_id} failed mid-stream: {type(exc).__name__}"
+            ),
+        )
+        if relayed.end is RelayEnd.CLIENT_GONE:
+            self.metrics.client_disconnects.inc()
+            self.scheduler.release(info.request_id)
+            self.watch.forget(info.request_id)
+            return response
+        if relayed.end is RelayEnd.UPSTREAM_BROKE:
+            assert relayed.error is not None
+            self._broken_stream(info, backend, relayed.error)
+            return response
+        output = relayed.tally.output_tokens(relayed.streamed)
+        ratio = self.watch.succeeded(info, backend, output, started, batch_at_start)
+        # 4xx is the client's problem, not the backend's: counted healthy.
+        self.settle(info, backend, ok=True, output_tokens=output, latency_ratio=ratio)
+        return response
+
+    def _broken_stream(self, info: RequestInfo, backend: Backend, exc: BaseException) -> None:
+        """The body broke after the client saw its first bytes (relay_body ended it)."""
+        self.metrics.stream_errors.labels(backend.backend_id).inc()
+        self.decisions.failure(info.request_id, backend, FailureKind.STREAM.value)
+        # a connection that died mid-stream means the engine died; a timeout may not
+        self.settle(info, backend, ok=False, fatal=not isinstance(exc, asyncio.TimeoutError))
+        log.warning("stream from %s broke after first byte: %r", backend.backend_id, exc)
+
+    # -- bookkeeping -----------------------------------------------------------------------
+    def settle(
+        self,
+        info: RequestInfo,
+        backend: Backend,
+        *,
+        ok: bool,
+        output_tokens: int = 0,
+        latency_ratio: float | None = None,
+        fatal: bool = False,
+    ) -> None:
+        if not ok:
+            self.watch.forget(info.request_id)
+        outcome = Outcome(
+            ok, output_tokens, info.prompt_tokens, latency_ratio=latency_ratio, fatal=fatal
+        )
+        events = self.scheduler.finish(info.request_id, info.model, outcome, self.clock())
+        if events is not None:
+            self.record_health(events)
+
+    def record_health(self, events: HealthEvents) -> None:
+        for backend_id, transition in events.breaker:
+            self.metrics.breaker_transitions.labels(backend_id, transition.after.value).inc()
+            log.warning(
+                "breaker %s: %s -> %s", backend_id, transition.before.value, transition.after.value
+            )
+        for ejection in events.ejections:
+            self.metrics.ejections.labels(ejection.reason, str(ejection.enforced).lower()).inc()
+            log.warning(
+                "outlier %s: %s (enforced=%s)",
+                ejection.backend_id,
+                ejection.reason,
+                ejection.enforced,
+            )
