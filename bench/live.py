@@ -238,6 +238,27 @@ def work_utilisation(
     }
 
 
+def _start_proxy(
+    target: str, spec: LiveBenchSpec, folder: Path, pairs: list, helpers: list[Child]
+) -> tuple[Child, list[str]]:
+    """The target in front of the engines: a baseline, or our router (with its replicas and
+    their Redis, appended to `helpers`); returns it and the replicas' URLs."""
+    if target in BASELINES + EXTRA_BASELINES:
+        return start_baseline(target, folder, pairs), []
+    extra = "decision_log_sample = 1.0" if spec.faults else ""
+    if spec.replicas > 1 and spec.shared_state:
+        redis = start_redis(folder)
+        helpers.append(redis)
+        extra += f'\n[redis]\nurl = "redis://127.0.0.1:{redis.port}/0"\n'
+    urls = []
+    for k in range(1, spec.replicas):
+        replica = start_router(folder, pairs, target, extra=extra, name=f"replica-{k}")
+        helpers.append(replica)
+        wait_http(replica.url + "/v1/models", 30, replica.proc, replica.name)
+        urls.append(replica.url)
+    return start_router(folder, pairs, target, extra=extra), urls
+
+
 async def run_target(target: str, spec: LiveBenchSpec, workload: Workload, workdir: Path) -> dict:
     folder = workdir / target
     folder.mkdir(parents=True, exist_ok=True)
@@ -253,21 +274,7 @@ async def run_target(target: str, spec: LiveBenchSpec, workload: Workload, workd
         for child in engines:
             wait_http(child.url + "/health", 30, child.proc, child.name)
         pairs = list(zip(spec.engines, engines, strict=True))
-        urls = []
-        if target in BASELINES + EXTRA_BASELINES:
-            proxy = start_baseline(target, folder, pairs)
-        else:
-            extra = "decision_log_sample = 1.0" if spec.faults else ""
-            if spec.replicas > 1 and spec.shared_state:
-                redis = start_redis(folder)
-                helpers.append(redis)
-                extra += f'\n[redis]\nurl = "redis://127.0.0.1:{redis.port}/0"\n'
-            for k in range(1, spec.replicas):
-                replica = start_router(folder, pairs, target, extra=extra, name=f"replica-{k}")
-                helpers.append(replica)
-                wait_http(replica.url + "/v1/models", 30, replica.proc, replica.name)
-                urls.append(replica.url)
-            proxy = start_router(folder, pairs, target, extra=extra)
+        proxy, urls = _start_proxy(target, spec, folder, pairs, helpers)
         wait_http(proxy.url + "/v1/models", 30, proxy.proc, target)
         replay = Replay([proxy.url, *urls], workload, MODEL, stream=spec.stream)
         run = asyncio.create_task(replay.run())

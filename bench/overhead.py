@@ -105,6 +105,19 @@ def run_overhead(duration: float, console: Console, rounds: int = 3) -> dict:
             for child in proxies.values():
                 child.stop()
             engine.stop()
+    rows = overhead_rows(samples)
+    return {
+        "duration_s": duration,
+        "rounds": rounds,
+        "engine_cpu": ENGINE_CPU,
+        "proxy_cpu": PROXY_CPU,
+        "rows": rows,
+    }
+
+
+def overhead_rows(samples: dict[tuple[str, int], list[dict[str, float]]]) -> list[dict]:
+    """Medians per target and connection count, with what each adds over `direct` and its
+    throughput against HAProxy's (measured in the same rounds)."""
     rows = []
     for (target, connections), runs in samples.items():
         row = {"target": target, "connections": connections, "rounds": len(runs)}
@@ -119,16 +132,6 @@ def run_overhead(duration: float, console: Console, rounds: int = 3) -> dict:
         row["added_p50_ms"] = round(row["p50_ms"] - base["p50_ms"], 4)
         row["added_p99_ms"] = round(row["p99_ms"] - base["p99_ms"], 4)
         row["rps_vs_haproxy"] = round(row["rps"] / haproxy[row["connections"]]["rps"], 3)
-    rows.sort(
-        key=lambda r: (
-            list(("direct", "gpuroute", *BASELINES)).index(r["target"]),
-            r["connections"],
-        )
-    )
-    return {
-        "duration_s": duration,
-        "rounds": rounds,
-        "engine_cpu": ENGINE_CPU,
-        "proxy_cpu": PROXY_CPU,
-        "rows": rows,
-    }
+    order = ("direct", "gpuroute", *BASELINES)
+    rows.sort(key=lambda r: (order.index(r["target"]), r["connections"]))
+    return rows

@@ -20,7 +20,7 @@ import orjson
 from aiohttp import web
 from gpuroute.global_.client import ClientLocator
 from gpuroute.global_.config import GlobalConfig, load_global_config
-from gpuroute.global_.core.policy import GlobalPolicy, GlobalRequest
+from gpuroute.global_.core.policy import GlobalDecision, GlobalPolicy, GlobalRequest
 from gpuroute.global_.core.residency import ResidencyError, ResidencyRules
 from gpuroute.global_.core.spillover import Spillover, SpillSettings
 from gpuroute.global_.discovery import RouterDiscovery
@@ -46,6 +46,14 @@ decision_log = logging.getLogger("gpuroute.global.decisions")
 OPENAI_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 REGION_HEADER = "x-gpuroute-region"
 GLOBAL_REQUEST_DROP = REQUEST_DROP | {REGION_HEADER}  # the hint is ours, not the region's
+
+
+class GlobalRejection(Exception):
+    """A request the global tier answers itself (400, 413, 503), in OpenAI's format."""
+
+    def __init__(self, response: web.Response) -> None:
+        super().__init__(response.status)
+        self.response = response
 
 
 class GlobalMetrics:
@@ -181,14 +189,28 @@ class GlobalApp:
         if self.draining:
             return error_response(503, "global router is draining", code="draining")
         try:
+            body, model = await self._read(request)
+            decision = self._decide(request, model)
+        except GlobalRejection as rejection:
+            return rejection.response
+        return await self._attempt_regions(request, body, decision)
+
+    async def _read(self, request: web.Request) -> tuple[bytes, str]:
+        """The raw body and the model it names."""
+        try:
             body = await request.read()
             parsed = orjson.loads(body)
         except web.HTTPRequestEntityTooLarge:
-            return error_response(413, "request body too large")
+            raise GlobalRejection(error_response(413, "request body too large")) from None
         except orjson.JSONDecodeError:
-            return error_response(400, "body is not valid JSON")
+            raise GlobalRejection(error_response(400, "body is not valid JSON")) from None
         if not isinstance(parsed, dict) or not isinstance(parsed.get("model"), str):
-            return error_response(400, "'model' is required and must be a string", param="model")
+            message = "'model' is required and must be a string"
+            raise GlobalRejection(error_response(400, message, param="model"))
+        return body, parsed["model"]
+
+    def _decide(self, request: web.Request, model: str) -> GlobalDecision:
+        """Residency first (fail closed), then the policy's ranking of compliant regions."""
         place = self.locator.place(request.remote, request.headers.get("X-Forwarded-For"))
         try:
             allowed = self.rules.allowed(
@@ -197,20 +219,18 @@ class GlobalApp:
                 country=place.country,
             )
         except ResidencyError as exc:
-            return error_response(400, str(exc), param="x-gpuroute-residency")
+            response = error_response(400, str(exc), param="x-gpuroute-residency")
+            raise GlobalRejection(response) from None
+        hint = request.headers.get(REGION_HEADER)
         decision = self.policy.decide(
-            GlobalRequest(
-                parsed["model"], allowed, place.location, request.headers.get(REGION_HEADER)
-            ),
-            self.feeds.views,
-            self.rng,
+            GlobalRequest(model, allowed, place.location, hint), self.feeds.views, self.rng
         )
         if self.rng.random() < self.config.decision_log_sample:
             decision_log.info(
                 orjson.dumps(
                     {
                         "ts": time.time(), "client": place.address, "country": place.country,
-                        "unplaced": place.why_unplaced, "model": parsed["model"],
+                        "unplaced": place.why_unplaced, "model": model,
                         "allowed": sorted(allowed.jurisdictions), "rules": list(allowed.rules),
                         "order": list(decision.order), "reason": decision.reason,
                     }
@@ -220,12 +240,21 @@ class GlobalApp:
             rule = " + ".join(decision.rules) or "none"
             self.metrics.rejections.labels(decision.reason, rule).inc()
             what = "allowed by residency" if decision.reason == "residency" else "up"
-            return error_response(
+            response = error_response(
                 503,
                 f"no region {what} can serve this request (residency rules: {rule})",
                 code=decision.reason,
                 headers={"Retry-After": "1"} if decision.reason == "no_region_up" else None,
             )
+            raise GlobalRejection(response)
+        return decision
+
+    async def _attempt_regions(
+        self, request: web.Request, body: bytes, decision: GlobalDecision
+    ) -> web.StreamResponse:
+        """Forward to the decision's regions in order until one answers below 500 (only
+        compliant regions are in the order, by construction)."""
+        assert self.session is not None
         headers = forward_headers(request.headers.items(), GLOBAL_REQUEST_DROP)
         forwarded = request.headers.get("X-Forwarded-For")
         headers["X-Forwarded-For"] = (

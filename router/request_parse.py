@@ -62,23 +62,11 @@ def parse_request(
     with_prefix_blocks: bool = True,
 ) -> ParsedRequest:
     """`with_prefix_blocks=False` skips hashing the prompt when no policy reads the blocks."""
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise RequestError(400, f"request body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise RequestError(400, "request body must be a JSON object")
+    body = _json_object(raw)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise RequestError(400, "'model' is required and must be a string", param="model")
-    key = PROMPT_KEYS.get(path)
-    if key is not None:
-        value = body.get(key)
-        valid = isinstance(value, list) if key == "messages" else isinstance(value, str | list)
-        if not valid or (isinstance(value, list) and not value):
-            raise RequestError(400, f"'{key}' is required and must not be empty", param=key)
-        if key == "messages" and not all(isinstance(m, dict) for m in value):
-            raise RequestError(400, "each message must be an object", param="messages")
+    _check_prompt(body, PROMPT_KEYS.get(path))
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise RequestError(400, "'stream' must be a boolean", param="stream")
@@ -91,14 +79,7 @@ def parse_request(
             f"unknown priority {priority!r}; known: {', '.join(priorities)}",
             param=PRIORITY_HEADER,
         )
-    deadline_s = None
-    if (deadline := headers.get(DEADLINE_HEADER)) is not None:
-        try:
-            deadline_s = float(deadline) / 1000
-        except ValueError:
-            deadline_s = -1.0
-        if not deadline_s > 0:
-            raise RequestError(400, f"{DEADLINE_HEADER} must be a positive number of milliseconds")
+    deadline_s = _deadline_s(headers.get(DEADLINE_HEADER))
     session = next((headers[h] for h in SESSION_HEADERS if h in headers), None)
     if session is None and isinstance(body.get("user"), str):
         session = body["user"]
@@ -112,3 +93,37 @@ def parse_request(
         priority=priority,
     )
     return ParsedRequest(info, stream, deadline_s)
+
+
+def _json_object(raw: bytes) -> dict:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise RequestError(400, f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise RequestError(400, "request body must be a JSON object")
+    return body
+
+
+def _check_prompt(body: dict, key: str | None) -> None:
+    """The route's prompt field (`messages`, `prompt`, `input`) is present and not empty."""
+    if key is None:
+        return
+    value = body.get(key)
+    valid = isinstance(value, list) if key == "messages" else isinstance(value, str | list)
+    if not valid or (isinstance(value, list) and not value):
+        raise RequestError(400, f"'{key}' is required and must not be empty", param=key)
+    if key == "messages" and not all(isinstance(m, dict) for m in value):
+        raise RequestError(400, "each message must be an object", param="messages")
+
+
+def _deadline_s(header: str | None) -> float | None:
+    if header is None:
+        return None
+    try:
+        deadline_s = float(header) / 1000
+    except ValueError:
+        deadline_s = -1.0
+    if not deadline_s > 0:
+        raise RequestError(400, f"{DEADLINE_HEADER} must be a positive number of milliseconds")
+    return deadline_s

@@ -8,7 +8,6 @@ what the region gives it plus one estimated RTT. Policies compared on the same a
 
 from __future__ import annotations
 
-import heapq
 import math
 import random
 import time
@@ -24,6 +23,7 @@ from gpuroute.router.core.policies.least_outstanding_work import LeastOutstandin
 from gpuroute.router.core.region_summary import summarise
 from gpuroute.router.core.scheduler import Outcome
 from gpuroute.sim.engine_model import EngineModel, EngineRequest
+from gpuroute.sim.events import EventHeap, run_events
 from gpuroute.sim.fleet import GpuTypeProfile, fleet_capacity_rps, profile_gpu_types
 from gpuroute.sim.scenario import LoadedScenario
 from gpuroute.sim.workloads import synthetic
@@ -97,12 +97,21 @@ def run_global(
     loaded: LoadedScenario, mode: str, clients: Clients, profiles: dict[str, GpuTypeProfile]
 ) -> dict:
     started = time.perf_counter()
+    run = GlobalRun(loaded, mode, clients, profiles)
+    run.run()
+    return report(loaded, mode, clients, run.regions, run.served_in, run.rtt, run.ttft,
+                  run.finish, run.status, time.perf_counter() - started)  # fmt: skip
+
+
+def build_regions(
+    loaded: LoadedScenario, profiles: dict[str, GpuTypeProfile]
+) -> dict[str, RegionSim]:
+    """Each region's engines under its own Scheduler (least outstanding work)."""
     sc, g = loaded.scenario, loaded.scenario.global_
     assert g is not None
     model = sc.workload.model
     fastest = max(p.capacity_rps for p in profiles.values())
     regions: dict[str, RegionSim] = {}
-    engine_of: list[tuple[str, int]] = []
     for r in g.regions:
         backends, engines = [], []
         for grp in (x for x in sc.gpus if x.region == r.name):
@@ -116,119 +125,125 @@ def run_global(
         sim = RegionSim(r.name, r.jurisdiction, Point(r.lat, r.lon), scheduler, engines)
         sim.index = {b.backend_id: i for i, b in enumerate(backends)}
         regions[r.name] = sim
-        engine_of += [(r.name, i) for i in range(len(engines))]
-    eid = {key: n for n, key in enumerate(engine_of)}
-    spill = Spillover()
-    policy = GlobalPolicy(mode, spill)
-    rng = random.Random(sc.seed)
-    views: list[RegionView] = []
+    return regions
 
-    def refresh_views() -> None:
-        views.clear()
-        for r in regions.values():
-            s = summarise(r.scheduler.backends, g.saturation_delay_s)
-            spill.update(r.name, s.utilisation)
-            views.append(RegionView(r.name, r.jurisdiction, r.location, r.up, s.queue_delay_s))
 
-    n = len(clients.arrivals)
-    served_in = [""] * n
-    rtt = np.zeros(n)
-    ttft, finish = np.full(n, np.nan), np.full(n, np.nan)
-    status = np.zeros(n, dtype=np.int8)  # 0 pending, 1 ok, 2 failed/refused
-    orders: dict[int, list[str]] = {}
-    heap: list[tuple[float, int, int, int]] = []
-    versions = [0] * len(engine_of)
-    seq = 0
-    heap.append((0.0, seq, REPORT, 0))
-    events = sorted(g.events, key=lambda e: e.at_s)
-    for k, e in enumerate(events):
-        if e.kind == "outage":
-            heap += [
-                (e.at_s, seq + 1 + 2 * k, EVENT, 2 * k),
-                (e.at_s + e.duration_s, seq + 2 + 2 * k, EVENT, 2 * k + 1),
-            ]
-    seq += 2 * len(events) + 1
-    heapq.heapify(heap)
-    refresh_views()
+class GlobalRun:
+    """One global policy's run: arrivals placed by the global decision, region reports,
+    outages, and every region's engines on one event heap."""
 
-    def reschedule(region: str, i: int) -> None:
-        nonlocal seq
-        e = eid[(region, i)]
-        versions[e] += 1
-        t_next = regions[region].engines[i].next_event_time()
-        if t_next is not None:
-            seq += 1
-            heapq.heappush(heap, (t_next, seq, e, versions[e]))
+    def __init__(
+        self,
+        loaded: LoadedScenario,
+        mode: str,
+        clients: Clients,
+        profiles: dict[str, GpuTypeProfile],
+    ) -> None:
+        sc, g = loaded.scenario, loaded.scenario.global_
+        assert g is not None
+        self.g, self.clients, self.model = g, clients, sc.workload.model
+        self.regions = build_regions(loaded, profiles)
+        self.engine_of = [(r.name, i) for r in self.regions.values() for i in range(len(r.engines))]
+        self.eid = {key: n for n, key in enumerate(self.engine_of)}
+        self.spill = Spillover()
+        self.policy = GlobalPolicy(mode, self.spill)
+        self.rng = random.Random(sc.seed)
+        self.views: list[RegionView] = []
+        n = len(clients.arrivals)
+        self.served_in = [""] * n
+        self.rtt = np.zeros(n)
+        self.ttft, self.finish = np.full(n, np.nan), np.full(n, np.nan)
+        self.status = np.zeros(n, dtype=np.int8)  # 0 pending, 1 ok, 2 failed/refused
+        self.orders: dict[int, list[str]] = {}
+        self.events = sorted(g.events, key=lambda e: e.at_s)
+        self.heap = EventHeap(len(self.engine_of))
 
-    def place(rid: int, now: float) -> None:
-        order = orders[rid]
+    def run(self) -> None:
+        self.heap.push(0.0, REPORT)
+        for k, e in enumerate(self.events):
+            if e.kind == "outage":
+                self.heap.push(e.at_s, EVENT, 2 * k)
+                self.heap.push(e.at_s + e.duration_s, EVENT, 2 * k + 1)
+        self.refresh_views()
+        run_events(self.heap, self.clients.arrivals.tolist(), self.arrive, self.on_event)
+
+    def refresh_views(self) -> None:
+        self.views.clear()
+        for r in self.regions.values():
+            s = summarise(r.scheduler.backends, self.g.saturation_delay_s)
+            self.spill.update(r.name, s.utilisation)
+            self.views.append(
+                RegionView(r.name, r.jurisdiction, r.location, r.up, s.queue_delay_s)
+            )
+
+    def arrive(self, i: int, now: float) -> None:
+        c = self.clients
+        request = GlobalRequest(self.model, c.allowed[i], c.points[i])
+        self.orders[i] = list(self.policy.decide(request, self.views, self.rng).order)
+        self.place(i, now)
+
+    def on_event(self, now: float, kind: int, payload: int, arrivals_left: bool) -> None:
+        if kind >= 0:
+            self.engine_event(kind, now)
+        elif kind == REPORT:
+            self.refresh_views()
+            if arrivals_left:
+                self.heap.push(now + self.g.report_period_s, REPORT)
+        else:
+            self.outage(self.events[payload // 2].region, payload % 2 == 0, now)
+
+    def reschedule(self, region: str, i: int) -> None:
+        engine = self.regions[region].engines[i]
+        self.heap.reschedule(self.eid[(region, i)], engine.next_event_time())
+
+    def engine_event(self, e: int, now: float) -> None:
+        name, k = self.engine_of[e]
+        r = self.regions[name]
+        for req in r.engines[k].on_event(now):
+            outcome = Outcome(True, req.output_tokens, req.prompt_tokens)
+            r.scheduler.finish(req.rid, self.model, outcome, now)
+            self.status[req.rid], self.ttft[req.rid] = 1, req.first_token_at
+            self.finish[req.rid] = now
+            self.orders.pop(req.rid, None)
+        self.reschedule(name, k)
+
+    def place(self, rid: int, now: float) -> None:
+        """The first region of the request's order that takes it; failed when none does."""
+        order, c = self.orders[rid], self.clients
         while order:
             name = order.pop(0)
-            r = regions[name]
+            r = self.regions[name]
             if not r.up:
                 continue
-            info = RequestInfo(rid, model, int(clients.prompts[rid]))
-            decision = r.scheduler.route(info, now, rng)
+            info = RequestInfo(rid, self.model, int(c.prompts[rid]))
+            decision = r.scheduler.route(info, now, self.rng)
             if decision is None:
                 continue
             i = r.index[decision.backend.backend_id]
-            req = EngineRequest(rid, int(clients.prompts[rid]), int(clients.outputs[rid]), now)
+            req = EngineRequest(rid, int(c.prompts[rid]), int(c.outputs[rid]), now)
             if r.engines[i].fits(req) and r.engines[i].submit(req, now):
-                served_in[rid] = name
-                rtt[rid] = estimated_rtt_s(clients.points[rid], r.location)
-                reschedule(name, i)
+                self.served_in[rid] = name
+                self.rtt[rid] = estimated_rtt_s(c.points[rid], r.location)
+                self.reschedule(name, i)
                 return
-            r.scheduler.finish(rid, model, Outcome(False), now)
-        status[rid] = 2
+            r.scheduler.finish(rid, self.model, Outcome(False), now)
+        self.status[rid] = 2
 
-    def outage(name: str, down: bool, now: float) -> None:
-        r = regions[name]
+    def outage(self, name: str, down: bool, now: float) -> None:
+        r = self.regions[name]
         r.up = not down
         for i, engine in enumerate(r.engines):
             if down:
                 for req in engine.crash(now):
-                    r.scheduler.finish(req.rid, model, Outcome(False), now)
-                    if req.first_token_at < 0 and orders.get(req.rid):
-                        place(req.rid, now)  # nothing reached the client: next region
+                    r.scheduler.finish(req.rid, self.model, Outcome(False), now)
+                    if req.first_token_at < 0 and self.orders.get(req.rid):
+                        self.place(req.rid, now)  # nothing reached the client: next region
                     else:
-                        status[req.rid] = 2
+                        self.status[req.rid] = 2
             else:
                 engine.recover(now)
-            reschedule(name, i)
-        refresh_views()
-
-    i = 0
-    while i < n or heap:
-        t_arr = clients.arrivals[i] if i < n else math.inf
-        if heap and heap[0][0] <= t_arr:
-            now, _, e, version = heapq.heappop(heap)
-            if e >= 0:
-                if version != versions[e]:
-                    continue
-                name, k = engine_of[e]
-                r = regions[name]
-                for req in r.engines[k].on_event(now):
-                    r.scheduler.finish(
-                        req.rid, model, Outcome(True, req.output_tokens, req.prompt_tokens), now
-                    )
-                    status[req.rid], ttft[req.rid], finish[req.rid] = 1, req.first_token_at, now
-                    orders.pop(req.rid, None)
-                reschedule(name, k)
-            elif e == REPORT:
-                refresh_views()
-                if i < n:
-                    seq += 1
-                    heapq.heappush(heap, (now + g.report_period_s, seq, REPORT, 0))
-            else:
-                ev = events[version // 2]
-                outage(ev.region, version % 2 == 0, now)
-            continue
-        d = policy.decide(GlobalRequest(model, clients.allowed[i], clients.points[i]), views, rng)
-        orders[i] = list(d.order)
-        place(i, t_arr)
-        i += 1
-    return report(loaded, mode, clients, regions, served_in, rtt, ttft, finish, status,
-                  time.perf_counter() - started)  # fmt: skip
+            self.reschedule(name, i)
+        self.refresh_views()
 
 
 def report(loaded, mode, clients, regions, served_in, rtt, ttft, finish, status, wall) -> dict:

@@ -2,21 +2,22 @@
 
 Arrivals go through `Scheduler.route` exactly as in the live router; engines are
 EngineModel instances; completions go back through `Scheduler.finish` at end-of-stream.
-A request that fails before its first token is retried on another backend (up to
-`MAX_RETRIES`), as the live router does; one that fails mid-stream counts as failed."""
+A request that fails before its first token is retried on another backend as the live
+router's own core objects allow (`Attempts`, `RetryBudget`, with their backoff); one that
+fails mid-stream counts as failed."""
 
 from __future__ import annotations
 
-import heapq
-import math
 import random
 import time
 from collections.abc import Callable
 
 from gpuroute.router.core import Backend, BackendSet, CostEstimator, RequestInfo, Scheduler
 from gpuroute.router.core.policies import PolicyOptions, build_policy
+from gpuroute.router.core.retry import Attempts, FailureKind, RetryBudget, RetrySettings, Verdict
 from gpuroute.router.core.scheduler import Outcome
 from gpuroute.sim.engine_model import EngineModel, EngineRequest
+from gpuroute.sim.events import EventHeap, run_events
 from gpuroute.sim.fleet import (
     GpuTypeProfile,
     expand_gpus,
@@ -27,7 +28,6 @@ from gpuroute.sim.fleet import (
 from gpuroute.sim.report import (
     FAILED,
     OK,
-    PENDING,
     REJECTED,
     PolicyReport,
     RunOutcomes,
@@ -37,8 +37,7 @@ from gpuroute.sim.scenario import LoadedScenario
 from gpuroute.sim.traces import read_trace
 from gpuroute.sim.workloads import Workload, synthetic
 
-MAX_RETRIES = 2
-TICK, FAULT = -1, -2
+TICK, FAULT, RETRY = -1, -2, -3
 
 
 def prepare_workload(loaded: LoadedScenario) -> tuple[Workload, dict[str, GpuTypeProfile], float]:
@@ -80,175 +79,212 @@ class FleetSimulator:
 
     def run(self, policy_name: str, progress: Callable[[int], None] | None = None) -> PolicyReport:
         started = time.perf_counter()
-        scenario, workload, profiles = self.scenario, self.workload, self.profiles
-        model = scenario.workload.model
-        fastest = max(p.capacity_rps for p in profiles.values())
-        engines = [
-            EngineModel(profiles[t].params, prefix_caching=scenario.prefix_caching)
-            for t in self.gpu_types
-        ]
-        backends = [
-            Backend(f"gpu-{i}", t, (model,), capacity=profiles[t].capacity_rps / fastest)
-            for i, t in enumerate(self.gpu_types)
-        ]
-        index_of = {b.backend_id: i for i, b in enumerate(backends)}
-        oracle = scenario.router.oracle_output_lengths
-        estimator = CostEstimator(
-            {t: p.prior for t, p in profiles.items()}, exact_max_tokens=oracle
-        )
-        scheduler = Scheduler(
-            BackendSet(backends), build_policy_for(policy_name, self.loaded), estimator
-        )
-        rng = random.Random(scenario.seed)
-
-        n = len(workload)
-        run = RunOutcomes.pending(n)
-        arrivals = workload.arrivals.tolist()
-        prompts = workload.prompts.tolist()
-        outputs = workload.outputs.tolist()
-        blocks, sessions = workload.blocks, workload.sessions
-        work = [0.0] * len(engines)
-        engine_profiles = [profiles[t] for t in self.gpu_types]
-        # Step time over batch measures throughput cost only near saturation; at low load it
-        # overstates it (and would starve the GPU that looks expensive), so learn from busy GPUs.
-        busy_batch = [profiles[t].saturation_batch // 2 for t in self.gpu_types]
-        infos: dict[int, RequestInfo] = {}
-        tried: dict[int, set[str]] = {}
-
-        heap: list[tuple[float, int, int, int]] = []
-        versions = [0] * len(engines)
-        seq = 0
-        tick_s = scenario.router.health_tick_s
-        start = arrivals[0] if n else 0.0
-        heap.append((start, seq, TICK, 0))
-        faults = sorted(scenario.faults, key=lambda f: f.at_s)
-        for k, fault in enumerate(faults):
-            seq += 1
-            heap.append((start + fault.at_s, seq, FAULT, k))
-        heapq.heapify(heap)
-
-        def reschedule(e: int) -> None:
-            nonlocal seq
-            versions[e] += 1
-            t_next = engines[e].next_event_time()
-            if t_next is not None:
-                seq += 1
-                heapq.heappush(heap, (t_next, seq, e, versions[e]))
-
-        def dispatch(info: RequestInfo, now: float) -> None:
-            rid = info.request_id
-            while True:
-                decision = scheduler.route(info, now, rng, tried.get(rid, ()))
-                if decision is None:
-                    run.status[rid] = FAILED if rid in tried else REJECTED
-                    return
-                e = index_of[decision.backend.backend_id]
-                engine = engines[e]
-                req = EngineRequest(rid, prompts[rid], outputs[rid], arrivals[rid], blocks[rid])
-                if not engine.fits(req):
-                    scheduler.release(rid)
-                    run.status[rid] = REJECTED
-                    return
-                if engine.submit(req, now):
-                    reschedule(e)
-                    return
-                # Engine down: connection refused before any byte; count and retry elsewhere.
-                scheduler.finish(rid, model, Outcome(False), now)
-                seen = tried.setdefault(rid, set())
-                seen.add(decision.backend.backend_id)
-                if len(seen) > MAX_RETRIES:
-                    run.status[rid] = FAILED
-                    return
-                run.retries += 1
-
-        def complete(req: EngineRequest, e: int, now: float) -> None:
-            rid = req.rid
-            engine = engines[e]
-            prefill = None
-            if req.cached_tokens == 0 and req.admitted_at == req.arrival:
-                prefill = (req.first_token_at - req.admitted_at) / req.prompt_tokens
-            batch = engine.batch + 1
-            outcome = Outcome(
-                True,
-                req.output_tokens,
-                req.prompt_tokens,
-                prefill_s_per_token=prefill,
-                decode_s_per_token=engine.step / batch if batch >= busy_batch[e] else None,
-            )
-            scheduler.finish(rid, model, outcome, now)
-            run.status[rid] = OK
-            run.ttft[rid] = req.first_token_at - req.arrival
-            run.finish[rid] = now
-            run.served_by[rid] = e
-            work[e] += request_work(
-                engine_profiles[e], req.prompt_tokens - req.cached_tokens, req.output_tokens
-            )
-            infos.pop(rid, None)
-            tried.pop(rid, None)
-
-        def apply_fault(fault, now: float) -> None:
-            engine = engines[fault.gpu]
-            if fault.kind == "slow":
-                engine.set_slowdown(fault.factor, now)
-            elif fault.kind == "recover":
-                engine.set_slowdown(1.0, now)
-                engine.recover(now)
-            else:
-                for req in engine.crash(now):
-                    scheduler.finish(req.rid, model, Outcome(False), now)
-                    info = infos.get(req.rid)
-                    if req.first_token_at < 0 and info is not None:
-                        # Nothing reached the client yet: the router retries elsewhere.
-                        tried.setdefault(req.rid, set()).add(backends[fault.gpu].backend_id)
-                        run.retries += 1
-                        dispatch(info, now)
-                    else:
-                        run.status[req.rid] = FAILED
-                        infos.pop(req.rid, None)
-            reschedule(fault.gpu)
-
-        i = 0
-        report_every = max(n // 100, 1)
-        while i < n or heap:
-            t_arrival = arrivals[i] if i < n else math.inf
-            if heap and heap[0][0] <= t_arrival:
-                now, _, e, version = heapq.heappop(heap)
-                if e >= 0:
-                    if version == versions[e]:
-                        for req in engines[e].on_event(now):
-                            complete(req, e, now)
-                        reschedule(e)
-                elif e == TICK:
-                    scheduler.tick(now)
-                    if i < n or len(scheduler.ledger):
-                        seq += 1
-                        heapq.heappush(heap, (now + tick_s, seq, TICK, 0))
-                else:
-                    apply_fault(faults[version], now)
-                continue
-            info = RequestInfo(
-                i,
-                model,
-                prompts[i],
-                outputs[i] if oracle else None,
-                session_id=sessions[i],
-                prefix_blocks=blocks[i],
-            )
-            infos[i] = info
-            dispatch(info, t_arrival)
-            if run.status[i] != PENDING:
-                infos.pop(i, None)
-            i += 1
-            if progress is not None and i % report_every == 0:
-                progress(i)
-        if progress is not None:
-            progress(n)
+        run = RegionalRun(self, policy_name, progress)
+        run.run()
         return summarise(
             policy_name,
-            scenario,
-            workload,
-            run,
-            engines,
-            work,
+            self.scenario,
+            self.workload,
+            run.outcomes,
+            run.engines,
+            run.work,
             wall_s=time.perf_counter() - started,
         )
+
+
+class RegionalRun:
+    """One policy's run over the fleet: arrivals, engine events, ticks, faults, retries."""
+
+    def __init__(
+        self, sim: FleetSimulator, policy_name: str, progress: Callable[[int], None] | None
+    ) -> None:
+        scenario, profiles, gpu_types = sim.scenario, sim.profiles, sim.gpu_types
+        self.scenario, self.progress = scenario, progress
+        self.model = scenario.workload.model
+        fastest = max(p.capacity_rps for p in profiles.values())
+        self.engines = [
+            EngineModel(profiles[t].params, prefix_caching=scenario.prefix_caching)
+            for t in gpu_types
+        ]
+        self.backends = [
+            Backend(f"gpu-{i}", t, (self.model,), capacity=profiles[t].capacity_rps / fastest)
+            for i, t in enumerate(gpu_types)
+        ]
+        self.index_of = {b.backend_id: i for i, b in enumerate(self.backends)}
+        self.oracle = scenario.router.oracle_output_lengths
+        estimator = CostEstimator(
+            {t: p.prior for t, p in profiles.items()}, exact_max_tokens=self.oracle
+        )
+        policy = build_policy_for(policy_name, sim.loaded)
+        self.scheduler = Scheduler(BackendSet(self.backends), policy, estimator)
+        self.rng = random.Random(scenario.seed)
+        self.retry = RetrySettings()  # the live router's defaults
+        self.budget = RetryBudget(self.retry)
+        workload = sim.workload
+        self.n = len(workload)
+        self.outcomes = RunOutcomes.pending(self.n)
+        self.arrivals = workload.arrivals.tolist()
+        self.prompts = workload.prompts.tolist()
+        self.outputs = workload.outputs.tolist()
+        self.blocks, self.sessions = workload.blocks, workload.sessions
+        self.work = [0.0] * len(self.engines)
+        self.engine_profiles = [profiles[t] for t in gpu_types]
+        # Step time over batch measures throughput cost only near saturation; at low load it
+        # overstates it (and would starve the GPU that looks expensive), so learn from busy GPUs.
+        self.busy_batch = [profiles[t].saturation_batch // 2 for t in gpu_types]
+        self.infos: dict[int, RequestInfo] = {}
+        self.tried: dict[int, set[str]] = {}
+        self.attempts: dict[int, Attempts] = {}
+        self.faults = sorted(scenario.faults, key=lambda f: f.at_s)
+        self.heap = EventHeap(len(self.engines))
+
+    def run(self) -> None:
+        start = self.arrivals[0] if self.n else 0.0
+        self.heap.push(start, TICK)
+        for k, fault in enumerate(self.faults):
+            self.heap.push(start + fault.at_s, FAULT, k)
+        run_events(self.heap, self.arrivals, self.arrive, self.on_event)
+        if self.progress is not None:
+            self.progress(self.n)
+
+    # -- events ----------------------------------------------------------------------------
+    def arrive(self, i: int, now: float) -> None:
+        info = RequestInfo(
+            i,
+            self.model,
+            self.prompts[i],
+            self.outputs[i] if self.oracle else None,
+            session_id=self.sessions[i],
+            prefix_blocks=self.blocks[i],
+        )
+        self.infos[i] = info
+        self.attempts[i] = Attempts(self.retry)
+        self.budget.active += 1
+        self.dispatch(info, now)
+        if self.progress is not None and (i + 1) % max(self.n // 100, 1) == 0:
+            self.progress(i + 1)
+
+    def on_event(self, now: float, kind: int, payload: int, arrivals_left: bool) -> None:
+        if kind >= 0:
+            for req in self.engines[kind].on_event(now):
+                self.complete(req, kind, now)
+            self.reschedule(kind)
+        elif kind == TICK:
+            self.scheduler.tick(now)
+            if arrivals_left or len(self.scheduler.ledger):
+                self.heap.push(now + self.scenario.router.health_tick_s, TICK)
+        elif kind == FAULT:
+            self.apply_fault(self.faults[payload], now)
+        elif (info := self.infos.get(payload)) is not None:  # RETRY after its backoff
+            self.dispatch(info, now)
+
+    def reschedule(self, e: int) -> None:
+        self.heap.reschedule(e, self.engines[e].next_event_time())
+
+    # -- a request's attempts --------------------------------------------------------------
+    def dispatch(self, info: RequestInfo, now: float) -> None:
+        rid = info.request_id
+        while True:
+            decision = self.scheduler.route(info, now, self.rng, self.tried.get(rid, ()))
+            if decision is None:
+                self.end(rid, FAILED if rid in self.tried else REJECTED)
+                return
+            e = self.index_of[decision.backend.backend_id]
+            prompt, output = self.prompts[rid], self.outputs[rid]
+            req = EngineRequest(rid, prompt, output, self.arrivals[rid], self.blocks[rid])
+            if not self.engines[e].fits(req):
+                self.scheduler.release(rid)
+                self.end(rid, REJECTED)
+                return
+            self.attempt_started(rid)
+            if self.engines[e].submit(req, now):
+                self.reschedule(e)
+                return
+            # Engine down: connection refused before any byte; retry elsewhere if allowed.
+            self.attempt_ended(rid)
+            self.scheduler.finish(rid, self.model, Outcome(False, fatal=True), now)
+            self.tried.setdefault(rid, set()).add(decision.backend.backend_id)
+            if not self.may_retry(rid, FailureKind.REFUSED, now):
+                return
+
+    def may_retry(self, rid: int, kind: FailureKind, now: float) -> bool:
+        """After a failed attempt: True to retry now; False when the request failed or its
+        retry waits for its backoff (a RETRY event)."""
+        attempts = self.attempts[rid]
+        attempts.failed(kind)
+        verdict, delay = attempts.next(self.budget, self.rng)
+        if verdict is not Verdict.GO:
+            self.end(rid, FAILED)
+            return False
+        self.outcomes.retries += 1
+        if delay:
+            self.heap.push(now + delay, RETRY, rid)
+            return False
+        return True
+
+    def attempt_started(self, rid: int) -> None:
+        attempts = self.attempts[rid]
+        attempts.started()
+        if attempts.count > 1:
+            self.budget.active_retries += 1
+
+    def attempt_ended(self, rid: int) -> None:
+        if self.attempts[rid].count > 1:
+            self.budget.active_retries -= 1
+
+    def end(self, rid: int, status: int) -> None:
+        """The request is over (served, failed or refused): it leaves the router's books."""
+        self.outcomes.status[rid] = status
+        self.budget.active -= 1
+        self.infos.pop(rid, None)
+        self.tried.pop(rid, None)
+        self.attempts.pop(rid, None)
+
+    def complete(self, req: EngineRequest, e: int, now: float) -> None:
+        rid, engine = req.rid, self.engines[e]
+        prefill = None
+        if req.cached_tokens == 0 and req.admitted_at == req.arrival:
+            prefill = (req.first_token_at - req.admitted_at) / req.prompt_tokens
+        batch = engine.batch + 1
+        outcome = Outcome(
+            True,
+            req.output_tokens,
+            req.prompt_tokens,
+            prefill_s_per_token=prefill,
+            decode_s_per_token=engine.step / batch if batch >= self.busy_batch[e] else None,
+        )
+        self.scheduler.finish(rid, self.model, outcome, now)
+        run = self.outcomes
+        run.ttft[rid] = req.first_token_at - req.arrival
+        run.finish[rid] = now
+        run.served_by[rid] = e
+        self.work[e] += request_work(
+            self.engine_profiles[e], req.prompt_tokens - req.cached_tokens, req.output_tokens
+        )
+        self.attempt_ended(rid)
+        self.end(rid, OK)
+
+    def apply_fault(self, fault, now: float) -> None:
+        engine = self.engines[fault.gpu]
+        if fault.kind == "slow":
+            engine.set_slowdown(fault.factor, now)
+        elif fault.kind == "recover":
+            engine.set_slowdown(1.0, now)
+            engine.recover(now)
+        else:
+            for req in engine.crash(now):
+                self.crashed(req, self.backends[fault.gpu].backend_id, now)
+        self.reschedule(fault.gpu)
+
+    def crashed(self, req: EngineRequest, backend_id: str, now: float) -> None:
+        rid = req.rid
+        self.attempt_ended(rid)
+        self.scheduler.finish(rid, self.model, Outcome(False, fatal=True), now)
+        info = self.infos.get(rid)
+        if req.first_token_at >= 0 or info is None:
+            self.end(rid, FAILED)  # the stream broke under its client
+            return
+        # Nothing reached the client yet: the router retries elsewhere.
+        self.tried.setdefault(rid, set()).add(backend_id)
+        if self.may_retry(rid, FailureKind.CONNECTION, now):
+            self.dispatch(info, now)

@@ -13,12 +13,13 @@ import os
 import random
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 from gpuroute.testbed import fake_payloads as payloads
 from gpuroute.testbed.fake_gpu import SimulatedGpu
+from gpuroute.testbed.faults import Faults
 from gpuroute.testbed.live_engine import LiveEngine, LiveRequest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -52,23 +53,6 @@ class FakeEngineConfig:
             raise ValueError(f"unknown model {self.model!r}; known: {', '.join(MODELS)}")
         if self.time_scale <= 0 or self.stream_interval_s < 0:
             raise ValueError("time_scale must be > 0 and stream_interval_s >= 0")
-
-
-@dataclass
-class Faults:
-    hang: bool = False
-    slow: float = 1.0
-    throttle: float = 1.0
-    error_rate: float = 0.0
-    resumed: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "hang": self.hang,
-            "slow": self.slow,
-            "throttle": self.throttle,
-            "error_rate": self.error_rate,
-        }
 
 
 class FakeEngine:
@@ -229,37 +213,17 @@ class FakeEngine:
                 raise ValueError("expected a JSON object")
         except ValueError as exc:
             return error_response(400, f"fault body: {exc}")
-        unknown = set(spec) - {"crash", "hang", "slow", "throttle", "error_rate", "clear"}
-        if unknown:
-            return error_response(400, f"unknown fault keys: {', '.join(sorted(unknown))}")
-        faults = self.faults
-        if spec.get("clear"):
-            faults.hang, faults.slow, faults.throttle, faults.error_rate = False, 1.0, 1.0, 0.0
         try:
-            if "slow" in spec:
-                faults.slow = _positive(spec["slow"], "slow")
-            if "throttle" in spec:
-                faults.throttle = _positive(spec["throttle"], "throttle")
-            if "error_rate" in spec:
-                rate = float(spec["error_rate"])
-                if not 0 <= rate <= 1:
-                    raise ValueError("error_rate must be in [0, 1]")
-                faults.error_rate = rate
+            self.faults.apply(spec)
         except (TypeError, ValueError) as exc:
             return error_response(400, str(exc))
-        if "hang" in spec:
-            faults.hang = bool(spec["hang"])
-        if faults.hang:
-            faults.resumed.clear()
-        else:
-            faults.resumed.set()
         self._apply_speed()
         if spec.get("crash"):
             response = web.json_response({"crashing": True})
             await response.prepare(request)
             await response.write_eof()
             os._exit(1)  # as abrupt as SIGKILL: every connection is reset
-        return web.json_response(faults.as_dict())
+        return web.json_response(self.faults.as_dict())
 
     # -- internals -------------------------------------------------------------------------
     async def _admit(self, request: web.Request) -> dict[str, Any] | web.StreamResponse:
@@ -379,13 +343,6 @@ class FakeEngine:
             engine.cancel(live)  # client went away
             raise
         return response
-
-
-def _positive(value: Any, name: str) -> float:
-    number = float(value)
-    if number <= 0:
-        raise ValueError(f"{name} must be > 0")
-    return number
 
 
 def run_fake_engine(config: FakeEngineConfig) -> None:
