@@ -45,7 +45,7 @@ class RetryConfig(StrictModel):
     backoff_base_s: float = Field(default=0.025, ge=0)
     backoff_max_s: float = Field(default=0.25, ge=0)
     # Requests waiting for a first byte from a backend ejected or this many times slower
-    # than the fleet are moved elsewhere (0 = never); see Proxy.rescue_stuck.
+    # than the fleet are moved elsewhere (0 = never); see router/core/slowness.py should_rescue.
     rescue_slowness: float = Field(default=10.0, ge=0)
 
 

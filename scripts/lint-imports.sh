@@ -4,6 +4,8 @@
 # import hook that import-linter cannot walk, so the tree is copied into build/ first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+lint="${LINT_IMPORTS:-$(command -v lint-imports)}"
+lint="$(readlink -f "$lint")"  # absolute: the check runs from the copied tree
 out=build/import-graph
 rm -rf "$out"
 mkdir -p "$out"
@@ -14,4 +16,4 @@ done
 cp -r global "$out/gpuroute/global_"
 find "$out" -name __pycache__ -prune -exec rm -rf {} +
 cd "$out"
-PYTHONPATH=. exec "${LINT_IMPORTS:-lint-imports}" --config ../../pyproject.toml "$@"
+PYTHONPATH=. exec "$lint" --config ../../pyproject.toml "$@"

@@ -1,6 +1,6 @@
 """Backends and the set the policies choose from.
 
-A backend's load (`in_flight`, `outstanding`) is written only by the OutstandingWork ledger;
+A backend's own load (`in_flight`, `outstanding`) is booked by the OutstandingWork ledger;
 its state only through BackendSet, which keeps the per-model candidate lists current."""
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """Least outstanding work (the default): the backend that would finish this request soonest.
 
-Score = (outstanding GPU-seconds + this request's cost on that GPU) / warm-up factor. Small
-pools are scanned in full; large pools sample `choices` candidates (P2C generalised)."""
+Score = PickContext.work_score: (outstanding GPU-seconds + the larger of the agent's and
+the peers' view of other work + this request's cost on that GPU) × slowness / warm-up
+factor. Small pools are scanned in full; large pools sample `choices` candidates (P2C
+generalised)."""
 
 from __future__ import annotations
 
