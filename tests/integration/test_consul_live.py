@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import aiohttp
 import pytest
-from gpuroute.router.proxy import BACKEND_HEADER
+from gpuroute.router.forward import BACKEND_HEADER
 from gpuroute.testbed.consul_dev import HOW_TO_GET_CONSUL, ConsulDev, consul_binary
 from support.live import (
     AgentProcess,
