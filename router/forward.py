@@ -99,7 +99,6 @@ class Forwarder:
             backend = await self._pick(info, attempts.count, tried, remembered)
             if backend is None:
                 break
-            attempts.started()
             try:
                 return await self._attempt(request, parsed, raw, route, backend, arrival, attempts)
             except UpstreamFailed as failure:
@@ -147,17 +146,14 @@ class Forwarder:
         """One attempt, counted against the retry budget while it runs if it is a retry."""
         info = parsed.info
         expected = self.watch.started(info, backend)
-        retry = attempts.count > 1
-        if retry:
-            self.budget.active_retries += 1
+        attempts.start(self.budget)
         try:
             return await self._forward(request, parsed, raw, route, backend, arrival, expected)
         except UpstreamFailed as failure:
             self._failed(info, backend, failure.kind)
             raise
         finally:
-            if retry:
-                self.budget.active_retries -= 1
+            attempts.end(self.budget)
 
     def _failed(self, info: RequestInfo, backend: Backend, kind: FailureKind) -> None:
         self.metrics.upstream_failures.labels(backend.backend_id, kind.value).inc()

@@ -196,12 +196,12 @@ class RegionalRun:
                 self.scheduler.release(rid)
                 self.end(rid, REJECTED)
                 return
-            self.attempt_started(rid)
+            self.attempts[rid].start(self.budget)
             if self.engines[e].submit(req, now):
                 self.reschedule(e)
                 return
             # Engine down: connection refused before any byte; retry elsewhere if allowed.
-            self.attempt_ended(rid)
+            self.attempts[rid].end(self.budget)
             self.scheduler.finish(rid, self.model, Outcome(False, fatal=True), now)
             self.tried.setdefault(rid, set()).add(decision.backend.backend_id)
             if not self.may_retry(rid, FailureKind.REFUSED, now):
@@ -221,16 +221,6 @@ class RegionalRun:
             self.heap.push(now + delay, RETRY, rid)
             return False
         return True
-
-    def attempt_started(self, rid: int) -> None:
-        attempts = self.attempts[rid]
-        attempts.started()
-        if attempts.count > 1:
-            self.budget.active_retries += 1
-
-    def attempt_ended(self, rid: int) -> None:
-        if self.attempts[rid].count > 1:
-            self.budget.active_retries -= 1
 
     def end(self, rid: int, status: int) -> None:
         """The request is over (served, failed or refused): it leaves the router's books."""
@@ -261,7 +251,7 @@ class RegionalRun:
         self.work[e] += request_work(
             self.engine_profiles[e], req.prompt_tokens - req.cached_tokens, req.output_tokens
         )
-        self.attempt_ended(rid)
+        self.attempts[rid].end(self.budget)
         self.end(rid, OK)
 
     def apply_fault(self, fault, now: float) -> None:
@@ -278,7 +268,7 @@ class RegionalRun:
 
     def crashed(self, req: EngineRequest, backend_id: str, now: float) -> None:
         rid = req.rid
-        self.attempt_ended(rid)
+        self.attempts[rid].end(self.budget)
         self.scheduler.finish(rid, self.model, Outcome(False, fatal=True), now)
         info = self.infos.get(rid)
         if req.first_token_at >= 0 or info is None:

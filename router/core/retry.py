@@ -71,10 +71,6 @@ class Attempts:
         self.allowed = settings.max_attempts
         self.last_failure: FailureKind | None = None
 
-    @property
-    def retrying(self) -> bool:
-        return self.count > 0
-
     def next(self, budget: RetryBudget, rng: random.Random) -> tuple[Verdict, float]:
         """May another attempt start, and after how many seconds of backoff?"""
         if self.count == 0:
@@ -87,8 +83,16 @@ class Attempts:
         cap = min(s.backoff_max_s, s.backoff_base_s * 2 ** (self.count - 1))
         return Verdict.GO, rng.uniform(0, cap)
 
-    def started(self) -> None:
+    def start(self, budget: RetryBudget) -> None:
+        """An attempt begins; a retry counts against `budget` until `end()`."""
         self.count += 1
+        if self.count > 1:
+            budget.active_retries += 1
+
+    def end(self, budget: RetryBudget) -> None:
+        """The attempt `start()` began is over (served, failed or moved)."""
+        if self.count > 1:
+            budget.active_retries -= 1
 
     def failed(self, kind: FailureKind) -> bool:
         """Record the failure of the attempt just made; True while another may follow."""
