@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from gpuroute import runtime
 from gpuroute.config import ConfigError
-from gpuroute.openai_api import error_response, healthz, models_response
+from gpuroute.openai_api import Rejection, error_response, healthz, models_response
 from gpuroute.regions import FleetConfig
 from gpuroute.relay import (
     REQUEST_DROP,
@@ -46,14 +46,6 @@ decision_log = logging.getLogger("gpuroute.global.decisions")
 OPENAI_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 REGION_HEADER = "x-gpuroute-region"
 GLOBAL_REQUEST_DROP = REQUEST_DROP | {REGION_HEADER}  # the hint is ours, not the region's
-
-
-class GlobalRejection(Exception):
-    """A request the global tier answers itself (400, 413, 503), in OpenAI's format."""
-
-    def __init__(self, response: web.Response) -> None:
-        super().__init__(response.status)
-        self.response = response
 
 
 class GlobalMetrics:
@@ -191,8 +183,8 @@ class GlobalApp:
         try:
             body, model = await self._read(request)
             decision = self._decide(request, model)
-        except GlobalRejection as rejection:
-            return rejection.response
+        except Rejection as rejection:
+            return rejection.response()
         return await self._attempt_regions(request, body, decision)
 
     async def _read(self, request: web.Request) -> tuple[bytes, str]:
@@ -201,12 +193,12 @@ class GlobalApp:
             body = await request.read()
             parsed = orjson.loads(body)
         except web.HTTPRequestEntityTooLarge:
-            raise GlobalRejection(error_response(413, "request body too large")) from None
+            raise Rejection(413, "request body too large") from None
         except orjson.JSONDecodeError:
-            raise GlobalRejection(error_response(400, "body is not valid JSON")) from None
+            raise Rejection(400, "body is not valid JSON") from None
         if not isinstance(parsed, dict) or not isinstance(parsed.get("model"), str):
             message = "'model' is required and must be a string"
-            raise GlobalRejection(error_response(400, message, param="model"))
+            raise Rejection(400, message, param="model")
         return body, parsed["model"]
 
     def _decide(self, request: web.Request, model: str) -> GlobalDecision:
@@ -219,8 +211,7 @@ class GlobalApp:
                 country=place.country,
             )
         except ResidencyError as exc:
-            response = error_response(400, str(exc), param="x-gpuroute-residency")
-            raise GlobalRejection(response) from None
+            raise Rejection(400, str(exc), param="x-gpuroute-residency") from None
         hint = request.headers.get(REGION_HEADER)
         decision = self.policy.decide(
             GlobalRequest(model, allowed, place.location, hint), self.feeds.views, self.rng
@@ -240,13 +231,12 @@ class GlobalApp:
             rule = " + ".join(decision.rules) or "none"
             self.metrics.rejections.labels(decision.reason, rule).inc()
             what = "allowed by residency" if decision.reason == "residency" else "up"
-            response = error_response(
+            raise Rejection(
                 503,
                 f"no region {what} can serve this request (residency rules: {rule})",
                 code=decision.reason,
                 headers={"Retry-After": "1"} if decision.reason == "no_region_up" else None,
             )
-            raise GlobalRejection(response)
         return decision
 
     async def _attempt_regions(

@@ -20,7 +20,8 @@ from gpuroute.router.core.admission import (
 from gpuroute.router.core.backend import ROUTABLE_STATES, BackendSet
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.metrics import RouterMetrics
-from gpuroute.router.rejection import Rejection
+
+from gpuroute.openai_api import Rejection
 
 
 def refusal(shed: Shed) -> Rejection:

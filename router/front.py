@@ -11,9 +11,10 @@ from aiohttp import web
 from gpuroute.router.admission_gate import AdmissionGate
 from gpuroute.router.config import RouterConfig
 from gpuroute.router.core.backend import BackendSet
-from gpuroute.router.rejection import Rejection
 from gpuroute.router.request_parse import ParsedRequest, RequestError, parse_request
 from gpuroute.router.tenant_gate import TenantGate
+
+from gpuroute.openai_api import Rejection
 
 
 class Front:

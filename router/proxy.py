@@ -19,9 +19,8 @@ from gpuroute.router.core.backend import BackendState
 from gpuroute.router.forward import Forwarder
 from gpuroute.router.front import Front
 from gpuroute.router.metrics import RouterMetrics
-from gpuroute.router.rejection import Rejection
 
-from gpuroute.openai_api import error_response
+from gpuroute.openai_api import Rejection, error_response
 from gpuroute.relay import REQUEST_DROP, RESPONSE_DROP, UPSTREAM_ERRORS, forward_headers
 
 log = logging.getLogger("gpuroute.router")

@@ -7,7 +7,8 @@ from aiohttp import web
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.quotas import AuthError, KeyPolicy, Quotas
-from gpuroute.router.rejection import Rejection
+
+from gpuroute.openai_api import Rejection
 
 
 class TenantGate:
