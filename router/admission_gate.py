@@ -58,6 +58,11 @@ class AdmissionGate:
         self.clock = clock
         self._waiters: dict[object, asyncio.Future[Shed | None]] = {}
 
+    def has_room(self, backend_id: str) -> bool:
+        """Is this backend below its own in-flight limit? (A session's remembered backend is
+        kept only while it is.)"""
+        return self.backends.get(backend_id).in_flight < self.max_inflight.get(backend_id, 0)
+
     def has_capacity(self, priority: str | None = None) -> bool:
         """Room for one more request of `priority` (None: of the most important class)."""
         slots = sum(

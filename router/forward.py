@@ -13,9 +13,11 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
+from gpuroute.router.config import LimitsConfig
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.health import HealthEvents
 from gpuroute.router.core.request import RequestInfo
@@ -23,7 +25,6 @@ from gpuroute.router.core.retry import Attempts, FailureKind, RetryBudget, Retry
 from gpuroute.router.core.scheduler import Outcome, Scheduler
 from gpuroute.router.decision_log import DecisionLog
 from gpuroute.router.metrics import RouterMetrics
-from gpuroute.router.request_parse import ParsedRequest
 from gpuroute.router.sessions import SessionStore
 from gpuroute.router.watch import BackendWatch
 
@@ -57,6 +58,22 @@ def failure_kind(exc: BaseException) -> FailureKind:
     return FailureKind.CONNECTION
 
 
+@dataclass(slots=True)
+class Exchange:
+    """One client request on its way through the attempts: what every attempt sends, and
+    what the answer is measured against."""
+
+    request: web.Request
+    info: RequestInfo
+    raw: bytes
+    route: str
+    arrival: float
+    headers: dict[str, str] = field(init=False)  # forwarded upstream, the same every attempt
+
+    def __post_init__(self) -> None:
+        self.headers = forward_headers(self.request.headers.items(), REQUEST_DROP)
+
+
 class Forwarder:
     def __init__(
         self,
@@ -76,15 +93,28 @@ class Forwarder:
         self.has_room, self.clock, self.rng = has_room, clock, rng
         self.budget = RetryBudget(retry)
         self.urls: dict[str, str] = {}
-        self.session: aiohttp.ClientSession | None = None
+        self.session: aiohttp.ClientSession | None = None  # to the engines; start() opens it
         # the last completions, for the region report's recent p99s
         self.recent_ttft: collections.deque[float] = collections.deque(maxlen=2000)
         self.recent_e2e: collections.deque[float] = collections.deque(maxlen=2000)
 
-    async def attempts(
-        self, request: web.Request, parsed: ParsedRequest, raw: bytes, route: str, arrival: float
-    ) -> web.StreamResponse:
-        info = parsed.info
+    async def start(self, limits: LimitsConfig) -> None:
+        timeout = aiohttp.ClientTimeout(
+            total=None,
+            sock_connect=limits.connect_timeout_s,
+            sock_read=limits.first_byte_timeout_s,
+        )
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30, ttl_dns_cache=300)
+        self.session = aiohttp.ClientSession(
+            connector=connector, auto_decompress=False, timeout=timeout
+        )
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+    async def attempts(self, exchange: Exchange) -> web.StreamResponse:
+        info = exchange.info
         attempts, tried = Attempts(self.retry), set[str]()
         remembered = await self._remembered(info)
         last = "no backend is available"
@@ -100,7 +130,7 @@ class Forwarder:
             if backend is None:
                 break
             try:
-                return await self._attempt(request, parsed, raw, route, backend, arrival, attempts)
+                return await self._attempt(exchange, backend, attempts)
             except UpstreamFailed as failure:
                 last = f"backend {backend.backend_id}: {failure}"
                 if attempts.failed(failure.kind):
@@ -134,26 +164,32 @@ class Forwarder:
         return backend
 
     async def _attempt(
-        self,
-        request: web.Request,
-        parsed: ParsedRequest,
-        raw: bytes,
-        route: str,
-        backend: Backend,
-        arrival: float,
-        attempts: Attempts,
+        self, exchange: Exchange, backend: Backend, attempts: Attempts
     ) -> web.StreamResponse:
-        """One attempt, counted against the retry budget while it runs if it is a retry."""
-        info = parsed.info
+        """One attempt (a retry counts against the budget while it runs). Raises
+        UpstreamFailed only while nothing has reached the client."""
+        info = exchange.info
         expected = self.watch.started(info, backend)
+        batch_at_start = backend.in_flight - 1  # the ledger already counts this request
+        started = self.clock()
         attempts.start(self.budget)
+        upstream = None
         try:
-            return await self._forward(request, parsed, raw, route, backend, arrival, expected)
+            upstream, first = await self._first_bytes(exchange, backend, expected)
+            return await self._relay(exchange, backend, upstream, first, started, batch_at_start)
         except UpstreamFailed as failure:
             self._failed(info, backend, failure.kind)
             raise
+        except asyncio.CancelledError:
+            self._client_gone(info)
+            raise
         finally:
             attempts.end(self.budget)
+            if upstream is not None:
+                if upstream.content.at_eof():
+                    upstream.release()  # the connection goes back to the pool
+                else:
+                    upstream.close()
 
     def _failed(self, info: RequestInfo, backend: Backend, kind: FailureKind) -> None:
         self.metrics.upstream_failures.labels(backend.backend_id, kind.value).inc()
@@ -167,6 +203,12 @@ class Forwarder:
         else:
             self.settle(info, backend, ok=False, fatal=kind.fatal)
 
+    def _client_gone(self, info: RequestInfo) -> None:
+        """The client left: release the booking with no verdict on the backend."""
+        self.metrics.client_disconnects.inc()
+        self.scheduler.release(info.request_id)
+        self.watch.forget(info.request_id)
+
     async def _remembered(self, info: RequestInfo) -> str | None:
         """The backend a replica sent this session to before, unless it is full (whether it
         is still routable, the scheduler checks: an ejected or draining one is no candidate)."""
@@ -177,59 +219,20 @@ class Forwarder:
             return None
         return backend_id if self.has_room(backend_id) else None
 
-    async def _forward(
-        self,
-        request: web.Request,
-        parsed: ParsedRequest,
-        raw: bytes,
-        route: str,
-        backend: Backend,
-        arrival: float,
-        expected: float,
-    ) -> web.StreamResponse:
-        """Raises UpstreamFailed only while nothing has reached the client."""
-        info = parsed.info
-        url = self.urls[backend.backend_id] + request.path_qs
-        headers = forward_headers(request.headers.items(), REQUEST_DROP)
-        batch_at_start = backend.in_flight - 1  # the ledger already counts this request
-        started = self.clock()
-        upstream = None
-        try:
-            upstream, first = await self._first_bytes(info, backend, url, raw, headers, expected)
-            return await self._relay(
-                request, parsed, route, backend, upstream, first, arrival, started, batch_at_start
-            )
-        except asyncio.CancelledError:
-            self.scheduler.release(info.request_id)  # client went away
-            self.watch.forget(info.request_id)
-            self.metrics.client_disconnects.inc()
-            raise
-        finally:
-            if upstream is not None:
-                if upstream.content.at_eof():
-                    upstream.release()  # the connection goes back to the pool
-                else:
-                    upstream.close()
-
     async def _first_bytes(
-        self,
-        info: RequestInfo,
-        backend: Backend,
-        url: str,
-        raw: bytes,
-        headers: dict,
-        expected: float,
+        self, exchange: Exchange, backend: Backend, expected: float
     ) -> tuple[aiohttp.ClientResponse, bytes]:
         """Send the request and wait for the first body bytes, which may be the whole answer
         of a non-streamed request. Until they come the attempt can be moved elsewhere: by a
         failure, or by a rescue (BackendWatch.rescue) when its backend turned bad meanwhile."""
         assert self.session is not None
-        rid = info.request_id
+        rid = exchange.info.request_id
+        url = self.urls[backend.backend_id] + exchange.request.path_qs
         self.watch.waiting(rid, backend, expected)
         upstream = None
         try:
             try:
-                upstream = await self.session.post(url, data=raw, headers=headers)
+                upstream = await self.session.post(url, data=exchange.raw, headers=exchange.headers)
                 if upstream.status >= 500:
                     raise UpstreamFailed(FailureKind.STATUS_5XX, f"status {upstream.status}")
                 first = await upstream.content.readany()
@@ -254,28 +257,25 @@ class Forwarder:
 
     async def _relay(
         self,
-        request: web.Request,
-        parsed: ParsedRequest,
-        route: str,
+        exchange: Exchange,
         backend: Backend,
         upstream: aiohttp.ClientResponse,
         first: bytes,
-        arrival: float,
         started: float,
         batch_at_start: int,
     ) -> web.StreamResponse:
-        info = parsed.info
+        info = exchange.info
         headers = forward_headers(upstream.headers.items(), RESPONSE_DROP)
         headers[BACKEND_HEADER] = backend.backend_id
         response = web.StreamResponse(status=upstream.status, headers=headers)
 
         def first_written() -> None:
-            ttft = self.clock() - arrival
-            self.metrics.ttft.labels(route).observe(ttft)
+            ttft = self.clock() - exchange.arrival
+            self.metrics.ttft.labels(exchange.route).observe(ttft)
             self.recent_ttft.append(ttft)
 
         relayed = await relay_body(
-            request,
+            exchange.request,
             response,
             upstream,
             first=first,
@@ -285,9 +285,7 @@ class Forwarder:
             ),
         )
         if relayed.end is RelayEnd.CLIENT_GONE:
-            self.metrics.client_disconnects.inc()
-            self.scheduler.release(info.request_id)
-            self.watch.forget(info.request_id)
+            self._client_gone(info)
             return response
         if relayed.end is RelayEnd.UPSTREAM_BROKE:
             assert relayed.error is not None

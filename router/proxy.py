@@ -11,12 +11,10 @@ import logging
 import time
 from collections.abc import Callable
 
-import aiohttp
 from aiohttp import web
 from gpuroute.router.admission_gate import AdmissionGate
-from gpuroute.router.config import LimitsConfig
 from gpuroute.router.core.backend import BackendState
-from gpuroute.router.forward import Forwarder
+from gpuroute.router.forward import Exchange, Forwarder
 from gpuroute.router.front import Front
 from gpuroute.router.metrics import RouterMetrics
 
@@ -33,7 +31,6 @@ class Proxy:
         forwarder: Forwarder,
         gate: AdmissionGate,
         metrics: RouterMetrics,
-        limits: LimitsConfig,
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -42,27 +39,10 @@ class Proxy:
         self.budget = forwarder.budget  # counts requests in flight for the retry budget
         self.idle = asyncio.Event()
         self.idle.set()
-        self.timeout = aiohttp.ClientTimeout(
-            total=None,
-            sock_connect=limits.connect_timeout_s,
-            sock_read=limits.first_byte_timeout_s,
-        )
-        self.session: aiohttp.ClientSession | None = None
 
     @property
     def active(self) -> int:
         return self.budget.active
-
-    async def start(self) -> None:
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30, ttl_dns_cache=300)
-        self.session = aiohttp.ClientSession(
-            connector=connector, auto_decompress=False, timeout=self.timeout
-        )
-        self.forwarder.session = self.session
-
-    async def close(self) -> None:
-        if self.session is not None:
-            await self.session.close()
 
     # -- entry points ----------------------------------------------------------------------
     async def openai(self, request: web.Request) -> web.StreamResponse:
@@ -97,7 +77,8 @@ class Proxy:
         except Rejection as rejection:
             return rejection.response()
         try:
-            return await self.forwarder.attempts(request, parsed, raw, route, arrival)
+            exchange = Exchange(request, parsed.info, raw, route, arrival)
+            return await self.forwarder.attempts(exchange)
         finally:
             self.gate.pump()
 
@@ -108,9 +89,10 @@ class Proxy:
         if not ready:
             return error_response(503, "no backend is ready", code="no_backend")
         backend = min(ready, key=lambda b: b.in_flight)
-        assert self.session is not None
+        session = self.forwarder.session
+        assert session is not None
         try:
-            async with self.session.request(
+            async with session.request(
                 request.method,
                 self.forwarder.urls[backend.backend_id] + request.path_qs,
                 data=await request.read(),

@@ -105,9 +105,7 @@ class RouterApp:
             self.gate,
             with_prefix_blocks="prefix_blocks" in self.scheduler.policy.needs,
         )
-        self.proxy = Proxy(
-            front, self.forwarder, self.gate, self.metrics, config.limits, clock=self.clock
-        )
+        self.proxy = Proxy(front, self.forwarder, self.gate, self.metrics, clock=self.clock)
         self.membership = self._membership() if config.membership.consul else None
         self.draining = False
         self._ticker: asyncio.Task | None = None
@@ -119,7 +117,7 @@ class RouterApp:
 
     def _quotas(self) -> Quotas:
         config = self.config
-        self.quotas = Quotas.from_config(
+        quotas = Quotas.from_config(
             config.auth,
             config.redis,
             self.redis,
@@ -127,8 +125,8 @@ class RouterApp:
             lambda shared: self.metrics.quota_shared.set(shared),
             config.region,
         )
-        self.metrics.quota_shared.set(float(self.quotas.shared))
-        return self.quotas
+        self.metrics.quota_shared.set(float(quotas.shared))
+        return quotas
 
     def _forwarder(self, rng: random.Random) -> Forwarder:
         config = self.config
@@ -139,10 +137,7 @@ class RouterApp:
             DecisionLog(config.decision_log_sample, config.policy),
             RetrySettings(**config.retry.model_dump(exclude={"rescue_slowness"})),
             sessions=SessionStore.from_config(config.redis, self.redis, self.clock),
-            has_room=lambda backend_id: (
-                self.scheduler.backends.get(backend_id).in_flight
-                < self.gate.max_inflight.get(backend_id, 0)
-            ),
+            has_room=self.gate.has_room,
             clock=self.clock,
             rng=rng,
         )
@@ -220,7 +215,7 @@ class RouterApp:
         return summarise(self.scheduler.backends, self.config.region.saturation_delay_s, verified)
 
     async def _startup(self, _app: web.Application) -> None:
-        await self.proxy.start()
+        await self.forwarder.start(self.config.limits)
         if (listen := self.config.region.report_listen) is not None:
             service = RegionReportService(
                 self.config.region.name,
@@ -263,7 +258,7 @@ class RouterApp:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
-        await self.proxy.close()
+        await self.forwarder.close()
         if self.redis is not None:
             await self.redis.aclose()
 
@@ -292,7 +287,7 @@ class RouterApp:
 
     async def _probe(self, backend_id: str) -> None:
         backend = self.scheduler.backends.get(backend_id)
-        session = self.proxy.session
+        session = self.forwarder.session
         assert session is not None
         timeout = aiohttp.ClientTimeout(total=self.config.limits.connect_timeout_s + 2)
         try:
