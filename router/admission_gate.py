@@ -63,14 +63,18 @@ class AdmissionGate:
         kept only while it is.)"""
         return self.backends.get(backend_id).in_flight < self.max_inflight.get(backend_id, 0)
 
-    def has_capacity(self, priority: str | None = None) -> bool:
-        """Room for one more request of `priority` (None: of the most important class)."""
-        slots = sum(
+    def total_slots(self) -> int:
+        """In-flight slots of every routable backend."""
+        return sum(
             self.max_inflight.get(b.backend_id, 0)
             for b in self.backends
             if b.state in ROUTABLE_STATES
         )
-        return self.slots.has_room(slots, priority is None or priority == self.priorities[0])
+
+    def has_capacity(self, priority: str | None = None) -> bool:
+        """Room for one more request of `priority` (None: of the most important class)."""
+        top = priority is None or priority == self.priorities[0]
+        return self.slots.has_room(self.total_slots(), top)
 
     async def admit(self, info: RequestInfo, deadline_s: float | None) -> None:
         """Return when the request may go; raise Rejection when it is shed."""
@@ -119,10 +123,11 @@ class AdmissionGate:
 
     def dispatch(self) -> None:
         """Admit queued requests while there is room; shed those past their deadline."""
-        now = self.clock()
-        while len(self.queue) and self.has_capacity(self.priorities[0]):
+        now, total = self.clock(), self.total_slots()  # no backend changes state in here
+        lowest_is_top = len(self.priorities) == 1
+        while len(self.queue) and self.slots.has_room(total, top_class=True):
             # only reserved room left: only the most important class may take it
-            top_only = not self.has_capacity(self.priorities[-1])
+            top_only = not self.slots.has_room(total, top_class=lowest_is_top)
             item, expired = self.queue.pop_ready(now, 0 if top_only else None)
             for shed in expired:
                 self.metrics.shed.labels(shed.reason).inc()
