@@ -13,9 +13,9 @@ import time
 import aiohttp
 import pytest
 from gpuroute.testbed.consul_dev import consul_binary
+from support.clients import Clients
 from support.live import MODEL, async_wait_for, backends_state, get_json, holds, running_router
 from support.netns import Host, NetnsLab
-from test_consul_live import Clients
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 SERVERS = ("s1", "s2", "s3")

@@ -52,7 +52,7 @@ def test_sampling_logs_about_the_sampled_share() -> None:
 def test_scores_are_those_before_booking() -> None:
     """On an idle fleet, least outstanding work scores each backend by this request's cost
     alone; a log written after booking would show the chosen backend at twice its cost."""
-    sched, log, lines = scheduler(), None, []
+    sched, lines = scheduler(), []
     log = DecisionLog(1.0, "least_outstanding_work", emit=lines.append)
     info = RequestInfo("r1", "m", 1000, 100)
     decision = sched.route(info, 0.0, random.Random(1), explain=log.wants_next())
