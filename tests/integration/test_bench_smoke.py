@@ -133,7 +133,7 @@ def test_paired_slowdown_compares_the_same_request_inside_the_window_only() -> N
 def test_tenants_bench_inputs_are_checked() -> None:
     import argparse
 
-    from gpuroute.bench.cli import tenants_spec
+    from gpuroute.bench.commands import tenants_spec
 
     good = dict(burst="20:40", duration=60.0, replicas=4, time_scale=2.0,
                 steady_utilization=0.5, burst_utilization=1.0, quota_share=0.02,

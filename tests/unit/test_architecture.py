@@ -33,3 +33,24 @@ def test_no_function_over_60_lines_outside_declarative_tables() -> None:
 def test_no_module_over_400_lines() -> None:
     big = [f"{name} ({n})" for name, text in sources() if (n := len(text.splitlines())) > 400]
     assert not big, big
+
+
+def test_building_the_cli_loads_no_simulator_benchmark_or_testbed_code() -> None:
+    """Every router, agent and fake-engine process builds the whole parser at start-up; a
+    registration module that imports its package's work (numpy, rich, the simulator) makes
+    each of them start slower and bigger."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, gpuroute.cli as cli; cli.build_parser(); "
+        "print('\\n'.join(sorted(sys.modules)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd="/"
+    )
+    loaded = set(done.stdout.split())
+    heavy = {"numpy", "rich", "aiohttp", "grpc", "redis"} & loaded
+    rooms = ("gpuroute.sim.", "gpuroute.bench.", "gpuroute.testbed.", "gpuroute.demo.")
+    work = {m for m in loaded if m.startswith(rooms) and not m.endswith(".cli")}
+    assert not heavy and not work, sorted(heavy | work)

@@ -1,0 +1,140 @@
+"""`gpuroute sim`'s work: run a scenario under each policy, print a table, optionally write
+JSON (sim/cli.py holds only its arguments, so other commands never import the simulator)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from gpuroute.global_.core.policy import MODES
+from gpuroute.router.core.policies import POLICIES
+from gpuroute.sim.report import TABLE_COLUMNS, PolicyReport
+from gpuroute.sim.scenario import LoadedScenario, builtin_scenario, load_scenario
+from gpuroute.sim.simulator import FleetSimulator
+from gpuroute.sim.traces import TraceError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gpuroute.config import ConfigError, known_name
+
+
+def resolve_scenario(scenario: str | None) -> LoadedScenario:
+    """A path to a scenario file, else the name of one shipped in sim/scenarios."""
+    if scenario is None:
+        return builtin_scenario()
+    if Path(scenario).exists() or scenario.endswith(".toml") or "/" in scenario:
+        return load_scenario(scenario)
+    return builtin_scenario(scenario)
+
+
+def render_table(title: str, reports: list[PolicyReport]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for _, header, _ in TABLE_COLUMNS:
+        table.add_column(header, justify="left" if header == "policy" else "right")
+    for report in reports:
+        row = report.to_dict()
+        table.add_row(*(fmt.format(row[key]) for key, _, fmt in TABLE_COLUMNS))
+    return table
+
+
+def run_sim(
+    scenario_path: str | None, policies: list[str] | None, json_out: str | None, *, quiet: bool
+) -> int:
+    err = Console(stderr=True)
+    loaded = resolve_scenario(scenario_path)
+    if loaded.scenario.global_ is not None:
+        return run_global_sim(loaded, policies, json_out, quiet=quiet)
+    names = policies or loaded.scenario.router.policies
+    try:
+        for name in names:
+            known_name(name, POLICIES, "policy")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    try:
+        simulator = FleetSimulator(loaded)
+    except TraceError as exc:
+        raise ConfigError(f"{loaded.source}: workload.trace: {exc}") from None
+    scenario = loaded.scenario
+    if not quiet:
+        err.print(
+            f"[bold]{scenario.name}[/]: {len(simulator.workload):,} requests at "
+            f"{simulator.rate_rps:.1f} req/s over {scenario.gpu_count} GPUs "
+            f"({', '.join(f'{g.count}×{g.type}' for g in scenario.gpus)})"
+        )
+    reports = []
+    with Progress(
+        TextColumn("{task.description:<24}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        disable=quiet,
+        transient=True,
+    ) as progress:
+        for name in names:
+            task = progress.add_task(name, total=len(simulator.workload))
+            reports.append(
+                simulator.run(name, lambda done, t=task: progress.update(t, completed=done))
+            )
+    if not quiet:
+        Console(width=None if sys.stdout.isatty() else 160).print(
+            render_table(f"{scenario.name} (seed {scenario.seed})", reports)
+        )
+    if json_out:
+        write_json([r.to_dict() for r in reports], json_out)
+    return 0
+
+
+def write_json(data, json_out: str) -> None:
+    text = json.dumps(data, indent=2)
+    if json_out == "-":
+        sys.stdout.write(text + "\n")
+    else:
+        Path(json_out).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_out).write_text(text + "\n")
+
+
+GLOBAL_COLUMNS = (
+    ("policy", "policy", "{}"),
+    ("completed", "done", "{:,}"),
+    ("failed", "fail", "{:,}"),
+    ("e2e_p99_steady_s", "E2E p99 steady", "{:.2f}"),
+    ("e2e_p99_flash_s", "E2E p99 flash", "{:.2f}"),
+    ("flash_vs_steady", "flash/steady", "{:.2f}"),
+    ("e2e_p99_s", "E2E p99 all", "{:.2f}"),
+    ("goodput_rps", "goodput", "{:.1f}"),
+    ("served_away_from_home", "spilled", "{:,}"),
+    ("residency_violations", "residency viol.", "{:,}"),
+)
+
+
+def run_global_sim(loaded, policies: list[str] | None, json_out: str | None, *, quiet: bool) -> int:
+    from gpuroute.sim.global_sim import run_global_scenario
+
+    scenario = loaded.scenario
+    if policies:
+        for name in policies:
+            known_name(name, MODES, "global policy")
+    if not quiet:
+        Console(stderr=True).print(
+            f"[bold]{scenario.name}[/]: {len(scenario.global_.regions)} regions, "
+            f"{scenario.gpu_count} GPUs; global policies "
+            f"{', '.join(policies or scenario.global_.policies)}"
+        )
+    report = run_global_scenario(loaded, policies)
+    if not quiet:
+        table = Table(
+            title=f"{scenario.name}: {report['rate_rps']} req/s steady "
+            f"({report['gpus']} GPUs, capacity {report['capacity_rps']} req/s)",
+            title_justify="left",
+        )
+        for _, header, _ in GLOBAL_COLUMNS:
+            table.add_column(header, justify="left" if header == "policy" else "right")
+        for row in report["rows"]:
+            table.add_row(*(fmt.format(row[key]) for key, _, fmt in GLOBAL_COLUMNS))
+        Console(width=None if sys.stdout.isatty() else 160).print(table)
+    if json_out:
+        write_json(report, json_out)
+    return 0
