@@ -24,7 +24,7 @@ def resolve_scenario(scenario: str | None) -> LoadedScenario:
     """A path to a scenario file, else the name of one shipped in sim/scenarios."""
     if scenario is None:
         return builtin_scenario()
-    if Path(scenario).exists() or scenario.endswith(".toml") or "/" in scenario:
+    if Path(scenario).is_file() or scenario.endswith(".toml") or "/" in scenario:
         return load_scenario(scenario)
     return builtin_scenario(scenario)
 

@@ -150,9 +150,13 @@ def load_scenario(path: Path | str) -> LoadedScenario:
 
 
 def builtin_scenario(name: str = BUILTIN_DEFAULT) -> LoadedScenario:
-    """A scenario shipped inside the package (synthetic, needs no data files)."""
+    """A scenario shipped in sim/scenarios (the synthetic ones need no data files)."""
     resource = resources.files("gpuroute.sim") / "scenarios" / f"{name}.toml"
     if not resource.is_file():
-        raise ConfigError(f"no built-in scenario named {name!r}")
+        folder = resources.files("gpuroute.sim") / "scenarios"
+        known = sorted(
+            f.name.removesuffix(".toml") for f in folder.iterdir() if f.name.endswith(".toml")
+        )
+        raise ConfigError(f"no built-in scenario named {name!r}; known: {', '.join(known)}")
     with resources.as_file(resource) as path:
         return load_scenario(path)

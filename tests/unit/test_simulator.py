@@ -11,6 +11,7 @@ from gpuroute.sim.simulator import FleetSimulator
 from support.paths import REPO, shared_file
 
 from gpuroute.cli import main
+from gpuroute.config import ConfigError
 
 REQUIRED_KEYS = {
     "policy",
@@ -177,3 +178,20 @@ def test_azure_trace_scenario_replays_the_whole_trace(tmp_path) -> None:
     assert len(simulator.workload) == 19_366
     capacity = sum(simulator.profiles[t].capacity_rps for t in simulator.gpu_types)
     assert simulator.rate_rps == pytest.approx(0.85 * capacity)
+
+
+def test_scenario_by_name_or_path(tmp_path, monkeypatch) -> None:
+    """A packaged scenario's name works from any folder, even one holding a folder of that
+    name (the repository's demo/); anything path-like is read as a file."""
+    from gpuroute.sim.run import resolve_scenario
+
+    monkeypatch.chdir(REPO)
+    assert (REPO / "demo").is_dir()
+    by_name = resolve_scenario("demo")
+    assert by_name.scenario == builtin_scenario().scenario
+    by_path = resolve_scenario("sim/scenarios/demo.toml")
+    assert by_path.scenario == by_name.scenario
+    with pytest.raises(ConfigError, match=r"no built-in scenario named 'nope'; known: .*demo"):
+        resolve_scenario("nope")
+    with pytest.raises(ConfigError, match="file not found"):
+        resolve_scenario(str(tmp_path / "missing.toml"))
