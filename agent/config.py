@@ -12,6 +12,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from gpuroute.config import HttpUrlWithPort, StrictModel, known_name, load_toml_model
 from gpuroute.gpus import GpuTypeName
+from gpuroute.secrets import secret_forms
 
 EngineKind = Annotated[str, AfterValidator(lambda v: known_name(v, ENGINE_KINDS, "engine kind"))]
 _ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
@@ -51,6 +52,9 @@ class ConsulConfig(StrictModel):
     enabled: bool = True  # false: no registration (routers list the engine statically)
     address: str = "http://127.0.0.1:8500"  # the local Consul agent
     token: str | None = None
+    token_file: str | None = None
+    token_env: str | None = None
+    check_secret_forms = secret_forms("token")
     service: str = "gpuroute-engine"
     ttl_s: float = Field(default=15.0, ge=2)
     deregister_critical_after_s: float = Field(default=600.0, ge=60)  # Consul's minimum: 1m

@@ -32,6 +32,7 @@ from gpuroute import runtime
 from gpuroute.config import ConfigError
 from gpuroute.consul_client import ConsulClient, ConsulUnavailable
 from gpuroute.openai_api import healthz
+from gpuroute.secrets import read_secret
 
 log = logging.getLogger("gpuroute.agent")
 
@@ -98,7 +99,9 @@ class Agent:
         await self._start_admin()
         if c.consul.enabled:
             self.consul = ConsulClient(
-                c.consul.address, token=c.consul.token, timeout_s=c.consul.timeout_s
+                c.consul.address,
+                token=read_secret(c.consul, "token", "consul"),
+                timeout_s=c.consul.timeout_s,
             )
             self.registration = Registration(c, self.consul, self.load_port, self._consul_status)
             self._tasks.append(asyncio.create_task(self.registration.run()))

@@ -22,6 +22,7 @@ import numpy as np
 from gpuroute.bench.targets import BenchError
 from gpuroute.testbed.consul_dev import HOW_TO_GET_CONSUL, ConsulDev, consul_binary
 from gpuroute.testbed.fleet_host import start_fleet_host
+from gpuroute.testbed.loopback import ROUTER_ON_LOOPBACK
 from gpuroute.testbed.ports import free_port
 from gpuroute.testbed.processes import Child, spawn, wait_http
 
@@ -168,7 +169,8 @@ def run_fleet_bench(spec: FleetBenchSpec) -> dict:
             port = free_port()
             config = spec.workdir / "router.toml"
             config.write_text(
-                f"tick_s = 0.1\n[listen]\nport = {port}\n"
+                ROUTER_ON_LOOPBACK + "tick_s = 0.1\n"
+                f"[listen]\nport = {port}\n[limits]\nmax_connections_per_ip = 65536\n"
                 f'[membership]\nconsul = "{consul.address}"\n'
             )
             cmd = [sys.executable, "-m", "gpuroute.cli", "router", "--config", str(config)]

@@ -20,6 +20,7 @@ from gpuroute.bench.loadgen import Replay
 from gpuroute.bench.targets import BenchError
 from gpuroute.testbed.consul_dev import HOW_TO_GET_CONSUL, ConsulDev, consul_binary
 from gpuroute.testbed.fleet_host import start_fleet_host
+from gpuroute.testbed.loopback import ROUTER_ON_LOOPBACK
 from gpuroute.testbed.ports import free_port
 from gpuroute.testbed.processes import Child, spawn, start_redis, wait_http
 
@@ -31,7 +32,9 @@ class EngineUrl:
 
 def router_toml(port: int, consul: str, redis_url: str | None) -> str:
     text = (
-        f"tick_s = 0.1\n[listen]\nport = {port}\n[limits]\nfirst_byte_timeout_s = 900.0\n"
+        ROUTER_ON_LOOPBACK + "tick_s = 0.1\n"
+        f"[listen]\nport = {port}\n[limits]\nfirst_byte_timeout_s = 900.0\n"
+        "max_connections_per_ip = 65536\n"
         f'[membership]\nconsul = "{consul}"\n'
     )
     if redis_url:

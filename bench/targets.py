@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from gpuroute.testbed.loopback import ROUTER_ON_LOOPBACK
 from gpuroute.testbed.ports import free_port
 from gpuroute.testbed.processes import Child, StartError, require, spawn
 
@@ -32,8 +33,9 @@ def router_config(
     queues the rest itself (the router's default, 256, otherwise)."""
     # The baselines wait 900 s for a backend; so do we (long non-streamed answers on slow
     # engines at a time scale can exceed the router's 120 s default before their first byte).
-    lines = [f'policy = "{policy}"', extra, "[listen]", f"port = {port}"]
-    lines += ["[limits]", "first_byte_timeout_s = 900.0"]
+    lines = [ROUTER_ON_LOOPBACK + f'policy = "{policy}"', extra, "[listen]", f"port = {port}"]
+    # one load generator on one address opens as many connections as it has requests out
+    lines += ["[limits]", "first_byte_timeout_s = 900.0", "max_connections_per_ip = 65536"]
     for gpu, child in engines:
         lines += [
             "[[backends]]",

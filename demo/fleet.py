@@ -18,6 +18,7 @@ from pathlib import Path
 import aiohttp
 from gpuroute.testbed.consul_dev import HOW_TO_GET_CONSUL, ConsulDev, consul_binary
 from gpuroute.testbed.fleet_host import start_fleet_host
+from gpuroute.testbed.loopback import ROUTER_ON_LOOPBACK
 from gpuroute.testbed.ports import free_port
 from gpuroute.testbed.processes import Child, StartError, spawn, wait_http
 from rich.console import Console
@@ -28,7 +29,7 @@ GPUS = "H100,A100,L4,L4"
 
 
 def router_toml(port: int, consul: str | None, hosts: list[dict]) -> str:
-    text = f"tick_s = 0.1\n[listen]\nport = {port}\n"
+    text = ROUTER_ON_LOOPBACK + f"tick_s = 0.1\n[listen]\nport = {port}\n"
     if consul:
         return text + f'[membership]\nconsul = "{consul}"\n'
     for h in hosts:

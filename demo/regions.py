@@ -16,6 +16,7 @@ from pathlib import Path
 
 import aiohttp
 from gpuroute.testbed.fleet_host import start_fleet_host
+from gpuroute.testbed.loopback import GLOBAL_ON_LOOPBACK, ROUTER_ON_LOOPBACK
 from gpuroute.testbed.ports import free_port
 from gpuroute.testbed.processes import Child, StartError, spawn, wait_http
 from rich.console import Console
@@ -30,7 +31,8 @@ CLIENTS = (("us-east", {}), ("eu-west", {}), ("ap-northeast", {}),
 def start_region(workdir: Path, region: str, gpus: str) -> tuple[Child, Child, int]:
     hosts, fleet = start_fleet_host(workdir, f"hosts-{region}", 2, gpus)
     port, report = free_port(), free_port()
-    text = (f'tick_s = 0.1\n[listen]\nport = {port}\n[region]\nname = "{region}"\n'
+    text = (ROUTER_ON_LOOPBACK + f'tick_s = 0.1\n[listen]\nport = {port}\n'
+            f'[region]\nname = "{region}"\n'
             f"report_period_s = 0.2\n[region.report_listen]\nport = {report}\n")  # fmt: skip
     for h in fleet:
         text += f'[[backends]]\nid = "{h["id"]}"\nurl = "{h["engine"]}"\ngpu = "{h["gpu"]}"\n'
@@ -48,7 +50,8 @@ def start_region(workdir: Path, region: str, gpus: str) -> tuple[Child, Child, i
 
 def global_toml(regions_file: Path, routers: dict[str, tuple[int, int]], port: int) -> str:
     text = (
-        f'regions_file = "{regions_file}"\ntick_s = 0.1\n[listen]\nport = {port}\n'
+        GLOBAL_ON_LOOPBACK + f'regions_file = "{regions_file}"\ntick_s = 0.1\n'
+        f"[listen]\nport = {port}\n"
         "[region_health]\nstale_after_s = 1.0\nup_after_s = 2.0\n"
         '[residency]\ntenants = { acme-eu = ["eu"] }\ncountries = { DE = ["eu"], FR = ["eu"] }\n'
     )

@@ -8,7 +8,7 @@ from typing import Annotated
 
 from gpuroute.global_.core.policy import MODES
 from gpuroute.global_.core.residency import ANY, ResidencyRules
-from pydantic import AfterValidator, Field, field_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from gpuroute.config import (
     ConfigError,
@@ -16,10 +16,12 @@ from gpuroute.config import (
     LimitsConfig,
     ListenConfig,
     StrictModel,
+    admin_placement,
     known_name,
     load_toml_model,
 )
 from gpuroute.regions import FleetConfig, load_fleet
+from gpuroute.secrets import secret_forms
 
 Mode = Annotated[str, AfterValidator(lambda v: known_name(v, MODES, "global policy"))]
 
@@ -51,6 +53,8 @@ class ResidencyConfig(StrictModel):
     # clients GeoIP cannot place; ["*"] = no constraint, e.g. ["eu"] to fail closed
     unknown_country: list[str] = Field(default_factory=lambda: ["*"])
     api_keys: dict[str, str] = Field(default_factory=dict)  # sha256(key) hex -> tenant
+    # with api_keys set, requests without a key are refused (401) unless this is true
+    allow_anonymous: bool = False
 
     @field_validator("api_keys")
     @classmethod
@@ -67,6 +71,9 @@ class DiscoveryConfig(StrictModel):
 
     consul: str | None = None  # the global router's local Consul agent
     token: str | None = None
+    token_file: str | None = None
+    token_env: str | None = None
+    check_secret_forms = secret_forms("token")
     service: str = "gpuroute-router"
     interval_s: float = Field(default=2.0, gt=0)
     timeout_s: float = Field(default=3.0, gt=0)
@@ -81,13 +88,19 @@ class GlobalConfig(StrictModel):
     tick_s: float = Field(default=0.25, gt=0)
     decision_log_sample: float = Field(default=0.0, ge=0, le=1)
     listen: ListenConfig = ListenConfig(port=8090)
-    admin_listen: ListenConfig | None = None
+    admin_listen: ListenConfig = ListenConfig(port=9091)  # metrics, admin; loopback
+    admin_on_public_listener: bool = False  # only while listen.host is loopback
     limits: LimitsConfig = LimitsConfig()
     spillover: SpilloverConfig = SpilloverConfig()
     region_health: RegionHealthConfig = RegionHealthConfig()
     residency: ResidencyConfig = ResidencyConfig()
     discovery: DiscoveryConfig = DiscoveryConfig()
     endpoints: list[EndpointConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _admin_placement(self) -> GlobalConfig:
+        admin_placement(self.listen, self.admin_on_public_listener)
+        return self
 
 
 def _set(values: list[str]) -> frozenset[str]:

@@ -14,6 +14,7 @@ from gpuroute.global_.feeds import RegionFeeds
 
 from gpuroute.consul_client import ConsulClient, ConsulUnavailable
 from gpuroute.runtime import BackgroundLoop
+from gpuroute.secrets import read_secret
 
 log = logging.getLogger("gpuroute.global.discovery")
 
@@ -33,7 +34,8 @@ class RouterDiscovery:
     def __init__(self, config: DiscoveryConfig, feeds: RegionFeeds, rng: random.Random) -> None:
         assert config.consul is not None
         self.config, self.feeds, self.rng = config, feeds, rng
-        self.client = ConsulClient(config.consul, token=config.token, timeout_s=config.timeout_s)
+        token = read_secret(config, "token", "discovery")
+        self.client = ConsulClient(config.consul, token=token, timeout_s=config.timeout_s)
         self.reachable = False
         self._loop_task = BackgroundLoop()
 

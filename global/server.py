@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import random
 import sys
@@ -28,8 +27,16 @@ from gpuroute.global_.feeds import RegionFeeds
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from gpuroute import runtime
+from gpuroute.auth import AuthError, bearer, key_digest
 from gpuroute.config import ConfigError
-from gpuroute.openai_api import Rejection, error_response, healthz, models_response
+from gpuroute.openai_api import (
+    OPENAI_ROUTES,
+    Rejection,
+    error_response,
+    healthz,
+    models_response,
+    not_found,
+)
 from gpuroute.regions import FleetConfig
 from gpuroute.relay import (
     REQUEST_DROP,
@@ -43,7 +50,6 @@ from gpuroute.serving import DrainingServer
 
 log = logging.getLogger("gpuroute.global")
 decision_log = logging.getLogger("gpuroute.global.decisions")
-OPENAI_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 REGION_HEADER = "x-gpuroute-region"
 GLOBAL_REQUEST_DROP = REQUEST_DROP | {REGION_HEADER}  # the hint is ours, not the region's
 
@@ -114,8 +120,9 @@ class GlobalApp:
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/healthz", healthz)
         app.router.add_get("/readyz", self.readyz)
-        if self.config.admin_listen is None:
+        if self.config.admin_on_public_listener:
             self.add_admin_routes(app)
+        app.router.add_route("*", "/{tail:.*}", not_found)
         app.on_startup.append(self._startup)
         app.on_cleanup.append(self._cleanup)
         return app
@@ -129,7 +136,10 @@ class GlobalApp:
 
     async def _startup(self, _app: web.Application) -> None:
         self.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0), auto_decompress=False, timeout=self.timeout
+            # idle connections are let go before a router's header_timeout_s (15 s) closes them
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=10),
+            auto_decompress=False,
+            timeout=self.timeout,
         )
         await self.feeds.start()
         if self.discovery is not None:
@@ -155,14 +165,25 @@ class GlobalApp:
 
     # -- the request path ---------------------------------------------------------------------
     def tenant(self, request: web.Request) -> str | None:
-        auth = request.headers.get("Authorization", "")
-        if auth.startswith("Bearer ") and self.config.residency.api_keys:
-            digest = hashlib.sha256(auth[7:].strip().encode()).hexdigest()
-            if digest in self.config.residency.api_keys:
-                return self.config.residency.api_keys[digest]
-        if self.locator.trusted(request.remote):  # an authenticating gateway in front
-            return request.headers.get("x-gpuroute-tenant")
-        return None
+        """The tenant whose residency rules apply: from the API key (parsed exactly as the
+        routers parse it), or named by an authenticating gateway in `trusted_proxies`.
+        With keys configured, a request with no readable key fails closed (Rejection),
+        unless `residency.allow_anonymous`."""
+        keys = self.config.residency.api_keys
+        try:
+            key = bearer(request.headers.get("Authorization"))
+        except AuthError as exc:
+            raise Rejection(exc.status, exc.message, code=exc.code) from None
+        if key is not None and (tenant := keys.get(key_digest(key))) is not None:
+            return tenant
+        named = request.headers.get("x-gpuroute-tenant")
+        if named is not None and self.locator.trusted(request.remote):  # a gateway in front
+            return named
+        if keys and key is None and not self.config.residency.allow_anonymous:
+            raise Rejection(
+                401, "missing API key: send `Authorization: Bearer <key>`", code="invalid_api_key"
+            )
+        return None  # a key without residency rules here: its router authenticates it
 
     async def forward(self, request: web.Request) -> web.StreamResponse:
         self.active += 1
@@ -287,8 +308,9 @@ class GlobalApp:
                 request,
                 response,
                 upstream,
-                broken_message=lambda exc: f"region {region} failed mid-stream: "
-                f"{type(exc).__name__}",
+                broken_message=lambda exc: (
+                    f"region {region} failed mid-stream: {type(exc).__name__}"
+                ),
             )
         finally:
             upstream.release()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import tomllib
 from collections.abc import Iterable
 from pathlib import Path
@@ -48,9 +49,42 @@ HttpUrlWithPort = Annotated[str, AfterValidator(lambda v: http_url(v, need_port=
 
 
 # Sections every listening tier (router, global) shares.
+class TlsConfig(StrictModel):
+    """A listener's certificate; with `client_ca_file`, clients must present a certificate
+    that CA signed (mutual TLS), and a handshake without one is refused."""
+
+    cert_file: str
+    key_file: str
+    client_ca_file: str | None = None
+
+
 class ListenConfig(StrictModel):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
+    tls: TlsConfig | None = None
+
+    @property
+    def loopback(self) -> bool:
+        return is_loopback(self.host)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def admin_placement(listen: ListenConfig, on_public: bool) -> None:
+    """Admin routes (metrics, topology) join the public listener only when it is bound to
+    loopback and the operator asked for it; anything else is a config error."""
+    if on_public and not listen.loopback:
+        raise ValueError(
+            "admin_on_public_listener: allowed only while listen.host is a loopback "
+            f"address (it is {listen.host!r}); use admin_listen instead"
+        )
 
 
 class LimitsConfig(StrictModel):
@@ -58,6 +92,11 @@ class LimitsConfig(StrictModel):
     connect_timeout_s: float = Field(default=2.0, gt=0)
     first_byte_timeout_s: float = Field(default=120.0, gt=0)  # prefill + queueing upstream
     idle_timeout_s: float = Field(default=60.0, gt=0)  # between two chunks of a stream
+    # A client connection must deliver a complete request head this soon after it opens
+    # or after its last response; idle keep-alive connections close after it too.
+    header_timeout_s: float = Field(default=15.0, gt=0)
+    body_timeout_s: float = Field(default=30.0, gt=0)  # to read a whole request body (408)
+    max_connections_per_ip: int = Field(default=256, ge=1)  # open client connections
 
 
 def key_path(loc: tuple[int | str, ...]) -> str:

@@ -76,6 +76,10 @@ class ConsulClient:
             self._consul = consul.aio.Consul(
                 host=a.host, port=a.port, scheme=a.scheme, token=self.token, dc=self.datacenter
             )
+            # py-consul lets CONSUL_HTTP_TOKEN override the token passed in; a configured
+            # token wins here, and the variable applies only where none is configured
+            if self.token is not None:
+                self._consul.token = self.token
         return self._consul
 
     async def close(self) -> None:

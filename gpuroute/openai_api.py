@@ -16,6 +16,7 @@ ERROR_TYPES = {
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
+    405: "invalid_request_error",
     408: "timeout_error",
     413: "invalid_request_error",
     415: "invalid_request_error",
@@ -27,6 +28,7 @@ ERROR_TYPES = {
     504: "timeout_error",
 }
 SSE_DONE = b"data: [DONE]\n\n"
+OPENAI_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 
 
 def error_body(
@@ -87,6 +89,16 @@ def models_response(names) -> web.Response:
         for m in sorted(set(names))
     ]
     return web.json_response({"object": "list", "data": data})
+
+
+async def not_found(request: web.Request) -> web.Response:
+    """Every path and method no route takes, in OpenAI's format (the path clipped); a wrong
+    method on an API route is a 405."""
+    if request.path in OPENAI_ROUTES:
+        message = f"{request.method} is not allowed on {request.path}; use POST"
+        return error_response(405, message, code="method_not_allowed")
+    path = request.path if len(request.path) <= 80 else request.path[:77] + "..."
+    return error_response(404, f"no route {request.method} {path}", code="not_found")
 
 
 async def healthz(_request: web.Request) -> web.Response:

@@ -29,8 +29,13 @@ HOP_BY_HOP = frozenset(
     }
 )
 # Dropped on the way up: the client's framing and our own control headers.
-REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "expect"}
+# The body arrives decoded (aiohttp undoes Content-Encoding), so forwarding that header would
+# tell the next hop to decode plain bytes again (an engine's 5xx then counted against it).
+REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "expect", "content-encoding"}
+# The client's key authenticated it to the router; an engine gets the router's own, or none.
+ENGINE_REQUEST_DROP = REQUEST_DROP | {"authorization"}
 RESPONSE_DROP = HOP_BY_HOP | {"content-length", "date", "server"}
+SERVER_NAME = "gpuroute"  # the Server header both tiers send, naming no library or version
 # What a failed upstream attempt raises (connect, timeout, reset, protocol errors).
 UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
@@ -104,6 +109,7 @@ async def relay_body(
     first: bytes = b"",
     on_first_write: Callable[[], None] | None = None,
     broken_message: Callable[[BaseException], str],
+    idle_timeout_s: float | None = None,
 ) -> Relayed:
     """Relay `upstream`'s body (after `first`, bytes already read) chunk by chunk; `await
     write()` is the backpressure. A body that breaks ends as an error the client cannot miss:
@@ -121,7 +127,8 @@ async def relay_body(
     tally.add(first)
     while True:
         try:
-            chunk = await upstream.content.readany()
+            async with asyncio.timeout(idle_timeout_s):  # silence between chunks
+                chunk = await upstream.content.readany()
         except UPSTREAM_ERRORS as exc:
             await end_truncated(request, response, streamed, broken_message(exc))
             return Relayed(RelayEnd.UPSTREAM_BROKE, tally, streamed, exc)

@@ -13,13 +13,21 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from gpuroute.http_errors import answer_parse_errors_as_openai
+from gpuroute.listener import ConnectionCap, GuardedSite
 from gpuroute.openai_api import healthz
+from gpuroute.relay import SERVER_NAME
+from gpuroute.tls import server_context
 
 log = logging.getLogger("gpuroute.serving")
 
 
+async def name_server(_request: web.Request, response: web.StreamResponse) -> None:
+    """`Server: gpuroute`, not the HTTP library and its version."""
+    response.headers["Server"] = SERVER_NAME
+
+
 class Servable(Protocol):
-    config: Any  # has listen, admin_listen and drain_timeout_s
+    config: Any  # has listen, admin_listen, admin_on_public_listener, limits, drain_timeout_s
     draining: bool
 
     @property
@@ -41,7 +49,7 @@ class DrainingServer:
     def __init__(self, app: Servable, name: str) -> None:
         self.servable, self.name = app, name
         self.runner: web.AppRunner | None = None
-        self.site: web.TCPSite | None = None
+        self.site: GuardedSite | None = None
         self.admin_runner: web.AppRunner | None = None
         self.stopping = asyncio.Event()
 
@@ -56,21 +64,39 @@ class DrainingServer:
 
     async def start(self) -> None:
         config = self.servable.config
-        listen = config.listen
-        self.runner = web.AppRunner(self.servable.app(), access_log=None, handler_cancellation=True)
+        listen, limits = config.listen, config.limits
+        app = self.servable.app()
+        app.on_response_prepare.append(name_server)
+        self.runner = web.AppRunner(
+            app,
+            access_log=None,
+            handler_cancellation=True,
+            keepalive_timeout=limits.header_timeout_s,  # the header-read deadline, see listener
+        )
         await self.runner.setup()
         answer_parse_errors_as_openai(self.runner)
-        self.site = web.TCPSite(self.runner, listen.host, listen.port, backlog=1024)
+        self.site = GuardedSite(
+            self.runner,
+            listen.host,
+            listen.port,
+            cap=ConnectionCap(limits.max_connections_per_ip),
+            ssl_context=None if listen.tls is None else server_context(listen.tls, "listen.tls"),
+        )
         await self.site.start()
         self.servable.listening(self.port)
-        if (admin := config.admin_listen) is not None:
+        if not config.admin_on_public_listener:
+            admin = config.admin_listen
             self.admin_runner = web.AppRunner(self.admin_app(), access_log=None)
             await self.admin_runner.setup()
-            await web.TCPSite(self.admin_runner, admin.host, admin.port).start()
+            context = None if admin.tls is None else server_context(admin.tls, "admin_listen.tls")
+            await web.TCPSite(
+                self.admin_runner, admin.host, admin.port, ssl_context=context
+            ).start()
 
     def admin_app(self) -> web.Application:
         """Liveness, readiness, metrics and admin on their own listener, off the public port."""
         app = web.Application()
+        app.on_response_prepare.append(name_server)
         app.router.add_get("/healthz", healthz)
         app.router.add_get("/readyz", self.servable.readyz)
         self.servable.add_admin_routes(app)

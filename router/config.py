@@ -14,10 +14,12 @@ from gpuroute.config import (
     LimitsConfig,
     ListenConfig,
     StrictModel,
+    admin_placement,
     known_name,
     load_toml_model,
 )
 from gpuroute.gpus import GpuTypeName
+from gpuroute.secrets import secret_forms
 
 PolicyName = Annotated[str, AfterValidator(lambda v: known_name(v, POLICIES, "policy"))]
 
@@ -85,6 +87,9 @@ class MembershipConfig(StrictModel):
 
     consul: str | None = None  # e.g. "http://127.0.0.1:8500", the local Consul agent
     token: str | None = None
+    token_file: str | None = None
+    token_env: str | None = None
+    check_secret_forms = secret_forms("token")
     datacenter: str | None = None
     service: str = "gpuroute-engine"
     wait_s: float = Field(default=30.0, ge=1, le=600)  # blocking-query wait (Consul caps 10m)
@@ -111,12 +116,13 @@ class RegionConfig(StrictModel):
 class ApiKeyConfig(StrictModel):
     sha256: str  # of the key itself: keys are never stored
     tenant: str
-    priority: str | None = None  # the key's class when the request names none
+    priority: str | None = None  # the key's class: its default and the most it may ask for
     requests_per_minute: float | None = Field(default=None, gt=0)
     tokens_per_minute: float | None = Field(default=None, gt=0)
     # regions or jurisdictions this key's requests may be served in (unset: anywhere); a
     # router elsewhere refuses them with 403, whatever sent them there
     residency: list[str] | None = Field(default=None, min_length=1)
+    max_in_flight: int | None = Field(default=None, ge=1)  # the tenant's requests at once
 
     @field_validator("sha256")
     @classmethod
@@ -126,13 +132,40 @@ class ApiKeyConfig(StrictModel):
         return value
 
 
+class AnonymousConfig(StrictModel):
+    """The quota every keyless caller shares (when keyless calls are allowed at all)."""
+
+    priority: str | None = None  # their class (at most); unset: admission.default_priority
+    requests_per_minute: float | None = Field(default=None, gt=0)
+    tokens_per_minute: float | None = Field(default=None, gt=0)
+    max_in_flight: int | None = Field(default=None, ge=1)
+
+
 class AuthConfig(StrictModel):
-    required: bool = False  # true: requests without a known key get 401
+    # true: every request needs a known key. With keys listed, keys are required unless
+    # allow_anonymous is set; keyless callers then share the `anonymous` tenant's quota.
+    required: bool = False
+    allow_anonymous: bool = False
+    anonymous: AnonymousConfig = AnonymousConfig()
     keys: list[ApiKeyConfig] = Field(default_factory=list)
+
+    @property
+    def keys_required(self) -> bool:
+        return self.required or (bool(self.keys) and not self.allow_anonymous)
 
 
 class RedisConfig(StrictModel):
-    url: str | None = None  # e.g. redis://127.0.0.1:6379/0; unset: quotas are per replica
+    # e.g. redis://127.0.0.1:6379/0, or rediss://:password@host:6380/0 with TLS; the URL
+    # holds the password, so url_file and url_env are its secret forms; unset: per replica
+    url: str | None = None
+    url_file: str | None = None
+    url_env: str | None = None
+    check_secret_forms = secret_forms("url")
+
+    @property
+    def configured(self) -> bool:
+        return any(v is not None for v in (self.url, self.url_file, self.url_env))
+
     prefix: str = "gpuroute"
     timeout_s: float = Field(default=0.05, gt=0)  # per call; beyond it, fall back
     retry_s: float = Field(default=1.0, gt=0)  # after a failure, local buckets this long
@@ -145,9 +178,20 @@ class RedisConfig(StrictModel):
 
 class RouterConfig(StrictModel):
     listen: ListenConfig = ListenConfig()
-    # When set, /metrics, /admin/* (and /healthz, /readyz) move to this listener, and the
-    # public one serves the OpenAI API only (no passthrough to engines).
-    admin_listen: ListenConfig | None = None
+    # /metrics and /admin/* (which show the fleet's topology) live on this listener, by
+    # default on loopback only; admin_on_public_listener puts them on the public listener
+    # instead, which is allowed only while that one is bound to loopback.
+    admin_listen: ListenConfig = ListenConfig(port=9090)
+    admin_on_public_listener: bool = False
+    # Paths other than the OpenAI routes that are forwarded to engines (exact matches),
+    # after the same key, quota and queue checks; none by default.
+    passthrough_paths: list[str] = Field(default_factory=list)
+    # sent to engines as `Authorization: Bearer ...` (clients' keys never are)
+    engine_api_key: str | None = None
+    engine_api_key_file: str | None = None
+    engine_api_key_env: str | None = None
+    check_secret_forms = secret_forms("engine_api_key")
+    expose_backend_header: bool = False  # x-gpuroute-backend on answers: tests, benchmarks
     policy: PolicyName = "least_outstanding_work"
     model_shape: str = "llama-3.1-8b"  # seeds the cost priors; learned online after that
     drain_timeout_s: float = Field(default=30.0, ge=0)
@@ -166,7 +210,25 @@ class RouterConfig(StrictModel):
     backends: list[BackendConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")
+    def _admin_placement(self) -> RouterConfig:
+        admin_placement(self.listen, self.admin_on_public_listener)
+        return self
+
+    @field_validator("passthrough_paths")
+    @classmethod
+    def _passthrough_paths(cls, paths: list[str]) -> list[str]:
+        for path in paths:
+            if not path.startswith("/") or ".." in path or "{" in path or path.endswith("/"):
+                raise ValueError(f"{path!r}: expected an exact path like /v1/rerank")
+            if path.startswith(("/admin", "/metrics", "/_")):
+                raise ValueError(f"{path!r}: admin and internal paths are never forwarded")
+        return paths
+
+    @model_validator(mode="after")
     def _key_priorities_known(self) -> RouterConfig:
+        anonymous = self.auth.anonymous.priority
+        if anonymous is not None and anonymous not in self.admission.priorities:
+            raise ValueError(f"auth.anonymous.priority: unknown priority {anonymous!r}")
         for i, key in enumerate(self.auth.keys):
             if key.priority is not None and key.priority not in self.admission.priorities:
                 raise ValueError(

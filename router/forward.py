@@ -30,7 +30,7 @@ from gpuroute.router.watch import BackendWatch
 
 from gpuroute.openai_api import error_response
 from gpuroute.relay import (
-    REQUEST_DROP,
+    ENGINE_REQUEST_DROP,
     RESPONSE_DROP,
     UPSTREAM_ERRORS,
     RelayEnd,
@@ -68,10 +68,10 @@ class Exchange:
     raw: bytes
     route: str
     arrival: float
-    headers: dict[str, str] = field(init=False)  # forwarded upstream, the same every attempt
-
-    def __post_init__(self) -> None:
-        self.headers = forward_headers(self.request.headers.items(), REQUEST_DROP)
+    headers: dict[str, str]  # forwarded upstream, the same every attempt
+    # backends that answered this request with a 5xx: judged only once another backend
+    # answers it below 500 (a request that breaks every engine is the client's doing)
+    suspects: list[Backend] = field(default_factory=list)
 
 
 class Forwarder:
@@ -87,18 +87,24 @@ class Forwarder:
         has_room: Callable[[str], bool],
         clock: Callable[[], float],
         rng: random.Random,
+        expose_backend: bool = False,
+        engine_key: str | None = None,
     ) -> None:
+        self.engine_key = engine_key
         self.scheduler, self.metrics, self.watch = scheduler, metrics, watch
+        self.expose_backend = expose_backend  # name the backend to clients (tests, benches)
         self.decisions, self.retry, self.sessions = decisions, retry, sessions
         self.has_room, self.clock, self.rng = has_room, clock, rng
         self.budget = RetryBudget(retry)
         self.urls: dict[str, str] = {}
+        self.idle_timeout_s: float | None = None  # between two chunks of a body (start())
         self.session: aiohttp.ClientSession | None = None  # to the engines; start() opens it
         # the last completions, for the region report's recent p99s
         self.recent_ttft: collections.deque[float] = collections.deque(maxlen=2000)
         self.recent_e2e: collections.deque[float] = collections.deque(maxlen=2000)
 
     async def start(self, limits: LimitsConfig) -> None:
+        self.idle_timeout_s = limits.idle_timeout_s
         timeout = aiohttp.ClientTimeout(
             total=None,
             sock_connect=limits.connect_timeout_s,
@@ -109,6 +115,14 @@ class Forwarder:
             connector=connector, auto_decompress=False, timeout=timeout
         )
 
+    def engine_headers(self, request: web.Request) -> dict[str, str]:
+        """The client's headers as an engine gets them: no hop-by-hop, no client key; the
+        router's own engine key when one is configured."""
+        headers = forward_headers(request.headers.items(), ENGINE_REQUEST_DROP)
+        if self.engine_key is not None:
+            headers["Authorization"] = f"Bearer {self.engine_key}"
+        return headers
+
     async def close(self) -> None:
         if self.session is not None:
             await self.session.close()
@@ -117,6 +131,15 @@ class Forwarder:
         info = exchange.info
         attempts, tried = Attempts(self.retry), set[str]()
         remembered = await self._remembered(info)
+        try:
+            return await self._attempt_until_answered(exchange, attempts, tried, remembered)
+        finally:
+            exchange.suspects.clear()  # never answered below 500: the request, not them
+
+    async def _attempt_until_answered(
+        self, exchange: Exchange, attempts: Attempts, tried: set[str], remembered: str | None
+    ) -> web.StreamResponse:
+        info = exchange.info
         last = "no backend is available"
         while True:
             verdict, delay = attempts.next(self.budget, self.rng)
@@ -138,7 +161,9 @@ class Forwarder:
         if not tried:
             message = f"no healthy backend can serve model `{info.model}` now"
             return error_response(503, message, code="no_backend")
-        return error_response(502, f"all attempts failed; last: {last}", code="upstream_error")
+        # the details are for operators (log, decision log), never for clients
+        log.warning("request %s: all attempts failed; last: %s", info.request_id, last)
+        return error_response(502, "no backend could answer the request", code="upstream_error")
 
     async def _pick(
         self, info: RequestInfo, attempt: int, tried: set[str], remembered: str | None
@@ -178,7 +203,7 @@ class Forwarder:
             upstream, first = await self._first_bytes(exchange, backend, expected)
             return await self._relay(exchange, backend, upstream, first, started, batch_at_start)
         except UpstreamFailed as failure:
-            self._failed(info, backend, failure.kind)
+            self._failed(exchange, backend, failure.kind)
             raise
         except asyncio.CancelledError:
             self._client_gone(info)
@@ -191,10 +216,15 @@ class Forwarder:
                 else:
                     upstream.close()
 
-    def _failed(self, info: RequestInfo, backend: Backend, kind: FailureKind) -> None:
+    def _failed(self, exchange: Exchange, backend: Backend, kind: FailureKind) -> None:
+        info = exchange.info
         self.metrics.upstream_failures.labels(backend.backend_id, kind.value).inc()
         self.decisions.failure(info.request_id, backend, kind.value)
-        if kind is FailureKind.RESCUED:
+        if kind is FailureKind.STATUS_5XX:
+            self.watch.forget(info.request_id)
+            self.scheduler.release(info.request_id)
+            exchange.suspects.append(backend)
+        elif kind is FailureKind.RESCUED:
             # Moving work off a slow backend is not an error verdict (counting it as one
             # opened breakers on merely busy backends and cascaded); its duration so far
             # still informs slowness.
@@ -266,7 +296,8 @@ class Forwarder:
     ) -> web.StreamResponse:
         info = exchange.info
         headers = forward_headers(upstream.headers.items(), RESPONSE_DROP)
-        headers[BACKEND_HEADER] = backend.backend_id
+        if self.expose_backend:
+            headers[BACKEND_HEADER] = backend.backend_id
         response = web.StreamResponse(status=upstream.status, headers=headers)
 
         def first_written() -> None:
@@ -280,9 +311,8 @@ class Forwarder:
             upstream,
             first=first,
             on_first_write=first_written,
-            broken_message=lambda exc: (
-                f"upstream {backend.backend_id} failed mid-stream: {type(exc).__name__}"
-            ),
+            broken_message=lambda exc: "the backend failed mid-stream",
+            idle_timeout_s=self.idle_timeout_s,
         )
         if relayed.end is RelayEnd.CLIENT_GONE:
             self._client_gone(info)
@@ -291,11 +321,19 @@ class Forwarder:
             assert relayed.error is not None
             self._broken_stream(info, backend, relayed.error)
             return response
+        self._judge_suspects(exchange)
         output = relayed.tally.output_tokens(relayed.streamed)
         ratio = self.watch.succeeded(info, backend, output, started, batch_at_start)
         # 4xx is the client's problem, not the backend's: counted healthy.
         self.settle(info, backend, ok=True, output_tokens=output, latency_ratio=ratio)
         return response
+
+    def _judge_suspects(self, exchange: Exchange) -> None:
+        """Another backend answered: the 5xx answers before were theirs after all."""
+        now = self.clock()
+        for suspect in exchange.suspects:
+            self.record_health(self.scheduler.judge(suspect, ok=False, now=now))
+        exchange.suspects.clear()
 
     def _broken_stream(self, info: RequestInfo, backend: Backend, exc: BaseException) -> None:
         """The body broke after the client saw its first bytes (relay_body ended it)."""

@@ -5,13 +5,21 @@ nothing here has touched a backend."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 
 from aiohttp import web
 from gpuroute.router.admission_gate import AdmissionGate
 from gpuroute.router.config import RouterConfig
 from gpuroute.router.core.backend import BackendSet
-from gpuroute.router.request_parse import ParsedRequest, RequestError, parse_request
+from gpuroute.router.core.request import RequestInfo
+from gpuroute.router.quotas import KeyPolicy
+from gpuroute.router.request_parse import (
+    PRIORITY_HEADER,
+    ParsedRequest,
+    RequestError,
+    parse_request,
+)
 from gpuroute.router.tenant_gate import TenantGate
 
 from gpuroute.openai_api import Rejection
@@ -34,28 +42,59 @@ class Front:
         self._ids = itertools.count(1)
 
     async def admit(self, request: web.Request, route: str) -> tuple[ParsedRequest, bytes]:
-        """The parsed request and its raw body, admitted; or a Rejection."""
+        """The parsed request and its raw body, admitted; or a Rejection. Once admitted,
+        `release(info)` must follow however the request ends."""
         key = self.tenants.identify(request)
         raw = await self._read(request)
         parsed = self._parse(request, route, raw)
         info = parsed.info
         if not self.backends.serves(info.model):
-            message = f"The model `{info.model}` does not exist."
+            model = info.model if len(info.model) <= 80 else info.model[:77] + "..."
+            message = f"The model `{model}` does not exist."
             raise Rejection(404, message, param="model", code="model_not_found")
         if not self.backends.routable(info.model):
-            message = f"no healthy backend can serve model `{info.model}` now"
+            message = "no healthy backend can serve this model now"
             raise Rejection(503, message, code="no_backend")
-        if key is not None:
-            await self.tenants.charge(key, info, "x-gpuroute-priority" in request.headers)
-        await self.gate.admit(info, parsed.deadline_s)
+        await self._charge_and_queue(key, info, parsed.deadline_s, request)
         return parsed, raw
 
-    async def _read(self, request: web.Request) -> bytes:
+    async def admit_other(self, request: web.Request) -> tuple[RequestInfo, bytes]:
+        """An allow-listed passthrough request: key, body, quota and queue as above (its
+        tokens estimated from the body's size, since its shape is not ours to parse)."""
+        key = self.tenants.identify(request)
+        raw = await self._read(request)
+        priority = self.config.admission.default_priority
+        info = RequestInfo(next(self._ids), "", max(1, len(raw) // 4), priority=priority)
+        await self._charge_and_queue(key, info, None, request)
+        return info, raw
+
+    async def _charge_and_queue(
+        self, key: KeyPolicy, info: RequestInfo, deadline_s: float | None, request: web.Request
+    ) -> None:
+        await self.tenants.charge(key, info, PRIORITY_HEADER in request.headers)
         try:
-            return await request.read()
+            await self.gate.admit(info, deadline_s)
+        except BaseException:  # shed, or the client left while queued
+            self.tenants.release(info)
+            raise
+
+    def release(self, info: RequestInfo) -> None:
+        self.tenants.release(info)
+
+    async def _read(self, request: web.Request) -> bytes:
+        """The whole body within `limits.body_timeout_s` (408 after); a declared length
+        over the limit is refused before a byte of it is read."""
+        limits = self.config.limits
+        if (request.content_length or 0) > limits.max_body_bytes:
+            raise Rejection(413, f"request body exceeds {limits.max_body_bytes} bytes")
+        try:
+            async with asyncio.timeout(limits.body_timeout_s):
+                return await request.read()
         except web.HTTPRequestEntityTooLarge:
-            limit = self.config.limits.max_body_bytes
-            raise Rejection(413, f"request body exceeds {limit} bytes") from None
+            raise Rejection(413, f"request body exceeds {limits.max_body_bytes} bytes") from None
+        except TimeoutError:
+            message = f"request body not received within {limits.body_timeout_s:g} s"
+            raise Rejection(408, message, code="body_timeout") from None
 
     def _parse(self, request: web.Request, route: str, raw: bytes) -> ParsedRequest:
         admission = self.config.admission

@@ -30,6 +30,7 @@ from gpuroute.router.metrics import RouterMetrics
 
 from gpuroute.consul_client import ConsulClient, ConsulUnavailable, next_index
 from gpuroute.proto import load_pb2, load_pb2_grpc
+from gpuroute.secrets import read_secret
 
 log = logging.getLogger("gpuroute.router.membership")
 TYPICAL_PROMPT_TOKENS = 512  # prices another router's request when this one has none in flight
@@ -66,7 +67,7 @@ class Membership:
         self.router_id = router_id
         self.client = ConsulClient(
             config.consul or "",
-            token=config.token,
+            token=read_secret(config, "token", "membership"),
             datacenter=config.datacenter,
             timeout_s=config.timeout_s,
         )

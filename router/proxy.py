@@ -19,7 +19,7 @@ from gpuroute.router.front import Front
 from gpuroute.router.metrics import RouterMetrics
 
 from gpuroute.openai_api import Rejection, error_response
-from gpuroute.relay import REQUEST_DROP, RESPONSE_DROP, UPSTREAM_ERRORS, forward_headers
+from gpuroute.relay import RESPONSE_DROP, UPSTREAM_ERRORS, forward_headers
 
 log = logging.getLogger("gpuroute.router")
 
@@ -46,18 +46,21 @@ class Proxy:
 
     # -- entry points ----------------------------------------------------------------------
     async def openai(self, request: web.Request) -> web.StreamResponse:
+        """One try/finally holds every count: a client that hangs up cancels this task at
+        any await, and the in-flight gauge, the retry budget's count and the drain's idle
+        event must still come back (a second try after an await is skipped by it)."""
         route = request.path
         arrival = self.clock()
         self.budget.active += 1
         self.idle.clear()
         self.metrics.in_flight.inc()
-        status = 500
+        status = 499  # what a cancelled request (the client gone) is counted as
         try:
-            response = await self._openai(request, route, arrival)
-        except Exception:  # a bug must still answer in OpenAI's format, never a bare 500
-            log.exception("internal error on %s", route)
-            response = error_response(500, "internal router error", code="internal_error")
-        try:
+            try:
+                response = await self._openai(request, route, arrival)
+            except Exception:  # a bug must still answer in OpenAI's format, never a bare 500
+                log.exception("internal error on %s", route)
+                response = error_response(500, "internal router error", code="internal_error")
             status = response.status
             return response
         finally:
@@ -77,13 +80,27 @@ class Proxy:
         except Rejection as rejection:
             return rejection.response()
         try:
-            exchange = Exchange(request, parsed.info, raw, route, arrival)
+            headers = self.forwarder.engine_headers(request)
+            exchange = Exchange(request, parsed.info, raw, route, arrival, headers)
             return await self.forwarder.attempts(exchange)
         finally:
+            self.front.release(parsed.info)
             self.gate.pump()
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
-        """Other paths go to the least busy ready backend, unscheduled and unretried."""
+        """An allow-listed path (config `passthrough_paths`): the same key, quota and queue
+        checks as the OpenAI routes, then the least busy ready backend, unretried."""
+        try:
+            info, raw = await self.front.admit_other(request)
+        except Rejection as rejection:
+            return rejection.response()
+        try:
+            return await self._pass(request, raw)
+        finally:
+            self.front.release(info)
+            self.gate.pump()
+
+    async def _pass(self, request: web.Request, raw: bytes) -> web.StreamResponse:
         scheduler = self.forwarder.scheduler
         ready = [b for b in scheduler.backends if b.state is BackendState.READY]
         if not ready:
@@ -95,13 +112,12 @@ class Proxy:
             async with session.request(
                 request.method,
                 self.forwarder.urls[backend.backend_id] + request.path_qs,
-                data=await request.read(),
-                headers=forward_headers(request.headers.items(), REQUEST_DROP),
+                data=raw,
+                headers=self.forwarder.engine_headers(request),
             ) as upstream:
                 body = await upstream.read()
                 headers = forward_headers(upstream.headers.items(), RESPONSE_DROP)
                 return web.Response(status=upstream.status, body=body, headers=headers)
         except UPSTREAM_ERRORS as exc:
-            return error_response(
-                502, f"backend {backend.backend_id}: {exc!r}", code="upstream_error"
-            )
+            log.warning("passthrough to %s failed: %r", backend.backend_id, exc)
+            return error_response(502, "the backend could not be reached", code="upstream_error")

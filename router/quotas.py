@@ -9,7 +9,6 @@ metrics, and tries Redis again after `retry_s`: a Redis outage never fails a req
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Callable
@@ -20,7 +19,10 @@ from gpuroute.router.config import AuthConfig, RedisConfig, RegionConfig
 from gpuroute.router.core.token_bucket import Take, TokenBucket, per_minute
 from redis.exceptions import RedisError
 
+from gpuroute.auth import AuthError, bearer, key_digest
+
 log = logging.getLogger("gpuroute.router.quotas")
+ANONYMOUS = "anonymous"  # the tenant keyless callers share
 
 # KEYS[1] bucket; ARGV: rate per ms, burst, cost. Returns {allowed, tokens*1000, retry ms}.
 TOKEN_BUCKET_LUA = """
@@ -44,17 +46,6 @@ return {allowed, math.floor(tokens * 1000), retry}
 """
 
 
-class AuthError(Exception):
-    """401 for a missing, malformed or unknown key; 403 for a key that may not be served
-    in this router's region (its residency set)."""
-
-    def __init__(
-        self, message: str, status: int = 401, code: str = "invalid_api_key", tenant: str = ""
-    ) -> None:
-        super().__init__(message)
-        self.message, self.status, self.code, self.tenant = message, status, code, tenant
-
-
 @dataclass(frozen=True, slots=True)
 class KeyPolicy:
     tenant: str
@@ -62,6 +53,7 @@ class KeyPolicy:
     requests_per_minute: float | None = None
     tokens_per_minute: float | None = None
     residency: frozenset[str] | None = None  # regions/jurisdictions it may be served in
+    max_in_flight: int | None = None
 
     def may_be_served_in(self, place: frozenset[str]) -> bool:
         return self.residency is None or not self.residency.isdisjoint(place)
@@ -74,21 +66,6 @@ class QuotaVerdict:
     retry_after_s: float = 0.0
     headers: dict[str, str] | None = None
     shared: bool = True  # decided by Redis (False: the local fallback)
-
-
-def key_digest(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
-def bearer(header: str | None) -> str | None:
-    """The key in `Authorization: Bearer <key>`; AuthError when malformed."""
-    if header is None:
-        return None
-    scheme, _, key = header.strip().partition(" ")
-    key = key.strip()
-    if scheme.lower() != "bearer" or not key or " " in key or len(key) > 512:
-        raise AuthError("malformed Authorization header; expected `Bearer <key>`")
-    return key
 
 
 class Quotas:
@@ -105,8 +82,10 @@ class Quotas:
         clock: Callable[[], float] = time.monotonic,
         on_mode: Callable[[bool], None] = lambda shared: None,
         place: frozenset[str] = frozenset(),
+        anonymous: KeyPolicy | None = None,
     ) -> None:
         self.keys, self.required = keys, required
+        self.anonymous = anonymous or KeyPolicy(ANONYMOUS)
         self.place = place  # this router's region name and jurisdiction
         self.prefix, self.timeout_s = prefix, timeout_s
         self.local_fraction, self.retry_s = local_fraction, retry_s
@@ -132,29 +111,37 @@ class Quotas:
         keys = {
             k.sha256: KeyPolicy(
                 k.tenant, k.priority, k.requests_per_minute, k.tokens_per_minute,
-                frozenset(k.residency) if k.residency is not None else None,
+                frozenset(k.residency) if k.residency is not None else None, k.max_in_flight,
             )
             for k in auth.keys
         }  # fmt: skip
+        a = auth.anonymous
+        anonymous = KeyPolicy(
+            ANONYMOUS, a.priority, a.requests_per_minute, a.tokens_per_minute,
+            max_in_flight=a.max_in_flight,
+        )  # fmt: skip
         return cls(
-            keys, required=auth.required, redis=client, prefix=redis.prefix,
+            keys, required=auth.keys_required, anonymous=anonymous, redis=client,
+            prefix=redis.prefix,
             timeout_s=redis.timeout_s, local_fraction=redis.local_fraction,
             retry_s=redis.retry_s, clock=clock, on_mode=on_mode, place=place,
         )  # fmt: skip
 
-
-    def identify(self, authorization: str | None) -> KeyPolicy | None:
-        """The key's policy; AuthError (401) for a missing, malformed or unknown key when
-        keys are required or a key was sent, (403) for a key bound elsewhere."""
+    def identify(self, authorization: str | None) -> KeyPolicy:
+        """The key's policy, or the anonymous one for a keyless caller where keys are not
+        required; AuthError (401) for a missing, malformed or unknown key when keys are
+        required or a key was sent, (403) for a key bound elsewhere."""
         key = bearer(authorization)
         if key is None:
             if self.required:
                 raise AuthError("missing API key: send `Authorization: Bearer <key>`")
-            return None
+            return self.anonymous
         policy = self.keys.get(key_digest(key))
-        if policy is None and (self.required or self.keys):
-            raise AuthError("invalid API key")
-        if policy is not None and not policy.may_be_served_in(self.place):
+        if policy is None:
+            if self.required or self.keys:
+                raise AuthError("invalid API key")
+            return self.anonymous  # no keys in use: a key sent means nothing here
+        if not policy.may_be_served_in(self.place):
             raise AuthError(
                 f"tenant {policy.tenant} may only be served in "
                 f"{', '.join(sorted(policy.residency or ()))}; this router is in "

@@ -1,15 +1,19 @@
 """The router's one Redis client (quotas, sessions and shared load use it; the router closes
-it). redis-py connects lazily, so building it does no I/O."""
+it). redis-py connects lazily, so building it does no I/O. `rediss://` URLs use TLS, with
+`ssl_ca_certs` and friends as query parameters (redis-py reads them from the URL)."""
 
 from __future__ import annotations
 
 import redis.asyncio as aioredis
 from gpuroute.router.config import RedisConfig
 
+from gpuroute.secrets import read_secret
+
 
 def open_redis(config: RedisConfig) -> aioredis.Redis | None:
-    if not config.url:
+    url = read_secret(config, "url", "redis")
+    if not url:
         return None
     return aioredis.from_url(
-        config.url, socket_timeout=config.timeout_s, socket_connect_timeout=config.timeout_s
+        url, socket_timeout=config.timeout_s, socket_connect_timeout=config.timeout_s
     )

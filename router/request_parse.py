@@ -4,6 +4,7 @@ The body is forwarded unchanged (the raw bytes); only this summary is kept."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import orjson
 from gpuroute.router.core.request import RequestInfo
 
+from gpuroute.auth import printable_ascii
 from gpuroute.prompt import estimate_tokens, prefix_blocks, prompt_text
 
 PRIORITY_HEADER = "x-gpuroute-priority"
@@ -80,9 +82,7 @@ def parse_request(
             param=PRIORITY_HEADER,
         )
     deadline_s = _deadline_s(headers.get(DEADLINE_HEADER))
-    session = next((headers[h] for h in SESSION_HEADERS if h in headers), None)
-    if session is None and isinstance(body.get("user"), str):
-        session = body["user"]
+    session = _session(headers, body)
     info = RequestInfo(
         request_id,
         model,
@@ -93,6 +93,27 @@ def parse_request(
         priority=priority,
     )
     return ParsedRequest(info, stream, deadline_s)
+
+
+def _session(headers: Mapping[str, str], body: dict) -> str | None:
+    """The session id (a header, else the body's `user`), as a fixed-length digest: the id
+    becomes a Redis key and a hash input, and a client may send a megabyte of it."""
+    for name in SESSION_HEADERS:
+        if name in headers:
+            value = headers[name]
+            if not printable_ascii(value):
+                raise RequestError(400, f"{name} must be printable ASCII", param=name)
+            break
+    else:
+        value = body.get("user")
+        if not isinstance(value, str):
+            return None
+    return session_key(value)
+
+
+def session_key(session: str) -> str:
+    """A client's session id as the router keeps it: 32 hex characters, whatever its size."""
+    return hashlib.blake2b(session.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
 def _json_object(raw: bytes) -> dict:

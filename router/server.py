@@ -45,11 +45,11 @@ from gpuroute.router.watch import BackendWatch
 
 from gpuroute import runtime
 from gpuroute.config import ConfigError
-from gpuroute.openai_api import error_response, healthz, models_response
+from gpuroute.openai_api import OPENAI_ROUTES, error_response, healthz, models_response, not_found
+from gpuroute.secrets import read_secret
 from gpuroute.serving import DrainingServer
 
 log = logging.getLogger("gpuroute.router")
-OPENAI_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 
 
 def build_scheduler(config: RouterConfig, priors) -> Scheduler:
@@ -68,7 +68,7 @@ def build_scheduler(config: RouterConfig, priors) -> Scheduler:
         active_probes=True,
     )
     estimator = CostEstimator({gpu: p.cost for gpu, p in priors.items()})
-    sharing = bool(config.redis.url and config.redis.share_load)
+    sharing = config.redis.configured and config.redis.share_load
     options = PolicyOptions(pick_among=config.redis.pick_among if sharing else 1)
     return Scheduler(backends, build_policy(config.policy, options), estimator, health)
 
@@ -101,7 +101,7 @@ class RouterApp:
         front = Front(
             config,
             self.scheduler.backends,
-            TenantGate(self._quotas(), self.metrics),
+            TenantGate(self._quotas(), self.metrics, tuple(config.admission.priorities)),
             self.gate,
             with_prefix_blocks="prefix_blocks" in self.scheduler.policy.needs,
         )
@@ -140,6 +140,8 @@ class RouterApp:
             has_room=self.gate.has_room,
             clock=self.clock,
             rng=rng,
+            expose_backend=config.expose_backend_header,
+            engine_key=read_secret(config, "engine_api_key", "router"),
         )
 
     def _membership(self) -> Membership:
@@ -170,18 +172,19 @@ class RouterApp:
         )
 
     def app(self) -> web.Application:
-        """The public application; with `admin_listen` set it carries the API only."""
+        """The public application: the OpenAI API, health, allow-listed passthrough paths, and
+        admin routes only where the operator put them here (`admin_on_public_listener`)."""
         app = web.Application(client_max_size=self.config.limits.max_body_bytes)
         for route in OPENAI_ROUTES:
             app.router.add_post(route, self.proxy.openai)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/healthz", healthz)
         app.router.add_get("/readyz", self.readyz)
-        if self.config.admin_listen is None:
+        if self.config.admin_on_public_listener:
             self.add_admin_routes(app)
-            app.router.add_route("*", "/{tail:.*}", self.proxy.passthrough)
-        else:
-            app.router.add_route("*", "/{tail:.*}", self.not_found)
+        for path in self.config.passthrough_paths:
+            app.router.add_route("*", path, self.proxy.passthrough)
+        app.router.add_route("*", "/{tail:.*}", not_found)
         app.on_startup.append(self._startup)
         app.on_cleanup.append(self._cleanup)
         return app
@@ -189,9 +192,6 @@ class RouterApp:
     def add_admin_routes(self, app: web.Application) -> None:
         app.router.add_get("/metrics", self.metrics_page)
         app.router.add_get("/admin/backends", self.admin_backends)
-
-    async def not_found(self, request: web.Request) -> web.Response:
-        return error_response(404, f"no route {request.method} {request.path}", code="not_found")
 
     def _joined(self, backend: Backend, member: Member) -> None:
         self.forwarder.urls[backend.backend_id] = member.url

@@ -69,4 +69,3 @@ class SessionStore:
     def _failed(self, exc: BaseException) -> None:
         self._down_until = self.clock() + self.retry_s
         log.warning("session store: Redis unavailable (%s); no session preference", exc)
-

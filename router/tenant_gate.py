@@ -1,7 +1,13 @@
 """The front door's per-key checks, in the order a client hears about them: who are you
-(401), may you be served here (403, the key's residency set), how much may you send (429)."""
+(401), may you be served here (403, the key's residency set), how much may you send (429:
+quotas, and the tenant's requests in flight).
+
+A key's class is the most it may ask for: a request may name a lower class, never a higher
+one. Keyless callers (when allowed) are one tenant, `anonymous`, with their own limits."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 from aiohttp import web
 from gpuroute.router.core.request import RequestInfo
@@ -12,11 +18,15 @@ from gpuroute.openai_api import Rejection
 
 
 class TenantGate:
-    def __init__(self, quotas: Quotas, metrics: RouterMetrics) -> None:
+    def __init__(self, quotas: Quotas, metrics: RouterMetrics, priorities: tuple[str, ...]) -> None:
         self.quotas, self.metrics = quotas, metrics
+        self.rank = {name: i for i, name in enumerate(priorities)}  # 0: most important
+        self.in_flight: Counter[str] = Counter()
+        self._holding: set[object] = set()  # request ids counted in in_flight
 
-    def identify(self, request: web.Request) -> KeyPolicy | None:
-        """The caller's key policy (None: no keys in use); Rejection with 401 or 403."""
+    def identify(self, request: web.Request) -> KeyPolicy:
+        """The caller's key policy (the anonymous one for keyless callers, when allowed);
+        Rejection with 400, 401 or 403."""
         try:
             return self.quotas.identify(request.headers.get("Authorization"))
         except AuthError as exc:
@@ -25,11 +35,23 @@ class TenantGate:
             raise Rejection(exc.status, exc.message, code=exc.code) from None
 
     async def charge(self, key: KeyPolicy, info: RequestInfo, explicit_priority: bool) -> None:
-        """Tag the request with the key's tenant (and class, unless the request named one),
-        then take it from the tenant's quotas; Rejection with 429 beyond them."""
+        """Tag the request with the key's tenant and class (the class the request named if
+        it is not above the key's), take it from the tenant's quotas and count it in flight;
+        Rejection with 429 beyond them."""
         info.tenant = key.tenant
-        if key.priority is not None and not explicit_priority:
+        if key.priority is not None and (
+            not explicit_priority or self.rank[info.priority] < self.rank[key.priority]
+        ):
             info.priority = key.priority
+        cap = key.max_in_flight
+        if cap is not None and self.in_flight[key.tenant] >= cap:
+            self.metrics.quota_refusals.labels(key.tenant, "in_flight").inc()
+            raise Rejection(
+                429,
+                f"{key.tenant} has {cap} requests in flight, its limit",
+                code="concurrency_limit_exceeded",
+                headers={"Retry-After": "1"},
+            )
         verdict = await self.quotas.charge(key, info.prompt_tokens + (info.max_tokens or 0))
         if not verdict.allowed:
             self.metrics.quota_refusals.labels(key.tenant, verdict.limit).inc()
@@ -39,3 +61,13 @@ class TenantGate:
                 code="rate_limit_exceeded",
                 headers=verdict.headers,
             )
+        self.in_flight[key.tenant] += 1
+        self._holding.add(info.request_id)
+
+    def release(self, info: RequestInfo) -> None:
+        """The request ended (any way at all): its tenant has one fewer in flight."""
+        if info.request_id in self._holding:
+            self._holding.discard(info.request_id)
+            self.in_flight[info.tenant or ""] -= 1
+            if self.in_flight[info.tenant or ""] <= 0:
+                del self.in_flight[info.tenant or ""]

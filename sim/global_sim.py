@@ -172,9 +172,7 @@ class GlobalRun:
         for r in self.regions.values():
             s = summarise(r.scheduler.backends, self.g.saturation_delay_s)
             self.spill.update(r.name, s.utilisation)
-            self.views.append(
-                RegionView(r.name, r.jurisdiction, r.location, r.up, s.queue_delay_s)
-            )
+            self.views.append(RegionView(r.name, r.jurisdiction, r.location, r.up, s.queue_delay_s))
 
     def arrive(self, i: int, now: float) -> None:
         c = self.clients

@@ -102,5 +102,3 @@ def require(binary: str) -> str:
             "or run `make bench-deps`"
         )
     return path
-
-

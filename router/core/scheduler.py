@@ -148,6 +148,10 @@ class Scheduler:
             backend, outcome.ok, now, outcome.latency_ratio, fatal=outcome.fatal
         )
 
+    def judge(self, backend: Backend, *, ok: bool, now: float) -> HealthEvents:
+        """A health verdict on a backend reached after its booking was released."""
+        return self.health.record(backend, ok, now)
+
     def release(self, request_id: object) -> None:
         """Drop a request's booking with no health verdict (client gone, request refused)."""
         self.ledger.finish(request_id)

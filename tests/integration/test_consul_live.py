@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 from gpuroute.router.forward import BACKEND_HEADER
 from gpuroute.testbed.consul_dev import HOW_TO_GET_CONSUL, ConsulDev, consul_binary
+from gpuroute.testbed.loopback import ROUTER_ON_LOOPBACK
 from support.clients import Clients
 from support.live import (
     AgentProcess,
@@ -41,7 +42,7 @@ def consul(tmp_path):
 
 def membership_toml(consul: ConsulDev) -> str:
     return (
-        "tick_s = 0.05\n[listen]\nport = 0\n"
+        ROUTER_ON_LOOPBACK + "tick_s = 0.05\n[listen]\nport = 0\n"
         f'[membership]\nconsul = "{consul.address}"\nwait_s = 5\n'
     )
 

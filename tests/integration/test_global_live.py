@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 from gpuroute.global_.config import load_global_config
 from gpuroute.global_.server import REGION_HEADER, GlobalApp, GlobalServer
+from gpuroute.testbed.loopback import GLOBAL_ON_LOOPBACK, ROUTER_ON_LOOPBACK
 from support.live import (
     async_wait_for,
     chat_body,
@@ -36,7 +37,7 @@ def global_toml(routers: dict[str, tuple[str, int]], geoip: bool, **extra: str) 
     lines = [
         'regions_file = "regions.toml"',
         'trusted_proxies = ["127.0.0.1/32"]',
-        "tick_s = 0.05",
+        GLOBAL_ON_LOOPBACK + "tick_s = 0.05",
         f'geoip_database = "{GEOIP}"' if geoip else "",
         "[listen]\nport = 0",
         "[region_health]\nstale_after_s = 1.0\nup_after_s = 2.0",
@@ -59,7 +60,8 @@ class RegionProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.path = tmp_path / f"router-{region}.toml"
         self.path.write_text(
-            f'tick_s = 0.05\n[listen]\nport = {self.port}\n[region]\nname = "{region}"\n'
+            ROUTER_ON_LOOPBACK
+            + f'tick_s = 0.05\n[listen]\nport = {self.port}\n[region]\nname = "{region}"\n'
             f"report_period_s = 0.1\n[region.report_listen]\nport = {self.report_port}\n"
             f'[[backends]]\nurl = "{engine_url}"\ngpu = "{gpu}"\nmodels = ["llama-3.1-8b"]\n'
         )

@@ -1,5 +1,5 @@
-"""With `admin_listen`, metrics and admin move off the public port, and the public port
-stops passing unknown paths through to engines."""
+"""Metrics and admin live on the admin listener (loopback by default), never on the public
+port, and the public port passes no unknown path through to engines."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import random
 import aiohttp
 import pytest
 from aiohttp import web
+from gpuroute.testbed.loopback import ROUTER_ON_LOOPBACK
 from support.live import chat_body, free_port, router_toml, scripted_backend
 
 pytestmark = pytest.mark.asyncio
@@ -27,7 +28,9 @@ async def test_admin_routes_live_only_on_the_admin_listener(tmp_path) -> None:
 
     async with scripted_backend(engine) as url:
         admin_port = free_port()
-        text = router_toml([(url, "H100")], admin_listen=f"port = {admin_port}")
+        text = router_toml([(url, "H100")], admin_listen=f"port = {admin_port}").replace(
+            ROUTER_ON_LOOPBACK, ""
+        )
         (tmp_path / "r.toml").write_text(text)
         server = RouterServer(
             RouterApp(load_router_config(tmp_path / "r.toml"), rng=random.Random(0))

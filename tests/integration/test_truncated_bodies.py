@@ -11,6 +11,7 @@ import pytest
 from aiohttp import web
 from gpuroute.global_.config import load_global_config
 from gpuroute.global_.server import REGION_HEADER, GlobalApp, GlobalServer
+from gpuroute.testbed.loopback import GLOBAL_ON_LOOPBACK
 from support.live import MODEL, chat_body, free_port, router_toml, running_router
 from support.live import scripted_backend as upstream_server
 from support.paths import REPO
@@ -73,7 +74,7 @@ async def global_tier(tmp_path, region_url: str):
     made up by feeding it a report directly (no gRPC stream in this test)."""
     (tmp_path / "regions.toml").write_text((REPO / "regions.example.toml").read_text())
     (tmp_path / "global.toml").write_text(
-        'regions_file = "regions.toml"\ntick_s = 0.05\n[listen]\nport = 0\n'
+        GLOBAL_ON_LOOPBACK + 'regions_file = "regions.toml"\ntick_s = 0.05\n[listen]\nport = 0\n'
         "[region_health]\nup_after_s = 0.0\n"
         f'[[endpoints]]\nregion = "eu-west"\nurl = "{region_url}"\n'
         f'report = "127.0.0.1:{free_port()}"\n'

@@ -12,6 +12,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 
 import aiohttp
+from gpuroute.testbed.loopback import ROUTER_ON_LOOPBACK
 from gpuroute.testbed.ports import free_port
 
 MODEL = "llama-3.1-8b"
@@ -134,7 +135,7 @@ def fake_engines(*specs: tuple[str, float]) -> Iterator[list[FakeEngineProcess]]
 
 def router_toml(backends: list[tuple[str, str]], port: int = 0, **sections: str) -> str:
     """A router config: backends as (url, gpu); extra TOML per section name."""
-    lines = ["tick_s = 0.05", f"[listen]\nport = {port}"]
+    lines = [ROUTER_ON_LOOPBACK + "tick_s = 0.05", f"[listen]\nport = {port}"]
     for name, body in sections.items():
         lines.append(f"[{name}]\n{body}")
     for url, gpu in backends:

@@ -13,6 +13,7 @@ import time
 import aiohttp
 import pytest
 from gpuroute.testbed.consul_dev import consul_binary
+from gpuroute.testbed.loopback import ROUTER_ON_LOOPBACK
 from support.clients import Clients
 from support.live import MODEL, async_wait_for, backends_state, get_json, holds, running_router
 from support.netns import Host, NetnsLab
@@ -77,7 +78,8 @@ async def test_host_crash_and_partition_leave_rotation_without_failed_requests(l
               == 3), 60, "3 passing engines",
     )  # fmt: skip
     router_toml = (
-        f'tick_s = 0.05\n[listen]\nport = 0\n[membership]\nconsul = "{consul}"\nwait_s = 5\n'
+        ROUTER_ON_LOOPBACK
+        + f'tick_s = 0.05\n[listen]\nport = 0\n[membership]\nconsul = "{consul}"\nwait_s = 5\n'
     )
     async with running_router(router_toml, lab.workdir) as (url, router):
         async with aiohttp.ClientSession() as s:

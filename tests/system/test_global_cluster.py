@@ -18,6 +18,7 @@ import pytest
 from gpuroute.global_.config import load_global_config
 from gpuroute.global_.server import REGION_HEADER, GlobalApp, GlobalServer
 from gpuroute.testbed.consul_dev import consul_binary
+from gpuroute.testbed.loopback import GLOBAL_ON_LOOPBACK
 from support.live import MODEL, async_wait_for, chat_body, get_json, holds
 from support.netns import Host, NetnsLab
 
@@ -82,7 +83,7 @@ def start_region(lab: NetnsLab, host: Host) -> None:
     lab.popen(host, [*py, "agent", "--config", str(agent)], f"agent-{region}")
     router = lab.workdir / f"router-{region}.toml"
     router.write_text(
-        f'tick_s = 0.05\n[listen]\nhost = "{host.ip}"\nport = 8080\n'
+        f'expose_backend_header = true\ntick_s = 0.05\n[listen]\nhost = "{host.ip}"\nport = 8080\n'
         '[membership]\nconsul = "http://127.0.0.1:8500"\nwait_s = 5\n'
         f'[region]\nname = "{region}"\nadvertise_address = "{host.ip}"\nreport_period_s = 0.2\n'
         f'[region.report_listen]\nhost = "{host.ip}"\nport = 7080\n'
@@ -102,7 +103,7 @@ async def test_region_outage_across_wan_federated_datacenters(lab, repo) -> None
     )
     (lab.workdir / "regions.toml").write_text((repo / "regions.example.toml").read_text())
     (lab.workdir / "global.toml").write_text(
-        'regions_file = "regions.toml"\ntick_s = 0.05\n[listen]\nport = 0\n'
+        GLOBAL_ON_LOOPBACK + 'regions_file = "regions.toml"\ntick_s = 0.05\n[listen]\nport = 0\n'
         "[region_health]\nstale_after_s = 2.0\nup_after_s = 5.0\n"
         f'[discovery]\nconsul = "{us}"\ninterval_s = 0.5\n'
     )

@@ -7,7 +7,7 @@ import math
 
 import pytest
 from gpuroute.router.core.cost import CostEstimator
-from gpuroute.router.request_parse import ParsedRequest, RequestError, parse_request
+from gpuroute.router.request_parse import ParsedRequest, RequestError, parse_request, session_key
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -83,7 +83,11 @@ def test_extracts_what_the_scheduler_needs() -> None:
     )
     info = parsed.info
     assert info.prompt_tokens == estimate_tokens(text) == 2 * 512 + 3
-    assert info.max_tokens == 50 and info.session_id == "alice" and info.priority == "high"
+    assert (
+        info.max_tokens == 50
+        and info.session_id == session_key("alice")
+        and info.priority == "high"
+    )
     assert parsed.stream and parsed.deadline_s == pytest.approx(1.5)
     assert len(info.prefix_blocks) == 2 and info.prefix_blocks == prefix_blocks(text)
     # chained: a different first block changes every later hash

@@ -1,0 +1,105 @@
+"""Public listeners that a slow or greedy client cannot hold open: a cap on connections per
+client address, and TLS when a certificate is configured.
+
+The header-read deadline is aiohttp's own keep-alive timer (`keepalive_timeout`): it closes
+a connection that has not delivered a complete request head that long after opening or
+after its last response, however slowly bytes trickle in. The body-read deadline is the
+front's (`limits.body_timeout_s`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections import Counter
+from collections.abc import Callable
+
+from aiohttp import web
+
+log = logging.getLogger("gpuroute.listener")
+
+
+class ConnectionCap:
+    """Open connections per client address, refused beyond `per_ip`."""
+
+    def __init__(self, per_ip: int) -> None:
+        self.per_ip = per_ip
+        self.open: Counter[str] = Counter()
+        self.refused = 0
+
+    def acquire(self, address: str) -> bool:
+        if self.open[address] >= self.per_ip:
+            self.refused += 1
+            return False
+        self.open[address] += 1
+        return True
+
+    def release(self, address: str) -> None:
+        self.open[address] -= 1
+        if self.open[address] <= 0:
+            del self.open[address]
+
+
+class _CappedProtocol(asyncio.Protocol):
+    """Forwards everything to the HTTP protocol, after the cap let the connection in."""
+
+    def __init__(self, inner: asyncio.Protocol, cap: ConnectionCap) -> None:
+        self.inner, self.cap = inner, cap
+        self.address: str | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        peer = transport.get_extra_info("peername")
+        address = str(peer[0]) if isinstance(peer, tuple) else "unknown"
+        if not self.cap.acquire(address):
+            log.warning("refused a connection from %s: %d open", address, self.cap.per_ip)
+            transport.abort()  # type: ignore[attr-defined]
+            return
+        self.address = address
+        self.inner.connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.address is not None:
+            self.cap.release(self.address)
+            self.address = None
+            self.inner.connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self.address is not None:
+            self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received() if self.address is not None else None
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+
+class GuardedSite(web.TCPSite):
+    """A TCPSite whose connections pass a per-address cap first."""
+
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        *,
+        cap: ConnectionCap,
+        ssl_context: ssl.SSLContext | None = None,
+        backlog: int = 1024,
+    ) -> None:
+        super().__init__(runner, host, port, ssl_context=ssl_context, backlog=backlog)
+        self.cap = cap
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)
+        server = self._runner.server
+        assert server is not None
+        factory: Callable[[], asyncio.Protocol] = lambda: _CappedProtocol(server(), self.cap)  # noqa: E731
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            factory, self._host, self._port, ssl=self._ssl_context, backlog=self._backlog
+        )
+        self._bound_port = self._server.sockets[0].getsockname()[1]
