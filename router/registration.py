@@ -21,8 +21,6 @@ SERVICE = "gpuroute-router"
 
 def router_service(config: RouterConfig, port: int, report_port: int, address: str) -> dict:
     sid = f"{SERVICE}-{socket.gethostname()}-{port}"
-    admin = config.admin_listen
-    check_port = admin.port if admin is not None else port
     return {
         "ID": sid,
         "Name": SERVICE,
@@ -33,7 +31,8 @@ def router_service(config: RouterConfig, port: int, report_port: int, address: s
         "Check": {
             "CheckID": f"{sid}:readyz",
             "Name": "router /readyz",
-            "HTTP": f"http://{address}:{check_port}/readyz",
+            # the public listener's /readyz: the admin listener is on loopback by default
+            "HTTP": f"http://{address}:{port}/readyz",
             "Interval": "1s",
             "Timeout": "1s",
             "DeregisterCriticalServiceAfter": "5m",

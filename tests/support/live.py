@@ -162,6 +162,13 @@ def environ_without_proxies() -> dict[str, str]:
 @contextlib.asynccontextmanager
 async def running_router(config_text: str, tmp_dir, *, seed: int = 0):
     """An in-process router on a free loopback port; yields (url, RouterApp)."""
+    async with router_server(config_text, tmp_dir, seed=seed) as server:
+        yield f"http://127.0.0.1:{server.port}", server.servable
+
+
+@contextlib.asynccontextmanager
+async def router_server(config_text: str, tmp_dir, *, seed: int = 0):
+    """An in-process RouterServer, started (its .port, .admin_port and .servable)."""
     import random
 
     from gpuroute.router.config import load_router_config
@@ -169,11 +176,10 @@ async def running_router(config_text: str, tmp_dir, *, seed: int = 0):
 
     path = tmp_dir / "router.toml"
     path.write_text(config_text)
-    router = RouterApp(load_router_config(path), rng=random.Random(seed))
-    server = RouterServer(router)
+    server = RouterServer(RouterApp(load_router_config(path), rng=random.Random(seed)))
     await server.start()
     try:
-        yield f"http://127.0.0.1:{server.port}", router
+        yield server
     finally:
         await server.drain(timeout=2.0)
 

@@ -1,0 +1,125 @@
+"""Paths beside the main one (issue 16 items 1, 8, 17): no unauthenticated way to an engine,
+no topology or internals on the public port, OpenAI-format errors for every refusal."""
+
+from __future__ import annotations
+
+import aiohttp
+import pytest
+from gpuroute.router.config import load_router_config
+from support.live import router_server, scripted_backend
+from support_security import (
+    KEY,
+    RecordingEngine,
+    chat,
+    keys_section,
+    raw_exchange,
+    secure_toml,
+    status_of,
+)
+
+from gpuroute.config import ConfigError
+
+pytestmark = pytest.mark.asyncio
+JSON = {"Content-Type": "application/json"}
+
+
+async def test_no_path_around_auth_reaches_an_engine(tmp_path) -> None:
+    """Item 1: with keys required, the trailing slash, other OpenAI paths, SageMaker's
+    /invocations and the fake engine's /_fault all used to reach the engine keyless."""
+    engine = RecordingEngine()
+    async with scripted_backend(engine) as url:
+        text = secure_toml(url, auth=keys_section(required=True))
+        async with router_server(text, tmp_path) as server, aiohttp.ClientSession() as s:
+            base = f"http://127.0.0.1:{server.port}"
+            for path in ("/v1/chat/completions/", "/v1/responses", "/invocations", "/_fault"):
+                async with s.post(base + path, data=chat(), headers=JSON) as r:
+                    assert r.status == 404, path
+                    assert (await r.json())["error"]["code"] == "not_found"
+            async with s.post(base + "/v1/chat/completions", data=chat(), headers=JSON) as r:
+                assert r.status == 401
+    assert engine.seen == []
+
+
+async def test_allow_listed_passthrough_runs_the_same_checks(tmp_path) -> None:
+    engine = RecordingEngine()
+    async with scripted_backend(engine) as url:
+        text = secure_toml(
+            url, top='passthrough_paths = ["/v1/responses"]', auth=keys_section(required=True)
+        )
+        async with router_server(text, tmp_path) as server, aiohttp.ClientSession() as s:
+            base = f"http://127.0.0.1:{server.port}/v1/responses"
+            async with s.post(base, data=chat(), headers=JSON) as r:
+                assert r.status == 401 and (await r.json())["error"]["code"] == "invalid_api_key"
+            assert engine.seen == []
+            auth = {**JSON, "Authorization": f"Bearer {KEY}"}
+            async with s.post(base, data=chat(), headers=auth) as r:
+                assert r.status == 200
+            async with s.post(base + "/", data=chat(), headers=auth) as r:
+                assert r.status == 404  # exact paths only
+    assert engine.paths() == ["/v1/responses"]
+    assert "Authorization" not in engine.seen[0][1]  # the client's key stays with us
+
+
+async def test_admin_and_internals_stay_off_the_public_port(tmp_path) -> None:
+    """Item 8: metrics, admin, the backend header, backend addresses and exception text in
+    502 bodies, and the Server header naming aiohttp."""
+    engine = RecordingEngine(fail_when=lambda body: True)
+    async with scripted_backend(engine) as url:
+        async with router_server(secure_toml(url), tmp_path) as server:
+            public = f"http://127.0.0.1:{server.port}"
+            admin = f"http://127.0.0.1:{server.admin_port}"
+            async with aiohttp.ClientSession() as s:
+                for path in ("/metrics", "/admin/backends"):
+                    async with s.get(public + path) as r:
+                        assert r.status == 404, path
+                async with s.post(public + "/v1/chat/completions", data=chat(), headers=JSON) as r:
+                    text = await r.text()
+                    assert r.status == 502
+                    assert "x-gpuroute-backend" not in r.headers
+                    assert r.headers["Server"] == "gpuroute"
+                    assert "127.0.0.1" not in text and "status 500" not in text
+                async with s.get(admin + "/admin/backends") as r:
+                    assert r.status == 200 and len((await r.json())["backends"]) == 1
+    assert server.servable.config.admin_listen.host == "127.0.0.1"
+
+
+def test_admin_on_the_public_port_only_on_loopback(tmp_path) -> None:
+    path = tmp_path / "r.toml"
+    path.write_text(
+        'admin_on_public_listener = true\n[listen]\nhost = "0.0.0.0"\n'
+        '[[backends]]\nurl = "http://10.0.0.1:8000"\ngpu = "H100"\nmodels = ["m"]\n'
+    )
+    with pytest.raises(ConfigError, match="admin_on_public_listener: allowed only"):
+        load_router_config(path)
+
+
+async def test_malformed_headers_and_methods_get_openai_errors(tmp_path) -> None:
+    """Item 17: non-UTF-8 Authorization or session header (was 500 with a traceback), a
+    100,000-character model name echoed in the 404, GET on an API route in plain text."""
+    async with scripted_backend(RecordingEngine()) as url:
+        text = secure_toml(url, auth=keys_section())
+        async with router_server(text, tmp_path) as server:
+            body = chat()
+            for header in (b"Authorization: Bearer \xff\xfe", b"x-session-id: \xff\xfe"):
+                auth = (
+                    b""
+                    if header.startswith(b"Authorization")
+                    else f"Authorization: Bearer {KEY}\r\n".encode()
+                )
+                request = (
+                    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + header + b"\r\n" + auth
+                    + b"Content-Type: application/json\r\nContent-Length: "
+                    + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body
+                )  # fmt: skip
+                answer = raw_exchange(server.port, request)
+                assert status_of(answer) == 400, answer[:200]
+                assert b'"error"' in answer
+            async with aiohttp.ClientSession() as s:
+                base = f"http://127.0.0.1:{server.port}/v1/chat/completions"
+                auth = {**JSON, "Authorization": f"Bearer {KEY}"}
+                async with s.post(base, data=chat(model="m" * 100_000), headers=auth) as r:
+                    assert r.status == 404
+                    assert len((await r.json())["error"]["message"]) < 200
+                async with s.get(base) as r:
+                    assert r.status == 405
+                    assert (await r.json())["error"]["code"] == "method_not_allowed"

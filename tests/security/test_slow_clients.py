@@ -1,0 +1,96 @@
+"""Slow and greedy clients (issue 16 item 11): 100 trickling connections stayed open 130 s,
+with no deadline for headers or body, no per-address cap, and a huge declared body read
+before it was refused."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+import pytest
+from support.live import router_server, scripted_backend
+from support_security import RecordingEngine, raw_exchange, secure_toml, status_of
+
+pytestmark = pytest.mark.asyncio
+
+
+def closed_within(sock: socket.socket, seconds: float) -> bool:
+    """Does the server close `sock` within `seconds` (while we send nothing more)?"""
+    sock.settimeout(seconds)
+    try:
+        while sock.recv(4096):
+            pass
+        return True
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+async def test_a_trickled_request_head_is_cut_off(tmp_path) -> None:
+    async with scripted_backend(RecordingEngine()) as url:
+        text = secure_toml(url, limits="header_timeout_s = 0.5")
+        async with router_server(text, tmp_path) as server:
+            started = time.monotonic()
+
+            def trickle() -> bool:
+                with socket.create_connection(("127.0.0.1", server.port)) as s:
+                    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+                    for _ in range(3):
+                        s.sendall(b"X-Slow: 1\r\n")  # bytes keep coming, the head never ends
+                        time.sleep(0.1)
+                    return closed_within(s, 5.0)
+
+            assert await asyncio.to_thread(trickle)
+            assert time.monotonic() - started < 4.0
+
+
+async def test_connections_per_address_are_capped(tmp_path) -> None:
+    async with scripted_backend(RecordingEngine()) as url:
+        text = secure_toml(url, limits="max_connections_per_ip = 3")
+        async with router_server(text, tmp_path) as server:
+
+            def fourth_is_refused() -> tuple[bool, bool]:
+                held = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(3)]
+                try:
+                    extra = socket.create_connection(("127.0.0.1", server.port))
+                    refused = closed_within(extra, 3.0)
+                    extra.close()
+                    kept = not closed_within(held[0], 0.2)
+                    return refused, kept
+                finally:
+                    for s in held:
+                        s.close()
+
+            refused, kept = await asyncio.to_thread(fourth_is_refused)
+            assert refused and kept
+            body = b"{}"
+            ok = raw_exchange(
+                server.port,
+                b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" + body[:0],
+            )
+            assert status_of(ok) == 200  # the cap counts open connections, not past ones
+
+
+async def test_huge_declared_body_refused_before_reading(tmp_path) -> None:
+    async with scripted_backend(RecordingEngine()) as url:
+        async with router_server(secure_toml(url), tmp_path) as server:
+            head = (
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                b"Content-Type: application/json\r\nContent-Length: 1000000000\r\n\r\n{"
+            )
+            answer = await asyncio.to_thread(raw_exchange, server.port, head, 5.0)
+            assert status_of(answer) == 413 and b'"error"' in answer
+
+
+async def test_a_trickled_body_gets_408(tmp_path) -> None:
+    async with scripted_backend(RecordingEngine()) as url:
+        text = secure_toml(url, limits="body_timeout_s = 0.5")
+        async with router_server(text, tmp_path) as server:
+            head = (
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                b'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"mod'
+            )
+            answer = await asyncio.to_thread(raw_exchange, server.port, head, 5.0)
+            assert status_of(answer) == 408 and b"body_timeout" in answer
