@@ -3,6 +3,8 @@ no topology or internals on the public port, OpenAI-format errors for every refu
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 import pytest
 from gpuroute.router.config import load_router_config
@@ -83,7 +85,7 @@ async def test_admin_and_internals_stay_off_the_public_port(tmp_path) -> None:
     assert server.servable.config.admin_listen.host == "127.0.0.1"
 
 
-def test_admin_on_the_public_port_only_on_loopback(tmp_path) -> None:
+async def test_admin_on_the_public_port_only_on_loopback(tmp_path) -> None:
     path = tmp_path / "r.toml"
     path.write_text(
         'admin_on_public_listener = true\n[listen]\nhost = "0.0.0.0"\n'
@@ -111,7 +113,7 @@ async def test_malformed_headers_and_methods_get_openai_errors(tmp_path) -> None
                     + b"Content-Type: application/json\r\nContent-Length: "
                     + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body
                 )  # fmt: skip
-                answer = raw_exchange(server.port, request)
+                answer = await asyncio.to_thread(raw_exchange, server.port, request)
                 assert status_of(answer) == 400, answer[:200]
                 assert b'"error"' in answer
             async with aiohttp.ClientSession() as s:

@@ -190,7 +190,8 @@ async def scripted_backend(handler):
     from aiohttp import web
 
     app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handler)
+    # a callable object's bound __call__ is the coroutine function aiohttp wants
+    app.router.add_route("*", "/{tail:.*}", getattr(handler, "__call__", handler))
     runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
