@@ -1,4 +1,4 @@
-"""`gpuroute agent [run|drain] --config FILE`."""
+"""`gpuroute agent [run|drain|undrain] --config FILE`."""
 
 from __future__ import annotations
 
@@ -6,13 +6,15 @@ import argparse
 
 
 def register(sub) -> None:
-    agent = sub.add_parser("agent", help="run the node agent, or tell a running one to drain")
-    agent.add_argument("action", nargs="?", choices=["run", "drain"], default="run")
+    agent = sub.add_parser("agent", help="run the node agent; drain or undrain a running one")
+    agent.add_argument("action", nargs="?", choices=["run", "drain", "undrain"], default="run")
     agent.add_argument("--config", required=True, metavar="FILE", help="agent TOML")
     agent.set_defaults(run=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from gpuroute.agent.server import request_drain, run_agent
+    from gpuroute.agent.server import request_admin, run_agent
 
-    return run_agent(args.config) if args.action == "run" else request_drain(args.config)
+    if args.action == "run":
+        return run_agent(args.config)
+    return request_admin(args.config, args.action)

@@ -10,7 +10,13 @@ from urllib.parse import urlsplit
 from gpuroute.agent.engine_metrics import ENGINE_KINDS
 from pydantic import AfterValidator, Field, model_validator
 
-from gpuroute.config import HttpUrlWithPort, StrictModel, known_name, load_toml_model
+from gpuroute.config import (
+    HttpUrlWithPort,
+    StrictModel,
+    is_loopback,
+    known_name,
+    load_toml_model,
+)
 from gpuroute.gpus import GpuTypeName
 from gpuroute.secrets import secret_forms
 
@@ -79,6 +85,22 @@ class AgentConfig(StrictModel):
     heartbeat_s: float = Field(default=0.25, gt=0, le=5)
     drain_timeout_s: float = Field(default=60.0, ge=0)
     drain_grace_s: float = Field(default=1.0, ge=0)  # routers see the drain within this
+    # Bearer token for the admin's POST /drain and /undrain. Without one, those answer only
+    # callers on loopback, and the admin listener may not leave loopback.
+    admin_token: str | None = None
+    admin_token_file: str | None = None
+    admin_token_env: str | None = None
+    check_secret_forms = secret_forms("admin_token")
+
+    @model_validator(mode="after")
+    def _admin_off_loopback_needs_a_token(self) -> AgentConfig:
+        tokens = (self.admin_token, self.admin_token_file, self.admin_token_env)
+        if not is_loopback(self.admin.host) and all(t is None for t in tokens):
+            raise ValueError(
+                f"admin.host {self.admin.host!r} is not loopback: set admin_token "
+                "(or admin_token_file, admin_token_env) to protect drain and undrain"
+            )
+        return self
 
     @model_validator(mode="after")
     def _meta_fits(self) -> AgentConfig:

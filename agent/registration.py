@@ -128,8 +128,8 @@ class Registration:
             log.info("health check -> %s (%s)", status, output)
         self._sent = (status, output)
 
-    async def maintenance(self, reason: str) -> None:
-        await self.client.maintenance(self.config.service_id, True, reason)
+    async def maintenance(self, reason: str, enable: bool = True) -> None:
+        await self.client.maintenance(self.config.service_id, enable, reason)
 
     async def deregister(self) -> None:
         self.stopped = True

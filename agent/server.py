@@ -15,6 +15,7 @@ import time
 
 import aiohttp
 from aiohttp import web
+from gpuroute.agent.admin import AgentAdmin
 from gpuroute.agent.config import AgentConfig, load_agent_config
 from gpuroute.agent.core.health import Health, HealthSettings, HostHealth, degraded_reason
 from gpuroute.agent.engine_metrics import EngineLoad, parse_engine_metrics
@@ -31,7 +32,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from gpuroute import runtime
 from gpuroute.config import ConfigError
 from gpuroute.consul_client import ConsulClient, ConsulUnavailable
-from gpuroute.openai_api import healthz
 from gpuroute.secrets import read_secret
 
 log = logging.getLogger("gpuroute.agent")
@@ -56,6 +56,7 @@ class Agent:
         self.admin_port = 0
         self.done = asyncio.Event()  # set when a drain has finished
         self._drain_task: asyncio.Task | None = None
+        self._exit_after_drain = False
         self._tasks: list[asyncio.Task] = []
         self._grpc = None
         self._admin: web.AppRunner | None = None
@@ -214,13 +215,37 @@ class Agent:
             return None
 
     # -- drain ----------------------------------------------------------------------------------
-    def drain(self) -> asyncio.Task:
-        """Start draining once; later calls return the same task."""
+    def drain(self, exit_after: bool = True) -> asyncio.Task:
+        """Start draining once; later calls return the same task. `exit_after` (SIGTERM):
+        deregister and let the process end; else stay in maintenance until undrain."""
         if self._drain_task is None:
-            self._drain_task = asyncio.create_task(self._drain())
+            self._drain_task = asyncio.create_task(self._drain(exit_after))
+        elif exit_after:
+            self._exit_after_drain = True
         return self._drain_task
 
-    async def _drain(self) -> dict:
+    async def undrain(self) -> dict:
+        """Back into the fleet after an admin drain: out of maintenance, warming until the
+        engine answers its health checks again."""
+        if self._exit_after_drain:
+            return {"undrained": False, "why": "the agent is shutting down"}
+        if self._drain_task is not None:
+            self._drain_task.cancel()
+            self._drain_task = None
+        transition = self.health.undrain()
+        if transition is None:
+            return {"undrained": False, "why": f"not draining ({self.health.state.value})"}
+        await self._on_transition(transition.new, transition.reason)
+        if self.registration is not None:
+            try:
+                await self.registration.maintenance("undrained", enable=False)
+            except ConsulUnavailable as exc:
+                log.warning("undrain: could not clear Consul maintenance (%s)", exc)
+        log.info("undrained: %s", self.health.state.value)
+        return {"undrained": True, "health": self.health.state.value}
+
+    async def _drain(self, exit_after: bool) -> dict:
+        self._exit_after_drain = exit_after
         c = self.config
         started = time.monotonic()
         transition = self.health.drain("drain requested")
@@ -239,7 +264,7 @@ class Agent:
             idle_samples = idle_samples + 1 if self.engine_load.in_flight == 0 else 0
             await asyncio.sleep(c.telemetry.interval_s)
         left = self.engine_load.in_flight
-        if self.registration is not None:
+        if self.registration is not None and self._exit_after_drain:
             try:
                 await self.registration.deregister()
             except ConsulUnavailable as exc:
@@ -250,17 +275,20 @@ class Agent:
             "seconds": round(time.monotonic() - started, 3),
         }
         log.info("drain finished: %s", result)
-        self.done.set()
+        if self._exit_after_drain:
+            self.done.set()
         return result
 
     # -- admin ----------------------------------------------------------------------------------
     async def _start_admin(self) -> None:
-        app = web.Application()
-        app.router.add_get("/healthz", healthz)
-        app.router.add_get("/status", self._status)
-        app.router.add_get("/metrics", self._metrics)
-        app.router.add_post("/drain", self._drain_endpoint)
-        self._admin = web.AppRunner(app, access_log=None)
+        admin = AgentAdmin(
+            read_secret(self.config, "admin_token", "agent"),
+            self.status,
+            lambda: generate_latest(self.registry),
+            lambda: self.drain(exit_after=False),
+            self.undrain,
+        )
+        self._admin = web.AppRunner(admin.app(), access_log=None)
         await self._admin.setup()
         site = web.TCPSite(self._admin, self.config.admin.host, self.config.admin.port)
         await site.start()
@@ -297,21 +325,11 @@ class Agent:
             },
         }
 
-    async def _status(self, _request: web.Request) -> web.Response:
-        return web.json_response(self.status())
-
-    async def _metrics(self, _request: web.Request) -> web.Response:
-        body = generate_latest(self.registry)
-        return web.Response(body=body, content_type="text/plain", charset="utf-8")
-
-    async def _drain_endpoint(self, _request: web.Request) -> web.Response:
-        return web.json_response(await asyncio.shield(self.drain()))
-
 
 async def serve_agent(agent: Agent) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, agent.drain)
+        loop.add_signal_handler(sig, agent.drain)  # drain, then exit
     await agent.start()
     print(f"gpuroute agent {agent.config.service_id} admin on :{agent.admin_port}", flush=True)
     await agent.done.wait()
@@ -337,24 +355,30 @@ def run_agent(path: str) -> int:
     return 0
 
 
-def request_drain(path: str, timeout_s: float | None = None) -> int:
-    """`gpuroute agent drain --config FILE`: ask the running agent to drain; wait for it."""
+def request_admin(path: str, action: str, timeout_s: float | None = None) -> int:
+    """`gpuroute agent drain|undrain --config FILE`: ask the running agent (with its admin
+    token, when one is configured) and wait for its answer."""
     try:
         config = load_agent_config(path)
+        token = read_secret(config, "admin_token", "agent")
     except ConfigError as exc:
-        print(f"gpuroute agent drain: error: {exc}", file=sys.stderr)
+        print(f"gpuroute agent {action}: error: {exc}", file=sys.stderr)
         return 2
-    url = f"http://{config.admin.host}:{config.admin.port}/drain"
+    url = f"http://{config.admin.host}:{config.admin.port}/{action}"
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     wait = timeout_s or config.drain_timeout_s + config.drain_grace_s + 30
 
     async def call() -> int:
         try:
             timeout = aiohttp.ClientTimeout(total=wait)
-            async with aiohttp.ClientSession(timeout=timeout) as s, s.post(url) as response:
+            async with (
+                aiohttp.ClientSession(timeout=timeout) as s,
+                s.post(url, headers=headers) as response,
+            ):
                 print(await response.text())
                 return 0 if response.status == 200 else 1
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            print(f"gpuroute agent drain: cannot reach the agent at {url}: {exc}", file=sys.stderr)
+            print(f"gpuroute agent {action}: cannot reach {url}: {exc}", file=sys.stderr)
             return 1
 
     return asyncio.run(call())

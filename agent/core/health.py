@@ -3,7 +3,7 @@
 Consul hears only transitions (each one is a Raft write), so the machine damps flapping:
 the engine must fail `down_after` samples in a row to go critical and answer `up_after` in a
 row to come back, and a degraded host stays `warning` for `warning_hold_s` after the last
-sign of trouble. Draining is absorbing: only a restart leaves it."""
+sign of trouble. Draining is left only by an operator's undrain (or a restart)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ class Signal(enum.Enum):
     DEGRADED = "degraded"  # engine healthy, host degraded
     DOWN = "down"  # engine not answering /health (enough samples in a row)
     DRAIN = "drain"
+    UNDRAIN = "undrain"  # an operator brings a drained host back
 
 
 H, S = Health, Signal
@@ -40,6 +41,7 @@ TRANSITIONS: dict[tuple[Health, Signal], Health] = {
 for _state in Health:
     if _state is not H.DRAINING:
         TRANSITIONS[(_state, S.DRAIN)] = H.DRAINING
+TRANSITIONS[(H.DRAINING, S.UNDRAIN)] = H.WARMING  # routable again once the engine answers
 
 # What the TTL check says in each state: (Consul status, output). Outputs are fixed per
 # state so that a refresh never changes them (an output change is a catalog write too).
@@ -102,6 +104,10 @@ class HostHealth:
 
     def drain(self, reason: str = "draining") -> Transition | None:
         return self._apply(Signal.DRAIN, reason)
+
+    def undrain(self, reason: str = "undrained by the operator") -> Transition | None:
+        self._oks = 0
+        return self._apply(Signal.UNDRAIN, reason)
 
     def _apply(self, signal: Signal, reason: str) -> Transition | None:
         new = TRANSITIONS.get((self.state, signal))

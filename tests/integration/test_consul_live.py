@@ -175,14 +175,22 @@ async def test_drain_sends_nothing_new_and_finishes_every_stream(consul, tmp_pat
             seen_at = time.monotonic()
             result = await drain
         late = [r for r in clients.results if r[1] == "d2" and r[0] > seen_at]
-    summary = json.loads(result.stdout)
-    print(
-        f"\ndrain: router saw it {seen_at - started:.3f} s after the command; "
-        f"{summary}; streams {len(clients.results)}, failed {len(clients.failed)}"
-    )
-    assert result.returncode == 0 and summary["drained"] is True
-    assert late == []
-    assert clients.failed == []
+        summary = json.loads(result.stdout)
+        print(
+            f"\ndrain: router saw it {seen_at - started:.3f} s after the command; "
+            f"{summary}; streams {len(clients.results)}, failed {len(clients.failed)}"
+        )
+        assert result.returncode == 0 and summary["drained"] is True
+        assert late == []
+        assert clients.failed == []
+        # an operator's drain leaves the agent running; undrain brings the host back
+        back = await asyncio.to_thread(f.agents[1].drain, "undrain")
+        assert back.returncode == 0 and json.loads(back.stdout)["undrained"] is True
+
+        async def routable() -> bool:
+            return await state_of(f.session, f.url, "d2") in ("warming", "ready")
+
+        await async_wait_for(routable, 20, "d2 back in rotation")
 
 
 async def test_consul_outage_keeps_serving_and_router_recovers(consul, tmp_path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import os
 import signal
 import subprocess
@@ -191,7 +192,8 @@ async def scripted_backend(handler):
 
     app = web.Application()
     # a callable object's bound __call__ is the coroutine function aiohttp wants
-    app.router.add_route("*", "/{tail:.*}", getattr(handler, "__call__", handler))
+    coroutine = handler if inspect.iscoroutinefunction(handler) else handler.__call__
+    app.router.add_route("*", "/{tail:.*}", coroutine)
     runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -233,9 +235,10 @@ class AgentProcess:
             stderr=subprocess.STDOUT,
         )
 
-    def drain(self) -> subprocess.CompletedProcess:
+    def drain(self, action: str = "drain") -> subprocess.CompletedProcess:
+        """`gpuroute agent drain` (or `undrain`) against this agent."""
         return subprocess.run(
-            gpuroute_cmd("agent", "drain", "--config", str(self.path)),
+            gpuroute_cmd("agent", action, "--config", str(self.path)),
             capture_output=True,
             text=True,
             timeout=60,

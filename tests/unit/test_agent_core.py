@@ -65,20 +65,24 @@ def test_warning_is_held_after_the_last_degraded_sample() -> None:
     assert h.consul_output == "passing: engine healthy"
 
 
-def test_draining_is_absorbing() -> None:
+def test_draining_holds_until_undrain() -> None:
     h = HostHealth(SETTINGS)
     h.observe(0, True)
     assert h.drain().new is Health.DRAINING
     assert h.drain() is None
     assert states(h, [(1, False, None), (2, False, None), (3, True, None)]) == ["draining"] * 3
     assert h.consul_status == "critical"
+    assert h.undrain().new is Health.WARMING
+    assert h.undrain() is None
+    assert states(h, [(4, True, None)]) == ["passing"]
 
 
-def test_transition_table_covers_drain_from_every_state_and_nothing_leaves_draining() -> None:
+def test_transition_table_covers_drain_from_every_state_and_only_undrain_leaves_it() -> None:
     for state in Health:
         if state is not Health.DRAINING:
             assert TRANSITIONS[(state, Signal.DRAIN)] is Health.DRAINING
-    assert not [k for k in TRANSITIONS if k[0] is Health.DRAINING]
+    leaving = {k: v for k, v in TRANSITIONS.items() if k[0] is Health.DRAINING}
+    assert leaving == {(Health.DRAINING, Signal.UNDRAIN): Health.WARMING}
     assert set(CONSUL_STATUS) == set(Health)
     assert {CONSUL_STATUS[Health.WARMING], CONSUL_STATUS[Health.CRITICAL]} == {"critical"}
 

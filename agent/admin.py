@@ -1,0 +1,79 @@
+"""The agent's admin listener: status and metrics to read, drain and undrain to act.
+
+Acting takes a host out of (or back into) the fleet, so POST needs the configured admin
+token (`Authorization: Bearer ...`); with none configured, only callers on loopback may
+act, and config refuses an admin listener off loopback without a token. A drain asked for
+here leaves the process running, in maintenance, until `undrain`; only SIGTERM drains and
+exits."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from gpuroute.auth import AuthError, bearer
+from gpuroute.openai_api import error_response, healthz
+
+
+def _loopback(remote: str | None) -> bool:
+    try:
+        return remote is not None and ipaddress.ip_address(remote).is_loopback
+    except ValueError:
+        return False
+
+
+class AgentAdmin:
+    def __init__(
+        self,
+        token: str | None,
+        status: Callable[[], dict],
+        metrics: Callable[[], bytes],
+        drain: Callable[[], Awaitable[dict]],
+        undrain: Callable[[], Awaitable[dict]],
+    ) -> None:
+        self.token = token
+        self.status, self.metrics = status, metrics
+        self._drain, self._undrain = drain, undrain
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/healthz", healthz)
+        app.router.add_get("/status", self._status)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_post("/drain", self._drain_endpoint)
+        app.router.add_post("/undrain", self._undrain_endpoint)
+        return app
+
+    def refusal(self, request: web.Request) -> web.Response | None:
+        """None when the caller may act; else the 401/403 to answer."""
+        if self.token is None:
+            if _loopback(request.remote):
+                return None
+            return error_response(403, "admin actions only from loopback", code="forbidden")
+        try:
+            key = bearer(request.headers.get("Authorization"))
+        except AuthError as exc:
+            return error_response(exc.status, exc.message, code=exc.code)
+        if key is None or not hmac.compare_digest(key.encode(), self.token.encode()):
+            return error_response(401, "admin token required", code="invalid_admin_token")
+        return None
+
+    async def _status(self, _request: web.Request) -> web.Response:
+        return web.json_response(self.status())
+
+    async def _metrics(self, _request: web.Request) -> web.Response:
+        return web.Response(body=self.metrics(), content_type="text/plain", charset="utf-8")
+
+    async def _drain_endpoint(self, request: web.Request) -> web.Response:
+        if (refused := self.refusal(request)) is not None:
+            return refused
+        return web.json_response(await asyncio.shield(self._drain()))
+
+    async def _undrain_endpoint(self, request: web.Request) -> web.Response:
+        if (refused := self.refusal(request)) is not None:
+            return refused
+        return web.json_response(await self._undrain())
