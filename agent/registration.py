@@ -13,6 +13,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from gpuroute.agent.config import AgentConfig
 
@@ -35,6 +36,7 @@ def service_definition(config: AgentConfig, load_port: int, status: str) -> dict
         "engine_kind": engine.kind,
         "load_port": str(load_port),
         "agent_version": AGENT_VERSION,
+        "scheme": urlsplit(engine.url).scheme,  # how routers reach the engine
     }
     if engine.capacity is not None:
         meta["capacity"] = f"{engine.capacity:g}"

@@ -22,6 +22,7 @@ from gpuroute.config import (
 )
 from gpuroute.regions import FleetConfig, load_fleet
 from gpuroute.secrets import secret_forms
+from gpuroute.tls import ClientTlsConfig
 
 Mode = Annotated[str, AfterValidator(lambda v: known_name(v, MODES, "global policy"))]
 
@@ -96,6 +97,8 @@ class GlobalConfig(StrictModel):
     residency: ResidencyConfig = ResidencyConfig()
     discovery: DiscoveryConfig = DiscoveryConfig()
     endpoints: list[EndpointConfig] = Field(default_factory=list)
+    # for https:// router URLs: the CA to trust and, for mutual TLS, this tier's certificate
+    router_tls: ClientTlsConfig = ClientTlsConfig()
 
     @model_validator(mode="after")
     def _admin_placement(self) -> GlobalConfig:

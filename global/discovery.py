@@ -27,7 +27,8 @@ def router_endpoint(entry: dict) -> tuple[str, str] | None:
     if not address or not port or not report:
         return None
     host = f"[{address}]" if ":" in address else address
-    return f"http://{host}:{port}", f"{host}:{report}"
+    scheme = "https" if (service.get("Meta") or {}).get("scheme") == "https" else "http"
+    return f"{scheme}://{host}:{port}", f"{host}:{report}"
 
 
 class RouterDiscovery:
@@ -50,6 +51,14 @@ class RouterDiscovery:
         while True:
             await self.discover()
             await asyncio.sleep(self.config.interval_s * (0.75 + self.rng.random() / 2))
+
+    def _keep_or_pick(self, region: str, passing: list[tuple[str, str]]) -> tuple[str, str]:
+        """The router in use while it passes; else one of the passing ones at random, so
+        that global instances spread over a region's routers (and no single registration,
+        first in sort order, draws the whole region's traffic)."""
+        feed = self.feeds.feeds[region]
+        current = next((p for p in passing if p[0] == feed.url), None)
+        return current or self.rng.choice(sorted(passing))
 
     async def discover(self) -> None:
         try:
@@ -75,5 +84,4 @@ class RouterDiscovery:
                 and (ep := router_endpoint(e)) is not None
             ]
             if passing:
-                url, report = sorted(passing)[0]  # stable: the same router while it passes
-                self.feeds.set_endpoint(region, url, report)
+                self.feeds.set_endpoint(region, *self._keep_or_pick(region, passing))

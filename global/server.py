@@ -47,6 +47,7 @@ from gpuroute.relay import (
     relay_body,
 )
 from gpuroute.serving import DrainingServer
+from gpuroute.tls import client_context
 
 log = logging.getLogger("gpuroute.global")
 decision_log = logging.getLogger("gpuroute.global.decisions")
@@ -137,7 +138,11 @@ class GlobalApp:
     async def _startup(self, _app: web.Application) -> None:
         self.session = aiohttp.ClientSession(
             # idle connections are let go before a router's header_timeout_s (15 s) closes them
-            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=10),
+            connector=aiohttp.TCPConnector(
+                limit=0,
+                keepalive_timeout=10,
+                ssl=client_context(self.config.router_tls, "router_tls"),
+            ),
             auto_decompress=False,
             timeout=self.timeout,
         )

@@ -20,6 +20,7 @@ from gpuroute.config import (
 )
 from gpuroute.gpus import GpuTypeName
 from gpuroute.secrets import secret_forms
+from gpuroute.tls import ClientTlsConfig
 
 PolicyName = Annotated[str, AfterValidator(lambda v: known_name(v, POLICIES, "policy"))]
 
@@ -191,6 +192,8 @@ class RouterConfig(StrictModel):
     engine_api_key_file: str | None = None
     engine_api_key_env: str | None = None
     check_secret_forms = secret_forms("engine_api_key")
+    # for https:// engine URLs: the CA to trust and, for mutual TLS, the router's certificate
+    engine_tls: ClientTlsConfig = ClientTlsConfig()
     expose_backend_header: bool = False  # x-gpuroute-backend on answers: tests, benchmarks
     policy: PolicyName = "least_outstanding_work"
     model_shape: str = "llama-3.1-8b"  # seeds the cost priors; learned online after that

@@ -11,6 +11,7 @@ import asyncio
 import collections
 import logging
 import random
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -103,14 +104,16 @@ class Forwarder:
         self.recent_ttft: collections.deque[float] = collections.deque(maxlen=2000)
         self.recent_e2e: collections.deque[float] = collections.deque(maxlen=2000)
 
-    async def start(self, limits: LimitsConfig) -> None:
+    async def start(self, limits: LimitsConfig, tls: ssl.SSLContext | None = None) -> None:
         self.idle_timeout_s = limits.idle_timeout_s
         timeout = aiohttp.ClientTimeout(
             total=None,
             sock_connect=limits.connect_timeout_s,
             sock_read=limits.first_byte_timeout_s,
         )
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30, ttl_dns_cache=300)
+        connector = aiohttp.TCPConnector(
+            limit=0, keepalive_timeout=30, ttl_dns_cache=300, ssl=True if tls is None else tls
+        )
         self.session = aiohttp.ClientSession(
             connector=connector, auto_decompress=False, timeout=timeout
         )

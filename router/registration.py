@@ -27,7 +27,13 @@ def router_service(config: RouterConfig, port: int, report_port: int, address: s
         "Address": address,
         "Port": port,
         "Tags": ["gpuroute", f"region-{config.region.name}"],
-        "Meta": check_meta({"region": config.region.name, "report_port": str(report_port)}),
+        "Meta": check_meta(
+            {
+                "region": config.region.name,
+                "report_port": str(report_port),
+                "scheme": "https" if config.listen.tls is not None else "http",
+            }
+        ),
         "Check": {
             "CheckID": f"{sid}:readyz",
             "Name": "router /readyz",

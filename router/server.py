@@ -48,6 +48,7 @@ from gpuroute.config import ConfigError
 from gpuroute.openai_api import OPENAI_ROUTES, error_response, healthz, models_response, not_found
 from gpuroute.secrets import read_secret
 from gpuroute.serving import DrainingServer
+from gpuroute.tls import client_context
 
 log = logging.getLogger("gpuroute.router")
 
@@ -215,7 +216,9 @@ class RouterApp:
         return summarise(self.scheduler.backends, self.config.region.saturation_delay_s, verified)
 
     async def _startup(self, _app: web.Application) -> None:
-        await self.forwarder.start(self.config.limits)
+        await self.forwarder.start(
+            self.config.limits, client_context(self.config.engine_tls, "engine_tls")
+        )
         if (listen := self.config.region.report_listen) is not None:
             service = RegionReportService(
                 self.config.region.name,

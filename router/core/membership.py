@@ -17,6 +17,9 @@ from gpuroute.router.core.backend import ROUTABLE_STATES, Backend, BackendSet, B
 AGENT_REASON = "agent"  # prefix of the state reasons `follow_agent` sets
 STATUS_RANK = {"passing": 0, "warning": 1, "critical": 2, "maintenance": 2}
 MEMBERSHIP_REASON = "consul"  # prefix of every state reason this module sets
+# An advertised capacity is relative to an H100 serving the model shape (1.0): anything near
+# this bound is a lie that would pull the region's traffic onto one entry.
+MAX_CAPACITY = 16.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +64,8 @@ def members_from_entries(
             continue
         checks = entry.get("Checks") or []
         worst = max(checks, key=_severity, default=None)
-        status = "passing" if worst is None else worst.get("Status", "critical")
+        # an entry without a check proves nothing about its engine: never routable
+        status = "critical" if worst is None else worst.get("Status", "critical")
         if status not in STATUS_RANK:
             status = "critical"
         try:
@@ -70,10 +74,17 @@ def members_from_entries(
         except ValueError:
             problems.append(f"{sid}: capacity or load_port in Meta is not a number")
             continue
+        if capacity is not None and not 0 < capacity <= MAX_CAPACITY:
+            problems.append(f"{sid}: capacity {capacity:g} in Meta outside (0, {MAX_CAPACITY}]")
+            continue
+        scheme = meta.get("scheme", "http")
+        if scheme not in ("http", "https"):
+            problems.append(f"{sid}: scheme {scheme!r} in Meta is not http or https")
+            continue
         host = f"[{address}]" if ":" in address else address
         members[sid] = Member(
             backend_id=sid,
-            url=f"http://{host}:{port}",
+            url=f"{scheme}://{host}:{port}",
             gpu=gpu,
             models=models,
             status=status,

@@ -211,7 +211,7 @@ def test_service_definition_carries_meta_and_a_ttl_check() -> None:
     assert definition["Meta"] == {
         "region": "eu-west", "zone": "eu-west-1a", "gpu_model": "A100", "gpu_count": "2",
         "gpu_memory_gb": "80", "models": "m1,m2", "engine_kind": "vllm", "load_port": "7070",
-        "agent_version": "1", "capacity": "0.5",
+        "agent_version": "1", "capacity": "0.5", "scheme": "http",
     }  # fmt: skip
     check = definition["Check"]
     assert check["CheckID"] == check_id(config) == "gpuroute-agent:h1"

@@ -1,0 +1,89 @@
+"""TLS between tiers (issue 16 item 7), with certificates made at test time and a real
+handshake: a listener with a certificate, mutual TLS that refuses a client without one,
+and the router reaching an https engine that wants the router's own certificate."""
+
+from __future__ import annotations
+
+import ssl
+
+import aiohttp
+import pytest
+from aiohttp import web
+from support.certs import CertAuthority
+from support.live import router_server
+from support_security import ANSWER, chat, secure_toml
+
+pytestmark = pytest.mark.asyncio
+JSON = {"Content-Type": "application/json"}
+
+
+async def tls_engine(ca: CertAuthority, tmp_path):
+    """An https engine that requires a client certificate signed by `ca`."""
+    cert, key = ca.issue("engine")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    context.load_verify_locations(ca.ca_file)
+    context.verify_mode = ssl.CERT_REQUIRED
+
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response(ANSWER)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context).start()
+    return runner, f"https://127.0.0.1:{runner.addresses[0][1]}"
+
+
+async def test_mutual_tls_from_client_to_router_to_engine(tmp_path) -> None:
+    ca = CertAuthority(tmp_path)
+    runner, engine_url = await tls_engine(ca, tmp_path)
+    server_cert, server_key = ca.issue("router")
+    router_cert, router_key = ca.issue("router-client", client=True)
+    client_cert, client_key = ca.issue("global-tier", client=True)
+    text = secure_toml(
+        engine_url,
+        engine_tls=f'ca_file = "{ca.ca_file}"\ncert_file = "{router_cert}"\n'
+        f'key_file = "{router_key}"',
+    ).replace(
+        "[listen]\nport = 0",
+        f'[listen]\nport = 0\n[listen.tls]\ncert_file = "{server_cert}"\n'
+        f'key_file = "{server_key}"\nclient_ca_file = "{ca.ca_file}"',
+    )
+    try:
+        async with router_server(text, tmp_path) as server:
+            url = f"https://127.0.0.1:{server.port}/v1/chat/completions"
+            trusted = ssl.create_default_context(cafile=str(ca.ca_file))
+            async with aiohttp.ClientSession() as s:
+                with pytest.raises(aiohttp.ClientError):  # no client certificate: refused
+                    async with s.post(url, data=chat(), headers=JSON, ssl=trusted) as r:
+                        await r.read()
+                with pytest.raises(aiohttp.ClientError):  # plaintext: refused
+                    plain = url.replace("https://", "http://")
+                    async with s.post(plain, data=chat(), headers=JSON) as r:
+                        await r.read()
+                with_cert = ssl.create_default_context(cafile=str(ca.ca_file))
+                with_cert.load_cert_chain(client_cert, client_key)
+                async with s.post(url, data=chat(), headers=JSON, ssl=with_cert) as r:
+                    assert r.status == 200  # and the router reached the engine over mTLS
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_router_refuses_an_engine_it_cannot_verify(tmp_path) -> None:
+    ca, stranger = CertAuthority(tmp_path), CertAuthority(tmp_path, "another CA")
+    runner, engine_url = await tls_engine(ca, tmp_path)
+    cert, key = stranger.issue("router-client", client=True)
+    text = secure_toml(
+        engine_url,
+        engine_tls=f'ca_file = "{stranger.ca_file}"\ncert_file = "{cert}"\nkey_file = "{key}"',
+    )
+    try:
+        async with router_server(text, tmp_path) as server, aiohttp.ClientSession() as s:
+            url = f"http://127.0.0.1:{server.port}/v1/chat/completions"
+            async with s.post(url, data=chat(), headers=JSON) as r:
+                assert r.status == 502
+    finally:
+        await runner.cleanup()
