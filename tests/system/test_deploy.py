@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import hcl2
@@ -61,6 +62,7 @@ def copy_module(src: Path, tmp_path: Path) -> Path:
     dst = tmp_path / "repo"
     if not dst.exists():
         shutil.copytree(REPO / "deploy", dst / "deploy")
+        shutil.copy(REPO / "regions.example.toml", dst / "regions.example.toml")
     return dst / src.relative_to(REPO)
 
 
@@ -75,6 +77,40 @@ def test_terraform_test_on_provider_free_modules(terraform, module, tmp_path) ->
     tf(terraform, "init", "-backend=false", "-input=false", cwd=work)
     result = tf(terraform, "test", "-no-color", cwd=work)
     assert "0 failed" in result.stdout and " passed" in result.stdout
+
+
+def heredocs(script: str) -> dict[str, str]:
+    """The files a user-data script writes with `cat > /etc/gpuroute/NAME <<...TOML`."""
+    found = re.findall(r"cat > /etc/gpuroute/(\S+) <<'?TOML'?\n(.*?)\nTOML\n", script, re.S)
+    return dict(found)
+
+
+def test_every_rendered_config_passes_check_config(terraform, tmp_path) -> None:
+    """Each template, rendered with the example's variables, writes TOML that the process it
+    starts accepts: the global tier's config once carried the router's [membership] and
+    crash-looped, and routers set no report_listen, so discovery found nothing."""
+    work = copy_module(TF / "tests" / "templates", tmp_path)
+    tf(terraform, "init", "-backend=false", "-input=false", cwd=work)
+    tf(terraform, "apply", "-auto-approve", "-input=false", cwd=work)
+    out = json.loads(tf(terraform, "output", "-json", cwd=work).stdout)
+    kinds = {"router": "router", "global": "global", "gpu_node": "agent"}
+    for output, kind in kinds.items():
+        files = heredocs(out[output]["value"])
+        config_dir = tmp_path / output
+        config_dir.mkdir()
+        for name, text in files.items():
+            # the shell fills $PRIVATE_IP and $(hostname) at boot
+            text = text.replace("$PRIVATE_IP", "10.0.0.5").replace("$(hostname)", "gpu-1")
+            (config_dir / name).write_text(text)
+        main = next(n for n in files if n != "regions.toml")
+        checked = subprocess.run(
+            [sys.executable, "-m", "gpuroute.cli", "check-config", "--kind", kind,
+             str(config_dir / main)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert checked.returncode == 0, f"{output}: {checked.stderr}"
+    router = (tmp_path / "router" / "router.toml").read_text()
+    assert "report_listen" in router and "[[auth.keys]]" in router
 
 
 @pytest.mark.parametrize("module", AWS_MODULES, ids=lambda p: p.name)

@@ -62,7 +62,7 @@ variable "hosted_zone_id" {
 }
 
 variable "tls_certificate_arns" {
-  description = "Per gpuroute region: ACM certificate for the load balancers' TLS listeners (omit a region for plain TCP on port 80)."
+  description = "Per gpuroute region: ACM certificate for the load balancers' TLS listeners. Every region needs one: the region module refuses plaintext unless allow_plaintext_api is set."
   type        = map(string)
   default     = {}
 }
@@ -85,4 +85,25 @@ variable "engine" {
     image = "vllm/vllm-openai:v0.11.0"
     model = "meta-llama/Llama-3.1-8B-Instruct"
   }
+}
+
+variable "client_cidrs" {
+  description = "Who may call the inference API on the global tier's load balancers (443). No default: name your clients' networks (0.0.0.0/0 is allowed only for a TLS listener with keys, which this example always has)."
+  type        = list(string)
+}
+
+variable "api_keys" {
+  description = "API keys every router and the global tier accept: sha256 of each key (never the key), tenant, optional residency."
+  type = list(object({
+    sha256    = string
+    tenant    = string
+    residency = optional(list(string))
+  }))
+  sensitive = true
+}
+
+variable "regions_file" {
+  description = "Path to the fleet's regions file (the global tier's routers get a copy)."
+  type        = string
+  default     = "../../../../regions.example.toml"
 }

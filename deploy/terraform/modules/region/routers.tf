@@ -26,16 +26,26 @@ resource "aws_launch_template" "router" {
     http_tokens = "required"
   }
 
-  user_data = base64gzip(templatefile("${path.module}/templates/router.sh.tftpl", merge(local.consul_common, {
+  user_data = base64gzip(templatefile("${path.module}/templates/${each.key == "global" ? "global" : "router"}.sh.tftpl", merge(local.consul_common, {
     agent_token     = var.consul_agent_token
     consul_client   = local.consul_client
-    role            = each.key
-    command         = each.value.command
+    region          = var.name
+    jurisdiction    = var.jurisdiction
     port            = each.value.port
     gpuroute        = var.gpuroute_package
     drain_timeout_s = var.drain_timeout_s
+    api_keys        = var.api_keys
+    allow_anonymous = var.allow_anonymous_api
+    regions_toml    = var.regions_toml
     unit            = file("${path.module}/../../../systemd/gpuroute-${each.value.command}.service")
   })))
+
+  lifecycle {
+    precondition {
+      condition     = length(var.api_keys) > 0 || var.allow_anonymous_api
+      error_message = "List api_keys (sha256 of each key), or set allow_anonymous_api = true to serve without keys."
+    }
+  }
 
   tag_specifications {
     resource_type = "instance"
@@ -47,10 +57,12 @@ resource "aws_lb" "router" {
   for_each           = local.router_roles
   name_prefix        = substr("gr${each.key}", 0, 6)
   load_balancer_type = "network"
-  internal           = false
-  subnets            = aws_subnet.public[*].id
-  security_groups    = [aws_security_group.lb.id]
-  tags               = local.tags
+  # Regional routers take traffic from the global tier only (inside the fleet's networks);
+  # only the global tier's load balancer faces the internet.
+  internal        = each.key != "global"
+  subnets         = each.key == "global" ? aws_subnet.public[*].id : aws_subnet.private[*].id
+  security_groups = [aws_security_group.lb.id]
+  tags            = local.tags
 }
 
 resource "aws_lb_target_group" "router" {
@@ -89,6 +101,13 @@ resource "aws_lb_listener" "api" {
   protocol          = var.tls_certificate_arn == null ? "TCP" : "TLS"
   certificate_arn   = var.tls_certificate_arn
   ssl_policy        = var.tls_certificate_arn == null ? null : "ELBSecurityPolicy-TLS13-1-2-2021-06"
+
+  lifecycle {
+    precondition {
+      condition     = var.tls_certificate_arn != null || var.allow_plaintext_api
+      error_message = "Set tls_certificate_arn (the API is served over TLS on 443), or allow_plaintext_api = true to serve plain TCP on port 80."
+    }
+  }
 
   default_action {
     type             = "forward"

@@ -17,7 +17,8 @@ locals {
     "${pair[0]}-${pair[1].port}-${pair[1].protocol}" => { cidr = pair[0], rule = pair[1] }
   }
   admin_rules = {
-    for pair in setproduct(var.admin_cidrs, [7071, 9100]) : "${pair[0]}-${pair[1]}" => { cidr = pair[0], port = pair[1] }
+    # 9090: router and global-tier metrics and admin; 7071: agent admin (loopback by default)
+    for pair in setproduct(var.admin_cidrs, [7071, 9090, 9100]) : "${pair[0]}-${pair[1]}" => { cidr = pair[0], port = pair[1] }
   }
 }
 

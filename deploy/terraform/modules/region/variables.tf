@@ -179,9 +179,46 @@ variable "global_routers" {
 }
 
 variable "client_cidrs" {
-  description = "Who may call the inference API on the load balancer (port 443/80). The API only: Consul, agent and admin ports are never opened to these."
+  description = "Who may call the inference API on the load balancer (port 443, or 80 with allow_plaintext_api). The API only: Consul, agent and admin ports are never opened to these. No default: say who your clients are."
   type        = list(string)
-  default     = ["0.0.0.0/0"]
+}
+
+variable "jurisdiction" {
+  description = "The region's jurisdiction from the regions file (e.g. eu): API keys' residency sets may name it."
+  type        = string
+}
+
+variable "api_keys" {
+  description = "API keys the routers (and the global tier) accept: sha256 of each key (never the key), its tenant and, optionally, the regions or jurisdictions it may be served in."
+  type = list(object({
+    sha256    = string
+    tenant    = string
+    residency = optional(list(string))
+  }))
+  default = []
+
+  validation {
+    condition     = alltrue([for k in var.api_keys : can(regex("^[0-9a-f]{64}$", k.sha256))])
+    error_message = "api_keys[*].sha256 must be a lowercase sha256 hex digest of the key."
+  }
+}
+
+variable "allow_anonymous_api" {
+  description = "Serve requests without an API key (they share the anonymous tenant's quota). Off by default: with it off, api_keys must list at least one key."
+  type        = bool
+  default     = false
+}
+
+variable "allow_plaintext_api" {
+  description = "Serve the inference API over plain TCP on port 80 when no tls_certificate_arn is set (private tests only). Off by default: without a certificate the plan fails."
+  type        = bool
+  default     = false
+}
+
+variable "regions_toml" {
+  description = "The fleet's regions file (regions.example.toml) as text; the global tier's routers need it (global_routers > 0)."
+  type        = string
+  default     = ""
 }
 
 variable "admin_cidrs" {

@@ -46,16 +46,35 @@ output "gpu_node" {
   }))
 }
 
-output "router" {
-  description = "A rendered regional-router user-data script."
-  value = templatefile("${local.templates}/router.sh.tftpl", merge(local.common, {
+locals {
+  router_inputs = merge(local.common, {
     agent_token     = "agent-token"
     consul_client   = local.consul_client
-    role            = "regional"
-    command         = "router"
-    port            = 8080
+    region          = "eu-west"
+    jurisdiction    = "eu"
     gpuroute        = "gpuroute==0.1.0"
     drain_timeout_s = var.drain_timeout_s
-    unit            = file("${path.module}/../../../systemd/gpuroute-router.service")
+    allow_anonymous = false
+    api_keys = [
+      { sha256 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", tenant = "acme", residency = null },
+      { sha256 = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210", tenant = "acme-eu", residency = ["eu"] },
+    ]
+    regions_toml = file("${path.module}/../../../../regions.example.toml")
+  })
+}
+
+output "router" {
+  description = "A rendered regional-router user-data script."
+  value = templatefile("${local.templates}/router.sh.tftpl", merge(local.router_inputs, {
+    port = 8080
+    unit = file("${path.module}/../../../systemd/gpuroute-router.service")
+  }))
+}
+
+output "global" {
+  description = "A rendered global-tier user-data script."
+  value = templatefile("${local.templates}/global.sh.tftpl", merge(local.router_inputs, {
+    port = 8090
+    unit = file("${path.module}/../../../systemd/gpuroute-global.service")
   }))
 }

@@ -41,6 +41,20 @@ run "gpu_node_runs_engine_consul_and_agent" {
   }
 }
 
+run "router_requires_keys_and_reports_its_region" {
+  command = plan
+
+  assert {
+    condition     = strcontains(output.router, "[auth]\nallow_anonymous = false") && strcontains(output.router, "tenant = \"acme-eu\"\nresidency = [\"eu\"]")
+    error_message = "routers require the listed API keys"
+  }
+
+  assert {
+    condition     = strcontains(output.router, "[region.report_listen]\nhost = \"0.0.0.0\"\nport = 7080") && !strcontains(output.global, "[membership]")
+    error_message = "routers report their region; the global tier has its own config"
+  }
+}
+
 run "router_keeps_admin_off_the_public_port" {
   command = plan
 
