@@ -13,6 +13,7 @@ from pydantic import AfterValidator, Field, model_validator
 from gpuroute.config import (
     HttpUrlWithPort,
     StrictModel,
+    TlsConfig,
     is_loopback,
     known_name,
     load_toml_model,
@@ -70,6 +71,9 @@ class ConsulConfig(StrictModel):
 class ListenConfig(StrictModel):
     host: str = "127.0.0.1"
     port: int = Field(ge=0, le=65535)
+    # load_stream only: with client_ca_file, only routers holding a certificate it signed
+    # may watch this host's load
+    tls: TlsConfig | None = None
 
 
 class AgentConfig(StrictModel):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 import grpc
 
+from gpuroute.config import TlsConfig
 from gpuroute.grpc_server import start_grpc_server
 from gpuroute.proto import load_pb2, load_pb2_grpc
 
@@ -109,11 +110,12 @@ class AgentLoadService(load_pb2_grpc.AgentLoadServicer):
 
 
 async def start_load_server(
-    service: AgentLoadService, host: str, port: int
+    service: AgentLoadService, host: str, port: int, tls: TlsConfig | None = None
 ) -> tuple[grpc.aio.Server, int]:
     return await start_grpc_server(
         lambda server: load_pb2_grpc.add_AgentLoadServicer_to_server(service, server),
         host,
         port,
         "load stream",
+        tls,
     )

@@ -95,7 +95,7 @@ class Agent:
         c = self.config
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1.0))
         self._grpc, self.load_port = await start_load_server(
-            self.stream, c.load_stream.host, c.load_stream.port
+            self.stream, c.load_stream.host, c.load_stream.port, c.load_stream.tls
         )
         await self._start_admin()
         if c.consul.enabled:

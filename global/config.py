@@ -99,6 +99,7 @@ class GlobalConfig(StrictModel):
     endpoints: list[EndpointConfig] = Field(default_factory=list)
     # for https:// router URLs: the CA to trust and, for mutual TLS, this tier's certificate
     router_tls: ClientTlsConfig = ClientTlsConfig()
+    report_tls: ClientTlsConfig | None = None  # (m)TLS to the routers' region reports
 
     @model_validator(mode="after")
     def _admin_placement(self) -> GlobalConfig:

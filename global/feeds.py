@@ -17,6 +17,7 @@ from gpuroute.global_.core.policy import RegionView
 from gpuroute.global_.core.region_health import RegionHealth, RegionHealthSettings
 from gpuroute.global_.core.spillover import Spillover
 
+from gpuroute.grpc_server import open_channel
 from gpuroute.proto import load_pb2, load_pb2_grpc
 from gpuroute.regions import FleetConfig
 
@@ -53,6 +54,7 @@ class RegionFeeds:
         on_change: Callable[[str, str], None] = lambda region, state: None,
     ) -> None:
         settings = RegionHealthSettings(**config.region_health.model_dump())
+        self.report_tls = config.report_tls
         self.spillover = spillover
         self.clock = clock
         self.rng = rng or random.Random()
@@ -99,7 +101,8 @@ class RegionFeeds:
         request = load_pb2.WatchRegionRequest(global_id="gpuroute-global")
         while True:
             try:
-                async with grpc.aio.insecure_channel(feed.report_address) as channel:
+                address, tls = feed.report_address, self.report_tls
+                async with open_channel(address, tls, where="report_tls") as channel:
                     stub = load_pb2_grpc.RegionLoadStub(channel)
                     async for report in stub.WatchRegion(request):
                         backoff = 0.25

@@ -1,22 +1,69 @@
-"""Starting a grpc.aio server the way every gpuroute stream service wants it: one port of
-its own (no SO_REUSEPORT sharing), and a busy port reported as an OSError naming it."""
+"""Starting a grpc.aio server the way every gpuroute stream service wants it (one port of its
+own, no SO_REUSEPORT sharing, a busy port reported as an OSError naming it), and opening a
+channel to one: both with TLS, and mutual TLS, when configured."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import grpc
 
+from gpuroute.config import ConfigError, TlsConfig
+from gpuroute.tls import ClientTlsConfig
+
+
+def _read(path: str | None, where: str) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read {path}: {exc.strerror}") from None
+
+
+def server_credentials(tls: TlsConfig, where: str) -> grpc.ServerCredentials:
+    """With `client_ca_file`, a client must present a certificate that CA signed."""
+    pair = (_read(tls.key_file, where), _read(tls.cert_file, where))
+    ca = _read(tls.client_ca_file, where)
+    return grpc.ssl_server_credentials([pair], root_certificates=ca, require_client_auth=bool(ca))
+
 
 async def start_grpc_server(
-    add_servicer: Callable[[grpc.aio.Server], None], host: str, port: int, what: str
+    add_servicer: Callable[[grpc.aio.Server], None],
+    host: str,
+    port: int,
+    what: str,
+    tls: TlsConfig | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """Start a server with the servicer `add_servicer` registers; returns it and its port."""
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     add_servicer(server)
+    address = f"{host}:{port}"
     try:
-        bound = server.add_insecure_port(f"{host}:{port}")
+        if tls is None:
+            bound = server.add_insecure_port(address)
+        else:
+            bound = server.add_secure_port(address, server_credentials(tls, f"{what} tls"))
     except RuntimeError as exc:  # grpc reports a busy port this way
         raise OSError(f"{what}: cannot listen on {host}:{port} (in use?)") from exc
     await server.start()
     return server, bound
+
+
+def open_channel(
+    address: str,
+    tls: ClientTlsConfig | None,
+    options: Sequence[tuple[str, object]] = (),
+    where: str = "grpc",
+) -> grpc.aio.Channel:
+    """A plaintext channel, or (with `tls`) one that verifies the server against `ca_file`
+    and presents our certificate when one is configured (mutual TLS)."""
+    if tls is None:
+        return grpc.aio.insecure_channel(address, options=list(options))
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=_read(tls.ca_file, where),
+        private_key=_read(tls.key_file, where),
+        certificate_chain=_read(tls.cert_file, where),
+    )
+    return grpc.aio.secure_channel(address, credentials, options=list(options))

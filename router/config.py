@@ -98,6 +98,7 @@ class MembershipConfig(StrictModel):
     timeout_s: float = Field(default=3.0, gt=0)
     max_inflight: int = Field(default=256, ge=1)  # per discovered backend
     load_streams: bool = True  # open each agent's gRPC load stream
+    load_stream_tls: ClientTlsConfig | None = None  # (m)TLS to agents' load streams
     load_stale_s: float = Field(default=1.0, gt=0)  # older agent reports are ignored
 
 

@@ -29,6 +29,7 @@ from gpuroute.router.core.scheduler import Scheduler
 from gpuroute.router.metrics import RouterMetrics
 
 from gpuroute.consul_client import ConsulClient, ConsulUnavailable, next_index
+from gpuroute.grpc_server import open_channel
 from gpuroute.proto import load_pb2, load_pb2_grpc
 from gpuroute.secrets import read_secret
 
@@ -201,7 +202,8 @@ class Membership:
         request = load_pb2.WatchLoadRequest(router_id=self.router_id)
         while True:
             try:
-                async with grpc.aio.insecure_channel(address, options=GRPC_OPTIONS) as channel:
+                tls = self.config.load_stream_tls
+                async with open_channel(address, tls, GRPC_OPTIONS, "load_stream_tls") as channel:
                     stub = load_pb2_grpc.AgentLoadStub(channel)
                     async for report in stub.WatchLoad(request):
                         backoff = 0.25

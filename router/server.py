@@ -228,7 +228,7 @@ class RouterApp:
                 lambda: (self.forwarder.recent_ttft, self.forwarder.recent_e2e),
             )
             self._region_server, self.region_port = await start_region_server(
-                service, listen.host, listen.port
+                service, listen.host, listen.port, listen.tls
             )
         if self.membership is not None:
             await self.membership.start()

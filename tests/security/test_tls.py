@@ -87,3 +87,50 @@ async def test_a_router_refuses_an_engine_it_cannot_verify(tmp_path) -> None:
                 assert r.status == 502
     finally:
         await runner.cleanup()
+
+
+async def test_agent_load_stream_answers_only_routers_with_a_certificate(tmp_path) -> None:
+    """Item 12/7: agents' load streams answered anyone; with `load_stream.tls` and a client
+    CA, only a router holding a certificate that CA signed may watch."""
+    import time
+
+    import grpc
+    from gpuroute.agent.load_stream import (
+        AgentLoadService,
+        LoadBroadcaster,
+        LoadSample,
+        start_load_server,
+    )
+
+    from gpuroute.config import TlsConfig
+    from gpuroute.grpc_server import open_channel
+    from gpuroute.proto import load_pb2, load_pb2_grpc
+    from gpuroute.tls import ClientTlsConfig
+
+    ca = CertAuthority(tmp_path)
+    cert, key = ca.issue("agent")
+    router_cert, router_key = ca.issue("router", client=True)
+    broadcaster = LoadBroadcaster("engine-a", time.time)
+    await broadcaster.publish(LoadSample(running=3, health="passing"))
+    tls = TlsConfig(cert_file=str(cert), key_file=str(key), client_ca_file=str(ca.ca_file))
+    server, port = await start_load_server(AgentLoadService(broadcaster, 0.25), "127.0.0.1", 0, tls)
+    address = f"127.0.0.1:{port}"
+    request = load_pb2.WatchLoadRequest(router_id="t")
+
+    async def first_report(client_tls: ClientTlsConfig | None) -> load_pb2.LoadReport:
+        async with open_channel(address, client_tls) as channel:
+            stream = load_pb2_grpc.AgentLoadStub(channel).WatchLoad(request, timeout=5)
+            async for report in stream:
+                return report
+        raise AssertionError("stream ended without a report")
+
+    try:
+        for refused in (None, ClientTlsConfig(ca_file=str(ca.ca_file))):
+            with pytest.raises(grpc.aio.AioRpcError):
+                await first_report(refused)  # plaintext, or TLS without a certificate
+        mutual = ClientTlsConfig(
+            ca_file=str(ca.ca_file), cert_file=str(router_cert), key_file=str(router_key)
+        )
+        assert (await first_report(mutual)).running == 3
+    finally:
+        await server.stop(0)
