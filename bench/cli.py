@@ -73,6 +73,11 @@ def _live_arguments(live: argparse.ArgumentParser) -> None:
 def _overhead_arguments(over: argparse.ArgumentParser) -> None:
     over.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run")
     over.add_argument("--rounds", type=int, default=3, help="visits to each target (medians)")
+    over.add_argument(
+        "--tls",
+        action="store_true",
+        help="also measure gpuroute with a TLS listener (target gpuroute-tls; needs openssl)",
+    )
 
 
 def _replicas_arguments(reps: argparse.ArgumentParser) -> None:

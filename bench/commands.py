@@ -112,7 +112,7 @@ def _overhead(args: argparse.Namespace, console: Console) -> Report:
     from gpuroute.bench.overhead import OVERHEAD_COLUMNS, run_overhead
     from gpuroute.bench.tables import print_table
 
-    report = run_overhead(args.duration, console, args.rounds)
+    report = run_overhead(args.duration, console, args.rounds, tls=args.tls)
     title = "proxy overhead (tiny non-streamed requests)"
     print_table(console, title, report["rows"], OVERHEAD_COLUMNS)
     return report

@@ -9,9 +9,12 @@ time is scaled to nothing (`--time-scale 0.0001`) so the proxies, not the GPU, a
 from __future__ import annotations
 
 import re
+import ssl
 import statistics
 import subprocess
 import tempfile
+import time
+import urllib.request
 from pathlib import Path
 
 from gpuroute.bench.targets import BASELINES, BenchError, start_baseline, start_router
@@ -67,9 +70,42 @@ def wrk(url: str, connections: int, duration: float, script: Path) -> dict[str, 
     return parse_wrk(done.stdout)
 
 
-def run_overhead(duration: float, console: Console, rounds: int = 3) -> dict:
+def self_signed(workdir: Path) -> tuple[Path, Path]:
+    """A throwaway certificate for 127.0.0.1 (wrk does not verify it; the handshake and the
+    encryption are what is measured)."""
+    cert, key = workdir / "bench.crt", workdir / "bench.key"
+    cmd = [
+        require("openssl"), "req", "-x509", "-newkey", "ec", "-pkeyopt",
+        "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+        "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert),
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise BenchError(f"openssl could not make a certificate: {done.stderr}")
+    return cert, key
+
+
+def wait_https(url: str, timeout: float, child: Child) -> None:
+    """wait_http over TLS, trusting the throwaway certificate."""
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=1, context=context) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        if child.proc.poll() is not None or time.monotonic() > deadline:
+            raise BenchError(f"gpuroute-tls did not answer {url}")
+        time.sleep(0.05)  # polling a condition with a deadline
+
+
+def run_overhead(duration: float, console: Console, rounds: int = 3, tls: bool = False) -> dict:
     """All proxies start once; wrk visits them in turn, `rounds` times, and the median of
-    each measure is kept: the machine's noise then hits every target alike."""
+    each measure is kept: the machine's noise then hits every target alike. With `tls`,
+    gpuroute also runs behind a TLS listener (target gpuroute-tls)."""
     require("taskset")
     samples: dict[tuple[str, int], list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="gpuroute-overhead-") as tmp:
@@ -86,11 +122,23 @@ def run_overhead(duration: float, console: Console, rounds: int = 3) -> dict:
             proxies["gpuroute"] = start_router(
                 workdir, pairs, "least_outstanding_work", cpu=PROXY_CPU
             )
+            if tls:
+                cert, key = self_signed(workdir)
+                listener = f'[listen.tls]\ncert_file = "{cert}"\nkey_file = "{key}"'
+                proxies["gpuroute-tls"] = start_router(
+                    workdir, pairs, "least_outstanding_work", extra=listener,
+                    cpu=PROXY_CPU, name="router-tls",
+                )  # fmt: skip
             for name in BASELINES:
                 proxies[name] = start_baseline(name, workdir, pairs, cpu=PROXY_CPU)
             urls = {"direct": engine.url} | {name: p.url for name, p in proxies.items()}
+            if tls:
+                urls["gpuroute-tls"] = urls["gpuroute-tls"].replace("http://", "https://")
             for name, child in proxies.items():
-                wait_http(child.url + "/v1/models", 30, child.proc, name)
+                if name == "gpuroute-tls":
+                    wait_https(urls[name] + "/v1/models", 30, child)
+                else:
+                    wait_http(child.url + "/v1/models", 30, child.proc, name)
             for url in urls.values():
                 wrk(url, 4, min(duration, 2.0), script)  # warm connections and caches
             for round_ in range(rounds):
@@ -132,6 +180,6 @@ def overhead_rows(samples: dict[tuple[str, int], list[dict[str, float]]]) -> lis
         row["added_p50_ms"] = round(row["p50_ms"] - base["p50_ms"], 4)
         row["added_p99_ms"] = round(row["p99_ms"] - base["p99_ms"], 4)
         row["rps_vs_haproxy"] = round(row["rps"] / haproxy[row["connections"]]["rps"], 3)
-    order = ("direct", "gpuroute", *BASELINES)
+    order = ("direct", "gpuroute", "gpuroute-tls", *BASELINES)
     rows.sort(key=lambda r: (order.index(r["target"]), r["connections"]))
     return rows
