@@ -6,18 +6,24 @@
 # host with deploy/systemd/gpuroute-agent.service).
 FROM python:3.11-slim-bookworm AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md requirements.lock ./
 COPY gpuroute gpuroute
 COPY router router
 COPY agent agent
 COPY global global
 COPY sim sim
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+COPY testbed testbed
+COPY bench bench
+COPY demo demo
+# gpuroute's own wheel only: its dependencies come from the hash-locked requirements.lock
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 FROM python:3.11-slim-bookworm
 RUN useradd --system --uid 10001 --home /nonexistent --shell /usr/sbin/nologin gpuroute
+COPY requirements.lock /tmp/requirements.lock
+RUN pip install --no-cache-dir --require-hashes -r /tmp/requirements.lock && rm /tmp/requirements.lock
 COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+RUN pip install --no-cache-dir --no-deps /wheels/*.whl && rm -rf /wheels
 USER gpuroute
 EXPOSE 8080 9090 7070 7071
 ENV PYTHONUNBUFFERED=1

@@ -18,9 +18,10 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 cd "$work"
 export GOFLAGS=-mod=mod
-# Registry mirrors may not serve checksum-database lookups for nested modules; their hashes
-# are then recorded from the proxy's zips instead.
-export GONOSUMDB="${GONOSUMDB:-$MODULE}"
+# The module itself is verified against the checksum database (sum.golang.org). Registry
+# mirrors may not serve lookups for its nested modules (MODULE/api, ...), whose hashes are
+# then recorded from the proxy's zips: only those are exempt.
+export GONOSUMDB="${GONOSUMDB:-$MODULE/*}"
 download() { go mod download -json "$MODULE@v$VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p'; }
 dir="$(download || { echo "go-build-module: download failed; retrying once" >&2; sleep 5; download; })"
 cp -r "$dir" "$work/src" && chmod -R u+w "$work/src" && cd "$work/src"

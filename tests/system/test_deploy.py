@@ -62,7 +62,8 @@ def copy_module(src: Path, tmp_path: Path) -> Path:
     dst = tmp_path / "repo"
     if not dst.exists():
         shutil.copytree(REPO / "deploy", dst / "deploy")
-        shutil.copy(REPO / "regions.example.toml", dst / "regions.example.toml")
+        for name in ("regions.example.toml", "requirements.lock"):
+            shutil.copy(REPO / name, dst / name)
     return dst / src.relative_to(REPO)
 
 

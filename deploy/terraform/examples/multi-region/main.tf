@@ -64,6 +64,7 @@ module "us_east" {
   client_cidrs               = var.client_cidrs
   api_keys                   = var.api_keys
   regions_toml               = file(var.regions_file)
+  gpuroute_package           = var.gpuroute_wheel_url
   consul_gossip_key          = var.consul_gossip_key
   consul_acl_bootstrap_token = var.consul_acl_bootstrap_token
   consul_agent_token         = var.consul_agent_token
@@ -93,6 +94,7 @@ module "eu_west" {
   client_cidrs               = var.client_cidrs
   api_keys                   = var.api_keys
   regions_toml               = file(var.regions_file)
+  gpuroute_package           = var.gpuroute_wheel_url
   consul_gossip_key          = var.consul_gossip_key
   consul_acl_bootstrap_token = var.consul_acl_bootstrap_token
   consul_agent_token         = var.consul_agent_token
@@ -122,6 +124,7 @@ module "ap_northeast" {
   client_cidrs               = var.client_cidrs
   api_keys                   = var.api_keys
   regions_toml               = file(var.regions_file)
+  gpuroute_package           = var.gpuroute_wheel_url
   consul_gossip_key          = var.consul_gossip_key
   consul_acl_bootstrap_token = var.consul_acl_bootstrap_token
   consul_agent_token         = var.consul_agent_token

@@ -107,3 +107,8 @@ variable "regions_file" {
   type        = string
   default     = "../../../../regions.example.toml"
 }
+
+variable "gpuroute_wheel_url" {
+  description = "https URL of the gpuroute wheel in your artifact store (`pip wheel --no-deps .` from this repository)."
+  type        = string
+}

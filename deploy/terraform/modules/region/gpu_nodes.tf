@@ -17,18 +17,19 @@ resource "aws_launch_template" "gpu" {
   }
 
   user_data = base64gzip(templatefile("${path.module}/templates/gpu-node.sh.tftpl", merge(local.consul_common, {
-    agent_token     = var.consul_agent_token
-    consul_client   = local.consul_client
-    region          = var.name
-    zone            = each.value.az
-    gpu             = each.value.gpu
-    gpu_count       = each.value.gpus_per_host
-    capacity        = each.value.capacity
-    models          = each.value.models
-    engine          = var.engine
-    gpuroute        = var.gpuroute_package
-    drain_timeout_s = var.drain_timeout_s
-    agent_unit      = file("${path.module}/../../../systemd/gpuroute-agent.service")
+    agent_token       = var.consul_agent_token
+    consul_client     = local.consul_client
+    region            = var.name
+    zone              = each.value.az
+    gpu               = each.value.gpu
+    gpu_count         = each.value.gpus_per_host
+    capacity          = each.value.capacity
+    models            = each.value.models
+    engine            = var.engine
+    gpuroute          = var.gpuroute_package
+    requirements_lock = file("${path.module}/../../../../requirements.lock")
+    drain_timeout_s   = var.drain_timeout_s
+    agent_unit        = file("${path.module}/../../../systemd/gpuroute-agent.service")
   })))
 
   tag_specifications {

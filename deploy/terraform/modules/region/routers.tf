@@ -27,17 +27,18 @@ resource "aws_launch_template" "router" {
   }
 
   user_data = base64gzip(templatefile("${path.module}/templates/${each.key == "global" ? "global" : "router"}.sh.tftpl", merge(local.consul_common, {
-    agent_token     = var.consul_agent_token
-    consul_client   = local.consul_client
-    region          = var.name
-    jurisdiction    = var.jurisdiction
-    port            = each.value.port
-    gpuroute        = var.gpuroute_package
-    drain_timeout_s = var.drain_timeout_s
-    api_keys        = var.api_keys
-    allow_anonymous = var.allow_anonymous_api
-    regions_toml    = var.regions_toml
-    unit            = file("${path.module}/../../../systemd/gpuroute-${each.value.command}.service")
+    agent_token       = var.consul_agent_token
+    consul_client     = local.consul_client
+    region            = var.name
+    jurisdiction      = var.jurisdiction
+    port              = each.value.port
+    gpuroute          = var.gpuroute_package
+    requirements_lock = file("${path.module}/../../../../requirements.lock")
+    drain_timeout_s   = var.drain_timeout_s
+    api_keys          = var.api_keys
+    allow_anonymous   = var.allow_anonymous_api
+    regions_toml      = var.regions_toml
+    unit              = file("${path.module}/../../../systemd/gpuroute-${each.value.command}.service")
   })))
 
   lifecycle {

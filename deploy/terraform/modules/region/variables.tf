@@ -130,9 +130,13 @@ variable "engine" {
 }
 
 variable "gpuroute_package" {
-  description = "pip requirement for gpuroute on the hosts, e.g. gpuroute==0.1.0 or a wheel URL in your artifact store."
+  description = "https URL of the gpuroute wheel in your artifact store (built from this repository with `pip wheel --no-deps .`), never a name resolved on the public index. Its dependencies come from requirements.lock, by hash."
   type        = string
-  default     = "gpuroute==0.1.0"
+
+  validation {
+    condition     = startswith(var.gpuroute_package, "https://") && endswith(var.gpuroute_package, ".whl")
+    error_message = "gpuroute_package must be an https:// URL of a .whl in your artifact store."
+  }
 }
 
 variable "ami_id" {

@@ -31,30 +31,32 @@ output "consul_server" {
 output "gpu_node" {
   description = "A rendered GPU-node user-data script (vLLM on an 8-GPU host)."
   value = templatefile("${local.templates}/gpu-node.sh.tftpl", merge(local.common, {
-    agent_token     = "agent-token"
-    consul_client   = local.consul_client
-    region          = "eu-west"
-    zone            = "eu-central-1a"
-    gpu             = "A100"
-    gpu_count       = 8
-    capacity        = 3.28
-    models          = ["llama-3.1-8b"]
-    engine          = { kind = "vllm", image = "vllm/vllm-openai:v0.11.0", model = "meta-llama/Llama-3.1-8B-Instruct" }
-    gpuroute        = "gpuroute==0.1.0"
-    drain_timeout_s = var.drain_timeout_s
-    agent_unit      = file("${path.module}/../../../systemd/gpuroute-agent.service")
+    agent_token       = "agent-token"
+    consul_client     = local.consul_client
+    region            = "eu-west"
+    zone              = "eu-central-1a"
+    gpu               = "A100"
+    gpu_count         = 8
+    capacity          = 3.28
+    models            = ["llama-3.1-8b"]
+    engine            = { kind = "vllm", image = "vllm/vllm-openai:v0.11.0", model = "meta-llama/Llama-3.1-8B-Instruct" }
+    gpuroute          = "https://artifacts.example.internal/gpuroute/gpuroute-0.1.0-py3-none-any.whl"
+    requirements_lock = file("${path.module}/../../../../requirements.lock")
+    drain_timeout_s   = var.drain_timeout_s
+    agent_unit        = file("${path.module}/../../../systemd/gpuroute-agent.service")
   }))
 }
 
 locals {
   router_inputs = merge(local.common, {
-    agent_token     = "agent-token"
-    consul_client   = local.consul_client
-    region          = "eu-west"
-    jurisdiction    = "eu"
-    gpuroute        = "gpuroute==0.1.0"
-    drain_timeout_s = var.drain_timeout_s
-    allow_anonymous = false
+    agent_token       = "agent-token"
+    consul_client     = local.consul_client
+    region            = "eu-west"
+    jurisdiction      = "eu"
+    gpuroute          = "https://artifacts.example.internal/gpuroute/gpuroute-0.1.0-py3-none-any.whl"
+    requirements_lock = file("${path.module}/../../../../requirements.lock")
+    drain_timeout_s   = var.drain_timeout_s
+    allow_anonymous   = false
     api_keys = [
       { sha256 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", tenant = "acme", residency = null },
       { sha256 = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210", tenant = "acme-eu", residency = ["eu"] },

@@ -68,3 +68,17 @@ run "router_keeps_admin_off_the_public_port" {
     error_message = "the router discovers engines through its local Consul agent"
   }
 }
+
+run "hosts_install_by_hash_and_verify_consul" {
+  command = plan
+
+  assert {
+    condition     = strcontains(output.router, "pip install --quiet --require-hashes -r /etc/gpuroute/requirements.lock") && strcontains(output.router, "pip install --quiet --no-deps 'https://artifacts.example.internal/")
+    error_message = "dependencies by hash from the lock; gpuroute's wheel from the operator's store"
+  }
+
+  assert {
+    condition     = strcontains(output.consul_server, "gpg --batch --verify") && strcontains(output.gpu_node, "sha256sum -c -")
+    error_message = "Consul's download is checked against HashiCorp's signed SHA256SUMS"
+  }
+}
