@@ -68,6 +68,8 @@ module "us_east" {
   consul_gossip_key          = var.consul_gossip_key
   consul_acl_bootstrap_token = var.consul_acl_bootstrap_token
   consul_agent_token         = var.consul_agent_token
+  consul_router_token        = var.consul_router_token
+  consul_global_token        = var.consul_global_token
 }
 
 module "eu_west" {
@@ -98,6 +100,8 @@ module "eu_west" {
   consul_gossip_key          = var.consul_gossip_key
   consul_acl_bootstrap_token = var.consul_acl_bootstrap_token
   consul_agent_token         = var.consul_agent_token
+  consul_router_token        = var.consul_router_token
+  consul_global_token        = var.consul_global_token
 }
 
 module "ap_northeast" {
@@ -128,6 +132,8 @@ module "ap_northeast" {
   consul_gossip_key          = var.consul_gossip_key
   consul_acl_bootstrap_token = var.consul_acl_bootstrap_token
   consul_agent_token         = var.consul_agent_token
+  consul_router_token        = var.consul_router_token
+  consul_global_token        = var.consul_global_token
 }
 
 locals {

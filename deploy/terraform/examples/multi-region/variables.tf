@@ -112,3 +112,15 @@ variable "gpuroute_wheel_url" {
   description = "https URL of the gpuroute wheel in your artifact store (`pip wheel --no-deps .` from this repository)."
   type        = string
 }
+
+variable "consul_router_token" {
+  description = "Consul ACL token for regional routers (docs/deploy.md, step 5, lists its policy); stored in SSM."
+  type        = string
+  sensitive   = true
+}
+
+variable "consul_global_token" {
+  description = "Consul ACL token for the global tier (docs/deploy.md, step 5); stored in SSM."
+  type        = string
+  sensitive   = true
+}

@@ -1,3 +1,5 @@
+data "aws_region" "current" {}
+
 # Three (or five) Consul servers, one per availability zone, at fixed private IPs. They find
 # each other by tag (cloud auto-join); other regions WAN-join them by IP.
 
@@ -6,12 +8,11 @@ locals {
     datacenter     = var.name
     auto_join      = "provider=aws tag_key=gpuroute-consul tag_value=${local.auto_join_tag}"
     consul_version = var.consul_version
-    gossip_key     = var.consul_gossip_key
+    aws_region     = data.aws_region.current.name
+    ssm_prefix     = local.ssm_prefix
   }
   # templatefile cannot nest: the client-agent snippet is rendered once and passed in
-  consul_client = templatefile("${path.module}/templates/consul-client.sh.tftpl", merge(local.consul_common, {
-    agent_token = var.consul_agent_token
-  }))
+  consul_client = templatefile("${path.module}/templates/consul-client.sh.tftpl", local.consul_common)
 }
 
 resource "aws_instance" "consul_server" {
@@ -22,13 +23,12 @@ resource "aws_instance" "consul_server" {
   subnet_id              = aws_subnet.private[index(var.azs, var.consul_servers[count.index].az)].id
   private_ip             = var.consul_servers[count.index].private_ip
   vpc_security_group_ids = [aws_security_group.consul_server.id, aws_security_group.node.id]
-  iam_instance_profile   = aws_iam_instance_profile.host.name
+  iam_instance_profile   = aws_iam_instance_profile.host["consul_server"].name
 
   user_data_base64 = base64gzip(templatefile("${path.module}/templates/consul-server.sh.tftpl", merge(local.consul_common, {
-    node_name       = var.consul_servers[count.index].name
-    servers         = length(var.consul_servers)
-    wan_join        = var.wan_join
-    bootstrap_token = var.consul_acl_bootstrap_token
+    node_name = var.consul_servers[count.index].name
+    servers   = length(var.consul_servers)
+    wan_join  = var.wan_join
   })))
 
   metadata_options {

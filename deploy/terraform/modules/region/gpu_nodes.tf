@@ -9,7 +9,7 @@ resource "aws_launch_template" "gpu" {
   vpc_security_group_ids = [aws_security_group.node.id, aws_security_group.gpu.id]
 
   iam_instance_profile {
-    name = aws_iam_instance_profile.host.name
+    name = aws_iam_instance_profile.host["gpu"].name
   }
 
   metadata_options {
@@ -17,7 +17,6 @@ resource "aws_launch_template" "gpu" {
   }
 
   user_data = base64gzip(templatefile("${path.module}/templates/gpu-node.sh.tftpl", merge(local.consul_common, {
-    agent_token       = var.consul_agent_token
     consul_client     = local.consul_client
     region            = var.name
     zone              = each.value.az

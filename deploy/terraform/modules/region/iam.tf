@@ -1,4 +1,5 @@
-# Hosts need ec2:DescribeInstances for Consul's cloud auto-join, nothing else.
+# One role per kind of host: each may describe instances (Consul's cloud auto-join) and read
+# its own secrets from SSM (secrets.tf), nothing else.
 data "aws_iam_policy_document" "assume" {
   statement {
     actions = ["sts:AssumeRole"]
@@ -9,26 +10,36 @@ data "aws_iam_policy_document" "assume" {
   }
 }
 
-data "aws_iam_policy_document" "auto_join" {
+data "aws_iam_policy_document" "host" {
+  for_each = local.secret_readers
+
   statement {
     actions   = ["ec2:DescribeInstances", "ec2:DescribeTags"]
     resources = ["*"]
   }
+
+  statement {
+    actions   = ["ssm:GetParameter"]
+    resources = [for name in each.value : aws_ssm_parameter.secret[name].arn]
+  }
 }
 
 resource "aws_iam_role" "host" {
-  name_prefix        = "gpuroute-${var.name}-"
+  for_each           = local.secret_readers
+  name_prefix        = "gpuroute-${var.name}-${replace(each.key, "_", "-")}-"
   assume_role_policy = data.aws_iam_policy_document.assume.json
   tags               = local.tags
 }
 
-resource "aws_iam_role_policy" "auto_join" {
-  name   = "consul-auto-join"
-  role   = aws_iam_role.host.id
-  policy = data.aws_iam_policy_document.auto_join.json
+resource "aws_iam_role_policy" "host" {
+  for_each = local.secret_readers
+  name     = "auto-join-and-secrets"
+  role     = aws_iam_role.host[each.key].id
+  policy   = data.aws_iam_policy_document.host[each.key].json
 }
 
 resource "aws_iam_instance_profile" "host" {
-  name_prefix = "gpuroute-${var.name}-"
-  role        = aws_iam_role.host.name
+  for_each    = local.secret_readers
+  name_prefix = "gpuroute-${var.name}-${replace(each.key, "_", "-")}-"
+  role        = aws_iam_role.host[each.key].name
 }

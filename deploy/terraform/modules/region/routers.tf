@@ -19,7 +19,7 @@ resource "aws_launch_template" "router" {
   vpc_security_group_ids = [aws_security_group.node.id, aws_security_group.router.id]
 
   iam_instance_profile {
-    name = aws_iam_instance_profile.host.name
+    name = aws_iam_instance_profile.host[each.key].name
   }
 
   metadata_options {
@@ -27,7 +27,6 @@ resource "aws_launch_template" "router" {
   }
 
   user_data = base64gzip(templatefile("${path.module}/templates/${each.key == "global" ? "global" : "router"}.sh.tftpl", merge(local.consul_common, {
-    agent_token       = var.consul_agent_token
     consul_client     = local.consul_client
     region            = var.name
     jurisdiction      = var.jurisdiction

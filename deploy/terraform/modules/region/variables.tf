@@ -72,7 +72,19 @@ variable "consul_acl_bootstrap_token" {
 }
 
 variable "consul_agent_token" {
-  description = "Consul ACL token for client agents and gpuroute (service:write on gpuroute-*, node:write, service:read)."
+  description = "Consul ACL token for client agents and the node agents: node:write, service:write on gpuroute-engine only. Stored in SSM, never in user data."
+  type        = string
+  sensitive   = true
+}
+
+variable "consul_router_token" {
+  description = "Consul ACL token for regional routers: service:read on gpuroute-engine, service:write on gpuroute-router, node:read. Stored in SSM, never in user data."
+  type        = string
+  sensitive   = true
+}
+
+variable "consul_global_token" {
+  description = "Consul ACL token for the global tier: service:read on gpuroute-router in every datacenter. Stored in SSM, never in user data."
   type        = string
   sensitive   = true
 }

@@ -13,25 +13,24 @@ locals {
     datacenter     = "eu-west"
     auto_join      = "provider=aws tag_key=gpuroute-consul tag_value=gpuroute-consul-eu-west"
     consul_version = "1.22.2"
-    gossip_key     = "c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0MTI="
+    aws_region     = "eu-central-1"
+    ssm_prefix     = "/gpuroute/eu-west"
   }
-  consul_client = templatefile("${local.templates}/consul-client.sh.tftpl", merge(local.common, { agent_token = "agent-token" }))
+  consul_client = templatefile("${local.templates}/consul-client.sh.tftpl", local.common)
 }
 
 output "consul_server" {
   description = "A rendered Consul server user-data script."
   value = templatefile("${local.templates}/consul-server.sh.tftpl", merge(local.common, {
-    node_name       = "consul-eu-west-1"
-    servers         = 3
-    wan_join        = ["10.64.128.10", "10.64.144.10"]
-    bootstrap_token = "bootstrap-token"
+    node_name = "consul-eu-west-1"
+    servers   = 3
+    wan_join  = ["10.64.128.10", "10.64.144.10"]
   }))
 }
 
 output "gpu_node" {
   description = "A rendered GPU-node user-data script (vLLM on an 8-GPU host)."
   value = templatefile("${local.templates}/gpu-node.sh.tftpl", merge(local.common, {
-    agent_token       = "agent-token"
     consul_client     = local.consul_client
     region            = "eu-west"
     zone              = "eu-central-1a"
@@ -49,7 +48,6 @@ output "gpu_node" {
 
 locals {
   router_inputs = merge(local.common, {
-    agent_token       = "agent-token"
     consul_client     = local.consul_client
     region            = "eu-west"
     jurisdiction      = "eu"

@@ -36,8 +36,8 @@ run "gpu_node_runs_engine_consul_and_agent" {
   }
 
   assert {
-    condition     = strcontains(output.gpu_node, "tokens { agent = \"agent-token\"")
-    error_message = "the Consul client agent carries its ACL token"
+    condition     = strcontains(output.gpu_node, "tokens { agent = \"$AGENT_TOKEN\" }") && strcontains(output.gpu_node, "secret consul/agent-token")
+    error_message = "the Consul client agent's ACL token comes from SSM at boot, and is no default token"
   }
 }
 
@@ -80,5 +80,19 @@ run "hosts_install_by_hash_and_verify_consul" {
   assert {
     condition     = strcontains(output.consul_server, "gpg --batch --verify") && strcontains(output.gpu_node, "sha256sum -c -")
     error_message = "Consul's download is checked against HashiCorp's signed SHA256SUMS"
+  }
+}
+
+run "secrets_come_from_ssm_never_user_data" {
+  command = plan
+
+  assert {
+    condition     = strcontains(output.router, "secret consul/router-token") && strcontains(output.global, "secret consul/global-token") && strcontains(output.consul_server, "secret consul/bootstrap-token")
+    error_message = "each role fetches its own Consul token from SSM"
+  }
+
+  assert {
+    condition     = strcontains(output.router, "token_file = \"/etc/gpuroute/consul-token\"") && !strcontains(output.router, "secret consul/agent-token\nROUTER")
+    error_message = "gpuroute reads its token from a file written at boot"
   }
 }

@@ -1,0 +1,29 @@
+# Secrets live in SSM Parameter Store (SecureString), never in user data: each host's role may
+# read only the parameters it needs, and fetches them at boot (templates: `secret NAME`).
+
+locals {
+  ssm_prefix = "/gpuroute/${var.name}"
+  secrets = {
+    "consul/gossip-key"      = var.consul_gossip_key
+    "consul/bootstrap-token" = var.consul_acl_bootstrap_token
+    "consul/agent-token"     = var.consul_agent_token
+    "consul/router-token"    = var.consul_router_token
+    "consul/global-token"    = var.consul_global_token
+  }
+  # which parameters each kind of host reads
+  secret_readers = {
+    consul_server = ["consul/gossip-key", "consul/bootstrap-token"]
+    gpu           = ["consul/gossip-key", "consul/agent-token"]
+    regional      = ["consul/gossip-key", "consul/agent-token", "consul/router-token"]
+    global        = ["consul/gossip-key", "consul/agent-token", "consul/global-token"]
+  }
+}
+
+resource "aws_ssm_parameter" "secret" {
+  # the names alone, which are not secret (for_each may not iterate a sensitive value)
+  for_each = toset(["consul/gossip-key", "consul/bootstrap-token", "consul/agent-token", "consul/router-token", "consul/global-token"])
+  name     = "${local.ssm_prefix}/${each.key}"
+  type     = "SecureString"
+  value    = local.secrets[each.key]
+  tags     = local.tags
+}
