@@ -56,6 +56,11 @@ class ResidencyConfig(StrictModel):
     api_keys: dict[str, str] = Field(default_factory=dict)  # sha256(key) hex -> tenant
     # with api_keys set, requests without a key are refused (401) unless this is true
     allow_anonymous: bool = False
+    # signs each request's decision for the region (routers' region.decision_key)
+    decision_key: str | None = None
+    decision_key_file: str | None = None
+    decision_key_env: str | None = None
+    check_secret_forms = secret_forms("decision_key")
 
     @field_validator("api_keys")
     @classmethod

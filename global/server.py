@@ -20,7 +20,7 @@ from aiohttp import web
 from gpuroute.global_.client import ClientLocator
 from gpuroute.global_.config import GlobalConfig, load_global_config
 from gpuroute.global_.core.policy import GlobalDecision, GlobalPolicy, GlobalRequest
-from gpuroute.global_.core.residency import ResidencyError, ResidencyRules
+from gpuroute.global_.core.residency import ANY, Allowed, ResidencyError, ResidencyRules
 from gpuroute.global_.core.spillover import Spillover, SpillSettings
 from gpuroute.global_.discovery import RouterDiscovery
 from gpuroute.global_.feeds import RegionFeeds
@@ -46,13 +46,17 @@ from gpuroute.relay import (
     forward_headers,
     relay_body,
 )
+from gpuroute.residency_decision import HEADER as DECISION_HEADER
+from gpuroute.residency_decision import sign
+from gpuroute.secrets import read_secret
 from gpuroute.serving import DrainingServer
 from gpuroute.tls import client_context
 
 log = logging.getLogger("gpuroute.global")
 decision_log = logging.getLogger("gpuroute.global.decisions")
 REGION_HEADER = "x-gpuroute-region"
-GLOBAL_REQUEST_DROP = REQUEST_DROP | {REGION_HEADER}  # the hint is ours, not the region's
+# the hint is ours, not the region's; a decision only we may sign
+GLOBAL_REQUEST_DROP = REQUEST_DROP | {REGION_HEADER, DECISION_HEADER}
 
 
 class GlobalMetrics:
@@ -93,6 +97,8 @@ class GlobalApp:
         self.policy = GlobalPolicy(config.policy, spill)
         self.feeds = RegionFeeds(config, fleet, spill, rng=self.rng, on_change=self._state)
         self.locator = ClientLocator(config.geoip_database, config.trusted_proxies)
+        key = read_secret(config.residency, "decision_key", "residency")
+        self.decision_key = None if key is None else key.encode()
         self.discovery = (
             RouterDiscovery(config.discovery, self.feeds, self.rng)
             if config.discovery.consul
@@ -208,10 +214,10 @@ class GlobalApp:
             return error_response(503, "global router is draining", code="draining")
         try:
             body, model = await self._read(request)
-            decision = self._decide(request, model)
+            decision, allowed = self._decide(request, model)
         except Rejection as rejection:
             return rejection.response()
-        return await self._attempt_regions(request, body, decision)
+        return await self._attempt_regions(request, body, decision, allowed)
 
     async def _read(self, request: web.Request) -> tuple[bytes, str]:
         """The raw body and the model it names."""
@@ -227,7 +233,7 @@ class GlobalApp:
             raise Rejection(400, message, param="model")
         return body, parsed["model"]
 
-    def _decide(self, request: web.Request, model: str) -> GlobalDecision:
+    def _decide(self, request: web.Request, model: str) -> tuple[GlobalDecision, Allowed]:
         """Residency first (fail closed), then the policy's ranking of compliant regions."""
         place = self.locator.place(request.remote, request.headers.get("X-Forwarded-For"))
         try:
@@ -263,10 +269,10 @@ class GlobalApp:
                 code=decision.reason,
                 headers={"Retry-After": "1"} if decision.reason == "no_region_up" else None,
             )
-        return decision
+        return decision, allowed
 
     async def _attempt_regions(
-        self, request: web.Request, body: bytes, decision: GlobalDecision
+        self, request: web.Request, body: bytes, decision: GlobalDecision, allowed: Allowed
     ) -> web.StreamResponse:
         """Forward to the decision's regions in order until one answers below 500 (only
         compliant regions are in the order, by construction)."""
@@ -276,6 +282,9 @@ class GlobalApp:
         headers["X-Forwarded-For"] = (
             f"{forwarded}, {request.remote}" if forwarded else str(request.remote)
         )
+        if self.decision_key is not None:
+            places = None if allowed.jurisdictions is ANY else allowed.jurisdictions
+            headers[DECISION_HEADER] = sign(places, self.decision_key, time.time())
         last_error = "no attempt"
         for attempt, region in enumerate(decision.order):
             if attempt:

@@ -33,7 +33,7 @@ HOP_BY_HOP = frozenset(
 # tell the next hop to decode plain bytes again (an engine's 5xx then counted against it).
 REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "expect", "content-encoding"}
 # The client's key authenticated it to the router; an engine gets the router's own, or none.
-ENGINE_REQUEST_DROP = REQUEST_DROP | {"authorization"}
+ENGINE_REQUEST_DROP = REQUEST_DROP | {"authorization", "x-gpuroute-residency-decision"}
 RESPONSE_DROP = HOP_BY_HOP | {"content-length", "date", "server"}
 SERVER_NAME = "gpuroute"  # the Server header both tiers send, naming no library or version
 # What a failed upstream attempt raises (connect, timeout, reset, protocol errors).

@@ -113,6 +113,21 @@ class RegionConfig(StrictModel):
     advertise_address: str | None = None
     report_period_s: float = Field(default=0.5, gt=0, le=10)
     saturation_delay_s: float = Field(default=2.0, gt=0)  # work ahead at which it is "full"
+    # The key the global tier signs its residency decisions with (gpuroute/residency_decision.py):
+    # set, a decision that excludes this region is refused (403); with
+    # require_global_decision, so is a request that carries none.
+    decision_key: str | None = None
+    decision_key_file: str | None = None
+    decision_key_env: str | None = None
+    check_secret_forms = secret_forms("decision_key")
+    require_global_decision: bool = False
+
+    @model_validator(mode="after")
+    def _required_needs_a_key(self) -> RegionConfig:
+        keys = (self.decision_key, self.decision_key_file, self.decision_key_env)
+        if self.require_global_decision and all(k is None for k in keys):
+            raise ValueError("region.require_global_decision: set region.decision_key too")
+        return self
 
 
 class ApiKeyConfig(StrictModel):

@@ -20,6 +20,7 @@ from gpuroute.router.request_parse import (
     RequestError,
     parse_request,
 )
+from gpuroute.router.residency_gate import ResidencyGate
 from gpuroute.router.tenant_gate import TenantGate
 
 from gpuroute.openai_api import Rejection
@@ -32,10 +33,12 @@ class Front:
         backends: BackendSet,
         tenants: TenantGate,
         gate: AdmissionGate,
+        residency: ResidencyGate,
         *,
         with_prefix_blocks: bool,
     ) -> None:
         self.config, self.backends = config, backends
+        self.residency = residency
         self.tenants, self.gate = tenants, gate
         # hashing every prompt's blocks is wasted work unless the policy reads them
         self.with_prefix_blocks = with_prefix_blocks
@@ -44,6 +47,7 @@ class Front:
     async def admit(self, request: web.Request, route: str) -> tuple[ParsedRequest, bytes]:
         """The parsed request and its raw body, admitted; or a Rejection. Once admitted,
         `release(info)` must follow however the request ends."""
+        self.residency.check(request)
         key = self.tenants.identify(request)
         raw = await self._read(request)
         parsed = self._parse(request, route, raw)
@@ -61,6 +65,7 @@ class Front:
     async def admit_other(self, request: web.Request) -> tuple[RequestInfo, bytes]:
         """An allow-listed passthrough request: key, body, quota and queue as above (its
         tokens estimated from the body's size, since its shape is not ours to parse)."""
+        self.residency.check(request)
         key = self.tenants.identify(request)
         raw = await self._read(request)
         priority = self.config.admission.default_priority

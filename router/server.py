@@ -38,6 +38,7 @@ from gpuroute.router.quotas import Quotas
 from gpuroute.router.redis_client import open_redis
 from gpuroute.router.region_report import RegionReportService, start_region_server
 from gpuroute.router.registration import RouterRegistration, router_service
+from gpuroute.router.residency_gate import ResidencyGate
 from gpuroute.router.sessions import SessionStore
 from gpuroute.router.shared_load import SharedLoad
 from gpuroute.router.tenant_gate import TenantGate
@@ -104,6 +105,7 @@ class RouterApp:
             self.scheduler.backends,
             TenantGate(self._quotas(), self.metrics, tuple(config.admission.priorities)),
             self.gate,
+            self._residency_gate(),
             with_prefix_blocks="prefix_blocks" in self.scheduler.policy.needs,
         )
         self.proxy = Proxy(front, self.forwarder, self.gate, self.metrics, clock=self.clock)
@@ -128,6 +130,12 @@ class RouterApp:
         )
         self.metrics.quota_shared.set(float(quotas.shared))
         return quotas
+
+    def _residency_gate(self) -> ResidencyGate:
+        region = self.config.region
+        place = frozenset(p for p in (region.name, region.jurisdiction) if p is not None)
+        key = read_secret(region, "decision_key", "region")
+        return ResidencyGate(key, region.require_global_decision, place)
 
     def _forwarder(self, rng: random.Random) -> Forwarder:
         config = self.config
