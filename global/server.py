@@ -304,12 +304,30 @@ class GlobalApp:
                 upstream.release()
                 self.feeds.forwarded(region, False)
                 continue
+            streamed = upstream.headers.get("content-type", "").startswith("text/event-stream")
+            whole: bytes | None = None
+            if not streamed:  # one JSON document: read it all, so a region that dies
+                try:  # before finishing it is just another failed attempt
+                    whole = await upstream.read()
+                except UPSTREAM_ERRORS as exc:
+                    last_error = f"{region}: {type(exc).__name__} in the body"
+                    upstream.release()
+                    self.feeds.forwarded(region, False)
+                    continue
             reason = decision.reason if attempt == 0 else "failover"
             self.metrics.requests.labels(region, reason).inc()
+            if whole is not None:
+                return self._whole(upstream, region, whole)
             return await self._relay(request, upstream, region)
-        return error_response(
-            502, f"every compliant region failed: {last_error}", code="upstream_error"
-        )
+        log.warning("every compliant region failed; last: %s", last_error)
+        return error_response(502, "every compliant region failed to answer", code="upstream_error")
+
+    def _whole(self, upstream: aiohttp.ClientResponse, region: str, body: bytes) -> web.Response:
+        headers = forward_headers(upstream.headers.items(), RESPONSE_DROP)
+        headers[REGION_HEADER] = region
+        self.feeds.forwarded(region, True)
+        upstream.release()
+        return web.Response(status=upstream.status, body=body, headers=headers)
 
     async def _relay(
         self, request: web.Request, upstream: aiohttp.ClientResponse, region: str
