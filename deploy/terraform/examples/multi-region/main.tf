@@ -57,6 +57,9 @@ module "us_east" {
   global_routers             = local.region_inputs["us-east"].global_routers
   tls_certificate_arn        = local.region_inputs["us-east"].tls_certificate_arn
   jurisdiction               = var.regions["us-east"].jurisdiction
+  consul_ca_pem              = var.consul_ca_pem
+  consul_server_cert_pem     = var.consul_server_certs["us-east"].cert
+  consul_server_key_pem      = var.consul_server_certs["us-east"].key
   ami_id                     = var.amis["us-east"].ami_id
   gpu_ami_id                 = var.amis["us-east"].gpu_ami_id
   engine                     = var.engine
@@ -89,6 +92,9 @@ module "eu_west" {
   global_routers             = local.region_inputs["eu-west"].global_routers
   tls_certificate_arn        = local.region_inputs["eu-west"].tls_certificate_arn
   jurisdiction               = var.regions["eu-west"].jurisdiction
+  consul_ca_pem              = var.consul_ca_pem
+  consul_server_cert_pem     = var.consul_server_certs["eu-west"].cert
+  consul_server_key_pem      = var.consul_server_certs["eu-west"].key
   ami_id                     = var.amis["eu-west"].ami_id
   gpu_ami_id                 = var.amis["eu-west"].gpu_ami_id
   engine                     = var.engine
@@ -121,6 +127,9 @@ module "ap_northeast" {
   global_routers             = local.region_inputs["ap-northeast"].global_routers
   tls_certificate_arn        = local.region_inputs["ap-northeast"].tls_certificate_arn
   jurisdiction               = var.regions["ap-northeast"].jurisdiction
+  consul_ca_pem              = var.consul_ca_pem
+  consul_server_cert_pem     = var.consul_server_certs["ap-northeast"].cert
+  consul_server_key_pem      = var.consul_server_certs["ap-northeast"].key
   ami_id                     = var.amis["ap-northeast"].ami_id
   gpu_ami_id                 = var.amis["ap-northeast"].gpu_ami_id
   engine                     = var.engine

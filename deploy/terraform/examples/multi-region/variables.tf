@@ -124,3 +124,18 @@ variable "consul_global_token" {
   type        = string
   sensitive   = true
 }
+
+variable "consul_ca_pem" {
+  description = "Consul's CA certificate (`consul tls ca create`), the same in every region."
+  type        = string
+  sensitive   = true
+}
+
+variable "consul_server_certs" {
+  description = "Per gpuroute region: its Consul servers' certificate and key (`consul tls cert create -server -dc <region>`)."
+  type = map(object({
+    cert = string
+    key  = string
+  }))
+  sensitive = true
+}

@@ -9,19 +9,22 @@ locals {
     "consul/agent-token"     = var.consul_agent_token
     "consul/router-token"    = var.consul_router_token
     "consul/global-token"    = var.consul_global_token
+    "consul/ca"              = var.consul_ca_pem
+    "consul/server-cert"     = var.consul_server_cert_pem
+    "consul/server-key"      = var.consul_server_key_pem
   }
   # which parameters each kind of host reads
   secret_readers = {
-    consul_server = ["consul/gossip-key", "consul/bootstrap-token"]
-    gpu           = ["consul/gossip-key", "consul/agent-token"]
-    regional      = ["consul/gossip-key", "consul/agent-token", "consul/router-token"]
-    global        = ["consul/gossip-key", "consul/agent-token", "consul/global-token"]
+    consul_server = ["consul/gossip-key", "consul/bootstrap-token", "consul/ca", "consul/server-cert", "consul/server-key"]
+    gpu           = ["consul/gossip-key", "consul/agent-token", "consul/ca"]
+    regional      = ["consul/gossip-key", "consul/agent-token", "consul/router-token", "consul/ca"]
+    global        = ["consul/gossip-key", "consul/agent-token", "consul/global-token", "consul/ca"]
   }
 }
 
 resource "aws_ssm_parameter" "secret" {
   # the names alone, which are not secret (for_each may not iterate a sensitive value)
-  for_each = toset(["consul/gossip-key", "consul/bootstrap-token", "consul/agent-token", "consul/router-token", "consul/global-token"])
+  for_each = toset(["consul/gossip-key", "consul/bootstrap-token", "consul/agent-token", "consul/router-token", "consul/global-token", "consul/ca", "consul/server-cert", "consul/server-key"])
   name     = "${local.ssm_prefix}/${each.key}"
   type     = "SecureString"
   value    = local.secrets[each.key]

@@ -77,6 +77,24 @@ variable "consul_agent_token" {
   sensitive   = true
 }
 
+variable "consul_ca_pem" {
+  description = "Consul's CA certificate (PEM; `consul tls ca create`). Servers verify each other and clients verify servers with it; clients get their certificates by auto-encrypt."
+  type        = string
+  sensitive   = true
+}
+
+variable "consul_server_cert_pem" {
+  description = "This region's Consul server certificate (PEM; `consul tls cert create -server -dc <region>`), signed by consul_ca_pem. Stored in SSM."
+  type        = string
+  sensitive   = true
+}
+
+variable "consul_server_key_pem" {
+  description = "The key of consul_server_cert_pem (PEM). Stored in SSM, readable by the Consul servers only."
+  type        = string
+  sensitive   = true
+}
+
 variable "consul_router_token" {
   description = "Consul ACL token for regional routers: service:read on gpuroute-engine, service:write on gpuroute-router, node:read. Stored in SSM, never in user data."
   type        = string

@@ -96,3 +96,17 @@ run "secrets_come_from_ssm_never_user_data" {
     error_message = "gpuroute reads its token from a file written at boot"
   }
 }
+
+run "consul_rpc_is_tls_with_auto_encrypt" {
+  command = plan
+
+  assert {
+    condition     = strcontains(output.consul_server, "verify_incoming = true") && strcontains(output.consul_server, "auto_encrypt { allow_tls = true }") && strcontains(output.consul_server, "secret consul/server-key")
+    error_message = "servers verify every RPC caller and hand client agents their certificates"
+  }
+
+  assert {
+    condition     = strcontains(output.gpu_node, "auto_encrypt { tls = true }") && strcontains(output.gpu_node, "verify_server_hostname = true")
+    error_message = "client agents verify the servers and get their certificates by auto-encrypt"
+  }
+}
