@@ -134,8 +134,8 @@ class GlobalApp:
         app.on_cleanup.append(self._cleanup)
         return app
 
-    def listening(self, port: int) -> None:
-        log.info("global tier listening on port %d", port)
+    def listening(self, port: int, admin_port: int | None) -> None:
+        log.info("global tier listening on port %d (admin: %s)", port, admin_port)
 
     def add_admin_routes(self, app: web.Application) -> None:
         app.router.add_get("/metrics", self.metrics_page)

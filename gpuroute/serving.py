@@ -42,7 +42,7 @@ class Servable(Protocol):
 
     def add_admin_routes(self, app: web.Application) -> None: ...
 
-    def listening(self, port: int) -> None: ...
+    def listening(self, port: int, admin_port: int | None) -> None: ...
 
 
 class DrainingServer:
@@ -83,15 +83,14 @@ class DrainingServer:
             ssl_context=None if listen.tls is None else server_context(listen.tls, "listen.tls"),
         )
         await self.site.start()
-        self.servable.listening(self.port)
         if not config.admin_on_public_listener:
             admin = config.admin_listen
             self.admin_runner = web.AppRunner(self.admin_app(), access_log=None)
             await self.admin_runner.setup()
             context = None if admin.tls is None else server_context(admin.tls, "admin_listen.tls")
-            await web.TCPSite(
-                self.admin_runner, admin.host, admin.port, ssl_context=context
-            ).start()
+            site = web.TCPSite(self.admin_runner, admin.host, admin.port, ssl_context=context)
+            await site.start()
+        self.servable.listening(self.port, self.admin_port)
 
     def admin_app(self) -> web.Application:
         """Liveness, readiness, metrics and admin on their own listener, off the public port."""

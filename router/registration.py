@@ -19,7 +19,24 @@ log = logging.getLogger("gpuroute.router.registration")
 SERVICE = "gpuroute-router"
 
 
-def router_service(config: RouterConfig, port: int, report_port: int, address: str) -> dict:
+def readyz_url(config: RouterConfig, port: int, admin_port: int | None) -> str:
+    """Where the local Consul agent checks /readyz: the admin listener (plain HTTP, on this
+    host) when there is one, so a public listener with mutual TLS needs no client
+    certificate for the check; else the public port."""
+    if admin_port is None:
+        scheme = "https" if config.listen.tls is not None else "http"
+        return f"{scheme}://{_local(config.listen.host)}:{port}/readyz"
+    scheme = "https" if config.admin_listen.tls is not None else "http"
+    return f"{scheme}://{_local(config.admin_listen.host)}:{admin_port}/readyz"
+
+
+def _local(host: str) -> str:
+    return "127.0.0.1" if host in ("0.0.0.0", "", "::", "localhost") else host
+
+
+def router_service(
+    config: RouterConfig, port: int, report_port: int, address: str, admin_port: int | None
+) -> dict:
     sid = f"{SERVICE}-{socket.gethostname()}-{port}"
     return {
         "ID": sid,
@@ -37,8 +54,8 @@ def router_service(config: RouterConfig, port: int, report_port: int, address: s
         "Check": {
             "CheckID": f"{sid}:readyz",
             "Name": "router /readyz",
-            # the public listener's /readyz: the admin listener is on loopback by default
-            "HTTP": f"http://{address}:{port}/readyz",
+            "HTTP": readyz_url(config, port, admin_port),
+            "TLSSkipVerify": True,  # a loopback hop to our own listener
             "Interval": "1s",
             "Timeout": "1s",
             "DeregisterCriticalServiceAfter": "5m",

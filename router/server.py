@@ -244,13 +244,13 @@ class RouterApp:
             self.shared_load.start()
         self._ticker = asyncio.create_task(self._tick_loop())
 
-    def listening(self, port: int) -> None:
-        """Called once the public listener is bound: register in Consul as gpuroute-router
+    def listening(self, port: int, admin_port: int | None) -> None:
+        """Called once the listeners are bound: register in Consul as gpuroute-router
         when this router discovers backends through Consul and reports its region."""
         if self.membership is None or self.region_port is None:
             return
         address = self.config.region.advertise_address or self.config.listen.host
-        service = router_service(self.config, port, self.region_port, address)
+        service = router_service(self.config, port, self.region_port, address, admin_port)
         self.registration = RouterRegistration(self.membership.client, service)
         self.registration.start()
 

@@ -39,12 +39,16 @@ class CertAuthority:
             .not_valid_after(now + datetime.timedelta(days=1))
         )
 
-    def issue(self, name: str, *, client: bool = False) -> tuple[Path, Path]:
-        """(cert_file, key_file) for `name`, valid for 127.0.0.1 and localhost."""
+    def issue(
+        self, name: str, *, client: bool = False, ips: tuple[str, ...] = ()
+    ) -> tuple[Path, Path]:
+        """(cert_file, key_file) for `name`, valid for 127.0.0.1, localhost and `ips`."""
         key = ec.generate_private_key(ec.SECP256R1())
         subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
         usage = ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH
-        alt = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+        alt = [x509.DNSName("localhost")] + [
+            x509.IPAddress(ipaddress.ip_address(ip)) for ip in ("127.0.0.1", *ips)
+        ]
         cert = (
             self._builder(subject, self.cert.subject, key.public_key())
             .add_extension(x509.SubjectAlternativeName(alt), critical=False)

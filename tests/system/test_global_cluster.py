@@ -1,7 +1,9 @@
 """Three regions, each in its own network namespace with its own Consul datacenter
 (WAN-joined), a fake engine, a node agent and a regional router that registers as
 gpuroute-router. The global tier, in the root namespace, finds the routers through Consul
-(`?dc=`). A whole region is killed and brought back.
+(`?dc=`). A whole region is killed and brought back. Security is on throughout: mutual TLS
+from the global tier to the routers and their region reports and from routers to agents'
+load streams, API keys required, signed residency decisions.
 
 The RTT matrix's delays would be applied with `tc netem`; kernels without sch_netem (this
 machine's) run the test without them and say so."""
@@ -19,11 +21,15 @@ from gpuroute.global_.config import load_global_config
 from gpuroute.global_.server import REGION_HEADER, GlobalApp, GlobalServer
 from gpuroute.testbed.consul_dev import consul_binary
 from gpuroute.testbed.loopback import GLOBAL_ON_LOOPBACK
+from support.certs import CertAuthority
 from support.live import MODEL, async_wait_for, chat_body, get_json, holds
 from support.netns import Host, NetnsLab
 
+from gpuroute.auth import key_digest
+
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 REGIONS = {"us-east": "H100", "eu-west": "A100", "ap-northeast": "L4"}
+API_KEY, DECISION_KEY = "sk-cluster", "global-signs-with-this"
 RTT_MS = {
     ("us-east", "eu-west"): 86,
     ("us-east", "ap-northeast"): 140,
@@ -59,7 +65,20 @@ def apply_rtt(lab: NetnsLab) -> str:
     )
 
 
-def start_region(lab: NetnsLab, host: Host) -> None:
+def tls_section(ca: CertAuthority, name: str, ip: str) -> str:
+    cert, key = ca.issue(name, ips=(ip,))
+    return f'cert_file = "{cert}"\nkey_file = "{key}"\nclient_ca_file = "{ca.ca_file}"\n'
+
+
+def client_tls(ca: CertAuthority, name: str) -> str:
+    cert, key = ca.issue(name, client=True)
+    return f'ca_file = "{ca.ca_file}"\ncert_file = "{cert}"\nkey_file = "{key}"\n'
+
+
+def start_region(lab: NetnsLab, host: Host, ca: CertAuthority) -> None:
+    """Consul, a fake engine, an agent and a router, with security on: the agent's load
+    stream and the router's API and region reports take only mutual-TLS callers, keys are
+    required, and the router serves only requests the global tier signed a decision for."""
     region, gpu = host.name, REGIONS[host.name]
     others = [lab.hosts[r].ip for r in REGIONS if r != region]
     consul = [
@@ -79,14 +98,21 @@ def start_region(lab: NetnsLab, host: Host) -> None:
         '[telemetry]\nsource = "simulated"\nhealth_interval_s = 0.2\n'
         '[consul]\naddress = "http://127.0.0.1:8500"\nttl_s = 6\n'
         '[load_stream]\nhost = "0.0.0.0"\nport = 7070\n[admin]\nport = 7071\n'
+        f"[load_stream.tls]\n{tls_section(ca, f'agent-{region}', host.ip)}"
     )
     lab.popen(host, [*py, "agent", "--config", str(agent)], f"agent-{region}")
     router = lab.workdir / f"router-{region}.toml"
     router.write_text(
         f'expose_backend_header = true\ntick_s = 0.05\n[listen]\nhost = "{host.ip}"\nport = 8080\n'
+        f"[listen.tls]\n{tls_section(ca, f'router-{region}', host.ip)}"
         '[membership]\nconsul = "http://127.0.0.1:8500"\nwait_s = 5\n'
+        f"[membership.load_stream_tls]\n{client_tls(ca, f'router-{region}-client')}"
         f'[region]\nname = "{region}"\nadvertise_address = "{host.ip}"\nreport_period_s = 0.2\n'
+        f'decision_key = "{DECISION_KEY}"\nrequire_global_decision = true\n'
         f'[region.report_listen]\nhost = "{host.ip}"\nport = 7080\n'
+        f"[region.report_listen.tls]\n{tls_section(ca, f'report-{region}', host.ip)}"
+        f'[auth]\nrequired = true\n[[auth.keys]]\nsha256 = "{key_digest(API_KEY)}"\n'
+        'tenant = "acme"\n'
     )
     lab.popen(host, [*py, "router", "--config", str(router)], f"router-{region}")
 
@@ -95,8 +121,9 @@ async def test_region_outage_across_wan_federated_datacenters(lab, repo) -> None
     for region in REGIONS:
         lab.add_host(region)
     rtt = apply_rtt(lab)
+    ca = CertAuthority(lab.workdir)
     for region in REGIONS:
-        start_region(lab, lab.hosts[region])
+        start_region(lab, lab.hosts[region], ca)
     us = f"http://{lab.hosts['us-east'].ip}:8500"
     await async_wait_for(
         holds(lambda: len(get_json(us + "/v1/catalog/datacenters") or []) == 3), 60, "WAN join"
@@ -106,6 +133,10 @@ async def test_region_outage_across_wan_federated_datacenters(lab, repo) -> None
         GLOBAL_ON_LOOPBACK + 'regions_file = "regions.toml"\ntick_s = 0.05\n[listen]\nport = 0\n'
         "[region_health]\nstale_after_s = 2.0\nup_after_s = 5.0\n"
         f'[discovery]\nconsul = "{us}"\ninterval_s = 0.5\n'
+        f"[router_tls]\n{client_tls(ca, 'global-tier')}"
+        f"[report_tls]\n{client_tls(ca, 'global-reports')}"
+        f'[residency]\ndecision_key = "{DECISION_KEY}"\n'
+        f'api_keys = {{ "{key_digest(API_KEY)}" = "acme" }}\n'
     )
     config, fleet, rules = load_global_config(lab.workdir / "global.toml")
     app = GlobalApp(config, fleet, rules)
@@ -138,7 +169,7 @@ async def test_region_outage_across_wan_federated_datacenters(lab, repo) -> None
             await async_wait_for(all_up, 90, "three regions up through Consul discovery")
 
             async def client(kind: str) -> None:
-                headers = {REGION_HEADER: "eu-west"}
+                headers = {REGION_HEADER: "eu-west", "Authorization": f"bearer {API_KEY}"}
                 if kind == "eu":
                     headers["x-gpuroute-residency"] = "eu"
                 while not stop.is_set():
@@ -164,7 +195,7 @@ async def test_region_outage_across_wan_federated_datacenters(lab, repo) -> None
             moved = after[0] - down_at
             await asyncio.sleep(1.0)  # the outage goes on under traffic
             back_at = time.monotonic()
-            start_region(lab, lab.hosts["eu-west"])
+            start_region(lab, lab.hosts["eu-west"], ca)
             await async_wait_for(
                 holds(lambda: any(t > back_at and r == "eu-west" for t, st, r, k in results)),
                 90, "traffic back to eu-west",
