@@ -72,6 +72,7 @@ module "us_east" {
   consul_acl_bootstrap_token = var.consul_acl_bootstrap_token
   consul_agent_token         = var.consul_agent_token
   consul_router_token        = var.consul_router_token
+  residency_decision_key     = var.residency_decision_key
   consul_global_token        = var.consul_global_token
 }
 
@@ -107,6 +108,7 @@ module "eu_west" {
   consul_acl_bootstrap_token = var.consul_acl_bootstrap_token
   consul_agent_token         = var.consul_agent_token
   consul_router_token        = var.consul_router_token
+  residency_decision_key     = var.residency_decision_key
   consul_global_token        = var.consul_global_token
 }
 
@@ -142,6 +144,7 @@ module "ap_northeast" {
   consul_acl_bootstrap_token = var.consul_acl_bootstrap_token
   consul_agent_token         = var.consul_agent_token
   consul_router_token        = var.consul_router_token
+  residency_decision_key     = var.residency_decision_key
   consul_global_token        = var.consul_global_token
 }
 

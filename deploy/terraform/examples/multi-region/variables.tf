@@ -139,3 +139,9 @@ variable "consul_server_certs" {
   }))
   sensitive = true
 }
+
+variable "residency_decision_key" {
+  description = "The key the global tier signs residency decisions with (`openssl rand -hex 32`); stored in SSM."
+  type        = string
+  sensitive   = true
+}

@@ -95,6 +95,17 @@ variable "consul_server_key_pem" {
   sensitive   = true
 }
 
+variable "residency_decision_key" {
+  description = "The key the global tier signs residency decisions with and regional routers check (random, e.g. `openssl rand -hex 32`); the same in every region. Stored in SSM."
+  type        = string
+  sensitive   = true
+
+  validation {
+    condition     = length(var.residency_decision_key) >= 32
+    error_message = "residency_decision_key must be at least 32 characters."
+  }
+}
+
 variable "consul_router_token" {
   description = "Consul ACL token for regional routers: service:read on gpuroute-engine, service:write on gpuroute-router, node:read. Stored in SSM, never in user data."
   type        = string

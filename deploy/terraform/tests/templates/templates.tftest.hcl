@@ -110,3 +110,12 @@ run "consul_rpc_is_tls_with_auto_encrypt" {
     error_message = "client agents verify the servers and get their certificates by auto-encrypt"
   }
 }
+
+run "routers_serve_only_signed_decisions" {
+  command = plan
+
+  assert {
+    condition     = strcontains(output.router, "require_global_decision = true") && strcontains(output.router, "secret gpuroute/decision-key") && strcontains(output.global, "decision_key_file = \"/etc/gpuroute/decision-key\"")
+    error_message = "the global tier signs residency decisions and routers require them"
+  }
+}
