@@ -17,7 +17,13 @@ from urllib.parse import urlsplit
 
 from gpuroute.agent.config import AgentConfig
 
-from gpuroute.consul_client import ConsulClient, ConsulUnavailable, UnknownCheck, check_meta
+from gpuroute.consul_client import (
+    ConsulClient,
+    ConsulRejected,
+    ConsulUnavailable,
+    UnknownCheck,
+    check_meta,
+)
 from gpuroute.gpus import GPU_SPECS
 
 log = logging.getLogger("gpuroute.agent.consul")
@@ -99,9 +105,11 @@ class Registration:
                 self.registered = False
                 continue
             except Exception as exc:
-                if not isinstance(exc, ConsulUnavailable):
+                if isinstance(exc, ConsulRejected):  # a missing or weak token: say so each time
+                    log.error("Consul refused the registration (check consul.token): %s", exc)
+                elif not isinstance(exc, ConsulUnavailable):
                     log.exception("unexpected error talking to Consul")
-                if self.consul_up or self.registered:
+                elif self.consul_up or self.registered:
                     log.warning("Consul: %s; retrying with backoff", exc)
                 self.consul_up, self.registered = False, False
                 await self._wait(backoff)

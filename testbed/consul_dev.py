@@ -39,8 +39,12 @@ class ConsulDev:
     """`consul agent -dev` on loopback. `stop()` then `start()` is an outage: the ports
     stay, the state is gone (as with any dev agent)."""
 
-    def __init__(self, binary: Path, *, log_path: Path | None = None) -> None:
+    def __init__(
+        self, binary: Path, *, log_path: Path | None = None, acl_token: str | None = None
+    ) -> None:
+        """`acl_token`: ACLs on, default deny, with this initial management token."""
         self.binary = binary
+        self.acl_token = acl_token
         self.http_port, self.serf_lan, self.serf_wan, self.server_port = free_ports(4)
         self.address = f"http://127.0.0.1:{self.http_port}"
         self.log_path = log_path or Path(tempfile.mkstemp(prefix="consul-dev-", suffix=".log")[1])
@@ -53,7 +57,9 @@ class ConsulDev:
             "-grpc-tls-port", "-1", "-serf-lan-port", str(self.serf_lan),
             "-serf-wan-port", str(self.serf_wan), "-server-port", str(self.server_port),
             "-hcl", 'telemetry { disable_hostname = true }',
-        ]  # fmt: skip
+        ] + (["-hcl", 'acl { enabled = true\ndefault_policy = "deny"\n'
+              f'tokens {{ initial_management = "{self.acl_token}" }} }}']
+             if self.acl_token else [])  # fmt: skip
 
     def start(self, timeout: float = 30.0) -> None:
         with self.log_path.open("ab") as log:
@@ -78,8 +84,26 @@ class ConsulDev:
 
     def raft_index(self) -> int:
         """The server's last Raft log index: every catalog write moves it by one."""
-        with urllib.request.urlopen(self.address + "/v1/agent/self", timeout=5) as r:
+        with urllib.request.urlopen(self.request("/v1/agent/self"), timeout=5) as r:
             return int(json.load(r)["Stats"]["raft"]["last_log_index"])
+
+    def request(
+        self, path: str, body: dict | None = None, method: str | None = None
+    ) -> urllib.request.Request:
+        """An HTTP API request carrying the management token when ACLs are on."""
+        headers = {"X-Consul-Token": self.acl_token} if self.acl_token else {}
+        data = None if body is None else json.dumps(body).encode()
+        return urllib.request.Request(self.address + path, data, headers, method=method)
+
+    def create_token(self, name: str, rules: str) -> str:
+        """A policy with these rules and a token holding only it; its SecretID."""
+        for path, body in (
+            ("/v1/acl/policy", {"Name": name, "Rules": rules}),
+            ("/v1/acl/token", {"Description": name, "Policies": [{"Name": name}]}),
+        ):
+            with urllib.request.urlopen(self.request(path, body, "PUT"), timeout=5) as r:
+                created = json.load(r)
+        return created["SecretID"]
 
     def stop(self, sig: int = signal.SIGKILL) -> None:
         if self.proc is not None and self.proc.poll() is None:
