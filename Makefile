@@ -15,6 +15,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/gpuroute demo
 	$(BIN)/gpuroute demo --global
+	$(BIN)/gpuroute demo --global --secure
 	$(BIN)/gpuroute sim
 
 test: $(STAMP) bench-deps consul terraform

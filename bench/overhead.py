@@ -18,6 +18,7 @@ import urllib.request
 from pathlib import Path
 
 from gpuroute.bench.targets import BASELINES, BenchError, start_baseline, start_router
+from gpuroute.testbed.certs import LocalCA
 from gpuroute.testbed.processes import Child, require, start_engine, wait_http
 from rich.console import Console
 
@@ -70,21 +71,6 @@ def wrk(url: str, connections: int, duration: float, script: Path) -> dict[str, 
     return parse_wrk(done.stdout)
 
 
-def self_signed(workdir: Path) -> tuple[Path, Path]:
-    """A throwaway certificate for 127.0.0.1 (wrk does not verify it; the handshake and the
-    encryption are what is measured)."""
-    cert, key = workdir / "bench.crt", workdir / "bench.key"
-    cmd = [
-        require("openssl"), "req", "-x509", "-newkey", "ec", "-pkeyopt",
-        "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-        "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert),
-    ]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise BenchError(f"openssl could not make a certificate: {done.stderr}")
-    return cert, key
-
-
 def wait_https(url: str, timeout: float, child: Child) -> None:
     """wait_http over TLS, trusting the throwaway certificate."""
     context = ssl.create_default_context()
@@ -123,7 +109,7 @@ def run_overhead(duration: float, console: Console, rounds: int = 3, tls: bool =
                 workdir, pairs, "least_outstanding_work", cpu=PROXY_CPU
             )
             if tls:
-                cert, key = self_signed(workdir)
+                cert, key = LocalCA(workdir).issue("gpuroute-tls")
                 listener = f'[listen.tls]\ncert_file = "{cert}"\nkey_file = "{key}"'
                 proxies["gpuroute-tls"] = start_router(
                     workdir, pairs, "least_outstanding_work", extra=listener,

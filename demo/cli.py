@@ -14,6 +14,10 @@ def register(sub) -> None:
         "--global", dest="global_", action="store_true",
         help="three regions behind the global tier: residency, an outage, recovery",
     )  # fmt: skip
+    demo.add_argument(
+        "--secure", action="store_true",
+        help="with --global: TLS and mutual TLS between tiers, API keys, signed residency",
+    )  # fmt: skip
     demo.set_defaults(run=_run)
 
 
@@ -21,7 +25,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.global_:
         from gpuroute.demo.regions import run_global_demo
 
-        return run_global_demo(args.seconds or 5.0)
+        return run_global_demo(args.seconds or 5.0, secure=args.secure)
     from gpuroute.demo.fleet import run_demo
 
     return run_demo(args.seconds or 16.0)

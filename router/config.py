@@ -123,10 +123,13 @@ class RegionConfig(StrictModel):
     require_global_decision: bool = False
 
     @model_validator(mode="after")
-    def _required_needs_a_key(self) -> RegionConfig:
+    def _decisions_need_a_key_and_a_jurisdiction(self) -> RegionConfig:
         keys = (self.decision_key, self.decision_key_file, self.decision_key_env)
         if self.require_global_decision and all(k is None for k in keys):
             raise ValueError("region.require_global_decision: set region.decision_key too")
+        if any(k is not None for k in keys) and self.jurisdiction is None:
+            # the global tier's decisions name jurisdictions (eu, us), never regions
+            raise ValueError("region.decision_key: set region.jurisdiction too")
         return self
 
 

@@ -53,11 +53,14 @@ def test_fleet_bench_without_consul_says_how_to_get_it(monkeypatch, tmp_path) ->
     assert "make consul" in result.stderr
 
 
-def test_global_demo_keeps_eu_bound_clients_in_the_eu_through_an_outage() -> None:
-    result = run("demo", "--global", "--seconds", "2")
+@pytest.mark.parametrize("secure", [False, True], ids=["plain", "secure"])
+def test_global_demo_keeps_eu_bound_clients_in_the_eu_through_an_outage(secure: bool) -> None:
+    result = run("demo", "--global", "--seconds", "2", *(["--secure"] if secure else []))
     assert result.returncode == 0, result.stdout + result.stderr
     rows = [ln for ln in result.stdout.splitlines() if ln.startswith("│")]
     assert len(rows) == 3 and all(ln.rstrip("│ ").endswith("0") for ln in rows)  # violations
+    up = next(ln for ln in rows if "3 regions up" in ln)
+    assert up.split("│")[3].strip() == "0"  # nothing refused while every region is up
     down = next(ln for ln in rows if "eu-west down" in ln)
     assert "eu-west " not in down.split("│")[2]  # nothing served by eu-west while it is down
 

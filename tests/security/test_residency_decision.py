@@ -67,3 +67,14 @@ async def test_a_router_serves_only_what_the_global_tier_let_through(tmp_path) -
                             assert (await r.json())["error"]["code"] == code
     assert len(engine.seen) == 2
     assert all(HEADER not in {k.lower() for k in h} for _, h, _ in engine.seen)
+
+
+def test_a_router_checking_decisions_must_know_its_jurisdiction() -> None:
+    """The global tier's decisions name jurisdictions (eu, us), never regions: a router
+    without one would refuse every EU-bound request it is meant to serve."""
+    from gpuroute.router.config import RegionConfig
+
+    with pytest.raises(ValueError, match=r"set region\.jurisdiction too"):
+        RegionConfig(name="eu-west", decision_key="k")
+    with pytest.raises(ValueError, match=r"set region\.decision_key too"):
+        RegionConfig(name="eu-west", jurisdiction="eu", require_global_decision=True)

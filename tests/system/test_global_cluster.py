@@ -30,6 +30,7 @@ from gpuroute.auth import key_digest
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 REGIONS = {"us-east": "H100", "eu-west": "A100", "ap-northeast": "L4"}
 API_KEY, DECISION_KEY = "sk-cluster", "global-signs-with-this"
+JURISDICTIONS = {"us-east": "us", "eu-west": "eu", "ap-northeast": "jp"}
 RTT_MS = {
     ("us-east", "eu-west"): 86,
     ("us-east", "ap-northeast"): 140,
@@ -109,6 +110,7 @@ def start_region(lab: NetnsLab, host: Host, ca: CertAuthority) -> None:
         f"[membership.load_stream_tls]\n{client_tls(ca, f'router-{region}-client')}"
         f'[region]\nname = "{region}"\nadvertise_address = "{host.ip}"\nreport_period_s = 0.2\n'
         f'decision_key = "{DECISION_KEY}"\nrequire_global_decision = true\n'
+        f'jurisdiction = "{JURISDICTIONS[region]}"\n'
         f'[region.report_listen]\nhost = "{host.ip}"\nport = 7080\n'
         f"[region.report_listen.tls]\n{tls_section(ca, f'report-{region}', host.ip)}"
         f'[auth]\nrequired = true\n[[auth.keys]]\nsha256 = "{key_digest(API_KEY)}"\n'
@@ -220,4 +222,6 @@ async def test_region_outage_across_wan_federated_datacenters(lab, repo) -> None
     )
     assert moved < 5.0
     assert failed == [] and violations == []
+    served_eu = [r for r in results if r[3] == "eu" and r[1] == 200]
+    assert served_eu, "EU-bound clients were never served (signed decisions refused?)"
     assert eu_states[0] == "up" and eu_states[1:] == ["down", "recovering", "up"], why
