@@ -3,7 +3,8 @@
 gpuroute-router. The global tier, in the root namespace, finds the routers through Consul
 (`?dc=`). A whole region is killed and brought back. Security is on throughout: mutual TLS
 from the global tier to the routers and their region reports and from routers to agents'
-load streams, API keys required, signed residency decisions.
+load streams, API keys required, signed residency decisions, and Consul's RPC between
+servers over verified TLS with encrypted gossip.
 
 The RTT matrix's delays would be applied with `tc netem`; kernels without sch_netem (this
 machine's) run the test without them and say so."""
@@ -76,6 +77,29 @@ def client_tls(ca: CertAuthority, name: str) -> str:
     return f'ca_file = "{ca.ca_file}"\ncert_file = "{cert}"\nkey_file = "{key}"\n'
 
 
+def consul_security(lab: NetnsLab, region: str) -> list[str]:
+    """Consul's own arguments for security: RPC between the servers over TLS (verified both
+    ways, server names checked) with certificates from `consul tls`, and encrypted gossip."""
+    tls = lab.workdir / "consul-tls"
+    tls.mkdir(exist_ok=True)
+    consul = str(consul_binary())
+    if not (tls / "consul-agent-ca.pem").exists():
+        subprocess.run([consul, "tls", "ca", "create"], cwd=tls, check=True, capture_output=True)
+        (tls / "gossip.key").write_text(
+            subprocess.run([consul, "keygen"], check=True, capture_output=True, text=True).stdout
+        )
+    cert = tls / f"{region}-server-consul-0.pem"
+    if not cert.exists():
+        subprocess.run([consul, "tls", "cert", "create", "-server", "-dc", region],
+                       cwd=tls, check=True, capture_output=True)  # fmt: skip
+    hcl = (
+        f'tls {{ defaults {{ ca_file = "{tls}/consul-agent-ca.pem" cert_file = "{cert}" '
+        f'key_file = "{tls}/{region}-server-consul-0-key.pem" verify_incoming = true '
+        "verify_outgoing = true } internal_rpc { verify_server_hostname = true } }"
+    )
+    return ["-hcl", hcl, "-encrypt", (tls / "gossip.key").read_text().strip()]
+
+
 def start_region(lab: NetnsLab, host: Host, ca: CertAuthority) -> None:
     """Consul, a fake engine, an agent and a router, with security on: the agent's load
     stream and the router's API and region reports take only mutual-TLS callers, keys are
@@ -87,6 +111,7 @@ def start_region(lab: NetnsLab, host: Host, ca: CertAuthority) -> None:
         "-node", f"server-{region}", "-bind", host.ip, "-client", f"127.0.0.1 {host.ip}",
         "-data-dir", str(lab.workdir / f"consul-{region}"), "-dns-port", "-1", "-grpc-port", "-1",
         "-log-level", "warn", *[x for ip in others for x in ("-retry-join-wan", ip)],
+        *consul_security(lab, region),
     ]  # fmt: skip
     lab.popen(host, consul, f"consul-{region}")
     py = [sys.executable, "-m", "gpuroute.cli"]
