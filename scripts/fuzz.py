@@ -158,6 +158,47 @@ async def fuzz_live(requests: int, seed: int) -> dict:
     return statuses
 
 
+def fuzz_atheris(runs: int) -> None:
+    """Coverage-guided fuzzing of the request and Authorization parsers with atheris
+    (libFuzzer), when it is installed (`pip install atheris`; not a project dependency).
+    libFuzzer ends the process itself after `runs` inputs."""
+    import atheris
+
+    priorities = ("high", "normal", "low")
+    routes = sorted(PROMPT_KEYS)
+
+    def one_input(data: bytes) -> None:
+        fdp = atheris.FuzzedDataProvider(data)
+        route = fdp.PickValueInList(routes)
+        headers = {"x-gpuroute-priority": fdp.ConsumeUnicode(20),
+                   "x-session-id": fdp.ConsumeUnicode(40),
+                   "x-gpuroute-deadline-ms": fdp.ConsumeUnicode(12)}  # fmt: skip
+        authorization = fdp.ConsumeUnicode(80)
+        if fdp.ConsumeBool():  # a JSON object with the fields the parser reads, odd values
+            fields = {"model": fdp.ConsumeUnicode(12), "stream": fdp.ConsumeBool(),
+                      "max_tokens": fdp.ConsumeIntInRange(-3, 10**6),
+                      "messages": [{"role": "user", "content": fdp.ConsumeUnicode(60)}],
+                      "prompt": fdp.ConsumeUnicode(20), "input": fdp.ConsumeUnicode(20),
+                      "user": fdp.ConsumeUnicode(20)}  # fmt: skip
+            keep = fdp.ConsumeIntInRange(0, 127)
+            body = {k: v for i, (k, v) in enumerate(fields.items()) if keep >> i & 1}
+            raw = json.dumps(body).encode()
+        else:
+            raw = fdp.ConsumeBytes(fdp.remaining_bytes())
+        try:
+            parse_request(route, raw, headers, 1, priorities=priorities, default_priority="normal")
+        except RequestError as exc:
+            assert 400 <= exc.status < 500
+        try:
+            bearer(authorization)
+        except AuthError as exc:
+            assert exc.status in (400, 401)
+
+    atheris.instrument_all()
+    atheris.Setup([sys.argv[0], f"-runs={runs}", "-max_len=2048"], one_input)
+    atheris.Fuzz()
+
+
 def _valid(rng: random.Random) -> bytes:
     message = {"role": "user", "content": "hi" * rng.randint(1, 50)}
     body = {"model": "llama-3.1-8b", "messages": [message],
@@ -170,7 +211,13 @@ def main() -> int:
     parser.add_argument("--examples", type=int, default=10_000)
     parser.add_argument("--live", type=int, default=2_000, help="requests at a live router")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--atheris", type=int, default=0, metavar="RUNS",
+        help="instead: coverage-guided fuzzing with atheris for RUNS inputs (needs atheris)",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.atheris:
+        fuzz_atheris(args.atheris)
     outcomes = fuzz_parsers(args.examples) if args.examples else {}
     statuses = asyncio.run(fuzz_live(args.live, args.seed))
     print(json.dumps({"parsers": outcomes, "live_statuses": statuses}, indent=2))
