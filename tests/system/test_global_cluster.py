@@ -32,6 +32,7 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 REGIONS = {"us-east": "H100", "eu-west": "A100", "ap-northeast": "L4"}
 API_KEY, DECISION_KEY = "sk-cluster", "global-signs-with-this"
 JURISDICTIONS = {"us-east": "us", "eu-west": "eu", "ap-northeast": "jp"}
+CONSUL_TOKEN = "6d0d5a2e-9b1c-4a0e-8a57-3c2f0e6b1d77"  # ACLs on, default deny, one token here
 RTT_MS = {
     ("us-east", "eu-west"): 86,
     ("us-east", "ap-northeast"): 140,
@@ -97,7 +98,13 @@ def consul_security(lab: NetnsLab, region: str) -> list[str]:
         f'key_file = "{tls}/{region}-server-consul-0-key.pem" verify_incoming = true '
         "verify_outgoing = true } internal_rpc { verify_server_hostname = true } }"
     )
-    return ["-hcl", hcl, "-encrypt", (tls / "gossip.key").read_text().strip()]
+    acl = (
+        'primary_datacenter = "us-east"\nacl { enabled = true default_policy = "deny" '
+        "enable_token_replication = true tokens { "
+        f'initial_management = "{CONSUL_TOKEN}" agent = "{CONSUL_TOKEN}" '
+        f'replication = "{CONSUL_TOKEN}" }} }}'
+    )
+    return ["-hcl", hcl, "-hcl", acl, "-encrypt", (tls / "gossip.key").read_text().strip()]
 
 
 def start_region(lab: NetnsLab, host: Host, ca: CertAuthority) -> None:
@@ -122,7 +129,7 @@ def start_region(lab: NetnsLab, host: Host, ca: CertAuthority) -> None:
         f'id = "{region}-gpu-1"\nregion = "{region}"\nadvertise_address = "{host.ip}"\n'
         f'[engine]\nurl = "http://127.0.0.1:8000"\nmodels = ["{MODEL}"]\ngpu = "{gpu}"\n'
         '[telemetry]\nsource = "simulated"\nhealth_interval_s = 0.2\n'
-        '[consul]\naddress = "http://127.0.0.1:8500"\nttl_s = 6\n'
+        f'[consul]\naddress = "http://127.0.0.1:8500"\nttl_s = 6\ntoken = "{CONSUL_TOKEN}"\n'
         '[load_stream]\nhost = "0.0.0.0"\nport = 7070\n[admin]\nport = 7071\n'
         f"[load_stream.tls]\n{tls_section(ca, f'agent-{region}', host.ip)}"
     )
@@ -131,7 +138,7 @@ def start_region(lab: NetnsLab, host: Host, ca: CertAuthority) -> None:
     router.write_text(
         f'expose_backend_header = true\ntick_s = 0.05\n[listen]\nhost = "{host.ip}"\nport = 8080\n'
         f"[listen.tls]\n{tls_section(ca, f'router-{region}', host.ip)}"
-        '[membership]\nconsul = "http://127.0.0.1:8500"\nwait_s = 5\n'
+        f'[membership]\nconsul = "http://127.0.0.1:8500"\nwait_s = 5\ntoken = "{CONSUL_TOKEN}"\n'
         f"[membership.load_stream_tls]\n{client_tls(ca, f'router-{region}-client')}"
         f'[region]\nname = "{region}"\nadvertise_address = "{host.ip}"\nreport_period_s = 0.2\n'
         f'decision_key = "{DECISION_KEY}"\nrequire_global_decision = true\n'
@@ -159,7 +166,7 @@ async def test_region_outage_across_wan_federated_datacenters(lab, repo) -> None
     (lab.workdir / "global.toml").write_text(
         GLOBAL_ON_LOOPBACK + 'regions_file = "regions.toml"\ntick_s = 0.05\n[listen]\nport = 0\n'
         "[region_health]\nstale_after_s = 2.0\nup_after_s = 5.0\n"
-        f'[discovery]\nconsul = "{us}"\ninterval_s = 0.5\n'
+        f'[discovery]\nconsul = "{us}"\ninterval_s = 0.5\ntoken = "{CONSUL_TOKEN}"\n'
         f"[router_tls]\n{client_tls(ca, 'global-tier')}"
         f"[report_tls]\n{client_tls(ca, 'global-reports')}"
         f'[residency]\ndecision_key = "{DECISION_KEY}"\n'
