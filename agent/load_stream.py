@@ -12,7 +12,6 @@ from dataclasses import dataclass, replace
 
 import grpc
 
-from gpuroute.config import TlsConfig
 from gpuroute.grpc_server import start_grpc_server
 from gpuroute.proto import load_pb2, load_pb2_grpc
 
@@ -110,12 +109,15 @@ class AgentLoadService(load_pb2_grpc.AgentLoadServicer):
 
 
 async def start_load_server(
-    service: AgentLoadService, host: str, port: int, tls: TlsConfig | None = None
+    service: AgentLoadService,
+    host: str,
+    port: int,
+    credentials: grpc.ServerCredentials | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     return await start_grpc_server(
         lambda server: load_pb2_grpc.add_AgentLoadServicer_to_server(service, server),
         host,
         port,
         "load stream",
-        tls,
+        credentials,
     )

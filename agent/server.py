@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from gpuroute import runtime
 from gpuroute.config import ConfigError
 from gpuroute.consul_client import ConsulClient, ConsulUnavailable
+from gpuroute.grpc_server import server_credentials
 from gpuroute.secrets import read_secret
 
 log = logging.getLogger("gpuroute.agent")
@@ -45,6 +46,10 @@ class Agent:
             HealthSettings(warning_hold_s=t.warning_hold_s, hot_temperature_c=t.hot_temperature_c)
         )
         self.gpu = gpu_source or open_gpu_source(t.source, config.engine.url + t.simulated_path)
+        # secrets and certificates are read here, so a bad one fails start-up with its key
+        self.stream_credentials = server_credentials(config.load_stream.tls, "load_stream.tls")
+        self.consul_token = read_secret(config.consul, "token", "consul")
+        self.admin_token = read_secret(config, "admin_token", "agent")
         self.broadcaster = LoadBroadcaster(config.service_id, time.time)
         self.stream = AgentLoadService(self.broadcaster, config.heartbeat_s)
         self.engine_load = EngineLoad()
@@ -95,13 +100,13 @@ class Agent:
         c = self.config
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1.0))
         self._grpc, self.load_port = await start_load_server(
-            self.stream, c.load_stream.host, c.load_stream.port, c.load_stream.tls
+            self.stream, c.load_stream.host, c.load_stream.port, self.stream_credentials
         )
         await self._start_admin()
         if c.consul.enabled:
             self.consul = ConsulClient(
                 c.consul.address,
-                token=read_secret(c.consul, "token", "consul"),
+                token=self.consul_token,
                 timeout_s=c.consul.timeout_s,
             )
             self.registration = Registration(c, self.consul, self.load_port, self._consul_status)
@@ -282,7 +287,7 @@ class Agent:
     # -- admin ----------------------------------------------------------------------------------
     async def _start_admin(self) -> None:
         admin = AgentAdmin(
-            read_secret(self.config, "admin_token", "agent"),
+            self.admin_token,
             self.status,
             lambda: generate_latest(self.registry),
             lambda: self.drain(exit_after=False),
@@ -337,22 +342,9 @@ async def serve_agent(agent: Agent) -> None:
 
 
 def run_agent(path: str) -> int:
-    runtime.configure_logging()
-    try:
-        config = load_agent_config(path)
-    except ConfigError as exc:
-        print(f"gpuroute agent: error: {exc}", file=sys.stderr)
-        return 2
-
-    async def main() -> None:
-        await serve_agent(Agent(config))
-
-    try:
-        runtime.run(main(), fast_loop=False)
-    except OSError as exc:
-        print(f"gpuroute agent: error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return runtime.run_from_config(
+        "agent", path, load_agent_config, lambda c: serve_agent(Agent(c)), fast_loop=False
+    )
 
 
 def request_admin(path: str, action: str, timeout_s: float | None = None) -> int:

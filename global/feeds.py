@@ -17,7 +17,7 @@ from gpuroute.global_.core.policy import RegionView
 from gpuroute.global_.core.region_health import RegionHealth, RegionHealthSettings
 from gpuroute.global_.core.spillover import Spillover
 
-from gpuroute.grpc_server import open_channel
+from gpuroute.grpc_server import channel_credentials, open_channel
 from gpuroute.proto import load_pb2, load_pb2_grpc
 from gpuroute.regions import FleetConfig
 
@@ -54,7 +54,7 @@ class RegionFeeds:
         on_change: Callable[[str, str], None] = lambda region, state: None,
     ) -> None:
         settings = RegionHealthSettings(**config.region_health.model_dump())
-        self.report_tls = config.report_tls
+        self.report_credentials = channel_credentials(config.report_tls, "report_tls")
         self.spillover = spillover
         self.clock = clock
         self.rng = rng or random.Random()
@@ -101,8 +101,7 @@ class RegionFeeds:
         request = load_pb2.WatchRegionRequest(global_id="gpuroute-global")
         while True:
             try:
-                address, tls = feed.report_address, self.report_tls
-                async with open_channel(address, tls, where="report_tls") as channel:
+                async with open_channel(feed.report_address, self.report_credentials) as channel:
                     stub = load_pb2_grpc.RegionLoadStub(channel)
                     async for report in stub.WatchRegion(request):
                         backoff = 0.25

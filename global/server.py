@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 import random
-import sys
 import time
 
 import aiohttp
@@ -28,7 +27,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from gpuroute import runtime
 from gpuroute.auth import AuthError, bearer, key_digest
-from gpuroute.config import ConfigError
 from gpuroute.openai_api import (
     OPENAI_ROUTES,
     Rejection,
@@ -97,6 +95,7 @@ class GlobalApp:
         self.policy = GlobalPolicy(config.policy, spill)
         self.feeds = RegionFeeds(config, fleet, spill, rng=self.rng, on_change=self._state)
         self.locator = ClientLocator(config.geoip_database, config.trusted_proxies)
+        self.router_tls = client_context(config.router_tls, "router_tls")
         key = read_secret(config.residency, "decision_key", "residency")
         self.decision_key = None if key is None else key.encode()
         self.discovery = (
@@ -147,7 +146,7 @@ class GlobalApp:
             connector=aiohttp.TCPConnector(
                 limit=0,
                 keepalive_timeout=10,
-                ssl=client_context(self.config.router_tls, "router_tls"),
+                ssl=self.router_tls,
             ),
             auto_decompress=False,
             timeout=self.timeout,
@@ -379,12 +378,6 @@ class GlobalServer(DrainingServer):
 
 
 def run_global(path: str) -> int:
-    runtime.configure_logging()
-    try:
-        config, fleet, rules = load_global_config(path)
-        app = GlobalApp(config, fleet, rules)
-    except ConfigError as exc:
-        print(f"gpuroute global: error: {exc}", file=sys.stderr)
-        return 2
-    runtime.run(GlobalServer(app).serve())
-    return 0
+    return runtime.run_from_config(
+        "global", path, load_global_config, lambda c: GlobalServer(GlobalApp(*c)).serve()
+    )

@@ -22,11 +22,26 @@ def _read(path: str | None, where: str) -> bytes | None:
         raise ConfigError(f"{where}: cannot read {path}: {exc.strerror}") from None
 
 
-def server_credentials(tls: TlsConfig, where: str) -> grpc.ServerCredentials:
-    """With `client_ca_file`, a client must present a certificate that CA signed."""
+def server_credentials(tls: TlsConfig | None, where: str) -> grpc.ServerCredentials | None:
+    """None: plaintext. With `client_ca_file`, a client must present a certificate that CA
+    signed. Built once, at construction, so a bad file is a config error at start-up."""
+    if tls is None:
+        return None
     pair = (_read(tls.key_file, where), _read(tls.cert_file, where))
     ca = _read(tls.client_ca_file, where)
     return grpc.ssl_server_credentials([pair], root_certificates=ca, require_client_auth=bool(ca))
+
+
+def channel_credentials(tls: ClientTlsConfig | None, where: str) -> grpc.ChannelCredentials | None:
+    """None: plaintext; else verify the server against `ca_file` and present our certificate
+    when one is configured (mutual TLS)."""
+    if tls is None:
+        return None
+    return grpc.ssl_channel_credentials(
+        root_certificates=_read(tls.ca_file, where),
+        private_key=_read(tls.key_file, where),
+        certificate_chain=_read(tls.cert_file, where),
+    )
 
 
 async def start_grpc_server(
@@ -34,17 +49,17 @@ async def start_grpc_server(
     host: str,
     port: int,
     what: str,
-    tls: TlsConfig | None = None,
+    credentials: grpc.ServerCredentials | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """Start a server with the servicer `add_servicer` registers; returns it and its port."""
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     add_servicer(server)
     address = f"{host}:{port}"
     try:
-        if tls is None:
+        if credentials is None:
             bound = server.add_insecure_port(address)
         else:
-            bound = server.add_secure_port(address, server_credentials(tls, f"{what} tls"))
+            bound = server.add_secure_port(address, credentials)
     except RuntimeError as exc:  # grpc reports a busy port this way
         raise OSError(f"{what}: cannot listen on {host}:{port} (in use?)") from exc
     await server.start()
@@ -53,17 +68,9 @@ async def start_grpc_server(
 
 def open_channel(
     address: str,
-    tls: ClientTlsConfig | None,
+    credentials: grpc.ChannelCredentials | None,
     options: Sequence[tuple[str, object]] = (),
-    where: str = "grpc",
 ) -> grpc.aio.Channel:
-    """A plaintext channel, or (with `tls`) one that verifies the server against `ca_file`
-    and presents our certificate when one is configured (mutual TLS)."""
-    if tls is None:
+    if credentials is None:
         return grpc.aio.insecure_channel(address, options=list(options))
-    credentials = grpc.ssl_channel_credentials(
-        root_certificates=_read(tls.ca_file, where),
-        private_key=_read(tls.key_file, where),
-        certificate_chain=_read(tls.cert_file, where),
-    )
     return grpc.aio.secure_channel(address, credentials, options=list(options))

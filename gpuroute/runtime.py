@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+import sys
+from collections.abc import Callable, Coroutine
 from typing import Any
+
+from gpuroute.config import ConfigError
 
 
 def configure_logging(level: int = logging.INFO) -> None:
@@ -24,6 +27,37 @@ def run(main: Coroutine[Any, Any, Any], *, fast_loop: bool = True) -> Any:
         else:
             return uvloop.run(main)
     return asyncio.run(main)
+
+
+def run_from_config(
+    name: str,
+    path: str,
+    load: Callable[[str], Any],
+    start: Callable[[Any], Coroutine[Any, Any, Any]],
+    *,
+    fast_loop: bool = True,
+) -> int:
+    """`gpuroute NAME --config PATH`: load the file, build the process from it (secrets and
+    certificates it names are read here), then serve. Every config problem ends the process
+    before the event loop with one line naming the file and the key (exit 2); a port in use
+    with one line too (exit 1), never a traceback."""
+    configure_logging()
+    try:
+        config = load(path)
+    except ConfigError as exc:  # the message names the file already
+        print(f"gpuroute {name}: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        main = start(config)
+    except ConfigError as exc:
+        print(f"gpuroute {name}: error: {path}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        run(main, fast_loop=fast_loop)
+    except OSError as exc:
+        print(f"gpuroute {name}: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 class BackgroundLoop:

@@ -48,6 +48,10 @@ class Servable(Protocol):
 class DrainingServer:
     def __init__(self, app: Servable, name: str) -> None:
         self.servable, self.name = app, name
+        config = app.config
+        # certificates are loaded here, before anything starts: a bad file is a config error
+        self.tls = server_context(config.listen.tls, "listen.tls")
+        self.admin_tls = server_context(config.admin_listen.tls, "admin_listen.tls")
         self.runner: web.AppRunner | None = None
         self.site: GuardedSite | None = None
         self.admin_runner: web.AppRunner | None = None
@@ -80,15 +84,16 @@ class DrainingServer:
             listen.host,
             listen.port,
             cap=ConnectionCap(limits.max_connections_per_ip),
-            ssl_context=None if listen.tls is None else server_context(listen.tls, "listen.tls"),
+            ssl_context=self.tls,
         )
         await self.site.start()
         if not config.admin_on_public_listener:
             admin = config.admin_listen
             self.admin_runner = web.AppRunner(self.admin_app(), access_log=None)
             await self.admin_runner.setup()
-            context = None if admin.tls is None else server_context(admin.tls, "admin_listen.tls")
-            site = web.TCPSite(self.admin_runner, admin.host, admin.port, ssl_context=context)
+            site = web.TCPSite(
+                self.admin_runner, admin.host, admin.port, ssl_context=self.admin_tls
+            )
             await site.start()
         self.servable.listening(self.port, self.admin_port)
 

@@ -17,9 +17,11 @@ class ClientTlsConfig(StrictModel):
     key_file: str | None = None
 
 
-def server_context(tls: TlsConfig, where: str) -> ssl.SSLContext:
-    """A listener's context; with a client CA, a client without a valid certificate fails
-    the handshake (mutual TLS)."""
+def server_context(tls: TlsConfig | None, where: str) -> ssl.SSLContext | None:
+    """A listener's context (None: plaintext); with a client CA, a client without a valid
+    certificate fails the handshake (mutual TLS)."""
+    if tls is None:
+        return None
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     _load_chain(context, tls.cert_file, tls.key_file, where)

@@ -90,8 +90,10 @@ class Forwarder:
         rng: random.Random,
         expose_backend: bool = False,
         engine_key: str | None = None,
+        engine_tls: ssl.SSLContext | None = None,
     ) -> None:
         self.engine_key = engine_key
+        self.engine_tls = engine_tls or True  # True: aiohttp's default verification
         self.scheduler, self.metrics, self.watch = scheduler, metrics, watch
         self.expose_backend = expose_backend  # name the backend to clients (tests, benches)
         self.decisions, self.retry, self.sessions = decisions, retry, sessions
@@ -104,7 +106,7 @@ class Forwarder:
         self.recent_ttft: collections.deque[float] = collections.deque(maxlen=2000)
         self.recent_e2e: collections.deque[float] = collections.deque(maxlen=2000)
 
-    async def start(self, limits: LimitsConfig, tls: ssl.SSLContext | None = None) -> None:
+    async def start(self, limits: LimitsConfig) -> None:
         self.idle_timeout_s = limits.idle_timeout_s
         timeout = aiohttp.ClientTimeout(
             total=None,
@@ -112,7 +114,7 @@ class Forwarder:
             sock_read=limits.first_byte_timeout_s,
         )
         connector = aiohttp.TCPConnector(
-            limit=0, keepalive_timeout=30, ttl_dns_cache=300, ssl=True if tls is None else tls
+            limit=0, keepalive_timeout=30, ttl_dns_cache=300, ssl=self.engine_tls
         )
         self.session = aiohttp.ClientSession(
             connector=connector, auto_decompress=False, timeout=timeout

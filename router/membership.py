@@ -29,7 +29,7 @@ from gpuroute.router.core.scheduler import Scheduler
 from gpuroute.router.metrics import RouterMetrics
 
 from gpuroute.consul_client import ConsulClient, ConsulUnavailable, next_index
-from gpuroute.grpc_server import open_channel
+from gpuroute.grpc_server import channel_credentials, open_channel
 from gpuroute.proto import load_pb2, load_pb2_grpc
 from gpuroute.secrets import read_secret
 
@@ -58,6 +58,9 @@ class Membership:
         router_id: str = "router",
     ) -> None:
         self.config = config
+        self.stream_credentials = channel_credentials(
+            config.load_stream_tls, "membership.load_stream_tls"
+        )
         self.scheduler = scheduler
         self.metrics = metrics
         self.known_gpus = tuple(known_gpus)
@@ -202,8 +205,8 @@ class Membership:
         request = load_pb2.WatchLoadRequest(router_id=self.router_id)
         while True:
             try:
-                tls = self.config.load_stream_tls
-                async with open_channel(address, tls, GRPC_OPTIONS, "load_stream_tls") as channel:
+                credentials = self.stream_credentials
+                async with open_channel(address, credentials, GRPC_OPTIONS) as channel:
                     stub = load_pb2_grpc.AgentLoadStub(channel)
                     async for report in stub.WatchLoad(request):
                         backoff = 0.25

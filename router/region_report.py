@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator, Callable, Sequence
 import grpc
 from gpuroute.router.core.region_summary import RegionSummary
 
-from gpuroute.config import TlsConfig
 from gpuroute.grpc_server import start_grpc_server
 from gpuroute.proto import load_pb2, load_pb2_grpc
 
@@ -72,12 +71,15 @@ def p99(values: Sequence[float]) -> float:
 
 
 async def start_region_server(
-    service: RegionReportService, host: str, port: int, tls: TlsConfig | None = None
+    service: RegionReportService,
+    host: str,
+    port: int,
+    credentials: grpc.ServerCredentials | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     return await start_grpc_server(
         lambda server: load_pb2_grpc.add_RegionLoadServicer_to_server(service, server),
         host,
         port,
         "region report",
-        tls,
+        credentials,
     )

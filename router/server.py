@@ -10,7 +10,6 @@ import contextlib
 import logging
 import random
 import socket
-import sys
 import time
 
 import aiohttp
@@ -46,6 +45,7 @@ from gpuroute.router.watch import BackendWatch
 
 from gpuroute import runtime
 from gpuroute.config import ConfigError
+from gpuroute.grpc_server import server_credentials
 from gpuroute.openai_api import OPENAI_ROUTES, error_response, healthz, models_response, not_found
 from gpuroute.secrets import read_secret
 from gpuroute.serving import DrainingServer
@@ -117,6 +117,10 @@ class RouterApp:
         self.shared_load = self._shared_load()
         self.registration: RouterRegistration | None = None
         self.region_port: int | None = None
+        listen = config.region.report_listen
+        self.report_credentials = server_credentials(
+            None if listen is None else listen.tls, "region.report_listen.tls"
+        )
 
     def _quotas(self) -> Quotas:
         config = self.config
@@ -151,6 +155,7 @@ class RouterApp:
             rng=rng,
             expose_backend=config.expose_backend_header,
             engine_key=read_secret(config, "engine_api_key", "router"),
+            engine_tls=client_context(config.engine_tls, "engine_tls"),
         )
 
     def _membership(self) -> Membership:
@@ -224,9 +229,7 @@ class RouterApp:
         return summarise(self.scheduler.backends, self.config.region.saturation_delay_s, verified)
 
     async def _startup(self, _app: web.Application) -> None:
-        await self.forwarder.start(
-            self.config.limits, client_context(self.config.engine_tls, "engine_tls")
-        )
+        await self.forwarder.start(self.config.limits)
         if (listen := self.config.region.report_listen) is not None:
             service = RegionReportService(
                 self.config.region.name,
@@ -236,7 +239,7 @@ class RouterApp:
                 lambda: (self.forwarder.recent_ttft, self.forwarder.recent_e2e),
             )
             self._region_server, self.region_port = await start_region_server(
-                service, listen.host, listen.port, listen.tls
+                service, listen.host, listen.port, self.report_credentials
             )
         if self.membership is not None:
             await self.membership.start()
@@ -371,12 +374,6 @@ class RouterServer(DrainingServer):
 
 
 def run_router(path: str) -> int:
-    runtime.configure_logging()
-    try:
-        config = load_router_config(path)
-        router = RouterApp(config)
-    except ConfigError as exc:
-        print(f"gpuroute router: error: {exc}", file=sys.stderr)
-        return 2
-    runtime.run(RouterServer(router).serve())
-    return 0
+    return runtime.run_from_config(
+        "router", path, load_router_config, lambda c: RouterServer(RouterApp(c)).serve()
+    )

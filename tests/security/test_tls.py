@@ -103,7 +103,7 @@ async def test_agent_load_stream_answers_only_routers_with_a_certificate(tmp_pat
     )
 
     from gpuroute.config import TlsConfig
-    from gpuroute.grpc_server import open_channel
+    from gpuroute.grpc_server import channel_credentials, open_channel, server_credentials
     from gpuroute.proto import load_pb2, load_pb2_grpc
     from gpuroute.tls import ClientTlsConfig
 
@@ -113,12 +113,15 @@ async def test_agent_load_stream_answers_only_routers_with_a_certificate(tmp_pat
     broadcaster = LoadBroadcaster("engine-a", time.time)
     await broadcaster.publish(LoadSample(running=3, health="passing"))
     tls = TlsConfig(cert_file=str(cert), key_file=str(key), client_ca_file=str(ca.ca_file))
-    server, port = await start_load_server(AgentLoadService(broadcaster, 0.25), "127.0.0.1", 0, tls)
+    service = AgentLoadService(broadcaster, 0.25)
+    credentials = server_credentials(tls, "load_stream.tls")
+    server, port = await start_load_server(service, "127.0.0.1", 0, credentials)
     address = f"127.0.0.1:{port}"
     request = load_pb2.WatchLoadRequest(router_id="t")
 
     async def first_report(client_tls: ClientTlsConfig | None) -> load_pb2.LoadReport:
-        async with open_channel(address, client_tls) as channel:
+        credentials = channel_credentials(client_tls, "membership.load_stream_tls")
+        async with open_channel(address, credentials) as channel:
             stream = load_pb2_grpc.AgentLoadStub(channel).WatchLoad(request, timeout=5)
             async for report in stream:
                 return report
