@@ -10,20 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import ipaddress
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
 from gpuroute.auth import AuthError, bearer
+from gpuroute.config import is_loopback
 from gpuroute.openai_api import error_response, healthz
-
-
-def _loopback(remote: str | None) -> bool:
-    try:
-        return remote is not None and ipaddress.ip_address(remote).is_loopback
-    except ValueError:
-        return False
 
 
 class AgentAdmin:
@@ -51,7 +44,7 @@ class AgentAdmin:
     def refusal(self, request: web.Request) -> web.Response | None:
         """None when the caller may act; else the 401/403 to answer."""
         if self.token is None:
-            if _loopback(request.remote):
+            if request.remote is not None and is_loopback(request.remote):
                 return None
             return error_response(403, "admin actions only from loopback", code="forbidden")
         try:

@@ -13,8 +13,6 @@ import ssl
 import statistics
 import subprocess
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 from gpuroute.bench.targets import BASELINES, BenchError, start_baseline, start_router
@@ -71,23 +69,6 @@ def wrk(url: str, connections: int, duration: float, script: Path) -> dict[str, 
     return parse_wrk(done.stdout)
 
 
-def wait_https(url: str, timeout: float, child: Child) -> None:
-    """wait_http over TLS, trusting the throwaway certificate."""
-    context = ssl.create_default_context()
-    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=1, context=context) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        if child.proc.poll() is not None or time.monotonic() > deadline:
-            raise BenchError(f"gpuroute-tls did not answer {url}")
-        time.sleep(0.05)  # polling a condition with a deadline
-
-
 def run_overhead(duration: float, console: Console, rounds: int = 3, tls: bool = False) -> dict:
     """All proxies start once; wrk visits them in turn, `rounds` times, and the median of
     each measure is kept: the machine's noise then hits every target alike. With `tls`,
@@ -109,7 +90,8 @@ def run_overhead(duration: float, console: Console, rounds: int = 3, tls: bool =
                 workdir, pairs, "least_outstanding_work", cpu=PROXY_CPU
             )
             if tls:
-                cert, key = LocalCA(workdir).issue("gpuroute-tls")
+                ca = LocalCA(workdir)
+                cert, key = ca.issue("gpuroute-tls")
                 listener = f'[listen.tls]\ncert_file = "{cert}"\nkey_file = "{key}"'
                 proxies["gpuroute-tls"] = start_router(
                     workdir, pairs, "least_outstanding_work", extra=listener,
@@ -120,11 +102,10 @@ def run_overhead(duration: float, console: Console, rounds: int = 3, tls: bool =
             urls = {"direct": engine.url} | {name: p.url for name, p in proxies.items()}
             if tls:
                 urls["gpuroute-tls"] = urls["gpuroute-tls"].replace("http://", "https://")
+            trusting = ssl.create_default_context(cafile=str(ca.ca_file)) if tls else None
             for name, child in proxies.items():
-                if name == "gpuroute-tls":
-                    wait_https(urls[name] + "/v1/models", 30, child)
-                else:
-                    wait_http(child.url + "/v1/models", 30, child.proc, name)
+                context = trusting if name == "gpuroute-tls" else None
+                wait_http(urls[name] + "/v1/models", 30, child.proc, name, context)
             for url in urls.values():
                 wrk(url, 4, min(duration, 2.0), script)  # warm connections and caches
             for round_ in range(rounds):

@@ -97,8 +97,12 @@ async def not_found(request: web.Request) -> web.Response:
     if request.path in OPENAI_ROUTES:
         message = f"{request.method} is not allowed on {request.path}; use POST"
         return error_response(405, message, code="method_not_allowed")
-    path = request.path if len(request.path) <= 80 else request.path[:77] + "..."
-    return error_response(404, f"no route {request.method} {path}", code="not_found")
+    return error_response(404, f"no route {request.method} {clip(request.path)}", code="not_found")
+
+
+def clip(text: str, limit: int = 80) -> str:
+    """What a client sent, echoed in an error without echoing a megabyte of it."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 async def healthz(_request: web.Request) -> web.Response:

@@ -122,6 +122,11 @@ class RegionConfig(StrictModel):
     check_secret_forms = secret_forms("decision_key")
     require_global_decision: bool = False
 
+    @property
+    def place(self) -> frozenset[str]:
+        """What residency sets may name to allow this router: its region and jurisdiction."""
+        return frozenset(p for p in (self.name, self.jurisdiction) if p is not None)
+
     @model_validator(mode="after")
     def _decisions_need_a_key_and_a_jurisdiction(self) -> RegionConfig:
         keys = (self.decision_key, self.decision_key_file, self.decision_key_env)

@@ -41,6 +41,7 @@ from gpuroute.relay import (
 
 log = logging.getLogger("gpuroute.router")
 BACKEND_HEADER = "x-gpuroute-backend"
+NO_BACKEND = "no healthy backend can serve this model now"
 
 
 class UpstreamFailed(Exception):
@@ -133,18 +134,11 @@ class Forwarder:
             await self.session.close()
 
     async def attempts(self, exchange: Exchange) -> web.StreamResponse:
+        """Suspects left when no attempt was answered below 500 go unjudged: the request,
+        not they, is the likely cause."""
         info = exchange.info
         attempts, tried = Attempts(self.retry), set[str]()
         remembered = await self._remembered(info)
-        try:
-            return await self._attempt_until_answered(exchange, attempts, tried, remembered)
-        finally:
-            exchange.suspects.clear()  # never answered below 500: the request, not them
-
-    async def _attempt_until_answered(
-        self, exchange: Exchange, attempts: Attempts, tried: set[str], remembered: str | None
-    ) -> web.StreamResponse:
-        info = exchange.info
         last = "no backend is available"
         while True:
             verdict, delay = attempts.next(self.budget, self.rng)
@@ -164,8 +158,7 @@ class Forwarder:
                 if attempts.failed(failure.kind):
                     self.metrics.retries.labels(failure.kind.value).inc()
         if not tried:
-            message = f"no healthy backend can serve model `{info.model}` now"
-            return error_response(503, message, code="no_backend")
+            return error_response(503, NO_BACKEND, code="no_backend")
         # the details are for operators (log, decision log), never for clients
         log.warning("request %s: all attempts failed; last: %s", info.request_id, last)
         return error_response(502, "no backend could answer the request", code="upstream_error")

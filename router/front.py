@@ -13,6 +13,7 @@ from gpuroute.router.admission_gate import AdmissionGate
 from gpuroute.router.config import RouterConfig
 from gpuroute.router.core.backend import BackendSet
 from gpuroute.router.core.request import RequestInfo
+from gpuroute.router.forward import NO_BACKEND
 from gpuroute.router.quotas import KeyPolicy
 from gpuroute.router.request_parse import (
     PRIORITY_HEADER,
@@ -23,7 +24,7 @@ from gpuroute.router.request_parse import (
 from gpuroute.router.residency_gate import ResidencyGate
 from gpuroute.router.tenant_gate import TenantGate
 
-from gpuroute.openai_api import Rejection
+from gpuroute.openai_api import Rejection, clip
 
 
 class Front:
@@ -53,12 +54,10 @@ class Front:
         parsed = self._parse(request, route, raw)
         info = parsed.info
         if not self.backends.serves(info.model):
-            model = info.model if len(info.model) <= 80 else info.model[:77] + "..."
-            message = f"The model `{model}` does not exist."
+            message = f"The model `{clip(info.model)}` does not exist."
             raise Rejection(404, message, param="model", code="model_not_found")
         if not self.backends.routable(info.model):
-            message = "no healthy backend can serve this model now"
-            raise Rejection(503, message, code="no_backend")
+            raise Rejection(503, NO_BACKEND, code="no_backend")
         await self._charge_and_queue(key, info, parsed.deadline_s, request)
         return parsed, raw
 
@@ -91,15 +90,18 @@ class Front:
         over the limit is refused before a byte of it is read."""
         limits = self.config.limits
         if (request.content_length or 0) > limits.max_body_bytes:
-            raise Rejection(413, f"request body exceeds {limits.max_body_bytes} bytes")
+            raise self._too_large()
         try:
             async with asyncio.timeout(limits.body_timeout_s):
                 return await request.read()
         except web.HTTPRequestEntityTooLarge:
-            raise Rejection(413, f"request body exceeds {limits.max_body_bytes} bytes") from None
+            raise self._too_large() from None
         except TimeoutError:
             message = f"request body not received within {limits.body_timeout_s:g} s"
             raise Rejection(408, message, code="body_timeout") from None
+
+    def _too_large(self) -> Rejection:
+        return Rejection(413, f"request body exceeds {self.config.limits.max_body_bytes} bytes")
 
     def _parse(self, request: web.Request, route: str, raw: bytes) -> ParsedRequest:
         admission = self.config.admission

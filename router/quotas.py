@@ -106,8 +106,7 @@ class Quotas:
         on_mode: Callable[[bool], None],
         region: RegionConfig | None = None,
     ) -> Quotas:
-        region = region or RegionConfig()
-        place = frozenset(p for p in (region.name, region.jurisdiction) if p is not None)
+        place = (region or RegionConfig()).place
         keys = {
             k.sha256: KeyPolicy(
                 k.tenant, k.priority, k.requests_per_minute, k.tokens_per_minute,

@@ -137,9 +137,8 @@ class RouterApp:
 
     def _residency_gate(self) -> ResidencyGate:
         region = self.config.region
-        place = frozenset(p for p in (region.name, region.jurisdiction) if p is not None)
         key = read_secret(region, "decision_key", "region")
-        return ResidencyGate(key, region.require_global_decision, place)
+        return ResidencyGate(key, region.require_global_decision, region.place)
 
     def _forwarder(self, rng: random.Random) -> Forwarder:
         config = self.config

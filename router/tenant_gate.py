@@ -21,8 +21,8 @@ class TenantGate:
     def __init__(self, quotas: Quotas, metrics: RouterMetrics, priorities: tuple[str, ...]) -> None:
         self.quotas, self.metrics = quotas, metrics
         self.rank = {name: i for i, name in enumerate(priorities)}  # 0: most important
-        self.in_flight: Counter[str] = Counter()
-        self._holding: set[object] = set()  # request ids counted in in_flight
+        self.in_flight: Counter[str] = Counter()  # only tenants with a cap are counted
+        self._holding: dict[object, str] = {}  # request id -> its tenant, counted above
 
     def identify(self, request: web.Request) -> KeyPolicy:
         """The caller's key policy (the anonymous one for keyless callers, when allowed);
@@ -61,13 +61,14 @@ class TenantGate:
                 code="rate_limit_exceeded",
                 headers=verdict.headers,
             )
-        self.in_flight[key.tenant] += 1
-        self._holding.add(info.request_id)
+        if cap is not None:
+            self.in_flight[key.tenant] += 1
+            self._holding[info.request_id] = key.tenant
 
     def release(self, info: RequestInfo) -> None:
         """The request ended (any way at all): its tenant has one fewer in flight."""
-        if info.request_id in self._holding:
-            self._holding.discard(info.request_id)
-            self.in_flight[info.tenant or ""] -= 1
-            if self.in_flight[info.tenant or ""] <= 0:
-                del self.in_flight[info.tenant or ""]
+        tenant = self._holding.pop(info.request_id, None)
+        if tenant is not None:
+            self.in_flight[tenant] -= 1
+            if not self.in_flight[tenant]:
+                del self.in_flight[tenant]

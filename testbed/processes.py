@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -20,14 +21,21 @@ class StartError(RuntimeError):
     """A stand-in process cannot run (missing binary, a process that would not start)."""
 
 
-def wait_http(url: str, timeout: float, proc: subprocess.Popen, what: str) -> None:
-    """Poll `url` until it answers 200; fail if the process exits or time runs out."""
+def wait_http(
+    url: str,
+    timeout: float,
+    proc: subprocess.Popen,
+    what: str,
+    context: ssl.SSLContext | None = None,
+) -> None:
+    """Poll `url` until it answers 200; fail if the process exits or time runs out.
+    `context`: for an https URL, whom to trust."""
     deadline = time.monotonic() + timeout
     while True:
         if proc.poll() is not None:
             raise StartError(f"{what} exited with status {proc.returncode} while starting")
         try:
-            with urllib.request.urlopen(url, timeout=1) as response:
+            with urllib.request.urlopen(url, timeout=1, context=context) as response:
                 if response.status == 200:
                     return
         except OSError:

@@ -118,7 +118,7 @@ async def test_hanging_up_at_any_stage_leaks_nothing(tmp_path) -> None:
             await s.close()
             await async_wait_for(_active(router, 0), 5, "hang-up mid-stream")
             assert in_flight_gauge(router) == 0
-            assert router.gate.queue.__len__() == 0
+            assert len(router.gate.queue) == 0
             release.set()
 
 

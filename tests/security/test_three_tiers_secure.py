@@ -13,8 +13,8 @@ from gpuroute.global_.config import load_global_config
 from gpuroute.global_.server import REGION_HEADER, GlobalApp, GlobalServer
 from gpuroute.router.config import load_router_config
 from gpuroute.router.server import RouterApp, RouterServer
+from gpuroute.testbed.certs import LocalCA
 from gpuroute.testbed.ports import free_port
-from support.certs import CertAuthority
 from support.live import FakeEngineProcess, async_wait_for
 from support.paths import REPO
 from support_security import chat
@@ -26,30 +26,28 @@ KEY, EU_KEY, DECISION_KEY = "sk-acme", "sk-acme-eu", "tiers-share-this"
 REGIONS = {"us-east": "us", "eu-west": "eu"}
 
 
-def router_toml(ca: CertAuthority, region: str, engine: str, report_port: int) -> str:
-    cert, key = ca.issue(f"router-{region}")
-    tls = f'cert_file = "{cert}"\nkey_file = "{key}"\nclient_ca_file = "{ca.ca_file}"'
+def router_toml(ca: LocalCA, region: str, engine: str, report_port: int) -> str:
+    tls = ca.server_section(f"router-{region}")
     keys = "".join(
         f'[[auth.keys]]\nsha256 = "{key_digest(k)}"\ntenant = "{t}"\n'
         for k, t in ((KEY, "acme"), (EU_KEY, "acme-eu"))
     )
     return (
-        f"tick_s = 0.05\n[listen]\nport = 0\n[listen.tls]\n{tls}\n[admin_listen]\nport = 0\n"
+        f"tick_s = 0.05\n[listen]\nport = 0\n[listen.tls]\n{tls}[admin_listen]\nport = 0\n"
         f'[region]\nname = "{region}"\njurisdiction = "{REGIONS[region]}"\n'
         f'decision_key = "{DECISION_KEY}"\nrequire_global_decision = true\n'
         f"report_period_s = 0.1\n[region.report_listen]\nport = {report_port}\n"
-        f"[region.report_listen.tls]\n{tls}\n{keys}"
+        f"[region.report_listen.tls]\n{tls}{keys}"
         f'[[backends]]\nurl = "{engine}"\ngpu = "H100"\nmodels = ["llama-3.1-8b"]\n'
     )
 
 
-def global_toml(ca: CertAuthority, endpoints: dict[str, tuple[int, int]]) -> str:
-    cert, key = ca.issue("global-tier", client=True)
-    client = f'ca_file = "{ca.ca_file}"\ncert_file = "{cert}"\nkey_file = "{key}"'
+def global_toml(ca: LocalCA, endpoints: dict[str, tuple[int, int]]) -> str:
+    client = ca.client_section("global-tier")
     lines = [
         'regions_file = "regions.toml"\ntick_s = 0.05\n[listen]\nport = 0',
         "[admin_listen]\nport = 0\n[region_health]\nstale_after_s = 1.0\nup_after_s = 0.5",
-        f"[router_tls]\n{client}\n[report_tls]\n{client}",
+        f"[router_tls]\n{client}[report_tls]\n{client}",
         f'[residency]\ndecision_key = "{DECISION_KEY}"\ntenants = {{ acme-eu = ["eu"] }}',
         f'api_keys = {{ "{key_digest(KEY)}" = "acme", "{key_digest(EU_KEY)}" = "acme-eu" }}',
     ]
@@ -62,7 +60,7 @@ def global_toml(ca: CertAuthority, endpoints: dict[str, tuple[int, int]]) -> str
 
 
 async def test_global_to_routers_over_mutual_tls_with_keys_and_signed_residency(tmp_path) -> None:
-    ca = CertAuthority(tmp_path)
+    ca = LocalCA(tmp_path)
     engines = [FakeEngineProcess("H100", time_scale=0.01) for _ in REGIONS]
     routers: dict[str, RouterServer] = {}
     try:

@@ -9,7 +9,7 @@ import ssl
 import aiohttp
 import pytest
 from aiohttp import web
-from support.certs import CertAuthority
+from gpuroute.testbed.certs import LocalCA
 from support.live import router_server
 from support_security import ANSWER, chat, secure_toml
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.asyncio
 JSON = {"Content-Type": "application/json"}
 
 
-async def tls_engine(ca: CertAuthority, tmp_path):
+async def tls_engine(ca: LocalCA, tmp_path):
     """An https engine that requires a client certificate signed by `ca`."""
     cert, key = ca.issue("engine")
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -38,7 +38,7 @@ async def tls_engine(ca: CertAuthority, tmp_path):
 
 
 async def test_mutual_tls_from_client_to_router_to_engine(tmp_path) -> None:
-    ca = CertAuthority(tmp_path)
+    ca = LocalCA(tmp_path)
     runner, engine_url = await tls_engine(ca, tmp_path)
     server_cert, server_key = ca.issue("router")
     router_cert, router_key = ca.issue("router-client", client=True)
@@ -73,7 +73,7 @@ async def test_mutual_tls_from_client_to_router_to_engine(tmp_path) -> None:
 
 
 async def test_a_router_refuses_an_engine_it_cannot_verify(tmp_path) -> None:
-    ca, stranger = CertAuthority(tmp_path), CertAuthority(tmp_path, "another CA")
+    ca, stranger = LocalCA(tmp_path), LocalCA(tmp_path, "another-ca")
     runner, engine_url = await tls_engine(ca, tmp_path)
     cert, key = stranger.issue("router-client", client=True)
     text = secure_toml(
@@ -107,7 +107,7 @@ async def test_agent_load_stream_answers_only_routers_with_a_certificate(tmp_pat
     from gpuroute.proto import load_pb2, load_pb2_grpc
     from gpuroute.tls import ClientTlsConfig
 
-    ca = CertAuthority(tmp_path)
+    ca = LocalCA(tmp_path)
     cert, key = ca.issue("agent")
     router_cert, router_key = ca.issue("router", client=True)
     broadcaster = LoadBroadcaster("engine-a", time.time)

@@ -20,9 +20,9 @@ import aiohttp
 import pytest
 from gpuroute.global_.config import load_global_config
 from gpuroute.global_.server import REGION_HEADER, GlobalApp, GlobalServer
+from gpuroute.testbed.certs import LocalCA
 from gpuroute.testbed.consul_dev import consul_binary
 from gpuroute.testbed.loopback import GLOBAL_ON_LOOPBACK
-from support.certs import CertAuthority
 from support.live import MODEL, async_wait_for, chat_body, get_json, holds
 from support.netns import Host, NetnsLab
 
@@ -68,16 +68,6 @@ def apply_rtt(lab: NetnsLab) -> str:
     )
 
 
-def tls_section(ca: CertAuthority, name: str, ip: str) -> str:
-    cert, key = ca.issue(name, ips=(ip,))
-    return f'cert_file = "{cert}"\nkey_file = "{key}"\nclient_ca_file = "{ca.ca_file}"\n'
-
-
-def client_tls(ca: CertAuthority, name: str) -> str:
-    cert, key = ca.issue(name, client=True)
-    return f'ca_file = "{ca.ca_file}"\ncert_file = "{cert}"\nkey_file = "{key}"\n'
-
-
 def consul_security(lab: NetnsLab, region: str) -> list[str]:
     """Consul's own arguments for security: RPC between the servers over TLS (verified both
     ways, server names checked) with certificates from `consul tls`, and encrypted gossip."""
@@ -107,7 +97,7 @@ def consul_security(lab: NetnsLab, region: str) -> list[str]:
     return ["-hcl", hcl, "-hcl", acl, "-encrypt", (tls / "gossip.key").read_text().strip()]
 
 
-def start_region(lab: NetnsLab, host: Host, ca: CertAuthority) -> None:
+def start_region(lab: NetnsLab, host: Host, ca: LocalCA) -> None:
     """Consul, a fake engine, an agent and a router, with security on: the agent's load
     stream and the router's API and region reports take only mutual-TLS callers, keys are
     required, and the router serves only requests the global tier signed a decision for."""
@@ -131,20 +121,20 @@ def start_region(lab: NetnsLab, host: Host, ca: CertAuthority) -> None:
         '[telemetry]\nsource = "simulated"\nhealth_interval_s = 0.2\n'
         f'[consul]\naddress = "http://127.0.0.1:8500"\nttl_s = 6\ntoken = "{CONSUL_TOKEN}"\n'
         '[load_stream]\nhost = "0.0.0.0"\nport = 7070\n[admin]\nport = 7071\n'
-        f"[load_stream.tls]\n{tls_section(ca, f'agent-{region}', host.ip)}"
+        f"[load_stream.tls]\n{ca.server_section(f'agent-{region}', (host.ip,))}"
     )
     lab.popen(host, [*py, "agent", "--config", str(agent)], f"agent-{region}")
     router = lab.workdir / f"router-{region}.toml"
     router.write_text(
         f'expose_backend_header = true\ntick_s = 0.05\n[listen]\nhost = "{host.ip}"\nport = 8080\n'
-        f"[listen.tls]\n{tls_section(ca, f'router-{region}', host.ip)}"
+        f"[listen.tls]\n{ca.server_section(f'router-{region}', (host.ip,))}"
         f'[membership]\nconsul = "http://127.0.0.1:8500"\nwait_s = 5\ntoken = "{CONSUL_TOKEN}"\n'
-        f"[membership.load_stream_tls]\n{client_tls(ca, f'router-{region}-client')}"
+        f"[membership.load_stream_tls]\n{ca.client_section(f'router-{region}-client')}"
         f'[region]\nname = "{region}"\nadvertise_address = "{host.ip}"\nreport_period_s = 0.2\n'
         f'decision_key = "{DECISION_KEY}"\nrequire_global_decision = true\n'
         f'jurisdiction = "{JURISDICTIONS[region]}"\n'
         f'[region.report_listen]\nhost = "{host.ip}"\nport = 7080\n'
-        f"[region.report_listen.tls]\n{tls_section(ca, f'report-{region}', host.ip)}"
+        f"[region.report_listen.tls]\n{ca.server_section(f'report-{region}', (host.ip,))}"
         f'[auth]\nrequired = true\n[[auth.keys]]\nsha256 = "{key_digest(API_KEY)}"\n'
         'tenant = "acme"\n'
     )
@@ -155,7 +145,7 @@ async def test_region_outage_across_wan_federated_datacenters(lab, repo) -> None
     for region in REGIONS:
         lab.add_host(region)
     rtt = apply_rtt(lab)
-    ca = CertAuthority(lab.workdir)
+    ca = LocalCA(lab.workdir)
     for region in REGIONS:
         start_region(lab, lab.hosts[region], ca)
     us = f"http://{lab.hosts['us-east'].ip}:8500"
@@ -167,8 +157,8 @@ async def test_region_outage_across_wan_federated_datacenters(lab, repo) -> None
         GLOBAL_ON_LOOPBACK + 'regions_file = "regions.toml"\ntick_s = 0.05\n[listen]\nport = 0\n'
         "[region_health]\nstale_after_s = 2.0\nup_after_s = 5.0\n"
         f'[discovery]\nconsul = "{us}"\ninterval_s = 0.5\ntoken = "{CONSUL_TOKEN}"\n'
-        f"[router_tls]\n{client_tls(ca, 'global-tier')}"
-        f"[report_tls]\n{client_tls(ca, 'global-reports')}"
+        f"[router_tls]\n{ca.client_section('global-tier')}"
+        f"[report_tls]\n{ca.client_section('global-reports')}"
         f'[residency]\ndecision_key = "{DECISION_KEY}"\n'
         f'api_keys = {{ "{key_digest(API_KEY)}" = "acme" }}\n'
     )
