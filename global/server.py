@@ -34,6 +34,7 @@ from gpuroute.openai_api import (
     healthz,
     models_response,
     not_found,
+    read_body,
 )
 from gpuroute.regions import FleetConfig
 from gpuroute.relay import (
@@ -220,11 +221,9 @@ class GlobalApp:
 
     async def _read(self, request: web.Request) -> tuple[bytes, str]:
         """The raw body and the model it names."""
+        body = await read_body(request, self.config.limits)
         try:
-            body = await request.read()
             parsed = orjson.loads(body)
-        except web.HTTPRequestEntityTooLarge:
-            raise Rejection(413, "request body too large") from None
         except orjson.JSONDecodeError:
             raise Rejection(400, "body is not valid JSON") from None
         if not isinstance(parsed, dict) or not isinstance(parsed.get("model"), str):
@@ -339,9 +338,7 @@ class GlobalApp:
                 request,
                 response,
                 upstream,
-                broken_message=lambda exc: (
-                    f"region {region} failed mid-stream: {type(exc).__name__}"
-                ),
+                broken_message=lambda exc: f"region {region} failed mid-stream",
             )
         finally:
             upstream.release()

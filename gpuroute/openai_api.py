@@ -5,11 +5,14 @@ Errors follow OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`,
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
 
 from aiohttp import web
+
+from gpuroute.config import LimitsConfig
 
 ERROR_TYPES = {
     400: "invalid_request_error",
@@ -79,6 +82,23 @@ class Rejection(Exception):
         return error_response(
             self.status, self.message, param=self.param, code=self.code, headers=self.headers
         )
+
+
+async def read_body(request: web.Request, limits: LimitsConfig) -> bytes:
+    """The whole request body, as both tiers read it: a declared length over
+    `max_body_bytes` is refused before a byte is read (413), and the body must arrive within
+    `body_timeout_s` (408), so a client trickling it cannot hold a connection."""
+    too_large = f"request body exceeds {limits.max_body_bytes} bytes"
+    if (request.content_length or 0) > limits.max_body_bytes:
+        raise Rejection(413, too_large)
+    try:
+        async with asyncio.timeout(limits.body_timeout_s):
+            return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise Rejection(413, too_large) from None
+    except TimeoutError:
+        message = f"request body not received within {limits.body_timeout_s:g} s"
+        raise Rejection(408, message, code="body_timeout") from None
 
 
 def models_response(names) -> web.Response:

@@ -5,7 +5,6 @@ nothing here has touched a backend."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 
 from aiohttp import web
@@ -24,7 +23,7 @@ from gpuroute.router.request_parse import (
 from gpuroute.router.residency_gate import ResidencyGate
 from gpuroute.router.tenant_gate import TenantGate
 
-from gpuroute.openai_api import Rejection, clip
+from gpuroute.openai_api import Rejection, clip, read_body
 
 
 class Front:
@@ -50,7 +49,7 @@ class Front:
         `release(info)` must follow however the request ends."""
         self.residency.check(request)
         key = self.tenants.identify(request)
-        raw = await self._read(request)
+        raw = await read_body(request, self.config.limits)
         parsed = self._parse(request, route, raw)
         info = parsed.info
         if not self.backends.serves(info.model):
@@ -66,7 +65,7 @@ class Front:
         tokens estimated from the body's size, since its shape is not ours to parse)."""
         self.residency.check(request)
         key = self.tenants.identify(request)
-        raw = await self._read(request)
+        raw = await read_body(request, self.config.limits)
         priority = self.config.admission.default_priority
         info = RequestInfo(next(self._ids), "", max(1, len(raw) // 4), priority=priority)
         await self._charge_and_queue(key, info, None, request)
@@ -84,24 +83,6 @@ class Front:
 
     def release(self, info: RequestInfo) -> None:
         self.tenants.release(info)
-
-    async def _read(self, request: web.Request) -> bytes:
-        """The whole body within `limits.body_timeout_s` (408 after); a declared length
-        over the limit is refused before a byte of it is read."""
-        limits = self.config.limits
-        if (request.content_length or 0) > limits.max_body_bytes:
-            raise self._too_large()
-        try:
-            async with asyncio.timeout(limits.body_timeout_s):
-                return await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise self._too_large() from None
-        except TimeoutError:
-            message = f"request body not received within {limits.body_timeout_s:g} s"
-            raise Rejection(408, message, code="body_timeout") from None
-
-    def _too_large(self) -> Rejection:
-        return Rejection(413, f"request body exceeds {self.config.limits.max_body_bytes} bytes")
 
     def _parse(self, request: web.Request, route: str, raw: bytes) -> ParsedRequest:
         admission = self.config.admission

@@ -95,3 +95,32 @@ async def test_a_trickled_body_gets_408(tmp_path) -> None:
             )
             answer = await asyncio.to_thread(raw_exchange, server.port, head, 5.0)
             assert status_of(answer) == 408 and b"body_timeout" in answer
+
+
+async def test_the_global_tier_reads_bodies_the_same_way(tmp_path) -> None:
+    """The internet-facing tier refuses a huge declared body before reading it and a
+    trickled one with 408, through the same read_body as the routers."""
+    from gpuroute.global_.config import load_global_config
+    from gpuroute.global_.server import GlobalApp, GlobalServer
+    from support.paths import REPO
+
+    (tmp_path / "regions.toml").write_text((REPO / "regions.example.toml").read_text())
+    (tmp_path / "global.toml").write_text(
+        'regions_file = "regions.toml"\n[listen]\nport = 0\n[admin_listen]\nport = 0\n'
+        "[limits]\nbody_timeout_s = 0.5\n"
+        '[[endpoints]]\nregion = "eu-west"\nurl = "http://127.0.0.1:1"\nreport = "127.0.0.1:2"\n'
+    )
+    server = GlobalServer(GlobalApp(*load_global_config(tmp_path / "global.toml")))
+    await server.start()
+    try:
+        head = (
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        )
+        huge = head + b"Content-Length: 1000000000\r\n\r\n{"
+        answer = await asyncio.to_thread(raw_exchange, server.port, huge, 5.0)
+        assert status_of(answer) == 413 and b'"error"' in answer
+        trickled = head + b'Content-Length: 100\r\n\r\n{"mod'
+        answer = await asyncio.to_thread(raw_exchange, server.port, trickled, 5.0)
+        assert status_of(answer) == 408 and b"body_timeout" in answer
+    finally:
+        await server.drain(timeout=1.0)
