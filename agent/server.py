@@ -223,7 +223,11 @@ class Agent:
     def drain(self, exit_after: bool = True) -> asyncio.Task:
         """Start draining once; later calls return the same task. `exit_after` (SIGTERM):
         deregister and let the process end; else stay in maintenance until undrain."""
-        if self._drain_task is None:
+        finished_admin_drain = (
+            self._drain_task is not None and self._drain_task.done() and not self._exit_after_drain
+        )
+        if self._drain_task is None or (exit_after and finished_admin_drain):
+            # SIGTERM after an operator's drain has finished: drain again, this time to exit
             self._drain_task = asyncio.create_task(self._drain(exit_after))
         elif exit_after:
             self._exit_after_drain = True

@@ -3,8 +3,8 @@ client address, and TLS when a certificate is configured.
 
 The header-read deadline is aiohttp's own keep-alive timer (`keepalive_timeout`): it closes
 a connection that has not delivered a complete request head that long after opening or
-after its last response, however slowly bytes trickle in. The body-read deadline is the
-front's (`limits.body_timeout_s`)."""
+after its last response, however slowly bytes trickle in. The body-read deadline is
+`openai_api.read_body`'s (`limits.body_timeout_s`)."""
 
 from __future__ import annotations
 
@@ -25,11 +25,9 @@ class ConnectionCap:
     def __init__(self, per_ip: int) -> None:
         self.per_ip = per_ip
         self.open: Counter[str] = Counter()
-        self.refused = 0
 
     def acquire(self, address: str) -> bool:
         if self.open[address] >= self.per_ip:
-            self.refused += 1
             return False
         self.open[address] += 1
         return True

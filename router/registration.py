@@ -12,6 +12,7 @@ import socket
 
 from gpuroute.router.config import RouterConfig
 
+from gpuroute.config import ListenConfig
 from gpuroute.consul_client import ConsulClient, ConsulUnavailable, check_meta
 from gpuroute.runtime import BackgroundLoop
 
@@ -24,10 +25,14 @@ def readyz_url(config: RouterConfig, port: int, admin_port: int | None) -> str:
     host) when there is one, so a public listener with mutual TLS needs no client
     certificate for the check; else the public port."""
     if admin_port is None:
-        scheme = "https" if config.listen.tls is not None else "http"
-        return f"{scheme}://{_local(config.listen.host)}:{port}/readyz"
-    scheme = "https" if config.admin_listen.tls is not None else "http"
-    return f"{scheme}://{_local(config.admin_listen.host)}:{admin_port}/readyz"
+        listen, bound = config.listen, port
+    else:
+        listen, bound = config.admin_listen, admin_port
+    return f"{_scheme(listen)}://{_local(listen.host)}:{bound}/readyz"
+
+
+def _scheme(listen: ListenConfig) -> str:
+    return "https" if listen.tls is not None else "http"
 
 
 def _local(host: str) -> str:
@@ -48,7 +53,7 @@ def router_service(
             {
                 "region": config.region.name,
                 "report_port": str(report_port),
-                "scheme": "https" if config.listen.tls is not None else "http",
+                "scheme": _scheme(config.listen),
             }
         ),
         "Check": {

@@ -60,6 +60,24 @@ async def test_drain_needs_the_token_and_undrain_brings_the_host_back(tmp_path) 
         engine.stop()
 
 
+async def test_sigterm_after_an_operators_drain_still_ends_the_agent(tmp_path) -> None:
+    """An operator's drain leaves the agent running; a SIGTERM afterwards must still drain
+    to the end and let the process exit (it used to find the finished drain and do nothing)."""
+    import asyncio
+
+    engine = FakeEngineProcess("H100")
+    agent = Agent(agent_config(tmp_path, engine, ""))
+    await agent.start()
+    try:
+        result = await asyncio.wait_for(agent.drain(exit_after=False), 10)
+        assert result["drained"] is True and not agent.done.is_set()
+        agent.drain()  # what SIGTERM calls
+        await asyncio.wait_for(agent.done.wait(), 10)
+    finally:
+        await agent.stop()
+        engine.stop()
+
+
 async def test_an_admin_listener_off_loopback_needs_a_token() -> None:
     with pytest.raises(ValueError, match="is not loopback: set admin_token"):
         AgentConfig.model_validate(
