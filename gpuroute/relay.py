@@ -125,25 +125,80 @@ async def relay_body(
     if on_first_write is not None:
         on_first_write()
     tally.add(first)
-    while True:
-        try:
-            async with asyncio.timeout(idle_timeout_s):  # silence between chunks
-                chunk = await upstream.content.readany()
-        except UPSTREAM_ERRORS as exc:
-            await end_truncated(request, response, streamed, broken_message(exc))
-            return Relayed(RelayEnd.UPSTREAM_BROKE, tally, streamed, exc)
-        if not chunk:
-            break
-        tally.add(chunk)
-        try:
-            await response.write(chunk)
-        except ConnectionError:
-            return _client_gone(response, tally, streamed)
+    watch = None if idle_timeout_s is None else IdleWatch(upstream.content, idle_timeout_s)
+    try:
+        ended = await _relay_chunks(
+            request, response, upstream, tally, streamed, broken_message, watch
+        )
+    finally:
+        if watch is not None:
+            watch.stop()
+    if ended is not None:
+        return ended
     try:
         await response.write_eof()
     except ConnectionError:
         return _client_gone(response, tally, streamed)
     return Relayed(RelayEnd.COMPLETE, tally, streamed)
+
+
+async def _relay_chunks(
+    request: web.Request,
+    response: web.StreamResponse,
+    upstream: aiohttp.ClientResponse,
+    tally: ResponseTally,
+    streamed: bool,
+    broken_message: Callable[[BaseException], str],
+    watch: IdleWatch | None,
+) -> Relayed | None:
+    """Chunks until the body ends (None), breaks, or the client leaves (how it ended)."""
+    while True:
+        if watch is not None:
+            watch.waiting()
+        try:
+            chunk = await upstream.content.readany()
+        except UPSTREAM_ERRORS as exc:
+            await end_truncated(request, response, streamed, broken_message(exc))
+            return Relayed(RelayEnd.UPSTREAM_BROKE, tally, streamed, exc)
+        if not chunk:
+            return None
+        if watch is not None:
+            watch.writing()
+        tally.add(chunk)
+        try:
+            await response.write(chunk)
+        except ConnectionError:
+            return _client_gone(response, tally, streamed)
+
+
+class IdleWatch:
+    """The idle timeout between two chunks of a body, as one timer per body rather than
+    one per chunk (`asyncio.timeout` around each read schedules and cancels a timer for
+    every chunk of every stream). Only time spent
+    waiting for the upstream counts; a slow client's backpressure does not. When it runs
+    out the read fails with TimeoutError, and the relay ends the body as broken."""
+
+    def __init__(self, content: aiohttp.StreamReader, idle_s: float) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.content, self.idle_s = content, idle_s
+        self.since, self.reading = self.loop.time(), True
+        self.handle = self.loop.call_at(self.since + idle_s, self._check)
+
+    def waiting(self) -> None:
+        self.since, self.reading = self.loop.time(), True
+
+    def writing(self) -> None:
+        self.reading = False
+
+    def stop(self) -> None:
+        self.handle.cancel()
+
+    def _check(self) -> None:
+        now, due = self.loop.time(), self.since + self.idle_s
+        if self.reading and now >= due:
+            self.content.set_exception(TimeoutError(f"no bytes for {self.idle_s:g} s"))
+            return
+        self.handle = self.loop.call_at(due if self.reading else now + self.idle_s, self._check)
 
 
 def _client_gone(response: web.StreamResponse, tally: ResponseTally, streamed: bool) -> Relayed:
