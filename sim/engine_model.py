@@ -77,8 +77,16 @@ class EngineRequest:
 class EngineModel:
     """One engine's queue, KV cache, prefix cache and batch, advanced by events."""
 
-    def __init__(self, params: EngineParams, *, prefix_caching: bool = True) -> None:
+    def __init__(
+        self,
+        params: EngineParams,
+        *,
+        prefix_caching: bool = True,
+        report_first_tokens: bool = False,
+    ) -> None:
         self.params = params
+        # requests whose first token came in the last on_event (drained by the caller)
+        self.first_tokens: list[EngineRequest] | None = [] if report_first_tokens else None
         self.chunked = params.chunked_prefill
         self.kv_capacity = params.kv_capacity_tokens
         self.prefix_cache = PrefixCache(self.kv_capacity // BLOCK_TOKENS if prefix_caching else 0)
@@ -166,6 +174,8 @@ class EngineModel:
         ):
             self.prefilling = None
             req.first_token_at = now
+            if self.first_tokens is not None:
+                self.first_tokens.append(req)
             if req.output_tokens <= 1:
                 self._release(req, now, finished)
             else:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -24,10 +24,11 @@ class RunOutcomes:
     finish: list[float]
     served_by: list[int]  # engine index of each completed request (-1 otherwise)
     retries: int = 0
+    slo_class: list[int] = field(default_factory=list)  # index into the scenario's classes
 
     @classmethod
     def pending(cls, n: int) -> RunOutcomes:
-        return cls([PENDING] * n, [float("nan")] * n, [float("nan")] * n, [-1] * n)
+        return cls([PENDING] * n, [float("nan")] * n, [float("nan")] * n, [-1] * n, 0, [0] * n)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +62,8 @@ class PolicyReport:
     # per GPU type: its share of completed requests, E2E p99 and median time per output
     # token, to see which type sets the tail
     by_gpu_type: dict[str, dict[str, float]]
+    # per SLO class: its share of requests and the share of them that met the class
+    by_slo_class: dict[str, dict[str, float]]
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -91,7 +94,9 @@ def summarise(
     start = float(arrivals[0]) if len(arrivals) else 0.0
     end = float(finish.max()) if len(finish) else start
     duration = max(end - start, 1e-9)
-    good = (ttft <= scenario.slo.ttft_s) & (tpot <= scenario.slo.tpot_s)
+    classes = scenario.slo.slo_classes()
+    class_of = np.asarray(run.slo_class, dtype=np.int64)
+    good = met_slo(classes, class_of[ok], ttft, tpot, e2e)
     util = np.asarray(work) / duration
     busy = np.asarray([e.busy_s for e in engines]) / duration
     lookups = sum(e.prefix_cache.lookups for e in engines)
@@ -126,7 +131,31 @@ def summarise(
         sim_duration_s=_r(duration, 2),
         sim_wall_s=_r(wall_s, 2),
         by_gpu_type=by_gpu_type(np.asarray(run.served_by)[ok], engines, e2e, tpot),
+        by_slo_class=by_slo_class(classes, class_of, ok, good),
     )
+
+
+def met_slo(classes, class_of: np.ndarray, ttft: np.ndarray, tpot: np.ndarray, e2e: np.ndarray):
+    """Per served request: whether it met its own class's TTFT, TPOT and deadline."""
+    ttft_cap = np.asarray([c.ttft_s for c in classes])[class_of]
+    tpot_cap = np.asarray([c.tpot_s for c in classes])[class_of]
+    e2e_cap = np.asarray([c.e2e_s or np.inf for c in classes])[class_of]
+    return (ttft <= ttft_cap) & (tpot <= tpot_cap) & (e2e <= e2e_cap)
+
+
+def by_slo_class(classes, class_of: np.ndarray, ok: np.ndarray, good: np.ndarray):
+    served_class = class_of[ok]
+    out = {}
+    for k, slo in enumerate(classes):
+        mine = class_of == k
+        count = int(mine.sum())
+        met = int(good[served_class == k].sum())
+        out[slo.name] = {
+            "request_share": _r(count / max(len(class_of), 1)),
+            "attainment": _r(met / count) if count else float("nan"),
+            "refused": int((mine & ~ok).sum()),
+        }
+    return out
 
 
 def by_gpu_type(
@@ -151,13 +180,12 @@ TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("failed", "fail", "{:,}"),
     ("ttft_p50_s", "TTFT p50", "{:.3f}"),
     ("ttft_p99_s", "TTFT p99", "{:.3f}"),
-    ("e2e_p50_s", "E2E p50", "{:.2f}"),
     ("e2e_p99_s", "E2E p99", "{:.2f}"),
     ("throughput_rps", "req/s", "{:.1f}"),
     ("output_tokens_per_s", "tok/s", "{:,.0f}"),
     ("goodput_rps", "goodput", "{:.1f}"),
+    ("slo_attainment", "SLO met", "{:.3f}"),
     ("gpu_util_mean", "util", "{:.2f}"),
-    ("gpu_util_cv", "util CV", "{:.3f}"),
     ("prefix_hit_rate", "prefix hit", "{:.2f}"),
     ("sim_wall_s", "wall s", "{:.1f}"),
 )

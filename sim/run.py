@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from gpuroute.global_.core.policy import MODES
-from gpuroute.router.core.policies import POLICIES
+from gpuroute.router.core.policies import DEFAULT_ALIAS, POLICIES
 from gpuroute.sim.report import TABLE_COLUMNS, PolicyReport
 from gpuroute.sim.scenario import LoadedScenario, builtin_scenario, load_scenario
 from gpuroute.sim.simulator import FleetSimulator
@@ -29,6 +29,77 @@ def resolve_scenario(scenario: str | None) -> LoadedScenario:
     return builtin_scenario(scenario)
 
 
+def check_policies(names: list[str]) -> None:
+    try:
+        for name in names:
+            if name != DEFAULT_ALIAS:
+                known_name(name, POLICIES, "policy")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+CAPACITY_COLUMNS = (
+    ("policy", "policy", "{}"),
+    ("slo_capacity_utilization", "SLO capacity (load)", "{:.3f}"),
+    ("slo_capacity_rps", "req/s", "{:.2f}"),
+    ("goodput_at_capacity_rps", "goodput there", "{:.2f}"),
+    ("goodput_at_1_2x_rps", "goodput 1.2x", "{:.2f}"),
+    ("goodput_at_1_5x_rps", "goodput 1.5x", "{:.2f}"),
+)
+
+
+def run_capacity(
+    scenario_path: str | None,
+    policies: list[str] | None,
+    attainment: float,
+    json_out: str | None,
+    plot_out: str | None,
+    *,
+    quiet: bool,
+) -> int:
+    from gpuroute.sim.capacity import CapacitySearch, plot_capacity
+
+    loaded = resolve_scenario(scenario_path)
+    if loaded.scenario.global_ is not None:
+        raise ConfigError(f"{loaded.source}: capacity sizes one region; drop [global]")
+    if not 0 < attainment <= 1:
+        raise ConfigError("--attainment must be in (0, 1]")
+    names = policies or loaded.scenario.router.policies
+    check_policies(names)
+    results = []
+    for name in names:
+        try:
+            results.append(CapacitySearch(loaded, name, attainment).result())
+        except TraceError as exc:
+            raise ConfigError(f"{loaded.source}: workload.trace: {exc}") from None
+    scenario = loaded.scenario
+    if not quiet:
+        print_table(
+            f"{scenario.name}: SLO capacity at {attainment:.0%} attainment "
+            f"(nominal {results[0].nominal_capacity_rps:.1f} req/s)",
+            CAPACITY_COLUMNS,
+            [r.to_dict() for r in results],
+        )
+    if json_out:
+        write_json([r.to_dict() for r in results], json_out)
+    if plot_out:
+        try:
+            plot_capacity(scenario.name, results, attainment, plot_out)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    return 0
+
+
+def print_table(title: str, columns, rows: list[dict]) -> None:
+    """A left-titled table of `rows` (dicts) by (key, header, format) columns, on stdout."""
+    table = Table(title=title, title_justify="left")
+    for _, header, _ in columns:
+        table.add_column(header, justify="left" if header == "policy" else "right")
+    for row in rows:
+        table.add_row(*(fmt.format(row[key]) for key, _, fmt in columns))
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
+
+
 def render_table(title: str, reports: list[PolicyReport]) -> Table:
     table = Table(title=title, title_justify="left")
     for _, header, _ in TABLE_COLUMNS:
@@ -47,11 +118,7 @@ def run_sim(
     if loaded.scenario.global_ is not None:
         return run_global_sim(loaded, policies, json_out, quiet=quiet)
     names = policies or loaded.scenario.router.policies
-    try:
-        for name in names:
-            known_name(name, POLICIES, "policy")
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    check_policies(names)
     try:
         simulator = FleetSimulator(loaded)
     except TraceError as exc:
@@ -125,16 +192,12 @@ def run_global_sim(loaded, policies: list[str] | None, json_out: str | None, *, 
         )
     report = run_global_scenario(loaded, policies)
     if not quiet:
-        table = Table(
-            title=f"{scenario.name}: {report['rate_rps']} req/s steady "
+        print_table(
+            f"{scenario.name}: {report['rate_rps']} req/s steady "
             f"({report['gpus']} GPUs, capacity {report['capacity_rps']} req/s)",
-            title_justify="left",
+            GLOBAL_COLUMNS,
+            report["rows"],
         )
-        for _, header, _ in GLOBAL_COLUMNS:
-            table.add_column(header, justify="left" if header == "policy" else "right")
-        for row in report["rows"]:
-            table.add_row(*(fmt.format(row[key]) for key, _, fmt in GLOBAL_COLUMNS))
-        Console(width=None if sys.stdout.isatty() else 160).print(table)
     if json_out:
         write_json(report, json_out)
     return 0

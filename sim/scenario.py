@@ -6,7 +6,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Literal
 
-from gpuroute.router.core.policies import POLICIES
+from gpuroute.router.core.policies import DEFAULT_ALIAS, POLICIES
+from gpuroute.router.core.slo import SloClass
 from gpuroute.sim.global_scenario import GlobalSection
 from gpuroute.sim.traces import TRACE_FORMATS
 from gpuroute.sim.workloads import PROFILES
@@ -25,7 +26,7 @@ class WorkloadSection(StrictModel):
     profile: Annotated[str, AfterValidator(lambda v: known_name(v, PROFILES, "profile"))] | None = (
         None
     )
-    target_utilization: float | None = Field(default=None, gt=0, le=1.5)
+    target_utilization: float | None = Field(default=None, gt=0, le=3.0)
     rate_scale: float | None = Field(default=None, gt=0)
     rate_rps: float | None = Field(default=None, gt=0)
     max_requests: int | None = Field(default=None, ge=1, le=50_000_000)
@@ -64,9 +65,39 @@ class GpuGroup(StrictModel):
     region: str | None = None
 
 
+class SloClassSpec(StrictModel):
+    name: str = Field(min_length=1, max_length=64)
+    ttft_s: float = Field(gt=0)
+    tpot_s: float = Field(gt=0)
+    e2e_s: float | None = Field(default=None, gt=0)
+    share: float = Field(gt=0, le=1, description="fraction of requests in this class")
+
+
 class SloSection(StrictModel):
+    """One SLO for every request (`ttft_s`, `tpot_s`), or `[[slo.classes]]` with shares of
+    traffic, most important first (they replace the single one)."""
+
     ttft_s: float = Field(default=2.0, gt=0)
     tpot_s: float = Field(default=0.1, gt=0)
+    classes: list[SloClassSpec] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def shares_add_up(self) -> SloSection:
+        if self.classes:
+            total = sum(c.share for c in self.classes)
+            if abs(total - 1.0) > 1e-6:
+                raise ValueError(f"slo.classes shares must add up to 1, got {total:g}")
+            if len({c.name for c in self.classes}) != len(self.classes):
+                raise ValueError("slo.classes names must be distinct")
+        return self
+
+    def slo_classes(self) -> list[SloClass]:
+        if not self.classes:
+            return [SloClass("standard", self.ttft_s, self.tpot_s)]
+        return [SloClass(c.name, c.ttft_s, c.tpot_s, c.e2e_s) for c in self.classes]
+
+    def shares(self) -> list[float]:
+        return [c.share for c in self.classes] if self.classes else [1.0]
 
 
 class RouterSection(StrictModel):
@@ -79,12 +110,19 @@ class RouterSection(StrictModel):
     # an upper bound, not a router setting: the cost model is told each request's true
     # output length, as if every client sent an exact max_tokens
     oracle_output_lengths: bool = False
+    # predicting policies hold or refuse a request predicted to miss its SLO everywhere
+    slo_admission: bool = True
+    gpu_prices: dict[str, float] = Field(default_factory=dict)
+    cost_weight: float = Field(default=0.1, ge=0)
+    slo_margin: float = Field(default=0.9, gt=0, le=1)
+    balance: str = "connections"
 
     @field_validator("policies")
     @classmethod
     def known_policies(cls, value: list[str]) -> list[str]:
         for name in value:
-            known_name(name, POLICIES, "policy")
+            if name != DEFAULT_ALIAS:
+                known_name(name, POLICIES, "policy")
         if not value:
             raise ValueError("at least one policy")
         return value

@@ -13,9 +13,11 @@ import time
 from collections.abc import Callable
 
 from gpuroute.router.core import Backend, BackendSet, CostEstimator, RequestInfo, Scheduler
+from gpuroute.router.core.latency import LatencyModel, LatencyPrior
 from gpuroute.router.core.policies import PolicyOptions, build_policy
 from gpuroute.router.core.retry import Attempts, FailureKind, RetryBudget, RetrySettings, Verdict
 from gpuroute.router.core.scheduler import Outcome
+from gpuroute.router.core.slo_admission import HoldQueue
 from gpuroute.sim.engine_model import EngineModel, EngineRequest
 from gpuroute.sim.events import EventHeap, run_events
 from gpuroute.sim.fleet import (
@@ -67,7 +69,23 @@ def prepare_workload(loaded: LoadedScenario) -> tuple[Workload, dict[str, GpuTyp
 
 def build_policy_for(name: str, loaded: LoadedScenario):
     router = loaded.scenario.router
-    return build_policy(name, PolicyOptions(router.full_scan_max, router.choices))
+    options = PolicyOptions(
+        router.full_scan_max,
+        router.choices,
+        gpu_prices=router.gpu_prices or None,
+        cost_weight=router.cost_weight,
+        slo_margin=router.slo_margin,
+        balance=router.balance,
+    )
+    return build_policy(name, options)
+
+
+def assign_classes(n: int, shares: list[float], seed: int) -> list[int]:
+    """Each request's SLO class index, drawn by the classes' shares (deterministic)."""
+    if len(shares) == 1:
+        return [0] * n
+    rng = random.Random(seed ^ 0x5105)
+    return rng.choices(range(len(shares)), weights=shares, k=n)
 
 
 class FleetSimulator:
@@ -103,7 +121,11 @@ class RegionalRun:
         self.model = scenario.workload.model
         fastest = max(p.capacity_rps for p in profiles.values())
         self.engines = [
-            EngineModel(profiles[t].params, prefix_caching=scenario.prefix_caching)
+            EngineModel(
+                profiles[t].params,
+                prefix_caching=scenario.prefix_caching,
+                report_first_tokens=True,
+            )
             for t in gpu_types
         ]
         self.backends = [
@@ -116,13 +138,19 @@ class RegionalRun:
             {t: p.prior for t, p in profiles.items()}, exact_max_tokens=self.oracle
         )
         policy = build_policy_for(policy_name, sim.loaded)
-        self.scheduler = Scheduler(BackendSet(self.backends), policy, estimator)
+        latency = LatencyModel({t: LatencyPrior.from_engine(p.params) for t, p in profiles.items()})
+        self.scheduler = Scheduler(BackendSet(self.backends), policy, estimator, latency=latency)
+        self.hold_misses = scenario.router.slo_admission and hasattr(policy, "choose")
+        self.held = HoldQueue(max_held=max(64, 16 * len(self.backends)))
+        self.classes = scenario.slo.slo_classes()
         self.rng = random.Random(scenario.seed)
         self.retry = RetrySettings()  # the live router's defaults
         self.budget = RetryBudget(self.retry)
         workload = sim.workload
         self.n = len(workload)
         self.outcomes = RunOutcomes.pending(self.n)
+        self.outcomes.slo_class = assign_classes(self.n, scenario.slo.shares(), scenario.seed)
+        self.dispatched_at: dict[int, float] = {}
         self.arrivals = workload.arrivals.tolist()
         self.prompts = workload.prompts.tolist()
         self.outputs = workload.outputs.tolist()
@@ -156,6 +184,8 @@ class RegionalRun:
             self.outputs[i] if self.oracle else None,
             session_id=self.sessions[i],
             prefix_blocks=self.blocks[i],
+            slo=self.classes[self.outcomes.slo_class[i]],
+            arrived_at=now,
         )
         self.infos[i] = info
         self.attempts[i] = Attempts(self.retry)
@@ -166,11 +196,21 @@ class RegionalRun:
 
     def on_event(self, now: float, kind: int, payload: int, arrivals_left: bool) -> None:
         if kind >= 0:
-            for req in self.engines[kind].on_event(now):
+            engine = self.engines[kind]
+            finished = engine.on_event(now)
+            for req in engine.first_tokens or ():
+                dispatched = self.dispatched_at.get(req.rid, now)
+                self.scheduler.first_token(req.rid, now, now - dispatched)
+            engine.first_tokens.clear()
+            for req in finished:
                 self.complete(req, kind, now)
             self.reschedule(kind)
+            if len(self.held):
+                self.retry_held(now)
         elif kind == TICK:
             self.scheduler.tick(now)
+            for refusal in self.held.expire(now):
+                self.end(refusal.item, REJECTED)
             if arrivals_left or len(self.scheduler.ledger):
                 self.heap.push(now + self.scenario.router.health_tick_s, TICK)
         elif kind == FAULT:
@@ -185,27 +225,66 @@ class RegionalRun:
     def dispatch(self, info: RequestInfo, now: float) -> None:
         rid = info.request_id
         while True:
-            decision = self.scheduler.route(info, now, self.rng, self.tried.get(rid, ()))
+            decision = self.scheduler.route(
+                info, now, self.rng, self.tried.get(rid, ()), hold_misses=self.hold_misses
+            )
             if decision is None:
                 self.end(rid, FAILED if rid in self.tried else REJECTED)
                 return
-            e = self.index_of[decision.backend.backend_id]
-            prompt, output = self.prompts[rid], self.outputs[rid]
-            req = EngineRequest(rid, prompt, output, self.arrivals[rid], self.blocks[rid])
-            if not self.engines[e].fits(req):
-                self.scheduler.release(rid)
-                self.end(rid, REJECTED)
+            if not decision.booked:
+                self.hold(info, now)
                 return
-            self.attempts[rid].start(self.budget)
-            if self.engines[e].submit(req, now):
-                self.reschedule(e)
+            if self.send(info, decision, now):
                 return
-            # Engine down: connection refused before any byte; retry elsewhere if allowed.
-            self.attempts[rid].end(self.budget)
-            self.scheduler.finish(rid, self.model, Outcome(False, fatal=True), now)
-            self.tried.setdefault(rid, set()).add(decision.backend.backend_id)
-            if not self.may_retry(rid, FailureKind.REFUSED, now):
+
+    def hold(self, info: RequestInfo, now: float) -> None:
+        """No backend is predicted to meet its SLO: wait for room while its TTFT lasts."""
+        slo = info.slo
+        assert slo is not None and info.arrived_at is not None
+        rank = self.outcomes.slo_class[info.request_id]
+        for refusal in self.held.hold(
+            info.request_id, rank, slo.name, info.arrived_at + slo.ttft_s, now
+        ):
+            self.end(refusal.item, REJECTED)
+
+    def retry_held(self, now: float, tries: int = 8) -> None:
+        """Room may have freed up: offer it to held requests, most important first."""
+        for rid in self.held.waiting():
+            info = self.infos.get(rid)
+            if info is None:
+                self.held.remove(rid)
+                continue
+            decision = self.scheduler.route(
+                info, now, self.rng, self.tried.get(rid, ()), hold_misses=True
+            )
+            if decision is not None and decision.booked:
+                self.held.release(rid, now)
+                if not self.send(info, decision, now):
+                    self.dispatch(info, now)
+            tries -= 1
+            if tries <= 0:
                 return
+
+    def send(self, info: RequestInfo, decision, now: float) -> bool:
+        """Hand a booked request to its engine; False when it must be routed again now."""
+        rid = info.request_id
+        e = self.index_of[decision.backend.backend_id]
+        prompt, output = self.prompts[rid], self.outputs[rid]
+        req = EngineRequest(rid, prompt, output, self.arrivals[rid], self.blocks[rid])
+        if not self.engines[e].fits(req):
+            self.scheduler.release(rid)
+            self.end(rid, REJECTED)
+            return True
+        self.attempts[rid].start(self.budget)
+        if self.engines[e].submit(req, now):
+            self.dispatched_at[rid] = now
+            self.reschedule(e)
+            return True
+        # Engine down: connection refused before any byte; retry elsewhere if allowed.
+        self.attempts[rid].end(self.budget)
+        self.scheduler.finish(rid, self.model, Outcome(False, fatal=True), now)
+        self.tried.setdefault(rid, set()).add(decision.backend.backend_id)
+        return not self.may_retry(rid, FailureKind.REFUSED, now)
 
     def may_retry(self, rid: int, kind: FailureKind, now: float) -> bool:
         """After a failed attempt: True to retry now; False when the request failed or its
@@ -227,6 +306,7 @@ class RegionalRun:
         self.outcomes.status[rid] = status
         self.budget.active -= 1
         self.infos.pop(rid, None)
+        self.dispatched_at.pop(rid, None)
         self.tried.pop(rid, None)
         self.attempts.pop(rid, None)
 
@@ -236,12 +316,19 @@ class RegionalRun:
         if req.cached_tokens == 0 and req.admitted_at == req.arrival:
             prefill = (req.first_token_at - req.admitted_at) / req.prompt_tokens
         batch = engine.batch + 1
+        tpot = (
+            (now - req.first_token_at) / (req.output_tokens - 1) if req.output_tokens > 1 else None
+        )
         outcome = Outcome(
             True,
             req.output_tokens,
             req.prompt_tokens,
             prefill_s_per_token=prefill,
             decode_s_per_token=engine.step / batch if batch >= self.busy_batch[e] else None,
+            tpot_s=tpot,
+            met_slo=self.infos[rid].slo.met(
+                req.first_token_at - req.arrival, tpot or 0.0, now - req.arrival
+            ),
         )
         self.scheduler.finish(rid, self.model, outcome, now)
         run = self.outcomes

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from gpuroute.router.core.slo import SloClass
+
 
 class RequestInfo:
     """A request as the scheduler sees it: sizes, identity hints and service class.
@@ -11,6 +13,7 @@ class RequestInfo:
     """
 
     __slots__ = (
+        "arrived_at",
         "deadline",
         "max_tokens",
         "model",
@@ -19,6 +22,7 @@ class RequestInfo:
         "prompt_tokens",
         "request_id",
         "session_id",
+        "slo",
         "tenant",
     )
 
@@ -34,7 +38,11 @@ class RequestInfo:
         priority: str = "normal",
         deadline: float | None = None,
         tenant: str | None = None,
+        slo: SloClass | None = None,
+        arrived_at: float | None = None,
     ) -> None:
+        self.slo = slo  # the class it should meet; None: the scheduler's default
+        self.arrived_at = arrived_at  # when its TTFT clock started (None: at routing)
         self.tenant = tenant  # set from the API key; fair queuing is per tenant
         self.request_id = request_id
         self.model = model

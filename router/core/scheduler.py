@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from gpuroute.router.core.backend import Backend, BackendSet
 from gpuroute.router.core.cost import CostEstimator
 from gpuroute.router.core.health import BackendHealth, HealthEvents
+from gpuroute.router.core.latency import LatencyModel, Prediction
 from gpuroute.router.core.ledger import OutstandingWork
 from gpuroute.router.core.policies import PickContext, Policy
+from gpuroute.router.core.policies.base import Verdict
 from gpuroute.router.core.request import RequestInfo
 
 
@@ -38,6 +40,9 @@ class Decision:
     reason: PickReason = PickReason.POLICY
     # each candidate's policy score before this request was booked (only when asked)
     scores: Scores | None = None
+    prediction: Prediction | None = None  # TTFT and TPOT there, when a latency model runs
+    fits: bool = True  # predicted to meet the request's SLO (False only from predicting policies)
+    booked: bool = True  # False: a predicted miss held back for admission (nothing booked)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +55,8 @@ class Outcome:
     prefill_s_per_token: float | None = None  # only when measured without queueing
     decode_s_per_token: float | None = None  # step time / batch, the throughput cost
     latency_ratio: float | None = None  # observed / expected duration, for gray failures
+    tpot_s: float | None = None  # observed time per output token, for the latency model
+    met_slo: bool | None = None  # whether it met its SLO class (None: not judged)
     fatal: bool = False  # the backend is certainly down (connection refused): trip now
 
 
@@ -60,15 +67,25 @@ class Scheduler:
         policy: Policy,
         estimator: CostEstimator | None = None,
         health: BackendHealth | None = None,
+        latency: LatencyModel | None = None,
     ) -> None:
         self.backends = backends
         self.policy = policy
         self.estimator = estimator or CostEstimator()
         self.health = health if health is not None else BackendHealth(backends)
+        self.latency = latency
         self.ledger = OutstandingWork()
+        self._chooses = getattr(policy, "choose", None)  # a predicting policy's full verdict
+        self._weighs_preference = getattr(policy, "honours_preference", False)
+        self._observes_slo = getattr(policy, "observe_slo", None)
 
-    def context(self, request: RequestInfo, now: float, rng: random.Random) -> PickContext:
-        return PickContext(request, self.backends, self.estimator, now, rng)
+    def context(
+        self, request: RequestInfo, now: float, rng: random.Random, prefer: str | None = None
+    ) -> PickContext:
+        preferred = prefer if self._weighs_preference else None
+        return PickContext(
+            request, self.backends, self.estimator, now, rng, self.latency, preferred
+        )
 
     def route(
         self,
@@ -79,21 +96,59 @@ class Scheduler:
         prefer: str | None = None,
         *,
         explain: bool = False,
+        hold_misses: bool = False,
     ) -> Decision | None:
         """Choose a backend and book the request; None when no backend can take it.
         `prefer` (a session's remembered backend) is taken over the policy's pick while it
-        is a candidate; a wanted half-open probe still comes first. With `explain`, the
-        decision carries every candidate's score as it was before the booking."""
+        is a candidate (a predicting policy takes it only while it meets the SLO); a wanted
+        half-open probe still comes first. With `explain`, the decision carries every
+        candidate's score as it was before the booking. With `hold_misses`, a predicted SLO
+        miss comes back unbooked (`booked=False`) for admission to hold or refuse."""
         candidates = self.candidates(request, exclude)
         if not candidates:
             return None
-        ctx = self.context(request, now, rng)
+        ctx = self.context(request, now, rng, prefer)
         # scored before the pick too: a policy may learn from its pick (prefix_affinity)
         scores = self._scores(ctx, candidates) if explain else None
-        backend, reason = self._choose(ctx, candidates, prefer)
+        backend, reason, verdict = self._choose(ctx, candidates, prefer)
         cost = ctx.cost_on(backend)
+        prediction = verdict.prediction if verdict is not None else None
+        fits = verdict is None or verdict.fits
+        if hold_misses and not fits:
+            return Decision(
+                backend, cost, len(candidates), reason, scores, prediction, False, False
+            )
         self.ledger.start(request.request_id, backend, cost)
-        return Decision(backend, cost, len(candidates), reason, scores)
+        if self.latency is not None and self.latency.knows(backend.gpu_type):
+            prediction = self._book_latency(ctx, backend, verdict)
+        return Decision(backend, cost, len(candidates), reason, scores, prediction, fits)
+
+    def _book_latency(
+        self, ctx: PickContext, backend: Backend, verdict: Verdict | None
+    ) -> Prediction:
+        latency, request = self.latency, ctx.request
+        assert latency is not None
+        prompt, output = request.prompt_tokens, ctx.expected_output
+        in_flight = backend.in_flight - 1  # the ledger has just counted this request
+        if verdict is not None and verdict.backend is backend:
+            prediction, uncached = verdict.prediction, verdict.uncached_prompt
+        else:
+            uncached = request.prompt_tokens
+            prediction = latency.predict(
+                backend.backend_id, backend.gpu_type, in_flight, uncached, prompt, output, ctx.now
+            )
+        latency.book(
+            request.request_id,
+            backend.backend_id,
+            backend.gpu_type,
+            in_flight,
+            uncached,
+            prompt,
+            output,
+            ctx.now,
+            prediction,
+        )
+        return prediction
 
     def candidates(self, request: RequestInfo, exclude: Collection[str] = ()) -> list[Backend]:
         """The backends that may take `request`: routable for its model, not excluded, and
@@ -112,18 +167,22 @@ class Scheduler:
 
     def _choose(
         self, ctx: PickContext, candidates: Sequence[Backend], prefer: str | None
-    ) -> tuple[Backend, PickReason]:
+    ) -> tuple[Backend, PickReason, Verdict | None]:
         # A half-open breaker gets its probe whatever the policy thinks of a warming backend,
         # or it would never see traffic again while healthier backends have room.
         if self.health.half_open and not self.health.active_probes:  # 1,000s of backends
             probe = next((b for b in candidates if self.health.wants_probe(b)), None)
             if probe is not None:
-                return probe, PickReason.PROBE
+                return probe, PickReason.PROBE, None
+        if self._chooses is not None:
+            verdict = self._chooses(ctx, candidates)
+            reason = PickReason.SESSION if verdict.preferred else PickReason.POLICY
+            return verdict.backend, reason, verdict
         if prefer is not None:
             remembered = next((b for b in candidates if b.backend_id == prefer), None)
             if remembered is not None:
-                return remembered, PickReason.SESSION
-        return self.policy.pick(ctx, candidates), PickReason.POLICY
+                return remembered, PickReason.SESSION, None
+        return self.policy.pick(ctx, candidates), PickReason.POLICY, None
 
     def _scores(self, ctx: PickContext, candidates: Sequence[Backend]) -> Scores:
         return tuple((b.backend_id, self.policy.score(ctx, b)) for b in candidates)
@@ -136,6 +195,15 @@ class Scheduler:
         if entry is None:
             return None
         backend, _ = entry
+        if self.latency is not None:
+            self.latency.finish(
+                request_id,
+                outcome.tpot_s if outcome.ok else None,
+                backend.in_flight,
+                outcome.output_tokens,
+            )
+        if outcome.met_slo is not None and self._observes_slo is not None:
+            self._observes_slo(outcome.met_slo)
         if outcome.ok:
             if outcome.output_tokens:
                 self.estimator.observe_output(model, outcome.output_tokens, outcome.prompt_tokens)
@@ -152,9 +220,16 @@ class Scheduler:
         """A health verdict on a backend reached after its booking was released."""
         return self.health.record(backend, ok, now)
 
+    def first_token(self, request_id: object, now: float, ttft_s: float | None = None) -> None:
+        """The request's first token arrived (the latency model resynchronises and learns)."""
+        if self.latency is not None:
+            self.latency.first_token(request_id, now, ttft_s)
+
     def release(self, request_id: object) -> None:
         """Drop a request's booking with no health verdict (client gone, request refused)."""
-        self.ledger.finish(request_id)
+        entry = self.ledger.finish(request_id)
+        if entry is not None and self.latency is not None:
+            self.latency.finish(request_id, None, entry[0].in_flight)
 
     def tick(self, now: float) -> HealthEvents:
         return self.health.tick(now)

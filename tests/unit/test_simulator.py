@@ -123,8 +123,8 @@ def test_policies_differ_in_the_expected_direction_on_a_mixed_fleet() -> None:
         ),
         (SMALL.replace('type = "L4"', 'type = "B300"'), "gpus[1].type: Value error, unknown GPU"),
         (
-            SMALL.replace("target_utilization = 0.8", "target_utilization = 3"),
-            "workload.target_utilization: Input should be less than or equal to 1.5",
+            SMALL.replace("target_utilization = 0.8", "target_utilization = 4"),
+            "workload.target_utilization: Input should be less than or equal to 3",
         ),
         (SMALL.replace("target_utilization = 0.8", ""), "set exactly one of `target_utilization`"),
         (

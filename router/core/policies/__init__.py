@@ -13,6 +13,7 @@ from gpuroute.router.core.policies.prefix_affinity import PrefixAffinity
 from gpuroute.router.core.policies.random_pick import RandomPick
 from gpuroute.router.core.policies.round_robin import RoundRobin
 from gpuroute.router.core.policies.session_affinity import SessionAffinity
+from gpuroute.router.core.policies.slo_aware import SloAware
 from gpuroute.router.core.policies.weighted_round_robin import WeightedRoundRobin
 
 
@@ -23,6 +24,10 @@ class PolicyOptions:
     full_scan_max: int = 64  # pools up to this size are scanned in full
     choices: int = 4  # candidates sampled from larger pools
     pick_among: int = 1  # >1 spreads replicas deciding on one shared view
+    gpu_prices: dict[str, float] | None = None  # $/hour per GPU type (slo_aware's cost score)
+    cost_weight: float = 0.1  # slo_aware: weight of cost against slack
+    slo_margin: float = 0.9  # slo_aware: a backend fits when predicted <= margin x the SLO
+    balance: str = "connections"
 
 
 POLICIES: dict[str, Callable[[PolicyOptions], Policy]] = {
@@ -36,24 +41,34 @@ POLICIES: dict[str, Callable[[PolicyOptions], Policy]] = {
     ),
     PrefixAffinity.name: lambda o: PrefixAffinity(full_scan_max=o.full_scan_max, choices=o.choices),
     SessionAffinity.name: lambda _o: SessionAffinity(),
+    SloAware.name: lambda o: SloAware(
+        prices=o.gpu_prices, cost_weight=o.cost_weight, margin=o.slo_margin, balance=o.balance
+    ),
 }
-DEFAULT_POLICY = LeastOutstandingWork.name
+DEFAULT_POLICY = SloAware.name
+DEFAULT_ALIAS = "default"  # `--policy default`: whatever DEFAULT_POLICY is
+
+
+def resolve_policy_name(name: str) -> str:
+    return DEFAULT_POLICY if name == DEFAULT_ALIAS else name
 
 
 def build_policy(name: str, options: PolicyOptions | None = None) -> Policy:
     """A fresh policy instance by name; unknown names list the known ones."""
     try:
-        factory = POLICIES[name]
+        factory = POLICIES[resolve_policy_name(name)]
     except KeyError:
         raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}") from None
     return factory(options or PolicyOptions())
 
 
 __all__ = [
+    "DEFAULT_ALIAS",
     "DEFAULT_POLICY",
     "POLICIES",
     "PickContext",
     "Policy",
     "PolicyOptions",
     "build_policy",
+    "resolve_policy_name",
 ]

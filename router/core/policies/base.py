@@ -7,19 +7,46 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 from gpuroute.router.core.backend import Backend, BackendSet, BackendState
 from gpuroute.router.core.cost import CostEstimator
+from gpuroute.router.core.latency import LatencyModel, Prediction
 from gpuroute.router.core.request import RequestInfo
+from gpuroute.router.core.slo import SloClass
 
 READY = BackendState.READY
+FALLBACK_SLO = SloClass("standard", ttft_s=2.0, tpot_s=0.1)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A predicting policy's choice: where, what it predicts there, and whether that meets
+    the request's SLO (a miss is held or refused by SLO-aware admission, not sent)."""
+
+    backend: Backend
+    prediction: Prediction
+    uncached_prompt: int
+    fits: bool
+    preferred: bool = False  # the session's remembered backend
 
 
 class PickContext:
     """Everything a policy may consult for one decision; costs are memoised per GPU type."""
 
-    __slots__ = ("_costs", "backends", "estimator", "expected_output", "now", "request", "rng")
+    __slots__ = (
+        "_costs",
+        "backends",
+        "estimator",
+        "expected_output",
+        "latency",
+        "now",
+        "preferred",
+        "request",
+        "rng",
+        "slo",
+    )
 
     def __init__(
         self,
@@ -28,12 +55,17 @@ class PickContext:
         estimator: CostEstimator,
         now: float,
         rng: random.Random,
+        latency: LatencyModel | None = None,
+        preferred: str | None = None,
     ) -> None:
         self.request = request
         self.backends = backends
         self.estimator = estimator
         self.now = now
         self.rng = rng
+        self.latency = latency
+        self.preferred = preferred  # a session's remembered backend, for policies that weigh it
+        self.slo = request.slo or FALLBACK_SLO
         self.expected_output = estimator.expected_output(
             request.model, request.max_tokens, request.prompt_tokens
         )

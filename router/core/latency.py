@@ -1,0 +1,293 @@
+"""Predicted TTFT and TPOT of a request on each backend, learned online (sans-IO).
+
+The model is the engine's own arithmetic (docs/scheduling.md), started from the roofline
+priors of the backend's GPU type and corrected by what the router observes:
+
+- **TTFT** = the prefill queued ahead of it on that backend + its own uncached prefill.
+  Engines prefill first come, first served, so the router keeps a virtual clock per backend,
+  `prefill_until`, advanced by each request it sends there and pulled back to the truth when
+  a request's first token arrives earlier or later than predicted.
+- **TPOT** = one decode step with the running batch (weights plus the batch's KV read, or
+  its compute when that is larger), stretched by prefill interference: prefill chunks ride
+  in the same steps and lengthen them. The router measures, per backend, the share of time
+  those extra seconds have taken recently (`interference`, a decaying sum of each booked
+  prefill's time beyond plain decode steps over `window_s`); a decode then runs at
+  step / (1 - interference).
+- **Learning**: per GPU type, the ratio of observed to predicted TTFT and TPOT, as EWMAs of
+  the log ratio (weight `alpha`: about 1/alpha requests to move most of the way; one sample
+  moves it at most a factor 2^alpha), clamped to [1/8, 8].
+  They absorb what the roofline misses (a slower kernel, a busier host, a fake engine's
+  time scale) within tens of requests of a GPU type.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpuroute.roofline import EngineParams
+
+RATIO_MIN, RATIO_MAX = 0.125, 8.0
+TPOT_RATIO_MIN, TPOT_RATIO_MAX = 0.5, 2.0  # TPOT is the noisier one: short answers see
+# one long prefill chunk or none, so a tighter band keeps that noise from steering placement
+MIN_TOKENS_TO_LEARN_TPOT = 16
+LOG_STEP_MAX = math.log(2.0)
+MAX_INTERFERENCE = 0.8
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyPrior:
+    """One GPU type running the served model, in seconds (from the roofline)."""
+
+    step_overhead_s: float
+    weights_read_s: float
+    kv_read_s_per_token: float
+    decode_compute_s_per_seq: float
+    prefill_linear_s: float
+    prefill_quadratic_s: float
+    prefill_overhead_s: float
+    chunk_tokens: int  # prompt tokens one step may carry (vLLM's max_num_batched_tokens)
+    max_num_seqs: int = 256  # the engine's batch limit: beyond it, requests wait for a slot
+    kv_capacity_tokens: float = float("inf")  # KV cache, in tokens
+
+    @classmethod
+    def from_engine(cls, params: EngineParams) -> LatencyPrior:
+        return cls(
+            params.step_overhead_s,
+            params.weights_read_s,
+            params.kv_read_s_per_token,
+            params.decode_compute_s_per_seq,
+            params.prefill_linear_s,
+            params.prefill_quadratic_s,
+            params.prefill_overhead_s if not params.chunked_prefill else 0.0,
+            params.max_num_batched_tokens if params.chunked_prefill else 1 << 30,
+            params.max_num_seqs,
+            params.kv_capacity_tokens,
+        )
+
+    def decode_step_s(self, batch: int, ctx_tokens: float) -> float:
+        memory = self.weights_read_s + ctx_tokens * self.kv_read_s_per_token
+        compute = batch * self.decode_compute_s_per_seq
+        return self.step_overhead_s + (memory if memory > compute else compute)
+
+    def slot_wait_s(
+        self, in_flight: int, kv_tokens: float, request_kv: float, output: float, step_s: float
+    ) -> float:
+        """Time until a full engine (batch limit or KV cache) frees room for one more: the
+        missing requests finish at about batch / (output x step) per second."""
+        short = max(
+            in_flight + 1 - self.max_num_seqs,
+            (kv_tokens + request_kv - self.kv_capacity_tokens) / request_kv,
+        )
+        if short <= 0:
+            return 0.0
+        return short * output * step_s / max(min(in_flight, self.max_num_seqs), 1)
+
+    def prefill_s(self, tokens: float, step_s: float) -> tuple[float, float]:
+        """(prefill time, its excess over the plain decode steps it rides in)."""
+        chunks = max(1, math.ceil(tokens / self.chunk_tokens))
+        compute = tokens * (self.prefill_linear_s + tokens * self.prefill_quadratic_s)
+        total = self.prefill_overhead_s + max(
+            chunks * step_s, compute + chunks * self.step_overhead_s
+        )
+        return total, total - chunks * step_s
+
+
+class _BackendLoad:
+    """What the router has put on one backend, as the latency model sees it."""
+
+    __slots__ = (
+        "ctx_tokens",
+        "interference",
+        "interference_at",
+        "kv_tokens",
+        "prefill_until",
+        "shift",
+    )
+
+    def __init__(self) -> None:
+        self.prefill_until = 0.0
+        self.shift = 0.0  # corrections applied to the queue so far (moves every booking)
+        self.ctx_tokens = 0.0  # KV tokens of the requests in flight (prompt + half the output)
+        self.kv_tokens = 0.0  # KV they reserve (prompt + whole expected output)
+        self.interference = 0.0  # decaying sum of prefill seconds beyond decode steps
+        self.interference_at = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    ttft_s: float
+    tpot_s: float
+
+
+@dataclass(slots=True)
+class _Booking:
+    backend_id: str
+    gpu_type: str
+    ctx_tokens: float
+    kv_tokens: float
+    first_token_at: float  # predicted, in the queue's coordinates at booking
+    shift: float  # the queue's correction when it was booked
+    ttft_s: float
+    tpot_s: float
+
+
+class LatencyModel:
+    def __init__(
+        self,
+        priors: dict[str, LatencyPrior],
+        *,
+        window_s: float = 20.0,
+        alpha: float = 0.05,
+    ) -> None:
+        if window_s <= 0 or not 0 < alpha <= 1:
+            raise ValueError("window_s must be > 0 and alpha in (0, 1]")
+        self.priors = dict(priors)
+        self.window_s = window_s
+        self.alpha = alpha
+        self.ttft_ratio: dict[str, float] = {}
+        self.tpot_ratio: dict[str, float] = {}
+        self._load: dict[str, _BackendLoad] = {}
+        self._booked: dict[object, _Booking] = {}
+
+    def knows(self, gpu_type: str) -> bool:
+        return gpu_type in self.priors
+
+    def _state(self, backend_id: str) -> _BackendLoad:
+        state = self._load.get(backend_id)
+        if state is None:
+            state = self._load[backend_id] = _BackendLoad()
+        return state
+
+    def interference(self, backend_id: str, now: float) -> float:
+        state = self._load.get(backend_id)
+        if state is None:
+            return 0.0
+        decayed = state.interference * math.exp((state.interference_at - now) / self.window_s)
+        return min(decayed / self.window_s, MAX_INTERFERENCE)
+
+    def predict(
+        self,
+        backend_id: str,
+        gpu_type: str,
+        in_flight: int,
+        uncached_prompt: float,
+        prompt_tokens: float,
+        output_tokens: float,
+        now: float,
+        queued_elsewhere_s: float = 0.0,
+    ) -> Prediction:
+        """TTFT and TPOT of a request of `prompt_tokens` (`uncached_prompt` of them still to
+        prefill) expecting `output_tokens`; `queued_elsewhere_s` is work other routers put
+        there (the agent's report) that this router's clock cannot see."""
+        prior = self.priors[gpu_type]
+        state = self._load.get(backend_id)
+        wait = queued_elsewhere_s
+        ctx = prompt_tokens + output_tokens / 2
+        kv = 0.0
+        if state is not None:
+            wait += max(0.0, state.prefill_until - now)
+            ctx += state.ctx_tokens
+            kv = state.kv_tokens
+        step = prior.decode_step_s(in_flight + 1, ctx)
+        prefill, _ = prior.prefill_s(uncached_prompt, step)
+        request_kv = prompt_tokens + output_tokens
+        wait += prior.slot_wait_s(in_flight, kv, request_kv, output_tokens, step)
+        # the queue was booked with the ratio already
+        ttft = wait + prefill * self.ttft_ratio.get(gpu_type, 1.0)
+        tpot = step / (1.0 - self.interference(backend_id, now))
+        return Prediction(ttft, tpot * self.tpot_ratio.get(gpu_type, 1.0))
+
+    def book(
+        self,
+        request_id: object,
+        backend_id: str,
+        gpu_type: str,
+        in_flight: int,
+        uncached_prompt: float,
+        prompt_tokens: float,
+        output_tokens: float,
+        now: float,
+        predicted: Prediction,
+    ) -> None:
+        """The request went to `backend_id`: queue its prefill and count its KV."""
+        prior = self.priors[gpu_type]
+        state = self._state(backend_id)
+        ctx_tokens = prompt_tokens + output_tokens / 2
+        step = prior.decode_step_s(in_flight + 1, state.ctx_tokens + ctx_tokens)
+        prefill, excess = prior.prefill_s(uncached_prompt, step)
+        ratio = self.ttft_ratio.get(gpu_type, 1.0)
+        state.prefill_until = max(state.prefill_until, now) + prefill * ratio
+        state.ctx_tokens += ctx_tokens
+        state.kv_tokens += prompt_tokens + output_tokens
+        decay = math.exp((state.interference_at - now) / self.window_s)
+        state.interference = state.interference * decay + excess * ratio
+        state.interference_at = now
+        self._booked[request_id] = _Booking(
+            backend_id,
+            gpu_type,
+            ctx_tokens,
+            prompt_tokens + output_tokens,
+            state.prefill_until,
+            state.shift,
+            predicted.ttft_s,
+            predicted.tpot_s,
+        )
+
+    def first_token(self, request_id: object, now: float, ttft_s: float | None = None) -> None:
+        """The request's first token arrived: shift that backend's prefill queue by the error
+        (FCFS: what was booked after it is that much earlier or later), learn TTFT."""
+        booking = self._booked.get(request_id)
+        if booking is None or booking.first_token_at < 0:
+            return
+        state = self._load.get(booking.backend_id)
+        if state is not None:
+            # where the queue now expects it (earlier corrections moved it too)
+            expected = booking.first_token_at + state.shift - booking.shift
+            error = now - expected
+            state.shift += error
+            state.prefill_until = max(now, state.prefill_until + error)
+        if ttft_s is not None and booking.ttft_s > 0:
+            self._learn(self.ttft_ratio, booking.gpu_type, ttft_s / booking.ttft_s)
+        booking.first_token_at = -1.0
+
+    def finish(
+        self,
+        request_id: object,
+        tpot_s: float | None,
+        in_flight_left: int,
+        output_tokens: int = MIN_TOKENS_TO_LEARN_TPOT,
+    ) -> None:
+        """End of stream (or failure): release the KV tokens, learn TPOT when measured."""
+        booking = self._booked.pop(request_id, None)
+        if booking is None:
+            return
+        state = self._load.get(booking.backend_id)
+        if state is not None:
+            state.ctx_tokens = state.ctx_tokens - booking.ctx_tokens if in_flight_left else 0.0
+            state.kv_tokens = state.kv_tokens - booking.kv_tokens if in_flight_left else 0.0
+        if tpot_s is not None and booking.tpot_s > 0 and output_tokens >= MIN_TOKENS_TO_LEARN_TPOT:
+            self._learn(
+                self.tpot_ratio,
+                booking.gpu_type,
+                tpot_s / booking.tpot_s,
+                (TPOT_RATIO_MIN, TPOT_RATIO_MAX),
+            )
+
+    def forget(self, backend_id: str) -> None:
+        self._load.pop(backend_id, None)
+
+    def _learn(
+        self,
+        ratios: dict[str, float],
+        gpu_type: str,
+        sample: float,
+        bounds: tuple[float, float] = (RATIO_MIN, RATIO_MAX),
+    ) -> None:
+        # The prediction already carried the old ratio, so the sample corrects it
+        # multiplicatively; in log space, each step bounded to a factor of 2, so one outlier
+        # (a request stuck behind a KV-cache stall) moves it no more than a typical miss does
+        # and errors either way pull equally hard.
+        step = min(max(math.log(max(sample, 1e-9)), -LOG_STEP_MAX), LOG_STEP_MAX)
+        new = ratios.get(gpu_type, 1.0) * math.exp(self.alpha * step)
+        ratios[gpu_type] = min(max(new, bounds[0]), bounds[1])

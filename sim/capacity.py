@@ -1,0 +1,124 @@
+"""`gpuroute capacity`: how much traffic a fleet takes at an SLO, per policy.
+
+The SLO capacity is the highest offered load (a fraction of the scenario's nominal capacity,
+the saturated throughput of its GPUs on its workload) at which the share of requests meeting
+their SLO is at least the target. It is found by bisection over the load with the scenario's
+seed, so the same file gives the same answer. Goodput (requests per second that met their
+SLO) is then measured at the capacity and at 1.2x and 1.5x of it: a policy that degrades
+gracefully keeps its goodput there instead of collapsing."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from gpuroute.router.core.policies import resolve_policy_name
+from gpuroute.sim.report import PolicyReport
+from gpuroute.sim.scenario import LoadedScenario
+from gpuroute.sim.simulator import FleetSimulator
+
+LOW_LOAD, HIGH_LOAD = 0.05, 1.5
+OVERLOADS = (1.2, 1.5)
+
+
+@dataclass(slots=True)
+class CapacityResult:
+    policy: str
+    slo_capacity_utilization: float
+    slo_capacity_rps: float
+    goodput_at_capacity_rps: float
+    goodput_at_1_2x_rps: float
+    goodput_at_1_5x_rps: float
+    attainment_at_capacity: float
+    nominal_capacity_rps: float
+    # every load tried, for the plot: (utilisation, attainment, goodput req/s)
+    curve: list[tuple[float, float, float]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def at_load(loaded: LoadedScenario, utilization: float) -> LoadedScenario:
+    """The same scenario offered `utilization` of its nominal capacity."""
+    scenario = loaded.scenario
+    workload = scenario.workload.model_copy(
+        update={"target_utilization": utilization, "rate_scale": None, "rate_rps": None}
+    )
+    return LoadedScenario(
+        scenario.model_copy(update={"workload": workload}), loaded.base_dir, loaded.source
+    )
+
+
+class CapacitySearch:
+    """Runs one scenario at many loads for one policy, remembering every run."""
+
+    def __init__(self, loaded: LoadedScenario, policy: str, attainment: float) -> None:
+        if not 0 < attainment <= 1:
+            raise ValueError("attainment target must be in (0, 1]")
+        self.loaded, self.policy, self.target = loaded, resolve_policy_name(policy), attainment
+        self.label = policy
+        self.runs: dict[float, tuple[PolicyReport, float]] = {}
+
+    def run(self, utilization: float) -> tuple[PolicyReport, float]:
+        """The report at `utilization` and the offered rate in req/s."""
+        key = round(utilization, 4)
+        if key not in self.runs:
+            simulator = FleetSimulator(at_load(self.loaded, key))
+            self.runs[key] = (simulator.run(self.policy), simulator.rate_rps)
+        return self.runs[key]
+
+    def meets(self, utilization: float) -> bool:
+        return self.run(utilization)[0].slo_attainment >= self.target
+
+    def capacity(self, iterations: int = 8) -> float:
+        """Bisection between LOW_LOAD and HIGH_LOAD (0 when even LOW_LOAD misses)."""
+        if not self.meets(LOW_LOAD):
+            return 0.0
+        if self.meets(HIGH_LOAD):
+            return HIGH_LOAD
+        lo, hi = LOW_LOAD, HIGH_LOAD
+        for _ in range(iterations):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if self.meets(mid) else (lo, mid)
+        return lo
+
+    def result(self) -> CapacityResult:
+        capacity = self.capacity()
+        base = capacity if capacity > 0 else LOW_LOAD
+        report, rate = self.run(base)
+        overloads = [self.run(base * k)[0].goodput_rps for k in OVERLOADS]
+        curve = sorted((u, r.slo_attainment, r.goodput_rps) for u, (r, _) in self.runs.items())
+        return CapacityResult(
+            policy=self.label,
+            slo_capacity_utilization=round(capacity, 4),
+            slo_capacity_rps=round(rate if capacity > 0 else 0.0, 3),
+            goodput_at_capacity_rps=report.goodput_rps,
+            goodput_at_1_2x_rps=overloads[0],
+            goodput_at_1_5x_rps=overloads[1],
+            attainment_at_capacity=report.slo_attainment,
+            nominal_capacity_rps=round(rate / base, 3),
+            curve=curve,
+        )
+
+
+def plot_capacity(title: str, results: list[CapacityResult], target: float, out: str) -> None:
+    """Attainment against offered load, one line per policy (matplotlib, optional)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ValueError("--plot needs matplotlib: .venv/bin/pip install matplotlib") from None
+    fig, axis = plt.subplots(figsize=(7, 4))
+    for result in results:
+        loads = [u for u, _, _ in result.curve]
+        axis.plot(loads, [a for _, a, _ in result.curve], marker="o", label=result.policy)
+    axis.axhline(target, color="grey", linestyle="--", linewidth=1)
+    axis.set_xlabel("offered load (fraction of nominal capacity)")
+    axis.set_ylabel("SLO attainment")
+    axis.set_ylim(0, 1.02)
+    axis.grid(True, alpha=0.3)
+    axis.legend(loc="lower left")
+    axis.set_title(title)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
