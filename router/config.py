@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
-from gpuroute.router.core.policies import POLICIES
+from gpuroute.router.core.policies import DEFAULT_POLICY, POLICIES
+from gpuroute.router.core.slo import DEFAULT_SLO_CLASS, DEFAULT_SLO_CLASSES
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from gpuroute.config import (
@@ -148,6 +149,8 @@ class ApiKeyConfig(StrictModel):
     # router elsewhere refuses them with 403, whatever sent them there
     residency: list[str] | None = Field(default=None, min_length=1)
     max_in_flight: int | None = Field(default=None, ge=1)  # the tenant's requests at once
+    # the key's SLO class: its default and the most demanding it may ask for by header
+    slo_class: str | None = None
 
     @field_validator("sha256")
     @classmethod
@@ -164,6 +167,44 @@ class AnonymousConfig(StrictModel):
     requests_per_minute: float | None = Field(default=None, gt=0)
     tokens_per_minute: float | None = Field(default=None, gt=0)
     max_in_flight: int | None = Field(default=None, ge=1)
+    slo_class: str | None = None
+
+
+class SloClassConfig(StrictModel):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9_-]+$")
+    ttft_s: float = Field(gt=0)
+    tpot_s: float = Field(gt=0)
+    e2e_s: float | None = Field(default=None, gt=0)
+
+
+class SloConfig(StrictModel):
+    """Service-level objectives (docs/scheduling.md): classes most important first; a
+    request's class comes from its key, else the `x-gpuroute-slo` header (never more
+    demanding than its key's or the default class), else `default_class`."""
+
+    classes: list[SloClassConfig] = Field(
+        default_factory=lambda: [
+            SloClassConfig(name=c.name, ttft_s=c.ttft_s, tpot_s=c.tpot_s, e2e_s=c.e2e_s)
+            for c in DEFAULT_SLO_CLASSES
+        ],
+        min_length=1,
+    )
+    default_class: str = DEFAULT_SLO_CLASS
+    # requests predicted to miss everywhere wait (while their TTFT lasts) up to this many
+    max_held: int = Field(default=1024, ge=0)
+    # $/hour per GPU type for the cost score (defaults: router/core/policies/slo_aware.py)
+    gpu_prices: dict[str, float] = Field(default_factory=dict)
+    cost_weight: float = Field(default=0.1, ge=0)
+    margin: float = Field(default=0.9, gt=0, le=1)  # a backend fits when predicted <= margin x SLO
+
+    @model_validator(mode="after")
+    def _default_is_a_class(self) -> SloConfig:
+        names = [c.name for c in self.classes]
+        if len(set(names)) != len(names):
+            raise ValueError("slo.classes names must be distinct")
+        if self.default_class not in names:
+            raise ValueError(f"slo.default_class {self.default_class!r} is not one of {names}")
+        return self
 
 
 class AuthConfig(StrictModel):
@@ -219,7 +260,7 @@ class RouterConfig(StrictModel):
     # for https:// engine URLs: the CA to trust and, for mutual TLS, the router's certificate
     engine_tls: ClientTlsConfig = ClientTlsConfig()
     expose_backend_header: bool = False  # x-gpuroute-backend on answers: tests, benchmarks
-    policy: PolicyName = "least_outstanding_work"
+    policy: PolicyName = DEFAULT_POLICY
     model_shape: str = "llama-3.1-8b"  # seeds the cost priors; learned online after that
     drain_timeout_s: float = Field(default=30.0, ge=0)
     decision_log_sample: float = Field(default=0.0, ge=0, le=1)
@@ -228,6 +269,7 @@ class RouterConfig(StrictModel):
     limits: LimitsConfig = LimitsConfig()
     retry: RetryConfig = RetryConfig()
     admission: AdmissionConfig = AdmissionConfig()
+    slo: SloConfig = SloConfig()
     breaker: BreakerConfig = BreakerConfig()
     outlier: OutlierConfig = OutlierConfig()
     membership: MembershipConfig = MembershipConfig()
@@ -256,11 +298,20 @@ class RouterConfig(StrictModel):
         anonymous = self.auth.anonymous.priority
         if anonymous is not None and anonymous not in self.admission.priorities:
             raise ValueError(f"auth.anonymous.priority: unknown priority {anonymous!r}")
+        classes = [c.name for c in self.slo.classes]
+        anonymous_slo = self.auth.anonymous.slo_class
+        if anonymous_slo is not None and anonymous_slo not in classes:
+            raise ValueError(f"auth.anonymous.slo_class: unknown SLO class {anonymous_slo!r}")
         for i, key in enumerate(self.auth.keys):
             if key.priority is not None and key.priority not in self.admission.priorities:
                 raise ValueError(
                     f"auth.keys[{i}].priority: unknown priority {key.priority!r}; "
                     f"known: {', '.join(self.admission.priorities)}"
+                )
+            if key.slo_class is not None and key.slo_class not in classes:
+                raise ValueError(
+                    f"auth.keys[{i}].slo_class: unknown SLO class {key.slo_class!r}; "
+                    f"known: {', '.join(classes)}"
                 )
         return self
 

@@ -14,7 +14,7 @@ import random
 import ssl
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import aiohttp
 from aiohttp import web
@@ -27,6 +27,7 @@ from gpuroute.router.core.scheduler import Outcome, Scheduler
 from gpuroute.router.decision_log import DecisionLog
 from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.sessions import SessionStore
+from gpuroute.router.slo_gate import SloGate
 from gpuroute.router.watch import BackendWatch
 
 from gpuroute.openai_api import error_response
@@ -74,6 +75,8 @@ class Exchange:
     # backends that answered this request with a 5xx: judged only once another backend
     # answers it below 500 (a request that breaks every engine is the client's doing)
     suspects: list[Backend] = field(default_factory=list)
+    dispatched: float = 0.0  # when the current attempt was sent
+    first_at: float | None = None  # when its first bytes reached the client
 
 
 class Forwarder:
@@ -100,6 +103,7 @@ class Forwarder:
         self.decisions, self.retry, self.sessions = decisions, retry, sessions
         self.has_room, self.clock, self.rng = has_room, clock, rng
         self.budget = RetryBudget(retry)
+        self.slo: SloGate | None = None  # holds predicted SLO misses (predicting policies)
         self.urls: dict[str, str] = {}
         self.idle_timeout_s: float | None = None  # between two chunks of a body (start())
         self.session: aiohttp.ClientSession | None = None  # to the engines; start() opens it
@@ -167,6 +171,7 @@ class Forwarder:
         self, info: RequestInfo, attempt: int, tried: set[str], remembered: str | None
     ) -> Backend | None:
         started = time.perf_counter()
+        hold = self.slo is not None and not tried  # a retry goes where it can
         decision = self.scheduler.route(
             info,
             self.clock(),
@@ -174,8 +179,16 @@ class Forwarder:
             exclude=tried,
             prefer=remembered,
             explain=self.decisions.wants_next(),
+            hold_misses=hold,
         )
         self.metrics.decision.observe(time.perf_counter() - started)
+        if decision is not None and not decision.booked and self.slo is not None:
+            decision = await self.slo.hold(
+                info,
+                lambda: self.scheduler.route(
+                    info, self.clock(), self.rng, tried, remembered, hold_misses=True
+                ),
+            )
         if decision is None:
             return None
         backend = decision.backend
@@ -194,7 +207,7 @@ class Forwarder:
         info = exchange.info
         expected = self.watch.started(info, backend)
         batch_at_start = backend.in_flight - 1  # the ledger already counts this request
-        started = self.clock()
+        started = exchange.dispatched = self.clock()
         attempts.start(self.budget)
         upstream = None
         try:
@@ -299,9 +312,11 @@ class Forwarder:
         response = web.StreamResponse(status=upstream.status, headers=headers)
 
         def first_written() -> None:
-            ttft = self.clock() - exchange.arrival
+            now = exchange.first_at = self.clock()
+            ttft = now - exchange.arrival
             self.metrics.ttft.labels(exchange.route).observe(ttft)
             self.recent_ttft.append(ttft)
+            self.scheduler.first_token(info.request_id, now, now - exchange.dispatched)
 
         relayed = await relay_body(
             exchange.request,
@@ -322,8 +337,9 @@ class Forwarder:
         self._judge_suspects(exchange)
         output = relayed.tally.output_tokens(relayed.streamed)
         ratio = self.watch.succeeded(info, backend, output, started, batch_at_start)
+        judged = self.slo.judge(info, exchange, self.clock(), output) if self.slo else None
         # 4xx is the client's problem, not the backend's: counted healthy.
-        self.settle(info, backend, ok=True, output_tokens=output, latency_ratio=ratio)
+        self.settle(info, backend, ok=True, output_tokens=output, latency_ratio=ratio, slo=judged)
         return response
 
     def _judge_suspects(self, exchange: Exchange) -> None:
@@ -351,12 +367,13 @@ class Forwarder:
         output_tokens: int = 0,
         latency_ratio: float | None = None,
         fatal: bool = False,
+        slo: tuple[float | None, bool] | None = None,  # (TPOT, met), when judged
     ) -> None:
         if not ok:
             self.watch.forget(info.request_id)
-        outcome = Outcome(
-            ok, output_tokens, info.prompt_tokens, latency_ratio=latency_ratio, fatal=fatal
-        )
+        tpot, met = slo if slo is not None else (None, None)
+        outcome = Outcome(ok, output_tokens, info.prompt_tokens, latency_ratio=latency_ratio)
+        outcome = replace(outcome, fatal=fatal, tpot_s=tpot, met_slo=met)
         events = self.scheduler.finish(info.request_id, info.model, outcome, self.clock())
         if events is not None:
             self.record_health(events)

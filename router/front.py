@@ -21,6 +21,7 @@ from gpuroute.router.request_parse import (
     parse_request,
 )
 from gpuroute.router.residency_gate import ResidencyGate
+from gpuroute.router.slo_gate import SloGate
 from gpuroute.router.tenant_gate import TenantGate
 
 from gpuroute.openai_api import Rejection, clip, read_body
@@ -34,11 +35,13 @@ class Front:
         tenants: TenantGate,
         gate: AdmissionGate,
         residency: ResidencyGate,
+        slo: SloGate,
         *,
         with_prefix_blocks: bool,
     ) -> None:
         self.config, self.backends = config, backends
         self.residency = residency
+        self.slo = slo
         self.tenants, self.gate = tenants, gate
         # hashing every prompt's blocks is wasted work unless the policy reads them
         self.with_prefix_blocks = with_prefix_blocks
@@ -52,6 +55,8 @@ class Front:
         raw = await read_body(request, self.config.limits)
         parsed = self._parse(request, route, raw)
         info = parsed.info
+        info.slo = self.slo.resolve(key, request.headers)
+        info.arrived_at = self.slo.clock()
         if not self.backends.serves(info.model):
             message = f"The model `{clip(info.model)}` does not exist."
             raise Rejection(404, message, param="model", code="model_not_found")

@@ -108,6 +108,18 @@ class RouterMetrics:
         self.queue_depth = Gauge(
             "gpuroute_queue_depth", "Requests waiting for admission.", registry=r
         )
+        self.slo_requests = Counter(
+            "gpuroute_slo_requests",
+            "Finished requests by SLO class and outcome (met, missed, refused): attainment.",
+            ["slo_class", "outcome"],
+            registry=r,
+        )
+        self.slo_held = Counter(
+            "gpuroute_slo_held",
+            "Requests held because no backend was predicted to meet their SLO.",
+            ["slo_class"],
+            registry=r,
+        )
         self.in_flight = Gauge("gpuroute_in_flight", "Requests being served.", registry=r)
         self.ejections = Counter(
             "gpuroute_ejections",

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuroute.router.core.cost import GpuCostPrior
+from gpuroute.router.core.latency import LatencyPrior
 
 from gpuroute.gpus import GPU_SPECS
 from gpuroute.models import MODELS
@@ -23,6 +24,7 @@ class GpuPriors:
     cost: GpuCostPrior
     capacity: float  # reference requests/s relative to the fastest GPU type (1.0)
     unloaded_tpot_s: float  # one sequence alone: the floor of time per output token
+    latency: LatencyPrior  # what the latency model predicts TTFT and TPOT from
 
 
 def engine_priors(model_shape: str) -> dict[str, GpuPriors]:
@@ -36,12 +38,13 @@ def engine_priors(model_shape: str) -> dict[str, GpuPriors]:
         prefill = params.prefill_s(REFERENCE_PROMPT) / REFERENCE_PROMPT
         decode = params.decode_token_cost_s(REFERENCE_PROMPT, REFERENCE_OUTPUT)
         tpot = params.step_s(1, REFERENCE_PROMPT + REFERENCE_OUTPUT / 2)
-        raw[name] = (GpuCostPrior(prefill, decode), tpot)
+        raw[name] = (GpuCostPrior(prefill, decode), tpot, LatencyPrior.from_engine(params))
     per_request = {
-        name: prior.seconds(REFERENCE_PROMPT, REFERENCE_OUTPUT) for name, (prior, _) in raw.items()
+        name: prior.seconds(REFERENCE_PROMPT, REFERENCE_OUTPUT)
+        for name, (prior, _, _) in raw.items()
     }
     fastest = min(per_request.values())
     return {
-        name: GpuPriors(prior, fastest / per_request[name], tpot)
-        for name, (prior, tpot) in raw.items()
+        name: GpuPriors(prior, fastest / per_request[name], tpot, latency)
+        for name, (prior, tpot, latency) in raw.items()
     }

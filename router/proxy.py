@@ -83,6 +83,8 @@ class Proxy:
             headers = self.forwarder.engine_headers(request)
             exchange = Exchange(request, parsed.info, raw, route, arrival, headers)
             return await self.forwarder.attempts(exchange)
+        except Rejection as rejection:  # SLO-aware admission refused it while held
+            return rejection.response()
         finally:
             self.front.release(parsed.info)
             self.gate.pump()

@@ -54,6 +54,7 @@ class KeyPolicy:
     tokens_per_minute: float | None = None
     residency: frozenset[str] | None = None  # regions/jurisdictions it may be served in
     max_in_flight: int | None = None
+    slo_class: str | None = None
 
     def may_be_served_in(self, place: frozenset[str]) -> bool:
         return self.residency is None or not self.residency.isdisjoint(place)
@@ -111,13 +112,14 @@ class Quotas:
             k.sha256: KeyPolicy(
                 k.tenant, k.priority, k.requests_per_minute, k.tokens_per_minute,
                 frozenset(k.residency) if k.residency is not None else None, k.max_in_flight,
+                k.slo_class,
             )
             for k in auth.keys
         }  # fmt: skip
         a = auth.anonymous
         anonymous = KeyPolicy(
             ANONYMOUS, a.priority, a.requests_per_minute, a.tokens_per_minute,
-            max_in_flight=a.max_in_flight,
+            max_in_flight=a.max_in_flight, slo_class=a.slo_class,
         )  # fmt: skip
         return cls(
             keys, required=auth.keys_required, anonymous=anonymous, redis=client,

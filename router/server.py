@@ -20,6 +20,7 @@ from gpuroute.router.core.backend import ROUTABLE_STATES, Backend, BackendSet
 from gpuroute.router.core.breaker import BreakerSettings
 from gpuroute.router.core.cost import CostEstimator
 from gpuroute.router.core.health import BackendHealth
+from gpuroute.router.core.latency import LatencyModel
 from gpuroute.router.core.membership import Member
 from gpuroute.router.core.outlier import OutlierSettings
 from gpuroute.router.core.policies import PolicyOptions, build_policy
@@ -40,6 +41,7 @@ from gpuroute.router.registration import RouterRegistration, router_service
 from gpuroute.router.residency_gate import ResidencyGate
 from gpuroute.router.sessions import SessionStore
 from gpuroute.router.shared_load import SharedLoad
+from gpuroute.router.slo_gate import SloGate
 from gpuroute.router.tenant_gate import TenantGate
 from gpuroute.router.watch import BackendWatch
 
@@ -71,8 +73,16 @@ def build_scheduler(config: RouterConfig, priors) -> Scheduler:
     )
     estimator = CostEstimator({gpu: p.cost for gpu, p in priors.items()})
     sharing = config.redis.configured and config.redis.share_load
-    options = PolicyOptions(pick_among=config.redis.pick_among if sharing else 1)
-    return Scheduler(backends, build_policy(config.policy, options), estimator, health)
+    slo = config.slo
+    options = PolicyOptions(
+        pick_among=config.redis.pick_among if sharing else 1,
+        gpu_prices=slo.gpu_prices or None,
+        cost_weight=slo.cost_weight,
+        slo_margin=slo.margin,
+    )
+    latency = LatencyModel({gpu: p.latency for gpu, p in priors.items()})
+    policy = build_policy(config.policy, options)
+    return Scheduler(backends, policy, estimator, health, latency)
 
 
 class RouterApp:
@@ -99,6 +109,10 @@ class RouterApp:
             self.scheduler, self.priors, self.clock, config.retry.rescue_slowness
         )
         self.forwarder = self._forwarder(rng)
+        self.slo = SloGate(config.slo, self.metrics, self.clock)
+        if hasattr(self.scheduler.policy, "choose"):  # a predicting policy: hold its misses
+            self.forwarder.slo = self.slo
+            self.scheduler.on_room = self.slo.pump
         self.forwarder.urls.update({b.backend_id: b.url for b in config.backends})
         front = Front(
             config,
@@ -106,6 +120,7 @@ class RouterApp:
             TenantGate(self._quotas(), self.metrics, tuple(config.admission.priorities)),
             self.gate,
             self._residency_gate(),
+            self.slo,
             with_prefix_blocks="prefix_blocks" in self.scheduler.policy.needs,
         )
         self.proxy = Proxy(front, self.forwarder, self.gate, self.metrics, clock=self.clock)

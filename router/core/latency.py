@@ -153,6 +153,16 @@ class LatencyModel:
     def knows(self, gpu_type: str) -> bool:
         return gpu_type in self.priors
 
+    def _prior(self, gpu_type: str) -> LatencyPrior:
+        """A GPU type without priors is assumed as slow as the slowest one known."""
+        prior = self.priors.get(gpu_type)
+        if prior is None:
+            if not self.priors:
+                raise KeyError(f"no latency priors at all (GPU type {gpu_type!r})")
+            prior = max(self.priors.values(), key=lambda p: p.prefill_linear_s)
+            self.priors[gpu_type] = prior
+        return prior
+
     def _state(self, backend_id: str) -> _BackendLoad:
         state = self._load.get(backend_id)
         if state is None:
@@ -180,7 +190,7 @@ class LatencyModel:
         """TTFT and TPOT of a request of `prompt_tokens` (`uncached_prompt` of them still to
         prefill) expecting `output_tokens`; `queued_elsewhere_s` is work other routers put
         there (the agent's report) that this router's clock cannot see."""
-        prior = self.priors[gpu_type]
+        prior = self._prior(gpu_type)
         state = self._load.get(backend_id)
         wait = queued_elsewhere_s
         ctx = prompt_tokens + output_tokens / 2
@@ -211,7 +221,7 @@ class LatencyModel:
         predicted: Prediction,
     ) -> None:
         """The request went to `backend_id`: queue its prefill and count its KV."""
-        prior = self.priors[gpu_type]
+        prior = self._prior(gpu_type)
         state = self._state(backend_id)
         ctx_tokens = prompt_tokens + output_tokens / 2
         step = prior.decode_step_s(in_flight + 1, state.ctx_tokens + ctx_tokens)

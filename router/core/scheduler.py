@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 import random
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from gpuroute.router.core.backend import Backend, BackendSet
@@ -78,6 +78,9 @@ class Scheduler:
         self._chooses = getattr(policy, "choose", None)  # a predicting policy's full verdict
         self._weighs_preference = getattr(policy, "honours_preference", False)
         self._observes_slo = getattr(policy, "observe_slo", None)
+        # called whenever a booking ends or a first token arrives: room may have freed
+        # for requests held by SLO-aware admission
+        self.on_room: Callable[[], None] | None = None
 
     def context(
         self, request: RequestInfo, now: float, rng: random.Random, prefer: str | None = None
@@ -212,9 +215,12 @@ class Scheduler:
                 prefill_s_per_token=outcome.prefill_s_per_token,
                 decode_s_per_token=outcome.decode_s_per_token,
             )
-        return self.health.record(
+        events = self.health.record(
             backend, outcome.ok, now, outcome.latency_ratio, fatal=outcome.fatal
         )
+        if self.on_room is not None:
+            self.on_room()
+        return events
 
     def judge(self, backend: Backend, *, ok: bool, now: float) -> HealthEvents:
         """A health verdict on a backend reached after its booking was released."""
@@ -224,12 +230,16 @@ class Scheduler:
         """The request's first token arrived (the latency model resynchronises and learns)."""
         if self.latency is not None:
             self.latency.first_token(request_id, now, ttft_s)
+        if self.on_room is not None:
+            self.on_room()
 
     def release(self, request_id: object) -> None:
         """Drop a request's booking with no health verdict (client gone, request refused)."""
         entry = self.ledger.finish(request_id)
         if entry is not None and self.latency is not None:
             self.latency.finish(request_id, None, entry[0].in_flight)
+        if entry is not None and self.on_room is not None:
+            self.on_room()
 
     def tick(self, now: float) -> HealthEvents:
         return self.health.tick(now)

@@ -1,0 +1,133 @@
+"""The I/O side of SLO-aware admission: a request's class, and holding the requests that no
+backend is predicted to serve within it (core/slo_admission.py decides; this parks them).
+
+A held request waits while its TTFT budget lasts and is offered room again whenever a
+stream finishes or a first token arrives; past its budget it is refused with 429, a
+Retry-After hint and its class named, in milliseconds rather than after a minute in an
+engine's queue."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+
+from gpuroute.router.config import SloConfig
+from gpuroute.router.core.request import RequestInfo
+from gpuroute.router.core.scheduler import Decision
+from gpuroute.router.core.slo import SloClass, SloClasses
+from gpuroute.router.core.slo_admission import HoldQueue, Refusal
+from gpuroute.router.metrics import RouterMetrics
+from gpuroute.router.quotas import KeyPolicy
+
+from gpuroute.openai_api import Rejection, clip
+
+SLO_HEADER = "x-gpuroute-slo"
+
+
+def slo_classes(config: SloConfig) -> SloClasses:
+    return SloClasses(
+        (SloClass(c.name, c.ttft_s, c.tpot_s, c.e2e_s) for c in config.classes),
+        config.default_class,
+    )
+
+
+def refusal(refused: Refusal) -> Rejection:
+    return Rejection(
+        429,
+        f"no backend can serve SLO class {refused.slo_class!r} within its objective now "
+        f"({refused.reason}); retry after the hinted delay",
+        code="slo_unattainable",
+        headers={"Retry-After": str(refused.retry_after_s)},
+    )
+
+
+class SloGate:
+    def __init__(self, config: SloConfig, metrics: RouterMetrics, clock: Callable[[], float]):
+        self.classes = slo_classes(config)
+        self.queue = HoldQueue(config.max_held)
+        self.metrics, self.clock = metrics, clock
+        self._waiters: dict[object, asyncio.Event] = {}
+        self._refused: dict[object, Refusal] = {}
+
+    def resolve(self, key: KeyPolicy, headers: Mapping[str, str]) -> SloClass:
+        """The request's class: the header's if it is not more demanding than the key's
+        (or the default), else the key's; Rejection 400 for a class nobody configured."""
+        base = self.classes.get(key.slo_class)
+        asked = headers.get(SLO_HEADER)
+        if asked is None:
+            return base
+        try:
+            wanted = self.classes.get(asked.strip().lower())
+        except ValueError:
+            raise Rejection(
+                400,
+                f"unknown SLO class {clip(asked)!r}; known: {', '.join(self.classes.names())}",
+                param=SLO_HEADER,
+                code="invalid_slo_class",
+            ) from None
+        rank = self.classes.rank
+        return wanted if rank[wanted.name] >= rank[base.name] else base
+
+    async def hold(
+        self, info: RequestInfo, route_again: Callable[[], Decision | None]
+    ) -> Decision | None:
+        """Wait for a booked decision; Rejection (429) when the budget runs out."""
+        slo, arrived = info.slo, info.arrived_at
+        assert slo is not None and arrived is not None
+        key, now = info.request_id, self.clock()
+        self.metrics.slo_held.labels(slo.name).inc()
+        for refused in self.queue.hold(
+            key, self.classes.rank[slo.name], slo.name, arrived + slo.ttft_s, now
+        ):
+            self._refuse(refused)
+        event = self._waiters[key] = asyncio.Event()
+        try:
+            while True:
+                if key in self._refused:
+                    raise refusal(self._refused.pop(key))
+                left = arrived + slo.ttft_s - self.clock()
+                try:
+                    await asyncio.wait_for(event.wait(), max(left, 0.0))
+                except TimeoutError:
+                    self.queue.remove(key)
+                    self._refuse(Refusal(key, slo.name, "slo_deadline", self.queue.retry_after()))
+                    continue
+                event.clear()
+                if key in self._refused:
+                    continue
+                decision = route_again()
+                if decision is None or decision.booked:
+                    self.queue.release(key, self.clock())
+                    return decision
+        finally:
+            self._waiters.pop(key, None)
+            self._refused.pop(key, None)
+            self.queue.remove(key)
+
+    def judge(
+        self, info: RequestInfo, exchange, now: float, output_tokens: int
+    ) -> tuple[float | None, bool] | None:
+        """A served request's TPOT and whether it met its class (counted per class)."""
+        slo, first = info.slo, exchange.first_at
+        if slo is None or first is None:
+            return None
+        tpot = (now - first) / (output_tokens - 1) if output_tokens > 1 else None
+        met = slo.met(first - exchange.arrival, tpot or 0.0, now - exchange.arrival)
+        self.metrics.slo_requests.labels(slo.name, "met" if met else "missed").inc()
+        return tpot, met
+
+    def pump(self) -> None:
+        """Room may have freed: let held requests try again, most important first."""
+        if not len(self.queue):
+            return
+        for key in self.queue.waiting():
+            event = self._waiters.get(key)
+            if event is not None:
+                event.set()
+
+    def _refuse(self, refused: Refusal) -> None:
+        self.metrics.slo_requests.labels(refused.slo_class, "refused").inc()
+        self._refused[refused.item] = refused
+        event = self._waiters.get(refused.item)
+        if event is not None:
+            event.set()
