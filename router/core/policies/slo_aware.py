@@ -153,7 +153,7 @@ class SloAware:
         for row in fits:
             b, p, _ = row
             if self.balance == "connections":
-                pressure = (b.in_flight + 1) / ctx.capacity_of(b)
+                pressure = self._connections(ctx, b)
             elif self.balance == "work":
                 pressure = ctx.work_score(b)
             else:
@@ -177,6 +177,15 @@ class SloAware:
         if blocks and fits:
             self.index.record(blocks, backend.backend_id)
         return Verdict(backend, prediction, uncached, fits, preferred)
+
+    @staticmethod
+    def _connections(ctx: PickContext, b: Backend) -> float:
+        """In flight per capacity, counting other routers' requests there (the agent's
+        report or the peers' shared ledger, in seconds of work) at this request's cost."""
+        others = max(b.external, b.shared)
+        if others > 0:
+            others /= max(ctx.cost_on(b), 1e-6)
+        return (b.in_flight + 1 + others) / ctx.capacity_of(b)
 
     def observe_slo(self, met: bool) -> None:
         """A request this policy placed finished, meeting its SLO or not."""
