@@ -185,7 +185,8 @@ class SloAware:
         others = max(b.external, b.shared)
         if others > 0:
             others /= max(ctx.cost_on(b), 1e-6)
-        return (b.in_flight + 1 + others) / ctx.capacity_of(b)
+        # stretched like least outstanding work by how much slower than expected it runs
+        return (b.in_flight + 1 + others) * b.slowness / ctx.capacity_of(b)
 
     def observe_slo(self, met: bool) -> None:
         """A request this policy placed finished, meeting its SLO or not."""
