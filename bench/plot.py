@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-from gpuroute.bench.targets import BenchError
+
+from gpuroute.reporting import pyplot
 
 
 def plot_live(report: dict, out: str) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise BenchError("--plot needs matplotlib: .venv/bin/pip install matplotlib") from None
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for axis, key, label in ((axes[0], "_ttft", "TTFT (s)"), (axes[1], "_e2e", "end-to-end (s)")):
         for target in report["targets"]:

@@ -5,6 +5,10 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from gpuroute.reporting import print_table
+
+__all__ = ["GLOBAL_COLUMNS", "LIVE_COLUMNS", "print_fleet", "print_live_notes", "print_table"]
+
 LIVE_COLUMNS = (
     ("target", "target", "{}"),
     ("completed", "done", "{:,}"),
@@ -25,15 +29,6 @@ GLOBAL_COLUMNS = (
     ("p999_us", "p99.9 µs", "{:.1f}"),
     ("p99_vs_nearest", "p99 ÷ nearest", "{:.2f}"),
 )
-
-
-def print_table(console: Console, title: str, rows: list[dict], columns) -> None:
-    table = Table(title=title)
-    for _, header, _ in columns:
-        table.add_column(header, justify="left" if header == "target" else "right")
-    for row in rows:
-        table.add_row(*(fmt.format(row[key]) for key, _, fmt in columns))
-    console.print(table)
 
 
 def print_fleet(console: Console, r: dict) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated
 from urllib.parse import urlsplit
 
 from gpuroute.router.core.policies import DEFAULT_POLICY, POLICIES
-from gpuroute.router.core.slo import DEFAULT_SLO_CLASS, DEFAULT_SLO_CLASSES
+from gpuroute.router.core.slo import DEFAULT_SLO_CLASS, DEFAULT_SLO_CLASSES, SloClass
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from gpuroute.config import (
@@ -170,11 +170,18 @@ class AnonymousConfig(StrictModel):
     slo_class: str | None = None
 
 
+# $/hour per GPU type (the slo_aware policy's cost score); names and prices checked
+GpuPrices = dict[GpuTypeName, Annotated[float, Field(gt=0)]]
+
+
 class SloClassConfig(StrictModel):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9_-]+$")
     ttft_s: float = Field(gt=0)
     tpot_s: float = Field(gt=0)
     e2e_s: float | None = Field(default=None, gt=0)
+
+    def slo_class(self) -> SloClass:
+        return SloClass(self.name, self.ttft_s, self.tpot_s, self.e2e_s)
 
 
 class SloConfig(StrictModel):
@@ -193,7 +200,7 @@ class SloConfig(StrictModel):
     # requests predicted to miss everywhere wait (while their TTFT lasts) up to this many
     max_held: int = Field(default=1024, ge=0)
     # $/hour per GPU type for the cost score (defaults: router/core/policies/slo_aware.py)
-    gpu_prices: dict[str, float] = Field(default_factory=dict)
+    gpu_prices: GpuPrices = Field(default_factory=dict)
     cost_weight: float = Field(default=0.1, ge=0)
     margin: float = Field(default=0.9, gt=0, le=1)  # a backend fits when predicted <= margin x SLO
 

@@ -50,7 +50,12 @@ class DecisionLog:
             "reason": decision.reason.value,
             "candidates": [{"backend": b, "score": s} for b, s in decision.scores],
             "chosen": decision.backend.backend_id,
+            "slo_class": info.slo.name if info.slo is not None else None,
+            "fits_slo": decision.fits,
         }
+        if decision.prediction is not None:
+            event["predicted_ttft_s"] = round(decision.prediction.ttft_s, 4)
+            event["predicted_tpot_s"] = round(decision.prediction.tpot_s, 5)
         self.emit(json.dumps(event))
 
     def failure(self, request_id: object, backend: Backend, kind: str) -> None:

@@ -14,7 +14,6 @@ import random
 import ssl
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 
 import aiohttp
 from aiohttp import web
@@ -25,6 +24,7 @@ from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.core.retry import Attempts, FailureKind, RetryBudget, RetrySettings, Verdict
 from gpuroute.router.core.scheduler import Outcome, Scheduler
 from gpuroute.router.decision_log import DecisionLog
+from gpuroute.router.exchange import Exchange
 from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.sessions import SessionStore
 from gpuroute.router.slo_gate import SloGate
@@ -61,24 +61,6 @@ def failure_kind(exc: BaseException) -> FailureKind:
     return FailureKind.CONNECTION
 
 
-@dataclass(slots=True)
-class Exchange:
-    """One client request on its way through the attempts: what every attempt sends, and
-    what the answer is measured against."""
-
-    request: web.Request
-    info: RequestInfo
-    raw: bytes
-    route: str
-    arrival: float
-    headers: dict[str, str]  # forwarded upstream, the same every attempt
-    # backends that answered this request with a 5xx: judged only once another backend
-    # answers it below 500 (a request that breaks every engine is the client's doing)
-    suspects: list[Backend] = field(default_factory=list)
-    dispatched: float = 0.0  # when the current attempt was sent
-    first_at: float | None = None  # when its first bytes reached the client
-
-
 class Forwarder:
     def __init__(
         self,
@@ -89,6 +71,7 @@ class Forwarder:
         retry: RetrySettings,
         *,
         sessions: SessionStore | None,
+        slo: SloGate,
         has_room: Callable[[str], bool],
         clock: Callable[[], float],
         rng: random.Random,
@@ -103,7 +86,7 @@ class Forwarder:
         self.decisions, self.retry, self.sessions = decisions, retry, sessions
         self.has_room, self.clock, self.rng = has_room, clock, rng
         self.budget = RetryBudget(retry)
-        self.slo: SloGate | None = None  # holds predicted SLO misses (predicting policies)
+        self.slo = slo  # classes' attainment; holds predicted misses (predicting policies)
         self.urls: dict[str, str] = {}
         self.idle_timeout_s: float | None = None  # between two chunks of a body (start())
         self.session: aiohttp.ClientSession | None = None  # to the engines; start() opens it
@@ -171,7 +154,7 @@ class Forwarder:
         self, info: RequestInfo, attempt: int, tried: set[str], remembered: str | None
     ) -> Backend | None:
         started = time.perf_counter()
-        hold = self.slo is not None and not tried  # a retry goes where it can
+        hold = self.slo.holds and not tried  # a retry goes where it can
         decision = self.scheduler.route(
             info,
             self.clock(),
@@ -182,7 +165,7 @@ class Forwarder:
             hold_misses=hold,
         )
         self.metrics.decision.observe(time.perf_counter() - started)
-        if decision is not None and not decision.booked and self.slo is not None:
+        if decision is not None and not decision.booked:
             decision = await self.slo.hold(
                 info,
                 lambda: self.scheduler.route(
@@ -337,7 +320,7 @@ class Forwarder:
         self._judge_suspects(exchange)
         output = relayed.tally.output_tokens(relayed.streamed)
         ratio = self.watch.succeeded(info, backend, output, started, batch_at_start)
-        judged = self.slo.judge(info, exchange, self.clock(), output) if self.slo else None
+        judged = self.slo.judge(exchange, self.clock(), output)
         # 4xx is the client's problem, not the backend's: counted healthy.
         self.settle(info, backend, ok=True, output_tokens=output, latency_ratio=ratio, slo=judged)
         return response
@@ -372,8 +355,15 @@ class Forwarder:
         if not ok:
             self.watch.forget(info.request_id)
         tpot, met = slo if slo is not None else (None, None)
-        outcome = Outcome(ok, output_tokens, info.prompt_tokens, latency_ratio=latency_ratio)
-        outcome = replace(outcome, fatal=fatal, tpot_s=tpot, met_slo=met)
+        outcome = Outcome(
+            ok,
+            output_tokens,
+            info.prompt_tokens,
+            latency_ratio=latency_ratio,
+            tpot_s=tpot,
+            met_slo=met,
+            fatal=fatal,
+        )
         events = self.scheduler.finish(info.request_id, info.model, outcome, self.clock())
         if events is not None:
             self.record_health(events)

@@ -47,16 +47,19 @@ class Front:
         self.with_prefix_blocks = with_prefix_blocks
         self._ids = itertools.count(1)
 
-    async def admit(self, request: web.Request, route: str) -> tuple[ParsedRequest, bytes]:
+    async def admit(
+        self, request: web.Request, route: str, arrival: float
+    ) -> tuple[ParsedRequest, bytes]:
         """The parsed request and its raw body, admitted; or a Rejection. Once admitted,
-        `release(info)` must follow however the request ends."""
+        `release(info)` must follow however the request ends. `arrival` starts its TTFT
+        clock."""
         self.residency.check(request)
         key = self.tenants.identify(request)
         raw = await read_body(request, self.config.limits)
         parsed = self._parse(request, route, raw)
         info = parsed.info
         info.slo = self.slo.resolve(key, request.headers)
-        info.arrived_at = self.slo.clock()
+        info.arrived_at = arrival
         if not self.backends.serves(info.model):
             message = f"The model `{clip(info.model)}` does not exist."
             raise Rejection(404, message, param="model", code="model_not_found")

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from aiohttp import web
 from gpuroute.router.admission_gate import AdmissionGate
 from gpuroute.router.core.backend import BackendState
-from gpuroute.router.forward import Exchange, Forwarder
+from gpuroute.router.exchange import Exchange
+from gpuroute.router.forward import Forwarder
 from gpuroute.router.front import Front
 from gpuroute.router.metrics import RouterMetrics
 
@@ -76,7 +77,7 @@ class Proxy:
 
     async def _openai(self, request: web.Request, route: str, arrival: float) -> web.StreamResponse:
         try:
-            parsed, raw = await self.front.admit(request, route)
+            parsed, raw = await self.front.admit(request, route, arrival)
         except Rejection as rejection:
             return rejection.response()
         try:

@@ -108,11 +108,12 @@ class RouterApp:
         self.watch = BackendWatch(
             self.scheduler, self.priors, self.clock, config.retry.rescue_slowness
         )
-        self.forwarder = self._forwarder(rng)
-        self.slo = SloGate(config.slo, self.metrics, self.clock)
-        if hasattr(self.scheduler.policy, "choose"):  # a predicting policy: hold its misses
-            self.forwarder.slo = self.slo
+        # a predicting policy's misses are held; every policy's attainment is counted
+        holds = hasattr(self.scheduler.policy, "choose")
+        self.slo = SloGate(config.slo, self.metrics, self.clock, holds=holds)
+        if holds:
             self.scheduler.on_room = self.slo.pump
+        self.forwarder = self._forwarder(rng)
         self.forwarder.urls.update({b.backend_id: b.url for b in config.backends})
         front = Front(
             config,
@@ -164,6 +165,7 @@ class RouterApp:
             DecisionLog(config.decision_log_sample, config.policy),
             RetrySettings(**config.retry.model_dump(exclude={"rescue_slowness"})),
             sessions=SessionStore.from_config(config.redis, self.redis, self.clock),
+            slo=self.slo,
             has_room=self.gate.has_room,
             clock=self.clock,
             rng=rng,

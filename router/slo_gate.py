@@ -14,8 +14,9 @@ from collections.abc import Callable, Mapping
 from gpuroute.router.config import SloConfig
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.core.scheduler import Decision
-from gpuroute.router.core.slo import SloClass, SloClasses
-from gpuroute.router.core.slo_admission import HoldQueue, Refusal
+from gpuroute.router.core.slo import SloClass, SloClasses, time_per_output_token
+from gpuroute.router.core.slo_admission import OFFERS_PER_EVENT, HoldQueue, Refusal
+from gpuroute.router.exchange import Exchange
 from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.quotas import KeyPolicy
 
@@ -25,10 +26,7 @@ SLO_HEADER = "x-gpuroute-slo"
 
 
 def slo_classes(config: SloConfig) -> SloClasses:
-    return SloClasses(
-        (SloClass(c.name, c.ttft_s, c.tpot_s, c.e2e_s) for c in config.classes),
-        config.default_class,
-    )
+    return SloClasses((c.slo_class() for c in config.classes), config.default_class)
 
 
 def refusal(refused: Refusal) -> Rejection:
@@ -42,9 +40,17 @@ def refusal(refused: Refusal) -> Rejection:
 
 
 class SloGate:
-    def __init__(self, config: SloConfig, metrics: RouterMetrics, clock: Callable[[], float]):
+    def __init__(
+        self,
+        config: SloConfig,
+        metrics: RouterMetrics,
+        clock: Callable[[], float],
+        *,
+        holds: bool = True,
+    ) -> None:
+        self.holds = holds  # the policy predicts SLO misses, so they are held, not sent
         self.classes = slo_classes(config)
-        self.queue = HoldQueue(config.max_held)
+        self.queue = HoldQueue(self.classes, config.max_held)
         self.metrics, self.clock = metrics, clock
         self._waiters: dict[object, asyncio.Event] = {}
         self._refused: dict[object, Refusal] = {}
@@ -71,56 +77,52 @@ class SloGate:
     async def hold(
         self, info: RequestInfo, route_again: Callable[[], Decision | None]
     ) -> Decision | None:
-        """Wait for a booked decision; Rejection (429) when the budget runs out."""
+        """Wait for a booked decision (None: no backend at all any more); Rejection (429)
+        when the request's TTFT budget runs out first or a more important one displaces it."""
         slo, arrived = info.slo, info.arrived_at
         assert slo is not None and arrived is not None
-        key, now = info.request_id, self.clock()
+        key = info.request_id
         self.metrics.slo_held.labels(slo.name).inc()
-        for refused in self.queue.hold(
-            key, self.classes.rank[slo.name], slo.name, arrived + slo.ttft_s, now
-        ):
+        for refused in self.queue.hold(key, slo, arrived, self.clock()):
             self._refuse(refused)
+        deadline = self.queue.deadline(key)
         event = self._waiters[key] = asyncio.Event()
         try:
-            while True:
-                if key in self._refused:
-                    raise refusal(self._refused.pop(key))
-                left = arrived + slo.ttft_s - self.clock()
+            while deadline is not None and key not in self._refused:
                 try:
-                    await asyncio.wait_for(event.wait(), max(left, 0.0))
+                    await asyncio.wait_for(event.wait(), max(deadline - self.clock(), 0.0))
                 except TimeoutError:
                     self.queue.remove(key)
                     self._refuse(Refusal(key, slo.name, "slo_deadline", self.queue.retry_after()))
-                    continue
+                    break
                 event.clear()
                 if key in self._refused:
-                    continue
+                    break
                 decision = route_again()
                 if decision is None or decision.booked:
                     self.queue.release(key, self.clock())
                     return decision
+            raise refusal(self._refused[key])
         finally:
             self._waiters.pop(key, None)
             self._refused.pop(key, None)
             self.queue.remove(key)
 
     def judge(
-        self, info: RequestInfo, exchange, now: float, output_tokens: int
+        self, exchange: Exchange, now: float, tokens: int
     ) -> tuple[float | None, bool] | None:
         """A served request's TPOT and whether it met its class (counted per class)."""
-        slo, first = info.slo, exchange.first_at
-        if slo is None or first is None:
+        slo, first_at, arrival = exchange.info.slo, exchange.first_at, exchange.arrival
+        if slo is None or first_at is None:
             return None
-        tpot = (now - first) / (output_tokens - 1) if output_tokens > 1 else None
-        met = slo.met(first - exchange.arrival, tpot or 0.0, now - exchange.arrival)
+        tpot = time_per_output_token(first_at, now, tokens)
+        met = slo.met(first_at - arrival, tpot, now - arrival)
         self.metrics.slo_requests.labels(slo.name, "met" if met else "missed").inc()
         return tpot, met
 
     def pump(self) -> None:
-        """Room may have freed: let held requests try again, most important first."""
-        if not len(self.queue):
-            return
-        for key in self.queue.waiting():
+        """Room may have freed: let a few held requests try again, most important first."""
+        for key in self.queue.waiting(OFFERS_PER_EVENT):
             event = self._waiters.get(key)
             if event is not None:
                 event.set()

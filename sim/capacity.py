@@ -13,8 +13,9 @@ from dataclasses import asdict, dataclass, field
 
 from gpuroute.router.core.policies import resolve_policy_name
 from gpuroute.sim.report import PolicyReport
-from gpuroute.sim.scenario import LoadedScenario
 from gpuroute.sim.simulator import FleetSimulator
+
+from gpuroute.reporting import pyplot
 
 LOW_LOAD, HIGH_LOAD = 0.05, 1.5
 OVERLOADS = (1.2, 1.5)
@@ -37,24 +38,14 @@ class CapacityResult:
         return asdict(self)
 
 
-def at_load(loaded: LoadedScenario, utilization: float) -> LoadedScenario:
-    """The same scenario offered `utilization` of its nominal capacity."""
-    scenario = loaded.scenario
-    workload = scenario.workload.model_copy(
-        update={"target_utilization": utilization, "rate_scale": None, "rate_rps": None}
-    )
-    return LoadedScenario(
-        scenario.model_copy(update={"workload": workload}), loaded.base_dir, loaded.source
-    )
-
-
 class CapacitySearch:
     """Runs one scenario at many loads for one policy, remembering every run."""
 
-    def __init__(self, loaded: LoadedScenario, policy: str, attainment: float) -> None:
+    def __init__(self, base: FleetSimulator, policy: str, attainment: float) -> None:
         if not 0 < attainment <= 1:
             raise ValueError("attainment target must be in (0, 1]")
-        self.loaded, self.policy, self.target = loaded, resolve_policy_name(policy), attainment
+        self.base = base
+        self.policy, self.target = resolve_policy_name(policy), attainment
         self.label = policy
         self.runs: dict[float, tuple[PolicyReport, float]] = {}
 
@@ -62,7 +53,7 @@ class CapacitySearch:
         """The report at `utilization` and the offered rate in req/s."""
         key = round(utilization, 4)
         if key not in self.runs:
-            simulator = FleetSimulator(at_load(self.loaded, key))
+            simulator = self.base.at_utilization(key)
             self.runs[key] = (simulator.run(self.policy), simulator.rate_rps)
         return self.runs[key]
 
@@ -102,13 +93,7 @@ class CapacitySearch:
 
 def plot_capacity(title: str, results: list[CapacityResult], target: float, out: str) -> None:
     """Attainment against offered load, one line per policy (matplotlib, optional)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ValueError("--plot needs matplotlib: .venv/bin/pip install matplotlib") from None
+    plt = pyplot()
     fig, axis = plt.subplots(figsize=(7, 4))
     for result in results:
         loads = [u for u, _, _ in result.curve]

@@ -48,6 +48,7 @@ class EngineRequest:
         "output_tokens",
         "prompt_tokens",
         "rid",
+        "submitted_at",
         "v_end",
         "v_start",
     )
@@ -66,6 +67,7 @@ class EngineRequest:
         self.arrival = arrival
         self.blocks = blocks
         self.cached_tokens = 0
+        self.submitted_at = -1.0  # when it reached this engine (a retry: the last one)
         self.admitted_at = -1.0
         self.first_token_at = -1.0
         self.finished_at = -1.0
@@ -158,6 +160,7 @@ class EngineModel:
         if self.down or not self.fits(req):
             return False
         self._advance(now)
+        req.submitted_at = now
         self.waiting.append(req)
         if self.prefilling is None:
             self._start_next(now)

@@ -9,15 +9,15 @@ from pathlib import Path
 
 from gpuroute.global_.core.policy import MODES
 from gpuroute.router.core.policies import DEFAULT_ALIAS, POLICIES
-from gpuroute.sim.report import TABLE_COLUMNS, PolicyReport
+from gpuroute.sim.report import TABLE_COLUMNS
 from gpuroute.sim.scenario import LoadedScenario, builtin_scenario, load_scenario
 from gpuroute.sim.simulator import FleetSimulator
 from gpuroute.sim.traces import TraceError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from gpuroute.config import ConfigError, known_name
+from gpuroute.reporting import print_table, stdout_console
 
 
 def resolve_scenario(scenario: str | None) -> LoadedScenario:
@@ -66,48 +66,25 @@ def run_capacity(
         raise ConfigError("--attainment must be in (0, 1]")
     names = policies or loaded.scenario.router.policies
     check_policies(names)
-    results = []
-    for name in names:
-        try:
-            results.append(CapacitySearch(loaded, name, attainment).result())
-        except TraceError as exc:
-            raise ConfigError(f"{loaded.source}: workload.trace: {exc}") from None
+    try:
+        base = FleetSimulator(loaded)
+    except TraceError as exc:
+        raise ConfigError(f"{loaded.source}: workload.trace: {exc}") from None
+    results = [CapacitySearch(base, name, attainment).result() for name in names]
     scenario = loaded.scenario
     if not quiet:
         print_table(
+            stdout_console(),
             f"{scenario.name}: SLO capacity at {attainment:.0%} attainment "
             f"(nominal {results[0].nominal_capacity_rps:.1f} req/s)",
-            CAPACITY_COLUMNS,
             [r.to_dict() for r in results],
+            CAPACITY_COLUMNS,
         )
     if json_out:
         write_json([r.to_dict() for r in results], json_out)
     if plot_out:
-        try:
-            plot_capacity(scenario.name, results, attainment, plot_out)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
+        plot_capacity(scenario.name, results, attainment, plot_out)
     return 0
-
-
-def print_table(title: str, columns, rows: list[dict]) -> None:
-    """A left-titled table of `rows` (dicts) by (key, header, format) columns, on stdout."""
-    table = Table(title=title, title_justify="left")
-    for _, header, _ in columns:
-        table.add_column(header, justify="left" if header == "policy" else "right")
-    for row in rows:
-        table.add_row(*(fmt.format(row[key]) for key, _, fmt in columns))
-    Console(width=None if sys.stdout.isatty() else 160).print(table)
-
-
-def render_table(title: str, reports: list[PolicyReport]) -> Table:
-    table = Table(title=title, title_justify="left")
-    for _, header, _ in TABLE_COLUMNS:
-        table.add_column(header, justify="left" if header == "policy" else "right")
-    for report in reports:
-        row = report.to_dict()
-        table.add_row(*(fmt.format(row[key]) for key, _, fmt in TABLE_COLUMNS))
-    return table
 
 
 def run_sim(
@@ -146,8 +123,11 @@ def run_sim(
                 simulator.run(name, lambda done, t=task: progress.update(t, completed=done))
             )
     if not quiet:
-        Console(width=None if sys.stdout.isatty() else 160).print(
-            render_table(f"{scenario.name} (seed {scenario.seed})", reports)
+        print_table(
+            stdout_console(),
+            f"{scenario.name} (seed {scenario.seed})",
+            [r.to_dict() for r in reports],
+            TABLE_COLUMNS,
         )
     if json_out:
         write_json([r.to_dict() for r in reports], json_out)
@@ -193,10 +173,11 @@ def run_global_sim(loaded, policies: list[str] | None, json_out: str | None, *, 
     report = run_global_scenario(loaded, policies)
     if not quiet:
         print_table(
+            stdout_console(),
             f"{scenario.name}: {report['rate_rps']} req/s steady "
             f"({report['gpus']} GPUs, capacity {report['capacity_rps']} req/s)",
-            GLOBAL_COLUMNS,
             report["rows"],
+            GLOBAL_COLUMNS,
         )
     if json_out:
         write_json(report, json_out)

@@ -6,6 +6,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Literal
 
+from gpuroute.router.config import GpuPrices, SloClassConfig
 from gpuroute.router.core.policies import DEFAULT_ALIAS, POLICIES
 from gpuroute.router.core.slo import SloClass
 from gpuroute.sim.global_scenario import GlobalSection
@@ -65,11 +66,9 @@ class GpuGroup(StrictModel):
     region: str | None = None
 
 
-class SloClassSpec(StrictModel):
-    name: str = Field(min_length=1, max_length=64)
-    ttft_s: float = Field(gt=0)
-    tpot_s: float = Field(gt=0)
-    e2e_s: float | None = Field(default=None, gt=0)
+class SloClassSpec(SloClassConfig):
+    """A router's SLO class (router/config.py) with its share of the scenario's traffic."""
+
     share: float = Field(gt=0, le=1, description="fraction of requests in this class")
 
 
@@ -94,7 +93,7 @@ class SloSection(StrictModel):
     def slo_classes(self) -> list[SloClass]:
         if not self.classes:
             return [SloClass("standard", self.ttft_s, self.tpot_s)]
-        return [SloClass(c.name, c.ttft_s, c.tpot_s, c.e2e_s) for c in self.classes]
+        return [c.slo_class() for c in self.classes]
 
     def shares(self) -> list[float]:
         return [c.share for c in self.classes] if self.classes else [1.0]
@@ -112,10 +111,9 @@ class RouterSection(StrictModel):
     oracle_output_lengths: bool = False
     # predicting policies hold or refuse a request predicted to miss its SLO everywhere
     slo_admission: bool = True
-    gpu_prices: dict[str, float] = Field(default_factory=dict)
+    gpu_prices: GpuPrices = Field(default_factory=dict)
     cost_weight: float = Field(default=0.1, ge=0)
     slo_margin: float = Field(default=0.9, gt=0, le=1)
-    balance: str = "connections"
 
     @field_validator("policies")
     @classmethod

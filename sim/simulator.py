@@ -17,7 +17,8 @@ from gpuroute.router.core.latency import LatencyModel, LatencyPrior
 from gpuroute.router.core.policies import PolicyOptions, build_policy
 from gpuroute.router.core.retry import Attempts, FailureKind, RetryBudget, RetrySettings, Verdict
 from gpuroute.router.core.scheduler import Outcome
-from gpuroute.router.core.slo_admission import HoldQueue
+from gpuroute.router.core.slo import SloClasses, time_per_output_token
+from gpuroute.router.core.slo_admission import OFFERS_PER_EVENT, HoldQueue
 from gpuroute.sim.engine_model import EngineModel, EngineRequest
 from gpuroute.sim.events import EventHeap, run_events
 from gpuroute.sim.fleet import (
@@ -75,7 +76,6 @@ def build_policy_for(name: str, loaded: LoadedScenario):
         gpu_prices=router.gpu_prices or None,
         cost_weight=router.cost_weight,
         slo_margin=router.slo_margin,
-        balance=router.balance,
     )
     return build_policy(name, options)
 
@@ -89,11 +89,22 @@ def assign_classes(n: int, shares: list[float], seed: int) -> list[int]:
 
 
 class FleetSimulator:
-    def __init__(self, loaded: LoadedScenario) -> None:
+    def __init__(
+        self,
+        loaded: LoadedScenario,
+        prepared: tuple[Workload, dict[str, GpuTypeProfile], float] | None = None,
+    ) -> None:
         self.loaded = loaded
         self.scenario = loaded.scenario
-        self.workload, self.profiles, self.rate_rps = prepare_workload(loaded)
+        self.workload, self.profiles, self.rate_rps = prepared or prepare_workload(loaded)
         self.gpu_types = expand_gpus(self.scenario)
+
+    def at_utilization(self, utilization: float) -> FleetSimulator:
+        """The same fleet and requests offered `utilization` of its nominal capacity (the
+        trace is read and the GPU types profiled once, not per load)."""
+        rate = utilization * fleet_capacity_rps(self.scenario, self.profiles)
+        workload = self.workload.rescaled(rate / self.rate_rps)
+        return FleetSimulator(self.loaded, (workload, self.profiles, rate))
 
     def run(self, policy_name: str, progress: Callable[[int], None] | None = None) -> PolicyReport:
         started = time.perf_counter()
@@ -141,8 +152,9 @@ class RegionalRun:
         latency = LatencyModel({t: LatencyPrior.from_engine(p.params) for t, p in profiles.items()})
         self.scheduler = Scheduler(BackendSet(self.backends), policy, estimator, latency=latency)
         self.hold_misses = scenario.router.slo_admission and hasattr(policy, "choose")
-        self.held = HoldQueue(max_held=max(64, 16 * len(self.backends)))
         self.classes = scenario.slo.slo_classes()
+        ranked = SloClasses(self.classes, self.classes[0].name)
+        self.held = HoldQueue(ranked, max_held=max(64, 16 * len(self.backends)))
         self.rng = random.Random(scenario.seed)
         self.retry = RetrySettings()  # the live router's defaults
         self.budget = RetryBudget(self.retry)
@@ -150,7 +162,6 @@ class RegionalRun:
         self.n = len(workload)
         self.outcomes = RunOutcomes.pending(self.n)
         self.outcomes.slo_class = assign_classes(self.n, scenario.slo.shares(), scenario.seed)
-        self.dispatched_at: dict[int, float] = {}
         self.arrivals = workload.arrivals.tolist()
         self.prompts = workload.prompts.tolist()
         self.outputs = workload.outputs.tolist()
@@ -198,9 +209,9 @@ class RegionalRun:
         if kind >= 0:
             engine = self.engines[kind]
             finished = engine.on_event(now)
-            for req in engine.first_tokens or ():
-                dispatched = self.dispatched_at.get(req.rid, now)
-                self.scheduler.first_token(req.rid, now, now - dispatched)
+            assert engine.first_tokens is not None  # built with report_first_tokens
+            for req in engine.first_tokens:
+                self.scheduler.first_token(req.rid, now, now - req.submitted_at)
             engine.first_tokens.clear()
             for req in finished:
                 self.complete(req, kind, now)
@@ -239,21 +250,14 @@ class RegionalRun:
 
     def hold(self, info: RequestInfo, now: float) -> None:
         """No backend is predicted to meet its SLO: wait for room while its TTFT lasts."""
-        slo = info.slo
-        assert slo is not None and info.arrived_at is not None
-        rank = self.outcomes.slo_class[info.request_id]
-        for refusal in self.held.hold(
-            info.request_id, rank, slo.name, info.arrived_at + slo.ttft_s, now
-        ):
+        assert info.slo is not None and info.arrived_at is not None
+        for refusal in self.held.hold(info.request_id, info.slo, info.arrived_at, now):
             self.end(refusal.item, REJECTED)
 
-    def retry_held(self, now: float, tries: int = 8) -> None:
+    def retry_held(self, now: float) -> None:
         """Room may have freed up: offer it to held requests, most important first."""
-        for rid in self.held.waiting():
-            info = self.infos.get(rid)
-            if info is None:
-                self.held.remove(rid)
-                continue
+        for rid in self.held.waiting(OFFERS_PER_EVENT):
+            info = self.infos[rid]
             decision = self.scheduler.route(
                 info, now, self.rng, self.tried.get(rid, ()), hold_misses=True
             )
@@ -261,9 +265,6 @@ class RegionalRun:
                 self.held.release(rid, now)
                 if not self.send(info, decision, now):
                     self.dispatch(info, now)
-            tries -= 1
-            if tries <= 0:
-                return
 
     def send(self, info: RequestInfo, decision, now: float) -> bool:
         """Hand a booked request to its engine; False when it must be routed again now."""
@@ -277,7 +278,6 @@ class RegionalRun:
             return True
         self.attempts[rid].start(self.budget)
         if self.engines[e].submit(req, now):
-            self.dispatched_at[rid] = now
             self.reschedule(e)
             return True
         # Engine down: connection refused before any byte; retry elsewhere if allowed.
@@ -306,7 +306,6 @@ class RegionalRun:
         self.outcomes.status[rid] = status
         self.budget.active -= 1
         self.infos.pop(rid, None)
-        self.dispatched_at.pop(rid, None)
         self.tried.pop(rid, None)
         self.attempts.pop(rid, None)
 
@@ -316,9 +315,7 @@ class RegionalRun:
         if req.cached_tokens == 0 and req.admitted_at == req.arrival:
             prefill = (req.first_token_at - req.admitted_at) / req.prompt_tokens
         batch = engine.batch + 1
-        tpot = (
-            (now - req.first_token_at) / (req.output_tokens - 1) if req.output_tokens > 1 else None
-        )
+        tpot = time_per_output_token(req.first_token_at, now, req.output_tokens)
         outcome = Outcome(
             True,
             req.output_tokens,
@@ -327,7 +324,7 @@ class RegionalRun:
             decode_s_per_token=engine.step / batch if batch >= self.busy_batch[e] else None,
             tpot_s=tpot,
             met_slo=self.infos[rid].slo.met(
-                req.first_token_at - req.arrival, tpot or 0.0, now - req.arrival
+                req.first_token_at - req.arrival, tpot, now - req.arrival
             ),
         )
         self.scheduler.finish(rid, self.model, outcome, now)

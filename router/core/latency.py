@@ -25,6 +25,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from gpuroute.router.core.backend import Backend
+
 from gpuroute.roofline import EngineParams
 
 RATIO_MIN, RATIO_MAX = 0.125, 8.0
@@ -118,6 +120,9 @@ class _BackendLoad:
 class Prediction:
     ttft_s: float
     tpot_s: float
+    # what booking the request there adds to that backend (computed once, with the rest)
+    prefill_s: float = 0.0  # its own prefill, learned ratio applied
+    interference_s: float = 0.0  # that prefill's time beyond the decode steps it rides in
 
 
 @dataclass(slots=True)
@@ -126,7 +131,7 @@ class _Booking:
     gpu_type: str
     ctx_tokens: float
     kv_tokens: float
-    first_token_at: float  # predicted, in the queue's coordinates at booking
+    first_token_at: float | None  # predicted, in the queue's coordinates; None once it came
     shift: float  # the queue's correction when it was booked
     ttft_s: float
     tpot_s: float
@@ -142,7 +147,11 @@ class LatencyModel:
     ) -> None:
         if window_s <= 0 or not 0 < alpha <= 1:
             raise ValueError("window_s must be > 0 and alpha in (0, 1]")
+        if not priors:
+            raise ValueError("the latency model needs the priors of at least one GPU type")
         self.priors = dict(priors)
+        # a GPU type without priors is assumed as slow as the slowest one known
+        self.slowest = max(self.priors.values(), key=lambda p: p.prefill_linear_s)
         self.window_s = window_s
         self.alpha = alpha
         self.ttft_ratio: dict[str, float] = {}
@@ -150,94 +159,80 @@ class LatencyModel:
         self._load: dict[str, _BackendLoad] = {}
         self._booked: dict[object, _Booking] = {}
 
-    def knows(self, gpu_type: str) -> bool:
-        return gpu_type in self.priors
-
-    def _prior(self, gpu_type: str) -> LatencyPrior:
-        """A GPU type without priors is assumed as slow as the slowest one known."""
-        prior = self.priors.get(gpu_type)
-        if prior is None:
-            if not self.priors:
-                raise KeyError(f"no latency priors at all (GPU type {gpu_type!r})")
-            prior = max(self.priors.values(), key=lambda p: p.prefill_linear_s)
-            self.priors[gpu_type] = prior
-        return prior
-
     def _state(self, backend_id: str) -> _BackendLoad:
         state = self._load.get(backend_id)
         if state is None:
             state = self._load[backend_id] = _BackendLoad()
         return state
 
+    def _decayed(self, state: _BackendLoad, now: float) -> float:
+        return state.interference * math.exp((state.interference_at - now) / self.window_s)
+
     def interference(self, backend_id: str, now: float) -> float:
+        """The share of recent time prefill chunks have added to this backend's steps."""
         state = self._load.get(backend_id)
         if state is None:
             return 0.0
-        decayed = state.interference * math.exp((state.interference_at - now) / self.window_s)
-        return min(decayed / self.window_s, MAX_INTERFERENCE)
+        return min(self._decayed(state, now) / self.window_s, MAX_INTERFERENCE)
 
     def predict(
         self,
-        backend_id: str,
-        gpu_type: str,
-        in_flight: int,
+        backend: Backend,
         uncached_prompt: float,
         prompt_tokens: float,
         output_tokens: float,
         now: float,
-        queued_elsewhere_s: float = 0.0,
     ) -> Prediction:
-        """TTFT and TPOT of a request of `prompt_tokens` (`uncached_prompt` of them still to
-        prefill) expecting `output_tokens`; `queued_elsewhere_s` is work other routers put
-        there (the agent's report) that this router's clock cannot see."""
-        prior = self._prior(gpu_type)
-        state = self._load.get(backend_id)
-        wait = queued_elsewhere_s
+        """TTFT and TPOT on `backend` of a request of `prompt_tokens` (`uncached_prompt` of
+        them still to prefill) expecting `output_tokens`. Work other routers put there (the
+        agent's report, or peers' shared ledger) waits ahead of it too: this router's queue
+        clock cannot see it."""
+        gpu_type = backend.gpu_type
+        prior = self.priors.get(gpu_type, self.slowest)
+        state = self._load.get(backend.backend_id)
+        wait = max(backend.external, backend.shared)
         ctx = prompt_tokens + output_tokens / 2
         kv = 0.0
         if state is not None:
             wait += max(0.0, state.prefill_until - now)
             ctx += state.ctx_tokens
             kv = state.kv_tokens
+        in_flight = backend.in_flight
         step = prior.decode_step_s(in_flight + 1, ctx)
-        prefill, _ = prior.prefill_s(uncached_prompt, step)
+        prefill, excess = prior.prefill_s(uncached_prompt, step)
         request_kv = prompt_tokens + output_tokens
         wait += prior.slot_wait_s(in_flight, kv, request_kv, output_tokens, step)
-        # the queue was booked with the ratio already
-        ttft = wait + prefill * self.ttft_ratio.get(gpu_type, 1.0)
-        tpot = step / (1.0 - self.interference(backend_id, now))
-        return Prediction(ttft, tpot * self.tpot_ratio.get(gpu_type, 1.0))
+        ratio = self.ttft_ratio.get(gpu_type, 1.0)
+        prefill, excess = prefill * ratio, excess * ratio
+        tpot = step / (1.0 - self.interference(backend.backend_id, now))
+        return Prediction(
+            wait + prefill, tpot * self.tpot_ratio.get(gpu_type, 1.0), prefill, excess
+        )
 
     def book(
         self,
         request_id: object,
-        backend_id: str,
-        gpu_type: str,
-        in_flight: int,
-        uncached_prompt: float,
+        backend: Backend,
         prompt_tokens: float,
         output_tokens: float,
         now: float,
         predicted: Prediction,
     ) -> None:
-        """The request went to `backend_id`: queue its prefill and count its KV."""
-        prior = self._prior(gpu_type)
-        state = self._state(backend_id)
+        """The request went to `backend` as `predicted` (from `predict` just before, at the
+        same `now`): queue its prefill, count its KV and its interference."""
+        state = self._state(backend.backend_id)
+        state.prefill_until = max(state.prefill_until, now) + predicted.prefill_s
         ctx_tokens = prompt_tokens + output_tokens / 2
-        step = prior.decode_step_s(in_flight + 1, state.ctx_tokens + ctx_tokens)
-        prefill, excess = prior.prefill_s(uncached_prompt, step)
-        ratio = self.ttft_ratio.get(gpu_type, 1.0)
-        state.prefill_until = max(state.prefill_until, now) + prefill * ratio
+        kv_tokens = prompt_tokens + output_tokens
         state.ctx_tokens += ctx_tokens
-        state.kv_tokens += prompt_tokens + output_tokens
-        decay = math.exp((state.interference_at - now) / self.window_s)
-        state.interference = state.interference * decay + excess * ratio
+        state.kv_tokens += kv_tokens
+        state.interference = self._decayed(state, now) + predicted.interference_s
         state.interference_at = now
         self._booked[request_id] = _Booking(
-            backend_id,
-            gpu_type,
+            backend.backend_id,
+            backend.gpu_type,
             ctx_tokens,
-            prompt_tokens + output_tokens,
+            kv_tokens,
             state.prefill_until,
             state.shift,
             predicted.ttft_s,
@@ -248,7 +243,7 @@ class LatencyModel:
         """The request's first token arrived: shift that backend's prefill queue by the error
         (FCFS: what was booked after it is that much earlier or later), learn TTFT."""
         booking = self._booked.get(request_id)
-        if booking is None or booking.first_token_at < 0:
+        if booking is None or booking.first_token_at is None:
             return
         state = self._load.get(booking.backend_id)
         if state is not None:
@@ -259,7 +254,7 @@ class LatencyModel:
             state.prefill_until = max(now, state.prefill_until + error)
         if ttft_s is not None and booking.ttft_s > 0:
             self._learn(self.ttft_ratio, booking.gpu_type, ttft_s / booking.ttft_s)
-        booking.first_token_at = -1.0
+        booking.first_token_at = None
 
     def finish(
         self,
@@ -283,9 +278,6 @@ class LatencyModel:
                 tpot_s / booking.tpot_s,
                 (TPOT_RATIO_MIN, TPOT_RATIO_MAX),
             )
-
-    def forget(self, backend_id: str) -> None:
-        self._load.pop(backend_id, None)
 
     def _learn(
         self,

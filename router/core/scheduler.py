@@ -121,36 +121,24 @@ class Scheduler:
             return Decision(
                 backend, cost, len(candidates), reason, scores, prediction, False, False
             )
-        self.ledger.start(request.request_id, backend, cost)
-        if self.latency is not None and self.latency.knows(backend.gpu_type):
+        if self.latency is not None:
             prediction = self._book_latency(ctx, backend, verdict)
+        self.ledger.start(request.request_id, backend, cost)
         return Decision(backend, cost, len(candidates), reason, scores, prediction, fits)
 
     def _book_latency(
         self, ctx: PickContext, backend: Backend, verdict: Verdict | None
     ) -> Prediction:
+        """Book the request in the latency model with what the policy predicted there (or,
+        for a policy that does not predict, a prediction made now)."""
         latency, request = self.latency, ctx.request
         assert latency is not None
         prompt, output = request.prompt_tokens, ctx.expected_output
-        in_flight = backend.in_flight - 1  # the ledger has just counted this request
-        if verdict is not None and verdict.backend is backend:
-            prediction, uncached = verdict.prediction, verdict.uncached_prompt
+        if verdict is not None:  # the policy predicted where it chose
+            prediction = verdict.prediction
         else:
-            uncached = request.prompt_tokens
-            prediction = latency.predict(
-                backend.backend_id, backend.gpu_type, in_flight, uncached, prompt, output, ctx.now
-            )
-        latency.book(
-            request.request_id,
-            backend.backend_id,
-            backend.gpu_type,
-            in_flight,
-            uncached,
-            prompt,
-            output,
-            ctx.now,
-            prediction,
-        )
+            prediction = latency.predict(backend, prompt, prompt, output, ctx.now)
+        latency.book(request.request_id, backend, prompt, output, ctx.now, prediction)
         return prediction
 
     def candidates(self, request: RequestInfo, exclude: Collection[str] = ()) -> list[Backend]:

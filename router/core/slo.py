@@ -26,19 +26,29 @@ class SloClass:
         if self.ttft_s <= 0 or self.tpot_s <= 0 or (self.e2e_s is not None and self.e2e_s <= 0):
             raise ValueError(f"SLO class {self.name!r}: ttft_s, tpot_s and e2e_s must be > 0")
 
-    def met(self, ttft_s: float, tpot_s: float, e2e_s: float) -> bool:
-        """Whether a served request met this class (what attainment counts)."""
-        if ttft_s > self.ttft_s or tpot_s > self.tpot_s:
+    def met(self, ttft_s: float, tpot_s: float | None, e2e_s: float) -> bool:
+        """Whether a served request met this class (what attainment counts); a one-token
+        answer has no TPOT to miss."""
+        if ttft_s > self.ttft_s or (tpot_s is not None and tpot_s > self.tpot_s):
             return False
         return self.e2e_s is None or e2e_s <= self.e2e_s
 
 
+def time_per_output_token(first_token_at: float, end: float, output_tokens: int) -> float | None:
+    """TPOT as SLOs count it: the time after the first token over the tokens after it
+    (None for a one-token answer)."""
+    if output_tokens <= 1:
+        return None
+    return (end - first_token_at) / (output_tokens - 1)
+
+
+STANDARD = SloClass("standard", ttft_s=2.0, tpot_s=0.1)
 DEFAULT_SLO_CLASSES: tuple[SloClass, ...] = (
     SloClass("interactive", ttft_s=0.5, tpot_s=0.05),
-    SloClass("standard", ttft_s=2.0, tpot_s=0.1),
+    STANDARD,
     SloClass("batch", ttft_s=60.0, tpot_s=0.5, e2e_s=600.0),
 )
-DEFAULT_SLO_CLASS = "standard"
+DEFAULT_SLO_CLASS = STANDARD.name
 
 
 class SloClasses:

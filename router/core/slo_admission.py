@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable
 from dataclasses import dataclass
+
+from gpuroute.router.core.slo import SloClass, SloClasses
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,17 +28,26 @@ class Refusal:
     retry_after_s: int
 
 
-class HoldQueue:
-    """Held requests per class rank (0 = most important), each with its deadline."""
+# Held requests offered room each time some may have freed (a stream ended, a first token
+# came): a bounded number, most important first, so one event costs a few routing decisions
+# however long the queue (the live router and the simulator use the same bound).
+OFFERS_PER_EVENT = 8
 
-    def __init__(self, max_held: int = 1024, max_retry_after_s: int = 60) -> None:
+
+class HoldQueue:
+    """Held requests per class rank (0 = most important), each with its deadline: the end
+    of its TTFT budget, after which it can no longer meet its class."""
+
+    def __init__(
+        self, classes: SloClasses, max_held: int = 1024, max_retry_after_s: int = 60
+    ) -> None:
         if max_held < 0:
             raise ValueError("max_held must be >= 0")
+        self.classes = classes
         self.max_held = max_held
         self.max_retry_after_s = max_retry_after_s
-        # rank -> {item: (seq, deadline, class name)}; dicts keep insertion (FIFO) order
-        self._held: dict[int, dict[Hashable, tuple[int, float, str]]] = {}
-        self._seq = itertools.count()
+        # rank -> {item: (deadline, class name)}; dicts keep insertion (FIFO) order
+        self._held: dict[int, dict[Hashable, tuple[float, str]]] = {}
         self._count = 0
         self._released = 0.0  # dispatches per second, EWMA (for Retry-After)
         self._last_release: float | None = None
@@ -52,12 +63,13 @@ class HoldQueue:
             return 1
         return max(1, min(self.max_retry_after_s, math.ceil((self._count + 1) / self._released)))
 
-    def hold(
-        self, item: Hashable, rank: int, slo_class: str, deadline: float, now: float
-    ) -> list[Refusal]:
-        """Hold `item` until `deadline`; returns who is refused for it: the newcomer itself
-        (deadline already passed, or the queue full of equal or more important work) or
-        the newest held request of the least important class below it."""
+    def hold(self, item: Hashable, slo: SloClass, arrived_at: float, now: float) -> list[Refusal]:
+        """Hold `item` (of class `slo`, its TTFT clock started at `arrived_at`) while its
+        TTFT budget lasts; returns who is refused for it: the newcomer itself (budget gone,
+        or the queue full of equal or more important work) or the newest held request of
+        the least important class below it."""
+        rank, slo_class = self.classes.rank[slo.name], slo.name
+        deadline = arrived_at + slo.ttft_s
         if deadline <= now:
             return [Refusal(item, slo_class, "slo_deadline", self.retry_after())]
         refused: list[Refusal] = []
@@ -66,18 +78,31 @@ class HoldQueue:
             if lowest is None or lowest <= rank:
                 return [Refusal(item, slo_class, "slo_queue_full", self.retry_after())]
             victim = next(reversed(self._held[lowest]))
-            _, _, victim_class = self._held[lowest].pop(victim)
+            _, victim_class = self._held[lowest].pop(victim)
             self._count -= 1
             refused.append(Refusal(victim, victim_class, "slo_displaced", self.retry_after()))
-        self._held.setdefault(rank, {})[item] = (next(self._seq), deadline, slo_class)
+        self._held.setdefault(rank, {})[item] = (deadline, slo_class)
         self._count += 1
         return refused
 
-    def waiting(self) -> Iterator[Hashable]:
-        """Held items, most important class first, oldest first (a snapshot: the caller
-        may release or remove while iterating)."""
+    def waiting(self, limit: int | None = None) -> list[Hashable]:
+        """Up to `limit` held items, most important class first, oldest first (a list: the
+        caller may release or remove while going through it)."""
+        items: list[Hashable] = []
         for rank in sorted(self._held):
-            yield from list(self._held[rank])
+            items.extend(
+                itertools.islice(self._held[rank], None if limit is None else limit - len(items))
+            )
+            if limit is not None and len(items) >= limit:
+                break
+        return items
+
+    def deadline(self, item: Hashable) -> float | None:
+        """When a held item's TTFT budget runs out (None: not held)."""
+        for held in self._held.values():
+            if item in held:
+                return held[item][0]
+        return None
 
     def release(self, item: Hashable, now: float) -> bool:
         """The item got room and goes now."""
@@ -101,9 +126,9 @@ class HoldQueue:
         """Refuse every held item whose deadline has passed."""
         refused = []
         for held in self._held.values():
-            late = [item for item, (_, deadline, _) in held.items() if deadline <= now]
+            late = [item for item, (deadline, _) in held.items() if deadline <= now]
             for item in late:
-                _, _, slo_class = held.pop(item)
+                _, slo_class = held.pop(item)
                 refused.append(Refusal(item, slo_class, "slo_deadline", self.retry_after()))
         self._count -= len(refused)
         return refused

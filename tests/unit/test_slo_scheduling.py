@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
 from gpuroute.router.core import Backend, BackendSet, CostEstimator, RequestInfo, Scheduler
-from gpuroute.router.core.latency import LatencyModel, LatencyPrior, Prediction
+from gpuroute.router.core.latency import LatencyModel, LatencyPrior
 from gpuroute.router.core.policies import DEFAULT_POLICY, build_policy
 from gpuroute.router.core.scheduler import Outcome
-from gpuroute.router.core.slo import DEFAULT_SLO_CLASSES, SloClass, SloClasses
+from gpuroute.router.core.slo import (
+    DEFAULT_SLO_CLASSES,
+    STANDARD,
+    SloClass,
+    SloClasses,
+    time_per_output_token,
+)
 from gpuroute.router.core.slo_admission import HoldQueue, MarginController
+from gpuroute.router.decision_log import DecisionLog
 from gpuroute.router.priors import engine_priors
 from hypothesis import given
 from hypothesis import strategies as st
@@ -20,7 +28,6 @@ from gpuroute.models import MODELS
 from gpuroute.roofline import EngineParams
 
 PRIORS = engine_priors("llama-3.1-8b")
-STANDARD = SloClass("standard", ttft_s=2.0, tpot_s=0.1)
 
 
 def latency_model() -> LatencyModel:
@@ -60,51 +67,75 @@ def test_classes_rank_and_reject_unknown_names() -> None:
 
 
 # -- latency model -------------------------------------------------------------------------
+def engine(backend_id: str, gpu: str, in_flight: int = 0) -> Backend:
+    backend = Backend(backend_id, gpu, ("m",))
+    backend.in_flight = in_flight
+    return backend
+
+
 def test_prediction_on_an_idle_backend_is_the_roofline_prefill_and_step() -> None:
     params = EngineParams(GPU_SPECS["A100"], MODELS["llama-3.1-8b"])
     prior = LatencyPrior.from_engine(params)
     model = LatencyModel({"A100": prior})
-    pred = model.predict("a", "A100", 0, 2000, 2000, 100, now=0.0)
+    pred = model.predict(engine("a", "A100"), 2000, 2000, 100, now=0.0)
     step = prior.decode_step_s(1, 2000 + 50)
     assert pred.tpot_s == pytest.approx(step)
     compute = 2000 * params.prefill_compute_s_per_token(2000) + params.step_overhead_s
     assert pred.ttft_s == pytest.approx(max(step, compute))
 
 
+def test_other_routers_work_waits_ahead() -> None:
+    model = latency_model()
+    busy = engine("h", "H100")
+    alone = model.predict(busy, 100, 100, 50, now=0.0).ttft_s
+    busy.external = 3.0  # the agent reports 3 s of work this router did not send
+    assert model.predict(busy, 100, 100, 50, now=0.0).ttft_s == pytest.approx(alone + 3.0)
+
+
 def test_booked_prefill_queues_ahead_of_the_next_request_until_its_first_token() -> None:
     model = latency_model()
-    first = model.predict("h", "H100", 0, 4000, 4000, 50, now=0.0)
-    model.book(1, "h", "H100", 0, 4000, 4000, 50, 0.0, first)
-    second = model.predict("h", "H100", 1, 100, 100, 50, now=0.0)
-    alone = model.predict("other", "H100", 1, 100, 100, 50, now=0.0)
+    h100 = engine("h", "H100")
+    first = model.predict(h100, 4000, 4000, 50, now=0.0)
+    model.book(1, h100, 4000, 50, 0.0, first)
+    h100.in_flight = 1
+    second = model.predict(h100, 100, 100, 50, now=0.0)
+    alone = model.predict(engine("other", "H100", 1), 100, 100, 50, now=0.0)
     assert second.ttft_s == pytest.approx(first.ttft_s + alone.ttft_s, rel=0.05)
     # the first token came early: the queue behind it moves up by as much
     model.first_token(1, first.ttft_s / 2, first.ttft_s / 2)
-    after = model.predict("h", "H100", 1, 100, 100, 50, now=first.ttft_s / 2)
+    after = model.predict(h100, 100, 100, 50, now=first.ttft_s / 2)
     assert after.ttft_s < second.ttft_s - first.ttft_s / 3
+
+
+def queue_of_five(late_s: float) -> float:
+    """Five requests queued on one H100, each first token `late_s` after its prediction:
+    the TTFT then predicted for one more (its own prefill included)."""
+    model = latency_model()
+    h100 = engine("h", "H100")
+    predicted = []
+    for rid in range(5):
+        pred = model.predict(h100, 2000, 2000, 10, 0.0)
+        model.book(rid, h100, 2000, 10, 0.0, pred)
+        predicted.append(pred.ttft_s)
+    for rid, at in enumerate(predicted):
+        model.first_token(rid, at + late_s)
+    return model.predict(h100, 2000, 2000, 10, predicted[-1] + late_s).ttft_s
 
 
 def test_corrections_do_not_compound_along_a_queue() -> None:
     """Each late first token moves the queue by its own error only (a bug once added every
     earlier error again, and the queue drained while the engine still had work)."""
-    model = latency_model()
-    now, bookings = 0.0, []
-    for rid in range(5):
-        pred = model.predict("h", "H100", rid, 2000, 2000, 10, now)
-        model.book(rid, "h", "H100", rid, 2000, 2000, 10, now, pred)
-        bookings.append(model._booked[rid].first_token_at)
-    end = model._load["h"].prefill_until
-    for rid, predicted in enumerate(bookings):
-        model.first_token(rid, predicted + 0.1)  # every one 0.1 s late
-    assert model._load["h"].prefill_until == pytest.approx(end + 0.1)
+    on_time, late = queue_of_five(0.0), queue_of_five(0.1)
+    assert late == pytest.approx(on_time)  # the last one came at the queue's end, 0.1 s late
 
 
 @given(st.lists(st.floats(0.2, 5.0), min_size=200, max_size=200))
-def test_learned_ratio_stays_in_bounds_and_moves_towards_the_truth(samples) -> None:
+def test_learned_ratio_stays_in_bounds(samples) -> None:
     model = latency_model()
+    l4 = engine("l", "L4")
     for i, factor in enumerate(samples):
-        pred = model.predict("l", "L4", 0, 500, 500, 10, float(i))
-        model.book(i, "l", "L4", 0, 500, 500, 10, float(i), pred)
+        pred = model.predict(l4, 500, 500, 10, float(i))
+        model.book(i, l4, 500, 10, float(i), pred)
         model.first_token(i, float(i) + pred.ttft_s * factor, pred.ttft_s * factor)
         model.finish(i, None, 0)
     assert 0.125 <= model.ttft_ratio["L4"] <= 8.0
@@ -112,12 +143,12 @@ def test_learned_ratio_stays_in_bounds_and_moves_towards_the_truth(samples) -> N
 
 def test_ttft_ratio_converges_to_a_constant_slowdown() -> None:
     model = latency_model()
+    l4 = engine("l", "L4")
     for i in range(300):
         now = 10.0 * i  # far apart: no queueing
-        pred = model.predict("l", "L4", 0, 500, 500, 10, now)
-        model.book(i, "l", "L4", 0, 500, 500, 10, now, pred)
-        truth = model.predict("x", "L4", 0, 500, 500, 10, now).ttft_s
-        raw = truth / model.ttft_ratio.get("L4", 1.0)
+        pred = model.predict(l4, 500, 500, 10, now)
+        model.book(i, l4, 500, 10, now, pred)
+        raw = pred.ttft_s / model.ttft_ratio.get("L4", 1.0)
         model.first_token(i, now + 2 * raw, 2 * raw)  # the engine runs at half speed
         model.finish(i, None, 0)
     assert model.ttft_ratio["L4"] == pytest.approx(2.0, rel=0.05)
@@ -172,32 +203,53 @@ def test_scheduler_feeds_slo_verdicts_to_the_policy() -> None:
 
 
 # -- holding -------------------------------------------------------------------------------
+CLASSES = SloClasses(DEFAULT_SLO_CLASSES, "standard")
+INTERACTIVE, _, BATCH = DEFAULT_SLO_CLASSES  # TTFT 0.5 s and 60 s
+
+
 def test_hold_queue_serves_the_most_important_class_first_and_expires_by_deadline() -> None:
-    queue = HoldQueue(max_held=10)
-    queue.hold("b1", 2, "batch", deadline=30.0, now=0.0)
-    queue.hold("i1", 0, "interactive", deadline=0.5, now=0.0)
-    queue.hold("s1", 1, "standard", deadline=2.0, now=0.0)
-    assert list(queue.waiting()) == ["i1", "s1", "b1"]
+    queue = HoldQueue(CLASSES, max_held=10)
+    queue.hold("b1", BATCH, arrived_at=0.0, now=0.0)
+    queue.hold("i1", INTERACTIVE, arrived_at=0.0, now=0.0)
+    queue.hold("s1", STANDARD, arrived_at=0.0, now=0.0)
+    assert queue.waiting() == ["i1", "s1", "b1"]
+    assert queue.waiting(limit=2) == ["i1", "s1"]
+    assert queue.deadline("i1") == 0.5 and queue.deadline("gone") is None
     expired = queue.expire(1.0)
     assert [(r.item, r.reason) for r in expired] == [("i1", "slo_deadline")]
-    assert list(queue.waiting()) == ["s1", "b1"]
+    assert queue.waiting() == ["s1", "b1"]
 
 
 def test_a_full_hold_queue_displaces_batch_work_never_an_interactive_request() -> None:
-    queue = HoldQueue(max_held=2)
-    queue.hold("b1", 2, "batch", 30.0, 0.0)
-    queue.hold("b2", 2, "batch", 30.0, 0.0)
-    refused = queue.hold("i1", 0, "interactive", 0.5, 0.0)
+    queue = HoldQueue(CLASSES, max_held=2)
+    queue.hold("b1", BATCH, 0.0, 0.0)
+    queue.hold("b2", BATCH, 0.0, 0.0)
+    refused = queue.hold("i1", INTERACTIVE, 0.0, 0.0)
     assert [(r.item, r.reason) for r in refused] == [("b2", "slo_displaced")]
-    refused = queue.hold("b3", 2, "batch", 30.0, 0.0)
+    refused = queue.hold("b3", BATCH, 0.0, 0.0)
     assert [(r.item, r.reason) for r in refused] == [("b3", "slo_queue_full")]
     assert "i1" in queue and len(queue) == 2
 
 
 def test_a_request_past_its_budget_is_refused_at_once() -> None:
-    refused = HoldQueue().hold("late", 1, "standard", deadline=1.0, now=1.5)
+    refused = HoldQueue(CLASSES).hold("late", STANDARD, arrived_at=0.0, now=2.5)
     assert refused[0].reason == "slo_deadline" and refused[0].slo_class == "standard"
 
 
-def test_prediction_is_a_value() -> None:
-    assert Prediction(1.0, 0.1) == Prediction(1.0, 0.1)
+def test_tpot_counts_the_tokens_after_the_first() -> None:
+    assert time_per_output_token(1.0, 3.0, 5) == 0.5
+    assert time_per_output_token(1.0, 3.0, 1) is None
+    assert STANDARD.met(1.0, None, 1.0)  # a one-token answer has no TPOT to miss
+
+
+def test_decision_log_names_the_class_and_what_was_predicted() -> None:
+    sched, lines = scheduler("H100", "L4"), []
+    log = DecisionLog(1.0, DEFAULT_POLICY, emit=lines.append)
+    info = request(1, 3000)
+    decision = sched.route(info, 0.0, random.Random(1), explain=log.wants_next())
+    assert decision is not None and decision.prediction is not None
+    log.decision(info, decision, 0)
+    event = json.loads(lines[0])
+    assert event["slo_class"] == "standard" and event["fits_slo"] is True
+    assert event["predicted_ttft_s"] == round(decision.prediction.ttft_s, 4) > 0
+    assert event["predicted_tpot_s"] == round(decision.prediction.tpot_s, 5) > 0

@@ -27,7 +27,6 @@ class PolicyOptions:
     gpu_prices: dict[str, float] | None = None  # $/hour per GPU type (slo_aware's cost score)
     cost_weight: float = 0.1  # slo_aware: weight of cost against slack
     slo_margin: float = 0.9  # slo_aware: a backend fits when predicted <= margin x the SLO
-    balance: str = "connections"
 
 
 POLICIES: dict[str, Callable[[PolicyOptions], Policy]] = {
@@ -42,7 +41,7 @@ POLICIES: dict[str, Callable[[PolicyOptions], Policy]] = {
     PrefixAffinity.name: lambda o: PrefixAffinity(full_scan_max=o.full_scan_max, choices=o.choices),
     SessionAffinity.name: lambda _o: SessionAffinity(),
     SloAware.name: lambda o: SloAware(
-        prices=o.gpu_prices, cost_weight=o.cost_weight, margin=o.slo_margin, balance=o.balance
+        prices=o.gpu_prices, cost_weight=o.cost_weight, margin=o.slo_margin
     ),
 }
 DEFAULT_POLICY = SloAware.name

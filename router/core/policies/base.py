@@ -14,10 +14,9 @@ from gpuroute.router.core.backend import Backend, BackendSet, BackendState
 from gpuroute.router.core.cost import CostEstimator
 from gpuroute.router.core.latency import LatencyModel, Prediction
 from gpuroute.router.core.request import RequestInfo
-from gpuroute.router.core.slo import SloClass
+from gpuroute.router.core.slo import STANDARD
 
 READY = BackendState.READY
-FALLBACK_SLO = SloClass("standard", ttft_s=2.0, tpot_s=0.1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +26,6 @@ class Verdict:
 
     backend: Backend
     prediction: Prediction
-    uncached_prompt: int
     fits: bool
     preferred: bool = False  # the session's remembered backend
 
@@ -65,7 +63,7 @@ class PickContext:
         self.rng = rng
         self.latency = latency
         self.preferred = preferred  # a session's remembered backend, for policies that weigh it
-        self.slo = request.slo or FALLBACK_SLO
+        self.slo = request.slo or STANDARD  # a request no front classified
         self.expected_output = estimator.expected_output(
             request.model, request.max_tokens, request.prompt_tokens
         )

@@ -1,5 +1,5 @@
 """SLO-aware placement (the default): filter the backends predicted to meet the request's
-SLO, then pick among them by a score of slack and cost.
+SLO, then pick among them by a score of load and cost.
 
 Pipeline, as llm-d's filter → scorer → picker:
 - candidates: all of a small pool; of a large one, the `per_type` least-loaded of a random
@@ -10,10 +10,10 @@ Pipeline, as llm-d's filter → scorer → picker:
 - filter: predicted TTFT ≤ margin × the class's TTFT (less what it waited) and TPOT ≤
   margin × its TPOT, where the margin starts at `margin` and follows the met-rate of what
   was admitted (MarginController), so a biased or noisy prediction tightens itself;
-- score (lower wins): `slack_weight` × the larger of the two predicted fractions of the SLO
-  + `cost_weight` × the request's cost in dollars there relative to the cheapest candidate;
-  the default weights keep the fleet balanced in slack and let a cheap GPU take what it can
-  serve within the SLO when the slack is comparable;
+- score (lower wins): the backend's load (in flight per capacity, other routers' reported
+  requests included, stretched by its slowness, as least connections weighs it) +
+  `cost_weight` × the request's cost in dollars there relative to the cheapest that fits:
+  balance among the backends that meet the SLO, and a cheaper GPU where loads are close;
 - a session's remembered backend is taken while it is predicted to meet the SLO;
 - when none is predicted to meet it: the least-violating backend, marked as a miss, which
   SLO-aware admission holds or refuses instead of sending."""
@@ -25,7 +25,7 @@ from typing import ClassVar
 
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.latency import Prediction
-from gpuroute.router.core.policies.base import PickContext, Verdict
+from gpuroute.router.core.policies.base import PickContext, Verdict, min_with_random_ties
 from gpuroute.router.core.policies.prefix_affinity import PrefixIndex
 from gpuroute.router.core.slo_admission import MarginController
 
@@ -54,49 +54,49 @@ class SloAware:
         per_type: int = 2,
         sample_per_type: int = 4,
         margin: float = 0.9,
-        slack_weight: float = 1.0,
         cost_weight: float = 0.1,
         prices: dict[str, float] | None = None,
         max_blocks: int = 1_000_000,
-        balance: str = "connections",
     ) -> None:
-        self.balance = balance
         if full_scan_max < 1 or per_type < 1 or sample_per_type < per_type:
             raise ValueError("full_scan_max, per_type >= 1 and sample_per_type >= per_type")
-        if not 0 < margin <= 1 or slack_weight < 0 or cost_weight < 0:
-            raise ValueError("margin must be in (0, 1], weights >= 0")
+        if not 0 < margin <= 1 or cost_weight < 0:
+            raise ValueError("margin must be in (0, 1] and cost_weight >= 0")
         self.full_scan_max = full_scan_max
         self.per_type = per_type
         self.sample_per_type = sample_per_type
         # the margin adapts to keep admitted requests meeting their SLO (slo_admission.py)
         self.control = MarginController(margin, high=max(margin, 1.0))
-        self.slack_weight = slack_weight
         self.cost_weight = cost_weight
         self.prices = {**DEFAULT_GPU_PRICES, **(prices or {})}
         self.index = PrefixIndex(max_blocks)
-        self._groups: tuple[int, int, dict[str, list[Backend]]] | None = None
 
     # -- candidates ------------------------------------------------------------------------
-    def _by_type(self, ctx: PickContext, candidates: Sequence[Backend]) -> dict[str, list[Backend]]:
-        key = (ctx.backends.version, id(candidates))
-        if self._groups is None or self._groups[:2] != key:
-            groups: dict[str, list[Backend]] = {}
-            for b in candidates:
-                groups.setdefault(b.gpu_type, []).append(b)
-            self._groups = (*key, groups)
-        return self._groups[2]
+    @staticmethod
+    def load(ctx: PickContext, b: Backend) -> float:
+        """In flight per capacity, counting other routers' requests there (the agent's
+        report or the peers' shared ledger, in seconds of work) at this request's cost,
+        stretched like least outstanding work by how much slower than expected it runs."""
+        others = max(b.external, b.shared)
+        if others > 0:
+            others /= max(ctx.cost_on(b), 1e-6)
+        return (b.in_flight + 1 + others) * b.slowness / ctx.capacity_of(b)
 
     def considered(
         self, ctx: PickContext, candidates: Sequence[Backend], matched: dict[str, int]
     ) -> Sequence[Backend]:
+        """All of a small pool; of a large one, the least loaded few of a sample of each
+        GPU type, and every prefix holder."""
         if len(candidates) <= self.full_scan_max:
             return candidates
+        groups: dict[str, list[Backend]] = {}
+        for b in candidates:
+            groups.setdefault(b.gpu_type, []).append(b)
         chosen: list[Backend] = []
-        for group in self._by_type(ctx, candidates).values():
+        for group in groups.values():
             if len(group) > self.sample_per_type:
                 group = ctx.rng.sample(group, self.sample_per_type)
-            group = sorted(group, key=lambda b: b.in_flight / b.capacity)
-            chosen.extend(group[: self.per_type])
+            chosen.extend(sorted(group, key=lambda b: self.load(ctx, b))[: self.per_type])
         if matched:
             seen = {b.backend_id for b in chosen}
             chosen.extend(
@@ -107,26 +107,18 @@ class SloAware:
     # -- prediction and score --------------------------------------------------------------
     def predictions(
         self, ctx: PickContext, considered: Sequence[Backend], matched: dict[str, int]
-    ) -> list[tuple[Backend, Prediction, int]]:
+    ) -> list[tuple[Backend, Prediction]]:
+        """Each backend with its predicted TTFT and TPOT; a prefix hit there takes the
+        cached blocks off the prompt to prefill."""
         request, latency = ctx.request, ctx.latency
         assert latency is not None  # the scheduler builds one for policies that predict
         prompt, output = request.prompt_tokens, ctx.expected_output
-        out = []
+        rows = []
         for b in considered:
-            depth = matched.get(b.backend_id, 0) if matched else 0
+            depth = matched.get(b.backend_id, 0)
             uncached = max(1, prompt - depth * BLOCK_TOKENS) if depth else prompt
-            pred = latency.predict(
-                b.backend_id,
-                b.gpu_type,
-                b.in_flight,
-                uncached,
-                prompt,
-                output,
-                ctx.now,
-                max(b.external, b.shared),
-            )
-            out.append((b, pred, uncached))
-        return out
+            rows.append((b, latency.predict(b, uncached, prompt, output, ctx.now)))
+        return rows
 
     def _dollars(self, ctx: PickContext, backend: Backend) -> float:
         return ctx.cost_on(backend) * self.prices.get(backend.gpu_type, 1.0)
@@ -140,53 +132,31 @@ class SloAware:
         waited = ctx.now - arrived if arrived is not None else 0.0
         margin = self.control.margin
         ttft_cap, tpot_cap = slo.ttft_s * margin - waited, slo.tpot_s * margin
-        fits = [r for r in rows if r[1].ttft_s <= ttft_cap and r[1].tpot_s <= tpot_cap]
-        if ctx.preferred is not None:
-            for row in fits:
-                if row[0].backend_id == ctx.preferred:
-                    return self._verdict(row, True, blocks, preferred=True)
+        fits = {b: p for b, p in rows if p.ttft_s <= ttft_cap and p.tpot_s <= tpot_cap}
         if not fits:
-            worst = [max(p.ttft_s / slo.ttft_s, p.tpot_s / slo.tpot_s) for _, p, _ in rows]
-            return self._verdict(rows[worst.index(min(worst))], False, blocks)
-        cheapest = min(self._dollars(ctx, b) for b, _, _ in fits) or 1e-12
-        best, best_score = fits[0], float("inf")
-        for row in fits:
-            b, p, _ = row
-            if self.balance == "connections":
-                pressure = self._connections(ctx, b)
-            elif self.balance == "work":
-                pressure = ctx.work_score(b)
-            else:
-                pressure = max(p.ttft_s / max(ttft_cap, 1e-9), p.tpot_s / tpot_cap)
-            score = self.slack_weight * pressure + self.cost_weight * (
-                self._dollars(ctx, b) / cheapest
-            )
-            if score < best_score or (score == best_score and ctx.rng.random() < 0.5):
-                best, best_score = row, score
-        return self._verdict(best, True, blocks)
+            misses = [max(p.ttft_s / slo.ttft_s, p.tpot_s / slo.tpot_s) for _, p in rows]
+            backend, prediction = rows[misses.index(min(misses))]
+            return Verdict(backend, prediction, fits=False)
+        preferred = next((b for b in fits if b.backend_id == ctx.preferred), None)
+        if preferred is not None:
+            return self._chosen(preferred, fits[preferred], blocks, preferred=True)
+        backends = list(fits)
+        dollars = [self._dollars(ctx, b) for b in backends]
+        cheapest = min(dollars) or 1e-12
+        scores = [
+            self.load(ctx, b) + self.cost_weight * d / cheapest
+            for b, d in zip(backends, dollars, strict=True)
+        ]
+        best = min_with_random_ties(backends, scores, ctx.rng)
+        return self._chosen(best, fits[best], blocks)
 
-    def _verdict(
-        self,
-        row: tuple[Backend, Prediction, int],
-        fits: bool,
-        blocks: Sequence[int],
-        *,
-        preferred: bool = False,
+    def _chosen(
+        self, backend: Backend, prediction: Prediction, blocks: Sequence[int], *, preferred=False
     ) -> Verdict:
-        backend, prediction, uncached = row
-        if blocks and fits:
+        """It goes there: the prefix index learns that the backend now holds its blocks."""
+        if blocks:
             self.index.record(blocks, backend.backend_id)
-        return Verdict(backend, prediction, uncached, fits, preferred)
-
-    @staticmethod
-    def _connections(ctx: PickContext, b: Backend) -> float:
-        """In flight per capacity, counting other routers' requests there (the agent's
-        report or the peers' shared ledger, in seconds of work) at this request's cost."""
-        others = max(b.external, b.shared)
-        if others > 0:
-            others /= max(ctx.cost_on(b), 1e-6)
-        # stretched like least outstanding work by how much slower than expected it runs
-        return (b.in_flight + 1 + others) * b.slowness / ctx.capacity_of(b)
+        return Verdict(backend, prediction, fits=True, preferred=preferred)
 
     def observe_slo(self, met: bool) -> None:
         """A request this policy placed finished, meeting its SLO or not."""
@@ -196,5 +166,6 @@ class SloAware:
         return self.choose(ctx, candidates).backend
 
     def score(self, ctx: PickContext, backend: Backend) -> float | None:
-        ((_, p, _),) = self.predictions(ctx, [backend], {})
+        """The larger predicted fraction of its SLO there (what the filter compares)."""
+        ((_, p),) = self.predictions(ctx, [backend], {})
         return max(p.ttft_s / ctx.slo.ttft_s, p.tpot_s / ctx.slo.tpot_s)
