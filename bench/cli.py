@@ -43,7 +43,9 @@ def _live_arguments(live: argparse.ArgumentParser) -> None:
     live.add_argument("--target-utilization", type=float, default=0.85)
     live.add_argument("--duration", type=float, default=120.0, help="seconds of arrivals")
     live.add_argument("--time-scale", type=float, default=2.0, help="engines run this much slower")
-    live.add_argument("--policy", action="append", help="our policies to run (repeatable)")
+    live.add_argument(
+        "--policy", action="append", help="our policies to run (repeatable; default: default)"
+    )
     live.add_argument(
         "--baselines",
         help="comma list of haproxy, nginx, haproxy-weighted, or 'none' (default: haproxy,nginx)",
@@ -68,6 +70,13 @@ def _live_arguments(live: argparse.ArgumentParser) -> None:
         help="kill the replicas' Redis at AT s, restart FOR s later",
     )
     live.add_argument("--plot", metavar="OUT.png", help="latency CDF plot (needs matplotlib)")
+    live.add_argument("--slo-ttft", type=float, default=5.0, help="TTFT SLO, s at GPU speed")
+    live.add_argument("--slo-tpot", type=float, default=0.1, help="TPOT SLO, s at GPU speed")
+    live.add_argument(
+        "--sim",
+        action="store_true",
+        help="also simulate our policies on the same fleet, requests and time scale",
+    )
 
 
 def _overhead_arguments(over: argparse.ArgumentParser) -> None:
@@ -111,6 +120,14 @@ def _global_arguments(glob: argparse.ArgumentParser) -> None:
     glob.add_argument("--decisions", type=int, default=100_000)
 
 
+def _decide_arguments(decide: argparse.ArgumentParser) -> None:
+    decide.add_argument("--backends", type=int, default=100)
+    decide.add_argument("--decisions", type=int, default=50_000)
+    decide.add_argument(
+        "--policy", action="append", help="policies to time (repeatable; default: default)"
+    )
+
+
 def _fleet_arguments(fleet: argparse.ArgumentParser) -> None:
     fleet.add_argument("--hosts", type=int, default=50, help="simulated GPU hosts (agents)")
     fleet.add_argument("--duration", type=float, default=60.0, help="steady-state seconds")
@@ -132,6 +149,7 @@ BENCHES = (
         _tenants_arguments,
     ),
     Bench("global", "time one global routing decision", _global_arguments),
+    Bench("decide", "time one regional routing decision in the core", _decide_arguments),
     Bench(
         "fleet",
         "Consul-discovered simulated hosts: load staleness, Raft writes, outage",

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpuroute.bench.targets import BASELINES, EXTRA_BASELINES, BenchError
+from gpuroute.router.core.policies import resolve_policy_name
 from gpuroute.testbed.processes import StartError
 from rich.console import Console
 
@@ -56,9 +57,13 @@ def live_spec(args: argparse.Namespace):
             )
     if not 0 < args.target_utilization <= 2 or args.duration <= 0 or args.time_scale <= 0:
         raise BenchError("need 0 < --target-utilization <= 2, --duration > 0, --time-scale > 0")
+    if args.slo_ttft <= 0 or args.slo_tpot <= 0:
+        raise BenchError("--slo-ttft and --slo-tpot must be > 0 (seconds, at GPU speed)")
     return LiveBenchSpec(
         engines=engines,
-        policies=args.policy or ["least_outstanding_work"],
+        policies=[resolve_policy_name(p) for p in args.policy or ["default"]],
+        slo_ttft_s=args.slo_ttft,
+        slo_tpot_s=args.slo_tpot,
         baselines=baselines,
         trace=args.trace,
         trace_format=args.format,
@@ -101,11 +106,35 @@ def _live(args: argparse.Namespace, console: Console) -> Report:
     )
     print_table(console, title, report["targets"], LIVE_COLUMNS)
     print_live_notes(console, report["targets"])
+    if args.sim:
+        report["agreement"] = _agreement(spec, report, console)
     if args.plot:
         from gpuroute.bench.plot import plot_live
 
         plot_live(report, args.plot)
     return report
+
+
+def _agreement(spec, report: Report, console: Console) -> list[dict]:
+    """The simulator on the same fleet, requests and time scale as each of our targets."""
+    from gpuroute.bench.agreement import AGREEMENT_COLUMNS, compare, simulate
+    from gpuroute.bench.live import load_workload
+    from gpuroute.bench.tables import print_table
+
+    workload, _rate = load_workload(spec)
+    slo = (spec.slo_ttft_s, spec.slo_tpot_s)
+    rows = [
+        compare(live, simulate(spec.engines, workload, spec.time_scale, live["target"], slo))
+        for live in report["targets"]
+        if live["target"] in spec.policies
+    ]
+    print_table(
+        console,
+        "simulator against live (same fleet, requests, time scale)",
+        rows,
+        AGREEMENT_COLUMNS,
+    )
+    return rows
 
 
 def _overhead(args: argparse.Namespace, console: Console) -> Report:
@@ -188,6 +217,22 @@ def _global(args: argparse.Namespace, console: Console) -> Report:
     return report
 
 
+def _decide(args: argparse.Namespace, console: Console) -> Report:
+    from gpuroute.bench.decisions import DECIDE_COLUMNS, run_decide_bench
+    from gpuroute.bench.tables import print_table
+    from gpuroute.router.core.policies import POLICIES
+
+    if args.backends < 1 or args.decisions < 100:
+        raise BenchError("need --backends >= 1 and --decisions >= 100")
+    for name in args.policy or []:
+        if resolve_policy_name(name) not in POLICIES:
+            raise BenchError(f"--policy: unknown {name!r}; known: default, {', '.join(POLICIES)}")
+    report = run_decide_bench(args.backends, args.decisions, args.policy)
+    title = f"routing decision in the core, {report['backends']} backends"
+    print_table(console, title, report["rows"], DECIDE_COLUMNS)
+    return report
+
+
 def _fleet(args: argparse.Namespace, console: Console) -> Report:
     from gpuroute.bench.fleet import FleetBenchSpec, run_fleet_bench
     from gpuroute.bench.tables import print_fleet
@@ -207,5 +252,6 @@ RUNS: dict[str, Callable[[argparse.Namespace, Console], Report]] = {
     "replicas": _replicas,
     "tenants": _tenants,
     "global": _global,
+    "decide": _decide,
     "fleet": _fleet,
 }

@@ -25,6 +25,7 @@ from gpuroute.bench.targets import (
     start_router,
 )
 from gpuroute.sim.fleet import profile_gpu_type, request_work, saturated_throughput
+from gpuroute.sim.report import offered_window_s
 from gpuroute.sim.traces import read_trace
 from gpuroute.sim.workloads import Workload, synthetic
 from gpuroute.testbed.processes import Child, start_engine, start_redis, wait_http
@@ -143,7 +144,12 @@ async def _apply_faults(spec: LiveBenchSpec, engines: list[Child], replay: Repla
     return applied
 
 
-def summarise(target: str, results: list[RequestResult], spec: LiveBenchSpec) -> dict:
+def summarise(
+    target: str, results: list[RequestResult], spec: LiveBenchSpec, workload: Workload
+) -> dict:
+    """Latency percentiles, throughput over the run, and SLO attainment and goodput as the
+    simulator defines them (per second of offered traffic; the SLO at GPU speed, so times
+    the time scale here)."""
     ok = [r for r in results if r.ok]
     ttft = np.array([r.ttft_s for r in ok]) if ok else np.array([math.nan])
     e2e = np.array([r.e2e_s for r in ok]) if ok else np.array([math.nan])
@@ -169,7 +175,8 @@ def summarise(target: str, results: list[RequestResult], spec: LiveBenchSpec) ->
         "e2e_p50_s": q(e2e, 50),
         "e2e_p99_s": q(e2e, 99),
         "throughput_rps": round(len(ok) / span, 3),
-        "goodput_rps": round(good / span, 3),
+        "goodput_rps": round(good / offered_window_s(workload.arrivals), 3),
+        "slo_attainment": round(good / max(len(results), 1), 4),
         "errors": sorted({r.error for r in results if r.error})[:5],
         "_span_s": span,
         "_ttft": ttft.tolist(),  # samples for --plot; not written to JSON
@@ -238,6 +245,29 @@ def work_utilisation(
     }
 
 
+def slo_section(spec: LiveBenchSpec) -> str:
+    """Our router's [slo]: the bench's SLO, which is at GPU speed, times the time scale, and
+    the latency priors slowed down the same way (the engines run that much slower)."""
+    k = spec.time_scale
+    return (
+        f'\n[slo]\ndefault_class = "bench"\nprior_scale = {k}\n'
+        f'[[slo.classes]]\nname = "bench"\nttft_s = {spec.slo_ttft_s * k}\n'
+        f"tpot_s = {spec.slo_tpot_s * k}\n"
+    )
+
+
+def gpu_shares(results: list[RequestResult], engines: list[tuple[str, Child]]) -> dict:
+    """Each GPU type's share of the completed requests, from the engine that served each
+    (our router's x-gpuroute-backend header; the baselines do not say, so they get none)."""
+    gpu_of = {f"127.0.0.1:{child.port}": gpu for gpu, child in engines}
+    served = [gpu_of[r.backend] for r in results if r.ok and r.backend in gpu_of]
+    if not served:
+        return {}
+    return {
+        "gpu_share": {gpu: round(served.count(gpu) / len(served), 4) for gpu in sorted(set(served))}
+    }
+
+
 def _start_proxy(
     target: str, spec: LiveBenchSpec, folder: Path, pairs: list, helpers: list[Child]
 ) -> tuple[Child, list[str]]:
@@ -245,7 +275,7 @@ def _start_proxy(
     their Redis, appended to `helpers`); returns it and the replicas' URLs."""
     if target in BASELINES + EXTRA_BASELINES:
         return start_baseline(target, folder, pairs), []
-    extra = "decision_log_sample = 1.0" if spec.faults else ""
+    extra = ("decision_log_sample = 1.0" if spec.faults else "") + slo_section(spec)
     if spec.replicas > 1 and spec.shared_state:
         redis = start_redis(folder)
         helpers.append(redis)
@@ -285,7 +315,8 @@ async def run_target(target: str, spec: LiveBenchSpec, workload: Workload, workd
         results = await run
         applied = await faults if faults.done() else []
         faults.cancel()
-        summary = summarise(target, results, spec)
+        summary = summarise(target, results, spec, workload)
+        summary |= gpu_shares(results, pairs)
         summary |= await engine_stats(engines, replay.elapsed())
         summary |= work_utilisation(results, workload, pairs, summary["_span_s"], spec.time_scale)
         if outage is not None:

@@ -102,7 +102,7 @@ def run_once(spec: LiveBenchSpec, shared: bool, workdir: Path) -> dict:
             replay = Replay(urls, workload, MODEL, stream=spec.stream)
             results = asyncio.run(replay.run())
             name = f"{spec.replicas} replicas, {'shared state' if shared else 'independent'}"
-            summary = summarise(name, results, spec)
+            summary = summarise(name, results, spec, workload)
             engines = [EngineUrl(h["engine"]) for h in fleet]
             summary |= asyncio.run(engine_stats(engines, replay.elapsed()))
             return summary

@@ -203,6 +203,9 @@ class SloConfig(StrictModel):
     gpu_prices: GpuPrices = Field(default_factory=dict)
     cost_weight: float = Field(default=0.1, ge=0)
     margin: float = Field(default=0.9, gt=0, le=1)  # a backend fits when predicted <= margin x SLO
+    # the latency model starts from the roofline priors times this (engines known to run
+    # slower than the roofline, or a testbed's slowed-down engines); it learns from there
+    prior_scale: float = Field(default=1.0, gt=0, le=100)
 
     @model_validator(mode="after")
     def _default_is_a_class(self) -> SloConfig:

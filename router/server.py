@@ -80,7 +80,7 @@ def build_scheduler(config: RouterConfig, priors) -> Scheduler:
         cost_weight=slo.cost_weight,
         slo_margin=slo.margin,
     )
-    latency = LatencyModel({gpu: p.latency for gpu, p in priors.items()})
+    latency = LatencyModel({gpu: p.latency.scaled(slo.prior_scale) for gpu, p in priors.items()})
     policy = build_policy(config.policy, options)
     return Scheduler(backends, policy, estimator, health, latency)
 

@@ -120,7 +120,7 @@ def summarise(
         tpot_p99_s=pct(tpot, 99),
         throughput_rps=_r(ok.sum() / duration),
         output_tokens_per_s=_r(outputs.sum() / duration, 1),
-        goodput_rps=_r(good.sum() / duration),
+        goodput_rps=_r(good.sum() / offered_window_s(arrivals)),
         slo_attainment=_r(good.sum() / max(len(status), 1)),
         gpu_util_mean=_r(util.mean()),
         gpu_util_cv=_r(util.std() / util.mean() if util.mean() > 0 else 0.0),
@@ -133,6 +133,17 @@ def summarise(
         by_gpu_type=by_gpu_type(np.asarray(run.served_by)[ok], engines, e2e, tpot),
         by_slo_class=by_slo_class(classes, class_of, ok, good),
     )
+
+
+def offered_window_s(arrivals: np.ndarray) -> float:
+    """The span over which the load was offered, the denominator of goodput: requests that
+    met their SLO per second of offered traffic (attainment x offered rate). The drain after
+    the last arrival is left out: its length is set by the single longest answer, not by
+    how well the fleet kept up."""
+    if len(arrivals) < 2:
+        return 1.0
+    span = float(arrivals[-1] - arrivals[0])
+    return max(span * len(arrivals) / (len(arrivals) - 1), 1e-9)
 
 
 def met_slo(classes, class_of: np.ndarray, ttft: np.ndarray, tpot: np.ndarray, e2e: np.ndarray):

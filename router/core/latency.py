@@ -23,7 +23,8 @@ priors of the backend's GPU type and corrected by what the router observes:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from gpuroute.router.core.backend import Backend
 
@@ -65,6 +66,21 @@ class LatencyPrior:
             params.max_num_batched_tokens if params.chunked_prefill else 1 << 30,
             params.max_num_seqs,
             params.kv_capacity_tokens,
+        )
+
+    def scaled(self, factor: float) -> LatencyPrior:
+        """The same engine `factor` times slower (every time, none of the limits)."""
+        if factor == 1.0:
+            return self
+        return replace(
+            self,
+            step_overhead_s=self.step_overhead_s * factor,
+            weights_read_s=self.weights_read_s * factor,
+            kv_read_s_per_token=self.kv_read_s_per_token * factor,
+            decode_compute_s_per_seq=self.decode_compute_s_per_seq * factor,
+            prefill_linear_s=self.prefill_linear_s * factor,
+            prefill_quadratic_s=self.prefill_quadratic_s * factor,
+            prefill_overhead_s=self.prefill_overhead_s * factor,
         )
 
     def decode_step_s(self, batch: int, ctx_tokens: float) -> float:
@@ -116,8 +132,10 @@ class _BackendLoad:
         self.interference_at = 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class Prediction:
+class Prediction(NamedTuple):
+    """A request's predicted TTFT and TPOT on one backend (a tuple: built on every
+    candidate of every decision, so cheap to make)."""
+
     ttft_s: float
     tpot_s: float
     # what booking the request there adds to that backend (computed once, with the rest)
@@ -190,13 +208,17 @@ class LatencyModel:
         gpu_type = backend.gpu_type
         prior = self.priors.get(gpu_type, self.slowest)
         state = self._load.get(backend.backend_id)
-        wait = max(backend.external, backend.shared)
+        external, shared = backend.external, backend.shared
+        wait = external if external > shared else shared
         ctx = prompt_tokens + output_tokens / 2
-        kv = 0.0
+        kv = interference = 0.0
         if state is not None:
-            wait += max(0.0, state.prefill_until - now)
+            if state.prefill_until > now:
+                wait += state.prefill_until - now
             ctx += state.ctx_tokens
             kv = state.kv_tokens
+            if state.interference:
+                interference = min(self._decayed(state, now) / self.window_s, MAX_INTERFERENCE)
         in_flight = backend.in_flight
         step = prior.decode_step_s(in_flight + 1, ctx)
         prefill, excess = prior.prefill_s(uncached_prompt, step)
@@ -204,10 +226,8 @@ class LatencyModel:
         wait += prior.slot_wait_s(in_flight, kv, request_kv, output_tokens, step)
         ratio = self.ttft_ratio.get(gpu_type, 1.0)
         prefill, excess = prefill * ratio, excess * ratio
-        tpot = step / (1.0 - self.interference(backend.backend_id, now))
-        return Prediction(
-            wait + prefill, tpot * self.tpot_ratio.get(gpu_type, 1.0), prefill, excess
-        )
+        tpot = step / (1.0 - interference) * self.tpot_ratio.get(gpu_type, 1.0)
+        return Prediction(wait + prefill, tpot, prefill, excess)
 
     def book(
         self,

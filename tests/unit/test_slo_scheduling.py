@@ -84,6 +84,18 @@ def test_prediction_on_an_idle_backend_is_the_roofline_prefill_and_step() -> Non
     assert pred.ttft_s == pytest.approx(max(step, compute))
 
 
+def test_scaled_priors_predict_that_many_times_slower() -> None:
+    prior = PRIORS["L4"].latency
+    fast = LatencyModel({"L4": prior}).predict(engine("l", "L4", 3), 1500, 1500, 80, now=0.0)
+    slow = LatencyModel({"L4": prior.scaled(3.0)}).predict(
+        engine("l", "L4", 3), 1500, 1500, 80, now=0.0
+    )
+    assert slow.ttft_s == pytest.approx(3 * fast.ttft_s)
+    assert slow.tpot_s == pytest.approx(3 * fast.tpot_s)
+    assert prior.scaled(3.0).max_num_seqs == prior.max_num_seqs  # limits are not times
+    assert prior.scaled(1.0) is prior
+
+
 def test_other_routers_work_waits_ahead() -> None:
     model = latency_model()
     busy = engine("h", "H100")

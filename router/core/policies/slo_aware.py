@@ -51,8 +51,8 @@ class SloAware:
         self,
         *,
         full_scan_max: int = 24,
-        per_type: int = 2,
-        sample_per_type: int = 4,
+        per_type: int = 1,
+        sample_per_type: int = 3,
         margin: float = 0.9,
         cost_weight: float = 0.1,
         prices: dict[str, float] | None = None,
@@ -70,6 +70,7 @@ class SloAware:
         self.cost_weight = cost_weight
         self.prices = {**DEFAULT_GPU_PRICES, **(prices or {})}
         self.index = PrefixIndex(max_blocks)
+        self._groups: tuple[Sequence[Backend] | None, list[list[Backend]]] = (None, [])
 
     # -- candidates ------------------------------------------------------------------------
     @staticmethod
@@ -89,20 +90,36 @@ class SloAware:
         GPU type, and every prefix holder."""
         if len(candidates) <= self.full_scan_max:
             return candidates
-        groups: dict[str, list[Backend]] = {}
-        for b in candidates:
-            groups.setdefault(b.gpu_type, []).append(b)
         chosen: list[Backend] = []
-        for group in groups.values():
-            if len(group) > self.sample_per_type:
-                group = ctx.rng.sample(group, self.sample_per_type)
-            chosen.extend(sorted(group, key=lambda b: self.load(ctx, b))[: self.per_type])
+        draw, k, keep = ctx.rng.random, self.sample_per_type, self.per_type
+        for group in self._by_type(candidates):
+            n = len(group)
+            if n > k:  # with replacement: k cheap draws, not random.sample's bookkeeping
+                group = list(
+                    {id(b): b for b in [group[int(draw() * n)] for _ in range(k)]}.values()
+                )
+            if len(group) > keep:
+                group = sorted(group, key=lambda b: self.load(ctx, b))[:keep]
+            chosen.extend(group)
         if matched:
             seen = {b.backend_id for b in chosen}
             chosen.extend(
                 b for b in candidates if b.backend_id in matched and b.backend_id not in seen
             )
         return chosen
+
+    def _by_type(self, candidates: Sequence[Backend]) -> list[list[Backend]]:
+        """The candidates grouped by GPU type. The routable list is cached by BackendSet
+        until the fleet changes, so its grouping is kept while the very same list object
+        comes back (held here, so its identity cannot pass to another list)."""
+        held, groups = self._groups
+        if candidates is not held:
+            by_type: dict[str, list[Backend]] = {}
+            for b in candidates:
+                by_type.setdefault(b.gpu_type, []).append(b)
+            groups = list(by_type.values())
+            self._groups = (candidates, groups)
+        return groups
 
     # -- prediction and score --------------------------------------------------------------
     def predictions(

@@ -1,0 +1,109 @@
+"""`gpuroute bench live --sim`: the simulator on the live bench's own fleet, requests and
+time scale, beside what the live run measured.
+
+The live engines run `time_scale` times slower than the GPUs they model, and the requests
+arrive that much more slowly; the simulator runs the same requests at GPU speed, arrivals
+compressed by the same factor, so its latencies times the time scale are the live ones'
+prediction. Agreement is judged on SLO attainment (±0.05), TTFT p50 (±25 %) and each GPU
+type's share of the requests (±0.05), the bounds docs/benchmarks.md reports against."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from pathlib import Path
+
+from gpuroute.sim.fleet import profile_gpu_types
+from gpuroute.sim.scenario import LoadedScenario, Scenario
+from gpuroute.sim.simulator import FleetSimulator
+from gpuroute.sim.workloads import Workload
+
+ATTAINMENT_BOUND = 0.05
+TTFT_P50_BOUND = 0.25
+SHARE_BOUND = 0.05
+
+AGREEMENT_COLUMNS = (
+    ("policy", "policy", "{}"),
+    ("live_attainment", "attainment live", "{:.3f}"),
+    ("sim_attainment", "sim", "{:.3f}"),
+    ("live_ttft_p50_s", "TTFT p50 live", "{:.3f}"),
+    ("sim_ttft_p50_s", "sim", "{:.3f}"),
+    ("ttft_p50_ratio", "sim ÷ live", "{:.2f}"),
+    ("max_share_gap", "max GPU share gap", "{:.3f}"),
+    ("agrees", "within bounds", "{}"),
+)
+
+
+def live_scenario(engines: list[str], slo_ttft_s: float, slo_tpot_s: float) -> LoadedScenario:
+    """The live bench's fleet (engine order kept) and SLO as a scenario."""
+    groups = [{"type": gpu, "count": n} for gpu, n in _runs(engines)]
+    scenario = Scenario.model_validate(
+        {
+            "name": "bench-live",
+            "workload": {"profile": "chat", "max_requests": 1, "rate_rps": 1.0},
+            "gpus": groups,
+            "slo": {"ttft_s": slo_ttft_s, "tpot_s": slo_tpot_s},
+        }
+    )
+    return LoadedScenario(scenario, Path("."), "bench live")
+
+
+def _runs(engines: list[str]) -> list[tuple[str, int]]:
+    """Consecutive GPU types with their counts: ['H100', 'H100', 'L4'] → [(H100, 2), (L4, 1)]."""
+    runs: list[tuple[str, int]] = []
+    for gpu in engines:
+        if runs and runs[-1][0] == gpu:
+            runs[-1] = (gpu, runs[-1][1] + 1)
+        else:
+            runs.append((gpu, 1))
+    return runs
+
+
+def simulate(
+    engines: list[str],
+    workload: Workload,
+    time_scale: float,
+    policy: str,
+    slo: tuple[float, float],
+) -> dict:
+    """The simulator's attainment, TTFT p50 (in live seconds) and GPU shares for `policy`."""
+    loaded = live_scenario(engines, *slo)
+    at_gpu_speed = workload.rescaled(time_scale)
+    profiles = profile_gpu_types(loaded.scenario, at_gpu_speed)
+    rate = (len(workload) - 1) / max(at_gpu_speed.span_s, 1e-9)
+    report = FleetSimulator(loaded, (at_gpu_speed, profiles, rate)).run(policy)
+    shares = {gpu: row["request_share"] for gpu, row in report.by_gpu_type.items()}
+    return {
+        "slo_attainment": report.slo_attainment,
+        "ttft_p50_s": report.ttft_p50_s * time_scale,
+        "gpu_share": shares,
+    }
+
+
+def compare(live: dict, simulated: dict) -> dict:
+    """One row: live against simulated, and whether each is within its bound."""
+    live_shares, sim_shares = live.get("gpu_share", {}), simulated["gpu_share"]
+    gaps = Counter()
+    for gpu in set(live_shares) | set(sim_shares):
+        gaps[gpu] = abs(live_shares.get(gpu, 0.0) - sim_shares.get(gpu, 0.0))
+    live_ttft, sim_ttft = live["ttft_p50_s"], simulated["ttft_p50_s"]
+    ratio = sim_ttft / live_ttft if live_ttft > 0 else math.inf
+    gap = max(gaps.values(), default=0.0)
+    attainment_gap = abs(live["slo_attainment"] - simulated["slo_attainment"])
+    agrees = (
+        attainment_gap <= ATTAINMENT_BOUND
+        and abs(ratio - 1.0) <= TTFT_P50_BOUND
+        and gap <= SHARE_BOUND
+    )
+    return {
+        "policy": live["target"],
+        "live_attainment": live["slo_attainment"],
+        "sim_attainment": simulated["slo_attainment"],
+        "live_ttft_p50_s": live_ttft,
+        "sim_ttft_p50_s": round(sim_ttft, 4),
+        "ttft_p50_ratio": round(ratio, 3),
+        "max_share_gap": round(gap, 4),
+        "live_gpu_share": live_shares,
+        "sim_gpu_share": sim_shares,
+        "agrees": "yes" if agrees else "no",
+    }
