@@ -13,10 +13,14 @@ import math
 from collections import Counter
 from pathlib import Path
 
+import aiohttp
+import numpy as np
 from gpuroute.sim.fleet import profile_gpu_types
+from gpuroute.sim.report import OK, summarise
 from gpuroute.sim.scenario import LoadedScenario, Scenario
-from gpuroute.sim.simulator import FleetSimulator
+from gpuroute.sim.simulator import FleetSimulator, RegionalRun
 from gpuroute.sim.workloads import Workload
+from prometheus_client.parser import text_string_to_metric_families
 
 ATTAINMENT_BOUND = 0.05
 TTFT_P50_BOUND = 0.25
@@ -65,19 +69,48 @@ def simulate(
     time_scale: float,
     policy: str,
     slo: tuple[float, float],
+    overhead_s: dict[str, float] | None = None,
 ) -> dict:
-    """The simulator's attainment, TTFT p50 (in live seconds) and GPU shares for `policy`."""
+    """The simulator's attainment, TTFT p50 (in live seconds) and GPU shares for `policy`.
+    The simulator has no HTTP path: `overhead_s`, the fixed TTFT per GPU type that the live
+    router learned (gpuroute_latency_overhead_seconds), is added to each simulated TTFT."""
     loaded = live_scenario(engines, *slo)
     at_gpu_speed = workload.rescaled(time_scale)
     profiles = profile_gpu_types(loaded.scenario, at_gpu_speed)
     rate = (len(workload) - 1) / max(at_gpu_speed.span_s, 1e-9)
-    report = FleetSimulator(loaded, (at_gpu_speed, profiles, rate)).run(policy)
-    shares = {gpu: row["request_share"] for gpu, row in report.by_gpu_type.items()}
+    run = RegionalRun(FleetSimulator(loaded, (at_gpu_speed, profiles, rate)), policy, None)
+    run.run()
+    report = summarise(
+        policy, loaded.scenario, at_gpu_speed, run.outcomes, run.engines, run.work, wall_s=0.0
+    )
+    ok = np.asarray(run.outcomes.status) == OK
+    gpus = [run.engines[e].params.gpu.name for e in np.asarray(run.outcomes.served_by)[ok]]
+    overhead = overhead_s or {}
+    ttft = np.asarray(run.outcomes.ttft)[ok] * time_scale
+    ttft = ttft + np.asarray([overhead.get(gpu, 0.0) for gpu in gpus])
     return {
         "slo_attainment": report.slo_attainment,
-        "ttft_p50_s": report.ttft_p50_s * time_scale,
-        "gpu_share": shares,
+        "ttft_p50_s": float(np.median(ttft)) if len(ttft) else math.nan,
+        "gpu_share": {gpu: row["request_share"] for gpu, row in report.by_gpu_type.items()},
     }
+
+
+async def learned_state(router_url: str) -> dict[str, dict]:
+    """What the live router learned, from its /metrics: the fixed TTFT per GPU type
+    (`overhead_s`), the TTFT and TPOT ratios per GPU type and each backend's slowness."""
+    async with aiohttp.ClientSession() as session, session.get(router_url + "/metrics") as r:
+        text = await r.text()
+    state: dict[str, dict] = {"overhead_s": {}, "ratio": {}, "slowness": {}}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels, value = sample.labels, round(sample.value, 4)
+            if family.name == "gpuroute_latency_overhead_seconds":
+                state["overhead_s"][labels["gpu"]] = value
+            elif family.name == "gpuroute_latency_ratio":
+                state["ratio"][f"{labels['gpu']}/{labels['measure']}"] = value
+            elif family.name == "gpuroute_backend_slowness":
+                state["slowness"][labels["backend"]] = value
+    return state
 
 
 def compare(live: dict, simulated: dict) -> dict:

@@ -73,6 +73,11 @@ def _live_arguments(live: argparse.ArgumentParser) -> None:
     live.add_argument("--slo-ttft", type=float, default=5.0, help="TTFT SLO, s at GPU speed")
     live.add_argument("--slo-tpot", type=float, default=0.1, help="TPOT SLO, s at GPU speed")
     live.add_argument(
+        "--pin",
+        action="store_true",
+        help="each proxy on CPU 1 and the engines on CPU 0 (the same core for every proxy)",
+    )
+    live.add_argument(
         "--sim",
         action="store_true",
         help="also simulate our policies on the same fleet, requests and time scale",

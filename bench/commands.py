@@ -76,6 +76,7 @@ def live_spec(args: argparse.Namespace):
         replicas=args.replicas,
         shared_state=not args.no_shared_state,
         redis_outage=parse_outage(args.redis_outage),
+        pin=args.pin,
     )
 
 
@@ -124,7 +125,17 @@ def _agreement(spec, report: Report, console: Console) -> list[dict]:
     workload, _rate = load_workload(spec)
     slo = (spec.slo_ttft_s, spec.slo_tpot_s)
     rows = [
-        compare(live, simulate(spec.engines, workload, spec.time_scale, live["target"], slo))
+        compare(
+            live,
+            simulate(
+                spec.engines,
+                workload,
+                spec.time_scale,
+                live["target"],
+                slo,
+                live.get("learned", {}).get("overhead_s"),
+            ),
+        )
         for live in report["targets"]
         if live["target"] in spec.policies
     ]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import aiohttp
 import numpy as np
+from gpuroute.bench.agreement import learned_state
 from gpuroute.bench.loadgen import Replay, RequestResult
 from gpuroute.bench.targets import (
     BASELINES,
@@ -35,6 +36,7 @@ from gpuroute.models import MODELS
 from gpuroute.roofline import EngineParams
 
 MODEL = "llama-3.1-8b"
+ENGINE_CPU, PROXY_CPU = 0, 1  # with --pin (as bench overhead pins them)
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class LiveBenchSpec:
     replicas: int = 1  # router replicas behind a round-robin client (our targets only)
     shared_state: bool = True  # replicas share load and quotas through Redis
     redis_outage: tuple[float, float] | None = None  # (at s, for s): Redis killed, restarted
+    pin: bool = False  # every proxy on core 1, the engines on core 0: the same CPU for each
 
 
 def parse_engines(text: str) -> list[str]:
@@ -273,8 +276,9 @@ def _start_proxy(
 ) -> tuple[Child, list[str]]:
     """The target in front of the engines: a baseline, or our router (with its replicas and
     their Redis, appended to `helpers`); returns it and the replicas' URLs."""
+    cpu = PROXY_CPU if spec.pin else None
     if target in BASELINES + EXTRA_BASELINES:
-        return start_baseline(target, folder, pairs), []
+        return start_baseline(target, folder, pairs, cpu=cpu), []
     extra = ("decision_log_sample = 1.0" if spec.faults else "") + slo_section(spec)
     if spec.replicas > 1 and spec.shared_state:
         redis = start_redis(folder)
@@ -282,11 +286,11 @@ def _start_proxy(
         extra += f'\n[redis]\nurl = "redis://127.0.0.1:{redis.port}/0"\n'
     urls = []
     for k in range(1, spec.replicas):
-        replica = start_router(folder, pairs, target, extra=extra, name=f"replica-{k}")
+        replica = start_router(folder, pairs, target, extra=extra, name=f"replica-{k}", cpu=cpu)
         helpers.append(replica)
         wait_http(replica.url + "/v1/models", 30, replica.proc, replica.name)
         urls.append(replica.url)
-    return start_router(folder, pairs, target, extra=extra), urls
+    return start_router(folder, pairs, target, extra=extra, cpu=cpu), urls
 
 
 async def run_target(target: str, spec: LiveBenchSpec, workload: Workload, workdir: Path) -> dict:
@@ -294,7 +298,12 @@ async def run_target(target: str, spec: LiveBenchSpec, workload: Workload, workd
     folder.mkdir(parents=True, exist_ok=True)
     engines = [
         start_engine(
-            folder, i, gpu, time_scale=spec.time_scale, stream_interval_ms=spec.stream_interval_ms
+            folder,
+            i,
+            gpu,
+            time_scale=spec.time_scale,
+            stream_interval_ms=spec.stream_interval_ms,
+            cpu=ENGINE_CPU if spec.pin else None,
         )
         for i, gpu in enumerate(spec.engines)
     ]
@@ -317,6 +326,8 @@ async def run_target(target: str, spec: LiveBenchSpec, workload: Workload, workd
         faults.cancel()
         summary = summarise(target, results, spec, workload)
         summary |= gpu_shares(results, pairs)
+        if target in spec.policies:
+            summary["learned"] = await learned_state(proxy.url)
         summary |= await engine_stats(engines, replay.elapsed())
         summary |= work_utilisation(results, workload, pairs, summary["_span_s"], spec.time_scale)
         if outage is not None:

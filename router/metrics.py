@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpuroute.router.core.backend import BackendSet
 from gpuroute.router.core.health import BackendHealth
+from gpuroute.router.core.latency import LatencyModel
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
@@ -50,6 +51,34 @@ class BackendCollector:
         for b in self.backends:
             slowness.add_metric([b.backend_id], b.slowness)
         yield from (state, breaker, in_flight, outstanding, slowness)
+
+
+class LatencyModelCollector:
+    """What the latency model has learned (docs/scheduling.md), read at scrape time."""
+
+    def __init__(self, latency: LatencyModel) -> None:
+        self.latency = latency
+
+    def collect(self):
+        overhead = GaugeMetricFamily(
+            "gpuroute_latency_overhead_seconds",
+            "Learned fixed part of TTFT outside the GPU (HTTP hops, flushes), per GPU type.",
+            labels=["gpu"],
+        )
+        for gpu, seconds in sorted(self.latency.overhead_s.items()):
+            overhead.add_metric([gpu], seconds)
+        ratios = GaugeMetricFamily(
+            "gpuroute_latency_ratio",
+            "Learned observed/predicted ratio per GPU type (1 = the roofline prior).",
+            labels=["gpu", "measure"],
+        )
+        for measure, learned in (
+            ("ttft", self.latency.ttft_ratio),
+            ("tpot", self.latency.tpot_ratio),
+        ):
+            for gpu, ratio in sorted(learned.items()):
+                ratios.add_metric([gpu, measure], ratio)
+        yield from (overhead, ratios)
 
 
 class RouterMetrics:
@@ -177,8 +206,12 @@ class RouterMetrics:
             registry=r,
         )
 
-    def watch_backends(self, backends: BackendSet, health: BackendHealth) -> None:
+    def watch_backends(
+        self, backends: BackendSet, health: BackendHealth, latency: LatencyModel | None = None
+    ) -> None:
         self.registry.register(BackendCollector(backends, health))
+        if latency is not None:
+            self.registry.register(LatencyModelCollector(latency))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -96,7 +96,9 @@ class RouterApp:
         self.priors = engine_priors(config.model_shape)
         self.scheduler = build_scheduler(config, self.priors)
         self.metrics = RouterMetrics()
-        self.metrics.watch_backends(self.scheduler.backends, self.scheduler.health)
+        self.metrics.watch_backends(
+            self.scheduler.backends, self.scheduler.health, self.scheduler.latency
+        )
         self.redis = open_redis(config.redis)  # one client for quotas, sessions, shared load
         self.gate = AdmissionGate(
             config.admission,

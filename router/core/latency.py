@@ -35,6 +35,11 @@ TPOT_RATIO_MIN, TPOT_RATIO_MAX = 0.5, 2.0  # TPOT is the noisier one: short answ
 # one long prefill chunk or none, so a tighter band keeps that noise from steering placement
 MIN_TOKENS_TO_LEARN_TPOT = 16
 LOG_STEP_MAX = math.log(2.0)
+# the fixed part of every TTFT (HTTP hops, tokenisation, the first chunk's flush): the
+# intercept of an exponentially weighted regression of measured on predicted TTFT per GPU
+# type, over about 1/OVERHEAD_WEIGHT first tokens
+OVERHEAD_WEIGHT = 0.02
+OVERHEAD_MAX_S = 1.0
 MAX_INTERFERENCE = 0.8
 
 
@@ -143,6 +148,32 @@ class Prediction(NamedTuple):
     interference_s: float = 0.0  # that prefill's time beyond the decode steps it rides in
 
 
+class _InterceptFit:
+    """Exponentially weighted least squares of measured (y) on predicted (x) TTFT; its
+    intercept is the fixed part the GPU model does not explain. It needs spread in x,
+    which varied prompt lengths give; until then it says 0."""
+
+    __slots__ = ("mx", "my", "sxx", "sxy", "weight")
+
+    def __init__(self) -> None:
+        self.mx = self.my = self.sxx = self.sxy = self.weight = 0.0
+
+    def add(self, x: float, y: float) -> None:
+        w = OVERHEAD_WEIGHT
+        self.weight += w * (1.0 - self.weight)
+        dx, dy = x - self.mx, y - self.my
+        self.mx += w * dx
+        self.my += w * dy
+        self.sxx = (1 - w) * (self.sxx + w * dx * dx)
+        self.sxy = (1 - w) * (self.sxy + w * dx * dy)
+
+    def intercept(self) -> float:
+        if self.weight < 0.5 or self.sxx <= (0.1 * self.mx) ** 2:
+            return 0.0  # too few points, or too little spread to tell slope from intercept
+        slope = self.sxy / self.sxx
+        return min(max(self.my - slope * self.mx, 0.0), OVERHEAD_MAX_S)
+
+
 @dataclass(slots=True)
 class _Booking:
     backend_id: str
@@ -153,6 +184,7 @@ class _Booking:
     shift: float  # the queue's correction when it was booked
     ttft_s: float
     tpot_s: float
+    alone: bool  # nothing queued ahead of it: its TTFT is its prefill plus the overhead
 
 
 class LatencyModel:
@@ -174,6 +206,8 @@ class LatencyModel:
         self.alpha = alpha
         self.ttft_ratio: dict[str, float] = {}
         self.tpot_ratio: dict[str, float] = {}
+        self.overhead_s: dict[str, float] = {}  # fixed TTFT outside the GPU, per GPU type
+        self._fits: dict[str, _InterceptFit] = {}
         self._load: dict[str, _BackendLoad] = {}
         self._booked: dict[object, _Booking] = {}
 
@@ -227,7 +261,8 @@ class LatencyModel:
         ratio = self.ttft_ratio.get(gpu_type, 1.0)
         prefill, excess = prefill * ratio, excess * ratio
         tpot = step / (1.0 - interference) * self.tpot_ratio.get(gpu_type, 1.0)
-        return Prediction(wait + prefill, tpot, prefill, excess)
+        overhead = self.overhead_s.get(gpu_type, 0.0)
+        return Prediction(overhead + wait + prefill, tpot, prefill, excess)
 
     def book(
         self,
@@ -241,6 +276,7 @@ class LatencyModel:
         """The request went to `backend` as `predicted` (from `predict` just before, at the
         same `now`): queue its prefill, count its KV and its interference."""
         state = self._state(backend.backend_id)
+        gpu_part = predicted.ttft_s - self.overhead_s.get(backend.gpu_type, 0.0)
         state.prefill_until = max(state.prefill_until, now) + predicted.prefill_s
         ctx_tokens = prompt_tokens + output_tokens / 2
         kv_tokens = prompt_tokens + output_tokens
@@ -255,26 +291,46 @@ class LatencyModel:
             kv_tokens,
             state.prefill_until,
             state.shift,
-            predicted.ttft_s,
+            gpu_part,
             predicted.tpot_s,
+            gpu_part <= predicted.prefill_s * 1.05,
         )
 
     def first_token(self, request_id: object, now: float, ttft_s: float | None = None) -> None:
         """The request's first token arrived: shift that backend's prefill queue by the error
-        (FCFS: what was booked after it is that much earlier or later), learn TTFT."""
+        (FCFS: what was booked after it is that much earlier or later), learn the fixed
+        overhead and the GPU type's TTFT ratio."""
         booking = self._booked.get(request_id)
         if booking is None or booking.first_token_at is None:
             return
         state = self._load.get(booking.backend_id)
         if state is not None:
             # where the queue now expects it (earlier corrections moved it too)
-            expected = booking.first_token_at + state.shift - booking.shift
+            overhead = self.overhead_s.get(booking.gpu_type, 0.0)
+            expected = booking.first_token_at + state.shift - booking.shift + overhead
             error = now - expected
             state.shift += error
             state.prefill_until = max(now, state.prefill_until + error)
         if ttft_s is not None and booking.ttft_s > 0:
-            self._learn(self.ttft_ratio, booking.gpu_type, ttft_s / booking.ttft_s)
+            self._learn_ttft(booking.gpu_type, booking.ttft_s, ttft_s, booking.alone)
         booking.first_token_at = None
+
+    def _learn_ttft(
+        self, gpu_type: str, predicted_gpu_s: float, measured_s: float, alone: bool
+    ) -> None:
+        """The fixed overhead (the regression's intercept, fitted on requests that had no
+        queue ahead, where TTFT is prefill plus overhead and nothing else) and the ratio of
+        what remains. Kept apart, the overhead does not leak into the ratios, where it
+        would make the GPUs with the shortest prefills (the fastest) look the slowest."""
+        if alone:
+            fit = self._fits.get(gpu_type)
+            if fit is None:
+                fit = self._fits[gpu_type] = _InterceptFit()
+            fit.add(predicted_gpu_s, measured_s)
+            self.overhead_s[gpu_type] = fit.intercept()
+        overhead = self.overhead_s.get(gpu_type, 0.0)
+        gpu_part = max(measured_s - overhead, predicted_gpu_s / 8)
+        self._learn(self.ttft_ratio, gpu_type, gpu_part / predicted_gpu_s)
 
     def finish(
         self,

@@ -44,6 +44,14 @@ def test_simulating_the_live_fleet_reports_shares_of_every_request() -> None:
     assert 0 <= result["slo_attainment"] <= 1 and result["ttft_p50_s"] > 0
 
 
+def test_the_live_routers_fixed_overhead_is_added_to_simulated_ttft() -> None:
+    workload = synthetic("chat", 200, 10.0, seed=4)
+    args = (["H100", "L4"], workload, 2.0, "slo_aware", (2.0, 0.1))
+    bare, padded = simulate(*args), simulate(*args, {"H100": 0.5, "L4": 0.5})
+    assert padded["ttft_p50_s"] == pytest.approx(bare["ttft_p50_s"] + 0.5)
+    assert padded["gpu_share"] == bare["gpu_share"]
+
+
 def test_decide_bench_times_least_connections_first_as_its_baseline() -> None:
     report = run_decide_bench(n_backends=30, decisions=300, policies=["default"])
     assert [r["policy"] for r in report["rows"]] == ["least_connections", "slo_aware"]

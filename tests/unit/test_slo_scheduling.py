@@ -166,6 +166,42 @@ def test_ttft_ratio_converges_to_a_constant_slowdown() -> None:
     assert model.ttft_ratio["L4"] == pytest.approx(2.0, rel=0.05)
 
 
+def replay_first_tokens(model: LatencyModel, observe, n: int = 3000) -> None:
+    """Idle H100s and L4s, prompts of 100 to 8,000 tokens; `observe(gpu_seconds)` gives the
+    measured TTFT of a request whose true GPU time is its roofline prediction."""
+    rng = random.Random(7)
+    for i in range(n):
+        backend = engine(f"b{i % 2}", ("H100", "L4")[i % 2])
+        now = 10.0 * i  # far apart: no queueing
+        prompt = rng.randrange(100, 8000)
+        pred = model.predict(backend, prompt, prompt, 10, now)
+        ratio = model.ttft_ratio.get(backend.gpu_type, 1.0)
+        truth = (pred.ttft_s - model.overhead_s.get(backend.gpu_type, 0.0)) / ratio
+        model.book(i, backend, prompt, 10, now, pred)
+        ttft = observe(truth, rng)
+        model.first_token(i, now + ttft, ttft)
+        model.finish(i, None, 0)
+
+
+def test_a_fixed_overhead_is_learned_apart_from_the_gpus_speed() -> None:
+    """50 ms of HTTP hops on every request, GPUs 1.5x slower than the roofline: the hops
+    go to the overhead, not into the ratios (where they would make the H100, whose
+    prefills are shortest, look the slowest)."""
+    model = latency_model()
+    replay_first_tokens(model, lambda gpu_s, rng: 0.05 + 1.5 * gpu_s * rng.uniform(0.9, 1.1))
+    assert model.overhead_s["H100"] == pytest.approx(0.05, abs=0.02)
+    assert model.overhead_s["L4"] == pytest.approx(0.05, abs=0.02)
+    assert model.ttft_ratio["H100"] == pytest.approx(1.5, rel=0.15)
+    assert model.ttft_ratio["L4"] == pytest.approx(1.5, rel=0.15)
+
+
+def test_no_overhead_is_invented_where_the_gpu_explains_the_ttft() -> None:
+    model = latency_model()
+    replay_first_tokens(model, lambda gpu_s, rng: gpu_s * rng.uniform(0.95, 1.05))
+    assert max(model.overhead_s.values()) <= 0.01
+    assert model.ttft_ratio["L4"] == pytest.approx(1.0, rel=0.1)
+
+
 # -- the policy ----------------------------------------------------------------------------
 def test_a_long_prompt_goes_where_its_ttft_fits() -> None:
     sched = scheduler("L4", "L4", "L4", "H100")
