@@ -338,8 +338,15 @@ class LatencyModel:
         tpot_s: float | None,
         in_flight_left: int,
         output_tokens: int = MIN_TOKENS_TO_LEARN_TPOT,
+        now: float | None = None,
     ) -> None:
-        """End of stream (or failure): release the KV tokens, learn TPOT when measured."""
+        """End of stream (or failure): release the KV tokens, learn TPOT when measured.
+
+        A stream decodes beside whatever arrives after it, so the TPOT predicted when it
+        was booked is compared as the mean of that prediction and the step the backend
+        runs now that it ends: the load it decoded under. Against the booking alone, a
+        burst (or a drain) after booking reads as a slow (or fast) GPU, and the ratio
+        swings between its bounds with the traffic."""
         booking = self._booked.pop(request_id, None)
         if booking is None:
             return
@@ -347,13 +354,18 @@ class LatencyModel:
         if state is not None:
             state.ctx_tokens = state.ctx_tokens - booking.ctx_tokens if in_flight_left else 0.0
             state.kv_tokens = state.kv_tokens - booking.kv_tokens if in_flight_left else 0.0
-        if tpot_s is not None and booking.tpot_s > 0 and output_tokens >= MIN_TOKENS_TO_LEARN_TPOT:
-            self._learn(
-                self.tpot_ratio,
-                booking.gpu_type,
-                tpot_s / booking.tpot_s,
-                (TPOT_RATIO_MIN, TPOT_RATIO_MAX),
-            )
+        if tpot_s is None or booking.tpot_s <= 0 or output_tokens < MIN_TOKENS_TO_LEARN_TPOT:
+            return
+        ratio = self.tpot_ratio.get(booking.gpu_type, 1.0)
+        expected = booking.tpot_s
+        if state is not None and now is not None:
+            prior = self.priors.get(booking.gpu_type, self.slowest)
+            step = prior.decode_step_s(in_flight_left + 1, state.ctx_tokens + booking.ctx_tokens)
+            at_end = step / (1.0 - self.interference(booking.backend_id, now)) * ratio
+            expected = (booking.tpot_s + at_end) / 2
+        self._learn(
+            self.tpot_ratio, booking.gpu_type, tpot_s / expected, (TPOT_RATIO_MIN, TPOT_RATIO_MAX)
+        )
 
     def _learn(
         self,

@@ -192,6 +192,7 @@ class Scheduler:
                 outcome.tpot_s if outcome.ok else None,
                 backend.in_flight,
                 outcome.output_tokens,
+                now,
             )
         if outcome.met_slo is not None and self._observes_slo is not None:
             self._observes_slo(outcome.met_slo)
