@@ -219,6 +219,20 @@ def test_a_short_chat_may_fill_a_cheap_gpu_when_it_meets_its_slo() -> None:
     assert decision is not None and decision.fits and decision.backend.gpu_type == "L4"
 
 
+def test_a_backend_with_room_to_spare_is_preferred_to_one_at_the_slos_edge() -> None:
+    """4,000 tokens: about 1.0 s on an idle L4 (within 0.9 x 2 s, not within half of
+    it), 0.13 s on an H100 with ten streams. By load alone (in flight per capacity) the
+    idle L4 would win; with headroom first the H100 does."""
+    sched = scheduler("H100", "L4")
+    h100 = next(b for b in sched.backends if b.gpu_type == "H100")
+    h100.in_flight = 10
+    decision = sched.route(request(1, 4000), 0.0, random.Random(1))
+    assert decision is not None and decision.fits and decision.backend.gpu_type == "H100"
+    # a 1,000-token prompt is easy on both: the load score sends it to the idle L4
+    decision = sched.route(request(2, 1000), 0.0, random.Random(1))
+    assert decision is not None and decision.backend.gpu_type == "L4"
+
+
 def test_a_predicted_miss_is_held_back_unbooked() -> None:
     tight = SloClass("tight", ttft_s=0.01, tpot_s=0.1)
     sched = scheduler("L4")

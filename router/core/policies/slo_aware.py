@@ -10,6 +10,8 @@ Pipeline, as llm-d's filter → scorer → picker:
 - filter: predicted TTFT ≤ margin × the class's TTFT (less what it waited) and TPOT ≤
   margin × its TPOT, where the margin starts at `margin` and follows the met-rate of what
   was admitted (MarginController), so a biased or noisy prediction tightens itself;
+- headroom: among those, the ones predicted within `comfort` (half) of that bound, when
+  there are any, so slow GPUs are not filled to the SLO's edge while fast ones have slack;
 - score (lower wins): the backend's load (in flight per capacity, other routers' reported
   requests included, stretched by its slowness, as least connections weighs it) +
   `cost_weight` × the request's cost in dollars there relative to the cheapest that fits:
@@ -57,17 +59,19 @@ class SloAware:
         cost_weight: float = 0.1,
         prices: dict[str, float] | None = None,
         max_blocks: int = 1_000_000,
+        comfort: float = 0.5,
     ) -> None:
         if full_scan_max < 1 or per_type < 1 or sample_per_type < per_type:
             raise ValueError("full_scan_max, per_type >= 1 and sample_per_type >= per_type")
-        if not 0 < margin <= 1 or cost_weight < 0:
-            raise ValueError("margin must be in (0, 1] and cost_weight >= 0")
+        if not 0 < margin <= 1 or cost_weight < 0 or not 0 < comfort <= 1:
+            raise ValueError("margin and comfort must be in (0, 1] and cost_weight >= 0")
         self.full_scan_max = full_scan_max
         self.per_type = per_type
         self.sample_per_type = sample_per_type
         # the margin adapts to keep admitted requests meeting their SLO (slo_admission.py)
         self.control = MarginController(margin, high=max(margin, 1.0))
         self.cost_weight = cost_weight
+        self.comfort = comfort  # share of the SLO under which a backend has room to spare
         self.prices = {**DEFAULT_GPU_PRICES, **(prices or {})}
         self.index = PrefixIndex(max_blocks)
         self._groups: tuple[Sequence[Backend] | None, list[list[Backend]]] = (None, [])
@@ -157,7 +161,12 @@ class SloAware:
         preferred = next((b for b in fits if b.backend_id == ctx.preferred), None)
         if preferred is not None:
             return self._chosen(preferred, fits[preferred], blocks, preferred=True)
-        backends = list(fits)
+        # headroom first: where some backends fit with room to spare, the load score
+        # chooses among those, so a slow GPU is not filled to the edge of the SLO while a
+        # fast one has slack; without such room, among all that fit
+        easy_ttft, easy_tpot = self.comfort * ttft_cap, self.comfort * tpot_cap
+        backends = [b for b, p in fits.items() if p.ttft_s <= easy_ttft and p.tpot_s <= easy_tpot]
+        backends = backends or list(fits)
         dollars = [self._dollars(ctx, b) for b in backends]
         cheapest = min(dollars) or 1e-12
         scores = [
