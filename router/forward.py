@@ -319,7 +319,8 @@ class Forwarder:
             return response
         self._judge_suspects(exchange)
         output = relayed.tally.output_tokens(relayed.streamed)
-        ratio = self.watch.succeeded(info, backend, output, started, batch_at_start)
+        decode_from = exchange.first_at if relayed.streamed else None
+        ratio = self.watch.succeeded(info, backend, output, started, batch_at_start, decode_from)
         judged = self.slo.judge(exchange, self.clock(), output)
         # 4xx is the client's problem, not the backend's: counted healthy.
         self.settle(info, backend, ok=True, output_tokens=output, latency_ratio=ratio, slo=judged)

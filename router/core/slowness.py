@@ -41,14 +41,21 @@ class SlownessTracker:
     def start(self, request_id: object, backend_id: str, now: float, expected_s: float) -> None:
         self._running[request_id] = (backend_id, now, max(expected_s, 1e-6))
 
-    def finish(self, request_id: object, now: float, expected_s: float | None = None) -> None:
-        """A request ended; `expected_s` (known output length) replaces the start estimate.
+    def finish(
+        self,
+        request_id: object,
+        now: float,
+        expected_s: float | None = None,
+        since: float | None = None,
+    ) -> None:
+        """A request ended; `expected_s` (known output length) replaces the start estimate,
+        and `since` the start, when the caller measured a phase of it (its decode).
         Failures and disconnects should call `forget` instead."""
         entry = self._running.pop(request_id, None)
         if entry is None:
             return
         backend_id, started, expected = entry
-        ratio = (now - started) / max(expected_s or expected, 1e-6)
+        ratio = (now - (started if since is None else since)) / max(expected_s or expected, 1e-6)
         previous = self._ratio.get(backend_id)
         self._ratio[backend_id] = (
             ratio if previous is None else previous + self.alpha * (ratio - previous)
