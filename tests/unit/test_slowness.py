@@ -19,6 +19,20 @@ def test_finished_requests_set_each_backends_ratio_relative_to_the_median() -> N
     assert tracker.refresh(5.0, ["a", "b", "c"]) == {"a": 1.0, "b": 1.0, "c": 4.0}
 
 
+def test_a_prefill_queue_is_not_slowness_when_the_decode_is_measured() -> None:
+    """Backend "q" takes the long prompts: its streams wait 3 s for their first token,
+    then decode as fast as anyone's. Judged from the start it would be 4x slow; judged by
+    its decode (`since` the first token, against the decode's expected time) it is not.
+    A backend whose decode itself is slow still is."""
+    tracker = SlownessTracker(alpha=1.0, min_samples=1)
+    runs = [("a", 0.0, 1.0), ("b", 0.0, 1.0), ("q", 3.0, 1.0), ("s", 0.0, 4.0)]
+    for i, (backend, first_token, decode) in enumerate(runs):
+        tracker.start(i, backend, 0.0, expected_s=1.0)
+        tracker.finish(i, first_token + decode, expected_s=1.0, since=first_token)
+    slowness = tracker.refresh(10.0, ["a", "b", "q", "s"])
+    assert slowness["q"] == 1.0 and slowness["s"] == 4.0
+
+
 def test_running_requests_reveal_a_backend_that_stopped_finishing() -> None:
     tracker = SlownessTracker(min_samples=3)
     for i in range(3):  # healthy backends finish on time
