@@ -1,0 +1,30 @@
+"""The router's backend watch judges a stream's decode at the load it met."""
+
+from __future__ import annotations
+
+from gpuroute.router.core import Backend, BackendSet, CostEstimator, Scheduler
+from gpuroute.router.core.latency import LatencyModel, Prediction
+from gpuroute.router.core.policies import build_policy
+from gpuroute.router.priors import engine_priors
+from gpuroute.router.watch import BackendWatch
+
+PRIORS = engine_priors("llama-3.1-8b")
+
+
+def watch_over(*backends: Backend) -> BackendWatch:
+    latency = LatencyModel({gpu: p.latency for gpu, p in PRIORS.items()}, window_s=10.0)
+    estimator = CostEstimator({gpu: p.cost for gpu, p in PRIORS.items()})
+    scheduler = Scheduler(
+        BackendSet(backends), build_policy("slo_aware"), estimator, latency=latency
+    )
+    return BackendWatch(scheduler, PRIORS, clock=lambda: 0.0, rescue_slowness=10.0)
+
+
+def test_prefill_interference_stretches_the_expected_decode() -> None:
+    busy, quiet = Backend("busy", "A100", ("m",)), Backend("quiet", "A100", ("m",))
+    watch = watch_over(busy, quiet)
+    plain = watch.decode_expected_s(busy, 100, 8, now=0.0)
+    assert watch.decode_expected_s(quiet, 100, 8, now=0.0) == plain
+    # 5 s of prefill beyond the decode steps booked on "busy" in a 10 s window: half its time
+    watch.scheduler.latency.book(1, busy, 8000, 10, 0.0, Prediction(1.0, 0.05, 6.0, 5.0))
+    assert watch.decode_expected_s(busy, 100, 8, now=0.0) == 2 * plain
