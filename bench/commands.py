@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpuroute.bench.targets import BASELINES, EXTRA_BASELINES, BenchError
-from gpuroute.router.core.policies import resolve_policy_name
+from gpuroute.router.core.policies import DEFAULT_ALIAS, resolve_policy_name
 from gpuroute.testbed.processes import StartError
 from rich.console import Console
 
@@ -61,7 +61,7 @@ def live_spec(args: argparse.Namespace):
         raise BenchError("--slo-ttft and --slo-tpot must be > 0 (seconds, at GPU speed)")
     return LiveBenchSpec(
         engines=engines,
-        policies=[resolve_policy_name(p) for p in args.policy or ["default"]],
+        policies=policy_names(args.policy),
         slo_ttft_s=args.slo_ttft,
         slo_tpot_s=args.slo_tpot,
         baselines=baselines,
@@ -78,6 +78,14 @@ def live_spec(args: argparse.Namespace):
         redis_outage=parse_outage(args.redis_outage),
         pin=args.pin,
     )
+
+
+def policy_names(names: list[str] | None) -> list[str]:
+    """Our policies to run, `default` resolved; BenchError for an unknown one."""
+    try:
+        return [resolve_policy_name(name) for name in names or [DEFAULT_ALIAS]]
+    except ValueError as exc:
+        raise BenchError(f"--policy: {exc}") from None
 
 
 def parse_outage(text: str | None) -> tuple[float, float] | None:
@@ -231,14 +239,10 @@ def _global(args: argparse.Namespace, console: Console) -> Report:
 def _decide(args: argparse.Namespace, console: Console) -> Report:
     from gpuroute.bench.decisions import DECIDE_COLUMNS, run_decide_bench
     from gpuroute.bench.tables import print_table
-    from gpuroute.router.core.policies import POLICIES
 
     if args.backends < 1 or args.decisions < 100:
         raise BenchError("need --backends >= 1 and --decisions >= 100")
-    for name in args.policy or []:
-        if resolve_policy_name(name) not in POLICIES:
-            raise BenchError(f"--policy: unknown {name!r}; known: default, {', '.join(POLICIES)}")
-    report = run_decide_bench(args.backends, args.decisions, args.policy)
+    report = run_decide_bench(args.backends, args.decisions, policy_names(args.policy))
     title = f"routing decision in the core, {report['backends']} backends"
     print_table(console, title, report["rows"], DECIDE_COLUMNS)
     return report

@@ -12,10 +12,11 @@ import asyncio
 from collections.abc import Callable, Mapping
 
 from gpuroute.router.config import SloConfig
+from gpuroute.router.core.admission import Shed
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.core.scheduler import Decision
 from gpuroute.router.core.slo import SloClass, SloClasses, time_per_output_token
-from gpuroute.router.core.slo_admission import OFFERS_PER_EVENT, HoldQueue, Refusal
+from gpuroute.router.core.slo_admission import OFFERS_PER_EVENT, HoldQueue
 from gpuroute.router.exchange import Exchange
 from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.quotas import KeyPolicy
@@ -29,10 +30,10 @@ def slo_classes(config: SloConfig) -> SloClasses:
     return SloClasses((c.slo_class() for c in config.classes), config.default_class)
 
 
-def refusal(refused: Refusal) -> Rejection:
+def refusal(refused: Shed) -> Rejection:
     return Rejection(
         429,
-        f"no backend can serve SLO class {refused.slo_class!r} within its objective now "
+        f"no backend can serve SLO class {refused.priority!r} within its objective now "
         f"({refused.reason}); retry after the hinted delay",
         code="slo_unattainable",
         headers={"Retry-After": str(refused.retry_after_s)},
@@ -53,7 +54,7 @@ class SloGate:
         self.queue = HoldQueue(self.classes, config.max_held)
         self.metrics, self.clock = metrics, clock
         self._waiters: dict[object, asyncio.Event] = {}
-        self._refused: dict[object, Refusal] = {}
+        self._refused: dict[object, Shed] = {}
 
     def resolve(self, key: KeyPolicy, headers: Mapping[str, str]) -> SloClass:
         """The request's class: the header's if it is not more demanding than the key's
@@ -93,14 +94,14 @@ class SloGate:
                     await asyncio.wait_for(event.wait(), max(deadline - self.clock(), 0.0))
                 except TimeoutError:
                     self.queue.remove(key)
-                    self._refuse(Refusal(key, slo.name, "slo_deadline", self.queue.retry_after()))
+                    self._refuse(Shed(key, "deadline", self.queue.retry_after(), slo.name))
                     break
                 event.clear()
                 if key in self._refused:
                     break
                 decision = route_again()
                 if decision is None or decision.booked:
-                    self.queue.release(key, self.clock())
+                    self.queue.take(key, self.clock())
                     return decision
             raise refusal(self._refused[key])
         finally:
@@ -122,13 +123,13 @@ class SloGate:
 
     def pump(self) -> None:
         """Room may have freed: let a few held requests try again, most important first."""
-        for key in self.queue.waiting(OFFERS_PER_EVENT):
+        for key in self.queue.peek(OFFERS_PER_EVENT):
             event = self._waiters.get(key)
             if event is not None:
                 event.set()
 
-    def _refuse(self, refused: Refusal) -> None:
-        self.metrics.slo_requests.labels(refused.slo_class, "refused").inc()
+    def _refuse(self, refused: Shed) -> None:
+        self.metrics.slo_requests.labels(refused.priority, "refused").inc()
         self._refused[refused.item] = refused
         event = self._waiters.get(refused.item)
         if event is not None:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from gpuroute.global_.core.policy import MODES
-from gpuroute.router.core.policies import DEFAULT_ALIAS, POLICIES
+from gpuroute.router.core.policies import resolve_policy_name
 from gpuroute.sim.report import TABLE_COLUMNS
 from gpuroute.sim.scenario import LoadedScenario, builtin_scenario, load_scenario
 from gpuroute.sim.simulator import FleetSimulator
@@ -32,8 +32,7 @@ def resolve_scenario(scenario: str | None) -> LoadedScenario:
 def check_policies(names: list[str]) -> None:
     try:
         for name in names:
-            if name != DEFAULT_ALIAS:
-                known_name(name, POLICIES, "policy")
+            resolve_policy_name(name)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 

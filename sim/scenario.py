@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from gpuroute.router.config import GpuPrices, SloClassConfig
-from gpuroute.router.core.policies import DEFAULT_ALIAS, POLICIES
+from gpuroute.router.core.policies import resolve_policy_name
 from gpuroute.router.core.slo import SloClass
 from gpuroute.sim.global_scenario import GlobalSection
 from gpuroute.sim.traces import TRACE_FORMATS
@@ -119,8 +119,7 @@ class RouterSection(StrictModel):
     @classmethod
     def known_policies(cls, value: list[str]) -> list[str]:
         for name in value:
-            if name != DEFAULT_ALIAS:
-                known_name(name, POLICIES, "policy")
+            resolve_policy_name(name)
         if not value:
             raise ValueError("at least one policy")
         return value

@@ -256,13 +256,13 @@ class RegionalRun:
 
     def retry_held(self, now: float) -> None:
         """Room may have freed up: offer it to held requests, most important first."""
-        for rid in self.held.waiting(OFFERS_PER_EVENT):
+        for rid in self.held.peek(OFFERS_PER_EVENT):
             info = self.infos[rid]
             decision = self.scheduler.route(
                 info, now, self.rng, self.tried.get(rid, ()), hold_misses=True
             )
             if decision is not None and decision.booked:
-                self.held.release(rid, now)
+                self.held.take(rid, now)
                 if not self.send(info, decision, now):
                     self.dispatch(info, now)
 

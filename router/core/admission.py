@@ -32,6 +32,7 @@ class Shed:
     item: Hashable
     reason: str  # "queue_full" | "deadline" | "displaced"
     retry_after_s: int
+    priority: str = ""  # the class it was offered or queued in
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,13 +66,17 @@ class AdmissionQueue:
         self._tenant_vtime: dict[object, float] = {}
         self._cancelled: set[int] = set()
         self._seq = itertools.count()
-        self._seq_of: dict[Hashable, tuple[int, int]] = {}  # item -> (rank, seq), to cancel
+        # item -> (rank, seq, deadline): to cancel it, and to say when it runs out
+        self._seq_of: dict[Hashable, tuple[int, int, float]] = {}
         self._waiting = [0] * len(self.settings.priorities)  # live entries per rank
         self._drain_rate = 0.0  # dispatches per second, EWMA
         self._last_dispatch: float | None = None
 
     def __len__(self) -> int:
         return sum(self._waiting)
+
+    def __contains__(self, item: Hashable) -> bool:
+        return item in self._seq_of
 
     def rank(self, priority: str) -> int:
         try:
@@ -104,19 +109,19 @@ class AdmissionQueue:
         if deadline is None:
             deadline = now + self.settings.default_timeout_s
         if deadline <= now:
-            return Offer(Verdict.SHED, (Shed(item, "deadline", self.retry_after()),))
+            return Offer(Verdict.SHED, (self._shed(item, "deadline", rank),))
         displaced: tuple[Shed, ...] = ()
         if len(self) >= self.settings.max_queue:
             victim = self._lowest()
             if victim is None or victim[0] <= rank:
-                return Offer(Verdict.SHED, (Shed(item, "queue_full", self.retry_after()),))
-            self._cancel(victim)
-            displaced = (Shed(victim[4], "displaced", self.retry_after()),)
+                return Offer(Verdict.SHED, (self._shed(item, "queue_full", rank),))
+            self.remove(victim[4])
+            displaced = (self._shed(victim[4], "displaced", victim[0]),)
         seq = next(self._seq)
         start = max(self._vtime, self._tenant_vtime.get(tenant, 0.0)) + 1.0
         self._tenant_vtime[tenant] = start
         heapq.heappush(self._heap, (rank, start, seq, deadline, item))
-        self._seq_of[item] = (rank, seq)
+        self._seq_of[item] = (rank, seq, deadline)
         self._waiting[rank] += 1
         return Offer(Verdict.QUEUED, displaced)
 
@@ -136,40 +141,64 @@ class AdmissionQueue:
             self._seq_of.pop(item, None)
             self._waiting[rank] -= 1
             if deadline <= now:
-                expired.append(Shed(item, "deadline", self.retry_after()))
+                expired.append(self._shed(item, "deadline", rank))
                 continue
             self._note_dispatch(now)
             self._vtime = max(self._vtime, start)
             return item, expired
         return None, expired
 
+    def peek(self, limit: int | None = None) -> list[Hashable]:
+        """The first `limit` queued items in dispatch order (most important class, then
+        fairest), all of them without a limit; nothing is removed."""
+        live = self._live()
+        entries = sorted(live) if limit is None else heapq.nsmallest(limit, live)
+        return [entry[4] for entry in entries]
+
+    def take(self, item: Hashable, now: float) -> bool:
+        """Dispatch a queued item out of turn (it found room before those ahead of it did:
+        SLO-aware admission); False if it was not queued."""
+        if not self.remove(item):
+            return False
+        self._note_dispatch(now)
+        return True
+
+    def deadline(self, item: Hashable) -> float | None:
+        """When a queued item runs out of time (None: not queued)."""
+        entry = self._seq_of.get(item)
+        return None if entry is None else entry[2]
+
     def remove(self, item: Hashable) -> bool:
         """Withdraw a queued item (client went away). False if it was not queued."""
         entry = self._seq_of.pop(item, None)
         if entry is None:
             return False
-        rank, seq = entry
+        rank, seq, _ = entry
         self._cancelled.add(seq)
         self._waiting[rank] -= 1
+        if len(self._cancelled) > 64 and 2 * len(self._cancelled) > len(self._heap):
+            # withdrawn entries stay in the heap until popped; a queue whose items mostly
+            # leave out of turn (taken or withdrawn) would otherwise only grow
+            self._heap = [e for e in self._heap if e[2] not in self._cancelled]
+            heapq.heapify(self._heap)
+            self._cancelled.clear()
         return True
 
     def expire(self, now: float) -> list[Shed]:
         """Withdraw every queued item whose deadline has passed (in queue order)."""
         expired = sorted((e for e in self._live() if e[3] <= now), key=lambda e: e[2])
         for entry in expired:
-            self._cancel(entry)
-        return [Shed(e[4], "deadline", self.retry_after()) for e in expired]
+            self.remove(entry[4])
+        return [self._shed(e[4], "deadline", e[0]) for e in expired]
+
+    def _shed(self, item: Hashable, reason: str, rank: int) -> Shed:
+        return Shed(item, reason, self.retry_after(), self.settings.priorities[rank])
 
     def _live(self):
         return (entry for entry in self._heap if entry[2] not in self._cancelled)
 
     def _lowest(self) -> tuple[int, float, int, float, object] | None:
         return max(self._live(), key=lambda e: (e[0], e[2]), default=None)
-
-    def _cancel(self, entry: tuple[int, float, int, float, object]) -> None:
-        self._cancelled.add(entry[2])
-        self._seq_of.pop(entry[4], None)
-        self._waiting[entry[0]] -= 1
 
     def _note_dispatch(self, now: float) -> None:
         if self._last_dispatch is not None:

@@ -69,6 +69,11 @@ def test_cli_inputs_are_checked() -> None:
     assert parse_fault("slow", "2@30:20") == Fault("slow", 2, 30.0, 20.0)
     with pytest.raises(BenchError, match="ENGINE@SECONDS"):
         parse_fault("kill", "x@y")
+    from gpuroute.bench.commands import policy_names
+
+    assert policy_names(None) == ["slo_aware"] == policy_names(["default"])
+    with pytest.raises(BenchError, match="--policy: unknown policy 'fastest'; known: .*default"):
+        policy_names(["least_connections", "fastest"])
 
 
 def test_wrk_output_is_read() -> None:

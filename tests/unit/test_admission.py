@@ -195,3 +195,15 @@ def test_reserved_slots_admit_only_the_top_class() -> None:
         return admitted, normal_parked, still_parked
 
     assert asyncio.run(scenario()) == (8, True, True)
+
+
+def test_items_leaving_out_of_turn_do_not_grow_the_queue_without_bound() -> None:
+    """SLO-aware admission takes held requests out of turn and clients withdraw theirs; the
+    entries they leave behind are dropped once they are most of the heap."""
+    q = AdmissionQueue(AdmissionSettings(max_queue=10_000))
+    for i in range(5_000):
+        q.offer(i, "normal", 0.0, has_capacity=False)
+        if i >= 10:
+            assert q.take(i - 10, 0.0) if i % 2 else q.remove(i - 10)
+    assert len(q) == 10 and q.peek() == list(range(4_990, 5_000))
+    assert len(q._heap) <= 2 * 64 + 10  # the leak this guards against

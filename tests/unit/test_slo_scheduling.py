@@ -274,12 +274,12 @@ def test_hold_queue_serves_the_most_important_class_first_and_expires_by_deadlin
     queue.hold("b1", BATCH, arrived_at=0.0, now=0.0)
     queue.hold("i1", INTERACTIVE, arrived_at=0.0, now=0.0)
     queue.hold("s1", STANDARD, arrived_at=0.0, now=0.0)
-    assert queue.waiting() == ["i1", "s1", "b1"]
-    assert queue.waiting(limit=2) == ["i1", "s1"]
+    assert queue.peek() == ["i1", "s1", "b1"]
+    assert queue.peek(limit=2) == ["i1", "s1"]
     assert queue.deadline("i1") == 0.5 and queue.deadline("gone") is None
     expired = queue.expire(1.0)
-    assert [(r.item, r.reason) for r in expired] == [("i1", "slo_deadline")]
-    assert queue.waiting() == ["s1", "b1"]
+    assert [(r.item, r.reason, r.priority) for r in expired] == [("i1", "deadline", "interactive")]
+    assert queue.peek() == ["s1", "b1"]
 
 
 def test_a_full_hold_queue_displaces_batch_work_never_an_interactive_request() -> None:
@@ -287,15 +287,15 @@ def test_a_full_hold_queue_displaces_batch_work_never_an_interactive_request() -
     queue.hold("b1", BATCH, 0.0, 0.0)
     queue.hold("b2", BATCH, 0.0, 0.0)
     refused = queue.hold("i1", INTERACTIVE, 0.0, 0.0)
-    assert [(r.item, r.reason) for r in refused] == [("b2", "slo_displaced")]
+    assert [(r.item, r.reason, r.priority) for r in refused] == [("b2", "displaced", "batch")]
     refused = queue.hold("b3", BATCH, 0.0, 0.0)
-    assert [(r.item, r.reason) for r in refused] == [("b3", "slo_queue_full")]
+    assert [(r.item, r.reason, r.priority) for r in refused] == [("b3", "queue_full", "batch")]
     assert "i1" in queue and len(queue) == 2
 
 
 def test_a_request_past_its_budget_is_refused_at_once() -> None:
     refused = HoldQueue(CLASSES).hold("late", STANDARD, arrived_at=0.0, now=2.5)
-    assert refused[0].reason == "slo_deadline" and refused[0].slo_class == "standard"
+    assert refused[0].reason == "deadline" and refused[0].priority == "standard"
 
 
 def test_tpot_counts_the_tokens_after_the_first() -> None:

@@ -49,16 +49,18 @@ DEFAULT_ALIAS = "default"  # `--policy default`: whatever DEFAULT_POLICY is
 
 
 def resolve_policy_name(name: str) -> str:
-    return DEFAULT_POLICY if name == DEFAULT_ALIAS else name
+    """The policy `name` stands for (`default`: DEFAULT_POLICY); ValueError listing the
+    known names for an unknown one."""
+    resolved = DEFAULT_POLICY if name == DEFAULT_ALIAS else name
+    if resolved not in POLICIES:
+        known = ", ".join((*POLICIES, DEFAULT_ALIAS))
+        raise ValueError(f"unknown policy {name!r}; known: {known}")
+    return resolved
 
 
 def build_policy(name: str, options: PolicyOptions | None = None) -> Policy:
-    """A fresh policy instance by name; unknown names list the known ones."""
-    try:
-        factory = POLICIES[resolve_policy_name(name)]
-    except KeyError:
-        raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}") from None
-    return factory(options or PolicyOptions())
+    """A fresh policy instance by name (or `default`); unknown names list the known ones."""
+    return POLICIES[resolve_policy_name(name)](options or PolicyOptions())
 
 
 __all__ = [
