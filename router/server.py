@@ -111,9 +111,8 @@ class RouterApp:
             self.scheduler, self.priors, self.clock, config.retry.rescue_slowness
         )
         # a predicting policy's misses are held; every policy's attainment is counted
-        holds = hasattr(self.scheduler.policy, "choose")
-        self.slo = SloGate(config.slo, self.metrics, self.clock, holds=holds)
-        if holds:
+        self.slo = SloGate(config.slo, self.metrics, self.clock, holds=self.scheduler.predicts_slo)
+        if self.slo.holds:
             self.scheduler.on_room = self.slo.pump
         self.forwarder = self._forwarder(rng)
         self.forwarder.urls.update({b.backend_id: b.url for b in config.backends})

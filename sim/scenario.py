@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from gpuroute.router.config import GpuPrices, SloClassConfig
 from gpuroute.router.core.policies import resolve_policy_name
-from gpuroute.router.core.slo import SloClass
+from gpuroute.router.core.slo import DEFAULT_SLO_CLASS, SloClass
 from gpuroute.sim.global_scenario import GlobalSection
 from gpuroute.sim.traces import TRACE_FORMATS
 from gpuroute.sim.workloads import PROFILES
@@ -92,7 +92,7 @@ class SloSection(StrictModel):
 
     def slo_classes(self) -> list[SloClass]:
         if not self.classes:
-            return [SloClass("standard", self.ttft_s, self.tpot_s)]
+            return [SloClass(DEFAULT_SLO_CLASS, self.ttft_s, self.tpot_s)]
         return [c.slo_class() for c in self.classes]
 
     def shares(self) -> list[float]:

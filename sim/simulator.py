@@ -151,7 +151,7 @@ class RegionalRun:
         policy = build_policy_for(policy_name, sim.loaded)
         latency = LatencyModel({t: LatencyPrior.from_engine(p.params) for t, p in profiles.items()})
         self.scheduler = Scheduler(BackendSet(self.backends), policy, estimator, latency=latency)
-        self.hold_misses = scenario.router.slo_admission and hasattr(policy, "choose")
+        self.hold_misses = scenario.router.slo_admission and self.scheduler.predicts_slo
         self.classes = scenario.slo.slo_classes()
         ranked = SloClasses(self.classes, self.classes[0].name)
         self.held = HoldQueue(ranked, max_held=max(64, 16 * len(self.backends)))

@@ -15,9 +15,10 @@ priors of the backend's GPU type and corrected by what the router observes:
   step / (1 - interference).
 - **Learning**: per GPU type, the ratio of observed to predicted TTFT and TPOT, as EWMAs of
   the log ratio (weight `alpha`: about 1/alpha requests to move most of the way; one sample
-  moves it at most a factor 2^alpha), clamped to [1/8, 8].
-  They absorb what the roofline misses (a slower kernel, a busier host, a fake engine's
-  time scale) within tens of requests of a GPU type.
+  moves it at most a factor 2^alpha), clamped to [1/8, 8] (TPOT: [0.5, 2]). They absorb
+  what the roofline misses (a slower kernel, a busier host, a fake engine's time scale)
+  within tens of requests of a GPU type. The fixed part of TTFT outside the GPU (HTTP hops)
+  is learned apart, per GPU type, so that it does not enter the ratios.
 """
 
 from __future__ import annotations
@@ -182,7 +183,7 @@ class _Booking:
     kv_tokens: float
     first_token_at: float | None  # predicted, in the queue's coordinates; None once it came
     shift: float  # the queue's correction when it was booked
-    ttft_s: float
+    gpu_ttft_s: float  # its predicted TTFT less the fixed overhead: what the ratio scales
     tpot_s: float
     alone: bool  # nothing queued ahead of it: its TTFT is its prefill plus the overhead
 
@@ -220,12 +221,15 @@ class LatencyModel:
     def _decayed(self, state: _BackendLoad, now: float) -> float:
         return state.interference * math.exp((state.interference_at - now) / self.window_s)
 
+    def _share(self, state: _BackendLoad, now: float) -> float:
+        if not state.interference:
+            return 0.0
+        return min(self._decayed(state, now) / self.window_s, MAX_INTERFERENCE)
+
     def interference(self, backend_id: str, now: float) -> float:
         """The share of recent time prefill chunks have added to this backend's steps."""
         state = self._load.get(backend_id)
-        if state is None:
-            return 0.0
-        return min(self._decayed(state, now) / self.window_s, MAX_INTERFERENCE)
+        return 0.0 if state is None else self._share(state, now)
 
     def predict(
         self,
@@ -251,8 +255,7 @@ class LatencyModel:
                 wait += state.prefill_until - now
             ctx += state.ctx_tokens
             kv = state.kv_tokens
-            if state.interference:
-                interference = min(self._decayed(state, now) / self.window_s, MAX_INTERFERENCE)
+            interference = self._share(state, now)
         in_flight = backend.in_flight
         step = prior.decode_step_s(in_flight + 1, ctx)
         prefill, excess = prior.prefill_s(uncached_prompt, step)
@@ -311,8 +314,8 @@ class LatencyModel:
             error = now - expected
             state.shift += error
             state.prefill_until = max(now, state.prefill_until + error)
-        if ttft_s is not None and booking.ttft_s > 0:
-            self._learn_ttft(booking.gpu_type, booking.ttft_s, ttft_s, booking.alone)
+        if ttft_s is not None and booking.gpu_ttft_s > 0:
+            self._learn_ttft(booking.gpu_type, booking.gpu_ttft_s, ttft_s, booking.alone)
         booking.first_token_at = None
 
     def _learn_ttft(

@@ -76,6 +76,8 @@ class Scheduler:
         self.latency = latency
         self.ledger = OutstandingWork()
         self._chooses = getattr(policy, "choose", None)  # a predicting policy's full verdict
+        # it predicts SLO misses, which admission can then hold instead of sending
+        self.predicts_slo = self._chooses is not None
         self._weighs_preference = getattr(policy, "honours_preference", False)
         self._observes_slo = getattr(policy, "observe_slo", None)
         # called whenever a booking ends or a first token arrives: room may have freed
@@ -119,12 +121,12 @@ class Scheduler:
         fits = verdict is None or verdict.fits
         if hold_misses and not fits:
             return Decision(
-                backend, cost, len(candidates), reason, scores, prediction, False, False
+                backend, cost, len(candidates), reason, scores, prediction, fits=False, booked=False
             )
         if self.latency is not None:
             prediction = self._book_latency(ctx, backend, verdict)
         self.ledger.start(request.request_id, backend, cost)
-        return Decision(backend, cost, len(candidates), reason, scores, prediction, fits)
+        return Decision(backend, cost, len(candidates), reason, scores, prediction, fits=fits)
 
     def _book_latency(
         self, ctx: PickContext, backend: Backend, verdict: Verdict | None

@@ -68,10 +68,6 @@ class SloClasses:
         self.default = self.by_name[default]
         self.rank = {c.name: i for i, c in enumerate(self.classes)}
 
-    @classmethod
-    def single(cls, ttft_s: float, tpot_s: float, name: str = DEFAULT_SLO_CLASS) -> SloClasses:
-        return cls((SloClass(name, ttft_s, tpot_s),), name)
-
     def names(self) -> Sequence[str]:
         return [c.name for c in self.classes]
 

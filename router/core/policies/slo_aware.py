@@ -29,12 +29,13 @@ from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.latency import Prediction
 from gpuroute.router.core.policies.base import PickContext, Verdict, min_with_random_ties
 from gpuroute.router.core.policies.prefix_affinity import PrefixIndex
+from gpuroute.router.core.slo import SloClass
 from gpuroute.router.core.slo_admission import MarginController
 
 from gpuroute.prefix_blocks import BLOCK_TOKENS
 
 # Rough on-demand $/hour for one GPU (public cloud list prices, 2024-2025, GPU share of the
-# instance); they only rank GPU types against each other: set your own under [scheduler].
+# instance); they only rank GPU types against each other: set your own in [slo] gpu_prices.
 DEFAULT_GPU_PRICES: dict[str, float] = {
     "H100": 4.0,
     "A100": 2.5,
@@ -99,9 +100,7 @@ class SloAware:
         for group in self._by_type(candidates):
             n = len(group)
             if n > k:  # with replacement: k cheap draws, not random.sample's bookkeeping
-                group = list(
-                    {id(b): b for b in [group[int(draw() * n)] for _ in range(k)]}.values()
-                )
+                group = list(dict.fromkeys(group[int(draw() * n)] for _ in range(k)))
             if len(group) > keep:
                 group = sorted(group, key=lambda b: self.load(ctx, b))[:keep]
             chosen.extend(group)
@@ -155,8 +154,7 @@ class SloAware:
         ttft_cap, tpot_cap = slo.ttft_s * margin - waited, slo.tpot_s * margin
         fits = {b: p for b, p in rows if p.ttft_s <= ttft_cap and p.tpot_s <= tpot_cap}
         if not fits:
-            misses = [max(p.ttft_s / slo.ttft_s, p.tpot_s / slo.tpot_s) for _, p in rows]
-            backend, prediction = rows[misses.index(min(misses))]
+            backend, prediction = min(rows, key=lambda row: share_of_slo(row[1], slo))
             return Verdict(backend, prediction, fits=False)
         preferred = next((b for b in fits if b.backend_id == ctx.preferred), None)
         if preferred is not None:
@@ -194,4 +192,9 @@ class SloAware:
     def score(self, ctx: PickContext, backend: Backend) -> float | None:
         """The larger predicted fraction of its SLO there (what the filter compares)."""
         ((_, p),) = self.predictions(ctx, [backend], {})
-        return max(p.ttft_s / ctx.slo.ttft_s, p.tpot_s / ctx.slo.tpot_s)
+        return share_of_slo(p, ctx.slo)
+
+
+def share_of_slo(prediction: Prediction, slo: SloClass) -> float:
+    """The larger of predicted TTFT and TPOT as a fraction of the class's bound."""
+    return max(prediction.ttft_s / slo.ttft_s, prediction.tpot_s / slo.tpot_s)
