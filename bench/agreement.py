@@ -10,15 +10,15 @@ type's share of the requests (±0.05), the bounds docs/benchmarks.md reports aga
 from __future__ import annotations
 
 import math
-from collections import Counter
+from itertools import groupby
 from pathlib import Path
 
 import aiohttp
 import numpy as np
 from gpuroute.sim.fleet import profile_gpu_types
-from gpuroute.sim.report import OK, summarise
+from gpuroute.sim.report import OK
 from gpuroute.sim.scenario import LoadedScenario, Scenario
-from gpuroute.sim.simulator import FleetSimulator, RegionalRun
+from gpuroute.sim.simulator import FleetSimulator
 from gpuroute.sim.workloads import Workload
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -40,7 +40,8 @@ AGREEMENT_COLUMNS = (
 
 def live_scenario(engines: list[str], slo_ttft_s: float, slo_tpot_s: float) -> LoadedScenario:
     """The live bench's fleet (engine order kept) and SLO as a scenario."""
-    groups = [{"type": gpu, "count": n} for gpu, n in _runs(engines)]
+    # consecutive engines of one type are one group, so engine order (and index) is kept
+    groups = [{"type": gpu, "count": len(list(run))} for gpu, run in groupby(engines)]
     scenario = Scenario.model_validate(
         {
             "name": "bench-live",
@@ -50,17 +51,6 @@ def live_scenario(engines: list[str], slo_ttft_s: float, slo_tpot_s: float) -> L
         }
     )
     return LoadedScenario(scenario, Path("."), "bench live")
-
-
-def _runs(engines: list[str]) -> list[tuple[str, int]]:
-    """Consecutive GPU types with their counts: ['H100', 'H100', 'L4'] → [(H100, 2), (L4, 1)]."""
-    runs: list[tuple[str, int]] = []
-    for gpu in engines:
-        if runs and runs[-1][0] == gpu:
-            runs[-1] = (gpu, runs[-1][1] + 1)
-        else:
-            runs.append((gpu, 1))
-    return runs
 
 
 def simulate(
@@ -78,11 +68,7 @@ def simulate(
     at_gpu_speed = workload.rescaled(time_scale)
     profiles = profile_gpu_types(loaded.scenario, at_gpu_speed)
     rate = (len(workload) - 1) / max(at_gpu_speed.span_s, 1e-9)
-    run = RegionalRun(FleetSimulator(loaded, (at_gpu_speed, profiles, rate)), policy, None)
-    run.run()
-    report = summarise(
-        policy, loaded.scenario, at_gpu_speed, run.outcomes, run.engines, run.work, wall_s=0.0
-    )
+    report, run = FleetSimulator(loaded, (at_gpu_speed, profiles, rate)).replay(policy)
     ok = np.asarray(run.outcomes.status) == OK
     gpus = [run.engines[e].params.gpu.name for e in np.asarray(run.outcomes.served_by)[ok]]
     overhead = overhead_s or {}
@@ -116,12 +102,15 @@ async def learned_state(router_url: str) -> dict[str, dict]:
 def compare(live: dict, simulated: dict) -> dict:
     """One row: live against simulated, and whether each is within its bound."""
     live_shares, sim_shares = live.get("gpu_share", {}), simulated["gpu_share"]
-    gaps = Counter()
-    for gpu in set(live_shares) | set(sim_shares):
-        gaps[gpu] = abs(live_shares.get(gpu, 0.0) - sim_shares.get(gpu, 0.0))
+    gap = max(
+        (
+            abs(live_shares.get(g, 0.0) - sim_shares.get(g, 0.0))
+            for g in {*live_shares, *sim_shares}
+        ),
+        default=0.0,
+    )
     live_ttft, sim_ttft = live["ttft_p50_s"], simulated["ttft_p50_s"]
     ratio = sim_ttft / live_ttft if live_ttft > 0 else math.inf
-    gap = max(gaps.values(), default=0.0)
     attainment_gap = abs(live["slo_attainment"] - simulated["slo_attainment"])
     agrees = (
         attainment_gap <= ATTAINMENT_BOUND

@@ -225,7 +225,7 @@ def work_utilisation(
     """Each engine's `gpu_util` as the simulator defines it (work at saturated per-token cost
     over the run's duration, sim/fleet.py), from which engine served each request (the
     router's x-gpuroute-backend header; the baselines do not say, so they get nothing)."""
-    index = {f"127.0.0.1:{child.port}": i for i, (_, child) in enumerate(engines)}
+    index = engine_index(engines)
     if not any(r.backend in index for r in results):
         return {}
     model = MODELS[MODEL]
@@ -259,11 +259,16 @@ def slo_section(spec: LiveBenchSpec) -> str:
     )
 
 
+def engine_index(engines: list[tuple[str, Child]]) -> dict[str, int]:
+    """Each engine's index by the backend id our router names it by (x-gpuroute-backend)."""
+    return {f"127.0.0.1:{child.port}": i for i, (_, child) in enumerate(engines)}
+
+
 def gpu_shares(results: list[RequestResult], engines: list[tuple[str, Child]]) -> dict:
     """Each GPU type's share of the completed requests, from the engine that served each
     (our router's x-gpuroute-backend header; the baselines do not say, so they get none)."""
-    gpu_of = {f"127.0.0.1:{child.port}": gpu for gpu, child in engines}
-    served = [gpu_of[r.backend] for r in results if r.ok and r.backend in gpu_of]
+    index = engine_index(engines)
+    served = [engines[index[r.backend]][0] for r in results if r.ok and r.backend in index]
     if not served:
         return {}
     return {

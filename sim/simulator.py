@@ -107,10 +107,16 @@ class FleetSimulator:
         return FleetSimulator(self.loaded, (workload, self.profiles, rate))
 
     def run(self, policy_name: str, progress: Callable[[int], None] | None = None) -> PolicyReport:
+        return self.replay(policy_name, progress)[0]
+
+    def replay(
+        self, policy_name: str, progress: Callable[[int], None] | None = None
+    ) -> tuple[PolicyReport, RegionalRun]:
+        """The report and the run behind it (each request's outcome, the engines)."""
         started = time.perf_counter()
         run = RegionalRun(self, policy_name, progress)
         run.run()
-        return summarise(
+        report = summarise(
             policy_name,
             self.scenario,
             self.workload,
@@ -119,6 +125,7 @@ class FleetSimulator:
             run.work,
             wall_s=time.perf_counter() - started,
         )
+        return report, run
 
 
 class RegionalRun:

@@ -72,7 +72,7 @@ def test_cli_inputs_are_checked() -> None:
     from gpuroute.bench.commands import policy_names
 
     assert policy_names(None) == ["slo_aware"] == policy_names(["default"])
-    with pytest.raises(BenchError, match="--policy: unknown policy 'fastest'; known: .*default"):
+    with pytest.raises(BenchError, match=r"--policy: unknown policy 'fastest'; known: .*default"):
         policy_names(["least_connections", "fastest"])
 
 
