@@ -27,7 +27,12 @@ from typing import ClassVar
 
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.latency import Prediction
-from gpuroute.router.core.policies.base import PickContext, Verdict, min_with_random_ties
+from gpuroute.router.core.policies.base import (
+    READY,
+    PickContext,
+    Verdict,
+    min_with_random_ties,
+)
 from gpuroute.router.core.policies.prefix_affinity import PrefixIndex
 from gpuroute.router.core.slo import SloClass
 from gpuroute.router.core.slo_admission import MarginController
@@ -83,10 +88,11 @@ class SloAware:
         """In flight per capacity, counting other routers' requests there (the agent's
         report or the peers' shared ledger, in seconds of work) at this request's cost,
         stretched like least outstanding work by how much slower than expected it runs."""
-        others = max(b.external, b.shared)
+        others = b.external if b.external > b.shared else b.shared
         if others > 0:
             others /= max(ctx.cost_on(b), 1e-6)
-        return (b.in_flight + 1 + others) * b.slowness / ctx.capacity_of(b)
+        capacity = b.capacity if b.state is READY else ctx.capacity_of(b)
+        return (b.in_flight + 1 + others) * b.slowness / capacity
 
     def considered(
         self, ctx: PickContext, candidates: Sequence[Backend], matched: dict[str, int]
@@ -97,13 +103,21 @@ class SloAware:
             return candidates
         chosen: list[Backend] = []
         draw, k, keep = ctx.rng.random, self.sample_per_type, self.per_type
+
+        def load(b: Backend) -> float:
+            return self.load(ctx, b)
+
         for group in self._by_type(candidates):
             n = len(group)
-            if n > k:  # with replacement: k cheap draws, not random.sample's bookkeeping
-                group = list(dict.fromkeys(group[int(draw() * n)] for _ in range(k)))
-            if len(group) > keep:
-                group = sorted(group, key=lambda b: self.load(ctx, b))[:keep]
-            chosen.extend(group)
+            if n <= keep:
+                chosen.extend(group)
+                continue
+            # with replacement: k cheap draws, not random.sample's bookkeeping
+            drawn = [group[int(draw() * n)] for _ in range(k)] if n > k else group
+            if keep == 1:
+                chosen.append(min(drawn, key=load))
+            else:
+                chosen.extend(sorted(dict.fromkeys(drawn), key=load)[:keep])
         if matched:
             seen = {b.backend_id for b in chosen}
             chosen.extend(
