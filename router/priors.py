@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuroute.router.core.cost import GpuCostPrior
-from gpuroute.router.core.latency import LatencyPrior
+from gpuroute.router.core.latency_prior import LatencyPrior
 
 from gpuroute.gpus import GPU_SPECS
 from gpuroute.models import MODELS

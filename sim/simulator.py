@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable
 
 from gpuroute.router.core import Backend, BackendSet, CostEstimator, RequestInfo, Scheduler
-from gpuroute.router.core.latency import LatencyModel, LatencyPrior
+from gpuroute.router.core.latency import LatencyModel
+from gpuroute.router.core.latency_prior import LatencyPrior
 from gpuroute.router.core.policies import PolicyOptions, build_policy
 from gpuroute.router.core.retry import Attempts, FailureKind, RetryBudget, RetrySettings, Verdict
 from gpuroute.router.core.scheduler import Outcome

@@ -23,13 +23,14 @@ priors of the backend's GPU type and corrected by what the router observes:
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from gpuroute.router.core.backend import Backend
-
-from gpuroute.roofline import EngineParams
+from gpuroute.router.core.latency_prior import LatencyPrior
 
 RATIO_MIN, RATIO_MAX = 0.125, 8.0
 TPOT_RATIO_MIN, TPOT_RATIO_MAX = 0.5, 2.0  # TPOT is the noisier one: short answers see
@@ -44,79 +45,6 @@ OVERHEAD_MAX_S = 1.0
 MAX_INTERFERENCE = 0.8
 
 
-@dataclass(frozen=True, slots=True)
-class LatencyPrior:
-    """One GPU type running the served model, in seconds (from the roofline)."""
-
-    step_overhead_s: float
-    weights_read_s: float
-    kv_read_s_per_token: float
-    decode_compute_s_per_seq: float
-    prefill_linear_s: float
-    prefill_quadratic_s: float
-    prefill_overhead_s: float
-    chunk_tokens: int  # prompt tokens one step may carry (vLLM's max_num_batched_tokens)
-    max_num_seqs: int = 256  # the engine's batch limit: beyond it, requests wait for a slot
-    kv_capacity_tokens: float = float("inf")  # KV cache, in tokens
-
-    @classmethod
-    def from_engine(cls, params: EngineParams) -> LatencyPrior:
-        return cls(
-            params.step_overhead_s,
-            params.weights_read_s,
-            params.kv_read_s_per_token,
-            params.decode_compute_s_per_seq,
-            params.prefill_linear_s,
-            params.prefill_quadratic_s,
-            params.prefill_overhead_s if not params.chunked_prefill else 0.0,
-            params.max_num_batched_tokens if params.chunked_prefill else 1 << 30,
-            params.max_num_seqs,
-            params.kv_capacity_tokens,
-        )
-
-    def scaled(self, factor: float) -> LatencyPrior:
-        """The same engine `factor` times slower (every time, none of the limits)."""
-        if factor == 1.0:
-            return self
-        return replace(
-            self,
-            step_overhead_s=self.step_overhead_s * factor,
-            weights_read_s=self.weights_read_s * factor,
-            kv_read_s_per_token=self.kv_read_s_per_token * factor,
-            decode_compute_s_per_seq=self.decode_compute_s_per_seq * factor,
-            prefill_linear_s=self.prefill_linear_s * factor,
-            prefill_quadratic_s=self.prefill_quadratic_s * factor,
-            prefill_overhead_s=self.prefill_overhead_s * factor,
-        )
-
-    def decode_step_s(self, batch: int, ctx_tokens: float) -> float:
-        memory = self.weights_read_s + ctx_tokens * self.kv_read_s_per_token
-        compute = batch * self.decode_compute_s_per_seq
-        return self.step_overhead_s + (memory if memory > compute else compute)
-
-    def slot_wait_s(
-        self, in_flight: int, kv_tokens: float, request_kv: float, output: float, step_s: float
-    ) -> float:
-        """Time until a full engine (batch limit or KV cache) frees room for one more: the
-        missing requests finish at about batch / (output x step) per second."""
-        short = max(
-            in_flight + 1 - self.max_num_seqs,
-            (kv_tokens + request_kv - self.kv_capacity_tokens) / request_kv,
-        )
-        if short <= 0:
-            return 0.0
-        return short * output * step_s / max(min(in_flight, self.max_num_seqs), 1)
-
-    def prefill_s(self, tokens: float, step_s: float) -> tuple[float, float]:
-        """(prefill time, its excess over the plain decode steps it rides in)."""
-        chunks = max(1, math.ceil(tokens / self.chunk_tokens))
-        compute = tokens * (self.prefill_linear_s + tokens * self.prefill_quadratic_s)
-        total = self.prefill_overhead_s + max(
-            chunks * step_s, compute + chunks * self.step_overhead_s
-        )
-        return total, total - chunks * step_s
-
-
 class _BackendLoad:
     """What the router has put on one backend, as the latency model sees it."""
 
@@ -125,8 +53,10 @@ class _BackendLoad:
         "interference",
         "interference_at",
         "kv_tokens",
+        "limits",
         "prefill_until",
         "shift",
+        "stalled",
     )
 
     def __init__(self) -> None:
@@ -136,6 +66,9 @@ class _BackendLoad:
         self.kv_tokens = 0.0  # KV they reserve (prompt + whole expected output)
         self.interference = 0.0  # decaying sum of prefill seconds beyond decode steps
         self.interference_at = 0.0
+        self.stalled = 0.0  # every booked prefill's seconds beyond decode steps, summed
+        # protected streams: (`stalled` at which one would miss its TPOT, order, request id)
+        self.limits: list[tuple[float, int, object]] = []
 
 
 class Prediction(NamedTuple):
@@ -186,6 +119,7 @@ class _Booking:
     gpu_ttft_s: float  # its predicted TTFT less the fixed overhead: what the ratio scales
     tpot_s: float
     alone: bool  # nothing queued ahead of it: its TTFT is its prefill plus the overhead
+    protected: int = -1  # its entry's order in the backend's stall limits (-1: none)
 
 
 class LatencyModel:
@@ -211,6 +145,8 @@ class LatencyModel:
         self._fits: dict[str, _InterceptFit] = {}
         self._load: dict[str, _BackendLoad] = {}
         self._booked: dict[object, _Booking] = {}
+        self._order = itertools.count()
+        self.protected_streams = 0  # in flight with a stall allowance (stall_allowance)
 
     def _state(self, backend_id: str) -> _BackendLoad:
         state = self._load.get(backend_id)
@@ -276,9 +212,12 @@ class LatencyModel:
         output_tokens: float,
         now: float,
         predicted: Prediction,
+        tpot_bound_s: float | None = None,
     ) -> None:
         """The request went to `backend` as `predicted` (from `predict` just before, at the
-        same `now`): queue its prefill, count its KV and its interference."""
+        same `now`): queue its prefill, count its KV and its interference. Given its TPOT
+        bound (only when `output_tokens` is known, not a guess), its stream is protected:
+        `stall_allowance` then says how much later prefill it can decode beside."""
         state = self._state(backend.backend_id)
         gpu_part = predicted.ttft_s - self.overhead_s.get(backend.gpu_type, 0.0)
         state.prefill_until = max(state.prefill_until, now) + predicted.prefill_s
@@ -288,6 +227,10 @@ class LatencyModel:
         state.kv_tokens += kv_tokens
         state.interference = self._decayed(state, now) + predicted.interference_s
         state.interference_at = now
+        state.stalled += predicted.interference_s
+        protected = -1
+        if tpot_bound_s is not None and output_tokens > 1:
+            protected = self._protect(state, predicted, output_tokens, tpot_bound_s, request_id)
         self._booked[request_id] = _Booking(
             backend.backend_id,
             backend.gpu_type,
@@ -298,7 +241,46 @@ class LatencyModel:
             gpu_part,
             predicted.tpot_s,
             gpu_part <= predicted.prefill_s * 1.05,
+            protected,
         )
+
+    def _protect(
+        self,
+        state: _BackendLoad,
+        predicted: Prediction,
+        output_tokens: float,
+        tpot_bound_s: float,
+        request_id: object,
+    ) -> int:
+        """Record the stall this stream can take: its tokens' slack under the TPOT bound.
+        Prefill is first come, first served, so every prefill booked here after it runs
+        while it decodes, each lengthening its steps by its chunks' extra seconds."""
+        limits = state.limits
+        if len(limits) > 64 and len(limits) > 4 * sum(1 for e in limits if self._live(e)):
+            limits[:] = [e for e in limits if self._live(e)]  # drop ended streams' entries
+            heapq.heapify(limits)
+        allowance = (output_tokens - 1) * max(tpot_bound_s - predicted.tpot_s, 0.0)
+        order = next(self._order)
+        heapq.heappush(limits, (state.stalled + allowance, order, request_id))
+        self.protected_streams += 1
+        return order
+
+    def _live(self, entry: tuple[float, int, object]) -> bool:
+        booking = self._booked.get(entry[2])
+        return booking is not None and booking.protected == entry[1]
+
+    def stall_allowance(self, backend_id: str) -> float:
+        """Seconds of prefill beyond decode steps this backend can still take before a
+        protected stream there misses its TPOT (inf when none is protected). A long
+        prompt's chunks lengthen every running stream's steps, and a short answer has few
+        tokens to spread that over: without this, one long prefill breaks them all."""
+        state = self._load.get(backend_id)
+        if state is None or not state.limits:
+            return math.inf
+        limits = state.limits
+        while limits and not self._live(limits[0]):
+            heapq.heappop(limits)  # that stream ended
+        return limits[0][0] - state.stalled if limits else math.inf
 
     def first_token(self, request_id: object, now: float, ttft_s: float | None = None) -> None:
         """The request's first token arrived: shift that backend's prefill queue by the error
@@ -354,6 +336,8 @@ class LatencyModel:
         booking = self._booked.pop(request_id, None)
         if booking is None:
             return
+        if booking.protected >= 0:
+            self.protected_streams -= 1
         state = self._load.get(booking.backend_id)
         if state is not None:
             state.ctx_tokens = state.ctx_tokens - booking.ctx_tokens if in_flight_left else 0.0

@@ -140,7 +140,9 @@ class Scheduler:
             prediction = verdict.prediction
         else:
             prediction = latency.predict(backend, prompt, prompt, output, ctx.now)
-        latency.book(request.request_id, backend, prompt, output, ctx.now, prediction)
+        # a stream is protected from later prefills' stalls only when its length is known
+        bound = ctx.slo.tpot_s if ctx.output_known else None
+        latency.book(request.request_id, backend, prompt, output, ctx.now, prediction, bound)
         return prediction
 
     def candidates(self, request: RequestInfo, exclude: Collection[str] = ()) -> list[Backend]:

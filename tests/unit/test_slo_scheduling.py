@@ -7,7 +7,8 @@ import random
 
 import pytest
 from gpuroute.router.core import Backend, BackendSet, CostEstimator, RequestInfo, Scheduler
-from gpuroute.router.core.latency import LatencyModel, LatencyPrior
+from gpuroute.router.core.latency import LatencyModel
+from gpuroute.router.core.latency_prior import LatencyPrior
 from gpuroute.router.core.policies import DEFAULT_POLICY, build_policy
 from gpuroute.router.core.scheduler import Outcome
 from gpuroute.router.core.slo import (

@@ -154,6 +154,19 @@ class SloAware:
             rows.append((b, latency.predict(b, uncached, prompt, output, ctx.now)))
         return rows
 
+    @staticmethod
+    def _sparing_streams(
+        ctx: PickContext, fits: dict[Backend, Prediction]
+    ) -> tuple[dict[Backend, Prediction], tuple[Backend, Prediction]]:
+        """The fits whose prefill leaves every protected stream there within its TPOT
+        (latency model's stall allowance), and the one that overruns it least."""
+        assert ctx.latency is not None
+        allowance = ctx.latency.stall_allowance
+        overrun = {b: p.interference_s - allowance(b.backend_id) for b, p in fits.items()}
+        least = min(overrun, key=overrun.__getitem__)
+        sparing = {b: p for b, p in fits.items() if overrun[b] <= 0}
+        return sparing, (least, fits[least])
+
     def _dollars(self, ctx: PickContext, backend: Backend) -> float:
         return ctx.cost_on(backend) * self.prices.get(backend.gpu_type, 1.0)
 
@@ -170,6 +183,10 @@ class SloAware:
         if not fits:
             backend, prediction = min(rows, key=lambda row: share_of_slo(row[1], slo))
             return Verdict(backend, prediction, fits=False)
+        if ctx.latency.protected_streams:
+            fits, spared = self._sparing_streams(ctx, fits)
+            if not fits:  # wherever its prefill goes, a protected stream misses its TPOT
+                return Verdict(*spared, fits=False)
         preferred = next((b for b in fits if b.backend_id == ctx.preferred), None)
         if preferred is not None:
             return self._chosen(preferred, fits[preferred], blocks, preferred=True)
