@@ -211,27 +211,33 @@ def test_a_long_prompt_goes_where_its_ttft_fits() -> None:
     assert decision.backend.gpu_type == "H100"
 
 
-def test_a_short_chat_may_fill_a_cheap_gpu_when_it_meets_its_slo() -> None:
+def test_a_short_chat_goes_to_a_small_gpu_while_the_fast_one_has_a_queue() -> None:
     sched = scheduler("L4", "H100")
-    h100 = sched.backends.get("h100-1")
-    for i in range(40):  # the H100 has more than its share of the work already
-        sched.ledger.start(f"busy-{i}", h100, 0.1)
-    decision = sched.route(request(1, 200), 0.0, random.Random(1))
+    for i in range(4):  # 24,000 tokens of prefill queued on the H100 (the L4 cannot fit them)
+        decision = sched.route(request(i, 6000), 0.0, random.Random(1))
+        assert decision is not None and decision.backend.gpu_type == "H100"
+    decision = sched.route(request(9, 200), 0.0, random.Random(1))
     assert decision is not None and decision.fits and decision.backend.gpu_type == "L4"
+    # with the queue gone (first tokens in, as predicted), the H100 is the faster start
+    for i in range(4):
+        sched.first_token(i, 2.0, None)
+    decision = sched.route(request(10, 200), 2.0, random.Random(1))
+    assert decision is not None and decision.backend.gpu_type == "H100"
 
 
-def test_a_backend_with_room_to_spare_is_preferred_to_one_at_the_slos_edge() -> None:
-    """4,000 tokens: about 1.0 s on an idle L4 (within 0.9 x 2 s, not within half of
-    it), 0.13 s on an H100 with ten streams. By load alone (in flight per capacity) the
-    idle L4 would win; with headroom first the H100 does."""
-    sched = scheduler("H100", "L4")
-    h100 = next(b for b in sched.backends if b.gpu_type == "H100")
-    h100.in_flight = 10
-    decision = sched.route(request(1, 4000), 0.0, random.Random(1))
-    assert decision is not None and decision.fits and decision.backend.gpu_type == "H100"
-    # a 1,000-token prompt is easy on both: the load score sends it to the idle L4
-    decision = sched.route(request(2, 1000), 0.0, random.Random(1))
-    assert decision is not None and decision.backend.gpu_type == "L4"
+def test_a_long_prompt_stays_off_the_backend_full_of_streams_a_short_one_joins_them() -> None:
+    """Two A100s: one runs eight streams, the other none but has a little prefill queued.
+    An 8,000-token prompt's chunks would stretch every step of the eight streams, so it
+    takes the queue; a 100-token prompt stalls nobody and starts sooner among the streams."""
+    sched = scheduler("A100", "A100")
+    busy, queued = sched.backends.get("a100-0"), sched.backends.get("a100-1")
+    busy.in_flight = 8
+    first = sched.route(request(1, 600), 0.0, random.Random(1), exclude=("a100-0",))
+    assert first is not None and first.backend is queued
+    long_prompt = sched.route(request(2, 8000), 0.0, random.Random(1))
+    assert long_prompt is not None and long_prompt.backend is queued
+    short_prompt = sched.route(request(3, 100), 0.0, random.Random(1))
+    assert short_prompt is not None and short_prompt.backend is busy
 
 
 def test_a_predicted_miss_is_held_back_unbooked() -> None:

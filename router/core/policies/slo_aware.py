@@ -10,12 +10,11 @@ Pipeline, as llm-d's filter → scorer → picker:
 - filter: predicted TTFT ≤ margin × the class's TTFT (less what it waited) and TPOT ≤
   margin × its TPOT, where the margin starts at `margin` and follows the met-rate of what
   was admitted (MarginController), so a biased or noisy prediction tightens itself;
-- headroom: among those, the ones predicted within `comfort` (half) of that bound, when
-  there are any, so slow GPUs are not filled to the SLO's edge while fast ones have slack;
-- score (lower wins): the backend's load (in flight per capacity, other routers' reported
-  requests included, stretched by its slowness, as least connections weighs it) +
-  `cost_weight` × the request's cost in dollars there relative to the cheapest that fits:
-  balance among the backends that meet the SLO, and a cheaper GPU where loads are close;
+- score (lower wins): the predicted TTFT as a share of the class's bound (stretched by the
+  backend's slowness and warm-up, as least outstanding work weighs them), plus the stall
+  its prefill inflicts on the streams running there (each one's share of a TPOT budget
+  its chunks take: what keeps long prompts off backends full of short answers), plus
+  `cost_weight` × its cost in dollars there relative to the cheapest that fits;
 - a session's remembered backend is taken while it is predicted to meet the SLO;
 - when none is predicted to meet it: the least-violating backend, marked as a miss, which
   SLO-aware admission holds or refuses instead of sending."""
@@ -65,19 +64,17 @@ class SloAware:
         cost_weight: float = 0.1,
         prices: dict[str, float] | None = None,
         max_blocks: int = 1_000_000,
-        comfort: float = 0.5,
     ) -> None:
         if full_scan_max < 1 or per_type < 1 or sample_per_type < per_type:
             raise ValueError("full_scan_max, per_type >= 1 and sample_per_type >= per_type")
-        if not 0 < margin <= 1 or cost_weight < 0 or not 0 < comfort <= 1:
-            raise ValueError("margin and comfort must be in (0, 1] and cost_weight >= 0")
+        if not 0 < margin <= 1 or cost_weight < 0:
+            raise ValueError("margin must be in (0, 1] and cost_weight >= 0")
         self.full_scan_max = full_scan_max
         self.per_type = per_type
         self.sample_per_type = sample_per_type
         # the margin adapts to keep admitted requests meeting their SLO (slo_admission.py)
         self.control = MarginController(margin, high=max(margin, 1.0))
         self.cost_weight = cost_weight
-        self.comfort = comfort  # share of the SLO under which a backend has room to spare
         self.prices = {**DEFAULT_GPU_PRICES, **(prices or {})}
         self.index = PrefixIndex(max_blocks)
         self._groups: tuple[Sequence[Backend] | None, list[list[Backend]]] = (None, [])
@@ -167,6 +164,21 @@ class SloAware:
         sparing = {b: p for b, p in fits.items() if overrun[b] <= 0}
         return sparing, (least, fits[least])
 
+    def _scores(self, ctx: PickContext, fits: dict[Backend, Prediction]) -> list[float]:
+        """Predicted TTFT share + the stall share it inflicts on running streams + cost."""
+        slo = ctx.slo
+        # a stream's TPOT budget: what its tokens may take beyond the first
+        budget = slo.tpot_s * max(ctx.expected_output - 1.0, 1.0)
+        dollars = [self._dollars(ctx, b) for b in fits]
+        cheapest = min(dollars) or 1e-12
+        cost_weight, ttft_bound = self.cost_weight / cheapest, slo.ttft_s
+        return [
+            p.ttft_s * b.slowness / (ttft_bound * ctx.warmup_factor(b))
+            + b.in_flight * p.interference_s / budget
+            + cost_weight * d
+            for (b, p), d in zip(fits.items(), dollars, strict=True)
+        ]
+
     def _dollars(self, ctx: PickContext, backend: Backend) -> float:
         return ctx.cost_on(backend) * self.prices.get(backend.gpu_type, 1.0)
 
@@ -190,18 +202,8 @@ class SloAware:
         preferred = next((b for b in fits if b.backend_id == ctx.preferred), None)
         if preferred is not None:
             return self._chosen(preferred, fits[preferred], blocks, preferred=True)
-        # headroom first: where some backends fit with room to spare, the load score
-        # chooses among those, so a slow GPU is not filled to the edge of the SLO while a
-        # fast one has slack; without such room, among all that fit
-        easy_ttft, easy_tpot = self.comfort * ttft_cap, self.comfort * tpot_cap
-        backends = [b for b, p in fits.items() if p.ttft_s <= easy_ttft and p.tpot_s <= easy_tpot]
-        backends = backends or list(fits)
-        dollars = [self._dollars(ctx, b) for b in backends]
-        cheapest = min(dollars) or 1e-12
-        scores = [
-            self.load(ctx, b) + self.cost_weight * d / cheapest
-            for b, d in zip(backends, dollars, strict=True)
-        ]
+        backends = list(fits)
+        scores = self._scores(ctx, fits)
         best = min_with_random_ties(backends, scores, ctx.rng)
         return self._chosen(best, fits[best], blocks)
 
