@@ -45,16 +45,21 @@ class BackendWatch:
         tpot = max(priors.unloaded_tpot_s, (batch + 1) * priors.cost.decode_s_per_token)
         return prompt * priors.cost.prefill_s_per_token + output * tpot
 
-    def decode_expected_s(self, backend: Backend, tokens: int, batch: int, now: float) -> float:
+    def decode_expected_s(
+        self, backend: Backend, tokens: int, batch: int, now: float, request_id: object = None
+    ) -> float:
         """Expected decode time of `tokens` at the load the backend has, the prefill chunks
-        riding in its steps included (the latency model's interference): under a
-        prefill-heavy load every stream there decodes slower, which is load, not a sick
-        GPU (the live code-trace bench read it as 3-4x slowness on the A100s)."""
-        expected = self.expected_s(backend, 0, tokens, batch)
+        riding in its steps included: under a prefill-heavy load every stream there decodes
+        slower, which is load, not a sick GPU (the live code-trace bench read it as 3-4x
+        slowness). On average that is the latency model's interference; a short answer
+        meets a long prefill or none, so its own stall (the prefill booked there after it)
+        is counted when larger."""
+        plain = self.expected_s(backend, 0, tokens, batch)
         latency = self.scheduler.latency
-        if latency is not None:
-            expected /= 1.0 - latency.interference(backend.backend_id, now)
-        return expected
+        if latency is None:
+            return plain
+        stretched = plain / (1.0 - latency.interference(backend.backend_id, now))
+        return max(stretched, plain + latency.stall_met(request_id))
 
     def started(self, info: RequestInfo, backend: Backend) -> float:
         """An attempt was booked on `backend`; returns its expected duration."""
@@ -82,7 +87,7 @@ class BackendWatch:
         takes the long prompts look slow (the live code-trace bench: an H100 at 2.4)."""
         now = self.clock()
         if first_token_at is not None and output >= 4:
-            expected = self.decode_expected_s(backend, output - 1, batch, now)
+            expected = self.decode_expected_s(backend, output - 1, batch, now, info.request_id)
             self.slowness.finish(info.request_id, now, expected, since=first_token_at)
             return (now - first_token_at) / expected
         expected = self.expected_s(backend, info.prompt_tokens, max(output, 1), batch)

@@ -120,6 +120,7 @@ class _Booking:
     tpot_s: float
     alone: bool  # nothing queued ahead of it: its TTFT is its prefill plus the overhead
     protected: int = -1  # its entry's order in the backend's stall limits (-1: none)
+    stalled_at: float = 0.0  # the backend's `stalled` once this request was booked
 
 
 class LatencyModel:
@@ -242,6 +243,7 @@ class LatencyModel:
             predicted.tpot_s,
             gpu_part <= predicted.prefill_s * 1.05,
             protected,
+            state.stalled,
         )
 
     def _protect(
@@ -281,6 +283,16 @@ class LatencyModel:
         while limits and not self._live(limits[0]):
             heapq.heappop(limits)  # that stream ended
         return limits[0][0] - state.stalled if limits else math.inf
+
+    def stall_met(self, request_id: object) -> float:
+        """Seconds the prefills booked on its backend after it added to the steps it
+        decoded in (0 once it ended, or for a request never booked): load it met, not a
+        slow GPU."""
+        booking = self._booked.get(request_id)
+        state = self._load.get(booking.backend_id) if booking is not None else None
+        if state is None:
+            return 0.0
+        return max(state.stalled - booking.stalled_at, 0.0)
 
     def first_token(self, request_id: object, now: float, ttft_s: float | None = None) -> None:
         """The request's first token arrived: shift that backend's prefill queue by the error

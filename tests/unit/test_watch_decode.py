@@ -28,3 +28,20 @@ def test_prefill_interference_stretches_the_expected_decode() -> None:
     # 5 s of prefill beyond the decode steps booked on "busy" in a 10 s window: half its time
     watch.scheduler.latency.book(1, busy, 8000, 10, 0.0, Prediction(1.0, 0.05, 6.0, 5.0))
     assert watch.decode_expected_s(busy, 100, 8, now=0.0) == 2 * plain
+
+
+def test_a_short_answer_is_expected_to_carry_the_stall_booked_after_it() -> None:
+    """A 5-token answer, then a long prompt on the same A100: its chunks add 2 s to the
+    answer's steps, far more than the 10 s window's average stretch says."""
+    a100 = Backend("a100", "A100", ("m",))
+    watch = watch_over(a100)
+    latency = watch.scheduler.latency
+    latency.book("short", a100, 100, 5, 0.0, Prediction(0.05, 0.02, 0.05, 0.0))
+    plain = watch.decode_expected_s(a100, 4, 1, now=0.0, request_id="short")
+    latency.book("long", a100, 8000, 10, 0.0, Prediction(1.0, 0.02, 2.4, 2.0))
+    assert latency.stall_met("short") == 2.0 and latency.stall_met("long") == 0.0
+    stretched = plain / (1 - 2.0 / 10.0)
+    assert watch.decode_expected_s(a100, 4, 1, now=0.0, request_id="short") == plain + 2.0
+    assert watch.decode_expected_s(a100, 4, 1, now=0.0, request_id="long") == stretched
+    latency.finish("short", None, in_flight_left=1)
+    assert latency.stall_met("short") == 0.0
