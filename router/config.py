@@ -206,6 +206,9 @@ class SloConfig(StrictModel):
     # the latency model starts from the roofline priors times this (engines known to run
     # slower than the roofline, or a testbed's slowed-down engines); it learns from there
     prior_scale: float = Field(default=1.0, gt=0, le=100)
+    # true only where clients' max_tokens is what they generate (ignore_eos batch jobs,
+    # evals): then each stream is protected from later prefills' stalls (the stall guard)
+    max_tokens_is_output: bool = False
 
     @model_validator(mode="after")
     def _default_is_a_class(self) -> SloConfig:

@@ -71,7 +71,8 @@ def build_scheduler(config: RouterConfig, priors) -> Scheduler:
         OutlierSettings(**config.outlier.model_dump()),
         active_probes=True,
     )
-    estimator = CostEstimator({gpu: p.cost for gpu, p in priors.items()})
+    costs = {gpu: p.cost for gpu, p in priors.items()}
+    estimator = CostEstimator(costs, exact_max_tokens=config.slo.max_tokens_is_output)
     sharing = config.redis.configured and config.redis.share_load
     slo = config.slo
     options = PolicyOptions(

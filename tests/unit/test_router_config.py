@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from gpuroute.router.config import RouterConfig, load_router_config
+from gpuroute.router.core import RequestInfo
+from gpuroute.router.core.slo import STANDARD
 from gpuroute.router.server import RouterApp
 from support.paths import REPO
 
@@ -70,3 +74,16 @@ def test_a_key_priority_must_be_a_known_class(tmp_path) -> None:
     with pytest.raises(ConfigError) as err:
         load_router_config(path)
     assert "auth.keys[0].priority: unknown priority 'vip'" in str(err.value)
+
+
+def test_max_tokens_is_output_turns_on_the_stall_guard(tmp_path) -> None:
+    """Off by default (max_tokens is usually a cap); on, a stream's max_tokens is its
+    length, so it gets a stall allowance in the latency model."""
+
+    for flag, protected in (("false", 0), ("true", 1)):
+        path = tmp_path / f"{flag}.toml"
+        path.write_text(f"[slo]\nmax_tokens_is_output = {flag}\n" + BACKEND)
+        scheduler = RouterApp(load_router_config(path)).scheduler
+        request = RequestInfo(1, "m", 100, 8, slo=STANDARD, arrived_at=0.0)
+        assert scheduler.route(request, 0.0, random.Random(1)) is not None
+        assert scheduler.latency.protected_streams == protected
