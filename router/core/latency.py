@@ -192,8 +192,7 @@ class LatencyModel:
                 wait += state.prefill_until - now
             ctx += state.ctx_tokens
             kv = state.kv_tokens
-            if state.interference:
-                interference = self._share(state, now)
+            interference = self._share(state, now)
         in_flight = backend.in_flight
         step = prior.decode_step_s(in_flight + 1, ctx)
         prefill, excess = prior.prefill_s(uncached_prompt, step)

@@ -140,8 +140,10 @@ class Scheduler:
             prediction = verdict.prediction
         else:
             prediction = latency.predict(backend, prompt, prompt, output, ctx.now)
-        # a stream is protected from later prefills' stalls only when its length is known
-        bound = ctx.slo.tpot_s if ctx.output_known else None
+        # a stream is protected from later prefills' stalls only when its length is known:
+        # its max_tokens, where the estimator is told that is what it generates
+        known = self.estimator.exact_max_tokens and request.max_tokens is not None
+        bound = ctx.slo.tpot_s if known else None
         latency.book(request.request_id, backend, prompt, output, ctx.now, prediction, bound)
         return prediction
 

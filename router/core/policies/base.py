@@ -40,7 +40,6 @@ class PickContext:
         "expected_output",
         "latency",
         "now",
-        "output_known",
         "preferred",
         "request",
         "rng",
@@ -68,9 +67,6 @@ class PickContext:
         self.expected_output = estimator.expected_output(
             request.model, request.max_tokens, request.prompt_tokens
         )
-        # the output length is the request's max_tokens, not a guess (an estimator told so:
-        # the simulator's oracle, or clients whose max_tokens is what they generate)
-        self.output_known = estimator.exact_max_tokens and request.max_tokens is not None
         self._costs: dict[tuple[str, float], float] = {}
 
     def cost_on(self, backend: Backend) -> float:

@@ -21,17 +21,14 @@ Pipeline, as llm-d's filter → scorer → picker:
 
 from __future__ import annotations
 
+import functools
+import heapq
 from collections.abc import Sequence
 from typing import ClassVar
 
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.latency import Prediction
-from gpuroute.router.core.policies.base import (
-    READY,
-    PickContext,
-    Verdict,
-    min_with_random_ties,
-)
+from gpuroute.router.core.policies.base import PickContext, Verdict, min_with_random_ties
 from gpuroute.router.core.policies.prefix_affinity import PrefixIndex
 from gpuroute.router.core.slo import SloClass
 from gpuroute.router.core.slo_admission import MarginController
@@ -88,8 +85,7 @@ class SloAware:
         others = b.external if b.external > b.shared else b.shared
         if others > 0:
             others /= max(ctx.cost_on(b), 1e-6)
-        capacity = b.capacity if b.state is READY else ctx.capacity_of(b)
-        return (b.in_flight + 1 + others) * b.slowness / capacity
+        return (b.in_flight + 1 + others) * b.slowness / ctx.capacity_of(b)
 
     def considered(
         self, ctx: PickContext, candidates: Sequence[Backend], matched: dict[str, int]
@@ -100,21 +96,12 @@ class SloAware:
             return candidates
         chosen: list[Backend] = []
         draw, k, keep = ctx.rng.random, self.sample_per_type, self.per_type
-
-        def load(b: Backend) -> float:
-            return self.load(ctx, b)
-
+        load = functools.partial(self.load, ctx)
         for group in self._by_type(candidates):
             n = len(group)
-            if n <= keep:
-                chosen.extend(group)
-                continue
             # with replacement: k cheap draws, not random.sample's bookkeeping
             drawn = [group[int(draw() * n)] for _ in range(k)] if n > k else group
-            if keep == 1:
-                chosen.append(min(drawn, key=load))
-            else:
-                chosen.extend(sorted(dict.fromkeys(drawn), key=load)[:keep])
+            chosen.extend(heapq.nsmallest(keep, dict.fromkeys(drawn), key=load))
         if matched:
             seen = {b.backend_id for b in chosen}
             chosen.extend(
