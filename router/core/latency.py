@@ -55,6 +55,7 @@ class _BackendLoad:
         "kv_tokens",
         "limits",
         "prefill_until",
+        "protected",
         "shift",
         "stalled",
     )
@@ -67,8 +68,10 @@ class _BackendLoad:
         self.interference = 0.0  # decaying sum of prefill seconds beyond decode steps
         self.interference_at = 0.0
         self.stalled = 0.0  # every booked prefill's seconds beyond decode steps, summed
-        # protected streams: (`stalled` at which one would miss its TPOT, order, request id)
+        # protected streams: (`stalled` at which one would miss its TPOT, order, request id);
+        # ended ones stay until popped or compacted, `protected` counts those in flight
         self.limits: list[tuple[float, int, object]] = []
+        self.protected = 0
 
 
 class Prediction(NamedTuple):
@@ -257,12 +260,13 @@ class LatencyModel:
         Prefill is first come, first served, so every prefill booked here after it runs
         while it decodes, each lengthening its steps by its chunks' extra seconds."""
         limits = state.limits
-        if len(limits) > 64 and len(limits) > 4 * sum(1 for e in limits if self._live(e)):
+        if len(limits) > 64 and len(limits) > 4 * state.protected:
             limits[:] = [e for e in limits if self._live(e)]  # drop ended streams' entries
             heapq.heapify(limits)
         allowance = (output_tokens - 1) * max(tpot_bound_s - predicted.tpot_s, 0.0)
         order = next(self._order)
         heapq.heappush(limits, (state.stalled + allowance, order, request_id))
+        state.protected += 1
         self.protected_streams += 1
         return order
 
@@ -347,9 +351,11 @@ class LatencyModel:
         booking = self._booked.pop(request_id, None)
         if booking is None:
             return
+        state = self._load.get(booking.backend_id)
         if booking.protected >= 0:
             self.protected_streams -= 1
-        state = self._load.get(booking.backend_id)
+            if state is not None:
+                state.protected -= 1
         if state is not None:
             state.ctx_tokens = state.ctx_tokens - booking.ctx_tokens if in_flight_left else 0.0
             state.kv_tokens = state.kv_tokens - booking.kv_tokens if in_flight_left else 0.0

@@ -59,7 +59,8 @@ def test_ended_streams_do_not_pile_up_in_the_limits() -> None:
         book(model, i, backend, 100, 20, bound=0.15)
         model.finish(i, None, in_flight_left=1)
         backend.in_flight -= 1
-    assert len(model._load["l4-0"].limits) <= 65 * 4
+    # compacted whenever ended entries pass 64 and four times the one in flight
+    assert len(model._load["l4-0"].limits) <= 65 and model._load["l4-0"].protected == 1
 
 
 def scheduler(*, outputs_known: bool) -> Scheduler:
