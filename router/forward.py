@@ -190,12 +190,12 @@ class Forwarder:
         info = exchange.info
         expected = self.watch.started(info, backend)
         batch_at_start = backend.in_flight - 1  # the ledger already counts this request
-        started = exchange.dispatched = self.clock()
+        exchange.dispatched = self.clock()
         attempts.start(self.budget)
         upstream = None
         try:
             upstream, first = await self._first_bytes(exchange, backend, expected)
-            return await self._relay(exchange, backend, upstream, first, started, batch_at_start)
+            return await self._relay(exchange, backend, upstream, first, batch_at_start)
         except UpstreamFailed as failure:
             self._failed(exchange, backend, failure.kind)
             raise
@@ -285,7 +285,6 @@ class Forwarder:
         backend: Backend,
         upstream: aiohttp.ClientResponse,
         first: bytes,
-        started: float,
         batch_at_start: int,
     ) -> web.StreamResponse:
         info = exchange.info
@@ -320,7 +319,7 @@ class Forwarder:
         self._judge_suspects(exchange)
         output = relayed.tally.output_tokens(relayed.streamed)
         decode_from = exchange.first_at if relayed.streamed else None
-        ratio = self.watch.succeeded(info, backend, output, started, batch_at_start, decode_from)
+        ratio = self.watch.succeeded(info, backend, output, batch_at_start, decode_from)
         judged = self.slo.judge(exchange, self.clock(), output)
         # 4xx is the client's problem, not the backend's: counted healthy.
         self.settle(info, backend, ok=True, output_tokens=output, latency_ratio=ratio, slo=judged)

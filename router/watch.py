@@ -75,7 +75,6 @@ class BackendWatch:
         info: RequestInfo,
         backend: Backend,
         output: int,
-        started: float,
         batch: int,
         first_token_at: float | None = None,
     ) -> float | None:
@@ -88,11 +87,10 @@ class BackendWatch:
         now = self.clock()
         if first_token_at is not None and output >= 4:
             expected = self.decode_expected_s(backend, output - 1, batch, now, info.request_id)
-            self.slowness.finish(info.request_id, now, expected, since=first_token_at)
-            return (now - first_token_at) / expected
+            return self.slowness.finish(info.request_id, now, expected, since=first_token_at)
         expected = self.expected_s(backend, info.prompt_tokens, max(output, 1), batch)
-        self.slowness.finish(info.request_id, now, expected)
-        return (now - started) / expected if output >= 4 else None
+        ratio = self.slowness.finish(info.request_id, now, expected)
+        return ratio if output >= 4 else None
 
     def forget(self, request_id: object) -> None:
         self.slowness.forget(request_id)

@@ -47,13 +47,14 @@ class SlownessTracker:
         now: float,
         expected_s: float | None = None,
         since: float | None = None,
-    ) -> None:
+    ) -> float | None:
         """A request ended; `expected_s` (known output length) replaces the start estimate,
-        and `since` the start, when the caller measured a phase of it (its decode).
-        Failures and disconnects should call `forget` instead."""
+        and `since` the start, when the caller measured a phase of it (its decode). Returns
+        its observed/expected ratio (None: it was not started here). Failures and
+        disconnects should call `forget` instead."""
         entry = self._running.pop(request_id, None)
         if entry is None:
-            return
+            return None
         backend_id, started, expected = entry
         ratio = (now - (started if since is None else since)) / max(expected_s or expected, 1e-6)
         previous = self._ratio.get(backend_id)
@@ -62,6 +63,7 @@ class SlownessTracker:
         )
         self._samples[backend_id] = self._samples.get(backend_id, 0) + 1
         self._last_finish[backend_id] = now
+        return ratio
 
     def forget(self, request_id: object) -> None:
         self._running.pop(request_id, None)

@@ -26,9 +26,12 @@ def test_a_prefill_queue_is_not_slowness_when_the_decode_is_measured() -> None:
     A backend whose decode itself is slow still is."""
     tracker = SlownessTracker(alpha=1.0, min_samples=1)
     runs = [("a", 0.0, 1.0), ("b", 0.0, 1.0), ("q", 3.0, 1.0), ("s", 0.0, 4.0)]
+    ratios = []
     for i, (backend, first_token, decode) in enumerate(runs):
         tracker.start(i, backend, 0.0, expected_s=1.0)
-        tracker.finish(i, first_token + decode, expected_s=1.0, since=first_token)
+        ratios.append(tracker.finish(i, first_token + decode, expected_s=1.0, since=first_token))
+    assert ratios == [1.0, 1.0, 1.0, 4.0]  # what outlier detection is given
+    assert tracker.finish("never-started", 1.0) is None
     slowness = tracker.refresh(10.0, ["a", "b", "q", "s"])
     assert slowness["q"] == 1.0 and slowness["s"] == 4.0
 
