@@ -164,7 +164,9 @@ class LatencyModel:
     def _share(self, state: _BackendLoad, now: float) -> float:
         if not state.interference:
             return 0.0
-        return min(self._decayed(state, now) / self.window_s, MAX_INTERFERENCE)
+        window = self.window_s
+        decayed = state.interference * math.exp((state.interference_at - now) / window)
+        return min(decayed / window, MAX_INTERFERENCE)
 
     def interference(self, backend_id: str, now: float) -> float:
         """The share of recent time prefill chunks have added to this backend's steps."""
@@ -195,12 +197,15 @@ class LatencyModel:
                 wait += state.prefill_until - now
             ctx += state.ctx_tokens
             kv = state.kv_tokens
-            interference = self._share(state, now)
+            if state.interference:
+                interference = self._share(state, now)
         in_flight = backend.in_flight
         step = prior.decode_step_s(in_flight + 1, ctx)
         prefill, excess = prior.prefill_s(uncached_prompt, step)
         request_kv = prompt_tokens + output_tokens
-        wait += prior.slot_wait_s(in_flight, kv, request_kv, output_tokens, step)
+        # the engine is full only past its batch limit or KV cache (slot_wait_s is 0 below)
+        if in_flight >= prior.max_num_seqs or kv + request_kv > prior.kv_capacity_tokens:
+            wait += prior.slot_wait_s(in_flight, kv, request_kv, output_tokens, step)
         ratio = self.ttft_ratio.get(gpu_type, 1.0)
         prefill, excess = prefill * ratio, excess * ratio
         tpot = step / (1.0 - interference) * self.tpot_ratio.get(gpu_type, 1.0)

@@ -45,6 +45,9 @@ DEFAULT_GPU_PRICES: dict[str, float] = {
     "T4": 0.35,
 }
 
+# the routable list it was made from, its backends by GPU type, and by id
+_Grouping = tuple[Sequence[Backend] | None, list[list[Backend]], dict[str, Backend]]
+
 
 class SloAware:
     name: ClassVar[str] = "slo_aware"
@@ -74,7 +77,7 @@ class SloAware:
         self.cost_weight = cost_weight
         self.prices = {**DEFAULT_GPU_PRICES, **(prices or {})}
         self.index = PrefixIndex(max_blocks)
-        self._groups: tuple[Sequence[Backend] | None, list[list[Backend]]] = (None, [])
+        self._groups: _Grouping = (None, [], {})
 
     # -- candidates ------------------------------------------------------------------------
     @staticmethod
@@ -94,33 +97,37 @@ class SloAware:
         GPU type, and every prefix holder."""
         if len(candidates) <= self.full_scan_max:
             return candidates
+        groups, by_id = self._by_type(candidates)
         chosen: list[Backend] = []
         draw, k, keep = ctx.rng.random, self.sample_per_type, self.per_type
         load = functools.partial(self.load, ctx)
-        for group in self._by_type(candidates):
+        for group in groups:
             n = len(group)
             # with replacement: k cheap draws, not random.sample's bookkeeping
             drawn = [group[int(draw() * n)] for _ in range(k)] if n > k else group
-            chosen.extend(heapq.nsmallest(keep, dict.fromkeys(drawn), key=load))
+            if keep == 1:
+                chosen.append(min(drawn, key=load))
+            else:
+                chosen.extend(heapq.nsmallest(keep, dict.fromkeys(drawn), key=load))
         if matched:
-            seen = {b.backend_id for b in chosen}
-            chosen.extend(
-                b for b in candidates if b.backend_id in matched and b.backend_id not in seen
-            )
+            holders = [by_id[i] for i in matched if i in by_id]
+            chosen.extend(b for b in dict.fromkeys(holders) if b not in chosen)
         return chosen
 
-    def _by_type(self, candidates: Sequence[Backend]) -> list[list[Backend]]:
-        """The candidates grouped by GPU type. The routable list is cached by BackendSet
-        until the fleet changes, so its grouping is kept while the very same list object
-        comes back (held here, so its identity cannot pass to another list)."""
-        held, groups = self._groups
+    def _by_type(
+        self, candidates: Sequence[Backend]
+    ) -> tuple[list[list[Backend]], dict[str, Backend]]:
+        """The candidates grouped by GPU type, and by id. The routable list is cached by
+        BackendSet until the fleet changes, so its grouping is kept while the very same list
+        object comes back (held here, so its identity cannot pass to another list)."""
+        held, groups, by_id = self._groups
         if candidates is not held:
             by_type: dict[str, list[Backend]] = {}
             for b in candidates:
                 by_type.setdefault(b.gpu_type, []).append(b)
-            groups = list(by_type.values())
-            self._groups = (candidates, groups)
-        return groups
+            groups, by_id = list(by_type.values()), {b.backend_id: b for b in candidates}
+            self._groups = (candidates, groups, by_id)
+        return groups, by_id
 
     # -- prediction and score --------------------------------------------------------------
     def predictions(
@@ -156,7 +163,8 @@ class SloAware:
         slo = ctx.slo
         # a stream's TPOT budget: what its tokens may take beyond the first
         budget = slo.tpot_s * max(ctx.expected_output - 1.0, 1.0)
-        dollars = [self._dollars(ctx, b) for b in fits]
+        cost_on, prices = ctx.cost_on, self.prices
+        dollars = [cost_on(b) * prices.get(b.gpu_type, 1.0) for b in fits]
         cheapest = min(dollars) or 1e-12
         cost_weight, ttft_bound = self.cost_weight / cheapest, slo.ttft_s
         return [
@@ -165,9 +173,6 @@ class SloAware:
             + cost_weight * d
             for (b, p), d in zip(fits.items(), dollars, strict=True)
         ]
-
-    def _dollars(self, ctx: PickContext, backend: Backend) -> float:
-        return ctx.cost_on(backend) * self.prices.get(backend.gpu_type, 1.0)
 
     def choose(self, ctx: PickContext, candidates: Sequence[Backend]) -> Verdict:
         slo = ctx.slo
