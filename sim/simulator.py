@@ -176,9 +176,6 @@ class RegionalRun:
         self.blocks, self.sessions = workload.blocks, workload.sessions
         self.work = [0.0] * len(self.engines)
         self.engine_profiles = [profiles[t] for t in gpu_types]
-        # Step time over batch measures throughput cost only near saturation; at low load it
-        # overstates it (and would starve the GPU that looks expensive), so learn from busy GPUs.
-        self.busy_batch = [profiles[t].saturation_batch // 2 for t in gpu_types]
         self.infos: dict[int, RequestInfo] = {}
         self.tried: dict[int, set[str]] = {}
         self.attempts: dict[int, Attempts] = {}
@@ -318,18 +315,12 @@ class RegionalRun:
         self.attempts.pop(rid, None)
 
     def complete(self, req: EngineRequest, e: int, now: float) -> None:
-        rid, engine = req.rid, self.engines[e]
-        prefill = None
-        if req.cached_tokens == 0 and req.admitted_at == req.arrival:
-            prefill = (req.first_token_at - req.admitted_at) / req.prompt_tokens
-        batch = engine.batch + 1
+        rid = req.rid
         tpot = time_per_output_token(req.first_token_at, now, req.output_tokens)
         outcome = Outcome(
             True,
             req.output_tokens,
             req.prompt_tokens,
-            prefill_s_per_token=prefill,
-            decode_s_per_token=engine.step / batch if batch >= self.busy_batch[e] else None,
             tpot_s=tpot,
             met_slo=self.infos[rid].slo.met(
                 req.first_token_at - req.arrival, tpot, now - req.arrival

@@ -1,10 +1,13 @@
-"""Request cost in GPU-seconds, learned online.
+"""Request cost in GPU-seconds.
 
 Cost on a GPU type = prompt tokens × prefill seconds/token + expected output tokens × decode
 seconds/token, where decode seconds/token is the throughput cost (one step's time divided by
-the batch it served). Per model and prompt length we learn the output length
-(output_length.py); per GPU type the two rates. Both are EWMAs seeded with priors, so the
-estimate is sane before the first completion."""
+the batch it serves at saturation). The two rates are the GPU type's roofline priors; what
+is learned online is the output length, per model and prompt length (output_length.py).
+The rates are not learned: a router sees step times only through its streams, where queueing
+and prefill interference inflate them (a short prompt's TTFT is one decode step), and a cost
+that grows with load would steer work off the busiest GPU twice, once through the latency
+model's queue and again through its price."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from dataclasses import dataclass
 from gpuroute.router.core.output_length import OutputLengthModel
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class GpuCostPrior:
     """Seconds of one GPU's time per prompt token and per generated token."""
 
@@ -32,12 +35,8 @@ class GpuCostPrior:
 REFERENCE_PRIOR = GpuCostPrior(prefill_s_per_token=1e-4, decode_s_per_token=1.5e-4)
 
 
-def ewma(previous: float, sample: float, alpha: float) -> float:
-    return previous + alpha * (sample - previous)
-
-
 class CostEstimator:
-    """Learns expected output length per model and per-token times per GPU type."""
+    """Prices a request per GPU type from its rates and the output length it learns."""
 
     def __init__(
         self,
@@ -52,15 +51,11 @@ class CostEstimator:
             raise ValueError("alpha must be in (0, 1]")
         if default_output_tokens <= 0:
             raise ValueError("default_output_tokens must be > 0")
-        self._rates = {
-            gpu: GpuCostPrior(p.prefill_s_per_token, p.decode_s_per_token)
-            for gpu, p in (priors or {}).items()
-        }
+        self._rates = dict(priors or {})
         self.output = OutputLengthModel(default_output_tokens, alpha)
         self.default_output_tokens = default_output_tokens
         # max_tokens is the output length, not a cap (the simulator's oracle runs)
         self.exact_max_tokens = exact_max_tokens
-        self.alpha = alpha
         self.reference = reference
 
     def expected_output(
@@ -91,26 +86,3 @@ class CostEstimator:
         self, model: str, output_tokens: int, prompt_tokens: float | None = None
     ) -> None:
         self.output.observe(model, prompt_tokens, output_tokens)
-
-    def observe_rates(
-        self,
-        gpu_type: str,
-        *,
-        prefill_s_per_token: float | None = None,
-        decode_s_per_token: float | None = None,
-    ) -> None:
-        """Fold measured per-token times into the GPU type's rates (first sample seeds them)."""
-        rates = self._rates.get(gpu_type)
-        if rates is None:
-            if prefill_s_per_token is None or decode_s_per_token is None:
-                return  # need both to seed an unknown type
-            self._rates[gpu_type] = GpuCostPrior(prefill_s_per_token, decode_s_per_token)
-            return
-        if prefill_s_per_token is not None and prefill_s_per_token > 0:
-            rates.prefill_s_per_token = ewma(
-                rates.prefill_s_per_token, prefill_s_per_token, self.alpha
-            )
-        if decode_s_per_token is not None and decode_s_per_token > 0:
-            rates.decode_s_per_token = ewma(
-                rates.decode_s_per_token, decode_s_per_token, self.alpha
-            )

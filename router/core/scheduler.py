@@ -52,8 +52,6 @@ class Outcome:
     ok: bool
     output_tokens: int = 0
     prompt_tokens: int | None = None  # what the output length is learned against
-    prefill_s_per_token: float | None = None  # only when measured without queueing
-    decode_s_per_token: float | None = None  # step time / batch, the throughput cost
     latency_ratio: float | None = None  # observed / expected duration, for gray failures
     tpot_s: float | None = None  # observed time per output token, for the latency model
     met_slo: bool | None = None  # whether it met its SLO class (None: not judged)
@@ -202,14 +200,8 @@ class Scheduler:
             )
         if outcome.met_slo is not None and self._observes_slo is not None:
             self._observes_slo(outcome.met_slo)
-        if outcome.ok:
-            if outcome.output_tokens:
-                self.estimator.observe_output(model, outcome.output_tokens, outcome.prompt_tokens)
-            self.estimator.observe_rates(
-                backend.gpu_type,
-                prefill_s_per_token=outcome.prefill_s_per_token,
-                decode_s_per_token=outcome.decode_s_per_token,
-            )
+        if outcome.ok and outcome.output_tokens:
+            self.estimator.observe_output(model, outcome.output_tokens, outcome.prompt_tokens)
         events = self.health.record(
             backend, outcome.ok, now, outcome.latency_ratio, fatal=outcome.fatal
         )

@@ -1,8 +1,13 @@
 from __future__ import annotations
 
+import random
+
 import pytest
 from gpuroute.router.core import Backend, BackendSet, BackendState
 from gpuroute.router.core.cost import CostEstimator, GpuCostPrior
+from gpuroute.router.core.policies.least_connections import LeastConnections
+from gpuroute.router.core.request import RequestInfo
+from gpuroute.router.core.scheduler import Outcome, Scheduler
 from gpuroute.router.core.slow_start import SlowStart
 
 
@@ -16,23 +21,26 @@ def test_output_length_is_learned_per_model_and_capped_by_max_tokens() -> None:
     assert est.expected_output("other", 1000) == 256
 
 
-def test_gpu_rates_are_ewma_and_seconds_use_them() -> None:
-    est = CostEstimator({"H100": GpuCostPrior(1e-4, 1e-3)}, alpha=0.5)
+def test_seconds_use_the_gpu_types_rates_and_finishes_do_not_move_them() -> None:
+    """Rates are priors: what a stream shows of them is inflated by queueing and prefill
+    interference, so a served request leaves them where they were."""
+    prior = GpuCostPrior(1e-4, 1e-3)
+    est = CostEstimator({"H100": prior}, alpha=0.5)
     assert est.seconds("H100", 1.0, 1000, 100) == pytest.approx(0.2)
-    est.observe_rates("H100", decode_s_per_token=3e-3)
-    assert est.rates("H100").decode_s_per_token == pytest.approx(2e-3)
-    est.observe_rates("H100", prefill_s_per_token=3e-4)
-    assert est.seconds("H100", 1.0, 1000, 100) == pytest.approx(0.2 + 0.2)
+    scheduler = Scheduler(BackendSet(), LeastConnections(), est)
+    backend = Backend("h", "H100", ("m",))
+    scheduler.backends.add(backend)
+    scheduler.route(RequestInfo(1, "m", 1000), 0.0, random.Random(0))
+    scheduler.finish(1, "m", Outcome(True, output_tokens=100, prompt_tokens=1000), 5.0)
+    assert est.rates("H100") == prior
+    assert est.seconds("H100", 1.0, 1000, 100) == pytest.approx(0.2)
 
 
-def test_unknown_gpu_uses_reference_over_capacity_until_seeded() -> None:
+def test_unknown_gpu_uses_reference_over_capacity() -> None:
     est = CostEstimator()
     ref = est.reference.seconds(1000, 100)
     assert est.seconds("B200", 2.0, 1000, 100) == pytest.approx(ref / 2)
-    est.observe_rates("B200", decode_s_per_token=1e-3)  # one rate alone cannot seed
     assert est.rates("B200") is None
-    est.observe_rates("B200", prefill_s_per_token=1e-5, decode_s_per_token=1e-4)
-    assert est.seconds("B200", 2.0, 1000, 100) == pytest.approx(0.02)
 
 
 def test_slow_start_ramp_is_envoys_formula() -> None:

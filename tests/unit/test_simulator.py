@@ -195,3 +195,15 @@ def test_scenario_by_name_or_path(tmp_path, monkeypatch) -> None:
         resolve_scenario("nope")
     with pytest.raises(ConfigError, match="file not found"):
         resolve_scenario(str(tmp_path / "missing.toml"))
+
+
+def test_the_simulated_router_learns_only_what_a_live_router_can_see(tmp_path: Path) -> None:
+    """The simulator's scheduler is the live router's: fed step times a live router never
+    sees (engine step ÷ batch, prefill ÷ prompt), its cost rates drifted with load and moved
+    work between GPU types that the live router, on the same fleet and trace, did not."""
+    loaded = load_scenario(scenario_file(tmp_path, n=600))
+    simulator = FleetSimulator(loaded)
+    _, run = simulator.replay("default")
+    estimator = run.scheduler.estimator
+    for gpu_type, profile in simulator.profiles.items():
+        assert estimator.rates(gpu_type) == profile.prior
