@@ -62,15 +62,20 @@ class LatencyPrior:
     def slot_wait_s(
         self, in_flight: int, kv_tokens: float, request_kv: float, output: float, step_s: float
     ) -> float:
-        """Time until a full engine (batch limit or KV cache) frees room for one more: the
-        missing requests finish at about batch / (output x step) per second."""
+        """Time until a full engine (batch limit or KV cache) frees room for one more. The
+        requests in flight hold `kv_tokens`, a mean of m each; of them, only as many run as
+        the batch limit and the KV cache hold (the rest wait, FCFS), and the running finish
+        at about running / (output x step) per second, each freeing m. Room is short by the
+        requests over the batch limit or by the KV over capacity, counted in m."""
+        mean_kv = kv_tokens / in_flight if in_flight else request_kv
         short = max(
             in_flight + 1 - self.max_num_seqs,
-            (kv_tokens + request_kv - self.kv_capacity_tokens) / request_kv,
+            (kv_tokens + request_kv - self.kv_capacity_tokens) / mean_kv,
         )
         if short <= 0:
             return 0.0
-        return short * output * step_s / max(min(in_flight, self.max_num_seqs), 1)
+        running = min(in_flight, self.max_num_seqs, self.kv_capacity_tokens / mean_kv)
+        return short * output * step_s / max(running, 1.0)
 
     def prefill_s(self, tokens: float, step_s: float) -> tuple[float, float]:
         """(prefill time, its excess over the plain decode steps it rides in)."""
