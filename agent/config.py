@@ -47,7 +47,7 @@ class EngineConfig(StrictModel):
 
 
 class TelemetryConfig(StrictModel):
-    source: Literal["auto", "nvml", "simulated"] = "auto"
+    source: Literal["auto", "nvml", "simulated", "none"] = "auto"  # none: engines without GPUs
     simulated_path: str = "/_gpu"  # on the engine (the fake engine serves it)
     interval_s: float = Field(default=0.2, gt=0, le=5)  # engine /metrics and GPU samples
     health_interval_s: float = Field(default=1.0, gt=0)  # engine /health probes

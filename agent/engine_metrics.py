@@ -9,6 +9,9 @@ engine has no gauge for a field it stays None and the router falls back on its o
   Triton nv_inference_pending_request_count.
 - kv_cache_usage (0..1): vllm:kv_cache_usage_perc (v1) or vllm:gpu_cache_usage_perc (v0);
   sglang:token_usage; TGI and Triton have none.
+- prefix_cache_hits / prefix_cache_queries (counters, in tokens): vllm's
+  prefix_cache_{hits,queries}_total; the others export none (SGLang only a hit-rate gauge).
+- preemptions (counter): vllm:num_preemptions_total; the others have none.
 
 Triton running the vLLM backend also exports the vllm: names; use `kind = "vllm"` there."""
 
@@ -23,6 +26,9 @@ ENGINE_METRIC_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
         "running": ("vllm:num_requests_running",),
         "waiting": ("vllm:num_requests_waiting",),
         "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+        "prefix_cache_hits": ("vllm:prefix_cache_hits_total",),
+        "prefix_cache_queries": ("vllm:prefix_cache_queries_total",),
+        "preemptions": ("vllm:num_preemptions_total",),
     },
     "sglang": {
         "running": ("sglang:num_running_reqs",),
@@ -48,6 +54,10 @@ class EngineLoad:
     running: int | None = None
     waiting: int | None = None
     kv_cache_usage: float | None = None
+    # counters since the engine started (they restart with it)
+    prefix_cache_hits: float | None = None
+    prefix_cache_queries: float | None = None
+    preemptions: float | None = None
 
     @property
     def in_flight(self) -> int:
@@ -71,4 +81,7 @@ def parse_engine_metrics(text: str, kind: str) -> EngineLoad:
         running=int(totals["running"]) if "running" in totals else None,
         waiting=int(totals["waiting"]) if "waiting" in totals else None,
         kv_cache_usage=min(1.0, max(0.0, kv)) if kv is not None else None,
+        prefix_cache_hits=totals.get("prefix_cache_hits"),
+        prefix_cache_queries=totals.get("prefix_cache_queries"),
+        preemptions=totals.get("preemptions"),
     )

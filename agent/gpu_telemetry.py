@@ -219,11 +219,12 @@ class SimulatedSource:
 
 
 class NoGpuSource:
-    """Used when NVML was asked for and cannot run: the agent keeps working without GPU data."""
+    """No GPU data: NVML was asked for and cannot run (`reason`, which marks the host
+    degraded), or the operator chose `source = "none"` (no reason: nothing is wrong)."""
 
     name = "none"
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str | None) -> None:
         self.reason = reason
 
     async def read(self) -> GpuReading:
@@ -253,6 +254,8 @@ def _sample_from_json(g: dict[str, Any]) -> GpuSample:
 def open_gpu_source(kind: str, simulated_url: str) -> GpuSource:
     """`auto` takes NVML when it works and the simulated GPU otherwise; `nvml` logs an error
     and carries on without GPU data when NVML cannot run."""
+    if kind == "none":  # an engine on CPUs, or GPU telemetry collected elsewhere
+        return NoGpuSource(None)
     if kind in ("auto", "nvml"):
         try:
             source = NvmlSource()

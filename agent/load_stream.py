@@ -27,6 +27,9 @@ class LoadSample:
     memory_free_bytes: int = 0
     throttled: bool = False
     health: str = "warming"
+    prefix_cache_hits: float = 0.0  # engine counters, carried as they are
+    prefix_cache_queries: float = 0.0
+    preemptions: float = 0.0
 
     def same_load(self, other: LoadSample) -> bool:
         """Equal up to noise that no router decision depends on."""
@@ -37,6 +40,7 @@ class LoadSample:
             and abs(self.gpu_util - other.gpu_util) < 0.05
             and self.throttled == other.throttled
             and self.health == other.health
+            and self.preemptions == other.preemptions  # KV pressure: tell routers at once
         )
 
 
@@ -78,6 +82,9 @@ class LoadBroadcaster:
             memory_free_bytes=s.memory_free_bytes,
             throttled=s.throttled,
             health=s.health,
+            prefix_cache_hits=s.prefix_cache_hits,
+            prefix_cache_queries=s.prefix_cache_queries,
+            preemptions=s.preemptions,
         )
 
     async def wait_newer(self, version: int, timeout: float) -> None:

@@ -200,6 +200,9 @@ class Agent:
                     memory_free_bytes=g.memory_free,
                     throttled=g.throttled,
                     health=self.health.state.value,
+                    prefix_cache_hits=self.engine_load.prefix_cache_hits or 0.0,
+                    prefix_cache_queries=self.engine_load.prefix_cache_queries or 0.0,
+                    preemptions=self.engine_load.preemptions or 0.0,
                 )
             )
             self.m_watchers.set(self.broadcaster.watchers)

@@ -230,6 +230,9 @@ class Membership:
             r.throttled,
             r.health,
             self.clock(),
+            r.prefix_cache_hits,
+            r.prefix_cache_queries,
+            r.preemptions,
         )
         backend = self.scheduler.backends.get(backend_id)
         if self.view.record(backend_id, report):
@@ -275,6 +278,9 @@ class Membership:
                 "kv_cache_usage": round(report.kv_cache_usage, 3),
                 "gpu_util": round(report.gpu_util, 3),
                 "throttled": report.throttled,
+                "prefix_cache_hits": report.prefix_cache_hits,
+                "prefix_cache_queries": report.prefix_cache_queries,
+                "preemptions": report.preemptions,
                 "seq": report.seq,
                 "age_s": round(age, 3) if age is not None else None,
                 "fresh": self.view.fresh(backend_id, self.clock()) is not None,

@@ -27,10 +27,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from gpuroute.gpus import GPU_SPECS
 from gpuroute.models import MODELS
 from gpuroute.openai_api import SSE_DONE, error_response, sse_event
+from gpuroute.prefix_blocks import BLOCK_TOKENS
 from gpuroute.prompt import estimate_tokens, prefix_blocks, prompt_text
 from gpuroute.roofline import EngineParams
 
 OUTPUT_HEADER = "x-fake-output-tokens"  # replay's true output length; routers never read it
+FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")  # vLLM V1's
 ENGINE_KEY = web.AppKey("engine", object)
 
 
@@ -68,6 +70,8 @@ class FakeEngine:
         self.engine: LiveEngine | None = None
         self.created = int(time.time())
         self.errors_injected = 0
+        # requests answered in full, by vLLM's finished_reason label (abort: client gone)
+        self.finished = dict.fromkeys(FINISHED_REASONS, 0)
         kv_bytes = self.params.kv_capacity_tokens * self.params.model.kv_bytes_per_token
         self.gpu = SimulatedGpu(self.params.gpu, self.params.model.weight_total_bytes, kv_bytes)
         self.registry = CollectorRegistry(auto_describe=False)
@@ -138,7 +142,7 @@ class FakeEngine:
         engine = self.engine
         if engine is None:
             return
-        labels = {"model_name": self.name}
+        labels = {"engine": "0", "model_name": self.name}  # vLLM V1's label set
         model = engine.model
 
         def gauge(name: str, doc: str, value: float):
@@ -158,14 +162,26 @@ class FakeEngine:
         yield gauge(
             "vllm:num_requests_waiting", "Requests waiting to be scheduled.", model.num_waiting
         )
-        yield gauge("vllm:gpu_cache_usage_perc", "KV-cache usage, 0 to 1.", model.kv_usage())
+        yield gauge("vllm:kv_cache_usage_perc", "KV-cache usage, 0 to 1.", model.kv_usage())
+        # vLLM counts prefix-cache queries and hits in tokens; this cache works in blocks
         yield counter(
-            "vllm:prefix_cache_queries", "Prefix-cache queries, in blocks.", cache.lookups
+            "vllm:prefix_cache_queries",
+            "Prefix-cache queries, in tokens.",
+            cache.lookups * BLOCK_TOKENS,
         )
-        yield counter("vllm:prefix_cache_hits", "Prefix-cache hits, in blocks.", cache.hits)
+        yield counter(
+            "vllm:prefix_cache_hits", "Prefix-cache hits, in tokens.", cache.hits * BLOCK_TOKENS
+        )
+        # the engine model queues a request rather than overfill its KV cache: none, ever
+        yield counter("vllm:num_preemptions", "Requests preempted (never, here).", 0.0)
         yield counter("vllm:prompt_tokens", "Prefilled prompt tokens.", engine.prompt_tokens_total)
         yield counter("vllm:generation_tokens", "Generated tokens.", engine.generation_tokens_total)
-        yield counter("vllm:request_success", "Finished requests.", engine.finished_total)
+        success = CounterMetricFamily(
+            "vllm:request_success", "Finished requests.", labels=[*labels, "finished_reason"]
+        )
+        for reason, count in self.finished.items():
+            success.add_metric([*labels.values(), reason], count)
+        yield success
         yield gauge("gpuroute_fake_gpu_busy_seconds", "Simulated GPU busy time.", model.busy_s)
         yield gauge(
             "gpuroute_fake_slowdown",
@@ -286,7 +302,9 @@ class FakeEngine:
             await self.faults.resumed.wait()
         except asyncio.CancelledError:
             self.engine.cancel(live)
+            self.finished["abort"] += 1
             raise
+        self.finished[finish] += 1
         build = payloads.chat_completion if kind == "chat" else payloads.completion
         return web.json_response(build(rid, self.created, self.name, output, prompt, finish))
 
@@ -339,8 +357,10 @@ class FakeEngine:
                 )
             await response.write(SSE_DONE)
             await response.write_eof()
+            self.finished[finish] += 1
         except (ConnectionError, asyncio.CancelledError):
             engine.cancel(live)  # client went away
+            self.finished["abort"] += 1
             raise
         return response
 

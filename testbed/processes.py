@@ -4,6 +4,7 @@ The fake engine and Redis start here; the benchmarks add their proxies (bench/ta
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import ssl
@@ -71,12 +72,24 @@ class Child:
             self.proc.wait(5)
 
 
-def spawn(name: str, cmd: list[str], workdir: Path, port: int, *, cpu: int | None = None) -> Child:
+def spawn(
+    name: str,
+    cmd: list[str],
+    workdir: Path,
+    port: int,
+    *,
+    cpu: int | None = None,
+    env: dict[str, str] | None = None,
+) -> Child:
+    """`env`: variables added to this process's environment for the child."""
     log = workdir / f"{name}.log"
     if cpu is not None and shutil.which("taskset"):
         cmd = ["taskset", "-c", str(cpu), *cmd]
+    child_env = {**os.environ, **env} if env else None
     with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=workdir)
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, cwd=workdir, env=child_env
+        )
     return Child(name, proc, port, log)
 
 

@@ -13,7 +13,7 @@ class WatchLoadRequest(_message.Message):
     def __init__(self, router_id: _Optional[str] = ...) -> None: ...
 
 class LoadReport(_message.Message):
-    __slots__ = ("backend_id", "seq", "timestamp", "running", "waiting", "kv_cache_usage", "gpu_util", "memory_free_bytes", "throttled", "health")
+    __slots__ = ("backend_id", "seq", "timestamp", "running", "waiting", "kv_cache_usage", "gpu_util", "memory_free_bytes", "throttled", "health", "prefix_cache_hits", "prefix_cache_queries", "preemptions")
     BACKEND_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
@@ -24,6 +24,9 @@ class LoadReport(_message.Message):
     MEMORY_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
     THROTTLED_FIELD_NUMBER: _ClassVar[int]
     HEALTH_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_CACHE_HITS_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_CACHE_QUERIES_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTIONS_FIELD_NUMBER: _ClassVar[int]
     backend_id: str
     seq: int
     timestamp: float
@@ -34,7 +37,10 @@ class LoadReport(_message.Message):
     memory_free_bytes: int
     throttled: bool
     health: str
-    def __init__(self, backend_id: _Optional[str] = ..., seq: _Optional[int] = ..., timestamp: _Optional[float] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., gpu_util: _Optional[float] = ..., memory_free_bytes: _Optional[int] = ..., throttled: _Optional[bool] = ..., health: _Optional[str] = ...) -> None: ...
+    prefix_cache_hits: float
+    prefix_cache_queries: float
+    preemptions: float
+    def __init__(self, backend_id: _Optional[str] = ..., seq: _Optional[int] = ..., timestamp: _Optional[float] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., gpu_util: _Optional[float] = ..., memory_free_bytes: _Optional[int] = ..., throttled: _Optional[bool] = ..., health: _Optional[str] = ..., prefix_cache_hits: _Optional[float] = ..., prefix_cache_queries: _Optional[float] = ..., preemptions: _Optional[float] = ...) -> None: ...
 
 class WatchRegionRequest(_message.Message):
     __slots__ = ("global_id",)

@@ -27,6 +27,10 @@ class AgentReport:
     throttled: bool
     health: str
     received_at: float  # router's monotonic clock
+    # the engine's counters since it started (0 where it exports none)
+    prefix_cache_hits: float = 0.0
+    prefix_cache_queries: float = 0.0
+    preemptions: float = 0.0
 
 
 class AgentLoadView:

@@ -27,7 +27,8 @@ def metrics(url: str) -> dict[str, float]:
     for line in lines:
         if line and not line.startswith("#"):
             name, value = line.rsplit(" ", 1)
-            values[name.split("{")[0]] = float(value)
+            key = name.split("{")[0]  # summed over label sets (finished_reason)
+            values[key] = values.get(key, 0.0) + float(value)
     return values
 
 
@@ -47,14 +48,15 @@ def test_metrics_use_vllm_names_and_count_tokens() -> None:
         for name in (
             "vllm:num_requests_running",
             "vllm:num_requests_waiting",
-            "vllm:gpu_cache_usage_perc",
+            "vllm:kv_cache_usage_perc",
+            "vllm:num_preemptions_total",
             "vllm:prefix_cache_queries_total",
             "vllm:prefix_cache_hits_total",
         ):
             assert name in m
         assert m["vllm:prompt_tokens_total"] == 300
         assert m["vllm:generation_tokens_total"] == 27
-        assert m["vllm:request_success_total"] == 3
+        assert m["vllm:request_success_total"] == 3  # finished_reason "length", each
         assert m["vllm:num_requests_running"] == 0
     finally:
         engine.stop()

@@ -121,11 +121,17 @@ vllm:num_requests_waiting{model_name="a"} 4.0
 vllm:kv_cache_usage_perc{model_name="a"} 0.25
 # TYPE vllm:gpu_cache_usage_perc gauge
 vllm:gpu_cache_usage_perc{model_name="a"} 0.9
+# TYPE vllm:prefix_cache_hits counter
+vllm:prefix_cache_hits_total{engine="0",model_name="a"} 256.0
+# TYPE vllm:prefix_cache_queries counter
+vllm:prefix_cache_queries_total{engine="0",model_name="a"} 1000.0
+# TYPE vllm:num_preemptions counter
+vllm:num_preemptions_total{engine="0",model_name="a"} 2.0
 """
 
 
 def test_vllm_metrics_sum_over_models_and_prefer_the_v1_kv_name() -> None:
-    assert parse_engine_metrics(VLLM_TEXT, "vllm") == EngineLoad(5, 4, 0.25)
+    assert parse_engine_metrics(VLLM_TEXT, "vllm") == EngineLoad(5, 4, 0.25, 256.0, 1000.0, 2.0)
 
 
 @pytest.mark.parametrize(
@@ -153,7 +159,8 @@ def test_fake_engine_exports_every_vllm_name_the_agent_reads(tmp_path) -> None:
     asyncio.run(engine._start(None))
     text = generate_latest(engine.registry).decode()
     load = parse_engine_metrics(text, "vllm")
-    assert load == EngineLoad(0, 0, 0.0)  # None would mean a name the agent reads is missing
+    # None would mean a name the agent reads is missing
+    assert load == EngineLoad(0, 0, 0.0, 0.0, 0.0, 0.0)
 
 
 def test_throttle_reason_bits_are_named() -> None:

