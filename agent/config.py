@@ -40,6 +40,11 @@ class EngineConfig(StrictModel):
     capacity: float | None = Field(default=None, gt=0)  # default: the router's GPU prior
     health_path: str = "/health"
     metrics_path: str = "/metrics"
+    # A busy engine answers late: vLLM serves /health and /metrics from the event loop that
+    # streams every token, and took 2 s to answer on a saturated CPU host. Too short a
+    # timeout marks a busy engine down (two late probes in a row) and blinds its load.
+    health_timeout_s: float = Field(default=5.0, gt=0)
+    metrics_timeout_s: float = Field(default=5.0, gt=0)
 
     @property
     def port(self) -> int:

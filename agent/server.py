@@ -98,7 +98,7 @@ class Agent:
     # -- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> None:
         c = self.config
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1.0))
+        self._session = aiohttp.ClientSession()  # timeouts per call: engine.*_timeout_s
         self._grpc, self.load_port = await start_load_server(
             self.stream, c.load_stream.host, c.load_stream.port, self.stream_credentials
         )
@@ -148,7 +148,8 @@ class Agent:
         url = self.config.engine.url + self.config.engine.health_path
         while True:
             try:
-                async with self._session.get(url) as response:
+                timeout = aiohttp.ClientTimeout(total=self.config.engine.health_timeout_s)
+                async with self._session.get(url, timeout=timeout) as response:
                     ok = response.status == 200
             except (aiohttp.ClientError, TimeoutError, OSError):
                 ok = False
@@ -213,7 +214,8 @@ class Agent:
 
     async def _scrape(self, url: str) -> EngineLoad | None:
         try:
-            async with self._session.get(url) as response:
+            timeout = aiohttp.ClientTimeout(total=self.config.engine.metrics_timeout_s)
+            async with self._session.get(url, timeout=timeout) as response:
                 if response.status != 200:
                     raise ValueError(f"HTTP {response.status}")
                 text = await response.text()

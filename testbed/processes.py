@@ -4,6 +4,7 @@ The fake engine and Redis start here; the benchmarks add their proxies (bench/ta
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -52,24 +53,34 @@ class Child:
     proc: subprocess.Popen
     port: int
     log: Path
+    group: bool = False  # its own session: signals go to every process it started
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    def signal(self, sig: signal.Signals) -> None:
+        if self.group:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+        elif self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
     def stop(self, timeout: float = 10.0) -> None:
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                self.signal(signal.SIGKILL)
                 self.proc.wait(5)
+        if self.group:  # children that outlived their parent
+            self.signal(signal.SIGKILL)
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(5)
+        """SIGKILL, as a crash would (with `group`, the engine's workers too)."""
+        self.signal(signal.SIGKILL)
+        self.proc.wait(5)
 
 
 def spawn(
@@ -80,17 +91,24 @@ def spawn(
     *,
     cpu: int | None = None,
     env: dict[str, str] | None = None,
+    group: bool = False,
 ) -> Child:
-    """`env`: variables added to this process's environment for the child."""
+    """`env`: variables added to this process's environment for the child; `group`: start
+    it in its own session, so that stopping it stops what it started (vLLM's workers)."""
     log = workdir / f"{name}.log"
     if cpu is not None and shutil.which("taskset"):
         cmd = ["taskset", "-c", str(cpu), *cmd]
     child_env = {**os.environ, **env} if env else None
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, cwd=workdir, env=child_env
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=workdir,
+            env=child_env,
+            start_new_session=group,
         )
-    return Child(name, proc, port, log)
+    return Child(name, proc, port, log, group)
 
 
 def start_engine(

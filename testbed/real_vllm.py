@@ -183,7 +183,7 @@ def start_vllm(workdir: Path, options: VllmOptions | None = None, timeout: float
         "DO_NOT_TRACK": "1",
     }
     name = f"vllm-{port}"
-    child = spawn(name, vllm_command(python, model, port, o), workdir, port, env=env)
+    child = spawn(name, vllm_command(python, model, port, o), workdir, port, env=env, group=True)
     try:
         wait_http(child.url + "/v1/models", timeout, child.proc, "vLLM")
     except Exception as exc:

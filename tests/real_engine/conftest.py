@@ -1,0 +1,17 @@
+"""A real vLLM (CPU build, tiny model with random weights) on loopback, shared by a module's
+tests: it takes 20-60 s to start. Skipped, saying how to install it, where it is absent."""
+
+from __future__ import annotations
+
+import pytest
+from gpuroute.testbed.real_vllm import VllmOptions, start_vllm
+from support.real_engine import vllm_or_skip
+
+
+@pytest.fixture(scope="module")
+def vllm(tmp_path_factory):
+    """One real vLLM: 8 sequences at once, prefix caching on."""
+    vllm_or_skip()
+    child = start_vllm(tmp_path_factory.mktemp("vllm"), VllmOptions(max_num_seqs=8))
+    yield child
+    child.stop()

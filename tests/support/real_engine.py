@@ -1,0 +1,49 @@
+"""Helpers for the real-engine tests: a router config in front of real vLLM servers, the
+exact prompt length of the tiny model's byte tokenizer, and vLLM's own metrics."""
+
+from __future__ import annotations
+
+import urllib.request
+
+import pytest
+from gpuroute.testbed.loopback import ROUTER_ON_LOOPBACK
+from gpuroute.testbed.real_vllm import HOW_TO_GET_VLLM, vllm_python
+from prometheus_client.parser import text_string_to_metric_families
+
+SERVED = "tiny-llama"
+# the tiny model's chat template adds <|user|>, </s> and <|assistant|> around a message
+TEMPLATE_TOKENS = 3
+
+
+def vllm_or_skip() -> None:
+    if vllm_python() is None:
+        pytest.skip(HOW_TO_GET_VLLM)
+
+
+def router_config(
+    urls: list[str], policy: str | None = None, gpu: str = "L4", extra: str = ""
+) -> str:
+    """The router's default policy unless `policy`; `extra`: more sections."""
+    top = ROUTER_ON_LOOPBACK + "tick_s = 0.05\n" + (f'policy = "{policy}"\n' if policy else "")
+    lines = [top + "[listen]\nport = 0", extra]
+    for i, url in enumerate(urls):
+        lines.append(
+            f'[[backends]]\nid = "vllm-{i}"\nurl = "{url}"\ngpu = "{gpu}"\nmodels = ["{SERVED}"]'
+        )
+    return "\n".join(x for x in lines if x) + "\n"
+
+
+def chat_prompt_tokens(text: str) -> int:
+    """One token per byte of the message, plus the template's three."""
+    return len(text.encode()) + TEMPLATE_TOKENS
+
+
+def vllm_metrics(url: str) -> dict[str, float]:
+    """vLLM's samples by name, summed over label sets."""
+    with urllib.request.urlopen(url + "/metrics", timeout=5) as response:
+        text = response.read().decode()
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            values[sample.name] = values.get(sample.name, 0.0) + sample.value
+    return values
