@@ -138,66 +138,64 @@ class FakeEngine:
         return web.Response(status=200)
 
     def collect(self):
-        """Prometheus collector with vLLM's metric names (v1 engine)."""
-        engine = self.engine
-        if engine is None:
+        """Prometheus collector with vLLM's metric names and labels (V1 engine)."""
+        if self.engine is None:
             return
         labels = {"engine": "0", "model_name": self.name}  # vLLM V1's label set
-        model = engine.model
-
-        def gauge(name: str, doc: str, value: float):
-            g = GaugeMetricFamily(name, doc, labels=list(labels))
-            g.add_metric(list(labels.values()), value)
-            return g
-
-        def counter(name: str, doc: str, value: float):
-            c = CounterMetricFamily(name, doc, labels=list(labels))
-            c.add_metric(list(labels.values()), value)
-            return c
-
-        cache = model.prefix_cache
-        yield gauge(
-            "vllm:num_requests_running", "Requests in the running batch.", model.num_running
+        yield from self._vllm_families(self.engine, labels)
+        model = self.engine.model
+        yield _gauge(
+            labels, "gpuroute_fake_gpu_busy_seconds", "Simulated GPU busy time.", model.busy_s
         )
-        yield gauge(
-            "vllm:num_requests_waiting", "Requests waiting to be scheduled.", model.num_waiting
+        yield _gauge(
+            labels, "gpuroute_fake_slowdown", "Current slowdown factor (faults x time scale).",
+            model.slowdown,
+        )  # fmt: skip
+        yield _gauge(
+            labels, "gpuroute_fake_throttled", "1 while a throttle fault is on.",
+            float(self.faults.throttle > 1),
+        )  # fmt: skip
+        yield _counter(
+            labels, "gpuroute_fake_errors_injected", "Fast 500s from the error-rate fault.",
+            self.errors_injected,
+        )  # fmt: skip
+
+    def _vllm_families(self, engine: LiveEngine, labels: dict[str, str]):
+        model, cache = engine.model, engine.model.prefix_cache
+        yield _gauge(
+            labels, "vllm:num_requests_running", "Requests in the running batch.",
+            model.num_running,
+        )  # fmt: skip
+        yield _gauge(
+            labels, "vllm:num_requests_waiting", "Requests waiting to be scheduled.",
+            model.num_waiting,
+        )  # fmt: skip
+        yield _gauge(
+            labels, "vllm:kv_cache_usage_perc", "KV-cache usage, 0 to 1.", model.kv_usage()
         )
-        yield gauge("vllm:kv_cache_usage_perc", "KV-cache usage, 0 to 1.", model.kv_usage())
         # vLLM counts prefix-cache queries and hits in tokens; this cache works in blocks
-        yield counter(
-            "vllm:prefix_cache_queries",
-            "Prefix-cache queries, in tokens.",
+        yield _counter(
+            labels, "vllm:prefix_cache_queries", "Prefix-cache queries, in tokens.",
             cache.lookups * BLOCK_TOKENS,
-        )
-        yield counter(
-            "vllm:prefix_cache_hits", "Prefix-cache hits, in tokens.", cache.hits * BLOCK_TOKENS
-        )
+        )  # fmt: skip
+        yield _counter(
+            labels, "vllm:prefix_cache_hits", "Prefix-cache hits, in tokens.",
+            cache.hits * BLOCK_TOKENS,
+        )  # fmt: skip
         # the engine model queues a request rather than overfill its KV cache: none, ever
-        yield counter("vllm:num_preemptions", "Requests preempted (never, here).", 0.0)
-        yield counter("vllm:prompt_tokens", "Prefilled prompt tokens.", engine.prompt_tokens_total)
-        yield counter("vllm:generation_tokens", "Generated tokens.", engine.generation_tokens_total)
+        yield _counter(labels, "vllm:num_preemptions", "Requests preempted (never, here).", 0.0)
+        yield _counter(
+            labels, "vllm:prompt_tokens", "Prefilled prompt tokens.", engine.prompt_tokens_total
+        )
+        yield _counter(
+            labels, "vllm:generation_tokens", "Generated tokens.", engine.generation_tokens_total
+        )
         success = CounterMetricFamily(
             "vllm:request_success", "Finished requests.", labels=[*labels, "finished_reason"]
         )
         for reason, count in self.finished.items():
             success.add_metric([*labels.values(), reason], count)
         yield success
-        yield gauge("gpuroute_fake_gpu_busy_seconds", "Simulated GPU busy time.", model.busy_s)
-        yield gauge(
-            "gpuroute_fake_slowdown",
-            "Current slowdown factor (faults x time scale).",
-            model.slowdown,
-        )
-        yield gauge(
-            "gpuroute_fake_throttled",
-            "1 while a throttle fault is on.",
-            float(self.faults.throttle > 1),
-        )
-        yield counter(
-            "gpuroute_fake_errors_injected",
-            "Fast 500s from the error-rate fault.",
-            self.errors_injected,
-        )
 
     async def gpu_state(self, _request: web.Request) -> web.Response:
         """Simulated NVML-like GPU state, read by the agent's simulated telemetry source."""
@@ -363,6 +361,18 @@ class FakeEngine:
             self.finished["abort"] += 1
             raise
         return response
+
+
+def _gauge(labels: dict[str, str], name: str, doc: str, value: float) -> GaugeMetricFamily:
+    g = GaugeMetricFamily(name, doc, labels=list(labels))
+    g.add_metric(list(labels.values()), value)
+    return g
+
+
+def _counter(labels: dict[str, str], name: str, doc: str, value: float) -> CounterMetricFamily:
+    c = CounterMetricFamily(name, doc, labels=list(labels))
+    c.add_metric(list(labels.values()), value)
+    return c
 
 
 def run_fake_engine(config: FakeEngineConfig) -> None:
