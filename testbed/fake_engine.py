@@ -19,15 +19,14 @@ from typing import Any
 from aiohttp import web
 from gpuroute.testbed import fake_payloads as payloads
 from gpuroute.testbed.fake_gpu import SimulatedGpu
+from gpuroute.testbed.fake_metrics import counter, gauge, vllm_families
 from gpuroute.testbed.faults import Faults
 from gpuroute.testbed.live_engine import LiveEngine, LiveRequest
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from gpuroute.gpus import GPU_SPECS
 from gpuroute.models import MODELS
 from gpuroute.openai_api import SSE_DONE, error_response, sse_event
-from gpuroute.prefix_blocks import BLOCK_TOKENS
 from gpuroute.prompt import estimate_tokens, prefix_blocks, prompt_text
 from gpuroute.roofline import EngineParams
 
@@ -142,60 +141,23 @@ class FakeEngine:
         if self.engine is None:
             return
         labels = {"engine": "0", "model_name": self.name}  # vLLM V1's label set
-        yield from self._vllm_families(self.engine, labels)
+        yield from vllm_families(self.engine, labels, self.finished)
         model = self.engine.model
-        yield _gauge(
+        yield gauge(
             labels, "gpuroute_fake_gpu_busy_seconds", "Simulated GPU busy time.", model.busy_s
         )
-        yield _gauge(
+        yield gauge(
             labels, "gpuroute_fake_slowdown", "Current slowdown factor (faults x time scale).",
             model.slowdown,
         )  # fmt: skip
-        yield _gauge(
+        yield gauge(
             labels, "gpuroute_fake_throttled", "1 while a throttle fault is on.",
             float(self.faults.throttle > 1),
         )  # fmt: skip
-        yield _counter(
+        yield counter(
             labels, "gpuroute_fake_errors_injected", "Fast 500s from the error-rate fault.",
             self.errors_injected,
         )  # fmt: skip
-
-    def _vllm_families(self, engine: LiveEngine, labels: dict[str, str]):
-        model, cache = engine.model, engine.model.prefix_cache
-        yield _gauge(
-            labels, "vllm:num_requests_running", "Requests in the running batch.",
-            model.num_running,
-        )  # fmt: skip
-        yield _gauge(
-            labels, "vllm:num_requests_waiting", "Requests waiting to be scheduled.",
-            model.num_waiting,
-        )  # fmt: skip
-        yield _gauge(
-            labels, "vllm:kv_cache_usage_perc", "KV-cache usage, 0 to 1.", model.kv_usage()
-        )
-        # vLLM counts prefix-cache queries and hits in tokens; this cache works in blocks
-        yield _counter(
-            labels, "vllm:prefix_cache_queries", "Prefix-cache queries, in tokens.",
-            cache.lookups * BLOCK_TOKENS,
-        )  # fmt: skip
-        yield _counter(
-            labels, "vllm:prefix_cache_hits", "Prefix-cache hits, in tokens.",
-            cache.hits * BLOCK_TOKENS,
-        )  # fmt: skip
-        # the engine model queues a request rather than overfill its KV cache: none, ever
-        yield _counter(labels, "vllm:num_preemptions", "Requests preempted (never, here).", 0.0)
-        yield _counter(
-            labels, "vllm:prompt_tokens", "Prefilled prompt tokens.", engine.prompt_tokens_total
-        )
-        yield _counter(
-            labels, "vllm:generation_tokens", "Generated tokens.", engine.generation_tokens_total
-        )
-        success = CounterMetricFamily(
-            "vllm:request_success", "Finished requests.", labels=[*labels, "finished_reason"]
-        )
-        for reason, count in self.finished.items():
-            success.add_metric([*labels.values(), reason], count)
-        yield success
 
     async def gpu_state(self, _request: web.Request) -> web.Response:
         """Simulated NVML-like GPU state, read by the agent's simulated telemetry source."""
@@ -279,6 +241,14 @@ class FakeEngine:
         text = prompt_text(body)
         prompt = estimate_tokens(text)
         cap = body.get("max_completion_tokens") or body.get("max_tokens")
+        context = self.params.kv_capacity_tokens  # the max_model_len /v1/models reports
+        if isinstance(cap, int) and cap > context:  # as vLLM refuses it (400)
+            return error_response(
+                400,
+                f"max_tokens={cap} cannot be greater than max_model_len={context}. "
+                "Please request fewer output tokens.",
+                param="max_tokens",
+            )
         wanted = request.headers.get(OUTPUT_HEADER)
         output = int(wanted) if wanted and wanted.isdigit() else self.config.default_output_tokens
         finish = "stop"
@@ -361,18 +331,6 @@ class FakeEngine:
             self.finished["abort"] += 1
             raise
         return response
-
-
-def _gauge(labels: dict[str, str], name: str, doc: str, value: float) -> GaugeMetricFamily:
-    g = GaugeMetricFamily(name, doc, labels=list(labels))
-    g.add_metric(list(labels.values()), value)
-    return g
-
-
-def _counter(labels: dict[str, str], name: str, doc: str, value: float) -> CounterMetricFamily:
-    c = CounterMetricFamily(name, doc, labels=list(labels))
-    c.add_metric(list(labels.values()), value)
-    return c
 
 
 def run_fake_engine(config: FakeEngineConfig) -> None:

@@ -47,10 +47,14 @@ def completion_chunk(
     return _envelope(rid, "text_completion", created, model, [choice])
 
 
+SYSTEM_FINGERPRINT = "gpuroute-fake-engine"  # vLLM: "vllm-<version>-<hash>"
+
+
 def usage_chunk(
     kind: str, rid: str, created: int, model: str, prompt: int, completion: int
 ) -> dict[str, Any]:
-    return _envelope(rid, kind, created, model, [], usage=usage(prompt, completion))
+    chunk = _envelope(rid, kind, created, model, [], usage=usage(prompt, completion))
+    return chunk | {"system_fingerprint": SYSTEM_FINGERPRINT}
 
 
 def chat_completion(
@@ -58,14 +62,20 @@ def chat_completion(
 ) -> dict[str, Any]:
     message = {"role": "assistant", "content": tokens_text(output)}
     choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
-    return _envelope(rid, "chat.completion", created, model, [choice], usage=usage(prompt, output))
+    answer = _envelope(
+        rid, "chat.completion", created, model, [choice], usage=usage(prompt, output)
+    )
+    return answer | {"system_fingerprint": SYSTEM_FINGERPRINT}
 
 
 def completion(
     rid: str, created: int, model: str, output: int, prompt: int, finish: str
 ) -> dict[str, Any]:
     choice = {"index": 0, "text": tokens_text(output), "logprobs": None, "finish_reason": finish}
-    return _envelope(rid, "text_completion", created, model, [choice], usage=usage(prompt, output))
+    answer = _envelope(
+        rid, "text_completion", created, model, [choice], usage=usage(prompt, output)
+    )
+    return answer | {"system_fingerprint": SYSTEM_FINGERPRINT}
 
 
 def embedding(text: str, dims: int = 16) -> list[float]:

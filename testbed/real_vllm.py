@@ -149,7 +149,10 @@ class VllmOptions:
     max_model_len: int = 2048
     kv_blocks: int | None = None  # --num-gpu-blocks-override: a small KV cache
     prefix_caching: bool = True
-    cpu: int | None = None  # pin to one core (OMP threads too)
+    # The core the whole server runs on (API server, engine and OMP threads: taskset), so
+    # that the router, agents and Consul under test keep the other cores; None: all cores.
+    # A tiny model is all Python overhead, which starves everything else on a small host.
+    cpu: int | None = 0
     extra: list[str] = field(default_factory=list)
 
 
@@ -183,7 +186,8 @@ def start_vllm(workdir: Path, options: VllmOptions | None = None, timeout: float
         "DO_NOT_TRACK": "1",
     }
     name = f"vllm-{port}"
-    child = spawn(name, vllm_command(python, model, port, o), workdir, port, env=env, group=True)
+    cmd = vllm_command(python, model, port, o)
+    child = spawn(name, cmd, workdir, port, cpu=o.cpu, env=env, group=True)
     try:
         wait_http(child.url + "/v1/models", timeout, child.proc, "vLLM")
     except Exception as exc:

@@ -10,8 +10,10 @@ from support.real_engine import vllm_or_skip
 
 @pytest.fixture(scope="module")
 def vllm(tmp_path_factory):
-    """One real vLLM: 8 sequences at once, prefix caching on."""
+    """One real vLLM of the small shape (~65 tokens/s for one stream here, so a request
+    lasts long enough to be watched and aborted): 8 sequences at once, prefix caching on."""
     vllm_or_skip()
-    child = start_vllm(tmp_path_factory.mktemp("vllm"), VllmOptions(max_num_seqs=8))
+    options = VllmOptions(shape="small", max_num_seqs=8)
+    child = start_vllm(tmp_path_factory.mktemp("vllm"), options)
     yield child
     child.stop()

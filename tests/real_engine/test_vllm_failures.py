@@ -10,11 +10,16 @@ import json
 import aiohttp
 import pytest
 from gpuroute.testbed.consul_dev import HOW_TO_GET_CONSUL, ConsulDev, consul_binary
-from gpuroute.testbed.loopback import ROUTER_ON_LOOPBACK
-from gpuroute.testbed.ports import free_port
 from gpuroute.testbed.real_vllm import VllmOptions, start_vllm
 from support.live import AgentProcess, async_wait_for, backends_state, running_router
-from support.real_engine import SERVED, router_config, vllm_metrics, vllm_or_skip
+from support.real_engine import (
+    SERVED,
+    agent_config,
+    discovering_router_config,
+    router_config,
+    vllm_metrics,
+    vllm_or_skip,
+)
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.real_engine]
 
@@ -61,18 +66,8 @@ async def test_kv_pressure_shows_in_the_routers_view_as_waiting_and_preemptions(
             "max_tokens": 900, "ignore_eos": True}  # fmt: skip
     try:
         with ConsulDev(binary, log_path=tmp_path / "consul.log") as consul:
-            agent = AgentProcess(
-                f'id = "kv"\n[engine]\nurl = "{engine.url}"\nmodels = ["{SERVED}"]\ngpu = "L4"\n'
-                '[telemetry]\nsource = "none"\ninterval_s = 0.1\nhealth_interval_s = 0.2\n'
-                f'[consul]\naddress = "{consul.address}"\nttl_s = 6\n'
-                f"[load_stream]\nport = {free_port()}\n[admin]\nport = {free_port()}\n",
-                tmp_path,
-                "kv",
-            )
-            config = (
-                ROUTER_ON_LOOPBACK + "tick_s = 0.05\n[listen]\nport = 0\n"
-                f'[membership]\nconsul = "{consul.address}"\nwait_s = 5\n'
-            )
+            agent = AgentProcess(agent_config(engine.url, consul.address, "kv"), tmp_path, "kv")
+            config = discovering_router_config(consul.address)
             async with running_router(config, tmp_path) as (url, _), aiohttp.ClientSession() as s:
 
                 async def routable() -> bool:

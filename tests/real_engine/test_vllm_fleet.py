@@ -13,11 +13,16 @@ import time
 import aiohttp
 import pytest
 from gpuroute.testbed.consul_dev import HOW_TO_GET_CONSUL, ConsulDev, consul_binary
-from gpuroute.testbed.loopback import ROUTER_ON_LOOPBACK
-from gpuroute.testbed.ports import free_port
 from gpuroute.testbed.real_vllm import VllmOptions, start_vllm
 from support.live import AgentProcess, async_wait_for, backends_state, running_router
-from support.real_engine import SERVED, router_config, vllm_metrics, vllm_or_skip
+from support.real_engine import (
+    SERVED,
+    agent_config,
+    discovering_router_config,
+    router_config,
+    vllm_metrics,
+    vllm_or_skip,
+)
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.real_engine]
 AGENTS = ("gpu-a", "gpu-b")
@@ -25,13 +30,14 @@ AGENTS = ("gpu-a", "gpu-b")
 
 @pytest.fixture(scope="module")
 def vllm_pair(tmp_path_factory):
-    """Two engines, a core each, with room for prompts of several router prefix blocks."""
+    """Two engines sharing one core (the other is left to the agents, Consul and the
+    router), with room for prompts of several router prefix blocks."""
     vllm_or_skip()
     workdir = tmp_path_factory.mktemp("vllm-pair")
     engines = []
     try:
-        for cpu in (0, 1):
-            engines.append(start_vllm(workdir, VllmOptions(max_model_len=8192, cpu=cpu)))
+        for _ in range(2):
+            engines.append(start_vllm(workdir, VllmOptions(max_model_len=8192)))
         yield engines
     finally:
         for engine in engines:
@@ -45,16 +51,6 @@ def consul(tmp_path):
         pytest.skip(HOW_TO_GET_CONSUL)
     with ConsulDev(binary, log_path=tmp_path / "consul.log") as dev:
         yield dev
-
-
-def agent_config(engine_url: str, consul: str, agent_id: str) -> str:
-    return (
-        f'id = "{agent_id}"\ndrain_grace_s = 0.5\ndrain_timeout_s = 60\n'
-        f'[engine]\nurl = "{engine_url}"\nkind = "vllm"\nmodels = ["{SERVED}"]\ngpu = "L4"\n'
-        '[telemetry]\nsource = "none"\nhealth_interval_s = 0.2\ninterval_s = 0.1\n'
-        f'[consul]\naddress = "{consul}"\nttl_s = 6\n'
-        f"[load_stream]\nport = {free_port()}\n[admin]\nport = {free_port()}\n"
-    )
 
 
 def prompt(prefix: str, rng: random.Random) -> str:
@@ -109,10 +105,7 @@ async def test_vllm_metrics_reach_the_router_through_agents(vllm_pair, consul, t
         AgentProcess(agent_config(e.url, consul.address, name), tmp_path, name)
         for e, name in zip(vllm_pair, AGENTS, strict=True)
     ]
-    config = (
-        ROUTER_ON_LOOPBACK + "tick_s = 0.05\n[listen]\nport = 0\n"
-        f'[membership]\nconsul = "{consul.address}"\nwait_s = 5\n'
-    )
+    config = discovering_router_config(consul.address)
     try:
         async with running_router(config, tmp_path) as (url, _), aiohttp.ClientSession() as s:
 
@@ -138,8 +131,8 @@ async def test_vllm_metrics_reach_the_router_through_agents(vllm_pair, consul, t
             # load: vLLM's running count, through the agent, while streams run
             body = {"model": SERVED, "messages": [{"role": "user", "content": "go"}],
                     "max_tokens": 6000, "ignore_eos": True}  # fmt: skip
-            tasks = [asyncio.create_task(s.post(url + "/v1/chat/completions", json=body))
-                     for _ in range(6)]  # fmt: skip
+            engine = vllm_pair[0].url + "/v1/chat/completions"  # sent to it directly
+            tasks = [asyncio.create_task(s.post(engine, json=body)) for _ in range(6)]
             most = 0
 
             async def running_seen() -> bool:
@@ -166,12 +159,9 @@ async def test_drain_finishes_every_vllm_stream(vllm_pair, consul, tmp_path) -> 
         AgentProcess(agent_config(e.url, consul.address, name), tmp_path, name)
         for e, name in zip(vllm_pair, AGENTS, strict=True)
     ]
-    config = (
-        ROUTER_ON_LOOPBACK + "tick_s = 0.05\n[listen]\nport = 0\n"
-        f'[membership]\nconsul = "{consul.address}"\nwait_s = 5\n'
-    )
+    config = discovering_router_config(consul.address)
     body = {"model": SERVED, "messages": [{"role": "user", "content": "stream"}],
-            "max_tokens": 4000, "stream": True, "ignore_eos": True}  # fmt: skip
+            "max_tokens": 2000, "stream": True, "ignore_eos": True}  # fmt: skip
     try:
         async with running_router(config, tmp_path) as (url, _), aiohttp.ClientSession() as s:
 

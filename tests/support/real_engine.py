@@ -7,6 +7,7 @@ import urllib.request
 
 import pytest
 from gpuroute.testbed.loopback import ROUTER_ON_LOOPBACK
+from gpuroute.testbed.ports import free_port
 from gpuroute.testbed.real_vllm import HOW_TO_GET_VLLM, vllm_python
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -47,3 +48,22 @@ def vllm_metrics(url: str) -> dict[str, float]:
         for sample in family.samples:
             values[sample.name] = values.get(sample.name, 0.0) + sample.value
     return values
+
+
+def agent_config(engine_url: str, consul: str, agent_id: str) -> str:
+    """A node agent for a real vLLM: its metrics, no GPU telemetry (a CPU engine)."""
+    return (
+        f'id = "{agent_id}"\ndrain_grace_s = 0.5\ndrain_timeout_s = 60\n'
+        f'[engine]\nurl = "{engine_url}"\nkind = "vllm"\nmodels = ["{SERVED}"]\ngpu = "L4"\n'
+        '[telemetry]\nsource = "none"\nhealth_interval_s = 0.2\ninterval_s = 0.1\n'
+        f'[consul]\naddress = "{consul}"\nttl_s = 6\n'
+        f"[load_stream]\nport = {free_port()}\n[admin]\nport = {free_port()}\n"
+    )
+
+
+def discovering_router_config(consul: str) -> str:
+    """A router that finds its engines through Consul (and their agents' load streams)."""
+    return (
+        ROUTER_ON_LOOPBACK + "tick_s = 0.05\n[listen]\nport = 0\n"
+        f'[membership]\nconsul = "{consul}"\nwait_s = 5\n'
+    )
