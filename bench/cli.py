@@ -48,7 +48,8 @@ def _live_arguments(live: argparse.ArgumentParser) -> None:
     )
     live.add_argument(
         "--baselines",
-        help="comma list of haproxy, nginx, haproxy-weighted, or 'none' (default: haproxy,nginx)",
+        help="comma list of haproxy, nginx, haproxy-weighted, smg-cache-aware, smg-p2c, "
+        "vllm-router-cache-aware, vllm-router-p2c, or 'none' (default: haproxy,nginx)",
     )
     live.add_argument("--no-stream", action="store_true", help="non-streamed requests")
     live.add_argument(

@@ -9,13 +9,20 @@ import sys
 from pathlib import Path
 
 from gpuroute.testbed.loopback import ROUTER_ON_LOOPBACK
-from gpuroute.testbed.ports import free_port
+from gpuroute.testbed.peer_routers import (
+    HOW_TO_GET_PEER_ROUTERS,
+    PEER_ROUTERS,
+    peer_router_command,
+    peer_routers_bin,
+)
+from gpuroute.testbed.ports import free_port, free_ports
 from gpuroute.testbed.processes import Child, StartError, require, spawn
 
 BASELINES = ("haproxy", "nginx")
 # Optional: HAProxy leastconn with per-server weights from GPU capacity (conns ÷ weight),
 # what a careful operator would configure; the simulator's least_connections models it.
-EXTRA_BASELINES = ("haproxy-weighted",)
+# Then the peer routers (testbed/peer_routers.py), installed by `make peer-routers`.
+EXTRA_BASELINES = ("haproxy-weighted", *PEER_ROUTERS)
 
 
 class BenchError(StartError):
@@ -151,5 +158,13 @@ def start_baseline(
         path.write_text(nginx_config(engines, port, workdir))
         cmd = [require("nginx"), "-c", str(path), "-p", str(workdir)]
         return spawn("nginx", cmd, workdir, port, cpu=cpu)
+    if name in PEER_ROUTERS:
+        bin_dir = peer_routers_bin()
+        if bin_dir is None:
+            raise BenchError(HOW_TO_GET_PEER_ROUTERS)
+        port, metrics_port = free_ports(2)
+        urls = [child.url for _, child in engines]
+        cmd = peer_router_command(name, urls, port, metrics_port, bin_dir)
+        return spawn(name, cmd, workdir, port, cpu=cpu)
     known = ", ".join(BASELINES + EXTRA_BASELINES)
     raise BenchError(f"unknown baseline {name!r}; known: {known}")

@@ -11,6 +11,7 @@ from gpuroute.bench.live import Fault, LiveBenchSpec, parse_engines, parse_fault
 from gpuroute.bench.overhead import parse_wrk
 from gpuroute.bench.targets import BenchError
 from gpuroute.sim.workloads import Workload
+from gpuroute.testbed.peer_routers import HOW_TO_GET_PEER_ROUTERS, PEER_ROUTERS, peer_routers_bin
 
 
 def tiny_workload(n: int = 40, rate: float = 20.0) -> Workload:
@@ -29,12 +30,15 @@ def have(binary: str) -> bool:
 
 
 @pytest.mark.parametrize(
-    "target", ["least_outstanding_work", "haproxy", "nginx", "haproxy-weighted"]
+    "target",
+    ["least_outstanding_work", "haproxy", "nginx", "haproxy-weighted", *PEER_ROUTERS],
 )
 def test_each_target_serves_the_whole_trace(tmp_path, target) -> None:
     binary = target.split("-")[0]
     if binary in ("haproxy", "nginx") and not have(binary):
         pytest.skip(f"{binary} is not installed (make bench-deps installs it)")
+    if target in PEER_ROUTERS and peer_routers_bin() is None:
+        pytest.skip(HOW_TO_GET_PEER_ROUTERS)
     spec = LiveBenchSpec(engines=["H100", "L4"], time_scale=1.0, stream_interval_ms=10)
     result = asyncio.run(run_target(target, spec, tiny_workload(), tmp_path))
     assert (result["requests"], result["completed"], result["failed"]) == (40, 40, 0)
