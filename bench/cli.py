@@ -141,6 +141,18 @@ def _fleet_arguments(fleet: argparse.ArgumentParser) -> None:
     fleet.add_argument("--workers", type=int, default=8, help="closed-loop clients")
 
 
+def _real_arguments(real: argparse.ArgumentParser) -> None:
+    real.add_argument(
+        "--targets",
+        default="default,round_robin,smg-cache-aware,vllm-router-cache-aware",
+        help="comma list: default, round_robin (ours), smg-cache-aware, smg-p2c, "
+        "vllm-router-cache-aware, vllm-router-p2c",
+    )
+    real.add_argument("--workloads", default="prefix,chat", help="comma list: prefix, chat")
+    real.add_argument("--scale", type=int, default=1, help="multiply the request counts")
+    real.add_argument("--seed", type=int, default=1)
+
+
 BENCHES = (
     Bench("live", "replay a trace through our router and the baselines", _live_arguments),
     Bench("overhead", "added latency and throughput of each proxy", _overhead_arguments),
@@ -156,6 +168,7 @@ BENCHES = (
     ),
     Bench("global", "time one global routing decision", _global_arguments),
     Bench("decide", "time one regional routing decision in the core", _decide_arguments),
+    Bench("real", "our router and the peer routers in front of two real vLLMs", _real_arguments),
     Bench(
         "fleet",
         "Consul-discovered simulated hosts: load staleness, Raft writes, outage",

@@ -261,6 +261,22 @@ def _fleet(args: argparse.Namespace, console: Console) -> Report:
     return report
 
 
+def _real(args: argparse.Namespace, console: Console) -> Report:
+    import tempfile
+
+    from gpuroute.bench.real_engine import REAL_COLUMNS, run_real_bench
+    from gpuroute.bench.tables import print_table
+
+    if args.scale < 1:
+        raise BenchError("need --scale >= 1")
+    targets, workloads = args.targets.split(","), args.workloads.split(",")
+    with tempfile.TemporaryDirectory(prefix="gpuroute-bench-real-") as tmp:
+        report = run_real_bench(targets, workloads, Path(tmp), args.seed, args.scale)
+    title = "two real vLLM servers (CPU build, tiny model), every request streamed"
+    print_table(console, title, report["rows"], REAL_COLUMNS)
+    return report
+
+
 RUNS: dict[str, Callable[[argparse.Namespace, Console], Report]] = {
     "live": _live,
     "overhead": _overhead,
@@ -268,5 +284,6 @@ RUNS: dict[str, Callable[[argparse.Namespace, Console], Report]] = {
     "tenants": _tenants,
     "global": _global,
     "decide": _decide,
+    "real": _real,
     "fleet": _fleet,
 }

@@ -1,0 +1,180 @@
+"""`gpuroute bench real`: our router and the peer routers in front of two real vLLM servers
+(the CPU build, tiny model, prefix caching on), judged by vLLM itself: its own prefix-cache
+hit rate (from its counters) and the clients' TTFT.
+
+Workloads (each target gets fresh text of the same shape, so no target inherits another's
+warm cache):
+- `prefix`: conversations that share long system prompts (several of our router's prefix
+  blocks each), their turns interleaved, as a chat service's traffic is;
+- `chat`: unique prompts of lognormal length (no reuse): balance alone.
+Both engines run on one core (`taskset`), leaving the other to the proxy and the clients;
+every request streams, `concurrency` at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import string
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+from gpuroute.bench.targets import BenchError, start_baseline
+from gpuroute.testbed.loopback import ROUTER_ON_LOOPBACK
+from gpuroute.testbed.peer_routers import PEER_ROUTERS
+from gpuroute.testbed.ports import free_port
+from gpuroute.testbed.processes import Child, spawn, wait_http
+from gpuroute.testbed.real_vllm import HOW_TO_GET_VLLM, VllmOptions, start_vllm, vllm_python
+from prometheus_client.parser import text_string_to_metric_families
+
+WORKLOADS = ("prefix", "chat")
+OURS = ("default", "round_robin")  # our default policy, and round robin as the floor
+REAL_COLUMNS = (
+    ("workload", "workload", "{}"),
+    ("target", "target", "{}"),
+    ("completed", "done", "{:,}"),
+    ("failed", "fail", "{:,}"),
+    ("prefix_hit_rate", "vLLM prefix hit", "{:.3f}"),
+    ("ttft_p50_s", "TTFT p50", "{:.3f}"),
+    ("ttft_p99_s", "TTFT p99", "{:.3f}"),
+    ("throughput_rps", "req/s", "{:.2f}"),
+    ("engine_share_max", "busiest engine", "{:.2f}"),
+)
+
+
+def requests_for(workload: str, rng: random.Random, scale: int) -> list[tuple[str, int]]:
+    """(message, max_tokens) in sending order; `scale` multiplies the request count."""
+    letters = string.ascii_letters
+    if workload == "prefix":
+        systems = ["".join(rng.choices(letters, k=6144)) for _ in range(6 * scale)]
+        out = []
+        for _turn in range(6):
+            for system in systems:
+                question = "".join(rng.choices(string.ascii_lowercase, k=rng.randint(20, 200)))
+                out.append((system + " " + question, rng.randint(8, 48)))
+        return out
+    return [
+        (
+            "".join(rng.choices(letters, k=int(min(rng.lognormvariate(6.0, 0.8), 6000)))),
+            int(min(rng.lognormvariate(3.5, 0.7), 400)),
+        )
+        for _ in range(36 * scale)
+    ]
+
+
+def engine_counters(engines: list[Child]) -> list[dict[str, float]]:
+    out = []
+    for e in engines:
+        with urllib.request.urlopen(e.url + "/metrics", timeout=10) as r:
+            text = r.read().decode()
+        values: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                values[s.name] = values.get(s.name, 0.0) + s.value
+        out.append(values)
+    return out
+
+
+async def one(s: aiohttp.ClientSession, url: str, model: str, text: str, n: int):
+    """(TTFT, ok) of one streamed request; TTFT at the first event that carries text."""
+    body = {"model": model, "messages": [{"role": "user", "content": text}], "max_tokens": n,
+            "stream": True, "ignore_eos": True}  # fmt: skip
+    started, ttft = time.perf_counter(), None
+    try:
+        async with s.post(url + "/v1/chat/completions", json=body) as r:
+            if r.status != 200:
+                await r.read()
+                return None, False
+            async for line in r.content:
+                text_event = line.startswith(b"data: {") and b'"content":"' in line
+                if ttft is None and text_event and b'"content":""' not in line:
+                    ttft = time.perf_counter() - started
+            return ttft, True
+    except aiohttp.ClientError:
+        return None, False
+
+
+async def drive(url: str, model: str, reqs: list[tuple[str, int]], concurrency: int):
+    queue = list(enumerate(reqs))
+    results: list[tuple[float | None, bool]] = [(None, False)] * len(reqs)
+
+    async def worker(s: aiohttp.ClientSession) -> None:
+        while queue:
+            i, (text, n) = queue.pop(0)
+            results[i] = await one(s, url, model, text, n)
+
+    timeout = aiohttp.ClientTimeout(total=600)
+    async with aiohttp.ClientSession(timeout=timeout) as s:
+        await asyncio.gather(*(worker(s) for _ in range(concurrency)))
+    return results
+
+
+def start_target(target: str, engines: list[Child], workdir: Path, model: str) -> Child:
+    if target in PEER_ROUTERS:
+        return start_baseline(target, workdir, [("L4", e) for e in engines], cpu=1)
+    port = free_port()
+    policy = "" if target == "default" else f'policy = "{target}"\n'
+    backends = "".join(
+        f'[[backends]]\nid = "vllm-{i}"\nurl = "{e.url}"\ngpu = "L4"\nmodels = ["{model}"]\n'
+        for i, e in enumerate(engines)
+    )
+    path = workdir / f"router-{target}.toml"
+    path.write_text(ROUTER_ON_LOOPBACK + policy + f"[listen]\nport = {port}\n" + backends)
+    cmd = [sys.executable, "-m", "gpuroute.cli", "router", "--config", str(path)]
+    return spawn(f"router-{target}", cmd, workdir, port, cpu=1)
+
+
+def measure(target: str, workload: str, engines, workdir: Path, seed: int, scale: int) -> dict:
+    model = VllmOptions().served_name
+    reqs = requests_for(workload, random.Random(seed), scale)
+    proxy = start_target(target, engines, workdir, model)
+    try:
+        wait_http(proxy.url + "/v1/models", 60, proxy.proc, target)
+        before = engine_counters(engines)
+        started = time.perf_counter()
+        results = asyncio.run(drive(proxy.url, model, reqs, concurrency=8))
+        elapsed = time.perf_counter() - started
+        after = engine_counters(engines)
+    finally:
+        proxy.stop()
+    delta = [{k: a[k] - b.get(k, 0.0) for k in a} for a, b in zip(after, before, strict=True)]
+    hits = sum(d["vllm:prefix_cache_hits_total"] for d in delta)
+    queries = sum(d["vllm:prefix_cache_queries_total"] for d in delta)
+    served = [d["vllm:request_success_total"] for d in delta]
+    ttfts = np.array([t for t, ok in results if ok and t is not None])
+    return {
+        "workload": workload,
+        "target": target,
+        "completed": sum(ok for _, ok in results),
+        "failed": sum(not ok for _, ok in results),
+        "prefix_hit_rate": hits / queries if queries else 0.0,
+        "ttft_p50_s": float(np.percentile(ttfts, 50)) if len(ttfts) else float("nan"),
+        "ttft_p99_s": float(np.percentile(ttfts, 99)) if len(ttfts) else float("nan"),
+        "throughput_rps": len(ttfts) / elapsed,
+        "engine_share_max": max(served) / max(sum(served), 1.0),
+    }
+
+
+def run_real_bench(
+    targets: list[str], workloads: list[str], workdir: Path, seed: int = 1, scale: int = 1
+) -> dict:
+    if vllm_python() is None:
+        raise BenchError(HOW_TO_GET_VLLM)
+    unknown = [t for t in targets if t not in OURS and t not in PEER_ROUTERS]
+    if unknown or any(w not in WORKLOADS for w in workloads):
+        known = ", ".join((*OURS, *PEER_ROUTERS))
+        raise BenchError(f"targets: {known}; workloads: {', '.join(WORKLOADS)}")
+    options = VllmOptions(max_model_len=8192, cpu=0)
+    engines = [start_vllm(workdir, options) for _ in range(2)]
+    rows = []
+    try:
+        for workload in workloads:
+            for k, target in enumerate(targets):
+                rows.append(measure(target, workload, engines, workdir, seed * 100 + k, scale))
+    finally:
+        for e in engines:
+            e.stop()
+    return {"engines": 2, "model": "tiny llama (random weights), vLLM CPU", "rows": rows}
