@@ -2,8 +2,8 @@
 (the CPU build, tiny model, prefix caching on), judged by vLLM itself: its own prefix-cache
 hit rate (from its counters) and the clients' TTFT.
 
-Workloads (each target gets fresh text of the same shape, so no target inherits another's
-warm cache):
+Workloads (each target gets the same requests, each message started by a salt of its own, so
+that no target inherits another's warm cache):
 - `prefix`: conversations that share long system prompts (several of our router's prefix
   blocks each), their turns interleaved, as a chat service's traffic is;
 - `chat`: unique prompts of lognormal length (no reuse): balance alone.
@@ -45,20 +45,25 @@ REAL_COLUMNS = (
 )
 
 
-def requests_for(workload: str, rng: random.Random, scale: int) -> list[tuple[str, int]]:
-    """(message, max_tokens) in sending order; `scale` multiplies the request count."""
+def requests_for(
+    workload: str, rng: random.Random, scale: int, salt: str = ""
+) -> list[tuple[str, int]]:
+    """(message, max_tokens) in sending order; `scale` multiplies the request count. `salt`
+    starts every message: each target gets the same lengths in text no cache has seen."""
     letters = string.ascii_letters
     if workload == "prefix":
-        systems = ["".join(rng.choices(letters, k=6144)) for _ in range(6 * scale)]
+        # an odd number of conversations, so that round robin's rotation does not happen
+        # to keep each conversation on one engine
+        systems = [salt + "".join(rng.choices(letters, k=6144)) for _ in range(7 * scale)]
         out = []
-        for _turn in range(6):
+        for _turn in range(8):
             for system in systems:
                 question = "".join(rng.choices(string.ascii_lowercase, k=rng.randint(20, 200)))
                 out.append((system + " " + question, rng.randint(8, 48)))
         return out
     return [
         (
-            "".join(rng.choices(letters, k=int(min(rng.lognormvariate(6.0, 0.8), 6000)))),
+            salt + "".join(rng.choices(letters, k=int(min(rng.lognormvariate(6.0, 0.8), 6000)))),
             int(min(rng.lognormvariate(3.5, 0.7), 400)),
         )
         for _ in range(36 * scale)
@@ -127,9 +132,11 @@ def start_target(target: str, engines: list[Child], workdir: Path, model: str) -
     return spawn(f"router-{target}", cmd, workdir, port, cpu=1)
 
 
-def measure(target: str, workload: str, engines, workdir: Path, seed: int, scale: int) -> dict:
+def measure(
+    target: str, workload: str, engines, workdir: Path, seed: int, scale: int, salt: str
+) -> dict:
     model = VllmOptions().served_name
-    reqs = requests_for(workload, random.Random(seed), scale)
+    reqs = requests_for(workload, random.Random(seed), scale, salt)
     proxy = start_target(target, engines, workdir, model)
     try:
         wait_http(proxy.url + "/v1/models", 60, proxy.proc, target)
@@ -172,8 +179,9 @@ def run_real_bench(
     rows = []
     try:
         for workload in workloads:
-            for k, target in enumerate(targets):
-                rows.append(measure(target, workload, engines, workdir, seed * 100 + k, scale))
+            for target in targets:
+                salt = f"{len(rows):04d}|"  # the same requests, in text never cached
+                rows.append(measure(target, workload, engines, workdir, seed, scale, salt))
     finally:
         for e in engines:
             e.stop()

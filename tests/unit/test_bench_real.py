@@ -10,13 +10,17 @@ from gpuroute.bench.targets import BenchError
 
 
 def test_prefix_workload_interleaves_conversations_that_share_long_system_prompts() -> None:
-    reqs = requests_for("prefix", random.Random(3), scale=1)
+    reqs = requests_for("prefix", random.Random(3), scale=1, salt="0001|")
     systems = [text.split(" ", 1)[0] for text, _ in reqs]
-    assert len(reqs) == 36 and len(set(systems)) == 6
-    assert all(len(s) == 6144 for s in systems)
-    # turn by turn: the six conversations in the same order every turn
-    assert systems[:6] == systems[6:12] == systems[30:]
+    assert len(reqs) == 56 and len(set(systems)) == 7  # odd: round robin cannot align
+    assert all(len(s) == 6149 and s.startswith("0001|") for s in systems)
+    # turn by turn: the seven conversations in the same order every turn
+    assert systems[:7] == systems[7:14] == systems[49:]
     assert all(8 <= n <= 48 for _, n in reqs)
+    # another target: the same lengths, in text no cache has seen
+    other = requests_for("prefix", random.Random(3), scale=1, salt="0002|")
+    assert [len(t) for t, _ in other] == [len(t) for t, _ in reqs]
+    assert not {t for t, _ in other} & {t for t, _ in reqs}
 
 
 def test_chat_workload_has_no_reuse_and_bounded_lengths() -> None:
