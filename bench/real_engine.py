@@ -15,20 +15,25 @@ from __future__ import annotations
 import asyncio
 import random
 import string
-import sys
 import time
-import urllib.request
+from collections import deque
 from pathlib import Path
 
 import aiohttp
 import numpy as np
-from gpuroute.bench.targets import BenchError, start_baseline
-from gpuroute.testbed.loopback import ROUTER_ON_LOOPBACK
+from gpuroute.bench.live import ENGINE_CPU, PROXY_CPU
+from gpuroute.bench.targets import BenchError, start_baseline, start_router
+from gpuroute.router.core.policies import resolve_policy_name
 from gpuroute.testbed.peer_routers import PEER_ROUTERS
-from gpuroute.testbed.ports import free_port
-from gpuroute.testbed.processes import Child, spawn, wait_http
-from gpuroute.testbed.real_vllm import HOW_TO_GET_VLLM, VllmOptions, start_vllm, vllm_python
-from prometheus_client.parser import text_string_to_metric_families
+from gpuroute.testbed.processes import Child, wait_http
+from gpuroute.testbed.real_vllm import (
+    HOW_TO_GET_VLLM,
+    SERVED_NAME,
+    VllmOptions,
+    engine_samples,
+    start_vllm,
+    vllm_python,
+)
 
 WORKLOADS = ("prefix", "chat")
 OURS = ("default", "round_robin")  # our default policy, and round robin as the floor
@@ -70,19 +75,6 @@ def requests_for(
     ]
 
 
-def engine_counters(engines: list[Child]) -> list[dict[str, float]]:
-    out = []
-    for e in engines:
-        with urllib.request.urlopen(e.url + "/metrics", timeout=10) as r:
-            text = r.read().decode()
-        values: dict[str, float] = {}
-        for family in text_string_to_metric_families(text):
-            for s in family.samples:
-                values[s.name] = values.get(s.name, 0.0) + s.value
-        out.append(values)
-    return out
-
-
 async def one(s: aiohttp.ClientSession, url: str, model: str, text: str, n: int):
     """(TTFT, ok) of one streamed request; TTFT at the first event that carries text."""
     body = {"model": model, "messages": [{"role": "user", "content": text}], "max_tokens": n,
@@ -103,12 +95,13 @@ async def one(s: aiohttp.ClientSession, url: str, model: str, text: str, n: int)
 
 
 async def drive(url: str, model: str, reqs: list[tuple[str, int]], concurrency: int):
-    queue = list(enumerate(reqs))
+    """Every request, `concurrency` at a time (closed loop), in order."""
+    queue = deque(enumerate(reqs))
     results: list[tuple[float | None, bool]] = [(None, False)] * len(reqs)
 
     async def worker(s: aiohttp.ClientSession) -> None:
         while queue:
-            i, (text, n) = queue.pop(0)
+            i, (text, n) = queue.popleft()
             results[i] = await one(s, url, model, text, n)
 
     timeout = aiohttp.ClientTimeout(total=600)
@@ -117,34 +110,27 @@ async def drive(url: str, model: str, reqs: list[tuple[str, int]], concurrency: 
     return results
 
 
-def start_target(target: str, engines: list[Child], workdir: Path, model: str) -> Child:
+def start_target(target: str, engines: list[Child], workdir: Path) -> Child:
+    """A peer router, or ours (as `bench live` starts it) with `target` as its policy."""
+    pairs = [("L4", e) for e in engines]
     if target in PEER_ROUTERS:
-        return start_baseline(target, workdir, [("L4", e) for e in engines], cpu=1)
-    port = free_port()
-    policy = "" if target == "default" else f'policy = "{target}"\n'
-    backends = "".join(
-        f'[[backends]]\nid = "vllm-{i}"\nurl = "{e.url}"\ngpu = "L4"\nmodels = ["{model}"]\n'
-        for i, e in enumerate(engines)
-    )
-    path = workdir / f"router-{target}.toml"
-    path.write_text(ROUTER_ON_LOOPBACK + policy + f"[listen]\nport = {port}\n" + backends)
-    cmd = [sys.executable, "-m", "gpuroute.cli", "router", "--config", str(path)]
-    return spawn(f"router-{target}", cmd, workdir, port, cpu=1)
+        return start_baseline(target, workdir, pairs, cpu=PROXY_CPU)
+    policy = resolve_policy_name(target)
+    return start_router(workdir, pairs, policy, cpu=PROXY_CPU, model=SERVED_NAME)
 
 
 def measure(
     target: str, workload: str, engines, workdir: Path, seed: int, scale: int, salt: str
 ) -> dict:
-    model = VllmOptions().served_name
     reqs = requests_for(workload, random.Random(seed), scale, salt)
-    proxy = start_target(target, engines, workdir, model)
+    proxy = start_target(target, engines, workdir)
     try:
         wait_http(proxy.url + "/v1/models", 60, proxy.proc, target)
-        before = engine_counters(engines)
+        before = [engine_samples(e.url) for e in engines]
         started = time.perf_counter()
-        results = asyncio.run(drive(proxy.url, model, reqs, concurrency=8))
+        results = asyncio.run(drive(proxy.url, SERVED_NAME, reqs, concurrency=8))
         elapsed = time.perf_counter() - started
-        after = engine_counters(engines)
+        after = [engine_samples(e.url) for e in engines]
     finally:
         proxy.stop()
     delta = [{k: a[k] - b.get(k, 0.0) for k in a} for a, b in zip(after, before, strict=True)]
@@ -174,7 +160,7 @@ def run_real_bench(
     if unknown or any(w not in WORKLOADS for w in workloads):
         known = ", ".join((*OURS, *PEER_ROUTERS))
         raise BenchError(f"targets: {known}; workloads: {', '.join(WORKLOADS)}")
-    options = VllmOptions(max_model_len=8192, cpu=0)
+    options = VllmOptions(max_model_len=8192, cpu=ENGINE_CPU)
     engines = [start_vllm(workdir, options) for _ in range(2)]
     rows = []
     try:

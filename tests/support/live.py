@@ -134,14 +134,32 @@ def fake_engines(*specs: tuple[str, float]) -> Iterator[list[FakeEngineProcess]]
             engine.stop()
 
 
-def router_toml(backends: list[tuple[str, str]], port: int = 0, **sections: str) -> str:
-    """A router config: backends as (url, gpu); extra TOML per section name."""
-    lines = [ROUTER_ON_LOOPBACK + "tick_s = 0.05", f"[listen]\nport = {port}"]
+def router_toml(
+    backends: list[tuple[str, str]],
+    port: int = 0,
+    *,
+    model: str = MODEL,
+    policy: str | None = None,
+    **sections: str,
+) -> str:
+    """A router config: backends as (url, gpu) serving `model`; the default policy unless
+    `policy`; extra TOML per section name."""
+    top = ROUTER_ON_LOOPBACK + "tick_s = 0.05" + (f'\npolicy = "{policy}"' if policy else "")
+    lines = [top, f"[listen]\nport = {port}"]
     for name, body in sections.items():
         lines.append(f"[{name}]\n{body}")
     for url, gpu in backends:
-        lines.append(f'[[backends]]\nurl = "{url}"\ngpu = "{gpu}"\nmodels = ["{MODEL}"]')
+        lines.append(f'[[backends]]\nurl = "{url}"\ngpu = "{gpu}"\nmodels = ["{model}"]')
     return "\n".join(lines) + "\n"
+
+
+def membership_toml(consul: str) -> str:
+    """A router that finds its engines through the Consul agent at `consul` (and their
+    agents' load streams)."""
+    return (
+        ROUTER_ON_LOOPBACK + "tick_s = 0.05\n[listen]\nport = 0\n"
+        f'[membership]\nconsul = "{consul}"\nwait_s = 5\n'
+    )
 
 
 def chat_body(text: str = "hello", *, stream: bool = False, max_tokens: int | None = 8) -> dict:
@@ -204,8 +222,18 @@ async def scripted_backend(handler):
         await runner.cleanup()
 
 
-def agent_toml(engine: FakeEngineProcess, consul: str, agent_id: str, **overrides: str) -> str:
-    """A node agent's config for `engine`, registering with the Consul agent at `consul`."""
+def agent_toml(
+    engine,
+    consul: str,
+    agent_id: str,
+    *,
+    model: str = MODEL,
+    gpu: str | None = None,
+    telemetry: str = "simulated",
+    **overrides: str,
+) -> str:
+    """A node agent's config for `engine` (its `url`; its `gpu` unless given), registering
+    with the Consul agent at `consul`."""
     top = {
         "id": f'"{agent_id}"',
         "drain_grace_s": overrides.pop("drain_grace_s", "0.5"),
@@ -213,8 +241,8 @@ def agent_toml(engine: FakeEngineProcess, consul: str, agent_id: str, **override
     }
     lines = [f"{k} = {v}" for k, v in top.items()]
     lines += [
-        f'[engine]\nurl = "{engine.url}"\nmodels = ["{MODEL}"]\ngpu = "{engine.gpu}"',
-        '[telemetry]\nsource = "simulated"\nhealth_interval_s = 0.2\ninterval_s = 0.1',
+        f'[engine]\nurl = "{engine.url}"\nmodels = ["{model}"]\ngpu = "{gpu or engine.gpu}"',
+        f'[telemetry]\nsource = "{telemetry}"\nhealth_interval_s = 0.2\ninterval_s = 0.1',
         f'[consul]\naddress = "{consul}"\nttl_s = 6',
         f"[load_stream]\nport = {free_port()}",
         f"[admin]\nport = {free_port()}",
