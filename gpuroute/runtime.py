@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import sys
 from collections.abc import Callable, Coroutine
@@ -27,6 +28,14 @@ def run(main: Coroutine[Any, Any, Any], *, fast_loop: bool = True) -> Any:
         else:
             return uvloop.run(main)
     return asyncio.run(main)
+
+
+def freeze_startup_heap() -> None:
+    """Move what start-up built (modules, config, tables, clients) out of the collector's
+    reach. A full collection otherwise walks all of it: a 20 ms stall every few seconds
+    under load on a 2-core VM, the whole of the router's p99 at 32 connections."""
+    gc.collect()
+    gc.freeze()
 
 
 def run_from_config(

@@ -16,6 +16,7 @@ from gpuroute.http_errors import answer_parse_errors_as_openai
 from gpuroute.listener import ConnectionCap, GuardedSite
 from gpuroute.openai_api import healthz
 from gpuroute.relay import SERVER_NAME
+from gpuroute.runtime import freeze_startup_heap
 from gpuroute.tls import server_context
 
 log = logging.getLogger("gpuroute.serving")
@@ -127,6 +128,7 @@ class DrainingServer:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)
         await self.start()
+        freeze_startup_heap()
         listen = self.servable.config.listen
         print(f"gpuroute {self.name} listening on http://{listen.host}:{self.port}", flush=True)
         await self.stopping.wait()
