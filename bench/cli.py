@@ -95,6 +95,18 @@ def _overhead_arguments(over: argparse.ArgumentParser) -> None:
     )
 
 
+def _stream_arguments(stream: argparse.ArgumentParser) -> None:
+    stream.add_argument(
+        "--targets",
+        default="gpuroute,haproxy,nginx,smg-cache-aware,vllm-router-cache-aware",
+        help="comma list: gpuroute, haproxy, nginx, and the peer routers (make peer-routers)",
+    )
+    stream.add_argument("--streams", default="1,100,1000", help="comma list of stream counts")
+    stream.add_argument("--tokens", type=int, default=64, help="tokens (events) per stream")
+    stream.add_argument("--token-interval-ms", type=float, default=50.0)
+    stream.add_argument("--rounds", type=int, default=1, help="visits to each target (medians)")
+
+
 def _replicas_arguments(reps: argparse.ArgumentParser) -> None:
     reps.add_argument("--replicas", type=int, default=4)
     reps.add_argument("--engines", default="H100:2,A100:4,L4:4")
@@ -156,6 +168,7 @@ def _real_arguments(real: argparse.ArgumentParser) -> None:
 BENCHES = (
     Bench("live", "replay a trace through our router and the baselines", _live_arguments),
     Bench("overhead", "added latency and throughput of each proxy", _overhead_arguments),
+    Bench("stream", "token events each proxy relays per core, and what it adds", _stream_arguments),
     Bench(
         "replicas",
         "router replicas over a Consul-discovered fleet: shared vs independent",

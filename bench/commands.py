@@ -166,6 +166,25 @@ def _overhead(args: argparse.Namespace, console: Console) -> Report:
     return report
 
 
+def _stream(args: argparse.Namespace, console: Console) -> Report:
+    from gpuroute.bench.stream import STREAM_COLUMNS, run_stream_bench
+    from gpuroute.bench.tables import print_table
+
+    try:
+        counts = [int(n) for n in args.streams.split(",")]
+    except ValueError:
+        raise BenchError(
+            f"--streams: expected a comma list of numbers, got {args.streams!r}"
+        ) from None
+    if min(counts) < 1 or args.tokens < 2 or args.rounds < 1 or args.token_interval_ms <= 0:
+        raise BenchError("need --streams >= 1, --tokens >= 2, --rounds >= 1, an interval > 0")
+    targets = [t for t in args.targets.split(",") if t]
+    report = run_stream_bench(targets, counts, args.tokens, args.token_interval_ms, args.rounds)
+    title = f"stream relay: {args.tokens} tokens per stream, one per event, every "
+    print_table(console, title + f"{args.token_interval_ms:g} ms", report["rows"], STREAM_COLUMNS)
+    return report
+
+
 def _replicas(args: argparse.Namespace, console: Console) -> Report:
     from gpuroute.bench.live import LiveBenchSpec, parse_engines
     from gpuroute.bench.replicas import run_replicas_bench
@@ -280,6 +299,7 @@ def _real(args: argparse.Namespace, console: Console) -> Report:
 RUNS: dict[str, Callable[[argparse.Namespace, Console], Report]] = {
     "live": _live,
     "overhead": _overhead,
+    "stream": _stream,
     "replicas": _replicas,
     "tenants": _tenants,
     "global": _global,

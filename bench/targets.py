@@ -36,13 +36,19 @@ def router_config(
     extra: str = "",
     max_inflight: dict[str, int] | None = None,
     model: str = "llama-3.1-8b",
+    workers: int = 1,
 ) -> str:
     """`max_inflight`: per GPU type, the requests one router lets each engine hold before it
     queues the rest itself (the router's default, 256, otherwise); `model`: what the
-    engines serve (the fake engine's default, or a real engine's served name)."""
+    engines serve (the fake engine's default, or a real engine's served name); `workers`:
+    processes (their admin listener then gets a port of its own)."""
     # The baselines wait 900 s for a backend; so do we (long non-streamed answers on slow
     # engines at a time scale can exceed the router's 120 s default before their first byte).
-    lines = [ROUTER_ON_LOOPBACK + f'policy = "{policy}"', extra, "[listen]", f"port = {port}"]
+    head = ROUTER_ON_LOOPBACK
+    if workers > 1:
+        head = head.replace("admin_on_public_listener = true\n", "")
+        extra += f"\n[workers]\ncount = {workers}\n[admin_listen]\nport = {free_port()}\n"
+    lines = [head + f'policy = "{policy}"', extra, "[listen]", f"port = {port}"]
     # one load generator on one address opens as many connections as it has requests out
     lines += ["[limits]", "first_byte_timeout_s = 900.0", "max_connections_per_ip = 65536"]
     for gpu, child in engines:
@@ -67,11 +73,12 @@ def start_router(
     name: str | None = None,
     max_inflight: dict[str, int] | None = None,
     model: str = "llama-3.1-8b",
+    workers: int = 1,
 ) -> Child:
     port = free_port()
     name = name or f"router-{policy}"
     path = workdir / f"{name}.toml"
-    path.write_text(router_config(engines, port, policy, extra, max_inflight, model))
+    path.write_text(router_config(engines, port, policy, extra, max_inflight, model, workers))
     cmd = [sys.executable, "-m", "gpuroute.cli", "router", "--config", str(path)]
     return spawn(name, cmd, workdir, port, cpu=cpu)
 

@@ -87,8 +87,11 @@ class GuardedSite(web.TCPSite):
         cap: ConnectionCap,
         ssl_context: ssl.SSLContext | None = None,
         backlog: int = 1024,
+        reuse_port: bool = False,
     ) -> None:
-        super().__init__(runner, host, port, ssl_context=ssl_context, backlog=backlog)
+        super().__init__(
+            runner, host, port, ssl_context=ssl_context, backlog=backlog, reuse_port=reuse_port
+        )
         self.cap = cap
 
     async def start(self) -> None:
@@ -98,6 +101,11 @@ class GuardedSite(web.TCPSite):
         factory: Callable[[], asyncio.Protocol] = lambda: _CappedProtocol(server(), self.cap)  # noqa: E731
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            factory, self._host, self._port, ssl=self._ssl_context, backlog=self._backlog
+            factory,
+            self._host,
+            self._port,
+            ssl=self._ssl_context,
+            backlog=self._backlog,
+            reuse_port=self._reuse_port,
         )
         self._bound_port = self._server.sockets[0].getsockname()[1]

@@ -116,6 +116,9 @@ async def relay_body(
     an SSE error event on a stream, else a connection closed without the final chunk."""
     tally = ResponseTally()
     streamed = upstream.headers.get("content-type", "").startswith("text/event-stream")
+    whole = not streamed and upstream.content.at_eof()
+    if whole:  # the whole answer is here: one write with a Content-Length, not chunks
+        response.content_length = len(first)
     try:
         await response.prepare(request)
         if first:
@@ -125,6 +128,8 @@ async def relay_body(
     if on_first_write is not None:
         on_first_write()
     tally.add(first)
+    if whole:
+        return await _end(request, response, tally, streamed)
     watch = None if idle_timeout_s is None else IdleWatch(upstream.content, idle_timeout_s)
     try:
         ended = await _relay_chunks(
@@ -135,6 +140,12 @@ async def relay_body(
             watch.stop()
     if ended is not None:
         return ended
+    return await _end(request, response, tally, streamed)
+
+
+async def _end(
+    request: web.Request, response: web.StreamResponse, tally: ResponseTally, streamed: bool
+) -> Relayed:
     try:
         await response.write_eof()
     except ConnectionError:

@@ -21,12 +21,14 @@ def stdout_console() -> Console:
 
 
 def print_table(console: Console, title: str, rows: Sequence[dict], columns: Columns) -> None:
-    """A table of `rows` (dicts); the first column (the name) left-aligned, numbers right."""
+    """A table of `rows` (dicts); the first column (the name) left-aligned, numbers right;
+    a missing value (None) as a dash."""
     table = Table(title=title, title_justify="left")
     for i, (_, header, _) in enumerate(columns):
         table.add_column(header, justify="left" if i == 0 else "right")
     for row in rows:
-        table.add_row(*(fmt.format(row[key]) for key, _, fmt in columns))
+        cells = (("—" if row.get(key) is None else fmt.format(row[key])) for key, _, fmt in columns)
+        table.add_row(*cells)
     console.print(table)
 
 

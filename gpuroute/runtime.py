@@ -62,11 +62,11 @@ def run_from_config(
         print(f"gpuroute {name}: error: {path}: {exc}", file=sys.stderr)
         return 2
     try:
-        run(main, fast_loop=fast_loop)
+        code = run(main, fast_loop=fast_loop)
     except OSError as exc:
         print(f"gpuroute {name}: error: {exc}", file=sys.stderr)
         return 1
-    return 0
+    return code if isinstance(code, int) else 0  # a supervisor's exit status
 
 
 class BackgroundLoop:

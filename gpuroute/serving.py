@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -46,9 +48,20 @@ class Servable(Protocol):
     def listening(self, port: int, admin_port: int | None) -> None: ...
 
 
+@dataclass(frozen=True)
+class WorkerSockets:
+    """How one of several worker processes listens: the public port shared with its
+    siblings (SO_REUSEPORT: the kernel spreads connections), its admin app on a private
+    Unix socket that the parent gathers into one admin listener, and its part of the
+    per-address connection cap."""
+
+    admin_socket: Path
+    workers: int
+
+
 class DrainingServer:
-    def __init__(self, app: Servable, name: str) -> None:
-        self.servable, self.name = app, name
+    def __init__(self, app: Servable, name: str, worker: WorkerSockets | None = None) -> None:
+        self.servable, self.name, self.worker = app, name, worker
         config = app.config
         # certificates are loaded here, before anything starts: a bad file is a config error
         self.tls = server_context(config.listen.tls, "listen.tls")
@@ -65,7 +78,9 @@ class DrainingServer:
 
     @property
     def admin_port(self) -> int | None:
-        return None if self.admin_runner is None else self.admin_runner.addresses[0][1]
+        if self.admin_runner is None or self.worker is not None:
+            return None
+        return self.admin_runner.addresses[0][1]
 
     async def start(self) -> None:
         config = self.servable.config
@@ -80,15 +95,21 @@ class DrainingServer:
         )
         await self.runner.setup()
         answer_parse_errors_as_openai(self.runner)
+        workers = 1 if self.worker is None else self.worker.workers
         self.site = GuardedSite(
             self.runner,
             listen.host,
             listen.port,
-            cap=ConnectionCap(limits.max_connections_per_ip),
+            cap=ConnectionCap(max(1, limits.max_connections_per_ip // workers)),
             ssl_context=self.tls,
+            reuse_port=self.worker is not None,
         )
         await self.site.start()
-        if not config.admin_on_public_listener:
+        if self.worker is not None:
+            self.admin_runner = web.AppRunner(self.admin_app(), access_log=None)
+            await self.admin_runner.setup()
+            await web.UnixSite(self.admin_runner, str(self.worker.admin_socket)).start()
+        elif not config.admin_on_public_listener:
             admin = config.admin_listen
             self.admin_runner = web.AppRunner(self.admin_app(), access_log=None)
             await self.admin_runner.setup()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 from gpuroute.router.core.policies import DEFAULT_POLICY, POLICIES
@@ -255,6 +255,19 @@ class RedisConfig(StrictModel):
     session_ttl_s: float = Field(default=1800.0, ge=0)  # session -> backend memory (0 = off)
 
 
+class WorkersConfig(StrictModel):
+    # processes serving the public port together (SO_REUSEPORT); "auto": one per usable core
+    count: int | Literal["auto"] = Field(default=1)
+    share_interval_s: float = Field(default=0.02, gt=0)  # outstanding work between them
+
+    @field_validator("count")
+    @classmethod
+    def _positive(cls, count: int | str) -> int | str:
+        if isinstance(count, int) and not 1 <= count <= 256:
+            raise ValueError('expected 1 to 256, or "auto"')
+        return count
+
+
 class RouterConfig(StrictModel):
     listen: ListenConfig = ListenConfig()
     # /metrics and /admin/* (which show the fleet's topology) live on this listener, by
@@ -289,11 +302,17 @@ class RouterConfig(StrictModel):
     region: RegionConfig = RegionConfig()
     auth: AuthConfig = AuthConfig()
     redis: RedisConfig = RedisConfig()
+    workers: WorkersConfig = WorkersConfig()
     backends: list[BackendConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _admin_placement(self) -> RouterConfig:
         admin_placement(self.listen, self.admin_on_public_listener)
+        if self.workers.count != 1 and self.admin_on_public_listener:
+            raise ValueError(
+                "workers.count: several workers need admin_listen (on the public listener "
+                "/metrics would show whichever worker took the connection)"
+            )
         return self
 
     @field_validator("passthrough_paths")

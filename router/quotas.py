@@ -106,12 +106,21 @@ class Quotas:
         clock,
         on_mode: Callable[[bool], None],
         region: RegionConfig | None = None,
+        workers: int = 1,
     ) -> Quotas:
+        """`workers`: processes of one router, each enforcing its part of every local limit
+        (in-flight caps, and the quota buckets when Redis does not hold them), so together
+        they never allow more than the key's limit."""
         place = (region or RegionConfig()).place
+
+        def part(cap: int | None) -> int | None:
+            return None if cap is None else max(1, cap // workers)
+
         keys = {
             k.sha256: KeyPolicy(
                 k.tenant, k.priority, k.requests_per_minute, k.tokens_per_minute,
-                frozenset(k.residency) if k.residency is not None else None, k.max_in_flight,
+                frozenset(k.residency) if k.residency is not None else None,
+                part(k.max_in_flight),
                 k.slo_class,
             )
             for k in auth.keys
@@ -119,12 +128,12 @@ class Quotas:
         a = auth.anonymous
         anonymous = KeyPolicy(
             ANONYMOUS, a.priority, a.requests_per_minute, a.tokens_per_minute,
-            max_in_flight=a.max_in_flight, slo_class=a.slo_class,
+            max_in_flight=part(a.max_in_flight), slo_class=a.slo_class,
         )  # fmt: skip
         return cls(
             keys, required=auth.keys_required, anonymous=anonymous, redis=client,
             prefix=redis.prefix,
-            timeout_s=redis.timeout_s, local_fraction=redis.local_fraction,
+            timeout_s=redis.timeout_s, local_fraction=redis.local_fraction / workers,
             retry_s=redis.retry_s, clock=clock, on_mode=on_mode, place=place,
         )  # fmt: skip
 

@@ -1,7 +1,7 @@
 """The regional router process: build everything from config, serve, drain on SIGTERM.
 
-Config/Server split as in uvicorn: `RouterServer` owns the sockets and the lifecycle; the
-application (routes, proxy, admin) is built from a validated `RouterConfig`."""
+Config/Server split as in uvicorn: `RouterServer` (router/process.py) owns the sockets and
+the lifecycle; the application (routes, proxy, admin) is built from a validated `RouterConfig`."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import time
 import aiohttp
 from aiohttp import web
 from gpuroute.router.admission_gate import AdmissionGate
-from gpuroute.router.config import RouterConfig, load_router_config
+from gpuroute.router.config import RouterConfig
 from gpuroute.router.core.backend import ROUTABLE_STATES, Backend, BackendSet
 from gpuroute.router.core.breaker import BreakerSettings
 from gpuroute.router.core.cost import CostEstimator
@@ -40,23 +40,23 @@ from gpuroute.router.region_report import RegionReportService, start_region_serv
 from gpuroute.router.registration import RouterRegistration, router_service
 from gpuroute.router.residency_gate import ResidencyGate
 from gpuroute.router.sessions import SessionStore
-from gpuroute.router.shared_load import SharedLoad
+from gpuroute.router.shared_load import RedisBoard, SharedLoad
 from gpuroute.router.slo_gate import SloGate
 from gpuroute.router.tenant_gate import TenantGate
 from gpuroute.router.watch import BackendWatch
+from gpuroute.router.worker_board import MemoryBoard
+from gpuroute.router.workers import WorkerRole
 
-from gpuroute import runtime
 from gpuroute.config import ConfigError
 from gpuroute.grpc_server import server_credentials
 from gpuroute.openai_api import OPENAI_ROUTES, error_response, healthz, models_response, not_found
 from gpuroute.secrets import read_secret
-from gpuroute.serving import DrainingServer
 from gpuroute.tls import client_context
 
 log = logging.getLogger("gpuroute.router")
 
 
-def build_scheduler(config: RouterConfig, priors) -> Scheduler:
+def build_scheduler(config: RouterConfig, priors, workers: int = 1) -> Scheduler:
     backends = BackendSet()
     for b in config.backends:
         if b.gpu not in priors:
@@ -73,7 +73,7 @@ def build_scheduler(config: RouterConfig, priors) -> Scheduler:
     )
     costs = {gpu: p.cost for gpu, p in priors.items()}
     estimator = CostEstimator(costs, exact_max_tokens=config.slo.max_tokens_is_output)
-    sharing = config.redis.configured and config.redis.share_load
+    sharing = (config.redis.configured and config.redis.share_load) or workers > 1
     slo = config.slo
     options = PolicyOptions(
         pick_among=config.redis.pick_among if sharing else 1,
@@ -90,12 +90,20 @@ class RouterApp:
     """Routes, proxy and admin endpoints of one router: the one place its parts are built
     and wired together."""
 
-    def __init__(self, config: RouterConfig, *, rng: random.Random | None = None) -> None:
-        self.config = config
+    def __init__(
+        self,
+        config: RouterConfig,
+        *,
+        rng: random.Random | None = None,
+        role: WorkerRole | None = None,
+    ) -> None:
+        self.config, self.role = config, role
+        self.workers, self.role_index = (1, 0) if role is None else (role.count, role.index)
+        self.reports = self.role_index == 0  # one worker reports the region for all
         self.clock = time.monotonic
         rng = rng or random.Random()
         self.priors = engine_priors(config.model_shape)
-        self.scheduler = build_scheduler(config, self.priors)
+        self.scheduler = build_scheduler(config, self.priors, self.workers)
         self.metrics = RouterMetrics()
         self.metrics.watch_backends(
             self.scheduler.backends, self.scheduler.health, self.scheduler.latency
@@ -149,6 +157,7 @@ class RouterApp:
             self.clock,
             lambda shared: self.metrics.quota_shared.set(shared),
             config.region,
+            workers=self.workers,
         )
         self.metrics.quota_shared.set(float(quotas.shared))
         return quotas
@@ -186,20 +195,27 @@ class RouterApp:
             on_join=self._joined,
             on_remove=self._removed,
             clock=self.clock,
-            router_id=f"{socket.gethostname()}:{self.config.listen.port}",
+            router_id=f"{socket.gethostname()}:{self.config.listen.port}/{self.role_index}",
         )
         self.watch.lost = membership.lost
         return membership
 
     def _shared_load(self) -> SharedLoad | None:
-        redis = self.config.redis
-        if self.redis is None or not redis.share_load:
+        """Through Redis when it is configured (every worker of every replica is a peer),
+        else between this router's workers through shared memory, else none."""
+        redis, role = self.config.redis, self.role
+        if self.redis is not None and redis.share_load:
+            board = RedisBoard(self.redis, prefix=redis.prefix, interval_s=redis.publish_interval_s)
+            interval = redis.publish_interval_s
+        elif role is not None and role.count > 1:
+            board = MemoryBoard(role.board_path, role.index, role.count)
+            interval = self.config.workers.share_interval_s
+        else:
             return None
         return SharedLoad(
-            self.redis,
+            board,
             lambda: self.scheduler.backends,
-            prefix=redis.prefix,
-            interval_s=redis.publish_interval_s,
+            interval_s=interval,
             on_health=lambda ok: self.metrics.shared_load_healthy.set(float(ok)),
         )
 
@@ -248,7 +264,7 @@ class RouterApp:
 
     async def _startup(self, _app: web.Application) -> None:
         await self.forwarder.start(self.config.limits)
-        if (listen := self.config.region.report_listen) is not None:
+        if (listen := self.config.region.report_listen) is not None and self.reports:
             service = RegionReportService(
                 self.config.region.name,
                 self.region_summary,
@@ -382,16 +398,3 @@ class RouterApp:
                 else round(self.clock() - m.last_sync, 3),
             }
         return web.json_response(body)
-
-
-class RouterServer(DrainingServer):
-    """Listen, serve, and on SIGTERM/SIGINT drain: stop accepting, finish streams, exit."""
-
-    def __init__(self, router: RouterApp) -> None:
-        super().__init__(router, "router")
-
-
-def run_router(path: str) -> int:
-    return runtime.run_from_config(
-        "router", path, load_router_config, lambda c: RouterServer(RouterApp(c)).serve()
-    )

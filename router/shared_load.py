@@ -1,11 +1,12 @@
 """Router replicas share their outstanding work through Redis, so replicas that each see
 only their own traffic stop herding onto the same "least loaded" backend.
 
-Every `publish_interval_s` a replica writes its per-backend outstanding work (msgpack, one
-key per replica with a TTL of a few intervals, so a dead replica's share expires by itself)
-and reads its live peers' keys. The sum of the peers' work lands in each backend's `shared`
-slot, which least outstanding work adds to the replica's own ledger. Redis trouble: the
-shares are dropped after their TTL and the ledger (plus agent reports) decides alone."""
+Every `publish_interval_s` a replica writes its per-backend outstanding work (msgpack) to a
+board and reads its live peers': Redis between replicas (`RedisBoard`), or shared memory
+between the worker processes of one router (`worker_board.MemoryBoard`). The sum of the
+peers' work lands in each backend's `shared` slot, which least outstanding work adds to the
+replica's own ledger. Board trouble: the shares are dropped and the ledger (plus agent
+reports) decides alone."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from typing import Protocol
 
 import msgpack
 import redis.asyncio as aioredis
@@ -45,26 +47,66 @@ def merge_peer_loads(
     return total
 
 
-class SharedLoad:
+class RedisBoard:
+    """Replicas on any host: one key per replica with a TTL of a few intervals (a dead
+    replica's share expires by itself), and a sorted set of the live ones."""
+
     def __init__(
         self,
         redis: aioredis.Redis,
-        backends: Callable[[], Iterable[Backend]],
         *,
         prefix: str = "gpuroute",
         interval_s: float = 0.1,
         replica_id: str | None = None,
-        on_health: Callable[[bool], None] = lambda ok: None,
     ) -> None:
         self.redis = redis  # owned (and closed) by whoever built it
-        self.backends = backends
-        self.prefix, self.interval_s = prefix, interval_s
+        self.prefix = prefix
         self.ttl_ms = max(int(interval_s * 5 * 1000), 200)
         self.replica_id = replica_id or uuid.uuid4().hex[:12]
+        self.peers = 0
+
+    async def exchange(self, mine: bytes) -> list[bytes | None]:
+        now_ms = int(time.time() * 1000)
+        members = f"{self.prefix}:replicas"
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.set(f"{self.prefix}:load:{self.replica_id}", mine, px=self.ttl_ms)
+            pipe.zadd(members, {self.replica_id: now_ms})
+            pipe.zremrangebyscore(members, 0, now_ms - 10 * self.ttl_ms)
+            pipe.zrangebyscore(members, now_ms - self.ttl_ms, "+inf")
+            *_, alive = await pipe.execute()
+        peers = [p.decode() if isinstance(p, bytes) else p for p in alive]
+        peers = [p for p in peers if p != self.replica_id]
+        self.peers = len(peers)
+        return await self.redis.mget([f"{self.prefix}:load:{p}" for p in peers]) if peers else []
+
+
+class LoadBoard(Protocol):
+    """Where peers meet: publish this one's work, get the live peers' (msgpack blobs)."""
+
+    peers: int
+
+    async def exchange(self, mine: bytes) -> list[bytes | None]: ...
+
+
+class SharedLoad:
+    def __init__(
+        self,
+        board: LoadBoard,
+        backends: Callable[[], Iterable[Backend]],
+        *,
+        interval_s: float = 0.1,
+        on_health: Callable[[bool], None] = lambda ok: None,
+    ) -> None:
+        self.board = board
+        self.backends = backends
+        self.interval_s = interval_s
         self.on_health = on_health
         self.healthy = False
-        self.peers = 0
         self._loop_task = BackgroundLoop()
+
+    @property
+    def peers(self) -> int:
+        return self.board.peers
 
     def start(self) -> None:
         self._loop_task.start(self._loop())
@@ -77,9 +119,9 @@ class SharedLoad:
             try:
                 await self.sync()
                 self._health(True)
-            except (RedisError, OSError, TimeoutError) as exc:
+            except (RedisError, OSError, TimeoutError, ValueError) as exc:
                 if self.healthy:
-                    log.warning("shared load: Redis unavailable (%s); ledger alone", exc)
+                    log.warning("shared load unavailable (%s); ledger alone", exc)
                 self._health(False)
                 for b in self.backends():
                     b.shared = 0.0
@@ -88,18 +130,7 @@ class SharedLoad:
     async def sync(self) -> None:
         backends = list(self.backends())
         mine = {b.backend_id: round(b.outstanding, 4) for b in backends if b.outstanding > 0}
-        now_ms = int(time.time() * 1000)
-        members = f"{self.prefix}:replicas"
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.set(f"{self.prefix}:load:{self.replica_id}", msgpack.packb(mine), px=self.ttl_ms)
-            pipe.zadd(members, {self.replica_id: now_ms})
-            pipe.zremrangebyscore(members, 0, now_ms - 10 * self.ttl_ms)
-            pipe.zrangebyscore(members, now_ms - self.ttl_ms, "+inf")
-            *_, alive = await pipe.execute()
-        peers = [p.decode() if isinstance(p, bytes) else p for p in alive]
-        peers = [p for p in peers if p != self.replica_id]
-        self.peers = len(peers)
-        blobs = await self.redis.mget([f"{self.prefix}:load:{p}" for p in peers]) if peers else []
+        blobs = await self.board.exchange(msgpack.packb(mine))
         totals = merge_peer_loads(blobs, backends)
         for b in backends:
             b.shared = totals.get(b.backend_id, 0.0)

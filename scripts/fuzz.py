@@ -119,7 +119,8 @@ def fuzz_parsers(examples: int) -> dict:
 async def fuzz_live(requests: int, seed: int) -> dict:
     """Random bodies and headers at a router in front of a fake engine."""
     import aiohttp
-    from gpuroute.router.server import RouterApp, RouterServer
+    from gpuroute.router.process import RouterServer
+    from gpuroute.router.server import RouterApp
     from gpuroute.testbed.fake_engine import FakeEngine  # noqa: F401 (the engine is a child)
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))

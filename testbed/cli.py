@@ -20,6 +20,11 @@ def register(sub) -> None:
     )
     fake.add_argument("--default-output-tokens", type=int, default=128)
     fake.add_argument("--stream-interval-ms", type=float, default=20.0)
+    fake.add_argument(
+        "--token-interval-ms",
+        type=float,
+        help="one token per SSE event, this far apart (relay benchmarks)",
+    )
     fake.add_argument("--seed", type=int, default=0)
     fake.set_defaults(run=_run)
 
@@ -37,6 +42,9 @@ def _run(args: argparse.Namespace) -> int:
             time_scale=args.time_scale,
             default_output_tokens=args.default_output_tokens,
             stream_interval_s=args.stream_interval_ms / 1000,
+            token_interval_s=None
+            if args.token_interval_ms is None
+            else args.token_interval_ms / 1000,
             seed=args.seed,
         )
     except ValueError as exc:

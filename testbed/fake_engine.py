@@ -45,6 +45,8 @@ class FakeEngineConfig:
     time_scale: float = 1.0  # >1 runs the engine that many times slower than the GPU
     default_output_tokens: int = 128
     stream_interval_s: float = 0.02  # at most one SSE chunk per stream per interval
+    # relay benchmarks: one token per SSE event, this far apart, whatever the model says
+    token_interval_s: float | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -305,18 +307,10 @@ class FakeEngine:
             if kind == "chat":
                 role = {"role": "assistant", "content": ""}
                 await response.write(sse_event(payloads.chat_chunk(rid, created, name, role)))
-            sent = 0
-            while True:
-                await self.faults.resumed.wait()
-                done = live.done.done()
-                n = output if done else min(engine.tokens_generated(live), output - 1)
-                if n > sent:
-                    await response.write(chunk(n - sent))
-                    sent = n
-                if done:
-                    break
-                interval = max(engine.model.step, self.config.stream_interval_s)
-                await asyncio.wait((live.done,), timeout=interval)
+            if self.config.token_interval_s is None:
+                await self._stream_as_generated(response, chunk, live, output)
+            else:
+                await self._stream_paced(response, chunk, output)
             await response.write(chunk(0, finish))
             if include_usage:
                 obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
@@ -331,6 +325,30 @@ class FakeEngine:
             self.finished["abort"] += 1
             raise
         return response
+
+
+    async def _stream_as_generated(self, response, chunk, live, output: int) -> None:
+        """What the simulated GPU has generated, at most one chunk per stream interval."""
+        engine, sent = self.engine, 0
+        while True:
+            await self.faults.resumed.wait()
+            done = live.done.done()
+            n = output if done else min(engine.tokens_generated(live), output - 1)
+            if n > sent:
+                await response.write(chunk(n - sent))
+                sent = n
+            if done:
+                return
+            interval = max(engine.model.step, self.config.stream_interval_s)
+            await asyncio.wait((live.done,), timeout=interval)
+
+    async def _stream_paced(self, response, chunk, output: int) -> None:
+        """One token per event, `token_interval_s` apart (a relay benchmark's source)."""
+        interval = self.config.token_interval_s
+        for i in range(output):
+            await response.write(chunk(1))
+            if i + 1 < output:
+                await asyncio.sleep(interval)  # the pace of the stream, not a synchronisation
 
 
 def run_fake_engine(config: FakeEngineConfig) -> None:

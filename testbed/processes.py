@@ -112,13 +112,20 @@ def spawn(
 
 
 def start_engine(
-    workdir: Path, index: int, gpu: str, *, time_scale: float, stream_interval_ms: float, cpu=None
+    workdir: Path,
+    index: int,
+    gpu: str,
+    *,
+    time_scale: float,
+    stream_interval_ms: float,
+    cpu=None,
+    extra: tuple[str, ...] = (),
 ) -> Child:
     port = free_port()
     cmd = [
         sys.executable, "-m", "gpuroute.cli", "fake-engine", "--gpu", gpu, "--port", str(port),
         "--time-scale", str(time_scale), "--stream-interval-ms", str(stream_interval_ms),
-        "--seed", str(index),
+        "--seed", str(index), *extra,
     ]  # fmt: skip
     return spawn(f"engine-{index}-{gpu}", cmd, workdir, port, cpu=cpu)
 

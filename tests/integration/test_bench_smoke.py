@@ -155,3 +155,18 @@ def test_tenants_bench_inputs_are_checked() -> None:
     ):
         with pytest.raises(BenchError, match=message):
             tenants_spec(argparse.Namespace(**(good | change)), ["H100"])
+
+
+def test_stream_bench_relays_every_paced_token_through_each_proxy() -> None:
+    from gpuroute.bench.stream import run_stream_bench
+
+    if not have("haproxy"):
+        pytest.skip("haproxy is not installed (make bench-deps)")
+    report = run_stream_bench(["gpuroute", "haproxy"], [1, 8], tokens=5, interval_ms=20, rounds=1)
+    rows = {(r["target"], r["streams"]): r for r in report["rows"]}
+    assert set(rows) == {(t, n) for t in ("direct", "gpuroute", "haproxy") for n in (1, 8)}
+    for row in rows.values():
+        assert (row["completed"], row["failed"]) == (row["streams"], 0)
+        assert row["events"] == row["streams"] * 6  # five tokens, one finish event each
+        assert 15 < row["itl_p50_ms"] < 200  # paced: one token every 20 ms
+    assert rows[("direct", 8)]["added_itl_p99_ms"] == 0.0

@@ -10,7 +10,7 @@ import msgpack
 import pytest
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.policies.least_outstanding_work import LeastOutstandingWork
-from gpuroute.router.shared_load import SharedLoad, merge_peer_loads
+from gpuroute.router.shared_load import RedisBoard, SharedLoad, merge_peer_loads
 from support.helpers import backends, context
 from support.redis_server import client
 
@@ -44,8 +44,8 @@ async def test_each_replica_sees_the_others_work_and_drops_it_when_redis_goes(re
     mine[0].outstanding, theirs[1].outstanding = 5.0, 2.5
     health: list[bool] = []
     clients = [client(redis.url), client(redis.url)]  # one per replica, as routers have
-    a = SharedLoad(clients[0], lambda: mine, interval_s=0.05, on_health=health.append)
-    b = SharedLoad(clients[1], lambda: theirs, interval_s=0.05)
+    a = SharedLoad(RedisBoard(clients[0]), lambda: mine, interval_s=0.05, on_health=health.append)
+    b = SharedLoad(RedisBoard(clients[1]), lambda: theirs, interval_s=0.05)
     try:
         await a.sync()
         await b.sync()

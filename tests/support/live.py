@@ -191,7 +191,8 @@ async def router_server(config_text: str, tmp_dir, *, seed: int = 0):
     import random
 
     from gpuroute.router.config import load_router_config
-    from gpuroute.router.server import RouterApp, RouterServer
+    from gpuroute.router.process import RouterServer
+    from gpuroute.router.server import RouterApp
 
     path = tmp_dir / "router.toml"
     path.write_text(config_text)

@@ -36,6 +36,12 @@ def test_example_config_matches_the_defaults_and_builds_a_router() -> None:
         ("[retry]\nbudget_ratio = 2\n" + BACKEND, "retry.budget_ratio", "less than or equal to 1"),
         ('[admission]\ndefault_priority = "vip"\n' + BACKEND, "admission", "unknown priority"),
         ("[limits]\nmax_body = 1\n" + BACKEND, "limits.max_body", "Extra inputs"),
+        ("[workers]\ncount = 0\n" + BACKEND, "workers.count", "1 to 256"),
+        (
+            "admin_on_public_listener = true\n[workers]\ncount = 2\n" + BACKEND,
+            "workers.count",
+            "need admin_listen",
+        ),
         ("[slo]\ngpu_prices = { B300 = 3.0 }\n" + BACKEND, "slo.gpu_prices", "unknown GPU type"),
         ('[slo]\ndefault_class = "gold"\n' + BACKEND, "slo", "default_class 'gold'"),
         ("[slo]\nprior_scale = 0\n" + BACKEND, "slo.prior_scale", "greater than 0"),

@@ -1,0 +1,193 @@
+"""`gpuroute bench stream`: how many token events each proxy relays per core, and what it
+adds between tokens.
+
+One fake engine sends one token per SSE event, `--token-interval-ms` apart, its model time
+scaled to nothing; N streams (1, 100, 1,000 by default) run directly and through each proxy
+in turn. The engine and this load generator share CPU 0; the proxy under test has CPU 1 to
+itself. Its CPU time over the run gives events relayed per proxy core-second, the measure
+that does not depend on how fast the generator could push; its resident memory while every
+stream is open gives memory per stream. Latencies are compared with the direct run at the
+same N, so what the machine adds to every target cancels out."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import tempfile
+from pathlib import Path
+
+from gpuroute.bench.stream_client import StreamsResult, run_streams
+from gpuroute.bench.targets import BenchError, start_baseline, start_router
+from gpuroute.testbed.peer_routers import peer_routers_bin
+from gpuroute.testbed.processes import Child, require, start_engine, wait_http
+
+ENGINE_CPU, PROXY_CPU = 0, 1
+MODEL = "llama-3.1-8b"
+DEFAULT_TARGETS = ("gpuroute", "haproxy", "nginx", "smg-cache-aware", "vllm-router-cache-aware")
+STREAM_COLUMNS = (
+    ("target", "target", "{}"),
+    ("streams", "streams", "{:,}"),
+    ("failed", "failed", "{}"),
+    ("events_per_s", "events/s", "{:,.0f}"),
+    ("proxy_cores", "proxy CPU", "{:.2f}"),
+    ("events_per_core_s", "events/core-s", "{:,.0f}"),
+    ("vs_smg", "÷ SMG", "{:.2f}"),
+    ("itl_p50_ms", "ITL p50 ms", "{:.2f}"),
+    ("itl_p99_ms", "ITL p99 ms", "{:.2f}"),
+    ("added_itl_p99_ms", "+ITL p99 ms", "{:.2f}"),
+    ("added_ttft_p50_ms", "+TTFT p50 ms", "{:.2f}"),
+    ("kib_per_stream", "KiB/stream", "{:.1f}"),
+)
+
+
+def _tree(pid: int) -> list[int]:
+    """The process and its descendants (NGINX's workers, launchers' children)."""
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        try:
+            todo += [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+        except OSError:
+            continue
+    return found
+
+
+def cpu_seconds(pid: int) -> float:
+    ticks = 0
+    for p in _tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def rss_kib(pid: int) -> int:
+    total = 0
+    for p in _tree(pid):
+        try:
+            status = Path(f"/proc/{p}/status").read_text()
+        except OSError:
+            continue
+        total += next((int(line.split()[1]) for line in status.splitlines()
+                       if line.startswith("VmRSS:")), 0)  # fmt: skip
+    return total
+
+
+def quantile(values, q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def measure(
+    target: str, port: int, pid: int | None, streams: int, tokens: int, interval_s: float
+) -> dict:
+    """One run: the streams, the proxy's CPU over them and its memory half way through."""
+    idle = rss_kib(pid) if pid else 0
+    cpu0 = cpu_seconds(pid) if pid else 0.0
+    busy: list[int] = []
+    loop = asyncio.get_running_loop()
+    halfway = interval_s * (1 + tokens / 2)
+    if pid:
+        loop.call_later(halfway, lambda: busy.append(rss_kib(pid)))
+    timeout = interval_s * (tokens + 1) * 3 + 30
+    result = await run_streams(port, streams, tokens, interval_s, timeout, MODEL)
+    cpu = (cpu_seconds(pid) - cpu0) if pid else 0.0
+    return _row(target, result, cpu, idle, busy[0] if busy else idle)
+
+
+def _row(target: str, r: StreamsResult, cpu: float, idle_kib: int, busy_kib: int) -> dict:
+    wall = max(r.ended - r.started, 1e-9)
+    return {
+        "target": target,
+        "streams": r.streams,
+        "completed": r.completed,
+        "failed": r.failed,
+        "events": r.events,
+        "events_per_s": r.events / wall,
+        "proxy_cores": cpu / wall,
+        "events_per_core_s": r.events / cpu if cpu > 0 else None,
+        "itl_p50_ms": quantile(r.gaps_s, 0.5) * 1e3,
+        "itl_p99_ms": quantile(r.gaps_s, 0.99) * 1e3,
+        "ttft_p50_ms": quantile(r.ttft_s, 0.5) * 1e3,
+        "kib_per_stream": (busy_kib - idle_kib) / r.streams if target != "direct" else None,
+    }
+
+
+def start_proxies(targets: list[str], workdir: Path, engine: Child) -> dict[str, Child]:
+    pairs, proxies = [("H100", engine)], {}
+    for name in targets:
+        if name == "gpuroute":
+            proxies[name] = start_router(
+                workdir, pairs, "least_outstanding_work", cpu=PROXY_CPU,
+                max_inflight={"H100": 1_000_000},
+            )  # fmt: skip
+        else:
+            proxies[name] = start_baseline(name, workdir, pairs, cpu=PROXY_CPU)
+    for name, child in proxies.items():
+        wait_http(child.url + "/v1/models", 60, child.proc, name)
+    return proxies
+
+
+def run_stream_bench(
+    targets: list[str], stream_counts: list[int], tokens: int, interval_ms: float, rounds: int
+) -> dict:
+    require("taskset")
+    if any(t.startswith(("smg", "vllm-router")) for t in targets) and peer_routers_bin() is None:
+        raise BenchError("the peer routers are not installed: `make peer-routers`, or leave "
+                         "them out with --targets gpuroute,haproxy,nginx")  # fmt: skip
+    interval = interval_ms / 1000
+    runs: dict[tuple[str, int], list[dict]] = {}
+    with tempfile.TemporaryDirectory(prefix="gpuroute-bench-stream-") as tmp:
+        workdir = Path(tmp)
+        extra = ("--token-interval-ms", str(interval_ms))
+        engine = start_engine(workdir, 0, "H100", time_scale=0.0001, stream_interval_ms=0,
+                              cpu=ENGINE_CPU, extra=extra)  # fmt: skip
+        proxies: dict[str, Child] = {}
+        affinity = os.sched_getaffinity(0)
+        try:
+            wait_http(engine.url + "/health", 30, engine.proc, "fake engine")
+            proxies = start_proxies(targets, workdir, engine)
+            os.sched_setaffinity(0, {ENGINE_CPU})  # the generator shares the engine's core
+            ports = {"direct": (engine.port, None)}
+            ports |= {name: (c.port, c.proc.pid) for name, c in proxies.items()}
+            for _ in range(rounds):
+                for n in stream_counts:
+                    for target, (port, pid) in ports.items():
+                        row = asyncio.run(measure(target, port, pid, n, tokens, interval))
+                        runs.setdefault((target, n), []).append(row)
+        finally:
+            os.sched_setaffinity(0, affinity)
+            for child in proxies.values():
+                child.stop()
+            engine.stop()
+    rows = stream_rows(runs)
+    return {"tokens": tokens, "token_interval_ms": interval_ms, "rounds": rounds, "rows": rows}
+
+
+def stream_rows(runs: dict[tuple[str, int], list[dict]]) -> list[dict]:
+    """Medians over rounds; added latencies against `direct` at the same stream count and
+    events per core-second against SMG's (where SMG ran)."""
+    rows = []
+    for samples in runs.values():
+        row = dict(samples[0])
+        for key, value in samples[0].items():
+            if isinstance(value, float):
+                values = [s[key] for s in samples if s[key] is not None]
+                row[key] = round(statistics.median(values), 4) if values else None
+        row["failed"] = sum(s["failed"] for s in samples)
+        rows.append(row)
+    by = {(r["target"], r["streams"]): r for r in rows}
+    for row in rows:
+        direct, smg = by[("direct", row["streams"])], by.get(("smg-cache-aware", row["streams"]))
+        row["added_itl_p50_ms"] = round(row["itl_p50_ms"] - direct["itl_p50_ms"], 3)
+        row["added_itl_p99_ms"] = round(row["itl_p99_ms"] - direct["itl_p99_ms"], 3)
+        row["added_ttft_p50_ms"] = round(row["ttft_p50_ms"] - direct["ttft_p50_ms"], 3)
+        mine, theirs = row["events_per_core_s"], smg and smg["events_per_core_s"]
+        row["vs_smg"] = round(mine / theirs, 3) if mine and theirs else None
+    return rows

@@ -1,0 +1,135 @@
+"""The one admin listener of a router with several workers: it asks each worker's admin
+app (on its private Unix socket) and answers for all of them.
+
+`/metrics` is every worker's exposition with a `worker` label added (sum over it in
+PromQL), `/admin/backends` sums what workers book per backend and keeps each one's view,
+`/readyz` is ready while every worker is."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import aiohttp
+import orjson
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpuroute.openai_api import error_response, healthz
+
+ASK_TIMEOUT_S = 5.0
+SUMMED = ("in_flight", "outstanding_s")
+
+
+class MergedMetrics:
+    """A collector over the workers' last scrape: families merged by name, each sample
+    labelled with the worker it came from."""
+
+    def __init__(self, texts: Sequence[str | None], extra: Sequence[Metric] = ()) -> None:
+        self.texts, self.extra = texts, extra
+
+    def collect(self):
+        merged: dict[str, Metric] = {}
+        for worker, text in enumerate(self.texts):
+            if text is None:
+                continue
+            for family in text_string_to_metric_families(text):
+                into = merged.setdefault(
+                    family.name, Metric(family.name, family.documentation, family.type)
+                )
+                for s in family.samples:
+                    into.add_sample(s.name, {**s.labels, "worker": str(worker)}, s.value)
+        yield from merged.values()
+        yield from self.extra
+
+
+def merge_metrics(texts: Sequence[str | None], extra: Sequence[Metric] = ()) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(MergedMetrics(texts, extra))
+    return generate_latest(registry)
+
+
+def merge_backends(views: Sequence[dict | None]) -> dict:
+    """The first answering worker's rows, with each backend's in-flight requests and booked
+    work summed over all workers; every worker's own view under `workers`."""
+    answered = [v for v in views if v is not None]
+    if not answered:
+        return {"backends": [], "workers": []}
+    rows = {r["id"]: dict(r) for r in answered[0].get("backends", [])}
+    for row in rows.values():
+        for key in SUMMED:
+            row[key] = 0
+    for view in answered:
+        for r in view.get("backends", []):
+            if r["id"] in rows:
+                for key in SUMMED:
+                    rows[r["id"]][key] = round(rows[r["id"]][key] + r.get(key, 0), 4)
+    body = {k: v for k, v in answered[0].items() if k != "backends"}
+    body["backends"] = list(rows.values())
+    body["workers"] = [None if v is None else {"worker": i, **v} for i, v in enumerate(views)]
+    return body
+
+
+class WorkerAdmin:
+    """The parent's admin application. `sockets`: each worker's admin socket; `status`:
+    the parent's own gauges (workers up, restarts); `draining`: true once stopping."""
+
+    def __init__(
+        self,
+        sockets: Callable[[], Sequence[Path]],
+        status: Callable[[], Sequence[Metric]],
+        draining: Callable[[], bool],
+    ) -> None:
+        self.sockets, self.status, self.draining = sockets, status, draining
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/healthz", healthz)
+        app.router.add_get("/readyz", self.readyz)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/admin/backends", self.backends)
+        return app
+
+    async def ask(self, socket: Path, path: str) -> tuple[int, bytes] | None:
+        """One worker's answer, or None when it is down or too slow."""
+        timeout = aiohttp.ClientTimeout(total=ASK_TIMEOUT_S)
+        with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+            connector = aiohttp.UnixConnector(path=str(socket))
+            async with (
+                aiohttp.ClientSession(connector=connector, timeout=timeout) as session,
+                session.get(f"http://worker{path}") as response,
+            ):
+                return response.status, await response.read()
+        return None
+
+    async def ask_all(self, path: str) -> list[tuple[int, bytes] | None]:
+        return list(await asyncio.gather(*(self.ask(s, path) for s in self.sockets())))
+
+    async def readyz(self, _request: web.Request) -> web.Response:
+        if self.draining():
+            return error_response(503, "draining", code="draining")
+        answers = await self.ask_all("/readyz")
+        for worker, answer in enumerate(answers):
+            if answer is None:
+                return error_response(503, f"worker {worker} is down", code="worker_down")
+            if answer[0] != 200:
+                return web.Response(
+                    status=answer[0], body=answer[1], content_type="application/json"
+                )
+        first = orjson.loads(answers[0][1]) if answers and answers[0] else {}
+        return web.json_response({**first, "workers": len(answers)})
+
+    async def metrics(self, _request: web.Request) -> web.Response:
+        answers = await self.ask_all("/metrics")
+        texts = [a[1].decode() if a and a[0] == 200 else None for a in answers]
+        body = merge_metrics(texts, self.status())
+        return web.Response(body=body, content_type="text/plain", charset="utf-8")
+
+    async def backends(self, _request: web.Request) -> web.Response:
+        answers = await self.ask_all("/admin/backends")
+        views = [orjson.loads(a[1]) if a and a[0] == 200 else None for a in answers]
+        return web.json_response(merge_backends(views))
