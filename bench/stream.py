@@ -181,6 +181,9 @@ def stream_rows(runs: dict[tuple[str, int], list[dict]]) -> list[dict]:
                 values = [s[key] for s in samples if s[key] is not None]
                 row[key] = round(statistics.median(values), 4) if values else None
         row["failed"] = sum(s["failed"] for s in samples)
+        # the heap grows in the first round and is reused after: its growth is the cost
+        grown = [s["kib_per_stream"] for s in samples if s["kib_per_stream"] is not None]
+        row["kib_per_stream"] = round(max(grown), 1) if grown else None
         rows.append(row)
     by = {(r["target"], r["streams"]): r for r in rows}
     for row in rows:

@@ -104,8 +104,13 @@ class Forwarder:
         connector = aiohttp.TCPConnector(
             limit=0, keepalive_timeout=30, ttl_dns_cache=300, ssl=self.engine_tls
         )
+        # No cookie jar: a cookie one engine set must never ride on another client's request
+        # (and jars cost a lookup per request).
         self.session = aiohttp.ClientSession(
-            connector=connector, auto_decompress=False, timeout=timeout
+            connector=connector,
+            auto_decompress=False,
+            timeout=timeout,
+            cookie_jar=aiohttp.DummyCookieJar(),
         )
 
     def engine_headers(self, request: web.Request) -> dict[str, str]:

@@ -326,7 +326,6 @@ class FakeEngine:
             raise
         return response
 
-
     async def _stream_as_generated(self, response, chunk, live, output: int) -> None:
         """What the simulated GPU has generated, at most one chunk per stream interval."""
         engine, sent = self.engine, 0

@@ -125,3 +125,31 @@ async def test_malformed_headers_and_methods_get_openai_errors(tmp_path) -> None
                 async with s.get(base) as r:
                     assert r.status == 405
                     assert (await r.json())["error"]["code"] == "method_not_allowed"
+
+
+class CookieSettingEngine(RecordingEngine):
+    """An engine (or something in front of it) that sets a cookie on every answer."""
+
+    async def __call__(self, request):
+        response = await super().__call__(request)
+        response.set_cookie("engine_session", f"secret-for-request-{self.started}")
+        return response
+
+
+async def test_a_cookie_an_engine_set_never_rides_on_another_clients_request(tmp_path) -> None:
+    """The router's one client session to the engines kept a cookie jar: a cookie set in
+    answer to client A went to the engine with client B's next request."""
+    engine = CookieSettingEngine()
+    async with scripted_backend(engine) as url:
+        # by name: aiohttp's jar keeps no cookies from bare IP addresses
+        text = secure_toml(url.replace("127.0.0.1", "localhost"))
+        async with router_server(text, tmp_path) as server:
+            base = f"http://127.0.0.1:{server.port}/v1/chat/completions"
+            for _client in ("a", "b"):
+                async with (
+                    aiohttp.ClientSession() as s,
+                    s.post(base, data=chat(), headers=JSON) as r,
+                ):
+                    assert r.status == 200
+    assert len(engine.seen) == 2
+    assert "Cookie" not in engine.seen[1][1]
