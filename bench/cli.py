@@ -93,6 +93,12 @@ def _overhead_arguments(over: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also measure gpuroute with a TLS listener (target gpuroute-tls; needs openssl)",
     )
+    over.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="also compare the router with 1 and this many workers (router --workers)",
+    )
 
 
 def _stream_arguments(stream: argparse.ArgumentParser) -> None:

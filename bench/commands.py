@@ -160,9 +160,15 @@ def _overhead(args: argparse.Namespace, console: Console) -> Report:
     from gpuroute.bench.overhead import OVERHEAD_COLUMNS, run_overhead
     from gpuroute.bench.tables import print_table
 
-    report = run_overhead(args.duration, console, args.rounds, tls=args.tls)
+    report = run_overhead(args.duration, console, args.rounds, tls=args.tls, workers=args.workers)
     title = "proxy overhead (tiny non-streamed requests)"
     print_table(console, title, report["rows"], OVERHEAD_COLUMNS)
+    if (scaling := report["scaling"]) is not None:
+        from gpuroute.bench.scaling import SCALING_COLUMNS
+
+        title = "router workers (unpinned; engine and wrk on core 0), 32 connections"
+        print_table(console, title, scaling["rows"], SCALING_COLUMNS)
+        console.print(f"shared-view exchange per worker: {scaling['board']}")
     return report
 
 

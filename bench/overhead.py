@@ -69,7 +69,9 @@ def wrk(url: str, connections: int, duration: float, script: Path) -> dict[str, 
     return parse_wrk(done.stdout)
 
 
-def run_overhead(duration: float, console: Console, rounds: int = 3, tls: bool = False) -> dict:
+def run_overhead(
+    duration: float, console: Console, rounds: int = 3, tls: bool = False, workers: int = 0
+) -> dict:
     """All proxies start once; wrk visits them in turn, `rounds` times, and the median of
     each measure is kept: the machine's noise then hits every target alike. With `tls`,
     gpuroute also runs behind a TLS listener (target gpuroute-tls)."""
@@ -85,24 +87,12 @@ def run_overhead(duration: float, console: Console, rounds: int = 3, tls: bool =
         proxies: dict[str, Child] = {}
         try:
             wait_http(engine.url + "/health", 30, engine.proc, "fake engine")
-            pairs = [("H100", engine)]
-            proxies["gpuroute"] = start_router(
-                workdir, pairs, "least_outstanding_work", cpu=PROXY_CPU
-            )
-            if tls:
-                ca = LocalCA(workdir)
-                cert, key = ca.issue("gpuroute-tls")
-                listener = f'[listen.tls]\ncert_file = "{cert}"\nkey_file = "{key}"'
-                proxies["gpuroute-tls"] = start_router(
-                    workdir, pairs, "least_outstanding_work", extra=listener,
-                    cpu=PROXY_CPU, name="router-tls",
-                )  # fmt: skip
-            for name in BASELINES:
-                proxies[name] = start_baseline(name, workdir, pairs, cpu=PROXY_CPU)
+            ca = LocalCA(workdir) if tls else None
+            proxies = start_proxies(workdir, engine, ca)
             urls = {"direct": engine.url} | {name: p.url for name, p in proxies.items()}
             if tls:
                 urls["gpuroute-tls"] = urls["gpuroute-tls"].replace("http://", "https://")
-            trusting = ssl.create_default_context(cafile=str(ca.ca_file)) if tls else None
+            trusting = ssl.create_default_context(cafile=str(ca.ca_file)) if ca else None
             for name, child in proxies.items():
                 context = trusting if name == "gpuroute-tls" else None
                 wait_http(urls[name] + "/v1/models", 30, child.proc, name, context)
@@ -120,14 +110,37 @@ def run_overhead(duration: float, console: Console, rounds: int = 3, tls: bool =
             for child in proxies.values():
                 child.stop()
             engine.stop()
+        scaling = None
+        if workers > 1:
+            from gpuroute.bench.scaling import run_scaling
+
+            console.print(f"scaling: 1 and {workers} workers, {rounds} rounds")
+            scaling = run_scaling(workdir, script, workers, duration, rounds)
     rows = overhead_rows(samples)
     return {
+        "scaling": scaling,
         "duration_s": duration,
         "rounds": rounds,
         "engine_cpu": ENGINE_CPU,
         "proxy_cpu": PROXY_CPU,
         "rows": rows,
     }
+
+
+def start_proxies(workdir: Path, engine: Child, ca: LocalCA | None) -> dict[str, Child]:
+    """Ours (and ours behind TLS, given a CA) and the baselines, each on the proxy core."""
+    pairs, proxies = [("H100", engine)], {}
+    proxies["gpuroute"] = start_router(workdir, pairs, "least_outstanding_work", cpu=PROXY_CPU)
+    if ca is not None:
+        cert, key = ca.issue("gpuroute-tls")
+        listener = f'[listen.tls]\ncert_file = "{cert}"\nkey_file = "{key}"'
+        proxies["gpuroute-tls"] = start_router(
+            workdir, pairs, "least_outstanding_work", extra=listener,
+            cpu=PROXY_CPU, name="router-tls",
+        )  # fmt: skip
+    for name in BASELINES:
+        proxies[name] = start_baseline(name, workdir, pairs, cpu=PROXY_CPU)
+    return proxies
 
 
 def overhead_rows(samples: dict[tuple[str, int], list[dict[str, float]]]) -> list[dict]:

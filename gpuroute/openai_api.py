@@ -92,6 +92,8 @@ async def read_body(request: web.Request, limits: LimitsConfig) -> bytes:
     if (request.content_length or 0) > limits.max_body_bytes:
         raise Rejection(413, too_large)
     try:
+        if request.content.is_eof():  # all here already (most bodies): no deadline to arm
+            return await request.read()
         async with asyncio.timeout(limits.body_timeout_s):
             return await request.read()
     except web.HTTPRequestEntityTooLarge:

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import enum
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import aiohttp
@@ -42,21 +42,21 @@ COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 TAIL_BYTES = 1024
 
 
-def _connection_tokens(headers: Mapping[str, str]) -> set[str]:
-    """Headers named in `Connection` are hop-by-hop too (RFC 9110 §7.6.1)."""
-    value = headers.get("connection", "")
-    return {t.strip().lower() for t in value.split(",") if t.strip()}
-
-
 def forward_headers(items: Iterable[tuple[str, str]], drop: frozenset[str]) -> dict[str, str]:
-    pairs = list(items)
-    extra = _connection_tokens({k.lower(): v for k, v in pairs})
+    """The headers worth passing on: none in `drop`, none named in a `Connection` header
+    (those are hop-by-hop too, RFC 9110 §7.6.1). One pass; a second only when a
+    `Connection` header names any."""
     out: dict[str, str] = {}
-    for key, value in pairs:
+    named: list[str] = []
+    for key, value in items:
         lower = key.lower()
-        if lower in drop or lower in extra:
-            continue
-        out[key] = value
+        if lower == "connection":
+            named += (t.strip().lower() for t in value.split(","))
+        elif lower not in drop:
+            out[key] = value
+    if named:
+        hop = set(named)
+        out = {k: v for k, v in out.items() if k.lower() not in hop}
     return out
 
 
@@ -116,9 +116,17 @@ async def relay_body(
     an SSE error event on a stream, else a connection closed without the final chunk."""
     tally = ResponseTally()
     streamed = upstream.headers.get("content-type", "").startswith("text/event-stream")
-    whole = not streamed and upstream.content.at_eof()
-    if whole:  # the whole answer is here: one write with a Content-Length, not chunks
+    tally.add(first)
+    if not streamed and upstream.content.at_eof():
+        # the whole answer is here: headers and body in one write, with a Content-Length
         response.content_length = len(first)
+        if on_first_write is not None:
+            on_first_write()
+        try:
+            await response.prepare(request)
+        except ConnectionError:
+            return _client_gone(response, tally, streamed)
+        return await _end(request, response, tally, streamed, first)
     try:
         await response.prepare(request)
         if first:
@@ -127,9 +135,6 @@ async def relay_body(
         return _client_gone(response, tally, streamed)
     if on_first_write is not None:
         on_first_write()
-    tally.add(first)
-    if whole:
-        return await _end(request, response, tally, streamed)
     watch = None if idle_timeout_s is None else IdleWatch(upstream.content, idle_timeout_s)
     try:
         ended = await _relay_chunks(
@@ -144,10 +149,14 @@ async def relay_body(
 
 
 async def _end(
-    request: web.Request, response: web.StreamResponse, tally: ResponseTally, streamed: bool
+    request: web.Request,
+    response: web.StreamResponse,
+    tally: ResponseTally,
+    streamed: bool,
+    last: bytes = b"",
 ) -> Relayed:
     try:
-        await response.write_eof()
+        await response.write_eof(last)
     except ConnectionError:
         return _client_gone(response, tally, streamed)
     return Relayed(RelayEnd.COMPLETE, tally, streamed)

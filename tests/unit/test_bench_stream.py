@@ -13,6 +13,7 @@ def _row(target: str, itl99: float, ttft: float, per_core: float | None) -> dict
     return {
         "target": target, "streams": 10, "failed": 0, "itl_p50_ms": 50.0,
         "itl_p99_ms": itl99, "ttft_p50_ms": ttft, "events_per_core_s": per_core,
+        "kib_per_stream": None if per_core is None else per_core / 1000,
     }  # fmt: skip
 
 
@@ -29,6 +30,7 @@ def test_rows_are_medians_against_direct_and_smg() -> None:
     assert rows["gpuroute"]["added_ttft_p50_ms"] == 2.0  # median 4 - 2
     assert rows["gpuroute"]["vs_smg"] == 0.6  # 12,000 / 20,000
     assert rows["direct"]["vs_smg"] is None
+    assert rows["gpuroute"]["kib_per_stream"] == 14.0  # the largest heap growth (round one)
 
 
 def test_quantile_is_an_order_statistic() -> None:
