@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def register(sub) -> None:
@@ -31,7 +32,8 @@ def _run(args: argparse.Namespace) -> int:
         except ValueError:
             workers = 0
         if not 1 <= workers <= 256:
-            print('gpuroute router: error: --workers: expected 1 to 256, or "auto"')
+            message = 'gpuroute router: error: --workers: expected 1 to 256, or "auto"'
+            print(message, file=sys.stderr)
             return 2
     worker = None
     if args.worker is not None:

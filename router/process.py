@@ -6,7 +6,7 @@ from pathlib import Path
 
 from gpuroute.router.config import RouterConfig, load_router_config
 from gpuroute.router.server import RouterApp
-from gpuroute.router.workers import Supervisor, WorkerRole, resolve_count
+from gpuroute.router.workers import Supervisor, WorkerRole, die_with_parent, resolve_count
 
 from gpuroute import runtime
 from gpuroute.serving import DrainingServer, WorkerSockets
@@ -33,6 +33,7 @@ def run_router(
     if worker is not None:
         index, count, run_dir, port = worker
         role = WorkerRole(index, count, Path(run_dir))
+        die_with_parent()
 
         def start(config: RouterConfig):
             config = config.model_copy(

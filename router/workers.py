@@ -57,6 +57,18 @@ def resolve_count(count: int | str) -> int:
     return int(count)
 
 
+def die_with_parent() -> None:
+    """A worker whose parent dies (even by SIGKILL) gets SIGTERM and drains, instead of
+    serving on unsupervised (Linux's PR_SET_PDEATHSIG; elsewhere nothing happens)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+
+
 def reserve_port(host: str, port: int) -> socket.socket:
     """Bind (not listen) the public port with SO_REUSEPORT, so that port 0 becomes one
     number every worker then binds too, and nothing else takes it meanwhile."""
@@ -72,7 +84,7 @@ class Supervisor:
         self.config_path, self.config, self.count = config_path, config, count
         self.admin_tls = server_context(config.admin_listen.tls, "admin_listen.tls")
         self.run_dir = Path(tempfile.mkdtemp(prefix="gpuroute-router-"))  # mode 0700
-        self.role = WorkerRole(0, count, self.run_dir)
+        self.role = WorkerRole(0, count, self.run_dir)  # the parent's view of the folder
         self.procs: list[asyncio.subprocess.Process | None] = [None] * count
         self.restarts = [0] * count
         self.stopping = asyncio.Event()
@@ -150,9 +162,6 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)
         listen = self.config.listen
-        reservation = reserve_port(listen.host, listen.port)
-        self.port = reservation.getsockname()[1]
-        create_board(self.role.board_path, self.count)
         admin = WorkerAdmin(
             lambda: [self.role.admin_socket(i) for i in range(self.count)],
             self.status,
@@ -160,6 +169,13 @@ class Supervisor:
         )
         runner = web.AppRunner(admin.app(), access_log=None)
         try:
+            reservation = reserve_port(listen.host, listen.port)  # OSError: a clear exit 1
+        except OSError:
+            self.run_dir.rmdir()
+            raise
+        try:
+            self.port = reservation.getsockname()[1]
+            create_board(self.role.board_path, self.count)
             await runner.setup()  # first: its /readyz says which workers are not up yet
             a = self.config.admin_listen
             await web.TCPSite(runner, a.host, a.port, ssl_context=self.admin_tls).start()

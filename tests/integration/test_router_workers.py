@@ -109,19 +109,55 @@ def test_two_workers_share_a_port_their_load_and_one_admin_listener(tmp_path) ->
             assert response.read().endswith(b"data: [DONE]\n\n")
 
 
-def test_a_killed_worker_is_restarted(tmp_path) -> None:
+def test_a_killed_worker_is_restarted_and_workers_die_with_their_parent(tmp_path) -> None:
     with fake_engines(("L4", 0.01)) as (engine,):
         router, _port, admin = _start(tmp_path, engine.url)
         try:
-            task = Path(f"/proc/{router.pid}/task/{router.pid}/children")
-            children = task.read_text().split()
+            children = _children(router.pid)
             assert len(children) == 2
-            os.kill(int(children[0]), signal.SIGKILL)
+            os.kill(children[0], signal.SIGKILL)
             wait_for(lambda: not http_ok(admin + "/readyz"), 10, "the parent sees it gone")
             wait_for(lambda: http_ok(admin + "/readyz"), 60, "the worker restarted")
             restarts = _samples(admin, "gpuroute_worker_restarts_total")
             assert sum(restarts.values()) == 1
+            workers = _children(router.pid)
+            router.kill()  # no drain, no cleanup: the workers must not serve on unsupervised
+            router.wait(10)
+            wait_for(lambda: not any(_alive(pid) for pid in workers), 60, "orphans exited")
         finally:
-            router.send_signal(signal.SIGTERM)
-            assert router.wait(90) == 0
+            if router.poll() is None:
+                router.kill()
+                router.wait(10)
             router.stderr.close()
+
+
+def _children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "State:\tZ" not in status  # a zombie has exited
+
+
+def test_a_port_in_use_or_a_bad_worker_count_is_one_clear_line(tmp_path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        path = tmp_path / "router.toml"
+        text = router_toml([("http://127.0.0.1:9", "L4")], port=port, admin_listen="port = 0")
+        path.write_text(text.replace(ROUTER_ON_LOOPBACK, ""))
+        for workers, code, message in (("2", 1, "Address already in use"), ("0", 2, "1 to 256")):
+            done = subprocess.run(
+                gpuroute_cmd("router", "--config", str(path), "--workers", workers),
+                capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+            assert done.returncode == code
+            assert message in done.stdout + done.stderr
+            assert "Traceback" not in done.stderr
