@@ -16,9 +16,12 @@ import time
 from pathlib import Path
 
 import msgpack
+import redis.asyncio as aioredis
 from gpuroute.bench.overhead import ENGINE_CPU, wrk
-from gpuroute.bench.stream import cpu_seconds
+from gpuroute.bench.process_stats import cpu_seconds
 from gpuroute.bench.targets import BenchError, start_router
+from gpuroute.router.config import WorkersConfig
+from gpuroute.router.shared_load import LoadBoard, RedisBoard
 from gpuroute.router.worker_board import MemoryBoard, create_board
 from gpuroute.testbed.processes import (
     Child,
@@ -30,7 +33,6 @@ from gpuroute.testbed.processes import (
 
 CONNECTIONS = 32
 BACKENDS = 100  # a regional fleet's size for the board's payload
-SHARE_INTERVAL_S = 0.02  # workers.share_interval_s's default
 SCALING_COLUMNS = (
     ("workers", "workers", "{}"),
     ("rps", "req/s", "{:,.0f}"),
@@ -104,86 +106,57 @@ def _payload() -> bytes:
     return msgpack.packb({f"10.0.{i // 250}.{i % 250}:8000": 1.234 for i in range(BACKENDS)})
 
 
-def time_memory_board(path: Path, workers: int, calls: int = 2000) -> float:
-    """Median µs of one worker's exchange while all `workers` rows are full."""
+async def time_exchange(boards: list[LoadBoard], calls: int) -> float:
+    """Median µs of the first board's exchange once every board has published."""
+    payload = _payload()
+    for board in boards:
+        await board.exchange(payload)
+    times = []
+    for _ in range(calls):
+        started = time.perf_counter()
+        await boards[0].exchange(payload)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1e6
+
+
+def time_memory_board(path: Path, workers: int) -> float:
     create_board(path, workers)
     boards = [MemoryBoard(path, i, workers) for i in range(workers)]
-    payload = _payload()
     try:
-        for board in boards:
-            board.publish(payload)
-        times = []
-        for _ in range(calls):
-            started = time.perf_counter()
-            _run(boards[0].exchange(payload))
-            times.append(time.perf_counter() - started)
-        return statistics.median(times) * 1e6
+        return asyncio.run(time_exchange(boards, 2000))
     finally:
         for board in boards:
             board.close()
 
 
-def _run(coro) -> object:
-    """Drive a coroutine that never awaits (the memory board's exchange) to its end."""
-    try:
-        coro.send(None)
-    except StopIteration as done:
-        return done.value
-    raise RuntimeError("the exchange awaited")
-
-
-def time_redis_board(workdir: Path, workers: int, calls: int = 300) -> float | None:
-    """Median µs of one exchange through a local redis-server with `workers` peers."""
-    import redis.asyncio as aioredis
-    from gpuroute.router.shared_load import RedisBoard
-
-    try:
-        server = start_redis(workdir)
-    except StartError:  # no redis-server here: the memory board's cost stands alone
-        return None
-
+def time_redis_board(port: int, workers: int) -> float:
     async def timed() -> float:
-        client = aioredis.Redis(host="127.0.0.1", port=server.port)
-        boards = [RedisBoard(client, replica_id=f"w{i}") for i in range(workers)]
-        payload = _payload()
-        for board in boards:
-            await board.exchange(payload)
-        times = []
-        for _ in range(calls):
-            started = time.perf_counter()
-            await boards[0].exchange(payload)
-            times.append(time.perf_counter() - started)
-        await client.aclose()
-        return statistics.median(times) * 1e6
-
-    try:
-        wait_http_tcp(server)
-        return asyncio.run(timed())
-    finally:
-        server.stop()
-
-
-def wait_http_tcp(server: Child, timeout: float = 10.0) -> None:
-    import socket
-
-    deadline = time.monotonic() + timeout
-    while True:
+        client = aioredis.Redis(host="127.0.0.1", port=port)
         try:
-            socket.create_connection(("127.0.0.1", server.port), 0.5).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise BenchError("redis-server did not start") from None
-            time.sleep(0.05)  # polling a port, bounded by the deadline
+            boards = [RedisBoard(client, replica_id=f"w{i}") for i in range(workers)]
+            return await time_exchange(boards, 300)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(timed())
 
 
 def board_costs(workdir: Path) -> dict:
-    """One exchange's cost, and the share of a core it takes at the default interval."""
-    out: dict = {"backends": BACKENDS, "share_interval_s": SHARE_INTERVAL_S}
-    for n in (2, 16):
-        memory = time_memory_board(workdir / f"board-{n}", n)
-        redis = time_redis_board(workdir, n)
-        out[f"memory_{n}_us"] = round(memory, 1)
-        out[f"memory_{n}_core_share"] = round(memory * 1e-6 / SHARE_INTERVAL_S, 5)
-        out[f"redis_{n}_us"] = None if redis is None else round(redis, 1)
+    """One exchange's cost on each board, for 2 and 16 workers (Redis: where redis-server
+    is installed), and the share of a core the memory board takes at the default interval."""
+    interval = WorkersConfig().share_interval_s
+    out: dict = {"backends": BACKENDS, "share_interval_s": interval}
+    try:
+        redis = start_redis(workdir)
+    except StartError:
+        redis = None
+    try:
+        for n in (2, 16):
+            memory = time_memory_board(workdir / f"board-{n}", n)
+            out[f"memory_{n}_us"] = round(memory, 1)
+            out[f"memory_{n}_core_share"] = round(memory * 1e-6 / interval, 5)
+            out[f"redis_{n}_us"] = redis and round(time_redis_board(redis.port, n), 1)
+    finally:
+        if redis is not None:
+            redis.stop()
     return out

@@ -12,19 +12,20 @@ same N, so what the machine adds to every target cancels out."""
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import statistics
 import tempfile
 from pathlib import Path
 
+import numpy as np
+from gpuroute.bench.process_stats import cpu_seconds, rss_kib
 from gpuroute.bench.stream_client import StreamsResult, run_streams
-from gpuroute.bench.targets import BenchError, start_baseline, start_router
-from gpuroute.testbed.peer_routers import peer_routers_bin
+from gpuroute.bench.targets import start_baseline, start_router
 from gpuroute.testbed.processes import Child, require, start_engine, wait_http
 
 ENGINE_CPU, PROXY_CPU = 0, 1
 MODEL = "llama-3.1-8b"
-DEFAULT_TARGETS = ("gpuroute", "haproxy", "nginx", "smg-cache-aware", "vllm-router-cache-aware")
 STREAM_COLUMNS = (
     ("target", "target", "{}"),
     ("streams", "streams", "{:,}"),
@@ -39,49 +40,6 @@ STREAM_COLUMNS = (
     ("added_ttft_p50_ms", "+TTFT p50 ms", "{:.2f}"),
     ("kib_per_stream", "KiB/stream", "{:.1f}"),
 )
-
-
-def _tree(pid: int) -> list[int]:
-    """The process and its descendants (NGINX's workers, launchers' children)."""
-    found, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        found.append(p)
-        try:
-            todo += [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
-        except OSError:
-            continue
-    return found
-
-
-def cpu_seconds(pid: int) -> float:
-    ticks = 0
-    for p in _tree(pid):
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        ticks += int(fields[11]) + int(fields[12])  # utime, stime
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
-def rss_kib(pid: int) -> int:
-    total = 0
-    for p in _tree(pid):
-        try:
-            status = Path(f"/proc/{p}/status").read_text()
-        except OSError:
-            continue
-        total += next((int(line.split()[1]) for line in status.splitlines()
-                       if line.startswith("VmRSS:")), 0)  # fmt: skip
-    return total
-
-
-def quantile(values, q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 async def measure(
@@ -101,6 +59,10 @@ async def measure(
     return _row(target, result, cpu, idle, busy[0] if busy else idle)
 
 
+def ms(seconds, percentile: float) -> float:
+    return float(np.percentile(seconds, percentile)) * 1e3 if len(seconds) else math.nan
+
+
 def _row(target: str, r: StreamsResult, cpu: float, idle_kib: int, busy_kib: int) -> dict:
     wall = max(r.ended - r.started, 1e-9)
     return {
@@ -112,9 +74,9 @@ def _row(target: str, r: StreamsResult, cpu: float, idle_kib: int, busy_kib: int
         "events_per_s": r.events / wall,
         "proxy_cores": cpu / wall,
         "events_per_core_s": r.events / cpu if cpu > 0 else None,
-        "itl_p50_ms": quantile(r.gaps_s, 0.5) * 1e3,
-        "itl_p99_ms": quantile(r.gaps_s, 0.99) * 1e3,
-        "ttft_p50_ms": quantile(r.ttft_s, 0.5) * 1e3,
+        "itl_p50_ms": ms(r.gaps_s, 50),
+        "itl_p99_ms": ms(r.gaps_s, 99),
+        "ttft_p50_ms": ms(r.ttft_s, 50),
         "kib_per_stream": (busy_kib - idle_kib) / r.streams if target != "direct" else None,
     }
 
@@ -138,16 +100,12 @@ def run_stream_bench(
     targets: list[str], stream_counts: list[int], tokens: int, interval_ms: float, rounds: int
 ) -> dict:
     require("taskset")
-    if any(t.startswith(("smg", "vllm-router")) for t in targets) and peer_routers_bin() is None:
-        raise BenchError("the peer routers are not installed: `make peer-routers`, or leave "
-                         "them out with --targets gpuroute,haproxy,nginx")  # fmt: skip
     interval = interval_ms / 1000
     runs: dict[tuple[str, int], list[dict]] = {}
     with tempfile.TemporaryDirectory(prefix="gpuroute-bench-stream-") as tmp:
         workdir = Path(tmp)
-        extra = ("--token-interval-ms", str(interval_ms))
         engine = start_engine(workdir, 0, "H100", time_scale=0.0001, stream_interval_ms=0,
-                              cpu=ENGINE_CPU, extra=extra)  # fmt: skip
+                              cpu=ENGINE_CPU, token_interval_ms=interval_ms)  # fmt: skip
         proxies: dict[str, Child] = {}
         affinity = os.sched_getaffinity(0)
         try:

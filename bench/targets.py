@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gpuroute.testbed.loopback import ROUTER_ON_LOOPBACK
+from gpuroute.testbed.loopback import EXPOSE_BACKEND, ROUTER_ON_LOOPBACK
 from gpuroute.testbed.peer_routers import (
     HOW_TO_GET_PEER_ROUTERS,
     PEER_ROUTERS,
@@ -45,8 +45,8 @@ def router_config(
     # The baselines wait 900 s for a backend; so do we (long non-streamed answers on slow
     # engines at a time scale can exceed the router's 120 s default before their first byte).
     head = ROUTER_ON_LOOPBACK
-    if workers > 1:
-        head = head.replace("admin_on_public_listener = true\n", "")
+    if workers > 1:  # several workers answer for admin on a listener of its own
+        head = EXPOSE_BACKEND
         extra += f"\n[workers]\ncount = {workers}\n[admin_listen]\nport = {free_port()}\n"
     lines = [head + f'policy = "{policy}"', extra, "[listen]", f"port = {port}"]
     # one load generator on one address opens as many connections as it has requests out

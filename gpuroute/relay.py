@@ -117,24 +117,20 @@ async def relay_body(
     tally = ResponseTally()
     streamed = upstream.headers.get("content-type", "").startswith("text/event-stream")
     tally.add(first)
-    if not streamed and upstream.content.at_eof():
-        # the whole answer is here: headers and body in one write, with a Content-Length
+    # the whole answer is here: headers and body go in one write, with a Content-Length
+    whole = not streamed and upstream.content.at_eof()
+    if whole:
         response.content_length = len(first)
-        if on_first_write is not None:
-            on_first_write()
-        try:
-            await response.prepare(request)
-        except ConnectionError:
-            return _client_gone(response, tally, streamed)
-        return await _end(request, response, tally, streamed, first)
     try:
         await response.prepare(request)
-        if first:
+        if first and not whole:
             await response.write(first)
     except ConnectionError:
         return _client_gone(response, tally, streamed)
     if on_first_write is not None:
         on_first_write()
+    if whole:
+        return await _end(response, tally, streamed, first)
     watch = None if idle_timeout_s is None else IdleWatch(upstream.content, idle_timeout_s)
     try:
         ended = await _relay_chunks(
@@ -145,15 +141,11 @@ async def relay_body(
             watch.stop()
     if ended is not None:
         return ended
-    return await _end(request, response, tally, streamed)
+    return await _end(response, tally, streamed)
 
 
 async def _end(
-    request: web.Request,
-    response: web.StreamResponse,
-    tally: ResponseTally,
-    streamed: bool,
-    last: bytes = b"",
+    response: web.StreamResponse, tally: ResponseTally, streamed: bool, last: bytes = b""
 ) -> Relayed:
     try:
         await response.write_eof(last)

@@ -3,7 +3,24 @@
 from __future__ import annotations
 
 import argparse
-import sys
+
+
+def worker_count(text: str) -> int | str:
+    """`--workers`, checked as `workers.count` is (one rule for the flag and the key)."""
+    from gpuroute.router.config import WorkersConfig
+    from pydantic import ValidationError
+
+    count: int | str = text
+    if text != "auto":
+        try:
+            count = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError('expected 1 to 256, or "auto"') from None
+    try:
+        return WorkersConfig(count=count).count
+    except ValidationError as exc:
+        message = exc.errors()[0]["msg"].removeprefix("Value error, ")
+        raise argparse.ArgumentTypeError(message) from None
 
 
 def register(sub) -> None:
@@ -12,10 +29,11 @@ def register(sub) -> None:
     router.add_argument(
         "--workers",
         metavar="N",
+        type=worker_count,
         help='processes serving the port together, or "auto" (one per usable core); '
         "overrides workers.count",
     )
-    # how the parent of several workers starts each one (not for people)
+    # how the parent of several workers starts each one (router/workers.py; not for people)
     router.add_argument("--worker", help=argparse.SUPPRESS)
     router.add_argument("--run-dir", help=argparse.SUPPRESS)
     router.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -24,19 +42,9 @@ def register(sub) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from gpuroute.router.process import run_router
+    from gpuroute.router.workers import WorkerRole
 
-    workers = args.workers
-    if workers is not None and workers != "auto":
-        try:
-            workers = int(workers)
-        except ValueError:
-            workers = 0
-        if not 1 <= workers <= 256:
-            message = 'gpuroute router: error: --workers: expected 1 to 256, or "auto"'
-            print(message, file=sys.stderr)
-            return 2
-    worker = None
+    role = None
     if args.worker is not None:
-        index, count = (int(n) for n in args.worker.split("/"))
-        worker = (index, count, args.run_dir, args.port)
-    return run_router(args.config, workers, worker)
+        role = WorkerRole.from_arguments(args.worker, args.run_dir, args.port)
+    return run_router(args.config, args.workers, role)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from gpuroute.router.config import RouterConfig, load_router_config
 from gpuroute.router.server import RouterApp
 from gpuroute.router.workers import Supervisor, WorkerRole, die_with_parent, resolve_count
@@ -19,26 +17,19 @@ class RouterServer(DrainingServer):
         if role is None:
             super().__init__(router, "router")
             return
-        sockets = WorkerSockets(role.admin_socket(), role.count)
+        sockets = WorkerSockets(role.admin_socket, role.count)
         super().__init__(router, f"router worker {role.index + 1}/{role.count}", sockets)
 
 
-def run_router(
-    path: str,
-    workers: int | str | None = None,
-    worker: tuple[int, int, str, int] | None = None,
-) -> int:
+def run_router(path: str, workers: int | str | None = None, role: WorkerRole | None = None) -> int:
     """One process, the parent of several workers (`workers`, else `workers.count`), or
-    one of those workers (`worker`: index, count, run folder, public port)."""
-    if worker is not None:
-        index, count, run_dir, port = worker
-        role = WorkerRole(index, count, Path(run_dir))
+    one of those workers (`role`)."""
+    if role is not None:
         die_with_parent()
 
         def start(config: RouterConfig):
-            config = config.model_copy(
-                update={"listen": config.listen.model_copy(update={"port": port})}
-            )
+            listen = config.listen.model_copy(update={"port": role.port})
+            config = config.model_copy(update={"listen": listen})
             return RouterServer(RouterApp(config, role=role), role).serve()
 
         return runtime.run_from_config("router", path, load_router_config, start)

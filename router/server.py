@@ -207,7 +207,7 @@ class RouterApp:
         if self.redis is not None and redis.share_load:
             board = RedisBoard(self.redis, prefix=redis.prefix, interval_s=redis.publish_interval_s)
             interval = redis.publish_interval_s
-        elif role is not None and role.count > 1:
+        elif role is not None:
             board = MemoryBoard(role.board_path, role.index, role.count)
             interval = self.config.workers.share_interval_s
         else:

@@ -59,10 +59,7 @@ def merge_backends(views: Sequence[dict | None]) -> dict:
     answered = [v for v in views if v is not None]
     if not answered:
         return {"backends": [], "workers": []}
-    rows = {r["id"]: dict(r) for r in answered[0].get("backends", [])}
-    for row in rows.values():
-        for key in SUMMED:
-            row[key] = 0
+    rows = {r["id"]: {**r, **dict.fromkeys(SUMMED, 0)} for r in answered[0].get("backends", [])}
     for view in answered:
         for r in view.get("backends", []):
             if r["id"] in rows:
@@ -76,15 +73,17 @@ def merge_backends(views: Sequence[dict | None]) -> dict:
 
 class WorkerAdmin:
     """The parent's admin application. `sockets`: each worker's admin socket; `status`:
-    the parent's own gauges (workers up, restarts); `draining`: true once stopping."""
+    the parent's own gauges (workers up, restarts); `unready`: why the parent itself is
+    not serving ("starting" until every worker has started, "draining" once stopping), or
+    None."""
 
     def __init__(
         self,
         sockets: Callable[[], Sequence[Path]],
         status: Callable[[], Sequence[Metric]],
-        draining: Callable[[], bool],
+        unready: Callable[[], str | None],
     ) -> None:
-        self.sockets, self.status, self.draining = sockets, status, draining
+        self.sockets, self.status, self.unready = sockets, status, unready
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -110,8 +109,8 @@ class WorkerAdmin:
         return list(await asyncio.gather(*(self.ask(s, path) for s in self.sockets())))
 
     async def readyz(self, _request: web.Request) -> web.Response:
-        if self.draining():
-            return error_response(503, "draining", code="draining")
+        if (why := self.unready()) is not None:
+            return error_response(503, why, code=why)
         answers = await self.ask_all("/readyz")
         for worker, answer in enumerate(answers):
             if answer is None:
@@ -120,7 +119,7 @@ class WorkerAdmin:
                 return web.Response(
                     status=answer[0], body=answer[1], content_type="application/json"
                 )
-        first = orjson.loads(answers[0][1]) if answers and answers[0] else {}
+        first = orjson.loads(answers[0][1])  # every worker answered 200
         return web.json_response({**first, "workers": len(answers)})
 
     async def metrics(self, _request: web.Request) -> web.Response:

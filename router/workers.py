@@ -34,20 +34,42 @@ START_TIMEOUT_S = 120.0
 RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 
 
+def board_path(run_dir: Path) -> Path:
+    return run_dir / "load.board"
+
+
+def admin_socket(run_dir: Path, index: int) -> Path:
+    return run_dir / f"admin-{index}.sock"
+
+
 @dataclass(frozen=True)
 class WorkerRole:
-    """Which worker a router process is, and where its siblings meet."""
+    """Which worker a router process is, where its siblings meet, and the public port they
+    share. `arguments` and `from_arguments` are how the parent hands it over."""
 
     index: int
     count: int
     run_dir: Path
+    port: int
 
     @property
     def board_path(self) -> Path:
-        return self.run_dir / "load.board"
+        return board_path(self.run_dir)
 
-    def admin_socket(self, index: int | None = None) -> Path:
-        return self.run_dir / f"admin-{self.index if index is None else index}.sock"
+    @property
+    def admin_socket(self) -> Path:
+        return admin_socket(self.run_dir, self.index)
+
+    def arguments(self) -> list[str]:
+        return [
+            "--worker", f"{self.index}/{self.count}", "--run-dir", str(self.run_dir),
+            "--port", str(self.port),
+        ]  # fmt: skip
+
+    @classmethod
+    def from_arguments(cls, worker: str, run_dir: str, port: int) -> WorkerRole:
+        index, count = (int(n) for n in worker.split("/"))
+        return cls(index, count, Path(run_dir), port)
 
 
 def resolve_count(count: int | str) -> int:
@@ -84,21 +106,21 @@ class Supervisor:
         self.config_path, self.config, self.count = config_path, config, count
         self.admin_tls = server_context(config.admin_listen.tls, "admin_listen.tls")
         self.run_dir = Path(tempfile.mkdtemp(prefix="gpuroute-router-"))  # mode 0700
-        self.role = WorkerRole(0, count, self.run_dir)  # the parent's view of the folder
         self.procs: list[asyncio.subprocess.Process | None] = [None] * count
         self.restarts = [0] * count
         self.stopping = asyncio.Event()
+        self.started = False  # every worker answered once: the parent's /readyz may say so
         self.port = 0
 
     def command(self, index: int) -> list[str]:
+        role = WorkerRole(index, self.count, self.run_dir, self.port)
         return [
             sys.executable, "-m", "gpuroute.cli", "router", "--config", self.config_path,
-            "--worker", f"{index}/{self.count}", "--run-dir", str(self.run_dir),
-            "--port", str(self.port),
+            *role.arguments(),
         ]  # fmt: skip
 
     async def spawn(self, index: int) -> asyncio.subprocess.Process:
-        self.role.admin_socket(index).unlink(missing_ok=True)
+        admin_socket(self.run_dir, index).unlink(missing_ok=True)
         proc = await asyncio.create_subprocess_exec(*self.command(index))
         self.procs[index] = proc
         return proc
@@ -107,14 +129,13 @@ class Supervisor:
         """Until the worker's admin socket answers; StartupFailed if it exits first."""
         proc, deadline = self.procs[index], time.monotonic() + START_TIMEOUT_S
         assert proc is not None
-        while (answer := await admin.ask(self.role.admin_socket(index), "/healthz")) is None:
+        while await admin.ask(admin_socket(self.run_dir, index), "/healthz") is None:
             if proc.returncode is not None:
                 raise StartupFailed(index, proc.returncode)
             if time.monotonic() > deadline:
                 raise StartupFailed(index, None)
             with contextlib.suppress(TimeoutError):  # a poll period, woken early by an exit
                 await asyncio.wait_for(proc.wait(), 0.1)
-        assert answer[0] == 200
 
     def status(self) -> list:
         up = GaugeMetricFamily("gpuroute_workers_up", "Worker processes running.")
@@ -125,6 +146,11 @@ class Supervisor:
         for index, n in enumerate(self.restarts):
             restarts.add_metric([str(index)], n)
         return [up, restarts]
+
+    def unready(self) -> str | None:
+        if self.stopping.is_set():
+            return "draining"
+        return None if self.started else "starting"
 
     async def keep(self, index: int) -> None:
         """Restart a worker that dies while the router is not stopping, with backoff."""
@@ -163,9 +189,9 @@ class Supervisor:
             loop.add_signal_handler(sig, self.stopping.set)
         listen = self.config.listen
         admin = WorkerAdmin(
-            lambda: [self.role.admin_socket(i) for i in range(self.count)],
+            lambda: [admin_socket(self.run_dir, i) for i in range(self.count)],
             self.status,
-            self.stopping.is_set,
+            self.unready,
         )
         runner = web.AppRunner(admin.app(), access_log=None)
         try:
@@ -175,13 +201,14 @@ class Supervisor:
             raise
         try:
             self.port = reservation.getsockname()[1]
-            create_board(self.role.board_path, self.count)
+            create_board(board_path(self.run_dir), self.count)
             await runner.setup()  # first: its /readyz says which workers are not up yet
             a = self.config.admin_listen
             await web.TCPSite(runner, a.host, a.port, ssl_context=self.admin_tls).start()
             for index in range(self.count):
                 await self.spawn(index)
             await asyncio.gather(*(self.wait_started(i, admin) for i in range(self.count)))
+            self.started = True
             reservation.close()
             print(
                 f"gpuroute router listening on http://{listen.host}:{self.port} "

@@ -56,6 +56,8 @@ class FakeEngineConfig:
             raise ValueError(f"unknown model {self.model!r}; known: {', '.join(MODELS)}")
         if self.time_scale <= 0 or self.stream_interval_s < 0:
             raise ValueError("time_scale must be > 0 and stream_interval_s >= 0")
+        if self.token_interval_s is not None and self.token_interval_s <= 0:
+            raise ValueError("token_interval_s must be > 0")
 
 
 class FakeEngine:
@@ -345,6 +347,7 @@ class FakeEngine:
         """One token per event, `token_interval_s` apart (a relay benchmark's source)."""
         interval = self.config.token_interval_s
         for i in range(output):
+            await self.faults.resumed.wait()
             await response.write(chunk(1))
             if i + 1 < output:
                 await asyncio.sleep(interval)  # the pace of the stream, not a synchronisation

@@ -8,6 +8,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -119,23 +120,43 @@ def start_engine(
     time_scale: float,
     stream_interval_ms: float,
     cpu=None,
-    extra: tuple[str, ...] = (),
+    token_interval_ms: float | None = None,
 ) -> Child:
+    """`token_interval_ms`: one token per SSE event, this far apart (relay benchmarks)."""
     port = free_port()
     cmd = [
         sys.executable, "-m", "gpuroute.cli", "fake-engine", "--gpu", gpu, "--port", str(port),
         "--time-scale", str(time_scale), "--stream-interval-ms", str(stream_interval_ms),
-        "--seed", str(index), *extra,
+        "--seed", str(index),
     ]  # fmt: skip
+    if token_interval_ms is not None:
+        cmd += ["--token-interval-ms", str(token_interval_ms)]
     return spawn(f"engine-{index}-{gpu}", cmd, workdir, port, cpu=cpu)
 
 
 def start_redis(workdir: Path, port: int | None = None) -> Child:
-    """Debian's redis-server on a free port, no persistence (shared state for replicas)."""
+    """Debian's redis-server on a free port, no persistence (shared state for replicas),
+    answering PING when this returns."""
     binary = require("redis-server")
     port = port or free_port()
     cmd = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-    return spawn("redis", cmd, workdir, port)
+    child = spawn("redis", cmd, workdir, port)
+    deadline = time.monotonic() + 10
+    while not _answers_ping(port):
+        if child.proc.poll() is not None or time.monotonic() > deadline:
+            child.stop()
+            raise StartError(f"redis-server did not start; see {child.log}")
+        time.sleep(0.02)  # polling a port, bounded by the deadline
+    return child
+
+
+def _answers_ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
 
 
 def cache_dir() -> Path:

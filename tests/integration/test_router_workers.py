@@ -64,11 +64,12 @@ def _start(tmp_path, engine_url: str) -> tuple[subprocess.Popen, int, str]:
     config = "drain_timeout_s = 60\n" + config.replace(ROUTER_ON_LOOPBACK, "")
     path = tmp_path / "router.toml"
     path.write_text(config)
-    router = subprocess.Popen(
-        gpuroute_cmd("router", "--config", str(path), "--workers", "2"),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    with (tmp_path / "router.log").open("wb") as log:  # never a pipe nobody reads
+        router = subprocess.Popen(
+            gpuroute_cmd("router", "--config", str(path), "--workers", "2"),
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
     admin = f"http://127.0.0.1:{admin_port}"
     wait_for(lambda: http_ok(admin + "/readyz"), 60, "both workers ready")
     return router, port, admin
@@ -103,7 +104,6 @@ def test_two_workers_share_a_port_their_load_and_one_admin_listener(tmp_path) ->
         finally:
             router.send_signal(signal.SIGTERM)
             assert router.wait(90) == 0
-            router.stderr.close()
         # SIGTERM drained both workers: every held stream ran to its end
         for _conn, response in held:
             assert response.read().endswith(b"data: [DONE]\n\n")
@@ -128,7 +128,6 @@ def test_a_killed_worker_is_restarted_and_workers_die_with_their_parent(tmp_path
             if router.poll() is None:
                 router.kill()
                 router.wait(10)
-            router.stderr.close()
 
 
 def _children(pid: int) -> list[int]:

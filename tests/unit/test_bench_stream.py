@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from gpuroute.bench.stream import quantile, stream_rows
+from gpuroute.bench.stream import stream_rows
 from gpuroute.bench.stream_client import StreamsResult, _Stream
+from gpuroute.testbed.fake_engine import FakeEngineConfig
 
 
 def _row(target: str, itl99: float, ttft: float, per_core: float | None) -> dict:
@@ -33,9 +34,10 @@ def test_rows_are_medians_against_direct_and_smg() -> None:
     assert rows["gpuroute"]["kib_per_stream"] == 14.0  # the largest heap growth (round one)
 
 
-def test_quantile_is_an_order_statistic() -> None:
-    assert quantile(range(100), 0.99) == 99
-    assert quantile([3.0, 1.0, 2.0], 0.5) == 2.0
+def test_a_paced_engine_needs_a_positive_interval() -> None:
+    assert FakeEngineConfig(token_interval_s=0.05).token_interval_s == 0.05
+    with pytest.raises(ValueError, match="token_interval_s must be > 0"):
+        FakeEngineConfig(token_interval_s=0)
 
 
 @pytest.mark.asyncio
