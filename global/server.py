@@ -13,7 +13,6 @@ import logging
 import random
 import time
 
-import aiohttp
 import orjson
 from aiohttp import web
 from gpuroute.global_.client import ClientLocator
@@ -50,6 +49,7 @@ from gpuroute.residency_decision import sign
 from gpuroute.secrets import read_secret
 from gpuroute.serving import DrainingServer
 from gpuroute.tls import client_context
+from gpuroute.upstream import UpstreamPool, UpstreamResponse
 
 log = logging.getLogger("gpuroute.global")
 decision_log = logging.getLogger("gpuroute.global.decisions")
@@ -104,16 +104,12 @@ class GlobalApp:
             if config.discovery.consul
             else None
         )
-        self.session: aiohttp.ClientSession | None = None
+        self.session: UpstreamPool | None = None
         self.draining = False
         self.active = 0
         self.idle = asyncio.Event()
         self.idle.set()
         self._ticker: asyncio.Task | None = None
-        limits = config.limits
-        self.timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=limits.connect_timeout_s, sock_read=limits.first_byte_timeout_s
-        )
 
     def _state(self, region: str, state: str) -> None:
         for s in ("unknown", "up", "down", "recovering"):
@@ -142,15 +138,16 @@ class GlobalApp:
         app.router.add_get("/admin/regions", self.admin_regions)
 
     async def _startup(self, _app: web.Application) -> None:
-        self.session = aiohttp.ClientSession(
-            # idle connections are let go before a router's header_timeout_s (15 s) closes them
-            connector=aiohttp.TCPConnector(
-                limit=0,
-                keepalive_timeout=10,
-                ssl=self.router_tls,
-            ),
-            auto_decompress=False,
-            timeout=self.timeout,
+        limits = self.config.limits
+        # No cookie jar (a cookie one region set must never ride on another client's request),
+        # bodies passed on as they came; idle connections are let go before a router's
+        # header_timeout_s (15 s) closes them.
+        self.session = UpstreamPool(
+            connect_timeout_s=limits.connect_timeout_s,
+            first_byte_timeout_s=limits.first_byte_timeout_s,
+            idle_timeout_s=limits.idle_timeout_s,
+            tls=self.router_tls,
+            keepalive_s=10.0,
         )
         await self.feeds.start()
         if self.discovery is not None:
@@ -290,9 +287,8 @@ class GlobalApp:
             base = self.feeds.feeds[region].url
             if base is None:
                 continue
-            url = base + request.path_qs
             try:
-                upstream = await self.session.post(url, data=body, headers=headers)
+                upstream = await self.session.request("POST", base, request.path_qs, body, headers)
             except UPSTREAM_ERRORS as exc:
                 last_error = f"{region}: {type(exc).__name__}"
                 self.feeds.forwarded(region, False)
@@ -320,7 +316,7 @@ class GlobalApp:
         log.warning("every compliant region failed; last: %s", last_error)
         return error_response(502, "every compliant region failed to answer", code="upstream_error")
 
-    def _whole(self, upstream: aiohttp.ClientResponse, region: str, body: bytes) -> web.Response:
+    def _whole(self, upstream: UpstreamResponse, region: str, body: bytes) -> web.Response:
         headers = forward_headers(upstream.headers.items(), RESPONSE_DROP)
         headers[REGION_HEADER] = region
         self.feeds.forwarded(region, True)
@@ -328,7 +324,7 @@ class GlobalApp:
         return web.Response(status=upstream.status, body=body, headers=headers)
 
     async def _relay(
-        self, request: web.Request, upstream: aiohttp.ClientResponse, region: str
+        self, request: web.Request, upstream: UpstreamResponse, region: str
     ) -> web.StreamResponse:
         response = web.StreamResponse(status=upstream.status)
         response.headers.update(forward_headers(upstream.headers.items(), RESPONSE_DROP))

@@ -9,10 +9,10 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-import aiohttp
 from aiohttp import web
 
 from gpuroute.openai_api import SSE_DONE, sse_error
+from gpuroute.upstream import UpstreamResponse
 
 HOP_BY_HOP = frozenset(
     {
@@ -37,7 +37,8 @@ ENGINE_REQUEST_DROP = REQUEST_DROP | {"authorization", "x-gpuroute-residency-dec
 RESPONSE_DROP = HOP_BY_HOP | {"content-length", "date", "server"}
 SERVER_NAME = "gpuroute"  # the Server header both tiers send, naming no library or version
 # What a failed upstream attempt raises (connect, timeout, reset, protocol errors).
-UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+# (gpuroute/upstream.py raises OSError subclasses; TimeoutError is one too)
+UPSTREAM_ERRORS = (OSError, asyncio.TimeoutError)
 COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 TAIL_BYTES = 1024
 
@@ -104,12 +105,11 @@ class Relayed:
 async def relay_body(
     request: web.Request,
     response: web.StreamResponse,
-    upstream: aiohttp.ClientResponse,
+    upstream: UpstreamResponse,
     *,
     first: bytes = b"",
     on_first_write: Callable[[], None] | None = None,
     broken_message: Callable[[BaseException], str],
-    idle_timeout_s: float | None = None,
 ) -> Relayed:
     """Relay `upstream`'s body (after `first`, bytes already read) chunk by chunk; `await
     write()` is the backpressure. A body that breaks ends as an error the client cannot miss:
@@ -131,14 +131,7 @@ async def relay_body(
         on_first_write()
     if whole:
         return await _end(response, tally, streamed, first)
-    watch = None if idle_timeout_s is None else IdleWatch(upstream.content, idle_timeout_s)
-    try:
-        ended = await _relay_chunks(
-            request, response, upstream, tally, streamed, broken_message, watch
-        )
-    finally:
-        if watch is not None:
-            watch.stop()
+    ended = await _relay_chunks(request, response, upstream, tally, streamed, broken_message)
     if ended is not None:
         return ended
     return await _end(response, tally, streamed)
@@ -157,16 +150,14 @@ async def _end(
 async def _relay_chunks(
     request: web.Request,
     response: web.StreamResponse,
-    upstream: aiohttp.ClientResponse,
+    upstream: UpstreamResponse,
     tally: ResponseTally,
     streamed: bool,
     broken_message: Callable[[BaseException], str],
-    watch: IdleWatch | None,
 ) -> Relayed | None:
-    """Chunks until the body ends (None), breaks, or the client leaves (how it ended)."""
+    """Chunks until the body ends (None), breaks (the client's deadlines included), or
+    the client leaves (how it ended)."""
     while True:
-        if watch is not None:
-            watch.waiting()
         try:
             chunk = await upstream.content.readany()
         except UPSTREAM_ERRORS as exc:
@@ -174,43 +165,11 @@ async def _relay_chunks(
             return Relayed(RelayEnd.UPSTREAM_BROKE, tally, streamed, exc)
         if not chunk:
             return None
-        if watch is not None:
-            watch.writing()
         tally.add(chunk)
         try:
             await response.write(chunk)
         except ConnectionError:
             return _client_gone(response, tally, streamed)
-
-
-class IdleWatch:
-    """The idle timeout between two chunks of a body, as one timer per body rather than
-    one per chunk (`asyncio.timeout` around each read schedules and cancels a timer for
-    every chunk of every stream). Only time spent
-    waiting for the upstream counts; a slow client's backpressure does not. When it runs
-    out the read fails with TimeoutError, and the relay ends the body as broken."""
-
-    def __init__(self, content: aiohttp.StreamReader, idle_s: float) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.content, self.idle_s = content, idle_s
-        self.since, self.reading = self.loop.time(), True
-        self.handle = self.loop.call_at(self.since + idle_s, self._check)
-
-    def waiting(self) -> None:
-        self.since, self.reading = self.loop.time(), True
-
-    def writing(self) -> None:
-        self.reading = False
-
-    def stop(self) -> None:
-        self.handle.cancel()
-
-    def _check(self) -> None:
-        now, due = self.loop.time(), self.since + self.idle_s
-        if self.reading and now >= due:
-            self.content.set_exception(TimeoutError(f"no bytes for {self.idle_s:g} s"))
-            return
-        self.handle = self.loop.call_at(due if self.reading else now + self.idle_s, self._check)
 
 
 def _client_gone(response: web.StreamResponse, tally: ResponseTally, streamed: bool) -> Relayed:

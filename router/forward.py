@@ -15,7 +15,6 @@ import ssl
 import time
 from collections.abc import Callable
 
-import aiohttp
 from aiohttp import web
 from gpuroute.router.config import LimitsConfig
 from gpuroute.router.core.backend import Backend
@@ -39,6 +38,7 @@ from gpuroute.relay import (
     forward_headers,
     relay_body,
 )
+from gpuroute.upstream import ConnectFailed, UpstreamPool, UpstreamResponse
 
 log = logging.getLogger("gpuroute.router")
 BACKEND_HEADER = "x-gpuroute-backend"
@@ -52,10 +52,10 @@ class UpstreamFailed(Exception):
 
 
 def failure_kind(exc: BaseException) -> FailureKind:
-    if isinstance(exc, asyncio.TimeoutError):
+    if isinstance(exc, TimeoutError):
         return FailureKind.TIMEOUT
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        if isinstance(exc.os_error, ConnectionRefusedError):
+    if isinstance(exc, ConnectFailed):
+        if isinstance(exc.cause, ConnectionRefusedError):
             return FailureKind.REFUSED
         return FailureKind.CONNECT
     return FailureKind.CONNECTION
@@ -80,7 +80,7 @@ class Forwarder:
         engine_tls: ssl.SSLContext | None = None,
     ) -> None:
         self.engine_key = engine_key
-        self.engine_tls = engine_tls or True  # True: aiohttp's default verification
+        self.engine_tls = engine_tls  # None: the system's CAs for https engines
         self.scheduler, self.metrics, self.watch = scheduler, metrics, watch
         self.expose_backend = expose_backend  # name the backend to clients (tests, benches)
         self.decisions, self.retry, self.sessions = decisions, retry, sessions
@@ -88,29 +88,19 @@ class Forwarder:
         self.budget = RetryBudget(retry)
         self.slo = slo  # classes' attainment; holds predicted misses (predicting policies)
         self.urls: dict[str, str] = {}
-        self.idle_timeout_s: float | None = None  # between two chunks of a body (start())
-        self.session: aiohttp.ClientSession | None = None  # to the engines; start() opens it
+        self.session: UpstreamPool | None = None  # to the engines; start() opens it
         # the last completions, for the region report's recent p99s
         self.recent_ttft: collections.deque[float] = collections.deque(maxlen=2000)
         self.recent_e2e: collections.deque[float] = collections.deque(maxlen=2000)
 
     async def start(self, limits: LimitsConfig) -> None:
-        self.idle_timeout_s = limits.idle_timeout_s
-        timeout = aiohttp.ClientTimeout(
-            total=None,
-            sock_connect=limits.connect_timeout_s,
-            sock_read=limits.first_byte_timeout_s,
-        )
-        connector = aiohttp.TCPConnector(
-            limit=0, keepalive_timeout=30, ttl_dns_cache=300, ssl=self.engine_tls
-        )
-        # No cookie jar: a cookie one engine set must never ride on another client's request
-        # (and jars cost a lookup per request).
-        self.session = aiohttp.ClientSession(
-            connector=connector,
-            auto_decompress=False,
-            timeout=timeout,
-            cookie_jar=aiohttp.DummyCookieJar(),
+        # A proxy's client: no cookie jar (a cookie one engine set must never ride on another
+        # client's request), bodies passed on as they came (no decompression).
+        self.session = UpstreamPool(
+            connect_timeout_s=limits.connect_timeout_s,
+            first_byte_timeout_s=limits.first_byte_timeout_s,
+            idle_timeout_s=limits.idle_timeout_s,
+            tls=self.engine_tls,
         )
 
     def engine_headers(self, request: web.Request) -> dict[str, str]:
@@ -250,18 +240,20 @@ class Forwarder:
 
     async def _first_bytes(
         self, exchange: Exchange, backend: Backend, expected: float
-    ) -> tuple[aiohttp.ClientResponse, bytes]:
+    ) -> tuple[UpstreamResponse, bytes]:
         """Send the request and wait for the first body bytes, which may be the whole answer
         of a non-streamed request. Until they come the attempt can be moved elsewhere: by a
         failure, or by a rescue (BackendWatch.rescue) when its backend turned bad meanwhile."""
         assert self.session is not None
         rid = exchange.info.request_id
-        url = self.urls[backend.backend_id] + exchange.request.path_qs
+        base, target = self.urls[backend.backend_id], exchange.request.path_qs
         self.watch.waiting(rid, backend, expected)
         upstream = None
         try:
             try:
-                upstream = await self.session.post(url, data=exchange.raw, headers=exchange.headers)
+                upstream = await self.session.request(
+                    "POST", base, target, exchange.raw, exchange.headers
+                )
                 if upstream.status >= 500:
                     raise UpstreamFailed(FailureKind.STATUS_5XX, f"status {upstream.status}")
                 first = await upstream.content.readany()
@@ -288,7 +280,7 @@ class Forwarder:
         self,
         exchange: Exchange,
         backend: Backend,
-        upstream: aiohttp.ClientResponse,
+        upstream: UpstreamResponse,
         first: bytes,
         batch_at_start: int,
     ) -> web.StreamResponse:
@@ -312,7 +304,6 @@ class Forwarder:
             first=first,
             on_first_write=first_written,
             broken_message=lambda exc: "the backend failed mid-stream",
-            idle_timeout_s=self.idle_timeout_s,
         )
         if relayed.end is RelayEnd.CLIENT_GONE:
             self._client_gone(info)

@@ -112,12 +112,14 @@ class Proxy:
         session = self.forwarder.session
         assert session is not None
         try:
-            async with session.request(
+            upstream = await session.request(
                 request.method,
-                self.forwarder.urls[backend.backend_id] + request.path_qs,
-                data=raw,
-                headers=self.forwarder.engine_headers(request),
-            ) as upstream:
+                self.forwarder.urls[backend.backend_id],
+                request.path_qs,
+                raw,
+                self.forwarder.engine_headers(request),
+            )
+            async with upstream:
                 body = await upstream.read()
                 headers = forward_headers(upstream.headers.items(), RESPONSE_DROP)
                 return web.Response(status=upstream.status, body=body, headers=headers)

@@ -12,7 +12,6 @@ import random
 import socket
 import time
 
-import aiohttp
 from aiohttp import web
 from gpuroute.router.admission_gate import AdmissionGate
 from gpuroute.router.config import RouterConfig
@@ -337,12 +336,13 @@ class RouterApp:
         backend = self.scheduler.backends.get(backend_id)
         session = self.forwarder.session
         assert session is not None
-        timeout = aiohttp.ClientTimeout(total=self.config.limits.connect_timeout_s + 2)
+        base, path = self.forwarder.urls[backend_id], self.config.health_check_path
         try:
-            url = self.forwarder.urls[backend_id] + self.config.health_check_path
-            async with session.get(url, timeout=timeout) as response:
-                ok = response.status == 200
-        except (aiohttp.ClientError, TimeoutError, OSError):
+            async with asyncio.timeout(self.config.limits.connect_timeout_s + 2):
+                async with await session.request("GET", base, path) as response:
+                    ok = response.status == 200
+                    await response.read()  # read to the end: the connection is reused
+        except (TimeoutError, OSError, ValueError):
             ok = False
         if backend_id in self.scheduler.health.half_open:
             events = self.scheduler.health.record(backend, ok, self.clock())

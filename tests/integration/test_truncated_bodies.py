@@ -3,20 +3,13 @@ body that looks complete (an SSE error event on a stream; an incomplete body oth
 
 from __future__ import annotations
 
-import contextlib
-import time
-
 import aiohttp
 import pytest
 from aiohttp import web
-from gpuroute.global_.config import load_global_config
-from gpuroute.global_.server import REGION_HEADER, GlobalApp, GlobalServer
-from gpuroute.testbed.loopback import GLOBAL_ON_LOOPBACK
-from support.live import MODEL, chat_body, free_port, router_toml, running_router
+from gpuroute.global_.server import REGION_HEADER
+from support.global_tier import global_tier
+from support.live import chat_body, router_toml, running_router
 from support.live import scripted_backend as upstream_server
-from support.paths import REPO
-
-from gpuroute.proto import load_pb2
 
 pytestmark = pytest.mark.asyncio
 PARTIAL_JSON = b'{"id": "cmpl-1", "object": "chat.completion", "choices": [{"mess'
@@ -66,30 +59,6 @@ async def test_router_never_relays_a_truncated_body_as_complete(tmp_path, stream
         config = router_toml([(engine, "H100")], retry="max_attempts = 1")
         async with running_router(config, tmp_path) as (url, _router):
             assert_ends_as_error(*await fetch(url, stream), stream)
-
-
-@contextlib.asynccontextmanager
-async def global_tier(tmp_path, region_url: str):
-    """The global tier in front of one 'region' whose router is `region_url`; the region is
-    made up by feeding it a report directly (no gRPC stream in this test)."""
-    (tmp_path / "regions.toml").write_text((REPO / "regions.example.toml").read_text())
-    (tmp_path / "global.toml").write_text(
-        GLOBAL_ON_LOOPBACK + 'regions_file = "regions.toml"\ntick_s = 0.05\n[listen]\nport = 0\n'
-        "[region_health]\nup_after_s = 0.0\n"
-        f'[[endpoints]]\nregion = "eu-west"\nurl = "{region_url}"\n'
-        f'report = "127.0.0.1:{free_port()}"\n'
-    )
-    app = GlobalApp(*load_global_config(tmp_path / "global.toml"))
-    server = GlobalServer(app)
-    await server.start()
-    report = load_pb2.RegionReport(routable_backends=1, models=[MODEL], timestamp=time.time())
-    app.feeds.on_report("eu-west", report)
-    app.feeds.tick()
-    assert [v.name for v in app.feeds.views if v.up] == ["eu-west"]
-    try:
-        yield f"http://127.0.0.1:{server.port}", app
-    finally:
-        await server.drain(timeout=2.0)
 
 
 @pytest.mark.parametrize("stream", [False, True])

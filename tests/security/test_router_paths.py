@@ -8,6 +8,7 @@ import asyncio
 import aiohttp
 import pytest
 from gpuroute.router.config import load_router_config
+from support.global_tier import global_tier
 from support.live import router_server, scripted_backend
 from support_security import (
     KEY,
@@ -149,6 +150,24 @@ async def test_a_cookie_an_engine_set_never_rides_on_another_clients_request(tmp
                 async with (
                     aiohttp.ClientSession() as s,
                     s.post(base, data=chat(), headers=JSON) as r,
+                ):
+                    assert r.status == 200
+    assert len(engine.seen) == 2
+    assert "Cookie" not in engine.seen[1][1]
+
+
+async def test_a_cookie_a_region_set_never_rides_on_another_clients_request(tmp_path) -> None:
+    """The global tier's client session to the regions' routers kept a cookie jar too: a
+    cookie an engine set (routers pass Set-Cookie on) went to the region with the next
+    client's request, and from there to an engine."""
+    engine = CookieSettingEngine()
+    async with scripted_backend(engine) as url:
+        region = url.replace("127.0.0.1", "localhost")  # aiohttp's jar skipped bare IPs
+        async with global_tier(tmp_path, region) as (base, _app):
+            for _client in ("a", "b"):
+                async with (
+                    aiohttp.ClientSession() as s,
+                    s.post(base + "/v1/chat/completions", data=chat(), headers=JSON) as r,
                 ):
                     assert r.status == 200
     assert len(engine.seen) == 2

@@ -1,0 +1,298 @@
+"""The router's client to engines (gpuroute/upstream.py) against a loopback server that
+writes exactly the bytes each test scripts: reuse, framing, endings, deadlines, refusals."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from gpuroute.upstream import (
+    ConnectFailed,
+    Origin,
+    UpstreamClosed,
+    UpstreamPool,
+    UpstreamProtocolError,
+)
+from gpuroute.upstream_body import HIGH_WATER
+
+pytestmark = pytest.mark.asyncio
+OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\nok"
+Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
+
+
+class ScriptedServer:
+    """Accepts connections and hands each to `script` with its ordinal; records requests."""
+
+    def __init__(self, script: Script) -> None:
+        self.script, self.accepted, self.requests = script, 0, list[bytes]()
+        self.server: asyncio.Server | None = None
+
+    async def read_request(self, reader: asyncio.StreamReader) -> bytes:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        body = await reader.readexactly(length)
+        self.requests.append(head + body)
+        return head + body
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            await self.script(reader, writer, self.accepted)
+        writer.close()
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+
+@contextlib.asynccontextmanager
+async def serving(script: Script) -> AsyncIterator[ScriptedServer]:
+    scripted = ScriptedServer(script)
+    scripted.server = await asyncio.start_server(scripted._serve, "127.0.0.1", 0)
+    try:
+        yield scripted
+    finally:
+        scripted.server.close()
+
+
+@contextlib.asynccontextmanager
+async def pool(
+    first_byte_timeout_s: float = 5.0, idle_timeout_s: float = 5.0
+) -> AsyncIterator[UpstreamPool]:
+    upstream = UpstreamPool(
+        connect_timeout_s=2.0,
+        first_byte_timeout_s=first_byte_timeout_s,
+        idle_timeout_s=idle_timeout_s,
+    )
+    try:
+        yield upstream
+    finally:
+        await upstream.close()
+
+
+async def test_keep_alive_reuses_one_connection_for_sequential_requests() -> None:
+    async def script(reader, writer, _n):
+        for _ in range(3):
+            await scripted.read_request(reader)
+            writer.write(OK)
+
+    async with serving(script) as scripted, pool() as upstream:
+        for _ in range(3):
+            async with await upstream.request("POST", scripted.url, "/v1/x", b"{}") as answer:
+                assert (answer.status, await answer.read()) == (200, b"ok")
+        assert scripted.accepted == 1
+        first = scripted.requests[0]
+        assert first.startswith(b"POST /v1/x HTTP/1.1\r\nHost: 127.0.0.1:")
+        assert b"Content-Length: 2\r\n" in first and first.endswith(b"\r\n\r\n{}")
+
+
+async def test_chunked_body_arrives_decoded_in_order() -> None:
+    async def script(reader, writer, _n):
+        await scripted.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n")
+        writer.write(b"Transfer-Encoding: chunked\r\n\r\n")
+        for event in (b"data: 1\n\n", b"data: 2\n\n", b"data: [DONE]\n\n"):
+            writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+            await writer.drain()
+        writer.write(b"0\r\n\r\n")
+
+    async with serving(script) as scripted, pool() as upstream:
+        answer = await upstream.request("POST", scripted.url, "/s", b"{}")
+        assert answer.headers.get("content-type") == "text/event-stream"
+        assert await answer.read() == b"data: 1\n\ndata: 2\n\ndata: [DONE]\n\n"
+        assert answer.content.at_eof()
+        answer.release()
+
+
+async def test_a_body_without_length_ends_when_the_engine_closes() -> None:
+    async def script(reader, writer, _n):
+        await scripted.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nall of it")
+
+    async with serving(script) as scripted, pool() as upstream:
+        answer = await upstream.request("GET", scripted.url, "/")
+        assert await answer.read() == b"all of it"
+        answer.release()  # not reusable: closed, never pooled
+        assert upstream.idle.get(Origin.parse(scripted.url)) in (None, [])
+
+
+async def test_a_reused_connection_the_engine_closed_is_replaced_once() -> None:
+    """An engine closes idle keep-alive connections (uvicorn after 5 s): a request sent
+    on one just as it closes must go out again on a new connection, not fail."""
+
+    async def script(reader, writer, n):
+        await scripted.read_request(reader)
+        if n == 1:
+            writer.write(OK)  # keep-alive promised...
+            await scripted.read_request(reader)  # ...then closed as the next one came
+            return
+        writer.write(OK)
+
+    async with serving(script) as scripted, pool() as upstream:
+        for target in ("/a", "/b"):
+            async with await upstream.request("POST", scripted.url, target, b"{}") as answer:
+                assert await answer.read() == b"ok"
+        assert scripted.accepted == 2
+        assert [r.split(b" ")[1] for r in scripted.requests] == [b"/a", b"/b", b"/b"]
+
+
+async def test_an_engine_gone_under_a_reused_connection_is_a_lost_connection() -> None:
+    """Killed, not merely idle: the new connection is refused, and what the caller sees is
+    the connection it lost (a dead engine's in-flight requests must not count as refusals)."""
+
+    async def script(reader, writer, n):
+        await scripted.read_request(reader)
+        writer.write(OK)
+        await scripted.read_request(reader)
+        assert scripted.server is not None
+        scripted.server.close()  # the engine is gone: nothing listens any more
+
+    async with serving(script) as scripted, pool() as upstream:
+        async with await upstream.request("POST", scripted.url, "/a", b"{}") as answer:
+            await answer.read()
+        with pytest.raises(UpstreamClosed):
+            await upstream.request("POST", scripted.url, "/b", b"{}")
+
+
+async def test_an_engine_dying_mid_body_fails_the_read_never_ends_it() -> None:
+    async def script(reader, writer, _n):
+        await scripted.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial")
+
+    async with serving(script) as scripted, pool() as upstream:
+        answer = await upstream.request("POST", scripted.url, "/", b"{}")
+        assert await answer.content.readany() == b"partial"
+        with pytest.raises(UpstreamClosed):
+            await answer.content.readany()
+        answer.close()
+
+
+async def test_a_fresh_connection_closed_before_any_answer_raises() -> None:
+    async def script(reader, _writer, _n):
+        await scripted.read_request(reader)
+
+    async with serving(script) as scripted, pool() as upstream:
+        with pytest.raises(UpstreamClosed):
+            await upstream.request("POST", scripted.url, "/", b"{}")
+        assert scripted.accepted == 1  # no second try on a connection that was new
+
+
+async def test_the_first_byte_deadline_covers_the_first_body_bytes() -> None:
+    released = asyncio.Event()
+
+    async def script(reader, writer, _n):
+        await scripted.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        await released.wait()
+
+    async with serving(script) as scripted, pool(first_byte_timeout_s=0.2) as upstream:
+        answer = await upstream.request("POST", scripted.url, "/", b"{}")
+        with pytest.raises(TimeoutError):
+            await answer.content.readany()
+        released.set()
+
+
+async def test_an_engine_silent_between_chunks_times_out_after_the_idle_deadline() -> None:
+    released = asyncio.Event()
+
+    async def script(reader, writer, _n):
+        await scripted.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+        await released.wait()
+
+    async with serving(script) as scripted, pool(idle_timeout_s=0.2) as upstream:
+        answer = await upstream.request("POST", scripted.url, "/", b"{}")
+        assert await answer.content.readany() == b"first"
+        with pytest.raises(TimeoutError, match=r"no bytes from the engine for 0\.2 s"):
+            await answer.content.readany()
+        released.set()
+
+
+async def test_a_paused_body_is_not_the_engines_silence() -> None:
+    """Backpressure from a slow client is not an idle engine: the idle deadline waits."""
+    size = 64 * 1024 * 1024
+
+    async def script(reader, writer, _n):
+        await scripted.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size)
+        writer.write(b"x" * size)
+        await writer.drain()
+
+    async with serving(script) as scripted, pool(idle_timeout_s=0.1) as upstream:
+        answer = await upstream.request("POST", scripted.url, "/", b"{}")
+        async with asyncio.timeout(10):
+            while not answer.content.paused:
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(0.5)  # the period under test: five idle deadlines while paused
+        total = 0
+        while chunk := await answer.content.readany():
+            total += len(chunk)
+        assert total == size
+        answer.release()
+
+
+async def test_no_headers_within_the_deadline_is_a_timeout() -> None:
+    never = asyncio.Event()
+
+    async def script(reader, _writer, _n):
+        await scripted.read_request(reader)
+        await never.wait()  # the engine never answers
+
+    async with serving(script) as scripted, pool(first_byte_timeout_s=0.2) as upstream:
+        with pytest.raises(TimeoutError):
+            await upstream.request("POST", scripted.url, "/", b"{}")
+        never.set()
+
+
+async def test_a_refused_connection_says_so() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound, not listening: connections are refused
+        async with pool() as upstream:
+            with pytest.raises(ConnectFailed) as failed:
+                await upstream.request("POST", f"http://127.0.0.1:{port}", "/", b"{}")
+    assert isinstance(failed.value.cause, ConnectionRefusedError)
+
+
+async def test_garbage_from_the_engine_is_a_protocol_error() -> None:
+    async def script(reader, writer, _n):
+        await scripted.read_request(reader)
+        writer.write(b"SPDY/9 what\r\n\r\n")
+
+    async with serving(script) as scripted, pool() as upstream:
+        with pytest.raises(UpstreamProtocolError):
+            await upstream.request("POST", scripted.url, "/", b"{}")
+
+
+async def test_a_slow_reader_pauses_the_engine_socket() -> None:
+    """Backpressure: the client buffers about HIGH_WATER, not the whole answer."""
+    size = 64 * 1024 * 1024  # far more than the kernel's loopback buffers hold
+    sent = asyncio.Event()
+
+    async def script(reader, writer, _n):
+        await scripted.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size)
+        writer.write(b"x" * size)
+        await writer.drain()
+        sent.set()
+
+    async with serving(script) as scripted, pool() as upstream:
+        answer = await upstream.request("POST", scripted.url, "/", b"{}")
+        async with asyncio.timeout(10):
+            while not answer.content.paused:  # the client stops reading past HIGH_WATER
+                await asyncio.sleep(0.01)
+        assert answer.content._size <= HIGH_WATER + 1024 * 1024
+        assert not sent.is_set()  # the engine is held back by the paused socket
+        total = 0
+        while chunk := await answer.content.readany():
+            total += len(chunk)
+        assert total == size
+        answer.release()
