@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from gpuroute.bench.process_stats import cpu_seconds
 from gpuroute.bench.targets import BASELINES, BenchError, start_baseline, start_router
 from gpuroute.testbed.certs import LocalCA
 from gpuroute.testbed.processes import Child, require, start_engine, wait_http
@@ -35,6 +36,9 @@ OVERHEAD_COLUMNS = (
     ("added_p50_ms", "+p50 ms", "{:.3f}"),
     ("added_p99_ms", "+p99 ms", "{:.3f}"),
     ("rps_vs_haproxy", "req/s ÷ haproxy", "{:.2f}"),
+    ("proxy_cores", "proxy cores", "{:.2f}"),
+    ("rps_per_core", "req/core-s", "{:,.0f}"),
+    ("per_core_vs_haproxy", "req/core-s ÷ haproxy", "{:.2f}"),
 )
 UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 
@@ -67,6 +71,18 @@ def wrk(url: str, connections: int, duration: float, script: Path) -> dict[str, 
     if done.returncode != 0:
         raise BenchError(f"wrk failed: {done.stderr or done.stdout}")
     return parse_wrk(done.stdout)
+
+
+def measured(
+    url: str, proxy: Child | None, connections: int, duration: float, script: Path
+) -> dict[str, float]:
+    """One wrk run, with the cores the proxy (its process tree) used meanwhile: requests
+    per proxy core-second compare proxies even when the engine's core is what saturates."""
+    before = cpu_seconds(proxy.proc.pid) if proxy else 0.0
+    result = wrk(url, connections, duration, script)
+    if proxy is not None:
+        result["proxy_cores"] = (cpu_seconds(proxy.proc.pid) - before) / duration
+    return result
 
 
 def run_overhead(
@@ -104,7 +120,7 @@ def run_overhead(
                         console.print(
                             f"round {round_ + 1}/{rounds}: {target}, {connections} connection(s)"
                         )
-                        result = wrk(url, connections, duration, script)
+                        result = measured(url, proxies.get(target), connections, duration, script)
                         samples.setdefault((target, connections), []).append(result)
         finally:
             for child in proxies.values():
@@ -149,8 +165,11 @@ def overhead_rows(samples: dict[tuple[str, int], list[dict[str, float]]]) -> lis
     rows = []
     for (target, connections), runs in samples.items():
         row = {"target": target, "connections": connections, "rounds": len(runs)}
-        for key in ("rps", "p50_ms", "p99_ms"):
-            row[key] = round(statistics.median(r[key] for r in runs), 4)
+        for key in ("rps", "p50_ms", "p99_ms", "proxy_cores"):
+            if key in runs[0]:
+                row[key] = round(statistics.median(r[key] for r in runs), 4)
+        if row.get("proxy_cores"):
+            row["rps_per_core"] = round(row["rps"] / row["proxy_cores"], 1)
         row["non_2xx"] = sum(int(r["non_2xx"]) for r in runs)
         rows.append(row)
     direct = {r["connections"]: r for r in rows if r["target"] == "direct"}
@@ -159,7 +178,10 @@ def overhead_rows(samples: dict[tuple[str, int], list[dict[str, float]]]) -> lis
         base = direct[row["connections"]]
         row["added_p50_ms"] = round(row["p50_ms"] - base["p50_ms"], 4)
         row["added_p99_ms"] = round(row["p99_ms"] - base["p99_ms"], 4)
-        row["rps_vs_haproxy"] = round(row["rps"] / haproxy[row["connections"]]["rps"], 3)
+        peer = haproxy[row["connections"]]
+        row["rps_vs_haproxy"] = round(row["rps"] / peer["rps"], 3)
+        if "rps_per_core" in row:
+            row["per_core_vs_haproxy"] = round(row["rps_per_core"] / peer["rps_per_core"], 3)
     order = ("direct", "gpuroute", "gpuroute-tls", *BASELINES)
     rows.sort(key=lambda r: (order.index(r["target"]), r["connections"]))
     return rows

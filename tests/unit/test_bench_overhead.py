@@ -1,0 +1,32 @@
+"""`bench overhead`'s rows: medians, what each proxy adds over direct, and requests per
+proxy core-second against HAProxy's (the engine's core may be what saturates)."""
+
+from __future__ import annotations
+
+import pytest
+from gpuroute.bench.overhead import overhead_rows
+
+
+def run(rps: float, p50: float, p99: float, cores: float | None = None) -> dict[str, float]:
+    out = {"rps": rps, "p50_ms": p50, "p99_ms": p99, "non_2xx": 0}
+    if cores is not None:
+        out["proxy_cores"] = cores
+    return out
+
+
+def test_rows_compare_each_proxy_with_direct_and_with_haproxy_per_core() -> None:
+    samples = {
+        ("direct", 32): [run(8000, 4.0, 5.0), run(8200, 3.8, 5.2), run(7900, 4.1, 4.9)],
+        ("gpuroute", 32): [run(5000, 6.0, 9.0, 1.0), run(5100, 6.2, 9.4, 0.98)],
+        ("haproxy", 32): [run(6000, 5.0, 8.0, 0.25), run(5800, 5.2, 8.2, 0.25)],
+    }
+    rows = {r["target"]: r for r in overhead_rows(samples)}
+    assert [r["target"] for r in overhead_rows(samples)] == ["direct", "gpuroute", "haproxy"]
+    ours, haproxy, direct = rows["gpuroute"], rows["haproxy"], rows["direct"]
+    assert direct["rps"] == 8000 and "rps_per_core" not in direct
+    assert ours["added_p50_ms"] == pytest.approx(6.1 - 4.0)
+    assert ours["added_p99_ms"] == pytest.approx(9.2 - 5.0)
+    assert ours["rps_vs_haproxy"] == pytest.approx(5050 / 5900, abs=1e-3)
+    assert ours["rps_per_core"] == pytest.approx(5050 / 0.99, abs=0.1)
+    assert haproxy["rps_per_core"] == pytest.approx(5900 / 0.25, abs=0.1)
+    assert ours["per_core_vs_haproxy"] == pytest.approx((5050 / 0.99) / (5900 / 0.25), abs=1e-3)
