@@ -166,8 +166,10 @@ class Connection(asyncio.Protocol):
         """The caller is finished with the answer: reuse the connection if it can be."""
         self._stop_timer()
         self.busy = False
-        if self.complete and self.keep_alive and self.framed and not self.lost:
-            self.response = None
+        response, self.response = self.response, None
+        # a body left paused (unread past HIGH_WATER) would hold the next answer back
+        held = response is not None and response.content.paused
+        if self.complete and self.keep_alive and self.framed and not self.lost and not held:
             self.pool.put(self)
         else:
             self.close()

@@ -162,6 +162,26 @@ async def test_an_engine_gone_under_a_reused_connection_is_a_lost_connection() -
             await upstream.request("POST", scripted.url, "/b", b"{}")
 
 
+async def test_an_answer_released_unread_never_holds_the_next_one_back() -> None:
+    """A whole answer larger than HIGH_WATER, released without being read, leaves its
+    connection paused: it must be closed, not pooled (the next answer would never come)."""
+    body = b"x" * (HIGH_WATER + 50_000)
+
+    async def script(reader, writer, _n):
+        while True:
+            await scripted.read_request(reader)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+
+    async with serving(script) as scripted, pool(first_byte_timeout_s=2.0) as upstream:
+        answer = await upstream.request("POST", scripted.url, "/a", b"{}")
+        async with asyncio.timeout(10):
+            while not (answer.content.paused or answer.content._eof):
+                await asyncio.sleep(0.01)
+        answer.release()
+        async with await upstream.request("POST", scripted.url, "/b", b"{}") as second:
+            assert await second.read() == body
+
+
 async def test_an_engine_dying_mid_body_fails_the_read_never_ends_it() -> None:
     async def script(reader, writer, _n):
         await scripted.read_request(reader)
