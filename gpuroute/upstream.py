@@ -216,6 +216,10 @@ class Connection(asyncio.Protocol):
         self._fail(UpstreamClosed(f"the engine closed the connection mid-answer ({exc!r})"))
 
     # -- httptools callbacks ---------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        if self.complete:  # a second answer to one request: the connection is out of step
+            raise UpstreamProtocolError("the engine sent bytes after its answer")
+
     def on_header(self, name: bytes, value: bytes) -> None:
         self.raw_headers.append((name.decode("latin-1"), value.decode("latin-1")))
 

@@ -182,6 +182,25 @@ async def test_an_answer_released_unread_never_holds_the_next_one_back() -> None
             assert await second.read() == body
 
 
+async def test_bytes_after_an_answer_never_reach_the_next_request() -> None:
+    """An engine that sends a second (partial) answer behind the first: the connection is
+    out of step and must be dropped, or the next client would get the smuggled bytes."""
+    smuggled = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nnot yours"
+
+    async def script(reader, writer, n):
+        await scripted.read_request(reader)
+        writer.write(OK + (smuggled if n == 1 else b""))
+        if n == 1:
+            await scripted.read_request(reader)  # it would go on answering on this one
+            writer.write(b"x" * 91)
+
+    async with serving(script) as scripted, pool() as upstream:
+        for target in ("/a", "/b"):
+            async with await upstream.request("POST", scripted.url, target, b"{}") as answer:
+                assert await answer.read() == b"ok"
+        assert scripted.accepted == 2
+
+
 async def test_an_engine_dying_mid_body_fails_the_read_never_ends_it() -> None:
     async def script(reader, writer, _n):
         await scripted.read_request(reader)
