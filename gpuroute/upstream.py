@@ -1,12 +1,11 @@
-"""The router's HTTP/1.1 client to engines: keep-alive connections per origin, answers parsed
-by httptools (llhttp, as in uvicorn).
+"""The HTTP/1.1 client of the router (to engines) and the global tier (to routers):
+keep-alive connections per origin, answers parsed by httptools (llhttp, as in uvicorn).
 
-Why not aiohttp's ClientSession here: profiled at 32 connections (`gpuroute bench
-overhead`), it took a fifth of the router's CPU building request and response objects, URLs,
-timers and tracing hooks for what is one write and one parse. This client does only what a
-proxy needs: one `writelines` per request, a first-byte deadline, chunked and sized bodies,
-a body stream with backpressure (upstream_body.py), TLS, and a pool that never hands out a
-connection the engine has closed."""
+Why not aiohttp's ClientSession: at 32 connections (`gpuroute bench overhead`) it took a
+fifth of the router's CPU building objects, URLs, timers and hooks for what is one write and
+one parse. This does what a proxy needs: one `writelines` per request, first-byte and idle
+deadlines, chunked and sized bodies, backpressure (upstream_body.py), TLS, a pool that
+never hands out a connection the engine has closed or left out of step."""
 
 from __future__ import annotations
 

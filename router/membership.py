@@ -17,12 +17,14 @@ import grpc
 from gpuroute.router.config import MembershipConfig
 from gpuroute.router.core.agent_load import AgentLoadView, AgentReport
 from gpuroute.router.core.backend import Backend
+from gpuroute.router.core.health import HealthEvents
 from gpuroute.router.core.membership import (
     Member,
     apply,
     follow_agent,
     members_from_entries,
     plan,
+    recovered,
     removable,
 )
 from gpuroute.router.core.scheduler import Scheduler
@@ -53,6 +55,7 @@ class Membership:
         capacity_of: Callable[[Member], float],
         on_join: Callable[[Backend, Member], None],
         on_remove: Callable[[str], None],
+        on_health: Callable[[HealthEvents], None],
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
         router_id: str = "router",
@@ -65,7 +68,7 @@ class Membership:
         self.metrics = metrics
         self.known_gpus = tuple(known_gpus)
         self.capacity_of = capacity_of
-        self.on_join, self.on_remove = on_join, on_remove
+        self.on_join, self.on_remove, self.on_health = on_join, on_remove, on_health
         self.clock = clock
         self.rng = rng or random.Random()
         self.router_id = router_id
@@ -130,15 +133,25 @@ class Membership:
             for problem in set(problems) - self._problems:
                 log.warning("Consul entry ignored: %s", problem)
             self._problems = set(problems)
+            back = recovered(self.members, members)
             self.members = members
             if self.stale:
                 log.info("Consul answered: %d members", len(members))
             self._set_stale(False)
             self.last_sync = self.clock()
             self.reconcile(first=not self.synced.is_set())
+            self._vouch(back)
             self.synced.set()
             # rate limit: a flapping service must not turn the loop into a busy poll
             await asyncio.sleep(self.config.min_interval_s * (0.5 + self.rng.random()))
+
+    def _vouch(self, backend_ids: list[str]) -> None:
+        """Checks passing again after critical: an open breaker probes now (its cooldown,
+        doubled by probes that met the engine down, would hold a restarted engine out)."""
+        backends, now = self.scheduler.backends, self.clock()
+        for backend_id in backend_ids:
+            if backend_id in backends:
+                self.on_health(self.scheduler.health.vouched(backends.get(backend_id), now))
 
     def _set_stale(self, stale: bool) -> None:
         self.stale = stale

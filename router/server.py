@@ -193,6 +193,7 @@ class RouterApp:
             capacity_of=lambda member: self.priors[member.gpu].capacity,
             on_join=self._joined,
             on_remove=self._removed,
+            on_health=self.forwarder.record_health,
             clock=self.clock,
             router_id=f"{socket.gethostname()}:{self.config.listen.port}/{self.role_index}",
         )
@@ -345,8 +346,7 @@ class RouterApp:
         except (TimeoutError, OSError, ValueError):
             ok = False
         if backend_id in self.scheduler.health.half_open:
-            events = self.scheduler.health.record(backend, ok, self.clock())
-            self.forwarder.record_health(events)
+            self.forwarder.record_health(self.scheduler.health.record(backend, ok, self.clock()))
 
     # -- admin -----------------------------------------------------------------------------
     async def models(self, _request: web.Request) -> web.Response:

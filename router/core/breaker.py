@@ -110,6 +110,14 @@ class CircuitBreaker:
                 return self._fire(BreakerEvent.TRIP, now)
         return None  # late results of requests sent before it opened change nothing
 
+    def vouched(self, now: float) -> Transition | None:
+        """Its own health check says the backend is back (Consul passing after critical):
+        an open breaker's cooldown ends now, and the probe decides. A restarted engine
+        otherwise waits out a cooldown doubled by probes that met it still down."""
+        if self.state is BreakerState.OPEN:
+            return self._fire(BreakerEvent.COOLDOWN_ELAPSED, now)
+        return None
+
     def tick(self, now: float) -> Transition | None:
         if self.state is BreakerState.OPEN and now - self.opened_at >= self.cooldown_s:
             return self._fire(BreakerEvent.COOLDOWN_ELAPSED, now)

@@ -80,6 +80,15 @@ class BackendHealth:
             self._apply_ejection(backend, ejection, now)
         return events
 
+    def vouched(self, backend: Backend, now: float) -> HealthEvents:
+        """The backend's agent says it is healthy again: probe it now (CircuitBreaker.vouched)."""
+        events = HealthEvents()
+        transition = self.breaker(backend.backend_id).vouched(now)
+        if transition is not None:
+            events.breaker.append((backend.backend_id, transition))
+            self._apply_breaker(backend, transition, now)
+        return events
+
     def tick(self, now: float) -> HealthEvents:
         events = HealthEvents()
         for backend in list(self.backends):

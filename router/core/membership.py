@@ -140,6 +140,15 @@ def plan(
     return changes
 
 
+def recovered(before: Mapping[str, Member], after: Mapping[str, Member]) -> list[str]:
+    """Members whose checks pass again after failing (critical before, routable now)."""
+    return sorted(
+        sid
+        for sid, member in after.items()
+        if member.routable and sid in before and not before[sid].routable
+    )
+
+
 def apply(
     backends: BackendSet,
     changes: MembershipChanges,

@@ -98,3 +98,35 @@ def test_with_active_probes_a_half_open_backend_gets_no_client_request() -> None
     for t in (6.2, 6.3, 6.4):  # health checks succeed
         health.record(pool[0], True, t)
     assert health.half_open == set() and pool[0].state is BackendState.WARMING
+
+
+def test_a_backend_vouched_for_is_probed_now_not_after_its_doubled_cooldown() -> None:
+    """An engine restarted after its probes met it down: its cooldown has doubled (5, then
+    10 s), but its agent's check passing again (Consul) half-opens the breaker at once."""
+    pool, _, scheduler = make()
+    bad, health = pool[0], scheduler.health
+    for t in range(3):
+        health.record(bad, False, float(t))  # opened at 2.0
+    scheduler.tick(7.0)  # half-open
+    health.record(bad, False, 7.1)  # the probe meets it still down: open, 10 s cooldown
+    breaker = health.breaker(bad.backend_id)
+    assert breaker.state.value == "open" and breaker.cooldown_s == 10
+    scheduler.tick(9.0)
+    assert bad.state is BackendState.EJECTED  # the cooldown alone would wait until 17.1
+    events = health.vouched(bad, 9.0)
+    assert [(b, t.after.value) for b, t in events.breaker] == [(bad.backend_id, "half_open")]
+    assert bad.backend_id in health.half_open and bad.state is BackendState.WARMING
+    health.record(bad, True, 9.1)
+    health.record(bad, True, 9.2)
+    assert breaker.state.value == "closed" and breaker.cooldown_s == 5
+
+
+def test_vouching_for_a_closed_or_half_open_breaker_changes_nothing() -> None:
+    pool, _, scheduler = make()
+    health = scheduler.health
+    assert not health.vouched(pool[1], 1.0).breaker
+    for t in range(3):
+        health.record(pool[0], False, float(t))
+    scheduler.tick(7.0)
+    assert not health.vouched(pool[0], 7.5).breaker
+    assert health.breaker(pool[0].backend_id).state.value == "half_open"

@@ -10,6 +10,7 @@ from gpuroute.router.core.membership import (
     apply,
     members_from_entries,
     plan,
+    recovered,
     removable,
 )
 from hypothesis import given
@@ -193,3 +194,11 @@ def test_agent_drain_takes_a_backend_out_and_only_the_agent_brings_it_back() -> 
     backends.set_state(b, BackendState.EJECTED, 5.0, "breaker open")
     follow_agent(backends, b, "critical", 6.0)
     assert b.state is BackendState.EJECTED  # not routable anyway: left to health
+
+
+def test_recovered_names_members_whose_checks_pass_again() -> None:
+    before = {"a": member("a", "critical"), "b": member("b"), "c": member("c", "critical")}
+    after = {"a": member("a"), "b": member("b"), "c": member("c", "critical"), "d": member("d")}
+    assert recovered(before, after) == ["a"]  # not the steady, the still down, or the new
+    assert recovered(after, {"a": member("a", "warning")}) == []  # warning: never down
+    assert recovered({"x": member("x", "critical")}, {"x": member("x", "warning")}) == ["x"]
