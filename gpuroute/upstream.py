@@ -10,24 +10,18 @@ never hands out a connection the engine has closed or left out of step."""
 from __future__ import annotations
 
 import asyncio
-import re
 import ssl
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import cast
-from urllib.parse import urlsplit
 
 import httptools
 
 from gpuroute.upstream_body import Body, Headers
+from gpuroute.upstream_head import Origin, request_head
 
 KEEPALIVE_S = 30.0  # a connection idle longer than this is closed, not reused
 MAX_IDLE_PER_ORIGIN = 256
-TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-UNSAFE_VALUE = re.compile(r"[\r\n\x00]")
-# never taken from the caller: the client writes its own framing
-OWN_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 
 
 class ConnectFailed(OSError):
@@ -44,26 +38,6 @@ class UpstreamClosed(ConnectionResetError):
 
 class UpstreamProtocolError(OSError):
     """The engine's bytes are not HTTP/1.1."""
-
-
-@dataclass(frozen=True, slots=True)
-class Origin:
-    host: str
-    port: int
-    tls: bool
-    host_header: str
-
-    @classmethod
-    def parse(cls, url: str) -> Origin:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"not an http(s) URL: {url!r}")
-        tls = parts.scheme == "https"
-        port = parts.port or (443 if tls else 80)
-        host = parts.hostname
-        shown = f"[{host}]" if ":" in host else host
-        default = port == (443 if tls else 80)
-        return cls(host, port, tls, shown if default else f"{shown}:{port}")
 
 
 class UpstreamResponse:
@@ -94,25 +68,6 @@ class UpstreamResponse:
             self.release()
         else:
             self.close()
-
-
-def request_head(
-    method: str, target: str, origin: Origin, headers: Mapping[str, str], length: int
-) -> bytes:
-    """The request line and headers. A name or value that could end a header line early
-    is refused, never sent (header injection into the engine connection)."""
-    if not TOKEN.fullmatch(method) or UNSAFE_VALUE.search(target) or " " in target:
-        raise ValueError(f"unsafe request line: {method!r} {target!r}")
-    lines = [f"{method} {target} HTTP/1.1\r\nHost: {origin.host_header}\r\n"]
-    if length or method not in ("GET", "HEAD"):
-        lines.append(f"Content-Length: {length}\r\n")
-    for name, value in headers.items():
-        if not TOKEN.fullmatch(name) or UNSAFE_VALUE.search(value):
-            raise ValueError(f"unsafe header {name!r}")
-        if name.lower() not in OWN_HEADERS:
-            lines.append(f"{name}: {value}\r\n")
-    lines.append("\r\n")
-    return "".join(lines).encode("utf-8", "surrogateescape")
 
 
 class Connection(asyncio.Protocol):
@@ -306,11 +261,13 @@ class UpstreamPool:
         tls: ssl.SSLContext | None = None,
         keepalive_s: float = KEEPALIVE_S,
         clock: Callable[[], float] = time.monotonic,
+        on_open: Callable[[str, str], None] | None = None,
     ) -> None:
         self.connect_timeout_s, self.first_byte_timeout_s = connect_timeout_s, first_byte_timeout_s
         self.idle_timeout_s = idle_timeout_s
         self.tls, self.keepalive_s = tls, keepalive_s
         self.clock = clock
+        self.on_open = on_open  # (host:port, "empty" or "replaced"): for a metric
         self.idle: dict[Origin, list[Connection]] = {}
         self.origins: dict[str, Origin] = {}
         self.open: set[Connection] = set()
@@ -331,7 +288,7 @@ class UpstreamPool:
         parts, is_head = [head, body] if body else [head], method == "HEAD"
         connection = self._take(origin)
         if connection is None:
-            connection = await self._connect(origin)
+            connection = await self._connect(origin, "empty")
             return await connection.exchange(parts, is_head)
         try:
             return await connection.exchange(parts, is_head)
@@ -339,7 +296,7 @@ class UpstreamPool:
             if connection.answered:
                 raise
             try:
-                connection = await self._connect(origin)
+                connection = await self._connect(origin, "replaced")
             except ConnectFailed:
                 raise closed from None  # the engine went away under the request
         return await connection.exchange(parts, is_head)
@@ -376,7 +333,7 @@ class UpstreamPool:
             connection.close()
         return None
 
-    async def _connect(self, origin: Origin) -> Connection:
+    async def _connect(self, origin: Origin, why: str) -> Connection:
         loop = asyncio.get_running_loop()
         context = None
         if origin.tls:
@@ -397,4 +354,6 @@ class UpstreamPool:
         except OSError as exc:
             raise ConnectFailed(origin, exc) from exc
         self.open.add(connection)
+        if self.on_open is not None:
+            self.on_open(f"{origin.host}:{origin.port}", why)
         return connection

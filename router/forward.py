@@ -101,6 +101,7 @@ class Forwarder:
             first_byte_timeout_s=limits.first_byte_timeout_s,
             idle_timeout_s=limits.idle_timeout_s,
             tls=self.engine_tls,
+            on_open=lambda origin, why: self.metrics.upstream_connections.labels(origin, why).inc(),
         )
 
     def engine_headers(self, request: web.Request) -> dict[str, str]:

@@ -116,6 +116,13 @@ class RouterMetrics:
         self.retry_budget_exhausted = Counter(
             "gpuroute_retry_budget_exhausted", "Retries refused by the budget.", registry=r
         )
+        self.upstream_connections = Counter(
+            "gpuroute_upstream_connections_opened",
+            "Connections opened to engines, by engine address and why: none idle in the pool"
+            " (empty) or one the engine had closed under a request (replaced).",
+            ["origin", "why"],
+            registry=r,
+        )
         self.upstream_failures = Counter(
             "gpuroute_upstream_failures",
             "Failed attempts, by backend and kind.",

@@ -51,6 +51,21 @@ async def test_stream_passes_through_byte_for_byte(tmp_path) -> None:
                 assert await r.read() == b"".join(SSE_SCRIPT)
 
 
+async def test_requests_reuse_keep_alive_connections_to_the_engine(tmp_path) -> None:
+    """Ten requests in turn open one connection to the engine, and the metric says so."""
+    async with scripted_backend(sse_script) as upstream:
+        config = router_toml([(upstream, "H100")])
+        async with running_router(config, tmp_path) as (url, router):
+            async with aiohttp.ClientSession() as s:
+                for _ in range(10):
+                    async with s.post(url + "/v1/chat/completions", json=chat_body()) as r:
+                        assert r.status == 200 and await r.read() == b"".join(SSE_SCRIPT)
+            origin = upstream.removeprefix("http://")
+            opened = router.metrics.registry.get_sample_value
+            labels = {"origin": origin, "why": "empty"}
+            assert opened("gpuroute_upstream_connections_opened_total", labels) == 1.0
+
+
 async def test_real_engine_stream_has_vllm_shape_and_usage(tmp_path) -> None:
     with fake_engines(("A100", 1.0)) as (engine,):
         config = router_toml([(engine.url, "A100")])

@@ -12,12 +12,12 @@ import pytest
 
 from gpuroute.upstream import (
     ConnectFailed,
-    Origin,
     UpstreamClosed,
     UpstreamPool,
     UpstreamProtocolError,
 )
 from gpuroute.upstream_body import HIGH_WATER
+from gpuroute.upstream_head import Origin
 
 pytestmark = pytest.mark.asyncio
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\nok"
@@ -65,12 +65,13 @@ async def serving(script: Script) -> AsyncIterator[ScriptedServer]:
 
 @contextlib.asynccontextmanager
 async def pool(
-    first_byte_timeout_s: float = 5.0, idle_timeout_s: float = 5.0
+    first_byte_timeout_s: float = 5.0, idle_timeout_s: float = 5.0, opened: list | None = None
 ) -> AsyncIterator[UpstreamPool]:
     upstream = UpstreamPool(
         connect_timeout_s=2.0,
         first_byte_timeout_s=first_byte_timeout_s,
         idle_timeout_s=idle_timeout_s,
+        on_open=None if opened is None else lambda origin, why: opened.append((origin, why)),
     )
     try:
         yield upstream
@@ -84,11 +85,13 @@ async def test_keep_alive_reuses_one_connection_for_sequential_requests() -> Non
             await scripted.read_request(reader)
             writer.write(OK)
 
-    async with serving(script) as scripted, pool() as upstream:
+    opened: list[tuple[str, str]] = []
+    async with serving(script) as scripted, pool(opened=opened) as upstream:
         for _ in range(3):
             async with await upstream.request("POST", scripted.url, "/v1/x", b"{}") as answer:
                 assert (answer.status, await answer.read()) == (200, b"ok")
         assert scripted.accepted == 1
+        assert opened == [(scripted.url.removeprefix("http://"), "empty")]
         first = scripted.requests[0]
         assert first.startswith(b"POST /v1/x HTTP/1.1\r\nHost: 127.0.0.1:")
         assert b"Content-Length: 2\r\n" in first and first.endswith(b"\r\n\r\n{}")
@@ -136,12 +139,14 @@ async def test_a_reused_connection_the_engine_closed_is_replaced_once() -> None:
             return
         writer.write(OK)
 
-    async with serving(script) as scripted, pool() as upstream:
+    opened: list[tuple[str, str]] = []
+    async with serving(script) as scripted, pool(opened=opened) as upstream:
         for target in ("/a", "/b"):
             async with await upstream.request("POST", scripted.url, target, b"{}") as answer:
                 assert await answer.read() == b"ok"
         assert scripted.accepted == 2
         assert [r.split(b" ")[1] for r in scripted.requests] == [b"/a", b"/b", b"/b"]
+        assert [why for _, why in opened] == ["empty", "replaced"]
 
 
 async def test_an_engine_gone_under_a_reused_connection_is_a_lost_connection() -> None:
