@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import enum
 import re
@@ -37,8 +36,8 @@ ENGINE_REQUEST_DROP = REQUEST_DROP | {"authorization", "x-gpuroute-residency-dec
 RESPONSE_DROP = HOP_BY_HOP | {"content-length", "date", "server"}
 SERVER_NAME = "gpuroute"  # the Server header both tiers send, naming no library or version
 # What a failed upstream attempt raises (connect, timeout, reset, protocol errors).
-# (gpuroute/upstream.py raises OSError subclasses; TimeoutError is one too)
-UPSTREAM_ERRORS = (OSError, asyncio.TimeoutError)
+# gpuroute/upstream.py raises only OSError subclasses (TimeoutError is one).
+UPSTREAM_ERRORS = (OSError,)
 COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 TAIL_BYTES = 1024
 

@@ -28,7 +28,7 @@ class ConnectFailed(OSError):
     """The connection could not be opened: refused, unreachable, or TLS refused."""
 
     def __init__(self, origin: Origin, cause: OSError) -> None:
-        super().__init__(f"cannot connect to {origin.host}:{origin.port}: {cause!r}")
+        super().__init__(f"cannot connect to {origin.address}: {cause!r}")
         self.cause = cause
 
 
@@ -189,8 +189,7 @@ class Connection(asyncio.Protocol):
             or status in (204, 304)
         )
         self.response = response = UpstreamResponse(status, headers, self)
-        if self.head:
-            self.framed = True  # no body follows a HEAD's headers, whatever they say
+        if self.head:  # no body follows a HEAD's headers, whatever they say
             self._finished()
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_result(response)
@@ -223,15 +222,15 @@ class Connection(asyncio.Protocol):
         if self.response is not None and self.response.content.paused:
             self.last_bytes = now
         if self.body_started:
-            due, what = self.last_bytes + pool.idle_timeout_s, "no bytes from the engine for"
-            wait = pool.idle_timeout_s
+            since, wait = self.last_bytes, pool.idle_timeout_s
+            message = f"no bytes from the engine for {wait:g} s"
         else:
-            due, what = self.sent_at + pool.first_byte_timeout_s, "no answer from the engine in"
-            wait = pool.first_byte_timeout_s
-        if now < due:
-            self.timer = self.loop.call_at(due, self._check)
+            since, wait = self.sent_at, pool.first_byte_timeout_s
+            message = f"no answer from the engine in {wait:g} s"
+        if now < since + wait:
+            self.timer = self.loop.call_at(since + wait, self._check)
             return
-        self._fail(TimeoutError(f"{what} {wait:g} s"))
+        self._fail(TimeoutError(message))
         self.close()
 
     def _fail(self, exc: BaseException) -> None:
@@ -286,19 +285,20 @@ class UpstreamPool:
         origin = self.origins.get(base_url) or self._origin(base_url)
         head = request_head(method, target, origin, headers or {}, len(body))
         parts, is_head = [head, body] if body else [head], method == "HEAD"
-        connection = self._take(origin)
-        if connection is None:
-            connection = await self._connect(origin, "empty")
-            return await connection.exchange(parts, is_head)
-        try:
-            return await connection.exchange(parts, is_head)
-        except UpstreamClosed as closed:
-            if connection.answered:
-                raise
+        why, lost = "empty", None
+        if (connection := self._take(origin)) is not None:
             try:
-                connection = await self._connect(origin, "replaced")
-            except ConnectFailed:
-                raise closed from None  # the engine went away under the request
+                return await connection.exchange(parts, is_head)
+            except UpstreamClosed as closed:
+                if connection.answered:
+                    raise
+                why, lost = "replaced", closed
+        try:
+            connection = await self._connect(origin, why)
+        except ConnectFailed:
+            if lost is None:
+                raise
+            raise lost from None  # the engine went away under the request
         return await connection.exchange(parts, is_head)
 
     def put(self, connection: Connection) -> None:
@@ -350,10 +350,10 @@ class UpstreamPool:
                     server_hostname=origin.host if context else None,
                 )
         except TimeoutError:
-            raise TimeoutError(f"connecting to {origin.host}:{origin.port} took too long") from None
+            raise TimeoutError(f"connecting to {origin.address} took too long") from None
         except OSError as exc:
             raise ConnectFailed(origin, exc) from exc
         self.open.add(connection)
         if self.on_open is not None:
-            self.on_open(f"{origin.host}:{origin.port}", why)
+            self.on_open(origin.address, why)
         return connection

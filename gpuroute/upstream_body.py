@@ -70,9 +70,6 @@ class Body:
         self._exc = exc
         self._wake()
 
-    def exception(self) -> BaseException | None:
-        return self._exc
-
     @property
     def paused(self) -> bool:
         return self._paused

@@ -21,6 +21,11 @@ class Origin:
     tls: bool
     host_header: str
 
+    @property
+    def address(self) -> str:
+        """host:port, as logs and metrics name it."""
+        return f"{self.host}:{self.port}"
+
     @classmethod
     def parse(cls, url: str) -> Origin:
         parts = urlsplit(url)

@@ -15,6 +15,7 @@ from gpuroute.upstream import (
     UpstreamClosed,
     UpstreamPool,
     UpstreamProtocolError,
+    UpstreamResponse,
 )
 from gpuroute.upstream_body import HIGH_WATER
 from gpuroute.upstream_head import Origin
@@ -22,6 +23,16 @@ from gpuroute.upstream_head import Origin
 pytestmark = pytest.mark.asyncio
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\nok"
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
+
+
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    """One request, head and body (sized by Content-Length), as the client wrote it."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    return head + await reader.readexactly(length)
 
 
 class ScriptedServer:
@@ -32,14 +43,9 @@ class ScriptedServer:
         self.server: asyncio.Server | None = None
 
     async def read_request(self, reader: asyncio.StreamReader) -> bytes:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = 0
-        for line in head.split(b"\r\n"):
-            if line.lower().startswith(b"content-length:"):
-                length = int(line.split(b":")[1])
-        body = await reader.readexactly(length)
-        self.requests.append(head + body)
-        return head + body
+        request = await read_request(reader)
+        self.requests.append(request)
+        return request
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
@@ -229,58 +235,78 @@ async def test_a_fresh_connection_closed_before_any_answer_raises() -> None:
         assert scripted.accepted == 1  # no second try on a connection that was new
 
 
-async def test_the_first_byte_deadline_covers_the_first_body_bytes() -> None:
+@pytest.mark.parametrize(
+    ("sent", "deadline", "first", "message"),
+    [
+        # the headers came, the first body bytes did not: still the first-byte deadline
+        (b"", {"first_byte_timeout_s": 0.2}, None, r"no answer from the engine in 0\.2 s"),
+        # a chunk came, then nothing: the idle deadline
+        (
+            b"5\r\nfirst\r\n",
+            {"idle_timeout_s": 0.2},
+            b"first",
+            r"no bytes from the engine for 0\.2 s",
+        ),
+    ],
+)
+async def test_a_silent_engine_fails_the_read_at_its_deadline(sent, deadline, first, message):
     released = asyncio.Event()
 
     async def script(reader, writer, _n):
         await scripted.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + sent)
         await released.wait()
 
-    async with serving(script) as scripted, pool(first_byte_timeout_s=0.2) as upstream:
+    async with serving(script) as scripted, pool(**deadline) as upstream:
         answer = await upstream.request("POST", scripted.url, "/", b"{}")
-        with pytest.raises(TimeoutError):
+        if first is not None:
+            assert await answer.content.readany() == first
+        with pytest.raises(TimeoutError, match=message):
             await answer.content.readany()
         released.set()
 
 
-async def test_an_engine_silent_between_chunks_times_out_after_the_idle_deadline() -> None:
-    released = asyncio.Event()
+LARGE = 64 * 1024 * 1024  # far more than the kernel's loopback buffers hold
+
+
+def large_answer(sent: asyncio.Event) -> Script:
+    """An engine that answers LARGE bytes at once and sets `sent` when all left it."""
 
     async def script(reader, writer, _n):
-        await scripted.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n")
-        await released.wait()
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % LARGE)
+        writer.write(b"x" * LARGE)
+        await writer.drain()
+        sent.set()
 
-    async with serving(script) as scripted, pool(idle_timeout_s=0.2) as upstream:
-        answer = await upstream.request("POST", scripted.url, "/", b"{}")
-        assert await answer.content.readany() == b"first"
-        with pytest.raises(TimeoutError, match=r"no bytes from the engine for 0\.2 s"):
-            await answer.content.readany()
-        released.set()
+    return script
+
+
+async def until_paused(answer: UpstreamResponse) -> None:
+    """Until the client stops reading (past HIGH_WATER buffered)."""
+    async with asyncio.timeout(10):
+        while not answer.content.paused:
+            await asyncio.sleep(0.01)
+
+
+async def drained(answer: UpstreamResponse) -> int:
+    """Reads the body to its end and releases it: the bytes read."""
+    total = 0
+    while chunk := await answer.content.readany():
+        total += len(chunk)
+    answer.release()
+    return total
 
 
 async def test_a_paused_body_is_not_the_engines_silence() -> None:
-    """Backpressure from a slow client is not an idle engine: the idle deadline waits."""
-    size = 64 * 1024 * 1024
-
-    async def script(reader, writer, _n):
-        await scripted.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size)
-        writer.write(b"x" * size)
-        await writer.drain()
-
+    """Backpressure from a slow client is not an idle engine: five idle deadlines pass
+    while the body is held unread, and it still arrives whole."""
+    script = large_answer(asyncio.Event())
     async with serving(script) as scripted, pool(idle_timeout_s=0.1) as upstream:
         answer = await upstream.request("POST", scripted.url, "/", b"{}")
-        async with asyncio.timeout(10):
-            while not answer.content.paused:
-                await asyncio.sleep(0.01)
+        await until_paused(answer)
         await asyncio.sleep(0.5)  # the period under test: five idle deadlines while paused
-        total = 0
-        while chunk := await answer.content.readany():
-            total += len(chunk)
-        assert total == size
-        answer.release()
+        assert await drained(answer) == LARGE
 
 
 async def test_no_headers_within_the_deadline_is_a_timeout() -> None:
@@ -291,7 +317,7 @@ async def test_no_headers_within_the_deadline_is_a_timeout() -> None:
         await never.wait()  # the engine never answers
 
     async with serving(script) as scripted, pool(first_byte_timeout_s=0.2) as upstream:
-        with pytest.raises(TimeoutError):
+        with pytest.raises(TimeoutError, match=r"no answer from the engine in 0\.2 s"):
             await upstream.request("POST", scripted.url, "/", b"{}")
         never.set()
 
@@ -318,25 +344,10 @@ async def test_garbage_from_the_engine_is_a_protocol_error() -> None:
 
 async def test_a_slow_reader_pauses_the_engine_socket() -> None:
     """Backpressure: the client buffers about HIGH_WATER, not the whole answer."""
-    size = 64 * 1024 * 1024  # far more than the kernel's loopback buffers hold
     sent = asyncio.Event()
-
-    async def script(reader, writer, _n):
-        await scripted.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size)
-        writer.write(b"x" * size)
-        await writer.drain()
-        sent.set()
-
-    async with serving(script) as scripted, pool() as upstream:
+    async with serving(large_answer(sent)) as scripted, pool() as upstream:
         answer = await upstream.request("POST", scripted.url, "/", b"{}")
-        async with asyncio.timeout(10):
-            while not answer.content.paused:  # the client stops reading past HIGH_WATER
-                await asyncio.sleep(0.01)
+        await until_paused(answer)
         assert answer.content._size <= HIGH_WATER + 1024 * 1024
         assert not sent.is_set()  # the engine is held back by the paused socket
-        total = 0
-        while chunk := await answer.content.readany():
-            total += len(chunk)
-        assert total == size
-        answer.release()
+        assert await drained(answer) == LARGE
