@@ -22,6 +22,10 @@ from gpuroute.upstream_head import Origin, request_head
 
 KEEPALIVE_S = 30.0  # a connection idle longer than this is closed, not reused
 MAX_IDLE_PER_ORIGIN = 256
+# An answer's head (interim 1xx heads included) past these is a broken or hostile engine:
+# without them its headers would pile up in memory until the first-byte deadline.
+MAX_HEAD_BYTES = 64 * 1024
+MAX_HEADERS = 128
 
 
 class ConnectFailed(OSError):
@@ -89,6 +93,7 @@ class Connection(asyncio.Protocol):
         self.response: UpstreamResponse | None = None
         self.raw_headers: list[tuple[str, str]] = []
         self.answered = False  # any byte of the answer arrived
+        self.head_bytes = 0  # bytes received before the answer's headers were complete
         self.complete = False
         self.keep_alive = False  # read when the answer completes (llhttp forgets it after)
         self.framed = True  # sized or chunked (else the body ends when the engine closes)
@@ -145,11 +150,15 @@ class Connection(asyncio.Protocol):
             return
         self.answered = True
         self.last_bytes = self.loop.time()
-        started = self.body_started
+        started, in_head = self.body_started, self.response is None
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self._fail(UpstreamProtocolError(f"malformed answer from the engine: {exc}"))
+            if in_head and self.response is None:
+                self._count_head(len(data))
+        except (httptools.HttpParserError, UpstreamProtocolError) as exc:
+            # a callback's own refusal reaches us wrapped, as "User callback error"
+            reason = exc.__context__ if isinstance(exc, httptools.HttpParserCallbackError) else exc
+            self._fail(UpstreamProtocolError(f"malformed answer from the engine: {reason}"))
             self.close()
             return
         if self.body_started and not started and not self.complete:
@@ -174,7 +183,14 @@ class Connection(asyncio.Protocol):
         if self.complete:  # a second answer to one request: the connection is out of step
             raise UpstreamProtocolError("the engine sent bytes after its answer")
 
+    def _count_head(self, size: int) -> None:
+        self.head_bytes += size
+        if self.head_bytes > MAX_HEAD_BYTES:
+            raise UpstreamProtocolError(f"its headers exceed {MAX_HEAD_BYTES} bytes")
+
     def on_header(self, name: bytes, value: bytes) -> None:
+        if len(self.raw_headers) >= MAX_HEADERS:
+            raise UpstreamProtocolError(f"more than {MAX_HEADERS} headers")
         self.raw_headers.append((name.decode("latin-1"), value.decode("latin-1")))
 
     def on_headers_complete(self) -> None:
