@@ -40,6 +40,7 @@ from gpuroute.relay import (
     REQUEST_DROP,
     RESPONSE_DROP,
     UPSTREAM_ERRORS,
+    RelayedResponse,
     RelayEnd,
     forward_headers,
     relay_body,
@@ -326,7 +327,7 @@ class GlobalApp:
     async def _relay(
         self, request: web.Request, upstream: UpstreamResponse, region: str
     ) -> web.StreamResponse:
-        response = web.StreamResponse(status=upstream.status)
+        response = RelayedResponse(status=upstream.status)
         response.headers.update(forward_headers(upstream.headers.items(), RESPONSE_DROP))
         response.headers[REGION_HEADER] = region
         try:

@@ -42,6 +42,14 @@ COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 TAIL_BYTES = 1024
 
 
+class RelayedResponse(web.StreamResponse):
+    """The answer both tiers relay. Its headers wait for the first body bytes (as
+    `web.Response`'s do), so they leave in the same write: one system call and one packet
+    for a whole answer or a stream's first event, where StreamResponse sends two."""
+
+    _send_headers_immediately = False  # aiohttp's switch, pinned in requirements.lock
+
+
 def forward_headers(items: Iterable[tuple[str, str]], drop: frozenset[str]) -> dict[str, str]:
     """The headers worth passing on: none in `drop`, none named in a `Connection` header
     (those are hop-by-hop too, RFC 9110 §7.6.1). One pass; a second only when a

@@ -34,6 +34,7 @@ from gpuroute.relay import (
     ENGINE_REQUEST_DROP,
     RESPONSE_DROP,
     UPSTREAM_ERRORS,
+    RelayedResponse,
     RelayEnd,
     forward_headers,
     relay_body,
@@ -289,7 +290,7 @@ class Forwarder:
         headers = forward_headers(upstream.headers.items(), RESPONSE_DROP)
         if self.expose_backend:
             headers[BACKEND_HEADER] = backend.backend_id
-        response = web.StreamResponse(status=upstream.status, headers=headers)
+        response = RelayedResponse(status=upstream.status, headers=headers)
 
         def first_written() -> None:
             now = exchange.first_at = self.clock()
