@@ -26,6 +26,10 @@ from gpuroute.testbed.processes import Child, require, start_engine, wait_http
 
 ENGINE_CPU, PROXY_CPU = 0, 1
 MODEL = "llama-3.1-8b"
+# Before each measured visit, a few short streams through the same target: every target
+# then starts its run warm (caches, pools, the collector's generations), not only the one
+# that happened to run just before it in the rotation.
+WARM_STREAMS, WARM_TOKENS = 100, 4
 STREAM_COLUMNS = (
     ("target", "target", "{}"),
     ("streams", "streams", "{:,}"),
@@ -57,6 +61,13 @@ async def measure(
     result = await run_streams(port, streams, tokens, interval_s, timeout, MODEL)
     cpu = (cpu_seconds(pid) - cpu0) if pid else 0.0
     return _row(target, result, cpu, idle, busy[0] if busy else idle)
+
+
+async def warm(port: int, streams: int, interval_s: float) -> None:
+    count = min(streams, WARM_STREAMS)
+    await run_streams(
+        port, count, WARM_TOKENS, interval_s, interval_s * WARM_TOKENS * 3 + 30, MODEL
+    )
 
 
 def ms(seconds, percentile: float) -> float:
@@ -117,6 +128,7 @@ def run_stream_bench(
             for _ in range(rounds):
                 for n in stream_counts:
                     for target, (port, pid) in ports.items():
+                        asyncio.run(warm(port, n, interval))
                         row = asyncio.run(measure(target, port, pid, n, tokens, interval))
                         runs.setdefault((target, n), []).append(row)
         finally:
