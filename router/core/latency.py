@@ -206,9 +206,13 @@ class LatencyModel:
         # the engine is full only past its batch limit or KV cache (slot_wait_s is 0 below)
         if in_flight >= prior.max_num_seqs or kv + request_kv > prior.kv_capacity_tokens:
             wait += prior.slot_wait_s(in_flight, kv, request_kv, output_tokens, step)
-        ratio = self.ttft_ratio.get(gpu_type, 1.0)
+        # A gray failure (SlownessTracker: this backend, not its GPU type, runs that many
+        # times slower than the fleet) stretches its own compute. Without it the filter
+        # judged a 10x slow H100 by its type's ratio (bounded) and kept sending it streams.
+        slow = backend.slowness
+        ratio = self.ttft_ratio.get(gpu_type, 1.0) * slow
         prefill, excess = prefill * ratio, excess * ratio
-        tpot = step / (1.0 - interference) * self.tpot_ratio.get(gpu_type, 1.0)
+        tpot = step / (1.0 - interference) * self.tpot_ratio.get(gpu_type, 1.0) * slow
         overhead = self.overhead_s.get(gpu_type, 0.0)
         return Prediction(overhead + wait + prefill, tpot, prefill, excess)
 

@@ -29,6 +29,7 @@ from gpuroute.models import MODELS
 from gpuroute.roofline import EngineParams
 
 PRIORS = engine_priors("llama-3.1-8b")
+INTERACTIVE = next(c for c in DEFAULT_SLO_CLASSES if c.name == "interactive")
 
 
 def latency_model() -> LatencyModel:
@@ -95,6 +96,19 @@ def test_scaled_priors_predict_that_many_times_slower() -> None:
     assert slow.tpot_s == pytest.approx(3 * fast.tpot_s)
     assert prior.scaled(3.0).max_num_seqs == prior.max_num_seqs  # limits are not times
     assert prior.scaled(1.0) is prior
+
+
+def test_a_gray_failing_backend_predicts_its_own_compute_that_many_times_slower() -> None:
+    """Slowness is the backend's own (its GPU type's ratio is shared and bounded): on an idle
+    backend everything predicted is its compute, so all of it stretches."""
+    model = latency_model()
+    healthy = model.predict(engine("a", "A100"), 1500, 1500, 80, now=0.0)
+    sick_engine = engine("b", "A100")
+    sick_engine.slowness = 4.0
+    sick = model.predict(sick_engine, 1500, 1500, 80, now=0.0)
+    assert sick.ttft_s == pytest.approx(4 * healthy.ttft_s)
+    assert sick.tpot_s == pytest.approx(4 * healthy.tpot_s)
+    assert sick.prefill_s == pytest.approx(4 * healthy.prefill_s)
 
 
 def test_other_routers_work_waits_ahead() -> None:
@@ -238,6 +252,20 @@ def test_a_long_prompt_stays_off_the_backend_full_of_streams_a_short_one_joins_t
     assert long_prompt is not None and long_prompt.backend is queued
     short_prompt = sched.route(request(3, 100), 0.0, random.Random(1))
     assert short_prompt is not None and short_prompt.backend is busy
+
+
+@pytest.mark.parametrize(("slowness", "expected"), [(1.0, "h100-0"), (12.0, "l4-1")])
+def test_a_gray_failing_gpu_is_not_promised_a_pace_it_cannot_keep(slowness, expected) -> None:
+    """An H100 running 12x slow decodes at ~56 ms a token: an interactive stream (50 ms)
+    fits the healthy L4, not it. Before slowness stretched the prediction, the filter saw
+    the H100's 4.7 ms and promised it the stream (the live fault bench: a 10x slow H100
+    kept most of the picks)."""
+    sched = scheduler("H100", "L4")
+    sched.backends.get("h100-0").slowness = slowness
+    decision = sched.route(request(1, 200, slo=INTERACTIVE), 0.0, random.Random(1))
+    assert decision is not None and decision.fits
+    assert decision.backend.backend_id == expected
+    assert decision.prediction.tpot_s <= INTERACTIVE.tpot_s
 
 
 def test_a_predicted_miss_is_held_back_unbooked() -> None:

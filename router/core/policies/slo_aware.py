@@ -6,12 +6,13 @@ Pipeline, as llm-d's filter → scorer → picker:
   sample of each GPU type, plus every prefix holder (so a sampled pool still sees each kind
   of GPU and the caches);
 - prediction (core/latency.py): TTFT and TPOT on each, with the prefix cache's expected hit
-  taken off the prompt (a prefix hit shortens predicted TTFT; that is the prefix scorer);
+  taken off the prompt (a prefix hit shortens predicted TTFT; that is the prefix scorer)
+  and a gray-failing backend's slowness stretching its compute;
 - filter: predicted TTFT ≤ margin × the class's TTFT (less what it waited) and TPOT ≤
   margin × its TPOT, where the margin starts at `margin` and follows the met-rate of what
   was admitted (MarginController), so a biased or noisy prediction tightens itself;
 - score (lower wins): the predicted TTFT as a share of the class's bound (stretched by the
-  backend's slowness and warm-up, as least outstanding work weighs them), plus the stall
+  backend's warm-up, as least outstanding work weighs it), plus the stall
   its prefill inflicts on the streams running there (each one's share of a TPOT budget
   its chunks take: what keeps long prompts off backends full of short answers), plus
   `cost_weight` × its cost in dollars there relative to the cheapest that fits;
@@ -168,7 +169,7 @@ class SloAware:
         cheapest = min(dollars) or 1e-12
         cost_weight, ttft_bound = self.cost_weight / cheapest, slo.ttft_s
         return [
-            p.ttft_s * b.slowness / (ttft_bound * ctx.warmup_factor(b))
+            p.ttft_s / (ttft_bound * ctx.warmup_factor(b))  # slowness is in the prediction
             + b.in_flight * p.interference_s / budget
             + cost_weight * d
             for (b, p), d in zip(fits.items(), dollars, strict=True)
