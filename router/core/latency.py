@@ -209,9 +209,11 @@ class LatencyModel:
         # A gray failure (SlownessTracker: this backend, not its GPU type, runs that many
         # times slower than the fleet) stretches its own compute. Without it the filter
         # judged a 10x slow H100 by its type's ratio (bounded) and kept sending it streams.
+        # The interference booked stays at the type's speed: the tracker's expected decode
+        # counts it, and stretched it would excuse the very slowness it measures.
         slow = backend.slowness
-        ratio = self.ttft_ratio.get(gpu_type, 1.0) * slow
-        prefill, excess = prefill * ratio, excess * ratio
+        ratio = self.ttft_ratio.get(gpu_type, 1.0)
+        prefill, excess = prefill * ratio * slow, excess * ratio
         tpot = step / (1.0 - interference) * self.tpot_ratio.get(gpu_type, 1.0) * slow
         overhead = self.overhead_s.get(gpu_type, 0.0)
         return Prediction(overhead + wait + prefill, tpot, prefill, excess)

@@ -109,6 +109,9 @@ def test_a_gray_failing_backend_predicts_its_own_compute_that_many_times_slower(
     assert sick.ttft_s == pytest.approx(4 * healthy.ttft_s)
     assert sick.tpot_s == pytest.approx(4 * healthy.tpot_s)
     assert sick.prefill_s == pytest.approx(4 * healthy.prefill_s)
+    # what its prefill does to the streams there is booked at the type's speed: the
+    # slowness tracker expects that much interference and must not excuse the slowness
+    assert sick.interference_s == pytest.approx(healthy.interference_s)
 
 
 def test_other_routers_work_waits_ahead() -> None:
