@@ -150,11 +150,13 @@ class Connection(asyncio.Protocol):
             return
         self.answered = True
         self.last_bytes = self.loop.time()
-        started, in_head = self.body_started, self.response is None
+        started = self.body_started
         try:
             self.parser.feed_data(data)
-            if in_head and self.response is None:
-                self._count_head(len(data))
+            if self.response is None:  # still in the head (interim heads count too)
+                self.head_bytes += len(data)
+                if self.head_bytes > MAX_HEAD_BYTES:
+                    raise UpstreamProtocolError(f"its headers exceed {MAX_HEAD_BYTES} bytes")
         except (httptools.HttpParserError, UpstreamProtocolError) as exc:
             # a callback's own refusal reaches us wrapped, as "User callback error"
             reason = exc.__context__ if isinstance(exc, httptools.HttpParserCallbackError) else exc
@@ -182,11 +184,6 @@ class Connection(asyncio.Protocol):
     def on_message_begin(self) -> None:
         if self.complete:  # a second answer to one request: the connection is out of step
             raise UpstreamProtocolError("the engine sent bytes after its answer")
-
-    def _count_head(self, size: int) -> None:
-        self.head_bytes += size
-        if self.head_bytes > MAX_HEAD_BYTES:
-            raise UpstreamProtocolError(f"its headers exceed {MAX_HEAD_BYTES} bytes")
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if len(self.raw_headers) >= MAX_HEADERS:
