@@ -57,17 +57,21 @@ async def measure(
     halfway = interval_s * (1 + tokens / 2)
     if pid:
         loop.call_later(halfway, lambda: busy.append(rss_kib(pid)))
-    timeout = interval_s * (tokens + 1) * 3 + 30
-    result = await run_streams(port, streams, tokens, interval_s, timeout, MODEL)
+    result = await run_streams(
+        port, streams, tokens, interval_s, stream_timeout(interval_s, tokens), MODEL
+    )
     cpu = (cpu_seconds(pid) - cpu0) if pid else 0.0
     return _row(target, result, cpu, idle, busy[0] if busy else idle)
 
 
+def stream_timeout(interval_s: float, tokens: int) -> float:
+    """How long a run may take: three times its paced length, plus start-up."""
+    return interval_s * (tokens + 1) * 3 + 30
+
+
 async def warm(port: int, streams: int, interval_s: float) -> None:
-    count = min(streams, WARM_STREAMS)
-    await run_streams(
-        port, count, WARM_TOKENS, interval_s, interval_s * WARM_TOKENS * 3 + 30, MODEL
-    )
+    timeout = stream_timeout(interval_s, WARM_TOKENS)
+    await run_streams(port, min(streams, WARM_STREAMS), WARM_TOKENS, interval_s, timeout, MODEL)
 
 
 def ms(seconds, percentile: float) -> float:
