@@ -169,6 +169,9 @@ def _real_arguments(real: argparse.ArgumentParser) -> None:
     real.add_argument("--workloads", default="prefix,chat", help="comma list: prefix, chat")
     real.add_argument("--scale", type=int, default=1, help="multiply the request counts")
     real.add_argument("--seed", type=int, default=1)
+    real.add_argument(
+        "--workers", type=int, default=1, help="our router's worker processes (on one core)"
+    )
 
 
 BENCHES = (

@@ -289,14 +289,15 @@ def _fleet(args: argparse.Namespace, console: Console) -> Report:
 def _real(args: argparse.Namespace, console: Console) -> Report:
     import tempfile
 
-    from gpuroute.bench.real_engine import REAL_COLUMNS, run_real_bench
+    from gpuroute.bench.real_engine import REAL_COLUMNS, RealRun, run_real_bench
     from gpuroute.bench.tables import print_table
 
-    if args.scale < 1:
-        raise BenchError("need --scale >= 1")
+    if args.scale < 1 or args.workers < 1:
+        raise BenchError("need --scale >= 1 and --workers >= 1")
     targets, workloads = args.targets.split(","), args.workloads.split(",")
+    run = RealRun(args.seed, args.scale, args.workers)
     with tempfile.TemporaryDirectory(prefix="gpuroute-bench-real-") as tmp:
-        report = run_real_bench(targets, workloads, Path(tmp), args.seed, args.scale)
+        report = run_real_bench(targets, workloads, Path(tmp), run)
     title = "two real vLLM servers (CPU build, tiny model), every request streamed"
     print_table(console, title, report["rows"], REAL_COLUMNS)
     return report

@@ -17,6 +17,7 @@ import random
 import string
 import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -110,20 +111,28 @@ async def drive(url: str, model: str, reqs: list[tuple[str, int]], concurrency: 
     return results
 
 
-def start_target(target: str, engines: list[Child], workdir: Path) -> Child:
+@dataclass(frozen=True, slots=True)
+class RealRun:
+    """What every target's visit shares: the requests' seed and scale, and how many worker
+    processes our router runs (`gpuroute router --workers`; on the proxy's one core)."""
+
+    seed: int = 1
+    scale: int = 1
+    workers: int = 1
+
+
+def start_target(target: str, engines: list[Child], workdir: Path, workers: int) -> Child:
     """A peer router, or ours (as `bench live` starts it) with `target` as its policy."""
     pairs = [("L4", e) for e in engines]
     if target in PEER_ROUTERS:
         return start_baseline(target, workdir, pairs, cpu=PROXY_CPU)
     policy = resolve_policy_name(target)
-    return start_router(workdir, pairs, policy, cpu=PROXY_CPU, model=SERVED_NAME)
+    return start_router(workdir, pairs, policy, cpu=PROXY_CPU, model=SERVED_NAME, workers=workers)
 
 
-def measure(
-    target: str, workload: str, engines, workdir: Path, seed: int, scale: int, salt: str
-) -> dict:
-    reqs = requests_for(workload, random.Random(seed), scale, salt)
-    proxy = start_target(target, engines, workdir)
+def measure(target: str, workload: str, engines, workdir: Path, run: RealRun, salt: str) -> dict:
+    reqs = requests_for(workload, random.Random(run.seed), run.scale, salt)
+    proxy = start_target(target, engines, workdir, run.workers)
     try:
         wait_http(proxy.url + "/v1/models", 60, proxy.proc, target)
         before = [engine_samples(e.url) for e in engines]
@@ -152,7 +161,7 @@ def measure(
 
 
 def run_real_bench(
-    targets: list[str], workloads: list[str], workdir: Path, seed: int = 1, scale: int = 1
+    targets: list[str], workloads: list[str], workdir: Path, run: RealRun = RealRun()
 ) -> dict:
     if vllm_python() is None:
         raise BenchError(HOW_TO_GET_VLLM)
@@ -167,8 +176,9 @@ def run_real_bench(
         for workload in workloads:
             for target in targets:
                 salt = f"{len(rows):04d}|"  # the same requests, in text never cached
-                rows.append(measure(target, workload, engines, workdir, seed, scale, salt))
+                rows.append(measure(target, workload, engines, workdir, run, salt))
     finally:
         for e in engines:
             e.stop()
-    return {"engines": 2, "model": "tiny llama (random weights), vLLM CPU", "rows": rows}
+    model = "tiny llama (random weights), vLLM CPU"
+    return {"engines": 2, "model": model, "router_workers": run.workers, "rows": rows}
