@@ -38,6 +38,8 @@ SERVER_NAME = "gpuroute"  # the Server header both tiers send, naming no library
 # What a failed upstream attempt raises (connect, timeout, reset, protocol errors).
 # gpuroute/upstream.py raises only OSError subclasses (TimeoutError is one).
 UPSTREAM_ERRORS = (OSError,)
+EVENT_TEXT = re.compile(rb'"(?:content|text)"\s*:\s*"((?:[^"\\]|\\.)+)"')
+SKELETON_LOOKS = 4  # chunks searched for an event with text before a stream is left unsized
 COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 TAIL_BYTES = 1024
 
@@ -69,19 +71,32 @@ def forward_headers(items: Iterable[tuple[str, str]], drop: frozenset[str]) -> d
 
 
 class ResponseTally:
-    """Counts what went through: bytes, SSE events, and the usage tail if any."""
+    """Counts what went through: bytes, SSE events, the usage tail if any, and an estimate
+    of the streamed text's bytes (`content`), which grows with the tokens whatever number
+    an engine packs into one event: every event of a stream is the same JSON around its
+    text, so once one event shows that skeleton's size, a chunk's text is its size less a
+    skeleton per event (a regex over the first chunks only; the hot path stays arithmetic)."""
 
-    __slots__ = ("bytes", "events", "tail")
+    __slots__ = ("_looks", "bytes", "content", "events", "skeleton", "tail")
 
     def __init__(self) -> None:
         self.bytes = 0
         self.events = 0
         self.tail = b""
+        self.content = 0
+        self.skeleton: int | None = None  # bytes of one event less its text, once seen
+        self._looks = SKELETON_LOOKS
 
     def add(self, chunk: bytes) -> None:
+        events = chunk.count(b"data: ")
         self.bytes += len(chunk)
-        self.events += chunk.count(b"data: ")
+        self.events += events
         self.tail = (self.tail + chunk)[-TAIL_BYTES:]
+        if self.skeleton is None and self._looks and events:
+            self._looks -= 1
+            self.skeleton = event_skeleton(chunk)
+        if self.skeleton is not None:
+            self.content += max(len(chunk) - events * self.skeleton, 0)
 
     def output_tokens(self, streamed: bool) -> int:
         """Usage's completion_tokens when present, else one token per content event."""
@@ -91,6 +106,20 @@ class ResponseTally:
         if streamed:
             return max(0, self.events - 3)  # role, finish and [DONE] carry no tokens
         return 0
+
+
+def event_skeleton(chunk: bytes) -> int | None:
+    """The size of an SSE event in `chunk` less its text (None: no event with text)."""
+    for event in chunk.split(b"\n\n"):
+        found = EVENT_TEXT.search(event)
+        if found is not None:
+            return len(event) + 2 - len(found.group(1))
+    return None
+
+
+def is_event_stream(upstream: UpstreamResponse) -> bool:
+    """An SSE body (counted in events) rather than one JSON document."""
+    return upstream.headers.get("content-type", "").startswith("text/event-stream")
 
 
 class RelayEnd(enum.Enum):
@@ -117,12 +146,14 @@ async def relay_body(
     first: bytes = b"",
     on_first_write: Callable[[], None] | None = None,
     broken_message: Callable[[BaseException], str],
+    tally: ResponseTally | None = None,
 ) -> Relayed:
     """Relay `upstream`'s body (after `first`, bytes already read) chunk by chunk; `await
     write()` is the backpressure. A body that breaks ends as an error the client cannot miss:
-    an SSE error event on a stream, else a connection closed without the final chunk."""
-    tally = ResponseTally()
-    streamed = upstream.headers.get("content-type", "").startswith("text/event-stream")
+    an SSE error event on a stream, else a connection closed without the final chunk.
+    `tally` is counted as the body goes (a caller may watch it live)."""
+    tally = ResponseTally() if tally is None else tally
+    streamed = is_event_stream(upstream)
     tally.add(first)
     # the whole answer is here: headers and body go in one write, with a Content-Length
     whole = not streamed and upstream.content.at_eof()

@@ -36,7 +36,9 @@ from gpuroute.relay import (
     UPSTREAM_ERRORS,
     RelayedResponse,
     RelayEnd,
+    ResponseTally,
     forward_headers,
+    is_event_stream,
     relay_body,
 )
 from gpuroute.upstream import ConnectFailed, UpstreamPool, UpstreamResponse
@@ -291,6 +293,8 @@ class Forwarder:
         if self.expose_backend:
             headers[BACKEND_HEADER] = backend.backend_id
         response = RelayedResponse(status=upstream.status, headers=headers)
+        tally = ResponseTally()
+        streamed = is_event_stream(upstream)
 
         def first_written() -> None:
             now = exchange.first_at = self.clock()
@@ -298,6 +302,8 @@ class Forwarder:
             self.metrics.ttft.labels(exchange.route).observe(ttft)
             self.recent_ttft.append(ttft)
             self.scheduler.first_token(info.request_id, now, now - exchange.dispatched)
+            if streamed:
+                self.watch.streaming(info.request_id, backend, tally)
 
         relayed = await relay_body(
             exchange.request,
@@ -306,6 +312,7 @@ class Forwarder:
             first=first,
             on_first_write=first_written,
             broken_message=lambda exc: "the backend failed mid-stream",
+            tally=tally,
         )
         if relayed.end is RelayEnd.CLIENT_GONE:
             self._client_gone(info)

@@ -8,12 +8,34 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from gpuroute.router.core.backend import Backend, BackendState
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.core.scheduler import Scheduler
 from gpuroute.router.core.slowness import SlownessTracker, should_rescue
 from gpuroute.router.priors import GpuPriors
+
+from gpuroute.relay import ResponseTally
+
+# Streams are timed over windows of this length: over less, when a prefill's stall happened
+# to land says more than the GPU's speed (8-token windows read healthy engines on the code
+# trace as 5-90x slow).
+PACE_WINDOW_S = 2.0
+PACE_TOKENS = 8  # nor less than this many tokens' expected time
+# Streamed text is counted in bytes (ResponseTally.content); this turns bytes into tokens.
+# Paces are compared only with each other, so it need not be exact, only the same for all.
+BYTES_PER_TOKEN = 4.0
+
+
+@dataclass(slots=True)
+class _Stream:
+    """A stream in flight: where the current window found its text, and when it began."""
+
+    backend: Backend
+    tally: ResponseTally  # the relay's live count of the streamed text
+    content: int | None  # None: its events were not sized yet when the window began
+    joined: float
 
 
 class BackendWatch:
@@ -35,6 +57,8 @@ class BackendWatch:
         # backend -> request id -> (attempt task, started, expected duration)
         self._waiting: dict[str, dict[object, tuple[asyncio.Task, float, float]]] = {}
         self._rescued: set[object] = set()
+        self._streams: dict[object, _Stream] = {}
+        self._window_from: float | None = None
         self.rescues = 0
 
     def expected_s(self, backend: Backend, prompt: int, output: float, batch: int) -> float:
@@ -85,6 +109,7 @@ class BackendWatch:
         backend was given, not how fast it runs, and counting it made the backend that
         takes the long prompts look slow (the live code-trace bench: an H100 at 2.4)."""
         now = self.clock()
+        self._streams.pop(info.request_id, None)
         if first_token_at is not None and output >= 4:
             expected = self.decode_expected_s(backend, output - 1, batch, now, info.request_id)
             return self.slowness.finish(info.request_id, now, expected, since=first_token_at)
@@ -94,11 +119,44 @@ class BackendWatch:
 
     def forget(self, request_id: object) -> None:
         self.slowness.forget(request_id)
+        self._streams.pop(request_id, None)
 
     def gave_up(self, request_id: object) -> None:
         """A rescued attempt: it took at least this long, which is worth remembering (or the
         backend would look fine again the moment its stuck requests were moved)."""
         self.slowness.finish(request_id, self.clock())
+        self._streams.pop(request_id, None)
+
+    # -- streams in flight -----------------------------------------------------------------
+    def streaming(self, request_id: object, backend: Backend, tally: ResponseTally) -> None:
+        """A stream's first bytes reached its client: time its pace from the next window."""
+        self._streams[request_id] = _Stream(backend, tally, None, self.clock())
+
+    def _stream_paces(self, now: float) -> dict[str, list[float]] | None:
+        """Once a window has passed (None before): each stream's observed/expected time for
+        the text it relayed in it, per backend, for the streams that ran the whole window.
+        The expectation is `decode_expected_s`'s on average (batch, prefill interference):
+        load, not a slow GPU. A stream that relayed nothing counts as half a token, so a hung
+        engine reads as very slow at once."""
+        start, latency = self._window_from, self.scheduler.latency
+        if start is None or now - start < PACE_WINDOW_S:
+            self._window_from = now if start is None else start
+            return None
+        self._window_from, elapsed = now, now - start
+        paces: dict[str, list[float]] = {}
+        for stream in self._streams.values():
+            content = stream.content
+            stream.content = stream.tally.content if stream.tally.skeleton is not None else None
+            backend = stream.backend
+            tpot = self.expected_s(backend, 0, 1, max(backend.in_flight - 1, 0))
+            if content is None or stream.joined > start or elapsed < PACE_TOKENS * tpot:
+                continue
+            tokens = max((stream.tally.content - content) / BYTES_PER_TOKEN, 0.5)
+            share = 0.0 if latency is None else latency.interference(backend.backend_id, now)
+            paces.setdefault(backend.backend_id, []).append(
+                elapsed * (1.0 - share) / (tokens * tpot)
+            )
+        return paces
 
     # -- attempts waiting for their first byte ---------------------------------------------
     def waiting(self, request_id: object, backend: Backend, expected: float) -> asyncio.Task:
@@ -121,8 +179,14 @@ class BackendWatch:
     # -- tick ------------------------------------------------------------------------------
     def refresh(self) -> None:
         """Recompute how much slower than expected each backend runs."""
-        backends = self.scheduler.backends
-        slowness = self.slowness.refresh(self.clock(), [b.backend_id for b in backends])
+        backends, now = self.scheduler.backends, self.clock()
+        paces = self._stream_paces(now)
+        if paces is not None:
+            for backend in backends:
+                self.slowness.observe_pace(
+                    backend.backend_id, now, paces.get(backend.backend_id, ())
+                )
+        slowness = self.slowness.refresh(now, [b.backend_id for b in backends])
         for backend in backends:
             backend.slowness = slowness.get(backend.backend_id, 1.0)
 

@@ -3,17 +3,29 @@
 Every request gets an expected duration when it starts (its GPU type's roofline at the load
 it met). A backend's ratio is an EWMA of observed/expected over its finished requests. A
 backend that finished nothing for `stall_s` while holding requests (hung, or so slow that
-nothing completes) is judged by the median elapsed/expected of those instead. Ages alone are
-not used otherwise: after load shifts, one backend's requests are simply younger than
-another's, and treating age as slowness moved work off healthy backends (measured).
-Slowness = that ratio / the other backends' median ratio, at least 1. Least outstanding work
-multiplies a backend's score by it, so a gray failure loses its share within a tick or two,
-long before outlier ejection (which needs an interval of completions) acts."""
+nothing completes) is judged by the median elapsed/expected of those when that is larger.
+Ages alone are not used otherwise: after load shifts, one backend's requests are simply
+younger than another's, and treating age as slowness moved work off healthy backends
+(measured). Slowness = that ratio / the other backends' median ratio, at least 1.
+
+Finished requests lag: after a GPU turns slow, the streams it holds finish with ratios that
+are mostly their healthy past, and judged by those a 10x slow H100 read as 2-4x for a minute
+and won its share back (the live bench's fault run). So while backends have streams in
+flight their *pace* is preferred: each stream timed over what it relayed since the last
+look (`observe_pace`), compared with the other backends' paces only (its unit, content
+bytes per expected token, is not the finished ratios' unit).
+
+Least outstanding work multiplies a backend's score by its slowness and `slo_aware`
+stretches its predictions, so a gray failure loses its share within a tick or two, long
+before outlier ejection (which needs an interval of completions) acts."""
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Iterable, Sequence
+
+PACE_WINDOWS = 3
 
 
 class SlownessTracker:
@@ -36,6 +48,8 @@ class SlownessTracker:
         self._running: dict[object, tuple[str, float, float]] = {}  # id -> backend, start, expected
         self._ratio: dict[str, float] = {}  # finished-request EWMA per backend
         self._samples: dict[str, int] = {}
+        # backend -> the medians of its last PACE_WINDOWS windows of streams, and when
+        self._paces: dict[str, tuple[deque[float], float]] = {}
         self.slowness: dict[str, float] = {}
 
     def start(self, request_id: object, backend_id: str, now: float, expected_s: float) -> None:
@@ -68,36 +82,80 @@ class SlownessTracker:
     def forget(self, request_id: object) -> None:
         self._running.pop(request_id, None)
 
+    def observe_pace(self, backend_id: str, now: float, ratios: Sequence[float]) -> None:
+        """The observed/expected time of what each of a backend's streams relayed over the
+        last window. Their median is robust to a client that reads slowly; a backend's pace
+        is the median of its last PACE_WINDOWS windows running, so one window that met a
+        long prefill's stall does not count. Fewer than `min_samples` streams break the run."""
+        if len(ratios) < self.min_samples:
+            self._paces.pop(backend_id, None)
+            return
+        windows = self._paces.get(backend_id, (deque(maxlen=PACE_WINDOWS), now))[0]
+        windows.append(statistics.median(ratios))
+        self._paces[backend_id] = (windows, now)
+
+    def _pace(self, backend_id: str, now: float) -> float | None:
+        entry = self._paces.get(backend_id)
+        if entry is None or len(entry[0]) < PACE_WINDOWS or now - entry[1] > self.stall_s:
+            return None
+        return statistics.median(entry[0])
+
     def refresh(self, now: float, backend_ids: Iterable[str]) -> dict[str, float]:
         """Recompute every backend's slowness (call on the router's tick)."""
         running: dict[str, list[float]] = {}
         for backend_id, started, expected in self._running.values():
             running.setdefault(backend_id, []).append((now - started) / expected)
-        ratios: dict[str, float] = {}
-        for backend_id in backend_ids:
-            finished = (
-                self._ratio.get(backend_id)
-                if self._samples.get(backend_id, 0) >= self.min_samples
-                else None
-            )
-            ages = running.get(backend_id)
-            stalled = now - self._last_finish.get(backend_id, -float("inf")) > self.stall_s
-            in_flight = None
-            if stalled and ages and len(ages) >= self.min_samples:
-                in_flight = statistics.median(ages)
-            candidates = [r for r in (finished, in_flight) if r is not None]
-            if candidates:
-                ratios[backend_id] = max(candidates)
-        if len(ratios) < 2:
-            self.slowness = dict.fromkeys(ratios, 1.0)
-            return self.slowness
+        ids = list(backend_ids)
+        paces = {b: p for b in ids if (p := self._pace(b, now)) is not None}
+        done: dict[str, float] = {}
+        stalled: set[str] = set()
+        for backend_id in ids:
+            ratio = self._done_ratio(backend_id, now, running.get(backend_id))
+            if ratio is not None:
+                done[backend_id], is_stalled = ratio
+                if is_stalled:
+                    stalled.add(backend_id)
         self.slowness = {}
-        for backend_id, ratio in ratios.items():
-            relative = ratio / _typical(ratios, backend_id)
+        for backend_id in ids:
+            by_pace = _relative(paces, backend_id) if len(paces) >= 2 else None
+            by_done = _relative(done, backend_id)
+            if by_pace is None and by_done is None:
+                continue
+            if by_pace is None or (by_done is not None and backend_id in stalled):
+                relative = max(r for r in (by_pace, by_done) if r is not None)
+            else:
+                relative = by_pace
             self.slowness[backend_id] = (
                 min(self.cap, relative) if relative >= self.deadband else 1.0
             )
         return self.slowness
+
+    def _done_ratio(
+        self, backend_id: str, now: float, ages: list[float] | None
+    ) -> tuple[float, bool] | None:
+        """Its finished requests' ratio, and whether it stopped finishing (then the median
+        age of its running requests when that is larger)."""
+        finished = (
+            self._ratio.get(backend_id)
+            if self._samples.get(backend_id, 0) >= self.min_samples
+            else None
+        )
+        stalled = now - self._last_finish.get(backend_id, -float("inf")) > self.stall_s
+        if stalled and ages and len(ages) >= self.min_samples:
+            in_flight = statistics.median(ages)
+            return (in_flight if finished is None else max(finished, in_flight)), True
+        return None if finished is None else (finished, False)
+
+
+def _relative(ratios: dict[str, float], backend_id: str) -> float | None:
+    """The backend's ratio over the others' typical one (None: it has none, or nobody
+    else has one: alone, a backend is its own yardstick)."""
+    ratio = ratios.get(backend_id)
+    if ratio is None:
+        return None
+    if len(ratios) < 2:
+        return 1.0
+    return ratio / _typical(ratios, backend_id)
 
 
 def _typical(ratios: dict[str, float], backend_id: str, exact_up_to: int = 64) -> float:

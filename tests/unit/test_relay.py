@@ -41,3 +41,35 @@ def test_tally_reads_usage_or_counts_token_events() -> None:
     body = ResponseTally()
     body.add(b'{"usage": {"prompt_tokens": 3, "completion_tokens": 5}}')
     assert body.output_tokens(streamed=False) == 5
+
+
+def _text_event(text: bytes, finish: bytes = b"null") -> bytes:
+    return (
+        b'data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,'
+        b'"delta":{"content":"' + text + b'"},"finish_reason":' + finish + b"}]}\n\n"
+    )
+
+
+def test_tally_sizes_the_streamed_text_however_many_tokens_an_event_carries() -> None:
+    """The role event has no text; the first event with text shows the skeleton. After it,
+    chunks of one event, of several coalesced, and of a 3-token event are all measured by
+    their text alone."""
+    tally = ResponseTally()
+    tally.add(b'data: {"id":"c1","choices":[{"delta":{"role":"assistant","content":""}}]}\n\n')
+    assert tally.skeleton is None and tally.content == 0
+    tally.add(_text_event(b" tok"))
+    assert tally.skeleton == len(_text_event(b""))
+    assert tally.content == 4
+    escaped = b' say \\"hi\\"'  # its JSON text, escapes and all: 11 bytes
+    tally.add(_text_event(b" tok tok tok") + _text_event(escaped))
+    assert tally.content == 4 + 12 + 11
+    tally.add(b"data: [DONE]\n\n")  # smaller than a skeleton: no text, not negative text
+    assert tally.content == 4 + 12 + 11
+
+
+def test_a_stream_with_no_text_in_its_first_chunks_stays_unsized() -> None:
+    tally = ResponseTally()
+    for _ in range(5):  # tool calls only: nothing to size the events by
+        tally.add(b'data: {"choices":[{"delta":{"tool_calls":[{"index":0}]}}]}\n\n')
+    tally.add(_text_event(b" late"))  # past the looks: the regex is not run again
+    assert tally.skeleton is None and tally.content == 0

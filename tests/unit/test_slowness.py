@@ -78,3 +78,59 @@ def test_in_a_pair_the_other_backend_is_the_yardstick() -> None:
     tracker.start("b1", "b", 0.0, 1.0)
     tracker.finish("b1", 20.0)
     assert tracker.refresh(30.0, ["a", "b"]) == {"a": 1.0, "b": 20.0}
+
+
+def _healthy_past(tracker: SlownessTracker, *backend_ids: str) -> None:
+    for b in backend_ids:
+        for i in range(3):
+            tracker.start((b, i), b, 0.0, 1.0)
+            tracker.finish((b, i), 1.0)
+
+
+def test_a_slow_pace_outweighs_the_healthy_past_of_finished_requests() -> None:
+    """Every backend finished its requests on time; then "c"'s streams run 10x slower for
+    three windows. Its finished requests still say 1; its pace says 10."""
+    tracker = SlownessTracker(min_samples=3)
+    _healthy_past(tracker, "a", "b", "c")
+    for window in range(3):
+        now = 10.0 + 2 * window
+        for b, pace in (("a", 3.0), ("b", 3.0), ("c", 30.0)):
+            tracker.observe_pace(b, now, [pace * 0.9, pace, pace * 1.1])
+        if window < 2:  # two windows are not yet a run
+            assert tracker.refresh(now, ["a", "b", "c"])["c"] == 1.0
+    assert tracker.refresh(14.0, ["a", "b", "c"]) == {"a": 1.0, "b": 1.0, "c": 10.0}
+    # and it recovers as soon as its pace does, whatever its finished requests said
+    for window in range(2):
+        for b in ("a", "b", "c"):
+            tracker.observe_pace(b, 16.0 + 2 * window, [3.0] * 3)
+    assert tracker.refresh(18.0, ["a", "b", "c"])["c"] == 1.0
+
+
+def test_one_window_that_met_a_long_prefill_does_not_count() -> None:
+    tracker = SlownessTracker(min_samples=3)
+    _healthy_past(tracker, "a", "b", "c")
+    for window, c_pace in enumerate((3.0, 60.0, 3.0)):
+        for b, pace in (("a", 3.0), ("b", 3.0), ("c", c_pace)):
+            tracker.observe_pace(b, 10.0 + 2 * window, [pace] * 3)
+    assert tracker.refresh(14.0, ["a", "b", "c"])["c"] == 1.0
+
+
+def test_a_pace_needs_streams_company_and_freshness() -> None:
+    """Fewer than `min_samples` streams break a backend's run of windows; a pace alone in
+    the fleet has no yardstick; a pace older than `stall_s` is not used. In each case the
+    finished requests decide (here: "c" finished 4x slow)."""
+    tracker = SlownessTracker(min_samples=3, stall_s=5.0)
+    _healthy_past(tracker, "a", "b")
+    for i in range(3):
+        tracker.start(("c", i), "c", 0.0, 1.0)
+        tracker.finish(("c", i), 4.0)
+    ids = ["a", "b", "c"]
+    for window in range(3):
+        tracker.observe_pace("a", 10.0 + 2 * window, [3.0] * 3)
+        tracker.observe_pace("c", 10.0 + 2 * window, [3.0] * 3 if window != 1 else [3.0] * 2)
+    assert tracker.refresh(14.0, ids)["c"] == 4.0  # c's run was broken, a is alone
+    for window in range(3):
+        for b in ids:
+            tracker.observe_pace(b, 16.0 + 2 * window, [3.0] * 3)
+    assert tracker.refresh(20.0, ids)["c"] == 1.0  # paces agree: the pace decides
+    assert tracker.refresh(25.1, ids)["c"] == 4.0  # stale again
