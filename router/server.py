@@ -39,7 +39,7 @@ from gpuroute.router.region_report import RegionReportService, start_region_serv
 from gpuroute.router.registration import RouterRegistration, router_service
 from gpuroute.router.residency_gate import ResidencyGate
 from gpuroute.router.sessions import SessionStore
-from gpuroute.router.shared_load import RedisBoard, SharedLoad
+from gpuroute.router.shared_load import RedisBoard, SharedLoad, prefix_index_of
 from gpuroute.router.slo_gate import SloGate
 from gpuroute.router.tenant_gate import TenantGate
 from gpuroute.router.watch import BackendWatch
@@ -86,8 +86,7 @@ def build_scheduler(config: RouterConfig, priors, workers: int = 1) -> Scheduler
 
 
 class RouterApp:
-    """Routes, proxy and admin endpoints of one router: the one place its parts are built
-    and wired together."""
+    """Routes, proxy and admin endpoints of one router: where its parts are wired together."""
 
     def __init__(
         self,
@@ -201,22 +200,23 @@ class RouterApp:
         return membership
 
     def _shared_load(self) -> SharedLoad | None:
-        """Through Redis when it is configured (every worker of every replica is a peer),
-        else between this router's workers through shared memory, else none."""
+        """Load and prefix placements: through Redis when it is configured (every worker of
+        every replica is a peer), else between this router's workers in shared memory."""
         redis, role = self.config.redis, self.role
         if self.redis is not None and redis.share_load:
-            board = RedisBoard(self.redis, prefix=redis.prefix, interval_s=redis.publish_interval_s)
             interval = redis.publish_interval_s
+            board = RedisBoard(self.redis, prefix=redis.prefix, interval_s=interval)
         elif role is not None:
             board = MemoryBoard(role.board_path, role.index, role.count)
             interval = self.config.workers.share_interval_s
         else:
-            return None
+            return None  # one process alone: nothing to share
         return SharedLoad(
             board,
             lambda: self.scheduler.backends,
             interval_s=interval,
             on_health=lambda ok: self.metrics.shared_load_healthy.set(float(ok)),
+            prefixes=lambda: prefix_index_of(self.scheduler.policy),
         )
 
     def app(self) -> web.Application:

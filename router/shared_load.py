@@ -6,7 +6,11 @@ board and reads its live peers': Redis between replicas (`RedisBoard`), or share
 between the worker processes of one router (`worker_board.MemoryBoard`). The sum of the
 peers' work lands in each backend's `shared` slot, which least outstanding work adds to the
 replica's own ledger. Board trouble: the shares are dropped and the ledger (plus agent
-reports) decides alone."""
+reports) decides alone.
+
+The same exchange carries the prefix index's recent placements (under PREFIXES_KEY, which
+no backend id can be, so a peer of an older version skips it): each peer learns the
+placements numbered past the last it took from that replica."""
 
 from __future__ import annotations
 
@@ -15,31 +19,58 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 import msgpack
 import redis.asyncio as aioredis
 from gpuroute.router.core.backend import Backend
+from gpuroute.router.core.policies.prefix_affinity import PrefixIndex
 from redis.exceptions import RedisError
 
 from gpuroute.runtime import BackgroundLoop
 
 log = logging.getLogger("gpuroute.router.shared_load")
+PREFIXES_KEY = "~prefixes"
+
+
+class PrefixShare(Protocol):
+    """A prefix index as peers share it (router/core/policies/prefix_affinity.PrefixIndex)."""
+
+    def recent(self) -> list[tuple[int, str, tuple[int, ...]]]: ...
+
+    def learn(self, placements: Iterable[Sequence], after: int) -> int: ...
+
+
+def prefix_index_of(policy: object) -> PrefixIndex | None:
+    """The policy's prefix index, which the board shares with peers (if it keeps one)."""
+    index = getattr(policy, "index", None)
+    return index if isinstance(index, PrefixIndex) else None
+
+
+def decode_share(blob: bytes | None) -> dict | None:
+    """A peer's blob, or None when missing, expired or garbled."""
+    if not blob:
+        return None
+    try:
+        share = msgpack.unpackb(blob)
+    except (msgpack.UnpackException, ValueError):
+        return None
+    return share if isinstance(share, dict) else None
 
 
 def merge_peer_loads(
     blobs: Iterable[bytes | None], backends: Iterable[Backend]
 ) -> dict[str, float]:
     """Peers' outstanding work per backend (missing or expired peers count as nothing)."""
+    return merge_loads(map(decode_share, blobs), backends)
+
+
+def merge_loads(shares: Iterable[dict | None], backends: Iterable[Backend]) -> dict[str, float]:
     known = {b.backend_id for b in backends}
     total: dict[str, float] = dict.fromkeys(known, 0.0)
-    for blob in blobs:
-        if not blob:
-            continue
-        try:
-            loads = msgpack.unpackb(blob)
-        except (msgpack.UnpackException, ValueError):
+    for loads in shares:
+        if loads is None:
             continue
         for backend_id, work in loads.items():
             if backend_id in total and isinstance(work, (int, float)):
@@ -96,9 +127,13 @@ class SharedLoad:
         *,
         interval_s: float = 0.1,
         on_health: Callable[[bool], None] = lambda ok: None,
+        prefixes: Callable[[], PrefixShare | None] = lambda: None,
     ) -> None:
         self.board = board
         self.backends = backends
+        self.prefixes = prefixes  # the policy's prefix index, when it keeps one
+        self.share_id = uuid.uuid4().hex[:12]
+        self._learned: dict[str, int] = {}  # peer share id -> last placement number taken
         self.interval_s = interval_s
         self.on_health = on_health
         self.healthy = False
@@ -129,11 +164,32 @@ class SharedLoad:
 
     async def sync(self) -> None:
         backends = list(self.backends())
-        mine = {b.backend_id: round(b.outstanding, 4) for b in backends if b.outstanding > 0}
-        blobs = await self.board.exchange(msgpack.packb(mine))
-        totals = merge_peer_loads(blobs, backends)
+        mine: dict = {b.backend_id: round(b.outstanding, 4) for b in backends if b.outstanding > 0}
+        index = self.prefixes()
+        if index is not None and (recent := index.recent()):
+            mine[PREFIXES_KEY] = [self.share_id, recent]
+        shares = [decode_share(blob) for blob in await self.board.exchange(msgpack.packb(mine))]
+        totals = merge_loads(shares, backends)
         for b in backends:
             b.shared = totals.get(b.backend_id, 0.0)
+        if index is not None:
+            self._learn(index, shares)
+
+    def _learn(self, index: PrefixShare, shares: list[dict | None]) -> None:
+        """Peers' placements this replica has not taken yet (a garbled list is skipped).
+        Peers no longer on the board are forgotten: a restarted one comes back numbered
+        from 1 under a new id."""
+        learned: dict[str, int] = {}
+        for share in shares:
+            entry = share.get(PREFIXES_KEY) if share is not None else None
+            if not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[0], str):
+                continue
+            peer, placements = entry
+            try:
+                learned[peer] = index.learn(placements, self._learned.get(peer, 0))
+            except (TypeError, ValueError):
+                continue
+        self._learned = learned
 
     def _health(self, ok: bool) -> None:
         if ok != self.healthy:

@@ -8,7 +8,10 @@ import os
 import msgpack
 import pytest
 from gpuroute.router.config import AuthConfig, RedisConfig
+from gpuroute.router.core.backend import Backend
+from gpuroute.router.core.policies.prefix_affinity import PrefixIndex
 from gpuroute.router.quotas import Quotas
+from gpuroute.router.shared_load import PREFIXES_KEY, SharedLoad
 from gpuroute.router.worker_admin import merge_backends, merge_metrics
 from gpuroute.router.worker_board import (
     HEADER,
@@ -117,3 +120,45 @@ def test_local_limits_are_split_across_workers() -> None:
     assert quotas.keys["a" * 64].max_in_flight == 2  # 2 + 2 <= 5
     assert quotas.anonymous.max_in_flight == 1  # never below one
     assert quotas.local_fraction == 0.5
+
+
+@pytest.mark.asyncio
+async def test_workers_learn_each_others_prefix_placements_once(boards) -> None:
+    """Worker a placed a conversation's blocks on e1; b, which never saw that
+    conversation, finds them there after one exchange each. What b placed comes back to a,
+    and nothing is learned twice or echoed back as b's own."""
+    (a_board, b_board, _), _clock = boards
+    pool = [Backend("e1", "A100", ["m"]), Backend("e2", "A100", ["m"])]
+    indexes = [PrefixIndex(), PrefixIndex()]
+    a, b = (
+        SharedLoad(board, lambda: pool, prefixes=lambda i=index: i)
+        for board, index in zip((a_board, b_board), indexes, strict=True)
+    )
+    conversation, other = (1, 2, 3, 4), (9, 8)
+    indexes[0].record(conversation, "e1")
+    await a.sync()
+    await b.sync()
+    assert indexes[1].matches(conversation) == {"e1": 4}
+    assert indexes[1].recent() == []  # learned, not placed: b does not pass it on
+    indexes[1].record(other, "e2")
+    indexes[0].record(conversation, "e2")  # a moved the conversation since
+    await b.sync()
+    await a.sync()
+    assert indexes[0].matches(other) == {"e2": 2}
+    assert indexes[0].matches(conversation) == {"e2": 4}  # b's stale view did not win
+    await b.sync()
+    assert indexes[1].matches(conversation) == {"e2": 4}
+
+
+@pytest.mark.asyncio
+async def test_a_garbled_prefix_share_is_skipped(boards) -> None:
+    (a_board, b_board, _), _clock = boards
+    index = PrefixIndex()
+    b = SharedLoad(b_board, lambda: [], prefixes=lambda: index)
+    for garbled in (["peer", [[1, "e1"]]], ["peer", [["x", "e1", [5]]]], "peer", [1, 2]):
+        await a_board.exchange(msgpack.packb({PREFIXES_KEY: garbled}))
+        await b.sync()
+    assert len(index) == 0
+    await a_board.exchange(msgpack.packb({PREFIXES_KEY: ["peer", [[1, "e1", [5, 6]]]]}))
+    await b.sync()
+    assert index.matches([5, 6]) == {"e1": 2}
