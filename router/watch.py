@@ -30,12 +30,12 @@ BYTES_PER_TOKEN = 4.0
 
 @dataclass(slots=True)
 class _Stream:
-    """A stream in flight: where the current window found its text, and when it began."""
+    """A stream in flight and where the current window found its text."""
 
     backend: Backend
     tally: ResponseTally  # the relay's live count of the streamed text
-    content: int | None  # None: its events were not sized yet when the window began
-    joined: float
+    # None: it began during the window, or its events were not sized yet when it began
+    content: int | None = None
 
 
 class BackendWatch:
@@ -130,7 +130,7 @@ class BackendWatch:
     # -- streams in flight -----------------------------------------------------------------
     def streaming(self, request_id: object, backend: Backend, tally: ResponseTally) -> None:
         """A stream's first bytes reached its client: time its pace from the next window."""
-        self._streams[request_id] = _Stream(backend, tally, None, self.clock())
+        self._streams[request_id] = _Stream(backend, tally)
 
     def _stream_paces(self, now: float) -> dict[str, list[float]] | None:
         """Once a window has passed (None before): each stream's observed/expected time for
@@ -149,7 +149,7 @@ class BackendWatch:
             stream.content = stream.tally.content if stream.tally.skeleton is not None else None
             backend = stream.backend
             tpot = self.expected_s(backend, 0, 1, max(backend.in_flight - 1, 0))
-            if content is None or stream.joined > start or elapsed < PACE_TOKENS * tpot:
+            if content is None or elapsed < PACE_TOKENS * tpot:
                 continue
             tokens = max((stream.tally.content - content) / BYTES_PER_TOKEN, 0.5)
             share = 0.0 if latency is None else latency.interference(backend.backend_id, now)
