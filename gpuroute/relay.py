@@ -71,32 +71,36 @@ def forward_headers(items: Iterable[tuple[str, str]], drop: frozenset[str]) -> d
 
 
 class ResponseTally:
-    """Counts what went through: bytes, SSE events, the usage tail if any, and an estimate
-    of the streamed text's bytes (`content`), which grows with the tokens whatever number
-    an engine packs into one event: every event of a stream is the same JSON around its
-    text, so once one event shows that skeleton's size, a chunk's text is its size less a
-    skeleton per event (a regex over the first chunks only; the hot path stays arithmetic)."""
+    """Counts what went through: bytes, SSE events, the usage tail if any, and, when asked
+    (`size_text`: a stream someone times), an estimate of the streamed text's bytes
+    (`content`), which grows with the tokens whatever number an engine packs into one
+    event: every event of a stream is the same JSON around its text, so once one event
+    shows that skeleton's size, a chunk's text is its size less a skeleton per event (a
+    regex over the first chunks only; the hot path stays arithmetic)."""
 
     __slots__ = ("_looks", "bytes", "content", "events", "skeleton", "tail")
 
-    def __init__(self) -> None:
+    def __init__(self, *, size_text: bool = False) -> None:
         self.bytes = 0
         self.events = 0
         self.tail = b""
         self.content = 0
         self.skeleton: int | None = None  # bytes of one event less its text, once seen
-        self._looks = SKELETON_LOOKS
+        self._looks = SKELETON_LOOKS if size_text else 0
 
     def add(self, chunk: bytes) -> None:
         events = chunk.count(b"data: ")
         self.bytes += len(chunk)
         self.events += events
         self.tail = (self.tail + chunk)[-TAIL_BYTES:]
-        if self.skeleton is None and self._looks and events:
+        if self.skeleton is None:
+            if not (self._looks and events):
+                return
             self._looks -= 1
             self.skeleton = event_skeleton(chunk)
-        if self.skeleton is not None:
-            self.content += max(len(chunk) - events * self.skeleton, 0)
+            if self.skeleton is None:
+                return
+        self.content += max(len(chunk) - events * self.skeleton, 0)
 
     def output_tokens(self, streamed: bool) -> int:
         """Usage's completion_tokens when present, else one token per content event."""

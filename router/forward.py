@@ -293,8 +293,8 @@ class Forwarder:
         if self.expose_backend:
             headers[BACKEND_HEADER] = backend.backend_id
         response = RelayedResponse(status=upstream.status, headers=headers)
-        tally = ResponseTally()
         streamed = is_event_stream(upstream)
+        tally = ResponseTally(size_text=streamed)  # a stream's text is timed (BackendWatch)
 
         def first_written() -> None:
             now = exchange.first_at = self.clock()

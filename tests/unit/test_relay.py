@@ -54,7 +54,7 @@ def test_tally_sizes_the_streamed_text_however_many_tokens_an_event_carries() ->
     """The role event has no text; the first event with text shows the skeleton. After it,
     chunks of one event, of several coalesced, and of a 3-token event are all measured by
     their text alone."""
-    tally = ResponseTally()
+    tally = ResponseTally(size_text=True)
     tally.add(b'data: {"id":"c1","choices":[{"delta":{"role":"assistant","content":""}}]}\n\n')
     assert tally.skeleton is None and tally.content == 0
     tally.add(_text_event(b" tok"))
@@ -68,8 +68,16 @@ def test_tally_sizes_the_streamed_text_however_many_tokens_an_event_carries() ->
 
 
 def test_a_stream_with_no_text_in_its_first_chunks_stays_unsized() -> None:
-    tally = ResponseTally()
+    tally = ResponseTally(size_text=True)
     for _ in range(5):  # tool calls only: nothing to size the events by
         tally.add(b'data: {"choices":[{"delta":{"tool_calls":[{"index":0}]}}]}\n\n')
     tally.add(_text_event(b" late"))  # past the looks: the regex is not run again
     assert tally.skeleton is None and tally.content == 0
+
+
+def test_a_tally_nobody_times_does_not_size_text() -> None:
+    """The global tier and non-streamed answers count bytes and events only."""
+    tally = ResponseTally()
+    tally.add(_text_event(b" tok"))
+    tally.add(_text_event(b" tok tok"))
+    assert tally.skeleton is None and tally.content == 0 and tally.events == 2
