@@ -107,6 +107,8 @@ class SlownessTracker:
             running.setdefault(backend_id, []).append((now - started) / expected)
         ids = list(backend_ids)
         paces = {b: p for b in ids if (p := self._pace(b, now)) is not None}
+        if len(paces) < 2:  # a pace alone in the fleet has no yardstick
+            paces = {}
         done: dict[str, float] = {}
         stalled: set[str] = set()
         for backend_id in ids:
@@ -117,14 +119,14 @@ class SlownessTracker:
                     stalled.add(backend_id)
         self.slowness = {}
         for backend_id in ids:
-            by_pace = _relative(paces, backend_id) if len(paces) >= 2 else None
-            by_done = _relative(done, backend_id)
+            by_pace, by_done = _relative(paces, backend_id), _relative(done, backend_id)
             if by_pace is None and by_done is None:
                 continue
-            if by_pace is None or (by_done is not None and backend_id in stalled):
-                relative = max(r for r in (by_pace, by_done) if r is not None)
-            else:
+            # the pace when there is one, unless the backend also stopped finishing
+            if by_pace is not None and backend_id not in stalled:
                 relative = by_pace
+            else:
+                relative = max(r for r in (by_pace, by_done) if r is not None)
             self.slowness[backend_id] = (
                 min(self.cap, relative) if relative >= self.deadband else 1.0
             )
