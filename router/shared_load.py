@@ -19,7 +19,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 import msgpack
@@ -32,14 +32,6 @@ from gpuroute.runtime import BackgroundLoop
 
 log = logging.getLogger("gpuroute.router.shared_load")
 PREFIXES_KEY = "~prefixes"
-
-
-class PrefixShare(Protocol):
-    """A prefix index as peers share it (router/core/policies/prefix_affinity.PrefixIndex)."""
-
-    def recent(self) -> list[tuple[int, str, tuple[int, ...]]]: ...
-
-    def learn(self, placements: Iterable[Sequence], after: int) -> int: ...
 
 
 def prefix_index_of(policy: object) -> PrefixIndex | None:
@@ -59,14 +51,8 @@ def decode_share(blob: bytes | None) -> dict | None:
     return share if isinstance(share, dict) else None
 
 
-def merge_peer_loads(
-    blobs: Iterable[bytes | None], backends: Iterable[Backend]
-) -> dict[str, float]:
-    """Peers' outstanding work per backend (missing or expired peers count as nothing)."""
-    return merge_loads(map(decode_share, blobs), backends)
-
-
 def merge_loads(shares: Iterable[dict | None], backends: Iterable[Backend]) -> dict[str, float]:
+    """Peers' outstanding work per backend (missing, expired or garbled peers: nothing)."""
     known = {b.backend_id for b in backends}
     total: dict[str, float] = dict.fromkeys(known, 0.0)
     for loads in shares:
@@ -127,7 +113,7 @@ class SharedLoad:
         *,
         interval_s: float = 0.1,
         on_health: Callable[[bool], None] = lambda ok: None,
-        prefixes: Callable[[], PrefixShare | None] = lambda: None,
+        prefixes: Callable[[], PrefixIndex | None] = lambda: None,
     ) -> None:
         self.board = board
         self.backends = backends
@@ -175,7 +161,7 @@ class SharedLoad:
         if index is not None:
             self._learn(index, shares)
 
-    def _learn(self, index: PrefixShare, shares: list[dict | None]) -> None:
+    def _learn(self, index: PrefixIndex, shares: list[dict | None]) -> None:
         """Peers' placements this replica has not taken yet (a garbled list is skipped).
         Peers no longer on the board are forgotten: a restarted one comes back numbered
         from 1 under a new id."""

@@ -10,7 +10,7 @@ import msgpack
 import pytest
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.policies.least_outstanding_work import LeastOutstandingWork
-from gpuroute.router.shared_load import RedisBoard, SharedLoad, merge_peer_loads
+from gpuroute.router.shared_load import RedisBoard, SharedLoad, decode_share, merge_loads
 from support.helpers import backends, context
 from support.redis_server import client
 
@@ -23,7 +23,7 @@ def test_merge_ignores_expired_unknown_and_garbled_entries() -> None:
         b"\xc1garbage",
         msgpack.packb({"a": 0.5, "b": 2}),
     ]
-    assert merge_peer_loads(blobs, pool) == {"a": 2.0, "b": 2.0}
+    assert merge_loads(map(decode_share, blobs), pool) == {"a": 2.0, "b": 2.0}
 
 
 def test_pick_among_spreads_over_the_best_few_only() -> None:
