@@ -20,7 +20,7 @@ from gpuroute.relay import ResponseTally
 
 # Streams are timed over windows of this length: over less, when a prefill's stall happened
 # to land says more than the GPU's speed (8-token windows read healthy engines on the code
-# trace as 5-90x slow).
+# trace as many times slow).
 PACE_WINDOW_S = 2.0
 PACE_TOKENS = 8  # nor less than this many tokens' expected time
 # Streamed text is counted in bytes (ResponseTally.content); this turns bytes into tokens.
