@@ -9,15 +9,15 @@ younger than another's, and treating age as slowness moved work off healthy back
 (measured). Slowness = that ratio / the other backends' median ratio, at least 1.
 
 Finished requests lag: after a GPU turns slow, the streams it holds finish with ratios that
-are mostly their healthy past, and judged by those a 10x slow H100 read as 2-4x for a minute
-and won its share back (the live bench's fault run). So while backends have streams in
-flight their *pace* is preferred: each stream timed over what it relayed since the last
-look (`observe_pace`), compared with the other backends' paces only (its unit, content
-bytes per expected token, is not the finished ratios' unit).
+are mostly their healthy past, and judged by those a 10x slow H100 stayed under the deadband
+for tens of seconds and won its share back (the live bench's fault run). So while backends
+have streams in flight their *pace* is preferred: each stream timed over what it relayed
+since the last look (`observe_pace`), compared with the other backends' paces only (its
+unit, content bytes per expected token, is not the finished ratios' unit).
 
 Least outstanding work multiplies a backend's score by its slowness and `slo_aware`
-stretches its predictions, so a gray failure loses its share within a tick or two, long
-before outlier ejection (which needs an interval of completions) acts."""
+stretches its predictions, so a gray failure loses its share within seconds, long before
+outlier ejection (which needs an interval of completions) acts."""
 
 from __future__ import annotations
 
