@@ -53,7 +53,9 @@ class AdmissionGate:
         self.priorities = tuple(config.priorities)
         self.slots = AdmissionSlots(config.reserved_top_fraction)
         self.backends = backends
-        self.max_inflight = max_inflight
+        self._limits = dict(max_inflight)
+        self._total_at = -1  # the backend set's version `_total` was counted at
+        self._total = 0
         self.metrics = metrics
         self.clock = clock
         self._waiters: dict[object, asyncio.Future[Shed | None]] = {}
@@ -61,15 +63,27 @@ class AdmissionGate:
     def has_room(self, backend_id: str) -> bool:
         """Is this backend below its own in-flight limit? (A session's remembered backend is
         kept only while it is.)"""
-        return self.backends.get(backend_id).in_flight < self.max_inflight.get(backend_id, 0)
+        return self.backends.get(backend_id).in_flight < self._limits.get(backend_id, 0)
+
+    def set_limit(self, backend_id: str, max_inflight: int | None) -> None:
+        """A discovered backend's in-flight limit (None: it left)."""
+        if max_inflight is None:
+            self._limits.pop(backend_id, None)
+        else:
+            self._limits[backend_id] = max_inflight
+        self._total_at = -1
 
     def total_slots(self) -> int:
-        """In-flight slots of every routable backend."""
-        return sum(
-            self.max_inflight.get(b.backend_id, 0)
-            for b in self.backends
-            if b.state in ROUTABLE_STATES
-        )
+        """In-flight slots of every routable backend, recounted only when a backend or a
+        limit changed (every request asks twice; a fleet has hundreds of backends)."""
+        if self._total_at != self.backends.version:
+            self._total = sum(
+                self._limits.get(b.backend_id, 0)
+                for b in self.backends
+                if b.state in ROUTABLE_STATES
+            )
+            self._total_at = self.backends.version
+        return self._total
 
     def has_capacity(self, priority: str | None = None) -> bool:
         """Room for one more request of `priority` (None: of the most important class)."""
@@ -96,6 +110,8 @@ class AdmissionGate:
                 mine = shed
             else:
                 self._resolve(shed.item, shed)
+        if offer.shed:
+            self.metrics.queue_depth.set(len(self.queue))
         if mine is not None:
             raise refusal(mine)
         if offer.verdict is Verdict.ADMIT:
@@ -123,6 +139,8 @@ class AdmissionGate:
 
     def dispatch(self) -> None:
         """Admit queued requests while there is room; shed those past their deadline."""
+        if not len(self.queue):
+            return  # the depth gauge was set when the queue last changed
         now, total = self.clock(), self.total_slots()  # no backend changes state in here
         lowest_is_top = len(self.priorities) == 1
         while len(self.queue) and self.slots.has_room(total, top_class=True):

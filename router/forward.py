@@ -299,7 +299,7 @@ class Forwarder:
         def first_written() -> None:
             now = exchange.first_at = self.clock()
             ttft = now - exchange.arrival
-            self.metrics.ttft.labels(exchange.route).observe(ttft)
+            self.metrics.ttft_by(exchange.route).observe(ttft)
             self.recent_ttft.append(ttft)
             self.scheduler.first_token(info.request_id, now, now - exchange.dispatched)
             if streamed:

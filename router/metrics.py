@@ -7,9 +7,28 @@ from gpuroute.router.core.health import BackendHealth
 from gpuroute.router.core.latency import LatencyModel
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics import MetricWrapperBase
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
 DECISION_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3)
+
+
+class Children:
+    """A labelled metric's children, each looked up once: prometheus_client's `labels()`
+    validates, stringifies and locks on every call, a third of a request's metric cost.
+    Holds no child the metric does not (nothing here ever removes one)."""
+
+    __slots__ = ("_by_values", "metric")
+
+    def __init__(self, metric: MetricWrapperBase) -> None:
+        self.metric = metric
+        self._by_values: dict[tuple[str, ...], MetricWrapperBase] = {}
+
+    def __call__(self, *values: str) -> MetricWrapperBase:
+        child = self._by_values.get(values)
+        if child is None:
+            child = self._by_values[values] = self.metric.labels(*values)
+        return child
 
 
 class BackendCollector:
@@ -212,6 +231,12 @@ class RouterMetrics:
             "1 while quotas are enforced through Redis, 0 on local fallback buckets.",
             registry=r,
         )
+
+        # the children every request touches
+        self.requests_by = Children(self.requests)
+        self.duration_by = Children(self.duration)
+        self.ttft_by = Children(self.ttft)
+        self.slo_requests_by = Children(self.slo_requests)
 
     def watch_backends(
         self, backends: BackendSet, health: BackendHealth, latency: LatencyModel | None = None

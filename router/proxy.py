@@ -67,9 +67,9 @@ class Proxy:
         finally:
             self.budget.active -= 1
             self.metrics.in_flight.dec()
-            self.metrics.requests.labels(route, str(status)).inc()
+            self.metrics.requests_by(route, str(status)).inc()
             elapsed = self.clock() - arrival
-            self.metrics.duration.labels(route).observe(elapsed)
+            self.metrics.duration_by(route).observe(elapsed)
             if status == 200:
                 self.forwarder.recent_e2e.append(elapsed)
             if self.budget.active == 0:

@@ -243,11 +243,11 @@ class RouterApp:
 
     def _joined(self, backend: Backend, member: Member) -> None:
         self.forwarder.urls[backend.backend_id] = member.url
-        self.gate.max_inflight[backend.backend_id] = self.config.membership.max_inflight
+        self.gate.set_limit(backend.backend_id, self.config.membership.max_inflight)
 
     def _removed(self, backend_id: str) -> None:
         self.forwarder.urls.pop(backend_id, None)
-        self.gate.max_inflight.pop(backend_id, None)
+        self.gate.set_limit(backend_id, None)
 
     @property
     def idle(self) -> asyncio.Event:

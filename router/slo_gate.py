@@ -118,7 +118,7 @@ class SloGate:
             return None
         tpot = time_per_output_token(first_at, now, tokens)
         met = slo.met(first_at - arrival, tpot, now - arrival)
-        self.metrics.slo_requests.labels(slo.name, "met" if met else "missed").inc()
+        self.metrics.slo_requests_by(slo.name, "met" if met else "missed").inc()
         return tpot, met
 
     def pump(self) -> None:

@@ -81,6 +81,7 @@ class BackendSet:
     def __init__(self, backends: Iterable[Backend] = (), slow_start: SlowStart | None = None):
         self._by_id: dict[str, Backend] = {}
         self._routable: dict[str, list[Backend]] = {}
+        self._models: frozenset[str] | None = None  # served by any backend, in any state
         self.slow_start = slow_start or SlowStart()
         self.version = 0
         for backend in backends:
@@ -130,8 +131,11 @@ class BackendSet:
         return cached
 
     def serves(self, model: str) -> bool:
-        """Whether any backend, in any state, serves `model` (404 vs 503 for the front)."""
-        return any(model in b.models for b in self._by_id.values())
+        """Whether any backend, in any state, serves `model` (404 vs 503 for the front;
+        the union is kept until the next change, never a client's names)."""
+        if self._models is None:
+            self._models = frozenset().union(*(b.models for b in self._by_id.values()))
+        return model in self._models
 
     def effective_capacity(self, backend: Backend, now: float) -> float:
         if backend.state is BackendState.WARMING:
@@ -151,4 +155,5 @@ class BackendSet:
 
     def _changed(self) -> None:
         self._routable.clear()
+        self._models = None
         self.version += 1

@@ -207,3 +207,27 @@ def test_items_leaving_out_of_turn_do_not_grow_the_queue_without_bound() -> None
             assert q.take(i - 10, 0.0) if i % 2 else q.remove(i - 10)
     assert len(q) == 10 and q.peek() == list(range(4_990, 5_000))
     assert len(q._heap) <= 2 * 64 + 10  # the leak this guards against
+
+
+def test_total_slots_follow_backend_states_and_discovered_limits() -> None:
+    """The gate keeps its slot count between changes (asked twice a request): a backend that
+    goes down, a discovered one's limit, and one that leaves must each show at once."""
+    from gpuroute.router.admission_gate import AdmissionGate
+    from gpuroute.router.config import AdmissionConfig
+    from gpuroute.router.core.backend import Backend, BackendSet, BackendState
+    from gpuroute.router.metrics import RouterMetrics
+
+    a, b = Backend("a", "H100", ["m"]), Backend("b", "L4", ["m"])
+    pool = BackendSet([a, b])
+    gate = AdmissionGate(AdmissionConfig(), pool, {"a": 10, "b": 4}, RouterMetrics(), lambda: 0.0)
+    assert gate.total_slots() == 14
+    pool.set_state(b, BackendState.EJECTED, 1.0, "breaker open")
+    assert gate.total_slots() == 10
+    pool.add(Backend("c", "T4", ["m"]))
+    gate.set_limit("c", 3)
+    assert gate.total_slots() == 13
+    gate.set_limit("a", 20)
+    assert gate.total_slots() == 23
+    pool.remove("c")
+    gate.set_limit("c", None)
+    assert gate.total_slots() == 20 and gate.has_room("a")

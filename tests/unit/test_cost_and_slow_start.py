@@ -74,3 +74,17 @@ def test_removed_backend_leaves_the_routable_lists() -> None:
     pool = BackendSet([a, b])
     assert pool.routable("m") == [a, b]
     assert pool.remove("a") is a and "a" not in pool and pool.routable("m") == [b]
+
+
+def test_served_models_follow_joins_and_removals() -> None:
+    """`serves` is asked on every request and kept between changes: a join or a removal must
+    still show at once, and a client's unknown names are never kept."""
+    pool = BackendSet([Backend("a", "H100", ("m",))])
+    assert pool.serves("m") and not pool.serves("n")
+    pool.add(Backend("b", "L4", ("n",)))
+    assert pool.serves("n")
+    pool.remove("a")
+    assert not pool.serves("m") and pool.serves("n")
+    for i in range(1000):
+        assert not pool.serves(f"probe-{i}")
+    assert pool._models == frozenset({"n"})
