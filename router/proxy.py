@@ -40,6 +40,7 @@ class Proxy:
         self.budget = forwarder.budget  # counts requests in flight for the retry budget
         self.idle = asyncio.Event()
         self.idle.set()
+        metrics.in_flight.set_function(lambda: self.budget.active)  # read at scrape time
 
     @property
     def active(self) -> int:
@@ -54,7 +55,6 @@ class Proxy:
         arrival = self.clock()
         self.budget.active += 1
         self.idle.clear()
-        self.metrics.in_flight.inc()
         status = 499  # what a cancelled request (the client gone) is counted as
         try:
             try:
@@ -66,7 +66,6 @@ class Proxy:
             return response
         finally:
             self.budget.active -= 1
-            self.metrics.in_flight.dec()
             self.metrics.requests_by(route, str(status)).inc()
             elapsed = self.clock() - arrival
             self.metrics.duration_by(route).observe(elapsed)
