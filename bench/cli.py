@@ -99,6 +99,13 @@ def _overhead_arguments(over: argparse.ArgumentParser) -> None:
         default=0,
         help="also compare the router with 1 and this many workers (router --workers)",
     )
+    over.add_argument(
+        "--router-python",
+        type=Path,
+        default=None,
+        help="also measure the router as this interpreter imports it (another checkout's "
+        "venv: target gpuroute-other), for a before/after in the same run",
+    )
 
 
 def _stream_arguments(stream: argparse.ArgumentParser) -> None:

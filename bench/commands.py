@@ -160,7 +160,10 @@ def _overhead(args: argparse.Namespace, console: Console) -> Report:
     from gpuroute.bench.overhead import OVERHEAD_COLUMNS, run_overhead
     from gpuroute.bench.tables import print_table
 
-    report = run_overhead(args.duration, console, args.rounds, tls=args.tls, workers=args.workers)
+    report = run_overhead(
+        args.duration, console, args.rounds, tls=args.tls, workers=args.workers,
+        other_python=args.router_python,
+    )  # fmt: skip
     title = "proxy overhead (tiny non-streamed requests)"
     print_table(console, title, report["rows"], OVERHEAD_COLUMNS)
     if (scaling := report["scaling"]) is not None:

@@ -8,6 +8,7 @@ time is scaled to nothing (`--time-scale 0.0001`) so the proxies, not the GPU, a
 
 from __future__ import annotations
 
+import os
 import re
 import ssl
 import statistics
@@ -86,12 +87,20 @@ def measured(
 
 
 def run_overhead(
-    duration: float, console: Console, rounds: int = 3, tls: bool = False, workers: int = 0
+    duration: float,
+    console: Console,
+    rounds: int = 3,
+    tls: bool = False,
+    workers: int = 0,
+    other_python: Path | None = None,
 ) -> dict:
     """All proxies start once; wrk visits them in turn, `rounds` times, and the median of
     each measure is kept: the machine's noise then hits every target alike. With `tls`,
-    gpuroute also runs behind a TLS listener (target gpuroute-tls)."""
+    gpuroute also runs behind a TLS listener (target gpuroute-tls); with `other_python`,
+    the router that interpreter imports runs too (target gpuroute-other)."""
     require("taskset")
+    if other_python is not None and not os.access(other_python, os.X_OK):
+        raise BenchError(f"--router-python {other_python}: not an executable interpreter")
     samples: dict[tuple[str, int], list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="gpuroute-overhead-") as tmp:
         workdir = Path(tmp)
@@ -104,7 +113,7 @@ def run_overhead(
         try:
             wait_http(engine.url + "/health", 30, engine.proc, "fake engine")
             ca = LocalCA(workdir) if tls else None
-            proxies = start_proxies(workdir, engine, ca)
+            proxies = start_proxies(workdir, engine, ca, other_python)
             urls = {"direct": engine.url} | {name: p.url for name, p in proxies.items()}
             if tls:
                 urls["gpuroute-tls"] = urls["gpuroute-tls"].replace("http://", "https://")
@@ -143,10 +152,18 @@ def run_overhead(
     }
 
 
-def start_proxies(workdir: Path, engine: Child, ca: LocalCA | None) -> dict[str, Child]:
-    """Ours (and ours behind TLS, given a CA) and the baselines, each on the proxy core."""
+def start_proxies(
+    workdir: Path, engine: Child, ca: LocalCA | None, other_python: Path | None = None
+) -> dict[str, Child]:
+    """Ours (and ours behind TLS, given a CA; another version of ours, given its
+    interpreter) and the baselines, each on the proxy core."""
     pairs, proxies = [("H100", engine)], {}
     proxies["gpuroute"] = start_router(workdir, pairs, "least_outstanding_work", cpu=PROXY_CPU)
+    if other_python is not None:
+        proxies["gpuroute-other"] = start_router(
+            workdir, pairs, "least_outstanding_work", cpu=PROXY_CPU, name="router-other",
+            python=str(other_python),
+        )  # fmt: skip
     if ca is not None:
         cert, key = ca.issue("gpuroute-tls")
         listener = f'[listen.tls]\ncert_file = "{cert}"\nkey_file = "{key}"'
@@ -182,6 +199,6 @@ def overhead_rows(samples: dict[tuple[str, int], list[dict[str, float]]]) -> lis
         row["rps_vs_haproxy"] = round(row["rps"] / peer["rps"], 3)
         if "rps_per_core" in row:
             row["per_core_vs_haproxy"] = round(row["rps_per_core"] / peer["rps_per_core"], 3)
-    order = ("direct", "gpuroute", "gpuroute-tls", *BASELINES)
+    order = ("direct", "gpuroute", "gpuroute-other", "gpuroute-tls", *BASELINES)
     rows.sort(key=lambda r: (order.index(r["target"]), r["connections"]))
     return rows

@@ -74,12 +74,14 @@ def start_router(
     max_inflight: dict[str, int] | None = None,
     model: str = "llama-3.1-8b",
     workers: int = 1,
+    python: str = sys.executable,
 ) -> Child:
+    """`python`: the interpreter whose gpuroute runs (another checkout's, to compare)."""
     port = free_port()
     name = name or f"router-{policy}"
     path = workdir / f"{name}.toml"
     path.write_text(router_config(engines, port, policy, extra, max_inflight, model, workers))
-    cmd = [sys.executable, "-m", "gpuroute.cli", "router", "--config", str(path)]
+    cmd = [python, "-m", "gpuroute.cli", "router", "--config", str(path)]
     return spawn(name, cmd, workdir, port, cpu=cpu)
 
 
