@@ -232,7 +232,8 @@ async def test_region_outage_across_wan_federated_datacenters(lab, repo) -> None
             await asyncio.gather(*tasks)
     finally:
         stop.set()
-        await server.drain(timeout=2.0)
+        # shutdown is bounded (feeds close in 5 s at most): a hang here is a failure
+        await asyncio.wait_for(server.drain(timeout=2.0), 60)
     failed = [r for r in results if r[3] == "pref" and r[1] != 200]
     violations = [r for r in results if r[3] == "eu" and r[1] == 200 and r[2] != "eu-west"]
     eu_states = [st for _, r, st in transitions if r == "eu-west"]

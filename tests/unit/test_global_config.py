@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import logging
 import random
+import time
 
 import pytest
 from gpuroute.global_.config import load_global_config
@@ -90,3 +93,27 @@ async def test_api_key_maps_to_a_tenant_and_decisions_are_logged(tmp_path, caplo
     finally:
         await server.drain(timeout=1.0)
     assert '"rules":["tenant acme-eu"]' in caplog.text and '"reason":"no_region_up"' in caplog.text
+
+
+@pytest.mark.asyncio
+async def test_a_report_stream_that_will_not_close_does_not_hang_shutdown(tmp_path, caplog) -> None:
+    """A cancelled gRPC call's channel can fail to close; the feeds wait a bounded time, say
+    so, and shutdown goes on (a system test hung in drain without the bound)."""
+    from gpuroute.global_.server import GlobalApp
+
+    config, fleet, rules = load_global_config(write(tmp_path, BASE + ENDPOINT))
+    feeds = GlobalApp(config, fleet, rules, rng=random.Random(0)).feeds
+    release = asyncio.Event()
+
+    async def stubborn() -> None:
+        while not release.is_set():
+            with contextlib.suppress(asyncio.CancelledError):
+                await release.wait()
+
+    feeds._tasks["eu-west"] = asyncio.create_task(stubborn())
+    await asyncio.sleep(0)
+    started = time.monotonic()
+    await feeds.close(timeout_s=0.2)
+    assert time.monotonic() - started < 2.0
+    assert "1 region report streams did not close in 0 s" in caplog.text
+    release.set()
