@@ -20,6 +20,7 @@ from gpuroute.global_.core.spillover import Spillover
 from gpuroute.grpc_server import channel_credentials, open_channel
 from gpuroute.proto import load_pb2, load_pb2_grpc
 from gpuroute.regions import FleetConfig
+from gpuroute.runtime import cancel_within
 
 log = logging.getLogger("gpuroute.global.feeds")
 CLOSE_TIMEOUT_S = 5.0
@@ -93,17 +94,9 @@ class RegionFeeds:
         self._tasks[region] = asyncio.create_task(self._stream(feed))
 
     async def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
-        """Cancel the report streams, waiting a bounded time: a gRPC channel whose call was
-        cancelled can fail to close (grpc/grpc#32005, #41875), and shutdown must not hang."""
         tasks = list(self._tasks.values())
         self._tasks.clear()
-        for task in tasks:
-            task.cancel()
-        if not tasks:
-            return
-        _, pending = await asyncio.wait(tasks, timeout=timeout_s)
-        if pending:
-            log.warning("%d region report streams did not close in %.0f s", len(pending), timeout_s)
+        await cancel_within(tasks, timeout_s, "region report streams", log)
 
     async def _stream(self, feed: RegionFeed) -> None:
         backoff = 0.25

@@ -6,7 +6,7 @@ import asyncio
 import gc
 import logging
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Collection, Coroutine
 from typing import Any
 
 from gpuroute.config import ConfigError
@@ -85,3 +85,18 @@ class BackgroundLoop:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+
+
+async def cancel_within(
+    tasks: Collection[asyncio.Task], timeout_s: float, what: str, log: logging.Logger
+) -> None:
+    """Cancel `tasks` and wait for them a bounded time: a gRPC channel whose call was
+    cancelled can fail to close (grpc/grpc#32005, #41875), and shutdown must not hang.
+    Those still running are logged and left."""
+    for task in tasks:
+        task.cancel()
+    if not tasks:
+        return
+    _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    if pending:
+        log.warning("%d %s did not close in %.0f s", len(pending), what, timeout_s)

@@ -33,9 +33,11 @@ from gpuroute.router.metrics import RouterMetrics
 from gpuroute.consul_client import ConsulClient, ConsulUnavailable, next_index
 from gpuroute.grpc_server import channel_credentials, open_channel
 from gpuroute.proto import load_pb2, load_pb2_grpc
+from gpuroute.runtime import cancel_within
 from gpuroute.secrets import read_secret
 
 log = logging.getLogger("gpuroute.router.membership")
+CLOSE_TIMEOUT_S = 5.0  # agent load streams, on shutdown
 TYPICAL_PROMPT_TOKENS = 512  # prices another router's request when this one has none in flight
 GRPC_OPTIONS = [
     ("grpc.keepalive_time_ms", 10_000),
@@ -93,9 +95,7 @@ class Membership:
 
     async def close(self) -> None:
         tasks = [t for t in (self._watch, *self._streams.values()) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_within(tasks, CLOSE_TIMEOUT_S, "agent load streams", log)
         await self.client.close()
 
     # -- Consul ---------------------------------------------------------------------------------
