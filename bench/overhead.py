@@ -87,20 +87,14 @@ def measured(
 
 
 def run_overhead(
-    duration: float,
-    console: Console,
-    rounds: int = 3,
-    tls: bool = False,
-    workers: int = 0,
+    duration: float, console: Console, rounds: int = 3, tls: bool = False, workers: int = 0,
     other_python: Path | None = None,
-) -> dict:
+) -> dict:  # fmt: skip
     """All proxies start once; wrk visits them in turn, `rounds` times, and the median of
     each measure is kept: the machine's noise then hits every target alike. With `tls`,
     gpuroute also runs behind a TLS listener (target gpuroute-tls); with `other_python`,
     the router that interpreter imports runs too (target gpuroute-other)."""
     require("taskset")
-    if other_python is not None and not os.access(other_python, os.X_OK):
-        raise BenchError(f"--router-python {other_python}: not an executable interpreter")
     samples: dict[tuple[str, int], list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="gpuroute-overhead-") as tmp:
         workdir = Path(tmp)
@@ -158,6 +152,8 @@ def start_proxies(
     """Ours (and ours behind TLS, given a CA; another version of ours, given its
     interpreter) and the baselines, each on the proxy core."""
     pairs, proxies = [("H100", engine)], {}
+    if other_python is not None and not os.access(other_python, os.X_OK):
+        raise BenchError(f"--router-python {other_python}: not an executable interpreter")
     proxies["gpuroute"] = start_router(workdir, pairs, "least_outstanding_work", cpu=PROXY_CPU)
     if other_python is not None:
         proxies["gpuroute-other"] = start_router(
