@@ -84,6 +84,8 @@ class Connection(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.loop = asyncio.get_running_loop()
         self.lost = False
+        self.timer: asyncio.TimerHandle | None = None  # lives across exchanges, see _arm
+        self.timer_at = 0.0
         self.busy = False  # an exchange is under way (bytes outside one are a broken engine)
         self.idle_since = 0.0
         self._reset()
@@ -99,7 +101,6 @@ class Connection(asyncio.Protocol):
         self.framed = True  # sized or chunked (else the body ends when the engine closes)
         self.head = False
         self.failed = False  # the first failure is the one the reader sees
-        self.timer: asyncio.TimerHandle | None = None
         self.sent_at = self.last_bytes = 0.0
         self.body_started = False
 
@@ -114,7 +115,7 @@ class Connection(asyncio.Protocol):
         self.waiter = self.loop.create_future()
         self.transport.writelines(parts)
         self.sent_at = self.loop.time()
-        self.timer = self.loop.call_at(self.sent_at + self.pool.first_byte_timeout_s, self._check)
+        self._arm(self.sent_at + self.pool.first_byte_timeout_s)
         try:
             return await self.waiter
         except BaseException:
@@ -123,7 +124,6 @@ class Connection(asyncio.Protocol):
 
     def done(self) -> None:
         """The caller is finished with the answer: reuse the connection if it can be."""
-        self._stop_timer()
         self.busy = False
         response, self.response = self.response, None
         # a body left paused (unread past HIGH_WATER) would hold the next answer back
@@ -164,8 +164,7 @@ class Connection(asyncio.Protocol):
             self.close()
             return
         if self.body_started and not started and not self.complete:
-            self._stop_timer()  # from the first-byte deadline to the idle one
-            self.timer = self.loop.call_at(self.last_bytes + self.pool.idle_timeout_s, self._check)
+            self._arm(self.last_bytes + self.pool.idle_timeout_s)  # now the idle deadline
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
@@ -220,14 +219,24 @@ class Connection(asyncio.Protocol):
     # -- endings ---------------------------------------------------------------------------
     def _finished(self) -> None:
         self.complete = True
-        self._stop_timer()
         assert self.response is not None
         self.response.content.feed_eof()
+
+    def _arm(self, deadline: float) -> None:
+        """Have the timer fire no later than `deadline`. One that fires sooner stays: `_check`
+        re-arms it to the deadline then. So a keep-alive connection serving short exchanges
+        arms about one timer per deadline period, not a timer and a cancel per request."""
+        if self.timer is not None:
+            if self.timer_at <= deadline:
+                return
+            self.timer.cancel()
+        self.timer_at = deadline
+        self.timer = self.loop.call_at(deadline, self._check)
 
     def _check(self) -> None:
         """The one timer of an exchange: re-armed to the current deadline, never per read.
         While the body is paused (the relay is behind a slow client) the engine's silence
-        is ours, and does not count."""
+        is ours, and does not count. Between exchanges it finds nothing to do."""
         self.timer = None
         if self.complete or not self.busy:
             return
@@ -241,7 +250,7 @@ class Connection(asyncio.Protocol):
             since, wait = self.sent_at, pool.first_byte_timeout_s
             message = f"no answer from the engine in {wait:g} s"
         if now < since + wait:
-            self.timer = self.loop.call_at(since + wait, self._check)
+            self._arm(since + wait)
             return
         self._fail(TimeoutError(message))
         self.close()

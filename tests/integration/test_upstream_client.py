@@ -262,9 +262,40 @@ async def test_a_silent_engine_fails_the_read_at_its_deadline(sent, deadline, fi
         answer = await upstream.request("POST", scripted.url, "/", b"{}")
         if first is not None:
             assert await answer.content.readany() == first
+        loop = asyncio.get_running_loop()
+        waited_from = loop.time()
         with pytest.raises(TimeoutError, match=message):
             await answer.content.readany()
+        # at its own deadline, not at the other one (5 s) that was armed before it
+        assert loop.time() - waited_from < 2.0
         released.set()
+
+
+async def test_a_reused_connection_keeps_each_exchanges_own_deadline() -> None:
+    """The timer outlives an exchange (one per deadline period, not per request): the one
+    left by quick answers on this connection must neither cut the next exchange short nor
+    let it run past its own deadline."""
+    never = asyncio.Event()
+
+    async def script(reader, writer, _n):
+        for _ in range(3):
+            await scripted.read_request(reader)
+            writer.write(OK)
+        await scripted.read_request(reader)
+        await never.wait()  # the fourth is never answered
+
+    loop = asyncio.get_running_loop()
+    async with serving(script) as scripted, pool(first_byte_timeout_s=0.4) as upstream:
+        for _ in range(3):
+            async with await upstream.request("POST", scripted.url, "/", b"{}") as answer:
+                assert await answer.read() == b"ok"
+            await asyncio.sleep(0.1)  # the gaps under test: the first timer falls due midway
+        sent = loop.time()
+        with pytest.raises(TimeoutError, match=r"no answer from the engine in 0\.4 s"):
+            await upstream.request("POST", scripted.url, "/", b"{}")
+        assert 0.4 <= loop.time() - sent < 1.4
+        assert scripted.accepted == 1
+        never.set()
 
 
 LARGE = 64 * 1024 * 1024  # far more than the kernel's loopback buffers hold
