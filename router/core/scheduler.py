@@ -199,7 +199,7 @@ class Scheduler:
                 now,
             )
         if outcome.met_slo is not None and self._observes_slo is not None:
-            self._observes_slo(outcome.met_slo)
+            self._observes_slo(request_id, outcome.met_slo, backend, now)
         if outcome.ok and outcome.output_tokens:
             self.estimator.observe_output(model, outcome.output_tokens, outcome.prompt_tokens)
         events = self.health.record(

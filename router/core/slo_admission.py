@@ -12,6 +12,7 @@ minute in an engine's queue."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable
 
 from gpuroute.router.core.admission import AdmissionQueue, AdmissionSettings, Shed
@@ -69,3 +70,50 @@ class MarginController:
         self.margin += self.step * ((1.0 if met else 0.0) - self.target)
         self.margin = min(max(self.margin, self.low), self.high)
         return self.margin
+
+
+class TypeMargins:
+    """A margin per GPU type, corrected only by the verdicts of requests served on that
+    type. One margin for the whole fleet let the misses of one kind of GPU (slow L4s and
+    T4s stalling their streams) close every other kind: requests were refused while faster
+    GPUs were predicted to serve them in time. A type's evidence ages (`memory_s`):
+    without verdicts its margin returns towards the start, so a type closed by a bad spell
+    is tried again rather than shut for good."""
+
+    __slots__ = ("_by_type", "high", "margin", "memory_s", "target")
+
+    def __init__(
+        self,
+        margin: float = 0.9,
+        *,
+        target: float = 0.95,
+        high: float = 1.0,
+        memory_s: float = 300.0,
+    ) -> None:
+        MarginController(margin, target=target, high=high)  # the same checks, made now
+        if memory_s <= 0:
+            raise ValueError("memory_s must be > 0")
+        self.margin, self.target, self.high, self.memory_s = margin, target, high, memory_s
+        self._by_type: dict[str, tuple[MarginController, list[float]]] = {}
+
+    def of(self, gpu_type: str, now: float) -> float:
+        """The margin of a GPU type at `now` (a type first seen starts at `margin`)."""
+        return self._aged(gpu_type, now).margin
+
+    def observe(self, gpu_type: str, met: bool, now: float) -> float:
+        """A request served on `gpu_type` met its SLO or not; returns its new margin."""
+        return self._aged(gpu_type, now).observe(met)
+
+    def _aged(self, gpu_type: str, now: float) -> MarginController:
+        entry = self._by_type.get(gpu_type)
+        if entry is None:
+            control = MarginController(self.margin, target=self.target, high=self.high)
+            self._by_type[gpu_type] = (control, [now])
+            return control
+        control, seen = entry
+        elapsed = now - seen[0]
+        if elapsed > 0:
+            kept = math.exp(-elapsed / self.memory_s)
+            control.margin = self.margin + (control.margin - self.margin) * kept
+            seen[0] = now
+        return control

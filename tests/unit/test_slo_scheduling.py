@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import pytest
@@ -18,7 +19,7 @@ from gpuroute.router.core.slo import (
     SloClasses,
     time_per_output_token,
 )
-from gpuroute.router.core.slo_admission import HoldQueue, MarginController
+from gpuroute.router.core.slo_admission import HoldQueue, MarginController, TypeMargins
 from gpuroute.router.decision_log import DecisionLog
 from gpuroute.router.priors import engine_priors
 from hypothesis import given
@@ -294,12 +295,107 @@ def test_met_verdicts_tighten_and_loosen_the_margin() -> None:
 
 def test_scheduler_feeds_slo_verdicts_to_the_policy() -> None:
     sched = scheduler("H100")
-    policy = sched.policy
-    start = policy.control.margin
+    margins = sched.policy.margins
+    start = margins.of("H100", 0.0)
     decision = sched.route(request(1, 100), 0.0, random.Random(1))
     assert decision is not None
-    sched.finish(1, "m", Outcome(True, 10, 100, met_slo=False), 1.0)
-    assert policy.control.margin < start
+    sched.finish(1, "m", Outcome(True, 10, 100, met_slo=False), 0.0)
+    assert margins.of("H100", 0.0) == pytest.approx(start - 0.01 * 0.95)
+
+
+def test_one_gpu_types_misses_leave_the_others_margin_alone() -> None:
+    margins = TypeMargins(0.9, target=0.95)
+    for _ in range(50):
+        margins.observe("L4", False, 0.0)
+    assert margins.of("L4", 0.0) == pytest.approx(0.9 - 50 * 0.01 * 0.95)
+    assert margins.of("H100", 0.0) == 0.9
+    margins.observe("H100", True, 0.0)
+    assert margins.of("H100", 0.0) == pytest.approx(0.9 + 0.01 * 0.05)
+
+
+def test_a_gpu_types_margin_returns_towards_the_start_without_verdicts() -> None:
+    margins = TypeMargins(0.9, target=0.95, memory_s=100.0)
+    for _ in range(40):
+        margins.observe("L4", False, 10.0)
+    closed = margins.of("L4", 10.0)
+    assert closed == pytest.approx(0.9 - 0.38)
+    assert margins.of("L4", 110.0) == pytest.approx(0.9 - 0.38 * math.exp(-1))
+    assert margins.of("L4", 10_000.0) == pytest.approx(0.9)
+    with pytest.raises(ValueError, match="memory_s"):
+        TypeMargins(0.9, memory_s=0)
+
+
+def served(sched: Scheduler, rid: int, info: RequestInfo, met: bool) -> None:
+    """Route `info` and finish it at once with the verdict `met`."""
+    decision = sched.route(info, 0.0, random.Random(rid))
+    assert decision is not None and decision.booked and decision.fits
+    sched.finish(rid, "m", Outcome(True, 10, 100, met_slo=met), 0.0)
+
+
+# A class in which the prompt below needs about 0.6 of its SLO on an idle H100 (the TPOT
+# dominates), and one in which it needs about 0.85; the standard class needs about 0.05.
+NEEDS_0_6 = SloClass("needs-0.6", ttft_s=2.0, tpot_s=0.008)
+NEEDS_0_85 = SloClass("needs-0.85", ttft_s=2.0, tpot_s=0.0055)
+
+
+def test_the_margins_needed_by_the_test_classes() -> None:
+    sched = scheduler("H100")
+    (h100,) = sched.backends
+    for slo, low, high in ((NEEDS_0_6, 0.5, 0.7), (NEEDS_0_85, 0.8, 0.9), (STANDARD, 0, 0.1)):
+        share = sched.policy.score(sched.context(request(1, 100, slo), 0.0, random.Random(0)), h100)
+        assert low < share < high
+
+
+def test_a_miss_admitted_under_a_looser_margin_does_not_tighten_it_further() -> None:
+    """Verdicts come a request's duration after admission: in a burst the backlog admitted
+    under the margin of before misses all at once, and counting those misses again drove
+    the margin to its floor and refused what the tightened margin would serve in time."""
+    sched = scheduler("H100")
+    margins = sched.policy.margins
+    admitted_early = sched.route(request(1, 100, NEEDS_0_6), 0.0, random.Random(1))
+    assert admitted_early is not None and admitted_early.fits
+    for rid in range(2, 42):  # misses that needed little: the margin tightens past 0.6
+        served(sched, rid, request(rid, 100), met=False)
+    tightened = margins.of("H100", 0.0)
+    assert tightened == pytest.approx(0.9 - 40 * 0.01 * 0.95)
+    sched.finish(1, "m", Outcome(True, 10, 100, met_slo=False), 0.0)
+    assert margins.of("H100", 0.0) == tightened
+    served(sched, 42, request(42, 100), met=False)  # one the margin still admits does
+    assert margins.of("H100", 0.0) == pytest.approx(tightened - 0.01 * 0.95)
+
+
+def test_hits_far_inside_the_margin_do_not_loosen_it() -> None:
+    """A calm spell says nothing about requests near the bound: its hits used to wind the
+    margin up to its ceiling, and the next burst was admitted at predictions beyond the
+    SLO, missed, and closed the margin to its floor."""
+    sched = scheduler("H100")
+    margins = sched.policy.margins
+    for rid in range(1, 21):
+        served(sched, rid, request(rid, 100), met=True)
+    assert margins.of("H100", 0.0) == 0.9
+    served(sched, 21, request(21, 100, NEEDS_0_85), met=True)
+    assert margins.of("H100", 0.0) == pytest.approx(0.9 + 0.01 * 0.05)
+
+
+def test_slow_gpus_missing_their_slo_do_not_close_the_fast_ones() -> None:
+    """Streams stalled on L4s tighten the L4s' margin only: a prompt the H100 is predicted
+    to serve at 0.6 of its SLO still fits there (one fleet-wide margin, pulled to its floor
+    by the L4s' misses, refused it)."""
+    sched = scheduler("H100", "L4")
+    h100 = next(b for b in sched.backends if b.gpu_type == "H100")
+    l4 = next(b for b in sched.backends if b.gpu_type == "L4")
+    for rid in range(1, 101):
+        excluded = {h100.backend_id}
+        decision = sched.route(request(rid, 100), 0.0, random.Random(rid), excluded)
+        assert decision is not None and decision.backend is l4
+        sched.finish(rid, "m", Outcome(True, 10, 100, met_slo=False), 0.0)
+    assert sched.policy.margins.of("L4", 0.0) == pytest.approx(0.3)
+    tight = SloClass("tight", ttft_s=2.0, tpot_s=0.008)
+    info = request(1000, 100, tight)
+    share = sched.policy.score(sched.context(info, 0.0, random.Random(0)), h100)
+    assert 0.3 < share < 0.9  # within the start margin, outside the floor the L4s reached
+    decision = sched.route(info, 0.0, random.Random(0))
+    assert decision is not None and decision.backend is h100 and decision.fits
 
 
 # -- holding -------------------------------------------------------------------------------

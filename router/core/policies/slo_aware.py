@@ -9,8 +9,9 @@ Pipeline, as llm-d's filter → scorer → picker:
   taken off the prompt (a prefix hit shortens predicted TTFT; that is the prefix scorer)
   and a gray-failing backend's slowness stretching its compute;
 - filter: predicted TTFT ≤ margin × the class's TTFT (less what it waited) and TPOT ≤
-  margin × its TPOT, where the margin starts at `margin` and follows the met-rate of what
-  was admitted (MarginController), so a biased or noisy prediction tightens itself;
+  margin × its TPOT, where the margin of each GPU type starts at `margin` and follows the
+  met-rate of what that type was sent (TypeMargins), so a biased or noisy prediction
+  tightens itself, and one kind of GPU's misses do not close the others;
 - score (lower wins): the predicted TTFT as a share of the class's bound (stretched by the
   backend's warm-up, as least outstanding work weighs it), plus the stall
   its prefill inflicts on the streams running there (each one's share of a TPOT budget
@@ -32,7 +33,7 @@ from gpuroute.router.core.latency import Prediction
 from gpuroute.router.core.policies.base import PickContext, Verdict, min_with_random_ties
 from gpuroute.router.core.policies.prefix_affinity import PrefixIndex
 from gpuroute.router.core.slo import SloClass
-from gpuroute.router.core.slo_admission import MarginController
+from gpuroute.router.core.slo_admission import TypeMargins
 
 from gpuroute.prefix_blocks import BLOCK_TOKENS
 
@@ -45,6 +46,11 @@ DEFAULT_GPU_PRICES: dict[str, float] = {
     "L4": 0.7,
     "T4": 0.35,
 }
+
+# requests remembered between admission and verdict; beyond it the oldest are forgotten
+MAX_REMEMBERED = 100_000
+# a hit loosens the margin only when the request needed at least this share of it
+HIT_NEAR = 0.5
 
 # the routable list it was made from, its backends by GPU type, and by id
 _Grouping = tuple[Sequence[Backend] | None, list[list[Backend]], dict[str, Backend]]
@@ -73,8 +79,11 @@ class SloAware:
         self.full_scan_max = full_scan_max
         self.per_type = per_type
         self.sample_per_type = sample_per_type
-        # the margin adapts to keep admitted requests meeting their SLO (slo_admission.py)
-        self.control = MarginController(margin, high=max(margin, 1.0))
+        # each GPU type's margin adapts to keep what it is sent meeting the SLO
+        # (slo_admission.py)
+        self.margins = TypeMargins(margin, high=max(margin, 1.0))
+        # the margin each request needed to be admitted, until its verdict (oldest first)
+        self._needed: dict[object, float] = {}
         self.cost_weight = cost_weight
         self.prices = {**DEFAULT_GPU_PRICES, **(prices or {})}
         self.index = PrefixIndex(max_blocks)
@@ -182,9 +191,7 @@ class SloAware:
         rows = self.predictions(ctx, self.considered(ctx, candidates, matched), matched)
         arrived = ctx.request.arrived_at
         waited = ctx.now - arrived if arrived is not None else 0.0
-        margin = self.control.margin
-        ttft_cap, tpot_cap = slo.ttft_s * margin - waited, slo.tpot_s * margin
-        fits = {b: p for b, p in rows if p.ttft_s <= ttft_cap and p.tpot_s <= tpot_cap}
+        fits = self._fitting(rows, slo, waited, ctx.now)
         if not fits:
             backend, prediction = min(rows, key=lambda row: share_of_slo(row[1], slo))
             return Verdict(backend, prediction, fits=False)
@@ -193,12 +200,28 @@ class SloAware:
             if not fits:  # wherever its prefill goes, a protected stream misses its TPOT
                 return Verdict(*spared, fits=False)
         preferred = next((b for b in fits if b.backend_id == ctx.preferred), None)
-        if preferred is not None:
-            return self._chosen(preferred, fits[preferred], blocks, preferred=True)
-        backends = list(fits)
-        scores = self._scores(ctx, fits)
-        best = min_with_random_ties(backends, scores, ctx.rng)
-        return self._chosen(best, fits[best], blocks)
+        if preferred is None:
+            scores = self._scores(ctx, fits)
+            preferred = best = min_with_random_ties(list(fits), scores, ctx.rng)
+        else:
+            best = None
+        self._remember_needed(ctx.request.request_id, fits[preferred], slo, waited)
+        return self._chosen(preferred, fits[preferred], blocks, preferred=best is None)
+
+    def _fitting(
+        self, rows: list[tuple[Backend, Prediction]], slo: SloClass, waited: float, now: float
+    ) -> dict[Backend, Prediction]:
+        """The rows predicted within their GPU type's margin of the SLO (the TTFT less what
+        the request already waited)."""
+        fits = {}
+        margins: dict[str, float] = {}
+        for b, p in rows:
+            margin = margins.get(b.gpu_type)
+            if margin is None:
+                margin = margins[b.gpu_type] = self.margins.of(b.gpu_type, now)
+            if p.ttft_s <= slo.ttft_s * margin - waited and p.tpot_s <= slo.tpot_s * margin:
+                fits[b] = p
+        return fits
 
     def _chosen(
         self, backend: Backend, prediction: Prediction, blocks: Sequence[int], *, preferred=False
@@ -208,9 +231,34 @@ class SloAware:
             self.index.record(blocks, backend.backend_id)
         return Verdict(backend, prediction, fits=True, preferred=preferred)
 
-    def observe_slo(self, met: bool) -> None:
-        """A request this policy placed finished, meeting its SLO or not."""
-        self.control.observe(met)
+    def _remember_needed(
+        self, request_id: object, p: Prediction, slo: SloClass, waited: float
+    ) -> None:
+        """The tightest margin that still admitted this request, for its verdict."""
+        needed = self._needed
+        if len(needed) >= MAX_REMEMBERED:  # verdicts that never came (failures, cancels)
+            del needed[next(iter(needed))]
+        needed[request_id] = max((p.ttft_s + waited) / slo.ttft_s, p.tpot_s / slo.tpot_s)
+
+    def observe_slo(self, request_id: object, met: bool, backend: Backend, now: float) -> None:
+        """A request this policy placed on `backend` finished, meeting its SLO or not. Only
+        verdicts near the margin move it:
+        - a miss it has already been tightened past (the request needed a looser margin
+          than its type has now) tightens it no further. Verdicts arrive a request's
+          duration after admission; in a burst the backlog admitted under the looser margin
+          of before misses all at once, and counting those misses again drove the margin to
+          its floor and refused what the tightened margin would serve in time;
+        - a hit far inside it (needing less than HIT_NEAR of it) loosens nothing: a calm
+          spell says nothing about requests near the bound, and its hits wound the margin
+          up to its ceiling, so the next burst was admitted at predictions that missed."""
+        needed = self._needed.pop(request_id, None)
+        if needed is not None:
+            margin = self.margins.of(backend.gpu_type, now)
+            already_excluded = not met and needed > margin
+            far_inside = met and needed < HIT_NEAR * margin
+            if already_excluded or far_inside:
+                return
+        self.margins.observe(backend.gpu_type, met, now)
 
     def pick(self, ctx: PickContext, candidates: Sequence[Backend]) -> Backend:
         return self.choose(ctx, candidates).backend
