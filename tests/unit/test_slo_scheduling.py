@@ -449,3 +449,17 @@ def test_decision_log_names_the_class_and_what_was_predicted() -> None:
     assert event["slo_class"] == "standard" and event["fits_slo"] is True
     assert event["predicted_ttft_s"] == round(decision.prediction.ttft_s, 4) > 0
     assert event["predicted_tpot_s"] == round(decision.prediction.tpot_s, 5) > 0
+
+
+def test_admissions_whose_verdict_never_comes_are_forgotten_oldest_first(monkeypatch) -> None:
+    """Failed and cancelled requests get no verdict: what they needed is kept only up to
+    a bound, so a router that runs for months does not grow with them."""
+    import gpuroute.router.core.policies.slo_aware as slo_aware
+
+    monkeypatch.setattr(slo_aware, "MAX_REMEMBERED", 3)
+    sched = scheduler("H100")
+    for rid in range(1, 6):
+        decision = sched.route(request(rid, 100), 0.0, random.Random(rid))
+        assert decision is not None and decision.fits
+        sched.release(rid)  # ended without a verdict
+    assert list(sched.policy._needed) == [3, 4, 5]
