@@ -18,7 +18,10 @@ priors of the backend's GPU type and corrected by what the router observes:
   moves it at most a factor 2^alpha), clamped to [1/8, 8] (TPOT: [0.5, 2]). They absorb
   what the roofline misses (a slower kernel, a busier host, a fake engine's time scale)
   within tens of requests of a GPU type. The fixed part of TTFT outside the GPU (HTTP hops)
-  is learned apart, per GPU type, so that it does not enter the ratios.
+  is learned apart, per GPU type, so that it does not enter the ratios. Corrections that
+  make a type look slower than its prior return towards it without fresh evidence
+  (`age`, router/core/latency_learning.py): refusing what they predict to miss, they
+  would otherwise starve themselves of the evidence that could correct them.
 """
 
 from __future__ import annotations
@@ -30,18 +33,10 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from gpuroute.router.core.backend import Backend
+from gpuroute.router.core.latency_learning import Corrections
 from gpuroute.router.core.latency_prior import LatencyPrior
 
-RATIO_MIN, RATIO_MAX = 0.125, 8.0
-TPOT_RATIO_MIN, TPOT_RATIO_MAX = 0.5, 2.0  # TPOT is the noisier one: short answers see
-# one long prefill chunk or none, so a tighter band keeps that noise from steering placement
 MIN_TOKENS_TO_LEARN_TPOT = 16
-LOG_STEP_MAX = math.log(2.0)
-# the fixed part of every TTFT (HTTP hops, tokenisation, the first chunk's flush): the
-# intercept of an exponentially weighted regression of measured on predicted TTFT per GPU
-# type, over about 1/OVERHEAD_WEIGHT first tokens
-OVERHEAD_WEIGHT = 0.02
-OVERHEAD_MAX_S = 1.0
 MAX_INTERFERENCE = 0.8
 
 
@@ -85,32 +80,6 @@ class Prediction(NamedTuple):
     interference_s: float = 0.0  # that prefill's time beyond the decode steps it rides in
 
 
-class _InterceptFit:
-    """Exponentially weighted least squares of measured (y) on predicted (x) TTFT; its
-    intercept is the fixed part the GPU model does not explain. It needs spread in x,
-    which varied prompt lengths give; until then it says 0."""
-
-    __slots__ = ("mx", "my", "sxx", "sxy", "weight")
-
-    def __init__(self) -> None:
-        self.mx = self.my = self.sxx = self.sxy = self.weight = 0.0
-
-    def add(self, x: float, y: float) -> None:
-        w = OVERHEAD_WEIGHT
-        self.weight += w * (1.0 - self.weight)
-        dx, dy = x - self.mx, y - self.my
-        self.mx += w * dx
-        self.my += w * dy
-        self.sxx = (1 - w) * (self.sxx + w * dx * dx)
-        self.sxy = (1 - w) * (self.sxy + w * dx * dy)
-
-    def intercept(self) -> float:
-        if self.weight < 0.5 or self.sxx <= (0.1 * self.mx) ** 2:
-            return 0.0  # too few points, or too little spread to tell slope from intercept
-        slope = self.sxy / self.sxx
-        return min(max(self.my - slope * self.mx, 0.0), OVERHEAD_MAX_S)
-
-
 @dataclass(slots=True)
 class _Booking:
     backend_id: str
@@ -143,10 +112,11 @@ class LatencyModel:
         self.slowest = max(self.priors.values(), key=lambda p: p.prefill_linear_s)
         self.window_s = window_s
         self.alpha = alpha
-        self.ttft_ratio: dict[str, float] = {}
-        self.tpot_ratio: dict[str, float] = {}
-        self.overhead_s: dict[str, float] = {}  # fixed TTFT outside the GPU, per GPU type
-        self._fits: dict[str, _InterceptFit] = {}
+        self.learned = Corrections(alpha)
+        # the learned corrections' tables, read on every prediction (updated in place)
+        self.ttft_ratio = self.learned.ttft_ratio
+        self.tpot_ratio = self.learned.tpot_ratio
+        self.overhead_s = self.learned.overhead_s  # fixed TTFT outside the GPU, per GPU type
         self._load: dict[str, _BackendLoad] = {}
         self._booked: dict[object, _Booking] = {}
         self._order = itertools.count()
@@ -324,25 +294,10 @@ class LatencyModel:
             state.shift += error
             state.prefill_until = max(now, state.prefill_until + error)
         if ttft_s is not None and booking.gpu_ttft_s > 0:
-            self._learn_ttft(booking.gpu_type, booking.gpu_ttft_s, ttft_s, booking.alone)
+            self.learned.learn_ttft(
+                booking.gpu_type, booking.gpu_ttft_s, ttft_s, booking.alone, now
+            )
         booking.first_token_at = None
-
-    def _learn_ttft(
-        self, gpu_type: str, predicted_gpu_s: float, measured_s: float, alone: bool
-    ) -> None:
-        """The fixed overhead (the regression's intercept, fitted on requests that had no
-        queue ahead, where TTFT is prefill plus overhead and nothing else) and the ratio of
-        what remains. Kept apart, the overhead does not leak into the ratios, where it
-        would make the GPUs with the shortest prefills (the fastest) look the slowest."""
-        if alone:
-            fit = self._fits.get(gpu_type)
-            if fit is None:
-                fit = self._fits[gpu_type] = _InterceptFit()
-            fit.add(predicted_gpu_s, measured_s)
-            self.overhead_s[gpu_type] = fit.intercept()
-        overhead = self.overhead_s.get(gpu_type, 0.0)
-        gpu_part = max(measured_s - overhead, predicted_gpu_s / 8)
-        self._learn(self.ttft_ratio, gpu_type, gpu_part / predicted_gpu_s)
 
     def finish(
         self,
@@ -379,21 +334,8 @@ class LatencyModel:
             step = prior.decode_step_s(in_flight_left + 1, state.ctx_tokens + booking.ctx_tokens)
             at_end = step / (1.0 - self.interference(booking.backend_id, now)) * ratio
             expected = (booking.tpot_s + at_end) / 2
-        self._learn(
-            self.tpot_ratio, booking.gpu_type, tpot_s / expected, (TPOT_RATIO_MIN, TPOT_RATIO_MAX)
-        )
+        self.learned.learn_tpot(booking.gpu_type, tpot_s / expected, now)
 
-    def _learn(
-        self,
-        ratios: dict[str, float],
-        gpu_type: str,
-        sample: float,
-        bounds: tuple[float, float] = (RATIO_MIN, RATIO_MAX),
-    ) -> None:
-        # The prediction already carried the old ratio, so the sample corrects it
-        # multiplicatively; in log space, each step bounded to a factor of 2, so one outlier
-        # (a request stuck behind a KV-cache stall) moves it no more than a typical miss does
-        # and errors either way pull equally hard.
-        step = min(max(math.log(max(sample, 1e-9)), -LOG_STEP_MAX), LOG_STEP_MAX)
-        new = ratios.get(gpu_type, 1.0) * math.exp(self.alpha * step)
-        ratios[gpu_type] = min(max(new, bounds[0]), bounds[1])
+    def age(self, now: float) -> None:
+        """Corrections without fresh evidence return towards the prior (latency_learning)."""
+        self.learned.age(now)

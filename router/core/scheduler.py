@@ -229,4 +229,6 @@ class Scheduler:
             self.on_room()
 
     def tick(self, now: float) -> HealthEvents:
+        if self.latency is not None:
+            self.latency.age(now)
         return self.health.tick(now)
