@@ -38,6 +38,11 @@ from gpuroute.router.core.latency_prior import LatencyPrior
 
 MIN_TOKENS_TO_LEARN_TPOT = 16
 MAX_INTERFERENCE = 0.8
+# the fixed overhead is fitted only on requests sent to an engine running at most this share
+# of its batch limit: on a busier one its own queue (a slot, KV, chunked prefill), which the
+# model does not see, reads as overhead, and an overload taught every idle engine of the
+# type a second of it
+UNLOADED_SHARE = 1 / 8
 
 
 class _BackendLoad:
@@ -224,10 +229,16 @@ class LatencyModel:
             state.shift,
             gpu_part,
             predicted.tpot_s,
-            gpu_part <= predicted.prefill_s * 1.05,
+            self._alone(backend, gpu_part, predicted.prefill_s),
             protected,
             state.stalled,
         )
+
+    def _alone(self, backend: Backend, gpu_part: float, prefill_s: float) -> bool:
+        """Nothing queued ahead of it (its TTFT is its prefill plus the overhead) on an
+        engine with little else in flight: a point for the overhead's fit."""
+        limit = self.priors.get(backend.gpu_type, self.slowest).max_num_seqs * UNLOADED_SHARE
+        return gpu_part <= prefill_s * 1.05 and backend.in_flight <= max(1.0, limit)
 
     def _protect(
         self,

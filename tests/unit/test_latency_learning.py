@@ -114,3 +114,32 @@ def test_without_ticks_the_lesson_stands() -> None:
     sched = overloaded_scheduler()
     decision = sched.route(chat(1, 200.0), 200.0, random.Random(1), hold_misses=True)
     assert decision is not None and not decision.booked
+
+
+# -- what teaches the fixed overhead ---------------------------------------------------------
+def first_tokens_a_second_late(in_flight: int) -> LatencyModel:
+    """Requests with no queue ahead in the model's view, each first token a second later
+    than the GPU explains, on an H100 running `in_flight` requests (its batch limit: 256)."""
+    model = LatencyModel({gpu: p.latency for gpu, p in PRIORS.items()})
+    h100 = Backend("h", "H100", ("m",))
+    h100.in_flight = in_flight
+    for i in range(300):
+        now = 10.0 * i  # far apart: nothing booked is still queued
+        prompt = 100 + 50 * (i % 60)
+        pred = model.predict(h100, prompt, prompt, 10, now)
+        model.book(i, h100, prompt, 10, now, pred)
+        gpu_s = (pred.ttft_s - model.overhead_s.get("H100", 0.0)) / model.ttft_ratio.get("H100", 1)
+        model.first_token(i, now + 1.0 + gpu_s, 1.0 + gpu_s)
+        model.finish(i, None, in_flight)
+    return model
+
+
+def test_an_engine_with_little_in_flight_teaches_the_fixed_overhead() -> None:
+    assert first_tokens_a_second_late(1).overhead_s["H100"] == pytest.approx(1.0, abs=0.05)
+    assert first_tokens_a_second_late(32).overhead_s["H100"] == pytest.approx(1.0, abs=0.05)
+
+
+def test_a_busy_engines_queue_is_not_taken_for_overhead() -> None:
+    """A full batch's own queue, which the model cannot see, is not a fixed cost of every
+    request: taken for one, it made idle engines look a second slow after an overload."""
+    assert first_tokens_a_second_late(200).overhead_s.get("H100", 0.0) == 0.0
