@@ -29,6 +29,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -347,6 +348,7 @@ class LatencyModel:
             expected = (booking.tpot_s + at_end) / 2
         self.learned.learn_tpot(booking.gpu_type, tpot_s / expected, now)
 
-    def age(self, now: float) -> None:
-        """Corrections without fresh evidence return towards the prior (latency_learning)."""
-        self.learned.age(now)
+    def age(self, now: float, busy: Collection[str] = ()) -> None:
+        """Corrections of idle GPU types without fresh evidence return towards the prior
+        (latency_learning); `busy`: the types with requests in flight."""
+        self.learned.age(now, busy)

@@ -5,13 +5,16 @@ Evidence only comes from requests the router sends, and an SLO-aware router does
 what it predicts to miss. So a correction that makes a GPU type look slower than its prior
 can starve itself: learned in an overload (an engine's own queue read as slowness), it
 keeps every request away, no request teaches it otherwise, and the type stays closed with
-its GPUs idle. Without fresh evidence for `grace_s`, such corrections return towards the
-prior over `memory_s`, so the type is tried again. Corrections that make a type look faster
-do not starve (what they admit teaches them back) and do not age."""
+its GPUs idle. Once a type has nothing in flight and no fresh evidence for `grace_s`, such
+corrections return towards the prior over `memory_s`, so the type is tried again. A type
+with requests in flight keeps them: their verdicts are coming (a backend slowed mid-run
+holds its streams long, and forgetting its type's lesson sent it more). Corrections that
+make a type look faster do not starve (what they admit teaches them back) and do not age."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 
 RATIO_MIN, RATIO_MAX = 0.125, 8.0
 TPOT_RATIO_MIN, TPOT_RATIO_MAX = 0.5, 2.0  # TPOT is the noisier one: short answers see
@@ -63,6 +66,7 @@ class Corrections:
         self._fits: dict[str, InterceptFit] = {}
         self._evidence_at: dict[str, float] = {}  # the last verdict learned from
         self._aged_to: dict[str, float] = {}  # how far ageing has been applied
+        self._ageing: set[str] = set()  # types ageing since their last evidence
 
     def learn_ttft(
         self, gpu_type: str, predicted_gpu_s: float, measured_s: float, alone: bool, now: float
@@ -71,7 +75,7 @@ class Corrections:
         queue ahead, where TTFT is prefill plus overhead and nothing else) and the ratio of
         what remains. Kept apart, the overhead does not leak into the ratios, where it
         would make the GPUs with the shortest prefills (the fastest) look the slowest."""
-        self._evidence_at[gpu_type] = now
+        self._evidence(gpu_type, now)
         if alone:
             fit = self._fits.get(gpu_type)
             if fit is None:
@@ -86,8 +90,12 @@ class Corrections:
 
     def learn_tpot(self, gpu_type: str, sample: float, now: float | None) -> None:
         if now is not None:
-            self._evidence_at[gpu_type] = now
+            self._evidence(gpu_type, now)
         self._step(self.tpot_ratio, gpu_type, sample, (TPOT_RATIO_MIN, TPOT_RATIO_MAX))
+
+    def _evidence(self, gpu_type: str, now: float) -> None:
+        self._evidence_at[gpu_type] = now
+        self._ageing.discard(gpu_type)
 
     def _step(
         self, ratios: dict[str, float], gpu_type: str, sample: float, bounds: tuple[float, float]
@@ -100,15 +108,21 @@ class Corrections:
         new = ratios.get(gpu_type, 1.0) * math.exp(self.alpha * step)
         ratios[gpu_type] = min(max(new, bounds[0]), bounds[1])
 
-    def age(self, now: float) -> None:
-        """Pessimistic corrections of the GPU types without evidence for `grace_s` move
-        towards the prior: ratios above 1 towards 1 (geometrically), the overhead towards
-        0. The overhead's fit restarts: its points came from the spell that is over."""
+    def age(self, now: float, busy: Collection[str] = ()) -> None:
+        """Pessimistic corrections of the GPU types with nothing in flight (`busy` names
+        those with requests in flight: their verdicts are on the way) and no evidence for
+        `grace_s` move towards the prior: ratios above 1 towards 1 (geometrically), the
+        overhead towards 0. The overhead's fit restarts: its points came from the spell
+        that is over."""
         for gpu_type, seen in self._evidence_at.items():
+            if gpu_type in busy:
+                self._aged_to[gpu_type] = now  # idle time alone counts
+                continue
             since = max(seen + self.grace_s, self._aged_to.get(gpu_type, -math.inf))
             if now <= since:
                 continue
-            if since == seen + self.grace_s:
+            if gpu_type not in self._ageing:
+                self._ageing.add(gpu_type)
                 self._fits.pop(gpu_type, None)
             keep = math.exp((since - now) / self.memory_s)
             for ratios in (self.ttft_ratio, self.tpot_ratio):

@@ -230,5 +230,5 @@ class Scheduler:
 
     def tick(self, now: float) -> HealthEvents:
         if self.latency is not None:
-            self.latency.age(now)
+            self.latency.age(now, {b.gpu_type for b in self.backends if b.in_flight})
         return self.health.tick(now)

@@ -73,6 +73,17 @@ def test_the_overheads_fit_restarts_after_the_spell_it_came_from() -> None:
     assert learned.overhead_s["H100"] == aged  # too few new points to fit: kept as aged
 
 
+def test_a_type_with_requests_in_flight_keeps_its_lesson_and_idle_time_alone_counts() -> None:
+    """A backend slowed mid-run holds its streams a long time: their verdicts are coming."""
+    learned = Corrections(0.05, grace_s=10, memory_s=20)
+    taught(learned, 0.5, until=100.0)
+    overhead = learned.overhead_s["H100"]
+    learned.age(200.0, busy={"H100"})
+    assert learned.overhead_s["H100"] == overhead
+    learned.age(220.0)  # idle from 200 s on
+    assert learned.overhead_s["H100"] == pytest.approx(overhead * math.exp(-1.0))
+
+
 def test_ageing_needs_a_grace_and_a_memory() -> None:
     with pytest.raises(ValueError, match="memory_s > 0"):
         Corrections(0.05, grace_s=1, memory_s=0)
@@ -106,6 +117,17 @@ def test_a_fleet_closed_by_an_overload_is_tried_again_once_evidence_stops() -> N
         sched.tick(float(now))
     admitted = sched.route(chat(2, 200.0), 200.0, rng, hold_misses=True)
     assert admitted is not None and admitted.booked and admitted.fits
+
+
+def test_a_fleet_with_a_request_in_flight_waits_for_its_verdict() -> None:
+    sched = overloaded_scheduler()
+    rng = random.Random(1)
+    held = sched.route(chat(1, 101.0), 101.0, rng)  # sent without holding: best effort
+    assert held is not None and held.booked
+    for now in range(101, 200):
+        sched.tick(float(now))
+    decision = sched.route(chat(2, 200.0), 200.0, rng, hold_misses=True)
+    assert decision is not None and not decision.booked
 
 
 def test_without_ticks_the_lesson_stands() -> None:
