@@ -348,7 +348,8 @@ class LatencyModel:
             expected = (booking.tpot_s + at_end) / 2
         self.learned.learn_tpot(booking.gpu_type, tpot_s / expected, now)
 
-    def age(self, now: float, busy: Collection[str] = ()) -> None:
+    def age(self, now: float, busy: Collection[str] = (), *, turned_away: bool = True) -> None:
         """Corrections of idle GPU types without fresh evidence return towards the prior
-        (latency_learning); `busy`: the types with requests in flight."""
-        self.learned.age(now, busy)
+        while predicted misses are being held back (latency_learning); `busy`: the types
+        with requests in flight."""
+        self.learned.age(now, busy, turned_away=turned_away)

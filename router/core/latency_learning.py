@@ -5,11 +5,13 @@ Evidence only comes from requests the router sends, and an SLO-aware router does
 what it predicts to miss. So a correction that makes a GPU type look slower than its prior
 can starve itself: learned in an overload (an engine's own queue read as slowness), it
 keeps every request away, no request teaches it otherwise, and the type stays closed with
-its GPUs idle. Once a type has nothing in flight and no fresh evidence for `grace_s`, such
-corrections return towards the prior over `memory_s`, so the type is tried again. A type
-with requests in flight keeps them: their verdicts are coming (a backend slowed mid-run
-holds its streams long, and forgetting its type's lesson sent it more). Corrections that
-make a type look faster do not starve (what they admit teaches them back) and do not age."""
+its GPUs idle. So while requests are being turned away on predictions, the pessimistic
+corrections of a type with nothing in flight and no fresh evidence for `grace_s` return
+towards the prior over `memory_s`, and the type is tried again. A fleet idle for want of
+traffic forgets nothing; a type with requests in flight keeps its lessons, their verdicts
+are coming (a backend slowed mid-run holds its streams long, and forgetting its type's
+lesson sent it more). Corrections that make a type look faster do not starve (what they
+admit teaches them back) and do not age."""
 
 from __future__ import annotations
 
@@ -108,14 +110,15 @@ class Corrections:
         new = ratios.get(gpu_type, 1.0) * math.exp(self.alpha * step)
         ratios[gpu_type] = min(max(new, bounds[0]), bounds[1])
 
-    def age(self, now: float, busy: Collection[str] = ()) -> None:
+    def age(self, now: float, busy: Collection[str] = (), *, turned_away: bool = True) -> None:
         """Pessimistic corrections of the GPU types with nothing in flight (`busy` names
         those with requests in flight: their verdicts are on the way) and no evidence for
         `grace_s` move towards the prior: ratios above 1 towards 1 (geometrically), the
         overhead towards 0. The overhead's fit restarts: its points came from the spell
-        that is over."""
+        that is over. Only while requests predicted to miss are `turned_away`: a fleet idle
+        for want of traffic keeps what it learned."""
         for gpu_type, seen in self._evidence_at.items():
-            if gpu_type in busy:
+            if gpu_type in busy or not turned_away:
                 self._aged_to[gpu_type] = now  # idle time alone counts
                 continue
             since = max(seen + self.grace_s, self._aged_to.get(gpu_type, -math.inf))

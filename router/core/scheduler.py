@@ -81,6 +81,9 @@ class Scheduler:
         # called whenever a booking ends or a first token arrives: room may have freed
         # for requests held by SLO-aware admission
         self.on_room: Callable[[], None] | None = None
+        # a predicted miss was held back since the last tick: demand the latency model's
+        # lessons are turning away (only then do idle GPU types forget pessimistic ones)
+        self._turned_away = False
 
     def context(
         self, request: RequestInfo, now: float, rng: random.Random, prefer: str | None = None
@@ -118,6 +121,7 @@ class Scheduler:
         prediction = verdict.prediction if verdict is not None else None
         fits = verdict is None or verdict.fits
         if hold_misses and not fits:
+            self._turned_away = True
             return Decision(
                 backend, cost, len(candidates), reason, scores, prediction, fits=False, booked=False
             )
@@ -230,5 +234,7 @@ class Scheduler:
 
     def tick(self, now: float) -> HealthEvents:
         if self.latency is not None:
-            self.latency.age(now, {b.gpu_type for b in self.backends if b.in_flight})
+            busy = {b.gpu_type for b in self.backends if b.in_flight}
+            self.latency.age(now, busy, turned_away=self._turned_away)
+            self._turned_away = False
         return self.health.tick(now)
