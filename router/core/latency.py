@@ -19,9 +19,9 @@ priors of the backend's GPU type and corrected by what the router observes:
   what the roofline misses (a slower kernel, a busier host, a fake engine's time scale)
   within tens of requests of a GPU type. The fixed part of TTFT outside the GPU (HTTP hops)
   is learned apart, per GPU type, so that it does not enter the ratios. Corrections that
-  make a type look slower than its prior return towards it without fresh evidence
-  (`age`, router/core/latency_learning.py): refusing what they predict to miss, they
-  would otherwise starve themselves of the evidence that could correct them.
+  make a type look slower than its prior can starve themselves of evidence (the requests
+  they predict to miss are held back); `age` returns them towards the prior while that
+  happens (router/core/latency_learning.py).
 """
 
 from __future__ import annotations
@@ -348,8 +348,6 @@ class LatencyModel:
             expected = (booking.tpot_s + at_end) / 2
         self.learned.learn_tpot(booking.gpu_type, tpot_s / expected, now)
 
-    def age(self, now: float, busy: Collection[str] = (), *, turned_away: bool = True) -> None:
-        """Corrections of idle GPU types without fresh evidence return towards the prior
-        while predicted misses are being held back (latency_learning); `busy`: the types
-        with requests in flight."""
+    def age(self, now: float, busy: Collection[str], *, turned_away: bool) -> None:
+        """See Corrections.age (called on the scheduler's tick)."""
         self.learned.age(now, busy, turned_away=turned_away)

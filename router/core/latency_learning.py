@@ -68,7 +68,6 @@ class Corrections:
         self._fits: dict[str, InterceptFit] = {}
         self._evidence_at: dict[str, float] = {}  # the last verdict learned from
         self._aged_to: dict[str, float] = {}  # how far ageing has been applied
-        self._ageing: set[str] = set()  # types ageing since their last evidence
 
     def learn_ttft(
         self, gpu_type: str, predicted_gpu_s: float, measured_s: float, alone: bool, now: float
@@ -77,27 +76,25 @@ class Corrections:
         queue ahead, where TTFT is prefill plus overhead and nothing else) and the ratio of
         what remains. Kept apart, the overhead does not leak into the ratios, where it
         would make the GPUs with the shortest prefills (the fastest) look the slowest."""
-        self._evidence(gpu_type, now)
+        self._evidence_at[gpu_type] = now
         if alone:
             fit = self._fits.get(gpu_type)
             if fit is None:
                 fit = self._fits[gpu_type] = InterceptFit()
             fit.add(predicted_gpu_s, measured_s)
             intercept = fit.intercept()
-            if intercept is not None or gpu_type not in self.overhead_s:
-                self.overhead_s[gpu_type] = intercept or 0.0
+            if intercept is not None:
+                self.overhead_s[gpu_type] = intercept
+            else:  # not yet fitted: none (or what ageing left of an earlier fit)
+                self.overhead_s.setdefault(gpu_type, 0.0)
         overhead = self.overhead_s.get(gpu_type, 0.0)
         gpu_part = max(measured_s - overhead, predicted_gpu_s / 8)
         self._step(self.ttft_ratio, gpu_type, gpu_part / predicted_gpu_s, (RATIO_MIN, RATIO_MAX))
 
     def learn_tpot(self, gpu_type: str, sample: float, now: float | None) -> None:
         if now is not None:
-            self._evidence(gpu_type, now)
+            self._evidence_at[gpu_type] = now
         self._step(self.tpot_ratio, gpu_type, sample, (TPOT_RATIO_MIN, TPOT_RATIO_MAX))
-
-    def _evidence(self, gpu_type: str, now: float) -> None:
-        self._evidence_at[gpu_type] = now
-        self._ageing.discard(gpu_type)
 
     def _step(
         self, ratios: dict[str, float], gpu_type: str, sample: float, bounds: tuple[float, float]
@@ -119,14 +116,14 @@ class Corrections:
         for want of traffic keeps what it learned."""
         for gpu_type, seen in self._evidence_at.items():
             if gpu_type in busy or not turned_away:
-                self._aged_to[gpu_type] = now  # idle time alone counts
+                self._aged_to[gpu_type] = now  # idle, turned-away time alone counts
                 continue
             since = max(seen + self.grace_s, self._aged_to.get(gpu_type, -math.inf))
             if now <= since:
                 continue
-            if gpu_type not in self._ageing:
-                self._ageing.add(gpu_type)
-                self._fits.pop(gpu_type, None)
+            # no points can have come since the grace began (they are evidence): dropping
+            # the fit at every step drops it once
+            self._fits.pop(gpu_type, None)
             keep = math.exp((since - now) / self.memory_s)
             for ratios in (self.ttft_ratio, self.tpot_ratio):
                 ratio = ratios.get(gpu_type, 1.0)

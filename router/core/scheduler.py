@@ -234,7 +234,7 @@ class Scheduler:
 
     def tick(self, now: float) -> HealthEvents:
         if self.latency is not None:
-            busy = {b.gpu_type for b in self.backends if b.in_flight}
-            self.latency.age(now, busy, turned_away=self._turned_away)
-            self._turned_away = False
+            turned_away, self._turned_away = self._turned_away, False
+            busy = {b.gpu_type for b in self.backends if b.in_flight} if turned_away else ()
+            self.latency.age(now, busy, turned_away=turned_away)
         return self.health.tick(now)
