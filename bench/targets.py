@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gpuroute.testbed.loopback import EXPOSE_BACKEND, ROUTER_ON_LOOPBACK
+from gpuroute.testbed.loopback import ROUTER_ON_LOOPBACK, TESTBED_ROUTER
 from gpuroute.testbed.peer_routers import (
     HOW_TO_GET_PEER_ROUTERS,
     PEER_ROUTERS,
@@ -46,7 +46,7 @@ def router_config(
     # engines at a time scale can exceed the router's 120 s default before their first byte).
     head = ROUTER_ON_LOOPBACK
     if workers > 1:  # several workers answer for admin on a listener of its own
-        head = EXPOSE_BACKEND
+        head = TESTBED_ROUTER
         extra += f"\n[workers]\ncount = {workers}\n[admin_listen]\nport = {free_port()}\n"
     lines = [head + f'policy = "{policy}"', extra, "[listen]", f"port = {port}"]
     # one load generator on one address opens as many connections as it has requests out

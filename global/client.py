@@ -1,17 +1,19 @@
-"""Where a client is: its address (the peer, or X-Forwarded-For when the peer is a trusted
-proxy), then GeoIP. Anything that cannot be placed (private, loopback or malformed
-addresses, addresses the database does not know, no database) is unplaced, not an error:
-the policy then ranks by load and `residency.unknown_country` decides what is allowed."""
+"""Where a client is: its address (the peer, or X-Forwarded-For walked from the right past
+trusted proxies, gpuroute/forwarded.py), then GeoIP. Anything that cannot be placed
+(private, loopback or malformed addresses, addresses the database does not know, no
+database) is unplaced, not an error: the policy then ranks by load and
+`residency.unknown_country` decides what is allowed."""
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from dataclasses import dataclass
 
 import geoip2.database
 import geoip2.errors
 from gpuroute.global_.core.geo import Point
+
+from gpuroute.forwarded import TrustedProxies, parse_hop
 
 log = logging.getLogger("gpuroute.global.client")
 
@@ -26,7 +28,7 @@ class ClientPlace:
 
 class ClientLocator:
     def __init__(self, database: str | None, trusted_proxies: list[str]) -> None:
-        self.proxies = [ipaddress.ip_network(c, strict=False) for c in trusted_proxies]
+        self.proxies = TrustedProxies(trusted_proxies)
         self.reader = None
         if database is not None:
             self.reader = geoip2.database.Reader(database)
@@ -36,24 +38,12 @@ class ClientLocator:
         if self.reader is not None:
             self.reader.close()
 
-    def client_address(self, peer: str | None, forwarded_for: str | None) -> str | None:
-        """The peer, or, when the peer is a trusted proxy, the last untrusted address in
-        X-Forwarded-For (a client can prepend anything; only proxies append)."""
-        address = peer
-        if forwarded_for and self.trusted(peer):
-            for hop in reversed([h.strip() for h in forwarded_for.split(",") if h.strip()]):
-                address = hop
-                if not self.trusted(hop):
-                    break
-        return address
-
     def trusted(self, address: str | None) -> bool:
-        ip = _ip(address)
-        return ip is not None and any(ip in net for net in self.proxies)
+        return self.proxies.trusts(address)
 
     def place(self, peer: str | None, forwarded_for: str | None = None) -> ClientPlace:
-        address = self.client_address(peer, forwarded_for)
-        ip = _ip(address)
+        address = self.proxies.client_address(peer, forwarded_for)
+        ip = parse_hop(address)
         if ip is None:
             return ClientPlace(address, why_unplaced="not an IP address")
         if not ip.is_global:
@@ -69,15 +59,3 @@ class ClientLocator:
         lat, lon = city.location.latitude, city.location.longitude
         location = Point(lat, lon) if lat is not None and lon is not None else None
         return ClientPlace(address, location, city.country.iso_code)
-
-
-def _ip(address: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    if not address:
-        return None
-    try:
-        ip = ipaddress.ip_address(address.strip().strip("[]"))
-    except ValueError:
-        return None
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
-    return ip

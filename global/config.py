@@ -21,6 +21,7 @@ from gpuroute.config import (
     load_toml_model,
 )
 from gpuroute.regions import FleetConfig, load_fleet
+from gpuroute.residency_decision import DEFAULT_TTL_S, MAX_TTL_S
 from gpuroute.secrets import secret_forms
 from gpuroute.tls import ClientTlsConfig
 
@@ -61,6 +62,8 @@ class ResidencyConfig(StrictModel):
     decision_key_file: str | None = None
     decision_key_env: str | None = None
     check_secret_forms = secret_forms("decision_key")
+    # how long a signed decision is good for; routers check it on arrival, once
+    decision_ttl_s: float = Field(default=DEFAULT_TTL_S, gt=0, le=MAX_TTL_S)
 
     @field_validator("api_keys")
     @classmethod

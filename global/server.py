@@ -12,6 +12,7 @@ import contextlib
 import logging
 import random
 import time
+from collections.abc import Iterable, Mapping
 
 import orjson
 from aiohttp import web
@@ -22,10 +23,18 @@ from gpuroute.global_.core.residency import ANY, Allowed, ResidencyError, Reside
 from gpuroute.global_.core.spillover import Spillover, SpillSettings
 from gpuroute.global_.discovery import RouterDiscovery
 from gpuroute.global_.feeds import RegionFeeds
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from gpuroute.global_.metrics import GlobalMetrics
+from prometheus_client import generate_latest
 
 from gpuroute import runtime
 from gpuroute.auth import AuthError, bearer, key_digest
+from gpuroute.headers import (
+    FORWARDED_FOR,
+    ROUTER_HEADERS,
+    forwarded_for,
+    interpreted,
+    pass_on,
+)
 from gpuroute.openai_api import (
     OPENAI_ROUTES,
     Rejection,
@@ -37,7 +46,6 @@ from gpuroute.openai_api import (
 )
 from gpuroute.regions import FleetConfig
 from gpuroute.relay import (
-    REQUEST_DROP,
     RESPONSE_DROP,
     UPSTREAM_ERRORS,
     RelayedResponse,
@@ -55,30 +63,18 @@ from gpuroute.upstream import UpstreamPool, UpstreamResponse
 log = logging.getLogger("gpuroute.global")
 decision_log = logging.getLogger("gpuroute.global.decisions")
 REGION_HEADER = "x-gpuroute-region"
-# the hint is ours, not the region's; a decision only we may sign
-GLOBAL_REQUEST_DROP = REQUEST_DROP | {REGION_HEADER, DECISION_HEADER}
+RESIDENCY_HEADER = "x-gpuroute-residency"
+TENANT_HEADER = "x-gpuroute-tenant"  # named by an authenticating gateway in trusted_proxies
 
 
-class GlobalMetrics:
-    def __init__(self) -> None:
-        r = self.registry = CollectorRegistry(auto_describe=True)
-        self.requests = Counter(
-            "gpuroute_global_requests", "Requests by region served and reason.",
-            ["region", "reason"], registry=r,
-        )  # fmt: skip
-        self.rejections = Counter(
-            "gpuroute_global_residency_rejections",
-            "Requests refused because no compliant region could serve them, by rule.",
-            ["reason", "rule"], registry=r,
-        )  # fmt: skip
-        self.retries = Counter(
-            "gpuroute_global_cross_region_retries", "Attempts moved to another region.",
-            ["from_region", "to_region"], registry=r,
-        )  # fmt: skip
-        self.region_state = Gauge(
-            "gpuroute_global_region_state", "1 for each region's current state.",
-            ["region", "state"], registry=r,
-        )  # fmt: skip
+def router_headers(
+    items: Iterable[tuple[str, str]], read: Mapping[str, str], peer: str | None
+) -> dict[str, str]:
+    """What a region's router gets of a request's headers (before the decision): the ones
+    it reads, and X-Forwarded-For with the client appended."""
+    headers = pass_on(items, ROUTER_HEADERS)
+    headers[FORWARDED_FOR] = forwarded_for(read, peer)
+    return headers
 
 
 class GlobalApp:
@@ -173,20 +169,20 @@ class GlobalApp:
             self.feeds.tick()
 
     # -- the request path ---------------------------------------------------------------------
-    def tenant(self, request: web.Request) -> str | None:
+    def tenant(self, headers: Mapping[str, str], peer: str | None) -> str | None:
         """The tenant whose residency rules apply: from the API key (parsed exactly as the
         routers parse it), or named by an authenticating gateway in `trusted_proxies`.
         With keys configured, a request with no readable key fails closed (Rejection),
         unless `residency.allow_anonymous`."""
         keys = self.config.residency.api_keys
         try:
-            key = bearer(request.headers.get("Authorization"))
+            key = bearer(headers.get("authorization"))
         except AuthError as exc:
             raise Rejection(exc.status, exc.message, code=exc.code) from None
         if key is not None and (tenant := keys.get(key_digest(key))) is not None:
             return tenant
-        named = request.headers.get("x-gpuroute-tenant")
-        if named is not None and self.locator.trusted(request.remote):  # a gateway in front
+        named = headers.get(TENANT_HEADER)
+        if named is not None and self.locator.trusted(peer):  # a gateway in front
             return named
         if keys and key is None and not self.config.residency.allow_anonymous:
             raise Rejection(
@@ -211,11 +207,14 @@ class GlobalApp:
         if self.draining:
             return error_response(503, "global router is draining", code="draining")
         try:
+            headers = interpreted(request.headers.items())
+            # who is asking comes before the body: a keyless 8 MB body is refused unread
+            tenant = self.tenant(headers, request.remote)
             body, model = await self._read(request)
-            decision, allowed = self._decide(request, model)
+            decision, allowed = self._decide(request, headers, tenant, model)
         except Rejection as rejection:
             return rejection.response()
-        return await self._attempt_regions(request, body, decision, allowed)
+        return await self._attempt_regions(request, headers, body, decision, allowed)
 
     async def _read(self, request: web.Request) -> tuple[bytes, str]:
         """The raw body and the model it names."""
@@ -229,18 +228,18 @@ class GlobalApp:
             raise Rejection(400, message, param="model")
         return body, parsed["model"]
 
-    def _decide(self, request: web.Request, model: str) -> tuple[GlobalDecision, Allowed]:
+    def _decide(
+        self, request: web.Request, headers: Mapping[str, str], tenant: str | None, model: str
+    ) -> tuple[GlobalDecision, Allowed]:
         """Residency first (fail closed), then the policy's ranking of compliant regions."""
-        place = self.locator.place(request.remote, request.headers.get("X-Forwarded-For"))
+        place = self.locator.place(request.remote, headers.get(FORWARDED_FOR))
         try:
             allowed = self.rules.allowed(
-                tenant=self.tenant(request),
-                header=request.headers.get("x-gpuroute-residency"),
-                country=place.country,
+                tenant=tenant, header=headers.get(RESIDENCY_HEADER), country=place.country
             )
         except ResidencyError as exc:
-            raise Rejection(400, str(exc), param="x-gpuroute-residency") from None
-        hint = request.headers.get(REGION_HEADER)
+            raise Rejection(400, str(exc), param=RESIDENCY_HEADER) from None
+        hint = headers.get(REGION_HEADER)
         decision = self.policy.decide(
             GlobalRequest(model, allowed, place.location, hint), self.feeds.views, self.rng
         )
@@ -268,19 +267,18 @@ class GlobalApp:
         return decision, allowed
 
     async def _attempt_regions(
-        self, request: web.Request, body: bytes, decision: GlobalDecision, allowed: Allowed
+        self,
+        request: web.Request,
+        read: Mapping[str, str],
+        body: bytes,
+        decision: GlobalDecision,
+        allowed: Allowed,
     ) -> web.StreamResponse:
         """Forward to the decision's regions in order until one answers below 500 (only
-        compliant regions are in the order, by construction)."""
+        compliant regions are in the order, by construction). A router gets the headers it
+        reads, never a caller's forwarding or decision headers: ours replace them."""
         assert self.session is not None
-        headers = forward_headers(request.headers.items(), GLOBAL_REQUEST_DROP)
-        forwarded = request.headers.get("X-Forwarded-For")
-        headers["X-Forwarded-For"] = (
-            f"{forwarded}, {request.remote}" if forwarded else str(request.remote)
-        )
-        if self.decision_key is not None:
-            places = None if allowed.jurisdictions is ANY else allowed.jurisdictions
-            headers[DECISION_HEADER] = sign(places, self.decision_key, time.time())
+        headers = router_headers(request.headers.items(), read, request.remote)
         last_error = "no attempt"
         for attempt, region in enumerate(decision.order):
             if attempt:
@@ -288,6 +286,8 @@ class GlobalApp:
             base = self.feeds.feeds[region].url
             if base is None:
                 continue
+            if self.decision_key is not None:  # a fresh nonce for every attempt
+                headers[DECISION_HEADER] = self._sign(allowed, read)
             try:
                 upstream = await self.session.request("POST", base, request.path_qs, body, headers)
             except UPSTREAM_ERRORS as exc:
@@ -316,6 +316,14 @@ class GlobalApp:
             return await self._relay(request, upstream, region)
         log.warning("every compliant region failed; last: %s", last_error)
         return error_response(502, "every compliant region failed to answer", code="upstream_error")
+
+    def _sign(self, allowed: Allowed, read: Mapping[str, str]) -> str:
+        """This request's decision, bound to its key (parsed already: it was valid)."""
+        assert self.decision_key is not None
+        places = None if allowed.jurisdictions is ANY else allowed.jurisdictions
+        api_key = bearer(read.get("authorization"))
+        ttl = self.config.residency.decision_ttl_s
+        return sign(places, self.decision_key, time.time(), api_key=api_key, ttl_s=ttl)
 
     def _whole(self, upstream: UpstreamResponse, region: str, body: bytes) -> web.Response:
         headers = forward_headers(upstream.headers.items(), RESPONSE_DROP)

@@ -27,12 +27,8 @@ HOP_BY_HOP = frozenset(
         "upgrade",
     }
 )
-# Dropped on the way up: the client's framing and our own control headers.
-# The body arrives decoded (aiohttp undoes Content-Encoding), so forwarding that header would
-# tell the next hop to decode plain bytes again (an engine's 5xx then counted against it).
-REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "expect", "content-encoding"}
-# The client's key authenticated it to the router; an engine gets the router's own, or none.
-ENGINE_REQUEST_DROP = REQUEST_DROP | {"authorization", "x-gpuroute-residency-decision"}
+# Requests go on with an allow-list of headers (gpuroute/headers.py); answers come back
+# without these.
 RESPONSE_DROP = HOP_BY_HOP | {"content-length", "date", "server"}
 SERVER_NAME = "gpuroute"  # the Server header both tiers send, naming no library or version
 # What a failed upstream attempt raises (connect, timeout, reset, protocol errors).

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
+from gpuroute.router.auth_config import AuthConfig
 from gpuroute.router.core.policies import DEFAULT_POLICY, POLICIES
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASS, DEFAULT_SLO_CLASSES, SloClass
 from pydantic import AfterValidator, Field, field_validator, model_validator
@@ -20,6 +22,7 @@ from gpuroute.config import (
     load_toml_model,
 )
 from gpuroute.gpus import GpuTypeName
+from gpuroute.headers import engine_header
 from gpuroute.secrets import secret_forms
 from gpuroute.tls import ClientTlsConfig
 
@@ -139,37 +142,6 @@ class RegionConfig(StrictModel):
         return self
 
 
-class ApiKeyConfig(StrictModel):
-    sha256: str  # of the key itself: keys are never stored
-    tenant: str
-    priority: str | None = None  # the key's class: its default and the most it may ask for
-    requests_per_minute: float | None = Field(default=None, gt=0)
-    tokens_per_minute: float | None = Field(default=None, gt=0)
-    # regions or jurisdictions this key's requests may be served in (unset: anywhere); a
-    # router elsewhere refuses them with 403, whatever sent them there
-    residency: list[str] | None = Field(default=None, min_length=1)
-    max_in_flight: int | None = Field(default=None, ge=1)  # the tenant's requests at once
-    # the key's SLO class: its default and the most demanding it may ask for by header
-    slo_class: str | None = None
-
-    @field_validator("sha256")
-    @classmethod
-    def _digest(cls, value: str) -> str:
-        if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
-            raise ValueError("expected a lowercase sha256 hex digest of the key")
-        return value
-
-
-class AnonymousConfig(StrictModel):
-    """The quota every keyless caller shares (when keyless calls are allowed at all)."""
-
-    priority: str | None = None  # their class (at most); unset: admission.default_priority
-    requests_per_minute: float | None = Field(default=None, gt=0)
-    tokens_per_minute: float | None = Field(default=None, gt=0)
-    max_in_flight: int | None = Field(default=None, ge=1)
-    slo_class: str | None = None
-
-
 # $/hour per GPU type (the slo_aware policy's cost score); names and prices checked
 GpuPrices = dict[GpuTypeName, Annotated[float, Field(gt=0)]]
 
@@ -218,19 +190,6 @@ class SloConfig(StrictModel):
         if self.default_class not in names:
             raise ValueError(f"slo.default_class {self.default_class!r} is not one of {names}")
         return self
-
-
-class AuthConfig(StrictModel):
-    # true: every request needs a known key. With keys listed, keys are required unless
-    # allow_anonymous is set; keyless callers then share the `anonymous` tenant's quota.
-    required: bool = False
-    allow_anonymous: bool = False
-    anonymous: AnonymousConfig = AnonymousConfig()
-    keys: list[ApiKeyConfig] = Field(default_factory=list)
-
-    @property
-    def keys_required(self) -> bool:
-        return self.required or (bool(self.keys) and not self.allow_anonymous)
 
 
 class RedisConfig(StrictModel):
@@ -285,6 +244,11 @@ class RouterConfig(StrictModel):
     check_secret_forms = secret_forms("engine_api_key")
     # for https:// engine URLs: the CA to trust and, for mutual TLS, the router's certificate
     engine_tls: ClientTlsConfig = ClientTlsConfig()
+    # headers passed on to engines besides gpuroute/headers.py's ENGINE_HEADERS
+    engine_headers: list[str] = Field(default_factory=list)
+    # CIDRs of proxies in front (the global tier, a load balancer) whose X-Forwarded-For
+    # names the client; that client, not the proxy, is counted against per-client limits
+    trusted_proxies: list[str] = Field(default_factory=list)
     expose_backend_header: bool = False  # x-gpuroute-backend on answers: tests, benchmarks
     policy: PolicyName = DEFAULT_POLICY
     model_shape: str = "llama-3.1-8b"  # seeds the cost priors; learned online after that
@@ -314,6 +278,18 @@ class RouterConfig(StrictModel):
                 "/metrics would show whichever worker took the connection)"
             )
         return self
+
+    @field_validator("engine_headers")
+    @classmethod
+    def _engine_headers(cls, names: list[str]) -> list[str]:
+        return [engine_header(name) for name in names]
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _cidrs(cls, cidrs: list[str]) -> list[str]:
+        for cidr in cidrs:
+            ipaddress.ip_network(cidr, strict=False)  # ValueError names the bad one
+        return cidrs
 
     @field_validator("passthrough_paths")
     @classmethod

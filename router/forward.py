@@ -13,7 +13,7 @@ import logging
 import random
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from aiohttp import web
 from gpuroute.router.config import LimitsConfig
@@ -29,9 +29,9 @@ from gpuroute.router.sessions import SessionStore
 from gpuroute.router.slo_gate import SloGate
 from gpuroute.router.watch import BackendWatch
 
+from gpuroute.headers import ENGINE_HEADERS, FORWARDED_FOR, forwarded_for, pass_on
 from gpuroute.openai_api import error_response
 from gpuroute.relay import (
-    ENGINE_REQUEST_DROP,
     RESPONSE_DROP,
     UPSTREAM_ERRORS,
     RelayedResponse,
@@ -81,8 +81,10 @@ class Forwarder:
         expose_backend: bool = False,
         engine_key: str | None = None,
         engine_tls: ssl.SSLContext | None = None,
+        engine_headers: frozenset[str] = ENGINE_HEADERS,
     ) -> None:
         self.engine_key = engine_key
+        self.engine_allowed = engine_headers
         self.engine_tls = engine_tls  # None: the system's CAs for https engines
         self.scheduler, self.metrics, self.watch = scheduler, metrics, watch
         self.expose_backend = expose_backend  # name the backend to clients (tests, benches)
@@ -107,12 +109,14 @@ class Forwarder:
             on_open=lambda origin, why: self.metrics.upstream_connections.labels(origin, why).inc(),
         )
 
-    def engine_headers(self, request: web.Request) -> dict[str, str]:
-        """The client's headers as an engine gets them: no hop-by-hop, no client key; the
-        router's own engine key when one is configured."""
-        headers = forward_headers(request.headers.items(), ENGINE_REQUEST_DROP)
+    def engine_headers(self, request: web.Request, read: Mapping[str, str]) -> dict[str, str]:
+        """What an engine gets of the client's headers: the allow-listed ones, with the
+        client appended to X-Forwarded-For, and the router's own engine key when one is
+        configured (a client's key, cookies and our control headers never)."""
+        headers = pass_on(request.headers.items(), self.engine_allowed)
+        headers[FORWARDED_FOR] = forwarded_for(read, request.remote)
         if self.engine_key is not None:
-            headers["Authorization"] = f"Bearer {self.engine_key}"
+            headers["authorization"] = f"Bearer {self.engine_key}"
         return headers
 
     async def close(self) -> None:

@@ -6,6 +6,8 @@ nothing here has touched a backend."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from aiohttp import web
 from gpuroute.router.admission_gate import AdmissionGate
@@ -24,7 +26,20 @@ from gpuroute.router.residency_gate import ResidencyGate
 from gpuroute.router.slo_gate import SloGate
 from gpuroute.router.tenant_gate import TenantGate
 
+from gpuroute.forwarded import TrustedProxies
+from gpuroute.headers import FORWARDED_FOR, interpreted
 from gpuroute.openai_api import Rejection, clip, read_body
+
+
+@dataclass(slots=True)
+class Admitted:
+    """A request past the front stages: what was parsed, the body to forward as it came,
+    and the headers as the router read them (gpuroute/headers.py)."""
+
+    parsed: ParsedRequest
+    raw: bytes
+    headers: Mapping[str, str]
+    client: str | None  # the client's address, behind trusted proxies
 
 
 class Front:
@@ -43,46 +58,53 @@ class Front:
         self.residency = residency
         self.slo = slo
         self.tenants, self.gate = tenants, gate
+        self.proxies = TrustedProxies(config.trusted_proxies)
         # hashing every prompt's blocks is wasted work unless the policy reads them
         self.with_prefix_blocks = with_prefix_blocks
         self._ids = itertools.count(1)
 
-    async def admit(
-        self, request: web.Request, route: str, arrival: float
-    ) -> tuple[ParsedRequest, bytes]:
-        """The parsed request and its raw body, admitted; or a Rejection. Once admitted,
-        `release(info)` must follow however the request ends. `arrival` starts its TTFT
-        clock."""
-        self.residency.check(request)
-        key = self.tenants.identify(request)
+    async def admit(self, request: web.Request, route: str, arrival: float) -> Admitted:
+        """The parsed request, its raw body and the headers read of it, admitted; or a
+        Rejection. Once admitted, `release(info)` must follow however the request ends.
+        `arrival` starts its TTFT clock."""
+        headers = interpreted(request.headers.items())  # the only reading of them
+        await self.residency.check(headers)
+        key = self.tenants.identify(headers)
         raw = await read_body(request, self.config.limits)
-        parsed = self._parse(request, route, raw)
+        parsed = self._parse(headers, route, raw)
         info = parsed.info
-        info.slo = self.slo.resolve(key, request.headers)
+        info.slo = self.slo.resolve(key, headers)
         info.arrived_at = arrival
         if not self.backends.serves(info.model):
             message = f"The model `{clip(info.model)}` does not exist."
             raise Rejection(404, message, param="model", code="model_not_found")
         if not self.backends.routable(info.model):
             raise Rejection(503, NO_BACKEND, code="no_backend")
-        await self._charge_and_queue(key, info, parsed.deadline_s, request)
-        return parsed, raw
+        await self._charge_and_queue(key, info, parsed.deadline_s, PRIORITY_HEADER in headers)
+        return Admitted(parsed, raw, headers, self.client(headers, request.remote))
 
-    async def admit_other(self, request: web.Request) -> tuple[RequestInfo, bytes]:
+    async def admit_other(self, request: web.Request) -> Admitted:
         """An allow-listed passthrough request: key, body, quota and queue as above (its
         tokens estimated from the body's size, since its shape is not ours to parse)."""
-        self.residency.check(request)
-        key = self.tenants.identify(request)
+        headers = interpreted(request.headers.items())
+        await self.residency.check(headers)
+        key = self.tenants.identify(headers)
         raw = await read_body(request, self.config.limits)
         priority = self.config.admission.default_priority
         info = RequestInfo(next(self._ids), "", max(1, len(raw) // 4), priority=priority)
-        await self._charge_and_queue(key, info, None, request)
-        return info, raw
+        await self._charge_and_queue(key, info, None, False)
+        client = self.client(headers, request.remote)
+        return Admitted(ParsedRequest(info, False, None), raw, headers, client)
+
+    def client(self, headers: Mapping[str, str], peer: str | None) -> str | None:
+        """Who sent the request: the peer, or behind `trusted_proxies` the address their
+        X-Forwarded-For names (the same walk as the global tier's)."""
+        return self.proxies.client_address(peer, headers.get(FORWARDED_FOR))
 
     async def _charge_and_queue(
-        self, key: KeyPolicy, info: RequestInfo, deadline_s: float | None, request: web.Request
+        self, key: KeyPolicy, info: RequestInfo, deadline_s: float | None, explicit: bool
     ) -> None:
-        await self.tenants.charge(key, info, PRIORITY_HEADER in request.headers)
+        await self.tenants.charge(key, info, explicit)
         try:
             await self.gate.admit(info, deadline_s)
         except BaseException:  # shed, or the client left while queued
@@ -92,13 +114,13 @@ class Front:
     def release(self, info: RequestInfo) -> None:
         self.tenants.release(info)
 
-    def _parse(self, request: web.Request, route: str, raw: bytes) -> ParsedRequest:
+    def _parse(self, headers: Mapping[str, str], route: str, raw: bytes) -> ParsedRequest:
         admission = self.config.admission
         try:
             return parse_request(
                 route,
                 raw,
-                request.headers,
+                headers,
                 next(self._ids),
                 priorities=tuple(admission.priorities),
                 default_priority=admission.default_priority,

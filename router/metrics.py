@@ -221,6 +221,13 @@ class RouterMetrics:
             ["tenant"],
             registry=r,
         )
+        self.decision_refusals = Counter(
+            "gpuroute_residency_decision_refusals",
+            "Requests refused at the residency decision check, by reason (missing, invalid, "
+            "other_key, excluded, replayed).",
+            ["reason"],
+            registry=r,
+        )
         self.shared_load_healthy = Gauge(
             "gpuroute_shared_load_healthy",
             "1 while replicas' outstanding work is exchanged through Redis.",

@@ -16,7 +16,7 @@ from gpuroute.router.admission_gate import AdmissionGate
 from gpuroute.router.core.backend import BackendState
 from gpuroute.router.exchange import Exchange
 from gpuroute.router.forward import Forwarder
-from gpuroute.router.front import Front
+from gpuroute.router.front import Admitted, Front
 from gpuroute.router.metrics import RouterMetrics
 
 from gpuroute.openai_api import Rejection, error_response
@@ -76,33 +76,34 @@ class Proxy:
 
     async def _openai(self, request: web.Request, route: str, arrival: float) -> web.StreamResponse:
         try:
-            parsed, raw = await self.front.admit(request, route, arrival)
+            admitted = await self.front.admit(request, route, arrival)
         except Rejection as rejection:
             return rejection.response()
+        info = admitted.parsed.info
         try:
-            headers = self.forwarder.engine_headers(request)
-            exchange = Exchange(request, parsed.info, raw, route, arrival, headers)
+            headers = self.forwarder.engine_headers(request, admitted.headers)
+            exchange = Exchange(request, info, admitted.raw, route, arrival, headers)
             return await self.forwarder.attempts(exchange)
         except Rejection as rejection:  # SLO-aware admission refused it while held
             return rejection.response()
         finally:
-            self.front.release(parsed.info)
+            self.front.release(info)
             self.gate.pump()
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
         """An allow-listed path (config `passthrough_paths`): the same key, quota and queue
         checks as the OpenAI routes, then the least busy ready backend, unretried."""
         try:
-            info, raw = await self.front.admit_other(request)
+            admitted = await self.front.admit_other(request)
         except Rejection as rejection:
             return rejection.response()
         try:
-            return await self._pass(request, raw)
+            return await self._pass(request, admitted)
         finally:
-            self.front.release(info)
+            self.front.release(admitted.parsed.info)
             self.gate.pump()
 
-    async def _pass(self, request: web.Request, raw: bytes) -> web.StreamResponse:
+    async def _pass(self, request: web.Request, admitted: Admitted) -> web.StreamResponse:
         scheduler = self.forwarder.scheduler
         ready = [b for b in scheduler.backends if b.state is BackendState.READY]
         if not ready:
@@ -115,8 +116,8 @@ class Proxy:
                 request.method,
                 self.forwarder.urls[backend.backend_id],
                 request.path_qs,
-                raw,
-                self.forwarder.engine_headers(request),
+                admitted.raw,
+                self.forwarder.engine_headers(request, admitted.headers),
             )
             async with upstream:
                 body = await upstream.read()

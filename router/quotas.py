@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
-from gpuroute.router.config import AuthConfig, RedisConfig, RegionConfig
+from gpuroute.router.auth_config import AuthConfig
+from gpuroute.router.config import RedisConfig, RegionConfig
 from gpuroute.router.core.token_bucket import Take, TokenBucket, per_minute
 from redis.exceptions import RedisError
 

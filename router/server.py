@@ -13,6 +13,7 @@ import socket
 import time
 
 from aiohttp import web
+from gpuroute.router.admin import describe_backends
 from gpuroute.router.admission_gate import AdmissionGate
 from gpuroute.router.config import RouterConfig
 from gpuroute.router.core.backend import ROUTABLE_STATES, Backend, BackendSet
@@ -48,6 +49,7 @@ from gpuroute.router.workers import WorkerRole
 
 from gpuroute.config import ConfigError
 from gpuroute.grpc_server import server_credentials
+from gpuroute.headers import ENGINE_HEADERS
 from gpuroute.openai_api import OPENAI_ROUTES, error_response, healthz, models_response, not_found
 from gpuroute.secrets import read_secret
 from gpuroute.tls import client_context
@@ -163,7 +165,15 @@ class RouterApp:
     def _residency_gate(self) -> ResidencyGate:
         region = self.config.region
         key = read_secret(region, "decision_key", "region")
-        return ResidencyGate(key, region.require_global_decision, region.place)
+        return ResidencyGate(
+            key,
+            region.require_global_decision,
+            region.place,
+            self.metrics,
+            redis=self.redis,
+            prefix=self.config.redis.prefix,
+            retry_s=self.config.redis.retry_s,
+        )
 
     def _forwarder(self, rng: random.Random) -> Forwarder:
         config = self.config
@@ -181,6 +191,7 @@ class RouterApp:
             expose_backend=config.expose_backend_header,
             engine_key=read_secret(config, "engine_api_key", "router"),
             engine_tls=client_context(config.engine_tls, "engine_tls"),
+            engine_headers=ENGINE_HEADERS | frozenset(config.engine_headers),
         )
 
     def _membership(self) -> Membership:
@@ -364,37 +375,6 @@ class RouterApp:
         return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8")
 
     async def admin_backends(self, _request: web.Request) -> web.Response:
-        health = self.scheduler.health
-        rows = []
-        for b in self.scheduler.backends:
-            breaker = health.breaker(b.backend_id)
-            rows.append(
-                {
-                    "id": b.backend_id,
-                    "url": b.address,
-                    "gpu": b.gpu_type,
-                    "models": sorted(b.models),
-                    "capacity": round(b.capacity, 4),
-                    "state": b.state.value,
-                    "reason": b.reason,
-                    "in_flight": b.in_flight,
-                    "outstanding_s": round(b.outstanding, 4),
-                    "slowness": round(b.slowness, 3),
-                    "shared_s": round(b.shared, 4),
-                    "breaker": breaker.state.value,
-                    "ejected": health.outliers.is_ejected(b.backend_id),
-                }
-            )
-            if self.membership is not None and (extra := self.membership.describe(b.backend_id)):
-                rows[-1].update(extra)
-        body: dict = {"policy": self.config.policy, "backends": rows}
-        if (m := self.membership) is not None:
-            body["membership"] = {
-                "consul": self.config.membership.consul,
-                "stale": m.stale,
-                "members": len(m.members),
-                "since_sync_s": None
-                if m.last_sync is None
-                else round(self.clock() - m.last_sync, 3),
-            }
-        return web.json_response(body)
+        return web.json_response(
+            describe_backends(self.scheduler, self.config, self.membership, self.clock())
+        )

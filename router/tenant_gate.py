@@ -8,8 +8,8 @@ one. Keyless callers (when allowed) are one tenant, `anonymous`, with their own 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 
-from aiohttp import web
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.quotas import AuthError, KeyPolicy, Quotas
@@ -24,11 +24,11 @@ class TenantGate:
         self.in_flight: Counter[str] = Counter()  # only tenants with a cap are counted
         self._holding: dict[object, str] = {}  # request id -> its tenant, counted above
 
-    def identify(self, request: web.Request) -> KeyPolicy:
+    def identify(self, headers: Mapping[str, str]) -> KeyPolicy:
         """The caller's key policy (the anonymous one for keyless callers, when allowed);
         Rejection with 400, 401 or 403."""
         try:
-            return self.quotas.identify(request.headers.get("Authorization"))
+            return self.quotas.identify(headers.get("authorization"))
         except AuthError as exc:
             if exc.status == 403:
                 self.metrics.residency_refusals.labels(exc.tenant).inc()

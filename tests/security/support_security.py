@@ -7,6 +7,7 @@ import asyncio
 import gzip
 import json
 import socket
+from dataclasses import dataclass
 
 from aiohttp import web
 from support.live import MODEL
@@ -93,6 +94,60 @@ def _complete(data: bytes) -> bool:
         if line.lower().startswith(b"content-length:"):
             return len(body) >= int(line.split(b":")[1])
     return False
+
+
+@dataclass
+class RawAnswer:
+    status: int
+    headers: dict[str, str]  # lowercase names
+    body: bytes
+
+    def json(self):
+        return json.loads(self.body)
+
+
+def post_raw(
+    url: str, headers: list[tuple[str, str]], body: bytes, path: str = "/v1/chat/completions"
+) -> RawAnswer:
+    """POST with exactly these header lines, duplicates and spellings as given (aiohttp's
+    client folds duplicates into one)."""
+    port = int(url.rsplit(":", 1)[1])
+    lines = [f"POST {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", "Connection: close"]
+    lines += [f"{k}: {v}" for k, v in headers]
+    lines.append(f"Content-Length: {len(body)}")
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(head + body)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    top, _, rest = data.partition(b"\r\n\r\n")
+    status_line, *header_lines = top.decode("latin-1").split("\r\n")
+    answer = {}
+    for line in header_lines:
+        name, _, value = line.partition(":")
+        answer[name.strip().lower()] = value.strip()
+    if answer.get("transfer-encoding") == "chunked":
+        rest = _unchunk(rest)
+    return RawAnswer(int(status_line.split(" ")[1]), answer, rest)
+
+
+async def send_raw(
+    url: str, headers: list[tuple[str, str]], body: bytes, path: str = "/v1/chat/completions"
+) -> RawAnswer:
+    """post_raw from a thread, so servers in this event loop can answer it."""
+    return await asyncio.to_thread(post_raw, url, headers, body, path)
+
+
+def _unchunk(data: bytes) -> bytes:
+    out = b""
+    while data:
+        size, _, data = data.partition(b"\r\n")
+        n = int(size, 16)
+        if n == 0:
+            break
+        out, data = out + data[:n], data[n + 2 :]
+    return out
 
 
 def status_of(response: bytes) -> int:

@@ -10,6 +10,7 @@ from gpuroute.global_.server import GlobalApp
 from support.paths import REPO
 
 from gpuroute.auth import AuthError, bearer, key_digest
+from gpuroute.headers import interpreted
 from gpuroute.openai_api import Rejection
 
 EU_KEY = "sk-acme-eu"
@@ -28,15 +29,19 @@ def global_app(tmp_path, *, allow_anonymous: bool = False) -> GlobalApp:
     return GlobalApp(*load_global_config(tmp_path / "global.toml"))
 
 
+def tenant_of(app: GlobalApp, headers: dict[str, str] | None = None) -> str | None:
+    request = make_mocked_request("POST", "/v1/chat/completions", headers=headers or {})
+    return app.tenant(interpreted(request.headers.items()), request.remote)
+
+
 @pytest.mark.parametrize(
     "header",
     [f"Bearer {EU_KEY}", f"bearer {EU_KEY}", f"BEARER {EU_KEY}", f"  Bearer   {EU_KEY} "],
 )
 def test_every_spelling_of_the_scheme_finds_the_tenant(tmp_path, header: str) -> None:
     app = global_app(tmp_path)
-    request = make_mocked_request("POST", "/v1/chat/completions", headers={"Authorization": header})
-    assert app.tenant(request) == "acme-eu"
-    allowed = app.rules.allowed(tenant=app.tenant(request))
+    assert tenant_of(app, {"Authorization": header}) == "acme-eu"
+    allowed = app.rules.allowed(tenant=tenant_of(app, {"Authorization": header}))
     assert allowed.permits("eu") and not allowed.permits("us")
 
 
@@ -45,15 +50,14 @@ def test_every_spelling_of_the_scheme_finds_the_tenant(tmp_path, header: str) ->
 )
 def test_no_readable_key_fails_closed(tmp_path, headers: dict) -> None:
     app = global_app(tmp_path)
-    request = make_mocked_request("POST", "/v1/chat/completions", headers=headers)
     with pytest.raises(Rejection) as refused:
-        app.tenant(request)
+        tenant_of(app, headers)
     assert refused.value.status == 401
 
 
 def test_anonymous_only_when_explicitly_allowed(tmp_path) -> None:
     app = global_app(tmp_path, allow_anonymous=True)
-    assert app.tenant(make_mocked_request("POST", "/v1/chat/completions")) is None
+    assert tenant_of(app) is None
 
 
 def test_both_tiers_share_one_parser() -> None:

@@ -9,12 +9,40 @@ from support.paths import shared_file
 
 def test_forwarded_for_counts_only_from_trusted_proxies() -> None:
     loc = ClientLocator(None, ["10.0.0.0/8"])
-    assert loc.client_address("203.0.113.9", "81.2.69.142") == "203.0.113.9"
-    assert loc.client_address("10.1.2.3", "81.2.69.142") == "81.2.69.142"
+    assert loc.proxies.client_address("203.0.113.9", "81.2.69.142") == "203.0.113.9"
+    assert loc.proxies.client_address("10.1.2.3", "81.2.69.142") == "81.2.69.142"
     # a client prepending a fake hop: the last untrusted address wins
-    assert loc.client_address("10.1.2.3", "1.1.1.1, 81.2.69.142, 10.9.9.9") == "81.2.69.142"
-    assert loc.client_address("10.1.2.3", "") == "10.1.2.3"
-    assert loc.client_address(None, "81.2.69.142") is None
+    assert loc.proxies.client_address("10.1.2.3", "1.1.1.1, 81.2.69.142, 10.9.9.9") == "81.2.69.142"
+    assert loc.proxies.client_address("10.1.2.3", "") == "10.1.2.3"
+    assert loc.proxies.client_address(None, "81.2.69.142") is None
+
+
+@pytest.mark.parametrize(
+    ("entry", "address"),
+    [
+        ("81.2.69.142:5123", "81.2.69.142"),
+        ("[2001:db8::7]:443", "2001:db8::7"),
+        ("[2001:db8::7]", "2001:db8::7"),
+        ("2001:db8::7", "2001:db8::7"),
+        ('"81.2.69.142"', "81.2.69.142"),
+        ("::ffff:81.2.69.142", "81.2.69.142"),
+    ],
+)
+def test_forwarded_entries_with_ports_are_addresses(entry: str, address: str) -> None:
+    """Issue 30 item 4: `ip:port` entries were unplaced, and fell open under
+    `unknown_country = ["*"]`."""
+    loc = ClientLocator(None, ["10.0.0.0/8"])
+    assert loc.proxies.client_address("10.1.2.3", entry) == address
+    # a trusted proxy's own entry, port and all, is walked past like its bare address
+    assert loc.proxies.client_address("10.1.2.3", f"{entry}, 10.9.9.9:80") == address
+
+
+@pytest.mark.parametrize(
+    "entry", ["81.2.69.142:", "81.2.69.142:port", "[2001:db8::7]x", "1.2.3.4:99999", "unknown"]
+)
+def test_entries_that_are_no_address_leave_the_client_unplaced(entry: str) -> None:
+    place = ClientLocator(None, ["10.0.0.0/8"]).place("10.1.2.3", entry)
+    assert place.country is None and place.why_unplaced == "not an IP address"
 
 
 @pytest.mark.parametrize(

@@ -87,8 +87,10 @@ async def test_api_key_maps_to_a_tenant_and_decisions_are_logged(tmp_path, caplo
             assert r.status == 503 and "tenant acme-eu" in answer["error"]["message"]
             assert r.headers["Retry-After"] == "1"  # eu-west is not up (never reported)
             async with s.post(url, data=b"{not json") as r:
+                assert r.status == 401  # who is asking comes before the body
+            async with s.post(url, data=b"{not json", headers=headers) as r:
                 assert r.status == 400
-            async with s.post(url, json={"messages": []}) as r:
+            async with s.post(url, json={"messages": []}, headers=headers) as r:
                 assert r.status == 400 and (await r.json())["error"]["param"] == "model"
     finally:
         await server.drain(timeout=1.0)

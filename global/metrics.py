@@ -1,0 +1,27 @@
+"""Prometheus metrics of the global tier, in a registry of its own (no global state)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+
+class GlobalMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "gpuroute_global_requests", "Requests by region served and reason.",
+            ["region", "reason"], registry=r,
+        )  # fmt: skip
+        self.rejections = Counter(
+            "gpuroute_global_residency_rejections",
+            "Requests refused because no compliant region could serve them, by rule.",
+            ["reason", "rule"], registry=r,
+        )  # fmt: skip
+        self.retries = Counter(
+            "gpuroute_global_cross_region_retries", "Attempts moved to another region.",
+            ["from_region", "to_region"], registry=r,
+        )  # fmt: skip
+        self.region_state = Gauge(
+            "gpuroute_global_region_state", "1 for each region's current state.",
+            ["region", "state"], registry=r,
+        )  # fmt: skip

@@ -1,0 +1,51 @@
+"""Who may call a router, and how much: API keys (stored as hashes), the anonymous tenant."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+
+from gpuroute.config import StrictModel
+
+
+class ApiKeyConfig(StrictModel):
+    sha256: str  # of the key itself: keys are never stored
+    tenant: str
+    priority: str | None = None  # the key's class: its default and the most it may ask for
+    requests_per_minute: float | None = Field(default=None, gt=0)
+    tokens_per_minute: float | None = Field(default=None, gt=0)
+    # regions or jurisdictions this key's requests may be served in (unset: anywhere); a
+    # router elsewhere refuses them with 403, whatever sent them there
+    residency: list[str] | None = Field(default=None, min_length=1)
+    max_in_flight: int | None = Field(default=None, ge=1)  # the tenant's requests at once
+    # the key's SLO class: its default and the most demanding it may ask for by header
+    slo_class: str | None = None
+
+    @field_validator("sha256")
+    @classmethod
+    def _digest(cls, value: str) -> str:
+        if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+            raise ValueError("expected a lowercase sha256 hex digest of the key")
+        return value
+
+
+class AnonymousConfig(StrictModel):
+    """The quota every keyless caller shares (when keyless calls are allowed at all)."""
+
+    priority: str | None = None  # their class (at most); unset: admission.default_priority
+    requests_per_minute: float | None = Field(default=None, gt=0)
+    tokens_per_minute: float | None = Field(default=None, gt=0)
+    max_in_flight: int | None = Field(default=None, ge=1)
+    slo_class: str | None = None
+
+
+class AuthConfig(StrictModel):
+    # true: every request needs a known key. With keys listed, keys are required unless
+    # allow_anonymous is set; keyless callers then share the `anonymous` tenant's quota.
+    required: bool = False
+    allow_anonymous: bool = False
+    anonymous: AnonymousConfig = AnonymousConfig()
+    keys: list[ApiKeyConfig] = Field(default_factory=list)
+
+    @property
+    def keys_required(self) -> bool:
+        return self.required or (bool(self.keys) and not self.allow_anonymous)

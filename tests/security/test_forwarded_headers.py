@@ -1,0 +1,92 @@
+"""What the next hop gets of a client's headers (issue 30 item 10): engines received
+`x-gpuroute-tenant`, `-priority`, `-region` and `-backend`, the client's own
+X-Forwarded-For with the peer not appended, `X-Forwarded-Host`, `Cookie`, and a fake-engine
+test knob. Now each hop forwards an allow-list, and appends its peer."""
+
+from __future__ import annotations
+
+import pytest
+from support.global_tier import global_tier
+from support.live import router_server, scripted_backend
+from support_security import RecordingEngine, chat, secure_toml, send_raw
+
+pytestmark = pytest.mark.asyncio
+SMUGGLED = [
+    ("x-gpuroute-tenant", "someone-else"),
+    ("x-gpuroute-priority", "normal"),
+    ("x-gpuroute-region", "eu-west"),
+    ("x-gpuroute-backend", "engine-7"),
+    ("x-gpuroute-residency", "eu"),
+    ("X-Forwarded-Host", "internal.example"),
+    ("X-Forwarded-Proto", "https"),
+    ("Forwarded", "for=10.0.0.1"),
+    ("X-Real-IP", "10.0.0.1"),
+    ("Cookie", "session=stolen"),
+    ("x-fake-output-tokens", "100000"),
+    ("Authorization", "Bearer sk-client"),
+]
+WANTED = [
+    ("Content-Type", "application/json"),
+    ("Accept", "text/event-stream"),
+    ("User-Agent", "OpenAI/Python 1.0"),
+    ("X-Request-Id", "req-1"),
+    ("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+    ("X-Forwarded-For", "203.0.113.9"),
+]
+
+
+PASSED = {"content-type", "accept", "user-agent", "x-request-id", "traceparent", "x-forwarded-for"}
+FRAMING = {"host", "content-length", "connection"}  # the client library's own
+
+
+def received(seen: dict[str, str]) -> tuple[set[str], dict[str, str]]:
+    """The names that arrived besides framing, and every header by lowercase name."""
+    got = {k.lower(): v for k, v in seen.items()}
+    return set(got) - FRAMING, got
+
+
+async def test_an_engine_gets_only_what_it_needs(tmp_path) -> None:
+    engine = RecordingEngine()
+    async with scripted_backend(engine) as url:
+        secret = tmp_path / "engine-key"
+        secret.write_text("sk-engine-only\n")
+        text = secure_toml(url, top=f'engine_api_key_file = "{secret}"')
+        async with router_server(text, tmp_path) as server:
+            answer = await send_raw(f"http://127.0.0.1:{server.port}", WANTED + SMUGGLED, chat())
+    assert answer.status == 200, answer.body
+    [(_, seen, _)] = engine.seen
+    names, got = received(seen)
+    assert names == PASSED | {"authorization"}
+    assert got["x-forwarded-for"] == "203.0.113.9, 127.0.0.1"  # the peer appended
+    assert got["authorization"] == "Bearer sk-engine-only"
+
+
+async def test_an_operator_may_let_more_through_but_never_keys_or_control_headers(
+    tmp_path,
+) -> None:
+    from gpuroute.router.config import RouterConfig
+
+    engine = RecordingEngine()
+    async with scripted_backend(engine) as url:
+        text = secure_toml(url, top='engine_headers = ["x-fake-output-tokens", "X-Tenant-Tag"]')
+        async with router_server(text, tmp_path) as server:
+            headers = [*WANTED, ("x-tenant-tag", "blue"), *SMUGGLED]
+            answer = await send_raw(f"http://127.0.0.1:{server.port}", headers, chat())
+    assert answer.status == 200
+    _, got = received(engine.seen[0][1])
+    assert got["x-fake-output-tokens"] == "100000" and got["x-tenant-tag"] == "blue"
+    for forbidden in ("Authorization", "cookie", "x-gpuroute-tenant", "X-Forwarded-For", "Host"):
+        with pytest.raises(ValueError, match="never passed on to engines"):
+            RouterConfig(engine_headers=[forbidden], backends=[])
+
+
+async def test_a_router_gets_only_what_it_reads_from_the_global_tier(tmp_path) -> None:
+    router = RecordingEngine()  # stands in for the region's router
+    async with scripted_backend(router) as region:
+        async with global_tier(tmp_path, region) as (url, _app):
+            answer = await send_raw(url, WANTED + SMUGGLED[:-1], chat())
+    assert answer.status == 200, answer.body
+    [(_, seen, _)] = router.seen
+    names, got = received(seen)
+    assert names == PASSED | {"x-gpuroute-priority"}
+    assert got["x-forwarded-for"] == "203.0.113.9, 127.0.0.1"
