@@ -2,9 +2,13 @@
 
 Acting takes a host out of (or back into) the fleet, so POST needs the configured admin
 token (`Authorization: Bearer ...`); with none configured, only callers on loopback may
-act, and config refuses an admin listener off loopback without a token. A drain asked for
-here leaves the process running, in maintenance, until `undrain`; only SIGTERM drains and
-exits."""
+act, and config refuses an admin listener off loopback without a token. Loopback is not
+enough against a browser on the same host: a page may POST a form (`text/plain`) to
+127.0.0.1, or rebind its own host name to it. So an action must be JSON (which a
+cross-origin page cannot send without CORS, and nothing here grants it), must carry no
+`Origin` (browsers send it; `gpuroute agent drain` does not), and, without a token, must
+name a loopback host. A drain asked for here leaves the process running, in maintenance,
+until `undrain`; only SIGTERM drains and exits."""
 
 from __future__ import annotations
 
@@ -42,9 +46,20 @@ class AgentAdmin:
         return app
 
     def refusal(self, request: web.Request) -> web.Response | None:
-        """None when the caller may act; else the 401/403 to answer."""
+        """None when the caller may act; else the 401/403/415 to answer."""
+        if "Origin" in request.headers:
+            return error_response(
+                403, "admin actions are not taken from web pages", code="forbidden"
+            )
+        if request.content_type != "application/json":
+            message = "admin actions take Content-Type: application/json"
+            return error_response(415, message, code="unsupported_media_type")
         if self.token is None:
-            if request.remote is not None and is_loopback(request.remote):
+            if (
+                request.remote is not None
+                and is_loopback(request.remote)
+                and is_loopback(host_name(request.host))
+            ):
                 return None
             return error_response(403, "admin actions only from loopback", code="forbidden")
         try:
@@ -70,3 +85,10 @@ class AgentAdmin:
         if (refused := self.refusal(request)) is not None:
             return refused
         return web.json_response(await self._undrain())
+
+
+def host_name(host: str) -> str:
+    """The name in a Host header, without its port (`[::1]:7071` -> `::1`)."""
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    return host.rpartition(":")[0] if host.count(":") == 1 else host

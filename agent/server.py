@@ -367,6 +367,7 @@ def request_admin(path: str, action: str, timeout_s: float | None = None) -> int
         return 2
     url = f"http://{config.admin.host}:{config.admin.port}/{action}"
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    headers["Content-Type"] = "application/json"
     wait = timeout_s or config.drain_timeout_s + config.drain_grace_s + 30
 
     async def call() -> int:
@@ -374,7 +375,7 @@ def request_admin(path: str, action: str, timeout_s: float | None = None) -> int
             timeout = aiohttp.ClientTimeout(total=wait)
             async with (
                 aiohttp.ClientSession(timeout=timeout) as s,
-                s.post(url, headers=headers) as response,
+                s.post(url, headers=headers, data=b"{}") as response,
             ):
                 print(await response.text())
                 return 0 if response.status == 200 else 1

@@ -93,7 +93,7 @@ async def drive(console: Console, router_url: str, hosts: list[dict], seconds: f
     victim = hosts[-1]
     console.print(f"[bold]draining {victim['id']}[/] (what `gpuroute agent drain` does) ...")
     drain_url = f"http://127.0.0.1:{victim['admin_port']}/drain"
-    async with aiohttp.ClientSession() as s, s.post(drain_url) as r:
+    async with aiohttp.ClientSession() as s, s.post(drain_url, json={}) as r:
         console.print(f"agent says: {await r.text()}")
     await load
     await show(console, router_url, routed, f"after {seconds:.0f} s: traffic done")

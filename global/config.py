@@ -10,13 +10,13 @@ from gpuroute.global_.core.policy import MODES
 from gpuroute.global_.core.residency import ANY, ResidencyRules
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
+from gpuroute.admin_guard import AdminAccess, admin_placement
 from gpuroute.config import (
     ConfigError,
     HttpUrl,
     LimitsConfig,
     ListenConfig,
     StrictModel,
-    admin_placement,
     known_name,
     load_toml_model,
 )
@@ -88,7 +88,7 @@ class DiscoveryConfig(StrictModel):
     timeout_s: float = Field(default=3.0, gt=0)
 
 
-class GlobalConfig(StrictModel):
+class GlobalConfig(AdminAccess):
     regions_file: str = "regions.example.toml"  # relative to this file
     policy: Mode = "ours"
     geoip_database: str | None = None  # GeoIP2/GeoLite2 City .mmdb; unset: clients unplaced
@@ -111,7 +111,7 @@ class GlobalConfig(StrictModel):
 
     @model_validator(mode="after")
     def _admin_placement(self) -> GlobalConfig:
-        admin_placement(self.listen, self.admin_on_public_listener)
+        admin_placement(self.listen, self.admin_on_public_listener, self.admin_listen, self)
         return self
 
 

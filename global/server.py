@@ -27,6 +27,7 @@ from gpuroute.global_.metrics import GlobalMetrics
 from prometheus_client import generate_latest
 
 from gpuroute import runtime
+from gpuroute.admin_guard import admin_guard
 from gpuroute.auth import AuthError, bearer, key_digest
 from gpuroute.headers import (
     FORWARDED_FOR,
@@ -114,7 +115,11 @@ class GlobalApp:
 
     # -- application -----------------------------------------------------------------------
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.limits.max_body_bytes)
+        on_public = self.config.admin_on_public_listener
+        app = web.Application(
+            client_max_size=self.config.limits.max_body_bytes,
+            middlewares=[admin_guard(self.config, "global")] if on_public else [],
+        )
         for route in OPENAI_ROUTES:
             app.router.add_post(route, self.forward)
         app.router.add_get("/v1/models", self.models)
@@ -352,7 +357,12 @@ class GlobalApp:
         return response
 
     # -- admin ------------------------------------------------------------------------------------
-    async def models(self, _request: web.Request) -> web.Response:
+    async def models(self, request: web.Request) -> web.Response:
+        """The models regions that are up serve, to callers the API would take."""
+        try:
+            self.tenant(interpreted(request.headers.items()), request.remote)
+        except Rejection as rejection:
+            return rejection.response()
         return models_response(
             m for f in self.feeds.feeds.values() if f.health.up for m in f.models or ()
         )

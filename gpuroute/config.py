@@ -77,16 +77,6 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def admin_placement(listen: ListenConfig, on_public: bool) -> None:
-    """Admin routes (metrics, topology) join the public listener only when it is bound to
-    loopback and the operator asked for it; anything else is a config error."""
-    if on_public and not listen.loopback:
-        raise ValueError(
-            "admin_on_public_listener: allowed only while listen.host is a loopback "
-            f"address (it is {listen.host!r}); use admin_listen instead"
-        )
-
-
 class LimitsConfig(StrictModel):
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     connect_timeout_s: float = Field(default=2.0, gt=0)

@@ -2,17 +2,20 @@
 
 aiohttp refuses requests it cannot parse (a header line over 8,190 bytes, more than 128
 headers, a garbled request line) before any handler runs, with a text/plain 400 and a
-traceback in the log for each. OpenAI clients expect the JSON error every other refusal
-uses, and one misbehaving client should not fill the log; this handler does both."""
+traceback in the log for each, as `HTTP/1.0` (the version it assumes for a request it could
+not read) and with its own `Server: Python/... aiohttp/...` (app signals never run for it).
+OpenAI clients expect the JSON error every other refusal uses, one misbehaving client
+should not fill the log, and no answer names our library; this handler does all three."""
 
 from __future__ import annotations
 
 import logging
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 from aiohttp.http_exceptions import LineTooLong
 
 from gpuroute.openai_api import error_response
+from gpuroute.relay import SERVER_NAME
 
 log = logging.getLogger("gpuroute.http")
 
@@ -33,13 +36,29 @@ class OpenAIErrorHandler(web.RequestHandler):
         exc: BaseException | None = None,
         message: str | None = None,
     ) -> web.StreamResponse:
-        if status >= 500 or request.writer.output_size > 0:
-            return super().handle_error(request, status, exc, message)
-        reason = describe(exc, message)
-        log.info("refused a malformed HTTP request from %s: %s", request.remote, reason)
-        response = error_response(status, f"malformed HTTP request: {reason}", code="bad_request")
+        if request.writer.output_size > 0:
+            return super().handle_error(request, status, exc, message)  # it closes the connection
+        if status >= 500:
+            log.error("error handling a request from %s", request.remote, exc_info=exc)
+            response = error_response(status, "internal error", code="internal_error")
+        else:
+            reason = describe(exc, message)
+            log.info("refused a malformed HTTP request from %s: %s", request.remote, reason)
+            text = f"malformed HTTP request: {reason}"
+            response = error_response(status, text, code="bad_request")
+        response.headers["Server"] = SERVER_NAME
         response.force_close()
+        answer_as_http11(request)
         return response
+
+
+def answer_as_http11(request: web.BaseRequest) -> None:
+    """The status line says HTTP/1.1, not the 1.0 aiohttp assumed for a request it could not
+    read. aiohttp has no public setter: the request's version is a cached property over
+    `_version` (tests/security/test_router_paths.py fails if an upgrade changes that)."""
+    if request.version < HttpVersion11:
+        request._cache.pop("version", None)
+        request._version = HttpVersion11
 
 
 class OpenAIErrorServer(web.Server):

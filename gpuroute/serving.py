@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from gpuroute.admin_guard import admin_guard
 from gpuroute.http_errors import answer_parse_errors_as_openai
 from gpuroute.listener import ConnectionCap, GuardedSite
 from gpuroute.openai_api import healthz
@@ -62,6 +63,7 @@ class WorkerSockets:
 class DrainingServer:
     def __init__(self, app: Servable, name: str, worker: WorkerSockets | None = None) -> None:
         self.servable, self.name, self.worker = app, name, worker
+        self.tier = name.split()[0]  # "router", "global": where config errors point
         config = app.config
         # certificates are loaded here, before anything starts: a bad file is a config error
         self.tls = server_context(config.listen.tls, "listen.tls")
@@ -113,6 +115,7 @@ class DrainingServer:
             admin = config.admin_listen
             self.admin_runner = web.AppRunner(self.admin_app(), access_log=None)
             await self.admin_runner.setup()
+            answer_parse_errors_as_openai(self.admin_runner)
             site = web.TCPSite(
                 self.admin_runner, admin.host, admin.port, ssl_context=self.admin_tls
             )
@@ -120,8 +123,11 @@ class DrainingServer:
         self.servable.listening(self.port, self.admin_port)
 
     def admin_app(self) -> web.Application:
-        """Liveness, readiness, metrics and admin on their own listener, off the public port."""
-        app = web.Application()
+        """Liveness, readiness, metrics and admin on their own listener, off the public port
+        (the admin token asked for there; a worker's, on its private socket, answers only
+        the parent, which asks for the token on the one admin listener)."""
+        guard = [] if self.worker is not None else [admin_guard(self.servable.config, self.tier)]
+        app = web.Application(middlewares=guard)
         app.on_response_prepare.append(name_server)
         app.router.add_get("/healthz", healthz)
         app.router.add_get("/readyz", self.servable.readyz)

@@ -12,12 +12,12 @@ from gpuroute.router.core.policies import DEFAULT_POLICY, POLICIES
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASS, DEFAULT_SLO_CLASSES, SloClass
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
+from gpuroute.admin_guard import AdminAccess, admin_placement
 from gpuroute.config import (
     HttpUrl,
     LimitsConfig,
     ListenConfig,
     StrictModel,
-    admin_placement,
     known_name,
     load_toml_model,
 )
@@ -227,7 +227,7 @@ class WorkersConfig(StrictModel):
         return count
 
 
-class RouterConfig(StrictModel):
+class RouterConfig(AdminAccess):
     listen: ListenConfig = ListenConfig()
     # /metrics and /admin/* (which show the fleet's topology) live on this listener, by
     # default on loopback only; admin_on_public_listener puts them on the public listener
@@ -271,7 +271,7 @@ class RouterConfig(StrictModel):
 
     @model_validator(mode="after")
     def _admin_placement(self) -> RouterConfig:
-        admin_placement(self.listen, self.admin_on_public_listener)
+        admin_placement(self.listen, self.admin_on_public_listener, self.admin_listen, self)
         if self.workers.count != 1 and self.admin_on_public_listener:
             raise ValueError(
                 "workers.count: several workers need admin_listen (on the public listener "

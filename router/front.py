@@ -125,6 +125,7 @@ class Front:
                 priorities=tuple(admission.priorities),
                 default_priority=admission.default_priority,
                 with_prefix_blocks=self.with_prefix_blocks,
+                longest_deadline_s=admission.default_timeout_s,
             )
         except RequestError as exc:
             raise Rejection(exc.status, exc.message, param=exc.param, code=exc.code) from None

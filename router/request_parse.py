@@ -5,6 +5,7 @@ The body is forwarded unchanged (the raw bytes); only this summary is kept."""
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +14,7 @@ import orjson
 from gpuroute.router.core.request import RequestInfo
 
 from gpuroute.auth import printable_ascii
+from gpuroute.openai_api import clip
 from gpuroute.prompt import estimate_tokens, prefix_blocks, prompt_text
 
 PRIORITY_HEADER = "x-gpuroute-priority"
@@ -62,8 +64,10 @@ def parse_request(
     priorities: tuple[str, ...],
     default_priority: str,
     with_prefix_blocks: bool = True,
+    longest_deadline_s: float = math.inf,
 ) -> ParsedRequest:
-    """`with_prefix_blocks=False` skips hashing the prompt when no policy reads the blocks."""
+    """`with_prefix_blocks=False` skips hashing the prompt when no policy reads the blocks;
+    the deadline header may only shorten `longest_deadline_s` (the router's default)."""
     body = _json_object(raw)
     model = body.get("model")
     if not isinstance(model, str) or not model:
@@ -78,10 +82,12 @@ def parse_request(
     if priority not in priorities:
         raise RequestError(
             400,
-            f"unknown priority {priority!r}; known: {', '.join(priorities)}",
+            f"unknown priority {clip(priority)!r}; known: {', '.join(priorities)}",
             param=PRIORITY_HEADER,
         )
     deadline_s = _deadline_s(headers.get(DEADLINE_HEADER))
+    if deadline_s is not None:
+        deadline_s = min(deadline_s, longest_deadline_s)
     session = _session(headers, body)
     info = RequestInfo(
         request_id,
@@ -145,6 +151,8 @@ def _deadline_s(header: str | None) -> float | None:
         deadline_s = float(header) / 1000
     except ValueError:
         deadline_s = -1.0
-    if not deadline_s > 0:
-        raise RequestError(400, f"{DEADLINE_HEADER} must be a positive number of milliseconds")
+    if not (deadline_s > 0 and math.isfinite(deadline_s)):
+        raise RequestError(
+            400, f"{DEADLINE_HEADER} must be a positive, finite number of milliseconds"
+        )
     return deadline_s

@@ -15,18 +15,12 @@ import time
 from aiohttp import web
 from gpuroute.router.admin import describe_backends
 from gpuroute.router.admission_gate import AdmissionGate
+from gpuroute.router.assemble import build_scheduler
 from gpuroute.router.config import RouterConfig
-from gpuroute.router.core.backend import ROUTABLE_STATES, Backend, BackendSet
-from gpuroute.router.core.breaker import BreakerSettings
-from gpuroute.router.core.cost import CostEstimator
-from gpuroute.router.core.health import BackendHealth
-from gpuroute.router.core.latency import LatencyModel
+from gpuroute.router.core.backend import ROUTABLE_STATES, Backend
 from gpuroute.router.core.membership import Member
-from gpuroute.router.core.outlier import OutlierSettings
-from gpuroute.router.core.policies import PolicyOptions, build_policy
 from gpuroute.router.core.region_summary import RegionSummary, summarise
 from gpuroute.router.core.retry import RetrySettings
-from gpuroute.router.core.scheduler import Scheduler
 from gpuroute.router.decision_log import DecisionLog
 from gpuroute.router.forward import Forwarder
 from gpuroute.router.front import Front
@@ -47,44 +41,21 @@ from gpuroute.router.watch import BackendWatch
 from gpuroute.router.worker_board import MemoryBoard
 from gpuroute.router.workers import WorkerRole
 
-from gpuroute.config import ConfigError
+from gpuroute.admin_guard import admin_guard
 from gpuroute.grpc_server import server_credentials
-from gpuroute.headers import ENGINE_HEADERS
-from gpuroute.openai_api import OPENAI_ROUTES, error_response, healthz, models_response, not_found
+from gpuroute.headers import ENGINE_HEADERS, interpreted
+from gpuroute.openai_api import (
+    OPENAI_ROUTES,
+    Rejection,
+    error_response,
+    healthz,
+    models_response,
+    not_found,
+)
 from gpuroute.secrets import read_secret
 from gpuroute.tls import client_context
 
 log = logging.getLogger("gpuroute.router")
-
-
-def build_scheduler(config: RouterConfig, priors, workers: int = 1) -> Scheduler:
-    backends = BackendSet()
-    for b in config.backends:
-        if b.gpu not in priors:
-            raise ConfigError(
-                f"backend {b.backend_id}: model {config.model_shape} does not fit {b.gpu}"
-            )
-        capacity = b.capacity if b.capacity is not None else priors[b.gpu].capacity
-        backends.add(Backend(b.backend_id, b.gpu, b.models, capacity=capacity, address=b.url))
-    health = BackendHealth(
-        backends,
-        BreakerSettings(**config.breaker.model_dump()),
-        OutlierSettings(**config.outlier.model_dump()),
-        active_probes=True,
-    )
-    costs = {gpu: p.cost for gpu, p in priors.items()}
-    estimator = CostEstimator(costs, exact_max_tokens=config.slo.max_tokens_is_output)
-    sharing = (config.redis.configured and config.redis.share_load) or workers > 1
-    slo = config.slo
-    options = PolicyOptions(
-        pick_among=config.redis.pick_among if sharing else 1,
-        gpu_prices=slo.gpu_prices or None,
-        cost_weight=slo.cost_weight,
-        slo_margin=slo.margin,
-    )
-    latency = LatencyModel({gpu: p.latency.scaled(slo.prior_scale) for gpu, p in priors.items()})
-    policy = build_policy(config.policy, options)
-    return Scheduler(backends, policy, estimator, health, latency)
 
 
 class RouterApp:
@@ -125,16 +96,7 @@ class RouterApp:
             self.scheduler.on_room = self.slo.pump
         self.forwarder = self._forwarder(rng)
         self.forwarder.urls.update({b.backend_id: b.url for b in config.backends})
-        front = Front(
-            config,
-            self.scheduler.backends,
-            TenantGate(self._quotas(), self.metrics, tuple(config.admission.priorities)),
-            self.gate,
-            self._residency_gate(),
-            self.slo,
-            with_prefix_blocks="prefix_blocks" in self.scheduler.policy.needs,
-        )
-        self.proxy = Proxy(front, self.forwarder, self.gate, self.metrics, clock=self.clock)
+        self.proxy = Proxy(self._front(), self.forwarder, self.gate, self.metrics, clock=self.clock)
         self.membership = self._membership() if config.membership.consul else None
         self.draining = False
         self._ticker: asyncio.Task | None = None
@@ -146,6 +108,22 @@ class RouterApp:
         listen = config.region.report_listen
         self.report_credentials = server_credentials(
             None if listen is None else listen.tls, "region.report_listen.tls"
+        )
+
+    def _front(self) -> Front:
+        config = self.config
+        admission = config.admission
+        tenants = TenantGate(
+            self._quotas(), self.metrics, tuple(admission.priorities), admission.default_priority
+        )
+        return Front(
+            config,
+            self.scheduler.backends,
+            tenants,
+            self.gate,
+            self._residency_gate(),
+            self.slo,
+            with_prefix_blocks="prefix_blocks" in self.scheduler.policy.needs,
         )
 
     def _quotas(self) -> Quotas:
@@ -233,7 +211,11 @@ class RouterApp:
     def app(self) -> web.Application:
         """The public application: the OpenAI API, health, allow-listed passthrough paths, and
         admin routes only where the operator put them here (`admin_on_public_listener`)."""
-        app = web.Application(client_max_size=self.config.limits.max_body_bytes)
+        on_public = self.config.admin_on_public_listener
+        app = web.Application(
+            client_max_size=self.config.limits.max_body_bytes,
+            middlewares=[admin_guard(self.config, "router")] if on_public else [],
+        )
         for route in OPENAI_ROUTES:
             app.router.add_post(route, self.proxy.openai)
         app.router.add_get("/v1/models", self.models)
@@ -360,7 +342,14 @@ class RouterApp:
             self.forwarder.record_health(self.scheduler.health.record(backend, ok, self.clock()))
 
     # -- admin -----------------------------------------------------------------------------
-    async def models(self, _request: web.Request) -> web.Response:
+    async def models(self, request: web.Request) -> web.Response:
+        """The models served here, to callers the API would serve (a key where keys are
+        required)."""
+        try:
+            headers = interpreted(request.headers.items())
+            self.proxy.front.tenants.identify(headers)
+        except Rejection as rejection:
+            return rejection.response()
         return models_response(m for b in self.scheduler.backends for m in b.models)
 
     async def readyz(self, _request: web.Request) -> web.Response:

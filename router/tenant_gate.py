@@ -18,9 +18,17 @@ from gpuroute.openai_api import Rejection
 
 
 class TenantGate:
-    def __init__(self, quotas: Quotas, metrics: RouterMetrics, priorities: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        quotas: Quotas,
+        metrics: RouterMetrics,
+        priorities: tuple[str, ...],
+        default_priority: str | None = None,
+    ) -> None:
         self.quotas, self.metrics = quotas, metrics
         self.rank = {name: i for i, name in enumerate(priorities)}  # 0: most important
+        # the class of a key (or of keyless callers) that names none, and the most it may ask
+        self.default_priority = default_priority or priorities[-1]
         self.in_flight: Counter[str] = Counter()  # only tenants with a cap are counted
         self._holding: dict[object, str] = {}  # request id -> its tenant, counted above
 
@@ -36,24 +44,22 @@ class TenantGate:
 
     async def charge(self, key: KeyPolicy, info: RequestInfo, explicit_priority: bool) -> None:
         """Tag the request with the key's tenant and class (the class the request named if
-        it is not above the key's), take it from the tenant's quotas and count it in flight;
-        Rejection with 429 beyond them."""
+        it is not above the key's, or above the default class for a key that names none),
+        count it in flight and take it from the tenant's quotas; Rejection with 429 beyond
+        them. The in-flight slot is taken before the quota's await, so concurrent requests
+        each see the others (with Redis, that await is a round trip)."""
         info.tenant = key.tenant
-        if key.priority is not None and (
-            not explicit_priority or self.rank[info.priority] < self.rank[key.priority]
-        ):
-            info.priority = key.priority
-        cap = key.max_in_flight
-        if cap is not None and self.in_flight[key.tenant] >= cap:
-            self.metrics.quota_refusals.labels(key.tenant, "in_flight").inc()
-            raise Rejection(
-                429,
-                f"{key.tenant} has {cap} requests in flight, its limit",
-                code="concurrency_limit_exceeded",
-                headers={"Retry-After": "1"},
-            )
-        verdict = await self.quotas.charge(key, info.prompt_tokens + (info.max_tokens or 0))
+        ceiling = key.priority or self.default_priority
+        if not explicit_priority or self.rank[info.priority] < self.rank[ceiling]:
+            info.priority = ceiling
+        self._reserve(key, info)
+        try:
+            verdict = await self.quotas.charge(key, info.prompt_tokens + (info.max_tokens or 0))
+        except BaseException:
+            self.release(info)
+            raise
         if not verdict.allowed:
+            self.release(info)
             self.metrics.quota_refusals.labels(key.tenant, verdict.limit).inc()
             raise Rejection(
                 429,
@@ -61,9 +67,21 @@ class TenantGate:
                 code="rate_limit_exceeded",
                 headers=verdict.headers,
             )
-        if cap is not None:
-            self.in_flight[key.tenant] += 1
-            self._holding[info.request_id] = key.tenant
+
+    def _reserve(self, key: KeyPolicy, info: RequestInfo) -> None:
+        cap = key.max_in_flight
+        if cap is None:
+            return
+        if self.in_flight[key.tenant] >= cap:
+            self.metrics.quota_refusals.labels(key.tenant, "in_flight").inc()
+            raise Rejection(
+                429,
+                f"{key.tenant} has {cap} requests in flight, its limit",
+                code="concurrency_limit_exceeded",
+                headers={"Retry-After": "1"},
+            )
+        self.in_flight[key.tenant] += 1
+        self._holding[info.request_id] = key.tenant
 
     def release(self, info: RequestInfo) -> None:
         """The request ended (any way at all): its tenant has one fewer in flight."""

@@ -85,8 +85,8 @@ class WorkerAdmin:
     ) -> None:
         self.sockets, self.status, self.unready = sockets, status, unready
 
-    def app(self) -> web.Application:
-        app = web.Application()
+    def app(self, *middlewares) -> web.Application:
+        app = web.Application(middlewares=middlewares)
         app.router.add_get("/healthz", healthz)
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/metrics", self.metrics)

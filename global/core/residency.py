@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 ANY = frozenset({"*"})
+ECHOED = 80  # characters of a client's header an error repeats
 
 
 class ResidencyError(ValueError):
@@ -73,8 +74,9 @@ class ResidencyRules:
             wanted = frozenset(v.strip().lower() for v in header.split(",") if v.strip())
             if not wanted or not wanted <= self.jurisdictions:
                 known = ", ".join(sorted(self.jurisdictions))
+                shown = header if len(header) <= ECHOED else header[: ECHOED - 3] + "..."
                 raise ResidencyError(
-                    f"x-gpuroute-residency {header!r}: unknown jurisdiction; known: {known}"
+                    f"x-gpuroute-residency {shown!r}: unknown jurisdiction; known: {known}"
                 )
             sets.append(wanted)
             rules.append(f"header {','.join(sorted(wanted))}")

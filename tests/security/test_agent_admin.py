@@ -1,13 +1,16 @@
 """The agent's admin (issue 16 item 12): `POST /drain` answered anyone and took the host out
-for good (the process exited 0 under Restart=on-failure)."""
+for good (the process exited 0 under Restart=on-failure); and (issue 30 item 13) a web page
+could drain a tokenless agent through the host's own browser."""
 
 from __future__ import annotations
+
+import asyncio
 
 import aiohttp
 import pytest
 from gpuroute.agent.config import AgentConfig, load_agent_config
 from gpuroute.agent.server import Agent
-from support.live import FakeEngineProcess, async_wait_for
+from support.live import FakeEngineProcess, async_wait_for, gpuroute_cmd
 
 pytestmark = pytest.mark.asyncio
 TOKEN = "agent-admin-secret"
@@ -43,21 +46,72 @@ async def test_drain_needs_the_token_and_undrain_brings_the_host_back(tmp_path) 
 
             await async_wait_for(passing, 10, "agent passing")
             for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic x"}):
-                async with s.post(admin + "/drain", headers=headers) as r:
+                async with s.post(admin + "/drain", headers=headers, json={}) as r:
                     assert r.status == 401, headers
             assert await health() == "passing"
             good = {"Authorization": f"Bearer {TOKEN}"}
-            async with s.post(admin + "/drain", headers=good) as r:
+            async with s.post(admin + "/drain", headers=good, json={}) as r:
                 assert r.status == 200 and (await r.json())["drained"] is True
             assert await health() == "draining" and not agent.done.is_set()
-            async with s.post(admin + "/undrain") as r:
+            async with s.post(admin + "/undrain", json={}) as r:
                 assert r.status == 401
-            async with s.post(admin + "/undrain", headers=good) as r:
+            async with s.post(admin + "/undrain", headers=good, json={}) as r:
                 assert r.status == 200 and (await r.json())["undrained"] is True
             await async_wait_for(passing, 10, "agent passing again")
     finally:
         await agent.stop()
         engine.stop()
+
+
+async def test_a_web_page_cannot_drain_a_tokenless_agent(tmp_path) -> None:
+    """Issue 30 item 13: without a token, an agent took `POST /drain` as `text/plain` with a
+    foreign `Origin` from loopback: a form on any page the host's browser opened could
+    drain it (CSRF), and so could a page whose name was rebound to 127.0.0.1."""
+    import subprocess
+
+    engine = FakeEngineProcess("H100")
+    agent = Agent(agent_config(tmp_path, engine, ""))
+    await agent.start()
+    admin = f"http://127.0.0.1:{agent.admin_port}"
+    try:
+        async with aiohttp.ClientSession() as s:
+
+            async def health() -> str:
+                async with s.get(admin + "/status") as r:
+                    return (await r.json())["health"]
+
+            await async_wait_for(lambda: _is(health, "passing"), 10, "agent passing")
+            form = {"Content-Type": "text/plain", "Origin": "http://evil.example"}
+            attacks = [
+                (form, b"x=1", 403),  # a cross-site form post
+                ({"Content-Type": "text/plain"}, b"x=1", 415),  # a simple request, no Origin
+                ({"Content-Type": "application/json", "Origin": "http://evil.example"}, b"{}", 403),
+                ({"Content-Type": "application/json", "Host": "evil.example:80"}, b"{}", 403),
+            ]
+            for headers, body, status in attacks:
+                for action in ("/drain", "/undrain"):
+                    async with s.post(admin + action, headers=headers, data=body) as r:
+                        assert r.status == status, (headers, action, await r.text())
+            assert await health() == "passing"
+        cli_config = tmp_path / "agent-cli.toml"  # the port the agent took, for the CLI
+        cli_config.write_text(
+            (tmp_path / "agent.toml")
+            .read_text()
+            .replace("[admin]\nport = 0", f"[admin]\nport = {agent.admin_port}")
+        )
+        drained = await asyncio.to_thread(
+            subprocess.run,
+            gpuroute_cmd("agent", "drain", "--config", str(cli_config)),
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert drained.returncode == 0, drained.stderr  # what the operator runs still works
+    finally:
+        await agent.stop()
+        engine.stop()
+
+
+async def _is(read, wanted: str) -> bool:
+    return await read() == wanted
 
 
 async def test_sigterm_after_an_operators_drain_still_ends_the_agent(tmp_path) -> None:

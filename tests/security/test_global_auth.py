@@ -67,3 +67,58 @@ def test_both_tiers_share_one_parser() -> None:
     with pytest.raises(AuthError) as bad:
         bearer("Bearer \udcff\udcfe")  # non-UTF-8 bytes as aiohttp decodes them
     assert bad.value.status == 400
+
+
+@pytest.mark.asyncio
+async def test_who_is_asking_comes_before_the_body(tmp_path) -> None:
+    """Issue 30 item 9: an 8 MB keyless body of 2.7M `{}` was parsed (74 -> 315 MB peak)
+    before the 401. Now the 401 comes from the head alone: the body is never read."""
+    import asyncio
+    import socket
+
+    from support.global_tier import global_tier
+
+    extra = f'[residency]\napi_keys = {{ "{key_digest(EU_KEY)}" = "acme-eu" }}\n'
+    async with global_tier(tmp_path, "http://127.0.0.1:9", extra) as (url, _app):
+        port = int(url.rsplit(":", 1)[1])
+
+        def send_a_head_and_a_little() -> bytes:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                s.sendall(
+                    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                    b"Content-Type: application/json\r\nContent-Length: 8000000\r\n\r\n"
+                    + b"["
+                    + b"{}," * 1000
+                )  # the other 7.99 MB never come
+                return s.recv(4096)
+
+        answer = await asyncio.to_thread(send_a_head_and_a_little)
+    assert answer.startswith(b"HTTP/1.1 401"), answer[:80]
+
+
+@pytest.mark.asyncio
+async def test_the_model_list_needs_a_key_where_keys_are_required(tmp_path) -> None:
+    """Issue 30 item 13: `/v1/models` answered anyone at both tiers."""
+    import aiohttp
+    from support.global_tier import global_tier
+    from support.live import router_server, scripted_backend
+    from support_security import KEY, RecordingEngine, keys_section, secure_toml
+
+    async with scripted_backend(RecordingEngine()) as engine:
+        text = secure_toml(engine, auth=keys_section())
+        async with router_server(text, tmp_path) as server, aiohttp.ClientSession() as s:
+            url = f"http://127.0.0.1:{server.port}/v1/models"
+            for headers, status in (({}, 401), ({"Authorization": "Bearer junk"}, 401),
+                                    ({"Authorization": f"Bearer {KEY}"}, 200)):  # fmt: skip
+                async with s.get(url, headers=headers) as r:
+                    assert r.status == status, headers
+        extra = f'[residency]\napi_keys = {{ "{key_digest(EU_KEY)}" = "acme-eu" }}\n'
+        (tmp_path / "g").mkdir()
+        async with global_tier(tmp_path / "g", engine, extra) as (url, _app):
+            async with aiohttp.ClientSession() as s:
+                async with s.get(f"{url}/v1/models") as r:
+                    assert r.status == 401
+                async with s.get(
+                    f"{url}/v1/models", headers={"Authorization": f"Bearer {EU_KEY}"}
+                ) as r:
+                    assert r.status == 200

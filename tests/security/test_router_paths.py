@@ -128,6 +128,34 @@ async def test_malformed_headers_and_methods_get_openai_errors(tmp_path) -> None
                     assert (await r.json())["error"]["code"] == "method_not_allowed"
 
 
+UNPARSEABLE = [
+    b"GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
+    b"GARBAGE\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: x\r\nX: " + b"a" * 9000 + b"\r\n\r\n",
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+    b"Content-Length: 6\r\n\r\nhello",
+]
+
+
+async def test_unparseable_requests_get_an_http11_error_naming_no_library(tmp_path) -> None:
+    """Issue 30 item 11: a malformed request got `HTTP/1.0 400` with `Server: Python/3.11
+    aiohttp/...`, on every listener of both tiers."""
+    async with scripted_backend(RecordingEngine()) as url:
+        async with router_server(secure_toml(url), tmp_path) as server:
+            ports = {"router": server.port, "router admin": server.admin_port}
+            (tmp_path / "g").mkdir()
+            async with global_tier(tmp_path / "g", url) as (front, _app):
+                ports["global"] = int(front.rsplit(":", 1)[1])
+                for where, port in ports.items():
+                    for payload in UNPARSEABLE:
+                        answer = await asyncio.to_thread(raw_exchange, port, payload)
+                        head = answer.split(b"\r\n\r\n")[0].lower()
+                        assert answer.startswith(b"HTTP/1.1 400 "), (where, answer[:80])
+                        assert b"\r\nserver: gpuroute" in head, (where, head)
+                        assert b"aiohttp" not in answer.lower() and b"python" not in answer.lower()
+                        assert b'"code": "bad_request"' in answer, (where, answer)
+
+
 class CookieSettingEngine(RecordingEngine):
     """An engine (or something in front of it) that sets a cookie on every answer."""
 

@@ -1,6 +1,7 @@
-"""Tenants and what a client controls (issue 16 items 9, 10, 14, 18): a key's class is its
-maximum, a tenant's in-flight cap, no keyless way around quotas, bounded session keys, and
-client keys that never reach an engine."""
+"""Tenants and what a client controls (issue 16 items 9, 10, 14, 18; issue 30 items 2 and
+7): a key's class is its maximum (the default class for keys and keyless callers that name
+none), a tenant's in-flight cap that holds under concurrency, no keyless way around quotas,
+bounded session keys, and client keys that never reach an engine."""
 
 from __future__ import annotations
 
@@ -9,12 +10,8 @@ import json
 
 import aiohttp
 import pytest
-from gpuroute.router.core.request import RequestInfo
-from gpuroute.router.metrics import RouterMetrics
-from gpuroute.router.quotas import KeyPolicy, Quotas
-from gpuroute.router.tenant_gate import TenantGate
-from support.live import MODEL, router_server, scripted_backend
-from support.redis_server import RedisServer, redis_binary
+from support.live import async_wait_for, holds, router_server, scripted_backend
+from support.redis_server import HOW_TO_GET_REDIS, RedisServer, redis_binary
 from support_security import KEY, RecordingEngine, chat, keys_section, secure_toml
 
 pytestmark = pytest.mark.asyncio
@@ -22,39 +19,95 @@ JSON = {"Content-Type": "application/json"}
 AUTH = {**JSON, "Authorization": f"Bearer {KEY}"}
 
 
-async def test_a_request_cannot_raise_its_key_class() -> None:
-    """Item 9: `x-gpuroute-priority: high` overrode a key bound to `low`."""
-    gate = TenantGate(
-        Quotas({}, required=False, redis=None), RouterMetrics(), ("high", "normal", "low")
-    )
-    low_key = KeyPolicy("batch-tenant", priority="low")
-    asked_high = RequestInfo(1, MODEL, 10, priority="high")
-    await gate.charge(low_key, asked_high, explicit_priority=True)
-    assert asked_high.priority == "low"
-    normal_key = KeyPolicy("web", priority="normal")
-    asked_low = RequestInfo(2, MODEL, 10, priority="low")
-    await gate.charge(normal_key, asked_low, explicit_priority=True)
-    assert asked_low.priority == "low"  # asking for less is always allowed
+def one_slot_router(url: str, keys: str) -> str:
+    """One backend with one in-flight slot: every other request waits in the admission
+    queue, in priority order, then first come first served."""
+    return secure_toml(url, auth=keys).replace("\n[[backends]]", "\n[[backends]]\nmax_inflight = 1")
 
 
-async def test_tenant_in_flight_cap(tmp_path) -> None:
+async def admission_order(tmp_path, keys: str, earlier: dict, later: dict) -> list[str]:
+    """Hold the only slot, queue `earlier` then `later` (their headers), free the slot:
+    the order in which the engine got them."""
     engine = RecordingEngine()
     engine.hold = asyncio.Event()
     async with scripted_backend(engine) as url:
-        text = secure_toml(url, auth=keys_section("max_in_flight = 2"))
-        async with router_server(text, tmp_path) as server, aiohttp.ClientSession() as s:
+        async with router_server(one_slot_router(url, keys), tmp_path) as server:
+            queue = server.servable.gate.queue
             base = f"http://127.0.0.1:{server.port}/v1/chat/completions"
-            held = [asyncio.create_task(s.post(base, data=chat(), headers=AUTH)) for _ in range(2)]
-            while engine.started < 2:
-                await asyncio.sleep(0.01)
-            async with s.post(base, data=chat(), headers=AUTH) as r:
-                assert r.status == 429
-                assert (await r.json())["error"]["code"] == "concurrency_limit_exceeded"
-            engine.hold.set()
-            for task in held:
-                assert (await task).status == 200
-            async with s.post(base, data=chat(), headers=AUTH) as r:
-                assert r.status == 200
+            async with aiohttp.ClientSession() as s:
+                sent = []
+                for text, extra in (("occupant", earlier), ("earlier", earlier), ("later", later)):
+                    headers = {**JSON, **extra}
+                    sent.append(asyncio.create_task(s.post(base, data=chat(text), headers=headers)))
+                    queued = len(sent) - 1  # behind the occupant
+                    await async_wait_for(
+                        holds(lambda n=queued: engine.started == 1 and len(queue) == n), what=text
+                    )
+                engine.hold.set()
+                assert [(await task).status for task in sent] == [200, 200, 200]
+    return [json.loads(body)["messages"][0]["content"] for _, _, body in engine.seen[1:]]
+
+
+@pytest.mark.parametrize(
+    ("keys", "asking"),
+    [
+        # item 9 of issue 16: a key bound to `low` asking for `high`
+        (keys_section('priority = "low"'), AUTH),
+        # issue 30 item 7: a key that names no class is capped at the default class ...
+        (keys_section(), AUTH),
+        # ... and so are keyless callers under allow_anonymous with anonymous.priority unset
+        ("allow_anonymous = true\n" + keys_section(), {}),
+    ],
+    ids=["key-bound-low", "key-without-class", "anonymous"],
+)
+async def test_a_request_cannot_raise_its_key_class(tmp_path, keys: str, asking: dict) -> None:
+    """Live: a request asking for `high` is not let in ahead of an earlier request of the
+    class its key (or the default, `normal`) allows."""
+    earlier = {**AUTH} if asking else {}
+    later = {**asking, "x-gpuroute-priority": "high"}
+    assert await admission_order(tmp_path, keys, earlier, later) == ["earlier", "later"]
+
+
+async def test_asking_for_a_lower_class_is_always_allowed(tmp_path) -> None:
+    low = {**AUTH, "x-gpuroute-priority": "low"}
+    order = await admission_order(tmp_path, keys_section(), low, AUTH)
+    assert order == ["later", "earlier"]  # the low one waits for the normal one
+
+
+@pytest.mark.parametrize("with_redis", [False, True], ids=["local", "redis"])
+async def test_the_in_flight_cap_holds_under_50_concurrent_requests(tmp_path, with_redis) -> None:
+    """Issue 30 item 2: with Redis on, 12 concurrent requests on a key with max_in_flight 2
+    all got 200 (the cap was checked before the quota's Redis round trip and counted after
+    it). 50 at once now: exactly 2 reach the engine."""
+    if with_redis and redis_binary() is None:
+        pytest.skip(HOW_TO_GET_REDIS)
+    redis = RedisServer(tmp_path) if with_redis else None
+    if redis is not None:
+        redis.start()
+    engine = RecordingEngine()
+    engine.hold = asyncio.Event()
+    try:
+        async with scripted_backend(engine) as url:
+            extra = {"redis": f'url = "{redis.url}"\nshare_load = false'} if redis else {}
+            keys = keys_section("max_in_flight = 2\nrequests_per_minute = 100000")
+            text = secure_toml(url, auth=keys, **extra)
+            async with router_server(text, tmp_path) as server, aiohttp.ClientSession() as s:
+                base = f"http://127.0.0.1:{server.port}/v1/chat/completions"
+                tasks = [
+                    asyncio.create_task(s.post(base, data=chat(), headers=AUTH)) for _ in range(50)
+                ]
+                await async_wait_for(
+                    holds(lambda: engine.started + sum(t.done() for t in tasks) == 50),
+                    what="every request refused or at the engine",
+                )
+                refused = [t.result().status for t in tasks if t.done()]
+                engine.hold.set()
+                answers = [(await t).status for t in tasks]
+        assert engine.started == 2 and refused == [429] * 48
+        assert sorted(answers) == [200] * 2 + [429] * 48
+    finally:
+        if redis is not None:
+            redis.stop()
 
 
 async def test_keyless_callers_neither_skip_keys_nor_share_a_key_quota(tmp_path) -> None:

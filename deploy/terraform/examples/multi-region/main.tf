@@ -73,6 +73,7 @@ module "us_east" {
   consul_agent_token         = var.consul_agent_token
   consul_router_token        = var.consul_router_token
   residency_decision_key     = var.residency_decision_key
+  admin_token                = var.admin_token
   consul_global_token        = var.consul_global_token
 }
 
@@ -109,6 +110,7 @@ module "eu_west" {
   consul_agent_token         = var.consul_agent_token
   consul_router_token        = var.consul_router_token
   residency_decision_key     = var.residency_decision_key
+  admin_token                = var.admin_token
   consul_global_token        = var.consul_global_token
 }
 
@@ -145,6 +147,7 @@ module "ap_northeast" {
   consul_agent_token         = var.consul_agent_token
   consul_router_token        = var.consul_router_token
   residency_decision_key     = var.residency_decision_key
+  admin_token                = var.admin_token
   consul_global_token        = var.consul_global_token
 }
 

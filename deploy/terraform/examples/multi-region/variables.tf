@@ -145,3 +145,9 @@ variable "residency_decision_key" {
   type        = string
   sensitive   = true
 }
+
+variable "admin_token" {
+  description = "Bearer token for /metrics and /admin/* on the routers' and global tier's admin port (`openssl rand -hex 32`); stored in SSM."
+  type        = string
+  sensitive   = true
+}

@@ -106,6 +106,17 @@ variable "residency_decision_key" {
   }
 }
 
+variable "admin_token" {
+  description = "Bearer token for the routers' and the global tier's /metrics and /admin/* on their admin port (9090, which the load balancer's /readyz also uses); random, e.g. `openssl rand -hex 32`. Stored in SSM."
+  type        = string
+  sensitive   = true
+
+  validation {
+    condition     = length(var.admin_token) >= 32
+    error_message = "admin_token must be at least 32 characters."
+  }
+}
+
 variable "consul_router_token" {
   description = "Consul ACL token for regional routers: service:read on gpuroute-engine, service:write on gpuroute-router, node:read. Stored in SSM, never in user data."
   type        = string

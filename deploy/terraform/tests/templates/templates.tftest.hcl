@@ -119,3 +119,12 @@ run "routers_serve_only_signed_decisions" {
     error_message = "the global tier signs residency decisions and routers require them"
   }
 }
+
+run "admin_ports_ask_for_the_admin_token" {
+  command = plan
+
+  assert {
+    condition     = strcontains(output.router, "secret gpuroute/admin-token") && strcontains(output.router, "admin_token_file = \"/etc/gpuroute/admin-token\"") && strcontains(output.global, "secret gpuroute/admin-token") && strcontains(output.global, "admin_token_file = \"/etc/gpuroute/admin-token\"")
+    error_message = "routers and the global tier bind their admin port off loopback, so it must ask for the admin token"
+  }
+}
