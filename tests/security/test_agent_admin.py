@@ -27,6 +27,19 @@ def agent_config(tmp_path, engine: FakeEngineProcess, token_line: str) -> AgentC
     return load_agent_config(path)
 
 
+def health_checks(session: aiohttp.ClientSession, admin: str):
+    """The agent's health as /status says it, and whether it is passing."""
+
+    async def health() -> str:
+        async with session.get(admin + "/status") as r:
+            return (await r.json())["health"]
+
+    async def passing() -> bool:
+        return await health() == "passing"
+
+    return health, passing
+
+
 async def test_drain_needs_the_token_and_undrain_brings_the_host_back(tmp_path) -> None:
     engine = FakeEngineProcess("H100")
     token_file = tmp_path / "token"
@@ -36,13 +49,7 @@ async def test_drain_needs_the_token_and_undrain_brings_the_host_back(tmp_path) 
     admin = f"http://127.0.0.1:{agent.admin_port}"
     try:
         async with aiohttp.ClientSession() as s:
-
-            async def health() -> str:
-                async with s.get(admin + "/status") as r:
-                    return (await r.json())["health"]
-
-            async def passing() -> bool:
-                return await health() == "passing"
+            health, passing = health_checks(s, admin)
 
             await async_wait_for(passing, 10, "agent passing")
             for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic x"}):
@@ -75,12 +82,8 @@ async def test_a_web_page_cannot_drain_a_tokenless_agent(tmp_path) -> None:
     admin = f"http://127.0.0.1:{agent.admin_port}"
     try:
         async with aiohttp.ClientSession() as s:
-
-            async def health() -> str:
-                async with s.get(admin + "/status") as r:
-                    return (await r.json())["health"]
-
-            await async_wait_for(lambda: _is(health, "passing"), 10, "agent passing")
+            health, passing = health_checks(s, admin)
+            await async_wait_for(passing, 10, "agent passing")
             form = {"Content-Type": "text/plain", "Origin": "http://evil.example"}
             attacks = [
                 (form, b"x=1", 403),  # a cross-site form post
@@ -108,10 +111,6 @@ async def test_a_web_page_cannot_drain_a_tokenless_agent(tmp_path) -> None:
     finally:
         await agent.stop()
         engine.stop()
-
-
-async def _is(read, wanted: str) -> bool:
-    return await read() == wanted
 
 
 async def test_sigterm_after_an_operators_drain_still_ends_the_agent(tmp_path) -> None:
