@@ -25,3 +25,8 @@ class GlobalMetrics:
             "gpuroute_global_region_state", "1 for each region's current state.",
             ["region", "state"], registry=r,
         )  # fmt: skip
+        self.client_write_timeouts = Counter(
+            "gpuroute_global_client_write_timeouts",
+            "Streams cut off because their client fell behind past limits.client_write_timeout_s.",
+            registry=r,
+        )

@@ -349,10 +349,13 @@ class GlobalApp:
                 response,
                 upstream,
                 broken_message=lambda exc: f"region {region} failed mid-stream",
+                write_timeout_s=self.config.limits.client_write_timeout_s,
             )
         finally:
             upstream.release()
-        if relayed.end is not RelayEnd.CLIENT_GONE:
+        if relayed.end is RelayEnd.CLIENT_TOO_SLOW:
+            self.metrics.client_write_timeouts.inc()
+        elif relayed.end is not RelayEnd.CLIENT_GONE:
             self.feeds.forwarded(region, relayed.end is RelayEnd.COMPLETE)
         return response
 

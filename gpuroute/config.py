@@ -86,6 +86,9 @@ class LimitsConfig(StrictModel):
     # or after its last response; idle keep-alive connections close after it too.
     header_timeout_s: float = Field(default=15.0, gt=0)
     body_timeout_s: float = Field(default=30.0, gt=0)  # to read a whole request body (408)
+    # a client this far behind (one write waiting this long) is cut off, its engine request
+    # aborted: a reader that stops must not hold a backend's slot
+    client_write_timeout_s: float = Field(default=10.0, gt=0)
     max_connections_per_ip: int = Field(default=256, ge=1)  # open client connections
 
 

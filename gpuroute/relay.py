@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import enum
 import re
@@ -127,7 +128,55 @@ class RelayEnd(enum.Enum):
 
     COMPLETE = "complete"
     CLIENT_GONE = "client_gone"
+    CLIENT_TOO_SLOW = "client_too_slow"  # behind past the write deadline: cut off
     UPSTREAM_BROKE = "upstream_broke"
+
+
+class ClientWriter:
+    """Writes to the client, with a deadline while it is behind. A client that stops
+    reading holds its stream, and the engine slot behind it, for as long as it likes:
+    backpressure keeps memory flat, but nothing else ends it (the idle timer waits on the
+    engine, which waits on us). Bytes queued in user space mean the kernel's buffer to the
+    client is full; then a write may wait, and waiting past `timeout_s` raises TimeoutError.
+    Otherwise no timer is armed (most writes of most streams)."""
+
+    __slots__ = ("high", "response", "timeout_s", "transport")
+
+    def __init__(
+        self, request: web.Request, response: web.StreamResponse, timeout_s: float | None
+    ) -> None:
+        self.response, self.timeout_s = response, timeout_s
+        self.transport = request.transport
+        self.high = 65536
+        if self.transport is not None:
+            with contextlib.suppress(AttributeError, NotImplementedError):
+                self.high = self.transport.get_write_buffer_limits()[1]
+
+    def behind(self, size: int) -> bool:
+        transport = self.transport
+        if self.timeout_s is None or transport is None:
+            return False
+        return transport.get_write_buffer_size() > 0 or size >= self.high
+
+    async def write(self, chunk: bytes) -> None:
+        if not self.behind(len(chunk)):
+            await self.response.write(chunk)
+            return
+        async with asyncio.timeout(self.timeout_s):
+            await self.response.write(chunk)
+
+    async def write_eof(self, last: bytes = b"") -> None:
+        if not self.behind(len(last)):
+            await self.response.write_eof(last)
+            return
+        async with asyncio.timeout(self.timeout_s):
+            await self.response.write_eof(last)
+
+    def cut_off(self) -> None:
+        """Drop what is queued for the client and close its connection now."""
+        self.response.force_close()
+        if self.transport is not None:
+            self.transport.abort()
 
 
 @dataclass(slots=True)
@@ -147,13 +196,16 @@ async def relay_body(
     on_first_write: Callable[[], None] | None = None,
     broken_message: Callable[[BaseException], str],
     tally: ResponseTally | None = None,
+    write_timeout_s: float | None = None,
 ) -> Relayed:
     """Relay `upstream`'s body (after `first`, bytes already read) chunk by chunk; `await
-    write()` is the backpressure. A body that breaks ends as an error the client cannot miss:
-    an SSE error event on a stream, else a connection closed without the final chunk.
-    `tally` is counted as the body goes (a caller may watch it live)."""
+    write()` is the backpressure, bounded by `write_timeout_s` while the client is behind
+    (ClientWriter). A body that breaks ends as an error the client cannot miss: an SSE
+    error event on a stream, else a connection closed without the final chunk. `tally` is
+    counted as the body goes (a caller may watch it live)."""
     tally = ResponseTally() if tally is None else tally
     streamed = is_event_stream(upstream)
+    client = ClientWriter(request, response, write_timeout_s)
     tally.add(first)
     # the whole answer is here: headers and body go in one write, with a Content-Length
     whole = not streamed and upstream.content.at_eof()
@@ -162,52 +214,63 @@ async def relay_body(
     try:
         await response.prepare(request)
         if first and not whole:
-            await response.write(first)
+            await client.write(first)
     except ConnectionError:
         return _client_gone(response, tally, streamed)
+    except TimeoutError:
+        return _too_slow(client, tally, streamed)
     if on_first_write is not None:
         on_first_write()
     if whole:
-        return await _end(response, tally, streamed, first)
-    ended = await _relay_chunks(request, response, upstream, tally, streamed, broken_message)
+        return await _end(client, tally, streamed, first)
+    ended = await _relay_chunks(request, client, upstream, tally, streamed, broken_message)
     if ended is not None:
         return ended
-    return await _end(response, tally, streamed)
+    return await _end(client, tally, streamed)
 
 
 async def _end(
-    response: web.StreamResponse, tally: ResponseTally, streamed: bool, last: bytes = b""
+    client: ClientWriter, tally: ResponseTally, streamed: bool, last: bytes = b""
 ) -> Relayed:
     try:
-        await response.write_eof(last)
+        await client.write_eof(last)
     except ConnectionError:
-        return _client_gone(response, tally, streamed)
+        return _client_gone(client.response, tally, streamed)
+    except TimeoutError:
+        return _too_slow(client, tally, streamed)
     return Relayed(RelayEnd.COMPLETE, tally, streamed)
 
 
 async def _relay_chunks(
     request: web.Request,
-    response: web.StreamResponse,
+    client: ClientWriter,
     upstream: UpstreamResponse,
     tally: ResponseTally,
     streamed: bool,
     broken_message: Callable[[BaseException], str],
 ) -> Relayed | None:
     """Chunks until the body ends (None), breaks (the client's deadlines included), or
-    the client leaves (how it ended)."""
+    the client leaves or falls too far behind (how it ended)."""
     while True:
         try:
             chunk = await upstream.content.readany()
         except UPSTREAM_ERRORS as exc:
-            await end_truncated(request, response, streamed, broken_message(exc))
+            await end_truncated(request, client.response, streamed, broken_message(exc))
             return Relayed(RelayEnd.UPSTREAM_BROKE, tally, streamed, exc)
         if not chunk:
             return None
         tally.add(chunk)
         try:
-            await response.write(chunk)
+            await client.write(chunk)
         except ConnectionError:
-            return _client_gone(response, tally, streamed)
+            return _client_gone(client.response, tally, streamed)
+        except TimeoutError:
+            return _too_slow(client, tally, streamed)
+
+
+def _too_slow(client: ClientWriter, tally: ResponseTally, streamed: bool) -> Relayed:
+    client.cut_off()
+    return Relayed(RelayEnd.CLIENT_TOO_SLOW, tally, streamed)
 
 
 def _client_gone(response: web.StreamResponse, tally: ResponseTally, streamed: bool) -> Relayed:

@@ -94,11 +94,13 @@ class Forwarder:
         self.slo = slo  # classes' attainment; holds predicted misses (predicting policies)
         self.urls: dict[str, str] = {}
         self.session: UpstreamPool | None = None  # to the engines; start() opens it
+        self.write_timeout_s: float | None = None  # a client behind this long is cut off
         # the last completions, for the region report's recent p99s
         self.recent_ttft: collections.deque[float] = collections.deque(maxlen=2000)
         self.recent_e2e: collections.deque[float] = collections.deque(maxlen=2000)
 
     async def start(self, limits: LimitsConfig) -> None:
+        self.write_timeout_s = limits.client_write_timeout_s
         # A proxy's client: no cookie jar (a cookie one engine set must never ride on another
         # client's request), bodies passed on as they came (no decompression).
         self.session = UpstreamPool(
@@ -317,8 +319,13 @@ class Forwarder:
             on_first_write=first_written,
             broken_message=lambda exc: "the backend failed mid-stream",
             tally=tally,
+            write_timeout_s=self.write_timeout_s,
         )
-        if relayed.end is RelayEnd.CLIENT_GONE:
+        if relayed.end is RelayEnd.CLIENT_TOO_SLOW:
+            self.metrics.client_write_timeouts.inc()
+            log.info("request %s: client behind for %.0f s, cut off", info.request_id,
+                     self.write_timeout_s)  # fmt: skip
+        if relayed.end in (RelayEnd.CLIENT_GONE, RelayEnd.CLIENT_TOO_SLOW):
             self._client_gone(info)
             return response
         if relayed.end is RelayEnd.UPSTREAM_BROKE:

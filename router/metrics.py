@@ -157,6 +157,12 @@ class RouterMetrics:
         self.client_disconnects = Counter(
             "gpuroute_client_disconnects", "Clients that went away before the end.", registry=r
         )
+        self.client_write_timeouts = Counter(
+            "gpuroute_client_write_timeouts",
+            "Streams cut off because their client fell behind past limits.client_write_timeout_s "
+            "(the engine request aborted).",
+            registry=r,
+        )
         self.shed = Counter(
             "gpuroute_shed", "Requests refused by admission, by reason.", ["reason"], registry=r
         )

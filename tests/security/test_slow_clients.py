@@ -9,8 +9,8 @@ import socket
 import time
 
 import pytest
-from support.live import async_wait_for, router_server, scripted_backend
-from support_security import RecordingEngine, raw_exchange, secure_toml, status_of
+from support.live import async_wait_for, holds, router_server, scripted_backend
+from support_security import ANSWER, RecordingEngine, chat, raw_exchange, secure_toml, status_of
 
 pytestmark = pytest.mark.asyncio
 
@@ -124,3 +124,78 @@ async def test_the_global_tier_reads_bodies_the_same_way(tmp_path) -> None:
         assert status_of(answer) == 408 and b"body_timeout" in answer
     finally:
         await server.drain(timeout=1.0)
+
+
+class EndlessEngine:
+    """Streams 16 KiB events for as long as the router reads them to a request that asks
+    for `forever`; answers anything else at once. Counts the endless streams cut off."""
+
+    def __init__(self) -> None:
+        self.streaming = 0
+        self.cut_off = 0
+
+    async def __call__(self, request):
+        from aiohttp import web
+
+        body = await request.read()
+        if b"forever" not in body:
+            return web.json_response(ANSWER)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        self.streaming += 1
+        event = b'data: {"choices":[{"delta":{"content":"' + b"x" * 16384 + b'"}}]}\n\n'
+        try:
+            while True:
+                await response.write(event)
+        except (ConnectionError, asyncio.CancelledError):
+            self.cut_off += 1
+            raise
+
+
+def stalled_reader(port: int) -> socket.socket:
+    """A client that asks for an endless stream and never reads a byte of it."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", port))
+    body = chat("forever", stream=True)
+    s.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    return s
+
+
+async def test_clients_that_stop_reading_cannot_pin_a_backend(tmp_path) -> None:
+    """Issue 30 item 6: two stream clients that stopped reading held both of a backend's
+    slots for 22 s and more, and another tenant's request got 504. Past the write deadline
+    they are cut off, their engine requests aborted, and the next request is served."""
+    engine = EndlessEngine()
+    async with scripted_backend(engine) as url:
+        text = secure_toml(
+            url, limits="client_write_timeout_s = 0.5", admission="default_timeout_s = 8"
+        ).replace("\n[[backends]]", "\n[[backends]]\nmax_inflight = 2")
+        async with router_server(text, tmp_path) as server:
+            readers = [await asyncio.to_thread(stalled_reader, server.port) for _ in range(2)]
+            try:
+                await async_wait_for(holds(lambda: engine.streaming == 2), what="both streams")
+                started = time.monotonic()
+                answer = await asyncio.to_thread(
+                    raw_exchange, server.port, post(chat("just a question"))
+                )
+                waited = time.monotonic() - started
+                cut = server.servable.metrics.client_write_timeouts._value
+                await async_wait_for(holds(lambda: cut.get() == 2), what="both readers cut off")
+            finally:
+                for reader in readers:
+                    reader.close()
+    assert status_of(answer) == 200 and waited < 6.0, (answer[:120], waited)
+    assert engine.cut_off == 2
+
+
+def post(body: bytes) -> bytes:
+    return (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        + body
+    )
