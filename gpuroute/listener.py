@@ -1,6 +1,11 @@
 """Public listeners that a slow or greedy client cannot hold open: a cap on connections per
 client address, and TLS when a certificate is configured.
 
+Behind an L7 load balancer every client shares the balancer's address (and it keeps idle
+keep-alive connections open), so connections from `trusted_proxies` are not capped; the
+clients their X-Forwarded-For names are, each to as many requests in flight
+(`forwarded_client_cap`).
+
 The header-read deadline is aiohttp's own keep-alive timer (`keepalive_timeout`): it closes
 a connection that has not delivered a complete request head that long after opening or
 after its last response, however slowly bytes trickle in. The body-read deadline is
@@ -16,26 +21,59 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from gpuroute.forwarded import TrustedProxies
+from gpuroute.openai_api import error_response
+
 log = logging.getLogger("gpuroute.listener")
 
 
 class ConnectionCap:
-    """Open connections per client address, refused beyond `per_ip`."""
+    """Open connections (or requests) per client address, refused beyond `per_ip`;
+    addresses in `exempt` are never counted."""
 
-    def __init__(self, per_ip: int) -> None:
+    def __init__(self, per_ip: int, exempt: TrustedProxies | None = None) -> None:
         self.per_ip = per_ip
+        self.exempt = exempt
         self.open: Counter[str] = Counter()
 
     def acquire(self, address: str) -> bool:
+        if self.exempt and self.exempt.trusts(address):
+            return True
         if self.open[address] >= self.per_ip:
             return False
         self.open[address] += 1
         return True
 
     def release(self, address: str) -> None:
+        if address not in self.open:
+            return  # exempt, never counted
         self.open[address] -= 1
         if self.open[address] <= 0:
             del self.open[address]
+
+
+def forwarded_client_cap(proxies: TrustedProxies, per_client: int) -> Callable:
+    """Middleware: a request through a trusted proxy counts against the client its
+    X-Forwarded-For names (every line, walked from the right as both tiers walk it); past
+    `per_client` in flight, 429."""
+    cap = ConnectionCap(per_client)
+
+    @web.middleware
+    async def guard(request: web.Request, handler: Callable) -> web.StreamResponse:
+        if not proxies.trusts(request.remote):
+            return await handler(request)
+        chain = ", ".join(request.headers.getall("X-Forwarded-For", ()))
+        client = proxies.client_address(request.remote, chain) or "unknown"
+        if not cap.acquire(client):
+            message = f"{per_client} requests in flight from this client, the limit"
+            return error_response(429, message, code="too_many_connections",
+                                  headers={"Retry-After": "1"})  # fmt: skip
+        try:
+            return await handler(request)
+        finally:
+            cap.release(client)
+
+    return guard
 
 
 class _CappedProtocol(asyncio.Protocol):

@@ -38,6 +38,7 @@ UPSTREAM_ERRORS = (OSError,)
 EVENT_TEXT = re.compile(rb'"(?:content|text)"\s*:\s*"((?:[^"\\]|\\.)+)"')
 SKELETON_LOOKS = 4  # chunks searched for an event with text before a stream is left unsized
 COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
 TAIL_BYTES = 1024
 
 
@@ -107,6 +108,18 @@ class ResponseTally:
         if streamed:
             return max(0, self.events - 3)  # role, finish and [DONE] carry no tokens
         return 0
+
+    def used_tokens(self, streamed: bool, prompt_estimate: int) -> int | None:
+        """What the request cost in tokens: the engine's usage (prompt + completion) when it
+        reported one; for a stream without it, the prompt as estimated and a token per
+        content event; None when nobody can tell (a whole answer without usage)."""
+        completion = COMPLETION_TOKENS.findall(self.tail)
+        if completion:
+            prompt = PROMPT_TOKENS.findall(self.tail)
+            return (int(prompt[-1]) if prompt else prompt_estimate) + int(completion[-1])
+        if streamed:
+            return prompt_estimate + self.output_tokens(streamed=True)
+        return None
 
 
 def event_skeleton(chunk: bytes) -> int | None:

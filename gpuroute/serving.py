@@ -15,8 +15,9 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from gpuroute.admin_guard import admin_guard
+from gpuroute.forwarded import TrustedProxies
 from gpuroute.http_errors import answer_parse_errors_as_openai
-from gpuroute.listener import ConnectionCap, GuardedSite
+from gpuroute.listener import ConnectionCap, GuardedSite, forwarded_client_cap
 from gpuroute.openai_api import healthz
 from gpuroute.relay import SERVER_NAME
 from gpuroute.runtime import freeze_startup_heap
@@ -31,7 +32,9 @@ async def name_server(_request: web.Request, response: web.StreamResponse) -> No
 
 
 class Servable(Protocol):
-    config: Any  # has listen, admin_listen, admin_on_public_listener, limits, drain_timeout_s
+    # has listen, admin_listen, admin_on_public_listener, limits, drain_timeout_s,
+    # trusted_proxies and the admin token
+    config: Any
     draining: bool
 
     @property
@@ -89,6 +92,11 @@ class DrainingServer:
         listen, limits = config.listen, config.limits
         app = self.servable.app()
         app.on_response_prepare.append(name_server)
+        workers = 1 if self.worker is None else self.worker.workers
+        per_ip = max(1, limits.max_connections_per_ip // workers)
+        proxies = TrustedProxies(config.trusted_proxies)
+        if proxies:
+            app.middlewares.append(forwarded_client_cap(proxies, per_ip))
         self.runner = web.AppRunner(
             app,
             access_log=None,
@@ -97,12 +105,11 @@ class DrainingServer:
         )
         await self.runner.setup()
         answer_parse_errors_as_openai(self.runner)
-        workers = 1 if self.worker is None else self.worker.workers
         self.site = GuardedSite(
             self.runner,
             listen.host,
             listen.port,
-            cap=ConnectionCap(max(1, limits.max_connections_per_ip // workers)),
+            cap=ConnectionCap(per_ip, exempt=proxies),
             ssl_context=self.tls,
             reuse_port=self.worker is not None,
         )

@@ -45,6 +45,9 @@ class AuthConfig(StrictModel):
     allow_anonymous: bool = False
     anonymous: AnonymousConfig = AnonymousConfig()
     keys: list[ApiKeyConfig] = Field(default_factory=list)
+    # what a request without max_tokens is charged per answer at admission (at most the
+    # key's tokens_per_minute); the engine's reported usage settles it at the end
+    default_max_tokens: int = Field(default=1024, ge=1)
 
     @property
     def keys_required(self) -> bool:

@@ -25,3 +25,4 @@ class Exchange:
     suspects: list[Backend] = field(default_factory=list)
     dispatched: float = 0.0  # when the current attempt was sent
     first_at: float | None = None  # when its first bytes reached the client
+    used_tokens: int | None = None  # what the answer cost (usage, or a stream's estimate)

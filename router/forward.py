@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from aiohttp import web
+from gpuroute.router.attempt_failure import UpstreamFailed, failure_kind
 from gpuroute.router.config import LimitsConfig
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.health import HealthEvents
@@ -41,27 +42,11 @@ from gpuroute.relay import (
     is_event_stream,
     relay_body,
 )
-from gpuroute.upstream import ConnectFailed, UpstreamPool, UpstreamResponse
+from gpuroute.upstream import UpstreamPool, UpstreamResponse
 
 log = logging.getLogger("gpuroute.router")
 BACKEND_HEADER = "x-gpuroute-backend"
 NO_BACKEND = "no healthy backend can serve this model now"
-
-
-class UpstreamFailed(Exception):
-    def __init__(self, kind: FailureKind, detail: str) -> None:
-        super().__init__(detail)
-        self.kind = kind
-
-
-def failure_kind(exc: BaseException) -> FailureKind:
-    if isinstance(exc, TimeoutError):
-        return FailureKind.TIMEOUT
-    if isinstance(exc, ConnectFailed):
-        if isinstance(exc.cause, ConnectionRefusedError):
-            return FailureKind.REFUSED
-        return FailureKind.CONNECT
-    return FailureKind.CONNECTION
 
 
 class Forwarder:
@@ -321,6 +306,7 @@ class Forwarder:
             tally=tally,
             write_timeout_s=self.write_timeout_s,
         )
+        exchange.used_tokens = tally.used_tokens(relayed.streamed, info.prompt_tokens)
         if relayed.end is RelayEnd.CLIENT_TOO_SLOW:
             self.metrics.client_write_timeouts.inc()
             log.info("request %s: client behind for %.0f s, cut off", info.request_id,

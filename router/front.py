@@ -40,6 +40,8 @@ class Admitted:
     raw: bytes
     headers: Mapping[str, str]
     client: str | None  # the client's address, behind trusted proxies
+    key: KeyPolicy  # the caller's key (or the anonymous tenant's)
+    charged_tokens: int  # taken from its token quota at admission, settled at the end
 
 
 class Front:
@@ -80,8 +82,11 @@ class Front:
             raise Rejection(404, message, param="model", code="model_not_found")
         if not self.backends.routable(info.model):
             raise Rejection(503, NO_BACKEND, code="no_backend")
-        await self._charge_and_queue(key, info, parsed.deadline_s, PRIORITY_HEADER in headers)
-        return Admitted(parsed, raw, headers, self.client(headers, request.remote))
+        tokens = self.token_charge(key, parsed)
+        explicit = PRIORITY_HEADER in headers
+        await self._charge_and_queue(key, info, tokens, parsed.deadline_s, explicit)
+        client = self.client(headers, request.remote)
+        return Admitted(parsed, raw, headers, client, key, tokens)
 
     async def admit_other(self, request: web.Request) -> Admitted:
         """An allow-listed passthrough request: key, body, quota and queue as above (its
@@ -92,9 +97,24 @@ class Front:
         raw = await read_body(request, self.config.limits)
         priority = self.config.admission.default_priority
         info = RequestInfo(next(self._ids), "", max(1, len(raw) // 4), priority=priority)
-        await self._charge_and_queue(key, info, None, False)
+        tokens = info.prompt_tokens
+        await self._charge_and_queue(key, info, tokens, None, False)
         client = self.client(headers, request.remote)
-        return Admitted(ParsedRequest(info, False, None), raw, headers, client)
+        return Admitted(ParsedRequest(info, False, None), raw, headers, client, key, tokens)
+
+    def token_charge(self, key: KeyPolicy, parsed: ParsedRequest) -> int:
+        """What a request is charged at admission: its prompt, and each answer it asks for
+        at its `max_tokens`, or at `auth.default_max_tokens` without one (then never more
+        than the key's whole per-minute allowance, so that one request can always pass a
+        full bucket). The end settles it against what the engine reports it used."""
+        info = parsed.info
+        if info.max_tokens is not None:
+            return info.prompt_tokens + parsed.outputs * info.max_tokens
+        charge = info.prompt_tokens + parsed.outputs * self.config.auth.default_max_tokens
+        if key.tokens_per_minute is not None:
+            floor = info.prompt_tokens + parsed.outputs
+            charge = min(charge, max(floor, int(key.tokens_per_minute)))
+        return charge
 
     def client(self, headers: Mapping[str, str], peer: str | None) -> str | None:
         """Who sent the request: the peer, or behind `trusted_proxies` the address their
@@ -102,17 +122,26 @@ class Front:
         return self.proxies.client_address(peer, headers.get(FORWARDED_FOR))
 
     async def _charge_and_queue(
-        self, key: KeyPolicy, info: RequestInfo, deadline_s: float | None, explicit: bool
+        self,
+        key: KeyPolicy,
+        info: RequestInfo,
+        tokens: int,
+        deadline_s: float | None,
+        explicit: bool,
     ) -> None:
-        await self.tenants.charge(key, info, explicit)
+        await self.tenants.charge(key, info, tokens, explicit)
         try:
             await self.gate.admit(info, deadline_s)
         except BaseException:  # shed, or the client left while queued
             self.tenants.release(info)
             raise
 
-    def release(self, info: RequestInfo) -> None:
-        self.tenants.release(info)
+    def release(self, admitted: Admitted, used_tokens: int | None) -> None:
+        """The request ended: its in-flight slot back, and its token charge settled against
+        `used_tokens` (None: nobody can tell what it used; the charge stands)."""
+        self.tenants.release(admitted.parsed.info)
+        if used_tokens is not None:
+            self.tenants.settle(admitted.key, used_tokens - admitted.charged_tokens)
 
     def _parse(self, headers: Mapping[str, str], route: str, raw: bytes) -> ParsedRequest:
         admission = self.config.admission

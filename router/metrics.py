@@ -221,6 +221,13 @@ class RouterMetrics:
             ["tenant", "limit"],
             registry=r,
         )
+        self.quota_settled_tokens = Counter(
+            "gpuroute_quota_settled_tokens",
+            "Tokens a request used beyond its admission charge (debt) or short of it (refund), "
+            "settled against its tenant's token quota.",
+            ["tenant", "direction"],
+            registry=r,
+        )
         self.residency_refusals = Counter(
             "gpuroute_residency_refusals",
             "Requests refused because the key's residency set excludes this router's region.",

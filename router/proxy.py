@@ -80,6 +80,7 @@ class Proxy:
         except Rejection as rejection:
             return rejection.response()
         info = admitted.parsed.info
+        exchange: Exchange | None = None
         try:
             headers = self.forwarder.engine_headers(request, admitted.headers)
             exchange = Exchange(request, info, admitted.raw, route, arrival, headers)
@@ -87,7 +88,7 @@ class Proxy:
         except Rejection as rejection:  # SLO-aware admission refused it while held
             return rejection.response()
         finally:
-            self.front.release(info)
+            self.front.release(admitted, None if exchange is None else exchange.used_tokens)
             self.gate.pump()
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
@@ -100,7 +101,7 @@ class Proxy:
         try:
             return await self._pass(request, admitted)
         finally:
-            self.front.release(admitted.parsed.info)
+            self.front.release(admitted, None)
             self.gate.pump()
 
     async def _pass(self, request: web.Request, admitted: Admitted) -> web.StreamResponse:

@@ -2,7 +2,9 @@
 
 Keys are configured as sha256 hashes; `Authorization: Bearer <key>` is hashed and looked up.
 Quotas (requests and tokens per minute) are token buckets kept in Redis and updated by one
-Lua script, atomically across replicas, on Redis's own clock. When Redis cannot be reached
+Lua script, atomically across replicas, on Redis's own clock. A request's tokens are
+charged at admission on an estimate and settled at its end against the engine's usage
+(another script: the bucket may go into debt). When Redis cannot be reached
 (down, restarting, slow beyond `timeout_s`), each replica enforces `local_fraction` of every
 quota on its own buckets (same arithmetic, `router/core/token_bucket.py`), says so in
 metrics, and tries Redis again after `retry_s`: a Redis outage never fails a request."""
@@ -42,8 +44,24 @@ else
   retry = math.ceil((cost - tokens) / rate)
 end
 redis.call('HSET', KEYS[1], 'tokens', tokens, 'stamp', math.max(now, stamp))
-redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate) + 1000)
+redis.call('PEXPIRE', KEYS[1], math.ceil((burst - tokens) / rate) + 1000)
 return {allowed, math.floor(tokens * 1000), retry}
+"""
+# The same bucket corrected after the fact: `cost` (tokens used beyond the charge; negative
+# gives back) is applied whatever is left, so a bucket may go into debt and refuse until
+# it has refilled past it. Returns tokens*1000.
+SETTLE_LUA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local rate, burst, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'stamp')
+local tokens, stamp = tonumber(state[1]), tonumber(state[2])
+if tokens == nil then tokens, stamp = burst, now end
+tokens = math.min(burst, tokens + math.max(0, now - stamp) * rate)
+tokens = math.min(burst, tokens - cost)
+redis.call('HSET', KEYS[1], 'tokens', tokens, 'stamp', math.max(now, stamp))
+redis.call('PEXPIRE', KEYS[1], math.ceil((burst - tokens) / rate) + 1000)
+return math.floor(tokens * 1000)
 """
 
 
@@ -94,6 +112,7 @@ class Quotas:
         self.clock, self.on_mode = clock, on_mode
         self.redis = redis  # owned (and closed) by whoever built it
         self._script = self.redis.register_script(TOKEN_BUCKET_LUA) if self.redis else None
+        self._settle = self.redis.register_script(SETTLE_LUA) if self.redis else None
         self._local: dict[str, TokenBucket] = {}
         self._down_until = 0.0
         self.shared = self.redis is not None
@@ -186,6 +205,33 @@ class Quotas:
                 return QuotaVerdict(False, limit, retry, headers, shared)
         return QuotaVerdict(True, headers=headers, shared=shared)
 
+    async def settle(self, policy: KeyPolicy, tokens: int) -> None:
+        """Correct the tenant's token bucket by `tokens` used beyond its charge (negative:
+        fewer used, given back), in the same place the charge went when Redis is up."""
+        if policy.tokens_per_minute is None or not tokens:
+            return
+        bucket = f"{policy.tenant}:tokens"
+        rate, burst = per_minute(policy.tokens_per_minute)
+        now = self.clock()
+        if self._settle is not None and now >= self._down_until:
+            try:
+                await self._settle(
+                    keys=[f"{self.prefix}:quota:{bucket}"], args=[rate / 1000.0, burst, tokens]
+                )
+                return
+            except (RedisError, OSError, TimeoutError) as exc:
+                self._down_until = now + self.retry_s
+                log.warning("Redis unavailable (%s): quota settled locally", exc)
+                self._mode(False)
+        self._local_bucket(bucket, rate, burst, now).settle(now, tokens)
+
+    def _local_bucket(self, bucket: str, rate: float, burst: float, now: float) -> TokenBucket:
+        local = self._local.get(bucket)
+        if local is None:
+            f = self.local_fraction
+            local = self._local[bucket] = TokenBucket(rate * f, max(1.0, burst * f), now)
+        return local
+
     async def _take(self, bucket: str, per_min: float, cost: float) -> tuple[Take, bool]:
         rate, burst = per_minute(per_min)
         now = self.clock()
@@ -202,11 +248,7 @@ class Quotas:
                     "Redis unavailable (%s): local quota buckets for %.0f s", exc, self.retry_s
                 )
                 self._mode(False)
-        local = self._local.get(bucket)
-        if local is None:
-            f = self.local_fraction
-            local = self._local[bucket] = TokenBucket(rate * f, max(1.0, burst * f), now)
-        return local.take(now, cost), False
+        return self._local_bucket(bucket, rate, burst, now).take(now, cost), False
 
     def _mode(self, shared: bool) -> None:
         if shared != self.shared:

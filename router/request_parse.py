@@ -15,7 +15,7 @@ from gpuroute.router.core.request import RequestInfo
 
 from gpuroute.auth import printable_ascii
 from gpuroute.openai_api import clip
-from gpuroute.prompt import estimate_tokens, prefix_blocks, prompt_text
+from gpuroute.prompt import prefix_blocks, prompt_text, prompt_tokens, prompts_in
 
 PRIORITY_HEADER = "x-gpuroute-priority"
 DEADLINE_HEADER = "x-gpuroute-deadline-ms"
@@ -44,6 +44,7 @@ class ParsedRequest:
     info: RequestInfo
     stream: bool
     deadline_s: float | None  # relative, from the deadline header
+    outputs: int = 1  # answers it asks for: `n` (or `best_of`) times the prompts it holds
 
 
 def _positive_int(body: dict[str, Any], key: str) -> int | None:
@@ -77,6 +78,7 @@ def parse_request(
     if not isinstance(stream, bool):
         raise RequestError(400, "'stream' must be a boolean", param="stream")
     max_tokens = _positive_int(body, "max_completion_tokens") or _positive_int(body, "max_tokens")
+    choices = max(_positive_int(body, "n") or 1, _positive_int(body, "best_of") or 1)
     text = prompt_text(body)
     priority = headers.get(PRIORITY_HEADER, default_priority).strip().lower()
     if priority not in priorities:
@@ -92,13 +94,13 @@ def parse_request(
     info = RequestInfo(
         request_id,
         model,
-        estimate_tokens(text),
+        prompt_tokens(body),
         max_tokens,
         session_id=session,
         prefix_blocks=prefix_blocks(text) if with_prefix_blocks else (),
         priority=priority,
     )
-    return ParsedRequest(info, stream, deadline_s)
+    return ParsedRequest(info, stream, deadline_s, choices * prompts_in(body))
 
 
 def _session(headers: Mapping[str, str], body: dict) -> str | None:

@@ -7,6 +7,7 @@ one. Keyless callers (when allowed) are one tenant, `anonymous`, with their own 
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Mapping
 
@@ -31,6 +32,7 @@ class TenantGate:
         self.default_priority = default_priority or priorities[-1]
         self.in_flight: Counter[str] = Counter()  # only tenants with a cap are counted
         self._holding: dict[object, str] = {}  # request id -> its tenant, counted above
+        self._settling: set[asyncio.Task] = set()  # quota corrections on their way
 
     def identify(self, headers: Mapping[str, str]) -> KeyPolicy:
         """The caller's key policy (the anonymous one for keyless callers, when allowed);
@@ -42,19 +44,22 @@ class TenantGate:
                 self.metrics.residency_refusals.labels(exc.tenant).inc()
             raise Rejection(exc.status, exc.message, code=exc.code) from None
 
-    async def charge(self, key: KeyPolicy, info: RequestInfo, explicit_priority: bool) -> None:
+    async def charge(
+        self, key: KeyPolicy, info: RequestInfo, tokens: int, explicit_priority: bool
+    ) -> None:
         """Tag the request with the key's tenant and class (the class the request named if
         it is not above the key's, or above the default class for a key that names none),
-        count it in flight and take it from the tenant's quotas; Rejection with 429 beyond
-        them. The in-flight slot is taken before the quota's await, so concurrent requests
-        each see the others (with Redis, that await is a round trip)."""
+        count it in flight and take one request and `tokens` from the tenant's quotas;
+        Rejection with 429 beyond them. The in-flight slot is taken before the quota's
+        await, so concurrent requests each see the others (with Redis, that await is a
+        round trip)."""
         info.tenant = key.tenant
         ceiling = key.priority or self.default_priority
         if not explicit_priority or self.rank[info.priority] < self.rank[ceiling]:
             info.priority = ceiling
         self._reserve(key, info)
         try:
-            verdict = await self.quotas.charge(key, info.prompt_tokens + (info.max_tokens or 0))
+            verdict = await self.quotas.charge(key, tokens)
         except BaseException:
             self.release(info)
             raise
@@ -82,6 +87,17 @@ class TenantGate:
             )
         self.in_flight[key.tenant] += 1
         self._holding[info.request_id] = key.tenant
+
+    def settle(self, key: KeyPolicy, tokens: int) -> None:
+        """Correct the tenant's token quota by what its request used beyond its charge
+        (negative: give back); in the background, since the answer has already gone."""
+        if not tokens or key.tokens_per_minute is None:
+            return
+        direction = "debt" if tokens > 0 else "refund"
+        self.metrics.quota_settled_tokens.labels(key.tenant, direction).inc(abs(tokens))
+        task = asyncio.get_running_loop().create_task(self.quotas.settle(key, tokens))
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
 
     def release(self, info: RequestInfo) -> None:
         """The request ended (any way at all): its tenant has one fewer in flight."""

@@ -18,7 +18,8 @@ Model (documented in docs/simulator.md):
 - KV cache capacity in tokens = (memory × utilisation − weights) / KV bytes per token; a
   request reserves prompt + output tokens when admitted and waits (FCFS) until they fit;
 - prefix cache: LRU of 512-token blocks in the KV memory; cached leading blocks skip prefill;
-- hooks: `set_slowdown` (thermal throttling, gray failure), `crash` / `recover`."""
+- hooks: `set_slowdown` (thermal throttling, gray failure), `crash` / `recover`, `abort`
+  (a client that went away)."""
 
 from __future__ import annotations
 
@@ -202,6 +203,32 @@ class EngineModel:
             self.prefill_end = now + (self.prefill_end - now) * factor / self.slowdown
         self.slowdown = factor
         self._reschedule(now)
+
+    def abort(self, req: EngineRequest, now: float) -> bool:
+        """The client went away: `req` leaves the queue, the prefill or the batch, and its
+        KV cache is freed (as vLLM aborts a request whose connection closed). False when
+        it is not here (finished, or never admitted)."""
+        self._advance(now)
+        if req in self.waiting:
+            self.waiting.remove(req)
+            return True
+        if req is self.prefilling:
+            self.prefilling = None
+            self.prefill_left = 0.0
+        else:
+            index = next((i for i, e in enumerate(self.running) if e[2] is req), None)
+            if index is None:
+                return False
+            self.running[index] = self.running[-1]
+            self.running.pop()
+            heapq.heapify(self.running)
+            self.ctx_sum -= req.ctx
+        req.finished_at = now
+        self.kv_used -= req.prompt_tokens + req.output_tokens
+        if self.prefilling is None:
+            self._start_next(now)
+        self._reschedule(now)
+        return True
 
     def crash(self, now: float) -> list[EngineRequest]:
         """The engine dies: every queued and running request is lost; returns them."""

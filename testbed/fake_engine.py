@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from gpuroute.gpus import GPU_SPECS
 from gpuroute.models import MODELS
 from gpuroute.openai_api import SSE_DONE, error_response, sse_event
-from gpuroute.prompt import estimate_tokens, prefix_blocks, prompt_text
+from gpuroute.prompt import estimate_tokens, prefix_blocks, prompt_text, prompt_tokens
 from gpuroute.roofline import EngineParams
 
 OUTPUT_HEADER = "x-fake-output-tokens"  # replay's true output length; routers never read it
@@ -243,7 +243,7 @@ class FakeEngine:
         if kind == "completion" and not isinstance(body.get("prompt"), str | list):
             return error_response(400, "'prompt' must be a string or list", param="prompt")
         text = prompt_text(body)
-        prompt = estimate_tokens(text)
+        prompt = prompt_tokens(body)  # token ids counted as ids, as an engine does
         cap = body.get("max_completion_tokens") or body.get("max_tokens")
         context = self.params.kv_capacity_tokens  # the max_model_len /v1/models reports
         if isinstance(cap, int) and cap > context:  # as vLLM refuses it (400)
@@ -370,5 +370,6 @@ def run_fake_engine(config: FakeEngineConfig) -> None:
         port=config.port,
         print=None,
         access_log=None,
+        handler_cancellation=True,  # a client that hangs up aborts its request, as in vLLM
         loop=uvloop.new_event_loop() if uvloop else None,
     )

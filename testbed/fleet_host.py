@@ -57,7 +57,7 @@ async def run_hosts(args: argparse.Namespace) -> None:
         engine = FakeEngine(
             FakeEngineConfig(gpu=gpu, port=port, time_scale=args.time_scale, seed=index)
         )
-        runner = web.AppRunner(engine.app(), access_log=None)
+        runner = web.AppRunner(engine.app(), access_log=None, handler_cancellation=True)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", port).start()
         runners.append(runner)

@@ -61,9 +61,16 @@ class LiveEngine:
         return self.model.tokens_generated(live.request, self.now())
 
     def cancel(self, live: LiveRequest) -> None:
-        """The client went away. The model has no abort, so the work runs on (as in vLLM
-        before its abort lands) but nobody waits for it any more."""
-        self._live.pop(live.request.rid, None)
+        """The client went away: the request is aborted in the model (its batch slot and
+        KV cache freed, as vLLM does), its tokens so far counted as generated."""
+        if self._live.pop(live.request.rid, None) is None:
+            return
+        now = self.now()
+        generated = self.tokens_generated(live)
+        prefilling = self.model.prefilling
+        if self.model.abort(live.request, now):
+            self.generation_tokens_total += generated
+            self._after(prefilling if prefilling is not live.request else None)
 
     def set_slowdown(self, factor: float) -> None:
         now = self.now()

@@ -2,7 +2,8 @@
 in router/quotas.py so the local fallback behaves like the shared bucket.
 
 `rate_per_s` tokens accrue per second up to `burst`; a request costing `cost` tokens passes
-when that many are there, else it is refused with the seconds until they will be."""
+when that many are there, else it is refused with the seconds until they will be. A cost
+known only later is settled: it may leave the bucket in debt."""
 
 from __future__ import annotations
 
@@ -27,15 +28,24 @@ class TokenBucket:
         self.tokens, self.stamp = burst, now
 
     def take(self, now: float, cost: float = 1.0) -> Take:
-        elapsed = max(0.0, now - self.stamp)
-        self.tokens = min(self.burst, self.tokens + elapsed * self.rate_per_s)
-        self.stamp = max(self.stamp, now)
+        self._refill(now)
         if cost > self.burst:
             return Take(False, self.tokens, math.inf)  # can never pass: the caller says why
         if self.tokens >= cost:
             self.tokens -= cost
             return Take(True, self.tokens, 0.0)
         return Take(False, self.tokens, (cost - self.tokens) / self.rate_per_s)
+
+    def settle(self, now: float, cost: float) -> None:
+        """Apply `cost` after the fact (negative gives back), whatever is left: the bucket
+        may go into debt, and then refuses until it has refilled past it."""
+        self._refill(now)
+        self.tokens = min(self.burst, self.tokens - cost)
+
+    def _refill(self, now: float) -> None:
+        elapsed = max(0.0, now - self.stamp)
+        self.tokens = min(self.burst, self.tokens + elapsed * self.rate_per_s)
+        self.stamp = max(self.stamp, now)
 
 
 def per_minute(limit: float) -> tuple[float, float]:

@@ -97,3 +97,34 @@ def test_requests_too_big_for_the_kv_cache_are_refused_clearly() -> None:
         assert status == 404 and MODEL not in reply["error"]["message"]
     finally:
         engine.stop()
+
+
+def test_a_client_that_hangs_up_aborts_its_request_as_in_vllm() -> None:
+    """Issue 30: after a client disconnected, the fake engine kept running requests the
+    router had already closed (aiohttp does not cancel a handler on its own)."""
+    import socket
+
+    engine = FakeEngineProcess("L4", time_scale=50.0)  # slow: the answer is seconds away
+    try:
+        for stream in (False, True):
+            body = json.dumps(chat_body("x" * 4000, max_tokens=2000, stream=stream)).encode()
+            with socket.create_connection(("127.0.0.1", engine.port)) as s:
+                s.sendall(
+                    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                    b"Content-Type: application/json\r\n"
+                    + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
+                wait_for(lambda: metrics(engine.url)["vllm:num_requests_running"] == 1, 10,
+                         "the request running")  # fmt: skip
+            wait_for(lambda: metrics(engine.url)["vllm:num_requests_running"] == 0, 10,
+                     "the request aborted")  # fmt: skip
+        success = {}
+        with urllib.request.urlopen(engine.url + "/metrics", timeout=5) as response:
+            for line in response.read().decode().splitlines():
+                if line.startswith("vllm:request_success_total{"):
+                    reason = line.split('finished_reason="')[1].split('"')[0]
+                    success[reason] = float(line.rsplit(" ", 1)[1])
+        assert success["abort"] == 2 and success["length"] == 0
+    finally:
+        engine.stop()

@@ -8,6 +8,7 @@ import asyncio
 import socket
 import time
 
+import aiohttp
 import pytest
 from support.live import async_wait_for, holds, router_server, scripted_backend
 from support_security import ANSWER, RecordingEngine, chat, raw_exchange, secure_toml, status_of
@@ -199,3 +200,33 @@ def post(body: bytes) -> bytes:
         + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
         + body
     )
+
+
+async def test_behind_a_trusted_proxy_each_forwarded_client_is_capped(tmp_path) -> None:
+    """Issue 30: the per-address connection cap counted the load balancer's idle
+    keep-alive sockets, and behind an L7 balancer every client shares its address. Now
+    the proxy's connections are not capped; each client its X-Forwarded-For names is held
+    to as many requests in flight."""
+    engine = RecordingEngine()
+    engine.hold = asyncio.Event()
+    async with scripted_backend(engine) as url:
+        text = secure_toml(
+            url, top='trusted_proxies = ["127.0.0.1/32"]', limits="max_connections_per_ip = 3"
+        )
+        async with router_server(text, tmp_path) as server:
+            base = f"http://127.0.0.1:{server.port}/v1/chat/completions"
+
+            def through_the_proxy(client: str) -> asyncio.Task:
+                headers = {"Content-Type": "application/json", "X-Forwarded-For": client}
+                return asyncio.create_task(session.post(base, data=chat(), headers=headers))
+
+            connector = aiohttp.TCPConnector(limit=0)  # one connection a request, as a proxy
+            async with aiohttp.ClientSession(connector=connector) as session:
+                held = [through_the_proxy("198.51.100.7") for _ in range(3)]
+                held += [through_the_proxy(f"203.0.113.{i}") for i in range(5)]
+                await async_wait_for(holds(lambda: engine.started == 8), what="8 in flight")
+                async with await through_the_proxy("198.51.100.7") as fourth:
+                    assert fourth.status == 429
+                    assert (await fourth.json())["error"]["code"] == "too_many_connections"
+                engine.hold.set()
+                assert [(await task).status for task in held] == [200] * 8

@@ -177,3 +177,26 @@ def test_busy_time_counts_prefill_and_decode_but_not_idle() -> None:
     engine.submit(EngineRequest(2, 1000, 11, 100.0), 100.0)
     run_until_idle(engine)
     assert engine.busy_s == pytest.approx(2 * req.finished_at)
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_an_aborted_request_frees_its_place_at_once(chunked: bool) -> None:
+    """A client that hangs up: the request leaves whichever stage it is in and its KV is
+    freed (the fake engine once ran such requests to the end)."""
+    engine = EngineModel(params("H100", chunked_prefill=chunked))
+    reqs = [EngineRequest(i, 2000, 400, 0.0) for i in range(3)]
+    for req in reqs:
+        engine.submit(req, 0.0)
+    assert engine.prefilling is reqs[0] and list(engine.waiting) == reqs[1:]
+    assert engine.abort(reqs[2], 0.0)  # waiting
+    assert list(engine.waiting) == [reqs[1]]
+    assert engine.abort(reqs[0], 0.001)  # prefilling: the next one starts
+    assert engine.prefilling is reqs[1] and engine.kv_used == 2400
+    t = engine.next_event_time()
+    engine.on_event(t)  # reqs[1] joins the batch
+    assert engine.batch == 1
+    assert engine.abort(reqs[1], t + 0.01)  # running
+    assert engine.batch == 0 and engine.kv_used == 0 and engine.ctx_sum == 0
+    assert engine.next_event_time() is None
+    assert not engine.abort(reqs[1], t + 0.02)  # gone already
+    assert engine.num_running == 0 and engine.num_waiting == 0

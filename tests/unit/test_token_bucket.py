@@ -19,6 +19,18 @@ def test_burst_then_steady_refill() -> None:
     assert b.take(10.0, cost=5).retry_after_s == math.inf
 
 
+def test_a_settled_cost_may_leave_a_debt_that_refills_before_anything_passes() -> None:
+    b = TokenBucket(rate_per_s=10.0, burst=100.0, now=0.0)
+    assert b.take(0.0, cost=60).allowed  # charged 60 at admission
+    b.settle(0.0, 140)  # it used 200: 140 more than charged
+    assert b.tokens == -100.0
+    refused = b.take(0.0, cost=10)
+    assert not refused.allowed and refused.retry_after_s == 11.0  # 110 tokens to go at 10/s
+    assert b.take(11.0, cost=10).allowed
+    b.settle(11.0, -500)  # a refund never fills it beyond the burst
+    assert b.tokens == 100.0
+
+
 def test_per_minute_limits() -> None:
     assert per_minute(120) == (2.0, 120.0)
 
