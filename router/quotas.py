@@ -27,8 +27,9 @@ from gpuroute.auth import AuthError, bearer, key_digest
 log = logging.getLogger("gpuroute.router.quotas")
 ANONYMOUS = "anonymous"  # the tenant keyless callers share
 
-# KEYS[1] bucket; ARGV: rate per ms, burst, cost. Returns {allowed, tokens*1000, retry ms}.
-TOKEN_BUCKET_LUA = """
+# Both scripts: KEYS[1] the bucket; ARGV rate per ms, burst, cost. The bucket refills on
+# Redis's clock, then the script acts, then it is stored until it would be full again.
+REFILL_LUA = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local rate, burst, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -36,6 +37,15 @@ local state = redis.call('HMGET', KEYS[1], 'tokens', 'stamp')
 local tokens, stamp = tonumber(state[1]), tonumber(state[2])
 if tokens == nil then tokens, stamp = burst, now end
 tokens = math.min(burst, tokens + math.max(0, now - stamp) * rate)
+"""
+STORE_LUA = """
+redis.call('HSET', KEYS[1], 'tokens', tokens, 'stamp', math.max(now, stamp))
+redis.call('PEXPIRE', KEYS[1], math.ceil((burst - tokens) / rate) + 1000)
+"""
+# Take `cost` if it is there. Returns {allowed, tokens*1000, retry ms}.
+TOKEN_BUCKET_LUA = (
+    REFILL_LUA
+    + """
 local allowed, retry = 0, 0
 if cost <= tokens then
   tokens = tokens - cost
@@ -43,26 +53,18 @@ if cost <= tokens then
 else
   retry = math.ceil((cost - tokens) / rate)
 end
-redis.call('HSET', KEYS[1], 'tokens', tokens, 'stamp', math.max(now, stamp))
-redis.call('PEXPIRE', KEYS[1], math.ceil((burst - tokens) / rate) + 1000)
-return {allowed, math.floor(tokens * 1000), retry}
 """
-# The same bucket corrected after the fact: `cost` (tokens used beyond the charge; negative
-# gives back) is applied whatever is left, so a bucket may go into debt and refuse until
-# it has refilled past it. Returns tokens*1000.
-SETTLE_LUA = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local rate, burst, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local state = redis.call('HMGET', KEYS[1], 'tokens', 'stamp')
-local tokens, stamp = tonumber(state[1]), tonumber(state[2])
-if tokens == nil then tokens, stamp = burst, now end
-tokens = math.min(burst, tokens + math.max(0, now - stamp) * rate)
-tokens = math.min(burst, tokens - cost)
-redis.call('HSET', KEYS[1], 'tokens', tokens, 'stamp', math.max(now, stamp))
-redis.call('PEXPIRE', KEYS[1], math.ceil((burst - tokens) / rate) + 1000)
-return math.floor(tokens * 1000)
-"""
+    + STORE_LUA
+    + "return {allowed, math.floor(tokens * 1000), retry}\n"
+)
+# Correct after the fact: `cost` (used beyond the charge; negative gives back) is applied
+# whatever is left, so a bucket may go into debt and refuse until it has refilled past it.
+SETTLE_LUA = (
+    REFILL_LUA
+    + "tokens = math.min(burst, tokens - cost)\n"
+    + STORE_LUA
+    + "return math.floor(tokens * 1000)\n"
+)
 
 
 @dataclass(frozen=True, slots=True)
