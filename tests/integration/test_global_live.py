@@ -19,7 +19,7 @@ from support.live import (
     async_wait_for,
     chat_body,
     fake_engines,
-    free_port,
+    free_ports,
     gpuroute_cmd,
     holds,
     http_ok,
@@ -55,8 +55,8 @@ def global_toml(routers: dict[str, tuple[str, int]], geoip: bool, **extra: str) 
 class RegionProcess:
     """A region's router as a child process (so an outage can be a SIGKILL)."""
 
-    def __init__(self, tmp_path, region: str, gpu: str, engine_url: str) -> None:
-        self.region, self.port, self.report_port = region, free_port(), free_port()
+    def __init__(self, tmp_path, region: str, gpu: str, engine_url: str, ports: list[int]) -> None:
+        self.region, (self.port, self.report_port) = region, ports
         self.url = f"http://127.0.0.1:{self.port}"
         self.path = tmp_path / f"router-{region}.toml"
         self.path.write_text(
@@ -85,11 +85,12 @@ class RegionProcess:
 async def three_regions(tmp_path, repo, geoip: bool = True):
     (tmp_path / "regions.toml").write_text((repo / "regions.example.toml").read_text())
     with fake_engines(*((gpu, 1.0) for _, gpu in REGIONS)) as engines:
-        regions = {
-            region: RegionProcess(tmp_path, region, gpu, engine.url)
-            for (region, gpu), engine in zip(REGIONS, engines, strict=True)
-        }
+        regions: dict[str, RegionProcess] = {}
+        ports = free_ports(2 * len(REGIONS))  # all at once: none repeats
         try:
+            for i, ((region, gpu), engine) in enumerate(zip(REGIONS, engines, strict=True)):
+                mine = ports[2 * i : 2 * i + 2]
+                regions[region] = RegionProcess(tmp_path, region, gpu, engine.url, mine)
             (tmp_path / "global.toml").write_text(
                 global_toml({r: (p.url, p.report_port) for r, p in regions.items()}, geoip)
             )

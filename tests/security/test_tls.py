@@ -4,6 +4,7 @@ and the router reaching an https engine that wants the router's own certificate.
 
 from __future__ import annotations
 
+import json
 import ssl
 
 import aiohttp
@@ -72,21 +73,42 @@ async def test_mutual_tls_from_client_to_router_to_engine(tmp_path) -> None:
         await runner.cleanup()
 
 
-async def test_a_router_refuses_an_engine_it_cannot_verify(tmp_path) -> None:
-    ca, stranger = LocalCA(tmp_path), LocalCA(tmp_path, "another-ca")
-    runner, engine_url = await tls_engine(ca, tmp_path)
-    cert, key = stranger.issue("router-client", client=True)
+@pytest.mark.parametrize(
+    ("trusts", "why"),
+    [
+        ("stranger", "CERTIFICATE_VERIFY_FAILED"),  # the engine's CA is not the router's
+        ("ca", None),  # the control: the router trusts the engine's CA, the request is served
+    ],
+    ids=["unverified", "control"],
+)
+async def test_a_router_refuses_an_engine_it_cannot_verify(
+    tmp_path, caplog, trusts: str, why: str | None
+) -> None:
+    """A 502 alone (what any failure gives) proved nothing (issue 30): the router's log
+    must name the certificate failure, and the right CA must let the same request through
+    (the router's own certificate is good in both)."""
+    cas = {"ca": LocalCA(tmp_path), "stranger": LocalCA(tmp_path, "another-ca")}
+    runner, engine_url = await tls_engine(cas["ca"], tmp_path)
+    cert, key = cas["ca"].issue("router-client", client=True)
     text = secure_toml(
         engine_url,
-        engine_tls=f'ca_file = "{stranger.ca_file}"\ncert_file = "{cert}"\nkey_file = "{key}"',
+        engine_tls=f'ca_file = "{cas[trusts].ca_file}"\ncert_file = "{cert}"\nkey_file = "{key}"',
     )
+    caplog.set_level("WARNING", "gpuroute.router")
     try:
         async with router_server(text, tmp_path) as server, aiohttp.ClientSession() as s:
             url = f"http://127.0.0.1:{server.port}/v1/chat/completions"
             async with s.post(url, data=chat(), headers=JSON) as r:
-                assert r.status == 502
+                body = await r.json()
     finally:
         await runner.cleanup()
+    if why is None:
+        assert r.status == 200 and body == ANSWER
+        assert "SSL" not in caplog.text
+    else:
+        assert r.status == 502 and body["error"]["code"] == "upstream_error"
+        assert why in caplog.text, caplog.text
+        assert "ssl" not in json.dumps(body).lower()  # the details are for operators only
 
 
 async def test_agent_load_stream_answers_only_routers_with_a_certificate(tmp_path) -> None:

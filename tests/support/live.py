@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Iterator
 
 import aiohttp
 from gpuroute.testbed.loopback import ROUTER_ON_LOOPBACK
-from gpuroute.testbed.ports import free_port
+from gpuroute.testbed.ports import free_port, free_ports  # noqa: F401 - re-exported
 
 MODEL = "llama-3.1-8b"
 

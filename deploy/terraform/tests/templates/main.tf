@@ -59,7 +59,8 @@ locals {
       { sha256 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", tenant = "acme", residency = null },
       { sha256 = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210", tenant = "acme-eu", residency = ["eu"] },
     ]
-    regions_toml = file("${path.module}/../../../../regions.example.toml")
+    regions_toml    = file("${path.module}/../../../../regions.example.toml")
+    trusted_proxies = ["10.65.0.0/16", "10.64.0.0/16"]
   })
 }
 

@@ -128,3 +128,12 @@ run "admin_ports_ask_for_the_admin_token" {
     error_message = "routers and the global tier bind their admin port off loopback, so it must ask for the admin token"
   }
 }
+
+run "routers_trust_the_global_tiers_forwarding" {
+  command = plan
+
+  assert {
+    condition     = strcontains(output.router, "trusted_proxies = [\"10.65.0.0/16\",\"10.64.0.0/16\"]")
+    error_message = "routers read the client from the global tier's X-Forwarded-For and cap per client, not per global-tier host"
+  }
+}
