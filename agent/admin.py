@@ -20,7 +20,8 @@ from aiohttp import web
 
 from gpuroute.auth import AuthError, bearer
 from gpuroute.config import is_loopback
-from gpuroute.openai_api import error_response, healthz
+from gpuroute.headers import interpreted
+from gpuroute.openai_api import Rejection, error_response, healthz
 
 
 class AgentAdmin:
@@ -63,7 +64,9 @@ class AgentAdmin:
                 return None
             return error_response(403, "admin actions only from loopback", code="forbidden")
         try:
-            key = bearer(request.headers.get("Authorization"))
+            key = bearer(interpreted(request.headers.items()).get("authorization"))
+        except Rejection as rejection:  # a duplicated Authorization, as everywhere
+            return rejection.response()
         except AuthError as exc:
             return error_response(exc.status, exc.message, code=exc.code)
         if key is None or not hmac.compare_digest(key.encode(), self.token.encode()):

@@ -57,6 +57,10 @@ class ResidencyConfig(StrictModel):
     api_keys: dict[str, str] = Field(default_factory=dict)  # sha256(key) hex -> tenant
     # with api_keys set, requests without a key are refused (401) unless this is true
     allow_anonymous: bool = False
+    # true: api_keys lists every key, so one not in it is refused (401) here, before its
+    # body is read; false: a key without residency rules passes to the routers, which
+    # authenticate it
+    refuse_unknown_keys: bool = False
     # signs each request's decision for the region (routers' region.decision_key)
     decision_key: str | None = None
     decision_key_file: str | None = None

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 import orjson
 from aiohttp import web
@@ -27,15 +27,9 @@ from gpuroute.global_.metrics import GlobalMetrics
 from prometheus_client import generate_latest
 
 from gpuroute import runtime
-from gpuroute.admin_guard import admin_guard
+from gpuroute.admin_guard import admin_guards
 from gpuroute.auth import AuthError, bearer, key_digest
-from gpuroute.headers import (
-    FORWARDED_FOR,
-    ROUTER_HEADERS,
-    forwarded_for,
-    interpreted,
-    pass_on,
-)
+from gpuroute.headers import FORWARDED_FOR, interpreted, router_headers
 from gpuroute.openai_api import (
     OPENAI_ROUTES,
     Rejection,
@@ -66,16 +60,6 @@ decision_log = logging.getLogger("gpuroute.global.decisions")
 REGION_HEADER = "x-gpuroute-region"
 RESIDENCY_HEADER = "x-gpuroute-residency"
 TENANT_HEADER = "x-gpuroute-tenant"  # named by an authenticating gateway in trusted_proxies
-
-
-def router_headers(
-    items: Iterable[tuple[str, str]], read: Mapping[str, str], peer: str | None
-) -> dict[str, str]:
-    """What a region's router gets of a request's headers (before the decision): the ones
-    it reads, and X-Forwarded-For with the client appended."""
-    headers = pass_on(items, ROUTER_HEADERS)
-    headers[FORWARDED_FOR] = forwarded_for(read, peer)
-    return headers
 
 
 class GlobalApp:
@@ -118,7 +102,7 @@ class GlobalApp:
         on_public = self.config.admin_on_public_listener
         app = web.Application(
             client_max_size=self.config.limits.max_body_bytes,
-            middlewares=[admin_guard(self.config, "global")] if on_public else [],
+            middlewares=admin_guards(self.config, "global") if on_public else [],
         )
         for route in OPENAI_ROUTES:
             app.router.add_post(route, self.forward)
@@ -179,17 +163,20 @@ class GlobalApp:
         routers parse it), or named by an authenticating gateway in `trusted_proxies`.
         With keys configured, a request with no readable key fails closed (Rejection),
         unless `residency.allow_anonymous`."""
-        keys = self.config.residency.api_keys
+        residency = self.config.residency
+        keys = residency.api_keys
         try:
             key = bearer(headers.get("authorization"))
         except AuthError as exc:
             raise Rejection(exc.status, exc.message, code=exc.code) from None
         if key is not None and (tenant := keys.get(key_digest(key))) is not None:
             return tenant
+        if key is not None and residency.refuse_unknown_keys:
+            raise Rejection(401, "invalid API key", code="invalid_api_key")
         named = headers.get(TENANT_HEADER)
         if named is not None and self.locator.trusted(peer):  # a gateway in front
             return named
-        if keys and key is None and not self.config.residency.allow_anonymous:
+        if keys and key is None and not residency.allow_anonymous:
             raise Rejection(
                 401, "missing API key: send `Authorization: Bearer <key>`", code="invalid_api_key"
             )

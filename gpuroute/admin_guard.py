@@ -17,7 +17,8 @@ from pydantic import model_validator
 
 from gpuroute.auth import AuthError, bearer
 from gpuroute.config import ListenConfig, StrictModel
-from gpuroute.openai_api import error_response
+from gpuroute.headers import interpreted
+from gpuroute.openai_api import Rejection, error_response
 from gpuroute.secrets import check_forms, read_secret
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
@@ -60,12 +61,17 @@ def admin_placement(
         )
 
 
-def admin_guard(access: AdminAccess, where: str) -> Callable[[web.Request, Handler], Awaitable]:
-    """Middleware that asks for the admin token on `/metrics` and `/admin/*` (nothing else
-    is touched, so it may sit on a public app that carries admin routes). Without a
-    token configured it lets everything through: the listener is on loopback then."""
+Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
+
+
+def admin_guards(access: AdminAccess, where: str) -> list[Middleware]:
+    """The middleware that asks for the admin token on `/metrics` and `/admin/*` (nothing
+    else is touched, so it may sit on a public app that carries admin routes); none when
+    no token is configured (the listener is on loopback then, and requests pay nothing)."""
     token = read_secret(access, "admin_token", where)
-    secret = None if token is None else token.encode()
+    if token is None:
+        return []
+    secret = token.encode()
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -73,14 +79,16 @@ def admin_guard(access: AdminAccess, where: str) -> Callable[[web.Request, Handl
         guarded = path.startswith("/admin") or (
             path == "/metrics" and not access.admin_metrics_open
         )
-        if secret is None or not guarded or path in OPEN_PATHS:
+        if not guarded or path in OPEN_PATHS:
             return await handler(request)
         try:
-            key = bearer(request.headers.get("Authorization"))
+            key = bearer(interpreted(request.headers.items()).get("authorization"))
+        except Rejection as rejection:  # a duplicated Authorization, as everywhere
+            return rejection.response()
         except AuthError as exc:
             return error_response(exc.status, exc.message, code=exc.code)
         if key is None or not hmac.compare_digest(key.encode(), secret):
             return error_response(401, "admin token required", code="invalid_admin_token")
         return await handler(request)
 
-    return guard
+    return [guard]

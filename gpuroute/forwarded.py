@@ -38,6 +38,15 @@ def parse_hop(entry: str | None) -> IpAddress | None:
     return ip
 
 
+def client_key(address: str) -> str:
+    """What per-client limits count: an IPv4 address, or an IPv6 address's /64 (a host
+    gets a whole /64 and can rotate through it at will)."""
+    ip = parse_hop(address)
+    if isinstance(ip, ipaddress.IPv6Address):
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return address if ip is None else str(ip)
+
+
 class TrustedProxies:
     """The networks whose X-Forwarded-For entries (and `x-gpuroute-tenant`) count."""
 

@@ -15,7 +15,7 @@ allow-listed headers `pass_on` keeps, never the caller's copies of the ones they
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from gpuroute.openai_api import Rejection, clip
 
@@ -24,15 +24,16 @@ SINGLE_VALUED = frozenset({"authorization", "x-session-id"})
 LIST_VALUED = frozenset({"x-forwarded-for"})
 FORWARDED_FOR = "x-forwarded-for"
 
-# What an engine needs to answer: the body's type, what the client accepts, and the ids
-# that tie its logs and traces to ours. Never a client's key, cookies, our own control
+# What an engine needs to answer: the body's type, what the client accepts, and the trace
+# context that ties its spans to ours. Never a client's key, cookies, our own control
 # headers, or forwarding headers the client wrote (the router composes X-Forwarded-For).
-ENGINE_HEADERS = frozenset(
-    {"content-type", "accept", "user-agent", "x-request-id", "traceparent", "tracestate"}
-)
+# Not a client's X-Request-Id either: some vLLM versions take it as the request's unique
+# key, so one tenant's id could collide with (and abort) another's.
+ENGINE_HEADERS = frozenset({"content-type", "accept", "user-agent", "traceparent", "tracestate"})
 # What a regional router reads of a request, besides what an engine gets.
 ROUTER_HEADERS = ENGINE_HEADERS | frozenset(
     {
+        "x-request-id",
         "authorization",
         "x-session-id",
         "x-gpuroute-session",
@@ -44,8 +45,18 @@ ROUTER_HEADERS = ENGINE_HEADERS | frozenset(
 
 
 NEVER_TO_ENGINES = frozenset(
-    {"authorization", "cookie", "host", "content-length", "transfer-encoding", "connection"}
-)
+    {
+        # credentials
+        "authorization", "proxy-authorization", "cookie",
+        # framing and hop-by-hop (RFC 9110 §7.6.1): the upstream client writes its own
+        "host", "content-length", "transfer-encoding", "connection", "keep-alive", "te",
+        "trailer", "upgrade", "expect", "proxy-connection",
+        # the body arrives decoded: a Content-Encoding would make an engine fail on it
+        "content-encoding",
+        # forwarding: composed by each hop, never a client's
+        "forwarded", "x-forwarded-host", "x-forwarded-proto", "x-real-ip",
+    }
+)  # fmt: skip
 
 
 def engine_header(name: str) -> str:
@@ -90,9 +101,19 @@ def pass_on(items: Iterable[tuple[str, str]], allowed: frozenset[str]) -> dict[s
     return out
 
 
-def forwarded_for(read: dict[str, str], peer: str | None) -> str:
+def forwarded_for(read: Mapping[str, str], peer: str | None) -> str:
     """X-Forwarded-For for the next hop: what arrived (all lines, joined) with the peer
     that sent it appended, as every proxy in the chain does."""
     before = read.get(FORWARDED_FOR)
     peer = peer or "unknown"
     return f"{before}, {peer}" if before else peer
+
+
+def router_headers(
+    items: Iterable[tuple[str, str]], read: Mapping[str, str], peer: str | None
+) -> dict[str, str]:
+    """What a region's router gets of a request's headers (before the decision): the ones
+    it reads, and X-Forwarded-For with the client appended."""
+    headers = pass_on(items, ROUTER_HEADERS)
+    headers[FORWARDED_FOR] = forwarded_for(read, peer)
+    return headers

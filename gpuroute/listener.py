@@ -17,19 +17,19 @@ import asyncio
 import logging
 import ssl
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from gpuroute.forwarded import TrustedProxies
+from gpuroute.forwarded import TrustedProxies, client_key
 from gpuroute.openai_api import error_response
 
 log = logging.getLogger("gpuroute.listener")
 
 
 class ConnectionCap:
-    """Open connections (or requests) per client address, refused beyond `per_ip`;
-    addresses in `exempt` are never counted."""
+    """Open connections (or requests) per client address (an IPv6 client's /64), refused
+    beyond `per_ip`; addresses in `exempt` are never counted."""
 
     def __init__(self, per_ip: int, exempt: TrustedProxies | None = None) -> None:
         self.per_ip = per_ip
@@ -39,27 +39,34 @@ class ConnectionCap:
     def acquire(self, address: str) -> bool:
         if self.exempt and self.exempt.trusts(address):
             return True
-        if self.open[address] >= self.per_ip:
+        key = client_key(address)
+        if self.open[key] >= self.per_ip:
             return False
-        self.open[address] += 1
+        self.open[key] += 1
         return True
 
     def release(self, address: str) -> None:
-        if address not in self.open:
+        key = client_key(address)
+        if key not in self.open:
             return  # exempt, never counted
-        self.open[address] -= 1
-        if self.open[address] <= 0:
-            del self.open[address]
+        self.open[key] -= 1
+        if self.open[key] <= 0:
+            del self.open[key]
 
 
-def forwarded_client_cap(proxies: TrustedProxies, per_client: int) -> Callable:
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def forwarded_client_cap(
+    proxies: TrustedProxies, per_client: int
+) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
     """Middleware: a request through a trusted proxy counts against the client its
     X-Forwarded-For names (every line, walked from the right as both tiers walk it); past
     `per_client` in flight, 429."""
     cap = ConnectionCap(per_client)
 
     @web.middleware
-    async def guard(request: web.Request, handler: Callable) -> web.StreamResponse:
+    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         if not proxies.trusts(request.remote):
             return await handler(request)
         chain = ", ".join(request.headers.getall("X-Forwarded-For", ()))

@@ -13,16 +13,16 @@ leading hashes mean an equal prefix, as in vLLM's block hashing."""
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Any
+
+import orjson
 
 from gpuroute.prefix_blocks import BLOCK_TOKENS
 
 CHARS_PER_TOKEN = 4
 BLOCK_CHARS = BLOCK_TOKENS * CHARS_PER_TOKEN
-
-
 IMAGE_TOKENS = 1024  # an image or audio part, whatever its size (a tile of most VLMs is less)
+MEDIA_PARTS = frozenset({"image_url", "input_image", "image", "input_audio", "audio_url"})
 
 
 def estimate_tokens(text: str) -> int:
@@ -78,9 +78,6 @@ def _message_tokens(message: dict[str, Any]) -> int:
     return total
 
 
-MEDIA_PARTS = frozenset({"image_url", "input_image", "image", "input_audio", "audio_url"})
-
-
 def _input_tokens(value: Any) -> int:
     if isinstance(value, str):
         return estimate_tokens(value)
@@ -93,8 +90,8 @@ def _input_tokens(value: Any) -> int:
 
 def _json(value: Any) -> str:
     try:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    except (TypeError, ValueError):
+        return orjson.dumps(value).decode()
+    except (TypeError, orjson.JSONEncodeError):
         return ""
 
 

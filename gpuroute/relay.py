@@ -40,6 +40,7 @@ SKELETON_LOOKS = 4  # chunks searched for an event with text before a stream is 
 COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
 TAIL_BYTES = 1024
+BYTES_PER_TOKEN = 4  # a stream's text without usage: OpenAI's rule of thumb for English
 
 
 class RelayedResponse(web.StreamResponse):
@@ -110,15 +111,19 @@ class ResponseTally:
         return 0
 
     def used_tokens(self, streamed: bool, prompt_estimate: int) -> int | None:
-        """What the request cost in tokens: the engine's usage (prompt + completion) when it
-        reported one; for a stream without it, the prompt as estimated and a token per
-        content event; None when nobody can tell (a whole answer without usage)."""
+        """What the request cost in tokens: the engine's usage (prompt, and completion if
+        any) when it reported one; for a stream without it, the prompt as estimated and
+        its answer at one token an event or 4 bytes of text a token, whichever is more (an
+        engine may pack several tokens into an event); None when nobody can tell (a whole
+        answer without usage)."""
         completion = COMPLETION_TOKENS.findall(self.tail)
-        if completion:
-            prompt = PROMPT_TOKENS.findall(self.tail)
-            return (int(prompt[-1]) if prompt else prompt_estimate) + int(completion[-1])
+        prompt = PROMPT_TOKENS.findall(self.tail)
+        if completion or prompt:
+            used = int(prompt[-1]) if prompt else prompt_estimate
+            return used + (int(completion[-1]) if completion else 0)
         if streamed:
-            return prompt_estimate + self.output_tokens(streamed=True)
+            events = self.output_tokens(streamed=True)
+            return prompt_estimate + max(events, self.content // BYTES_PER_TOKEN)
         return None
 
 
@@ -268,7 +273,7 @@ async def _relay_chunks(
         try:
             chunk = await upstream.content.readany()
         except UPSTREAM_ERRORS as exc:
-            await end_truncated(request, client.response, streamed, broken_message(exc))
+            await end_truncated(request, client, streamed, broken_message(exc))
             return Relayed(RelayEnd.UPSTREAM_BROKE, tally, streamed, exc)
         if not chunk:
             return None
@@ -292,17 +297,20 @@ def _client_gone(response: web.StreamResponse, tally: ResponseTally, streamed: b
 
 
 async def end_truncated(
-    request: web.Request, response: web.StreamResponse, streamed: bool, message: str
+    request: web.Request, client: ClientWriter, streamed: bool, message: str
 ) -> None:
     """A truncated answer must never look complete."""
     if streamed:
-        with contextlib.suppress(ConnectionError, RuntimeError):
-            await response.write(sse_error(502, message, code="upstream_stream_error"))
-            await response.write(SSE_DONE)
-            await response.write_eof()
+        try:
+            await client.write(sse_error(502, message, code="upstream_stream_error") + SSE_DONE)
+            await client.write_eof()
+        except (ConnectionError, RuntimeError):
+            pass
+        except TimeoutError:  # behind as well: it gets the cut, not the event
+            client.cut_off()
         return
     # Without the terminating chunk (the body is chunked: Content-Length is never
     # forwarded) the client sees an incomplete body, never a short complete one.
-    response.force_close()
+    client.response.force_close()
     if request.transport is not None:
         request.transport.close()

@@ -27,6 +27,7 @@ ANYWHERE = "*"
 NO_KEY = "-"
 DEFAULT_TTL_S = 10  # covers the hop and clock skew; the router checks it on arrival
 MAX_TTL_S = 60
+CLOCK_SKEW_S = 5  # between the tiers' clocks, tolerated on top of MAX_TTL_S
 
 
 class DecisionError(ValueError):
@@ -83,5 +84,7 @@ def verify(value: str, key: bytes, now: float) -> Decision:
         raise DecisionError("malformed residency decision") from None
     if now > expires:
         raise DecisionError("expired residency decision")
+    if expires > now + MAX_TTL_S + CLOCK_SKEW_S:  # a clock far ahead would mint tokens
+        raise DecisionError("residency decision valid for longer than any global tier signs")
     places = None if parts[1] == ANYWHERE else frozenset(parts[1].split(","))
     return Decision(places, expires, parts[3], parts[4])

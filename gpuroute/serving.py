@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from gpuroute.admin_guard import admin_guard
+from gpuroute.admin_guard import admin_guards
 from gpuroute.forwarded import TrustedProxies
 from gpuroute.http_errors import answer_parse_errors_as_openai
 from gpuroute.listener import ConnectionCap, GuardedSite, forwarded_client_cap
@@ -133,8 +133,8 @@ class DrainingServer:
         """Liveness, readiness, metrics and admin on their own listener, off the public port
         (the admin token asked for there; a worker's, on its private socket, answers only
         the parent, which asks for the token on the one admin listener)."""
-        guard = [] if self.worker is not None else [admin_guard(self.servable.config, self.tier)]
-        app = web.Application(middlewares=guard)
+        guards = [] if self.worker is not None else admin_guards(self.servable.config, self.tier)
+        app = web.Application(middlewares=guards)
         app.on_response_prepare.append(name_server)
         app.router.add_get("/healthz", healthz)
         app.router.add_get("/readyz", self.servable.readyz)

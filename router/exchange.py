@@ -8,6 +8,25 @@ from aiohttp import web
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.request import RequestInfo
 
+from gpuroute.relay import ResponseTally
+
+
+@dataclass(slots=True)
+class Answer:
+    """What an engine's answer, relayed to the client, says about its cost."""
+
+    status: int
+    streamed: bool
+    tally: ResponseTally
+
+    def used_tokens(self, prompt_estimate: int) -> int | None:
+        """Tokens it used: the engine's usage, else a stream's estimate; an error answer
+        without usage used none; None when a whole answer does not say."""
+        used = self.tally.used_tokens(self.streamed, prompt_estimate)
+        if used is None and self.status >= 400:
+            return 0
+        return used
+
 
 @dataclass(slots=True)
 class Exchange:
@@ -25,4 +44,4 @@ class Exchange:
     suspects: list[Backend] = field(default_factory=list)
     dispatched: float = 0.0  # when the current attempt was sent
     first_at: float | None = None  # when its first bytes reached the client
-    used_tokens: int | None = None  # what the answer cost (usage, or a stream's estimate)
+    answer: Answer | None = None  # the answer relayed to the client, if one was

@@ -24,7 +24,7 @@ from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.core.retry import Attempts, FailureKind, RetryBudget, RetrySettings, Verdict
 from gpuroute.router.core.scheduler import Outcome, Scheduler
 from gpuroute.router.decision_log import DecisionLog
-from gpuroute.router.exchange import Exchange
+from gpuroute.router.exchange import Answer, Exchange
 from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.sessions import SessionStore
 from gpuroute.router.slo_gate import SloGate
@@ -217,9 +217,11 @@ class Forwarder:
         else:
             self.settle(info, backend, ok=False, fatal=kind.fatal)
 
-    def _client_gone(self, info: RequestInfo) -> None:
-        """The client left: release the booking with no verdict on the backend."""
-        self.metrics.client_disconnects.inc()
+    def _client_gone(self, info: RequestInfo, counted: bool = False) -> None:
+        """The client left (or was cut off, `counted` elsewhere): release the booking with
+        no verdict on the backend."""
+        if not counted:
+            self.metrics.client_disconnects.inc()
         self.scheduler.release(info.request_id)
         self.watch.forget(info.request_id)
 
@@ -306,13 +308,13 @@ class Forwarder:
             tally=tally,
             write_timeout_s=self.write_timeout_s,
         )
-        exchange.used_tokens = tally.used_tokens(relayed.streamed, info.prompt_tokens)
+        exchange.answer = Answer(upstream.status, relayed.streamed, tally)
         if relayed.end is RelayEnd.CLIENT_TOO_SLOW:
             self.metrics.client_write_timeouts.inc()
             log.info("request %s: client behind for %.0f s, cut off", info.request_id,
                      self.write_timeout_s)  # fmt: skip
         if relayed.end in (RelayEnd.CLIENT_GONE, RelayEnd.CLIENT_TOO_SLOW):
-            self._client_gone(info)
+            self._client_gone(info, counted=relayed.end is RelayEnd.CLIENT_TOO_SLOW)
             return response
         if relayed.end is RelayEnd.UPSTREAM_BROKE:
             assert relayed.error is not None

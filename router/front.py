@@ -14,6 +14,7 @@ from gpuroute.router.admission_gate import AdmissionGate
 from gpuroute.router.config import RouterConfig
 from gpuroute.router.core.backend import BackendSet
 from gpuroute.router.core.request import RequestInfo
+from gpuroute.router.exchange import Answer
 from gpuroute.router.forward import NO_BACKEND
 from gpuroute.router.quotas import KeyPolicy
 from gpuroute.router.request_parse import (
@@ -39,7 +40,6 @@ class Admitted:
     parsed: ParsedRequest
     raw: bytes
     headers: Mapping[str, str]
-    client: str | None  # the client's address, behind trusted proxies
     key: KeyPolicy  # the caller's key (or the anonymous tenant's)
     charged_tokens: int  # taken from its token quota at admission, settled at the end
 
@@ -70,7 +70,8 @@ class Front:
         Rejection. Once admitted, `release(info)` must follow however the request ends.
         `arrival` starts its TTFT clock."""
         headers = interpreted(request.headers.items())  # the only reading of them
-        await self.residency.check(headers)
+        if self.residency.checks:
+            await self.residency.check(headers)
         key = self.tenants.identify(headers)
         raw = await read_body(request, self.config.limits)
         parsed = self._parse(headers, route, raw)
@@ -85,22 +86,21 @@ class Front:
         tokens = self.token_charge(key, parsed)
         explicit = PRIORITY_HEADER in headers
         await self._charge_and_queue(key, info, tokens, parsed.deadline_s, explicit)
-        client = self.client(headers, request.remote)
-        return Admitted(parsed, raw, headers, client, key, tokens)
+        return Admitted(parsed, raw, headers, key, tokens)
 
     async def admit_other(self, request: web.Request) -> Admitted:
         """An allow-listed passthrough request: key, body, quota and queue as above (its
         tokens estimated from the body's size, since its shape is not ours to parse)."""
         headers = interpreted(request.headers.items())
-        await self.residency.check(headers)
+        if self.residency.checks:
+            await self.residency.check(headers)
         key = self.tenants.identify(headers)
         raw = await read_body(request, self.config.limits)
         priority = self.config.admission.default_priority
         info = RequestInfo(next(self._ids), "", max(1, len(raw) // 4), priority=priority)
         tokens = info.prompt_tokens
         await self._charge_and_queue(key, info, tokens, None, False)
-        client = self.client(headers, request.remote)
-        return Admitted(ParsedRequest(info, False, None), raw, headers, client, key, tokens)
+        return Admitted(ParsedRequest(info, False, None), raw, headers, key, tokens)
 
     def token_charge(self, key: KeyPolicy, parsed: ParsedRequest) -> int:
         """What a request is charged at admission: its prompt, and each answer it asks for
@@ -132,16 +132,22 @@ class Front:
         await self.tenants.charge(key, info, tokens, explicit)
         try:
             await self.gate.admit(info, deadline_s)
-        except BaseException:  # shed, or the client left while queued
+        except BaseException:  # shed, or the client left while queued: nothing ran
             self.tenants.release(info)
+            self.tenants.settle(key, -tokens)
             raise
 
-    def release(self, admitted: Admitted, used_tokens: int | None) -> None:
+    def release(self, admitted: Admitted, answer: Answer | None) -> None:
         """The request ended: its in-flight slot back, and its token charge settled against
-        `used_tokens` (None: nobody can tell what it used; the charge stands)."""
+        what its answer used (no answer relayed: nothing; an answer that cannot tell:
+        the charge stands)."""
         self.tenants.release(admitted.parsed.info)
-        if used_tokens is not None:
-            self.tenants.settle(admitted.key, used_tokens - admitted.charged_tokens)
+        key = admitted.key
+        if key.tokens_per_minute is None:
+            return  # read no usage where no quota needs it (the relay's hot path)
+        used = 0 if answer is None else answer.used_tokens(admitted.parsed.info.prompt_tokens)
+        if used is not None:
+            self.tenants.settle(key, used - admitted.charged_tokens)
 
     def _parse(self, headers: Mapping[str, str], route: str, raw: bytes) -> ParsedRequest:
         admission = self.config.admission

@@ -14,13 +14,19 @@ from collections.abc import Callable
 from aiohttp import web
 from gpuroute.router.admission_gate import AdmissionGate
 from gpuroute.router.core.backend import BackendState
-from gpuroute.router.exchange import Exchange
+from gpuroute.router.exchange import Answer, Exchange
 from gpuroute.router.forward import Forwarder
 from gpuroute.router.front import Admitted, Front
 from gpuroute.router.metrics import RouterMetrics
 
 from gpuroute.openai_api import Rejection, error_response
-from gpuroute.relay import RESPONSE_DROP, UPSTREAM_ERRORS, forward_headers
+from gpuroute.relay import (
+    RESPONSE_DROP,
+    UPSTREAM_ERRORS,
+    ResponseTally,
+    forward_headers,
+    is_event_stream,
+)
 
 log = logging.getLogger("gpuroute.router")
 
@@ -88,7 +94,7 @@ class Proxy:
         except Rejection as rejection:  # SLO-aware admission refused it while held
             return rejection.response()
         finally:
-            self.front.release(admitted, None if exchange is None else exchange.used_tokens)
+            self.front.release(admitted, None if exchange is None else exchange.answer)
             self.gate.pump()
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
@@ -98,13 +104,18 @@ class Proxy:
             admitted = await self.front.admit_other(request)
         except Rejection as rejection:
             return rejection.response()
+        answered: list[Answer] = []
         try:
-            return await self._pass(request, admitted)
+            return await self._pass(request, admitted, answered)
         finally:
-            self.front.release(admitted, None)
+            self.front.release(admitted, answered[0] if answered else None)
             self.gate.pump()
 
-    async def _pass(self, request: web.Request, admitted: Admitted) -> web.StreamResponse:
+    async def _pass(
+        self, request: web.Request, admitted: Admitted, answered: list[Answer]
+    ) -> web.StreamResponse:
+        """Forward as it came; what came back goes into `answered` (its usage settles the
+        tenant's token charge, as on the OpenAI routes)."""
         scheduler = self.forwarder.scheduler
         ready = [b for b in scheduler.backends if b.state is BackendState.READY]
         if not ready:
@@ -123,6 +134,9 @@ class Proxy:
             async with upstream:
                 body = await upstream.read()
                 headers = forward_headers(upstream.headers.items(), RESPONSE_DROP)
+                tally = ResponseTally()
+                tally.add(body)
+                answered.append(Answer(upstream.status, is_event_stream(upstream), tally))
                 return web.Response(status=upstream.status, body=body, headers=headers)
         except UPSTREAM_ERRORS as exc:
             log.warning("passthrough to %s failed: %r", backend.backend_id, exc)

@@ -100,7 +100,8 @@ def parse_request(
         prefix_blocks=prefix_blocks(text) if with_prefix_blocks else (),
         priority=priority,
     )
-    return ParsedRequest(info, stream, deadline_s, choices * prompts_in(body))
+    outputs = 0 if path == "/v1/embeddings" else choices * prompts_in(body)  # no answer text
+    return ParsedRequest(info, stream, deadline_s, outputs)
 
 
 def _session(headers: Mapping[str, str], body: dict) -> str | None:

@@ -45,6 +45,11 @@ class ResidencyGate:
         self.used = ReplayGuard()
         self._redis_down_until = 0.0
 
+    @property
+    def checks(self) -> bool:
+        """Is there anything to check (a decision key)? Callers skip `check` otherwise."""
+        return self.key is not None
+
     async def check(self, headers: Mapping[str, str]) -> None:
         """Rejection (403) unless the request may be served here."""
         if self.key is None:
@@ -60,7 +65,7 @@ class ResidencyGate:
             decision = verify(value, self.key, now)
         except DecisionError as exc:
             self._refuse("invalid", str(exc), "invalid_residency_decision")
-        if decision.key != _binding(headers):
+        if decision.key != _binding(headers):  # AuthError first for a key that is no key
             message = "residency decision was made for another API key"
             self._refuse("other_key", message, "invalid_residency_decision")
         allowed = decision.jurisdictions
@@ -97,9 +102,9 @@ class ResidencyGate:
 
 
 def _binding(headers: Mapping[str, str]) -> str:
-    """The request's key as a decision names it; a header that is no key binds to none
-    (the key check that follows answers it)."""
+    """The request's key as a decision names it; Rejection (400, 401) for a header that
+    is no key, as the key check would answer it."""
     try:
         return key_binding(bearer(headers.get("authorization")))
-    except AuthError:
-        return "?"
+    except AuthError as exc:
+        raise Rejection(exc.status, exc.message, code=exc.code) from None

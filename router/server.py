@@ -41,7 +41,7 @@ from gpuroute.router.watch import BackendWatch
 from gpuroute.router.worker_board import MemoryBoard
 from gpuroute.router.workers import WorkerRole
 
-from gpuroute.admin_guard import admin_guard
+from gpuroute.admin_guard import admin_guards
 from gpuroute.grpc_server import server_credentials
 from gpuroute.headers import ENGINE_HEADERS, interpreted
 from gpuroute.openai_api import (
@@ -214,7 +214,7 @@ class RouterApp:
         on_public = self.config.admin_on_public_listener
         app = web.Application(
             client_max_size=self.config.limits.max_body_bytes,
-            middlewares=[admin_guard(self.config, "router")] if on_public else [],
+            middlewares=admin_guards(self.config, "router") if on_public else [],
         )
         for route in OPENAI_ROUTES:
             app.router.add_post(route, self.proxy.openai)
@@ -300,6 +300,7 @@ class RouterApp:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
         await self.forwarder.close()
+        await self.proxy.front.tenants.close()
         if self.redis is not None:
             await self.redis.aclose()
 

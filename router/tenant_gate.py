@@ -99,6 +99,12 @@ class TenantGate:
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)
 
+    async def close(self, timeout_s: float = 2.0) -> None:
+        """Let quota corrections still on their way land (a drain's last answers), for a
+        bounded time: a debt lost here is a tenant over its quota."""
+        if self._settling:
+            await asyncio.wait(set(self._settling), timeout=timeout_s)
+
     def release(self, info: RequestInfo) -> None:
         """The request ended (any way at all): its tenant has one fewer in flight."""
         tenant = self._holding.pop(info.request_id, None)

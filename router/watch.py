@@ -16,16 +16,16 @@ from gpuroute.router.core.scheduler import Scheduler
 from gpuroute.router.core.slowness import SlownessTracker, should_rescue
 from gpuroute.router.priors import GpuPriors
 
-from gpuroute.relay import ResponseTally
+from gpuroute.relay import BYTES_PER_TOKEN, ResponseTally
 
 # Streams are timed over windows of this length: over less, when a prefill's stall happened
 # to land says more than the GPU's speed (8-token windows read healthy engines on the code
 # trace as many times slow).
 PACE_WINDOW_S = 2.0
 PACE_TOKENS = 8  # nor less than this many tokens' expected time
-# Streamed text is counted in bytes (ResponseTally.content); this turns bytes into tokens.
-# Paces are compared only with each other, so it need not be exact, only the same for all.
-BYTES_PER_TOKEN = 4.0
+# Streamed text is counted in bytes (ResponseTally.content); BYTES_PER_TOKEN (the relay's)
+# turns bytes into tokens. Paces are compared only with each other, so it need not be
+# exact, only the same for all.
 
 
 @dataclass(slots=True)

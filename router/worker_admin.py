@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpuroute.admin_guard import Middleware
 from gpuroute.openai_api import error_response, healthz
 
 ASK_TIMEOUT_S = 5.0
@@ -85,7 +86,7 @@ class WorkerAdmin:
     ) -> None:
         self.sockets, self.status, self.unready = sockets, status, unready
 
-    def app(self, *middlewares) -> web.Application:
+    def app(self, middlewares: Sequence[Middleware] = ()) -> web.Application:
         app = web.Application(middlewares=middlewares)
         app.router.add_get("/healthz", healthz)
         app.router.add_get("/readyz", self.readyz)

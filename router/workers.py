@@ -27,7 +27,7 @@ from gpuroute.router.worker_admin import WorkerAdmin
 from gpuroute.router.worker_board import create_board
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from gpuroute.admin_guard import admin_guard
+from gpuroute.admin_guard import admin_guards
 from gpuroute.tls import server_context
 
 log = logging.getLogger("gpuroute.router.workers")
@@ -194,7 +194,7 @@ class Supervisor:
             self.status,
             self.unready,
         )
-        runner = web.AppRunner(admin.app(admin_guard(self.config, "router")), access_log=None)
+        runner = web.AppRunner(admin.app(admin_guards(self.config, "router")), access_log=None)
         try:
             reservation = reserve_port(listen.host, listen.port)  # OSError: a clear exit 1
         except OSError:

@@ -211,6 +211,9 @@ class EngineModel:
         self._advance(now)
         if req in self.waiting:
             self.waiting.remove(req)
+            if self.prefilling is None:  # it may have been the head that waited for KV
+                self._start_next(now)
+                self._reschedule(now)
             return True
         if req is self.prefilling:
             self.prefilling = None

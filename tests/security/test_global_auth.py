@@ -78,22 +78,27 @@ async def test_who_is_asking_comes_before_the_body(tmp_path) -> None:
 
     from support.global_tier import global_tier
 
-    extra = f'[residency]\napi_keys = {{ "{key_digest(EU_KEY)}" = "acme-eu" }}\n'
+    extra = (
+        f'[residency]\napi_keys = {{ "{key_digest(EU_KEY)}" = "acme-eu" }}\n'
+        "refuse_unknown_keys = true\n"  # api_keys lists every key: a junk one is refused too
+    )
     async with global_tier(tmp_path, "http://127.0.0.1:9", extra) as (url, _app):
         port = int(url.rsplit(":", 1)[1])
 
-        def send_a_head_and_a_little() -> bytes:
+        def send_a_head_and_a_little(key_line: bytes) -> bytes:
             with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
                 s.sendall(
                     b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-                    b"Content-Type: application/json\r\nContent-Length: 8000000\r\n\r\n"
+                    + key_line
+                    + b"Content-Type: application/json\r\nContent-Length: 8000000\r\n\r\n"
                     + b"["
                     + b"{}," * 1000
                 )  # the other 7.99 MB never come
                 return s.recv(4096)
 
-        answer = await asyncio.to_thread(send_a_head_and_a_little)
-    assert answer.startswith(b"HTTP/1.1 401"), answer[:80]
+        for key_line in (b"", b"Authorization: Bearer junk\r\n"):
+            answer = await asyncio.to_thread(send_a_head_and_a_little, key_line)
+            assert answer.startswith(b"HTTP/1.1 401"), (key_line, answer[:80])
 
 
 @pytest.mark.asyncio

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from gpuroute.global_.config import load_global_config
-from gpuroute.global_.server import GlobalApp, router_headers
+from gpuroute.global_.server import GlobalApp
 from gpuroute.router.config import load_router_config
 from gpuroute.router.server import RouterApp
 from hypothesis import HealthCheck, given, settings
@@ -26,7 +26,7 @@ from support_security import chat, post_raw
 from support_tiers import EU_KEY, KEY, global_residency, router_sections, two_regions
 
 from gpuroute.forwarded import parse_hop
-from gpuroute.headers import interpreted
+from gpuroute.headers import interpreted, router_headers
 from gpuroute.openai_api import Rejection
 
 GLOBAL_ADDRESS = "192.0.2.10"  # where the router sees the global tier's requests from

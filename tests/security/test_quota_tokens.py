@@ -145,3 +145,52 @@ async def test_a_token_quota_holds_on_what_engines_report(tmp_path, with_redis: 
     used = sum(engine.used)
     assert served > 50, served
     assert 0.9 * allowance <= used <= 1.1 * allowance, (used, allowance, served)
+
+
+class EmbeddingEngine:
+    """Answers embeddings with the usage vLLM reports for them (no completion tokens)."""
+
+    async def __call__(self, request: web.Request) -> web.Response:
+        body = json.loads(await request.read())
+        if body["input"].startswith("fail"):
+            return web.json_response({"error": "engine failure"}, status=500)
+        tokens = len(body["input"]) // 4
+        usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+        return web.json_response({"object": "list", "data": [], "usage": usage})
+
+
+@pytest.mark.asyncio
+async def test_embeddings_and_refused_requests_cost_what_they_used(tmp_path) -> None:
+    """An embedding generates nothing, and a request that no engine answered used
+    nothing: neither may keep an answer's charge."""
+    async with scripted_backend(EmbeddingEngine()) as url:
+        text = secure_toml(url, auth=keys_section("tokens_per_minute = 3000"))
+        async with router_server(text, tmp_path) as server, aiohttp.ClientSession() as s:
+            base = f"http://127.0.0.1:{server.port}/v1/embeddings"
+            statuses = []
+            for _ in range(20):  # 20 x 100 tokens under 3,000 a minute
+                body = {"model": MODEL, "input": "x" * 400}
+                async with s.post(base, json=body, headers=AUTH) as r:
+                    statuses.append(r.status)
+            assert statuses == [200] * 20
+            for _ in range(5):  # 3,000 tokens' worth of requests that no engine answered
+                body = {"model": MODEL, "input": "fail" + "x" * 2396}
+                async with s.post(base, json=body, headers=AUTH) as r:
+                    assert r.status == 502
+            async with s.post(base, json={"model": MODEL, "input": "x" * 400}, headers=AUTH) as r:
+                assert r.status == 200
+
+
+def test_a_stream_that_packs_tokens_into_events_is_counted_by_its_text() -> None:
+    from gpuroute.relay import ResponseTally
+
+    tally = ResponseTally(size_text=True)
+    text = "word " * 40  # 200 bytes in one event: about 50 tokens, not 1
+    for chunk in (
+        b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n',
+        b'data: {"choices":[{"delta":{"content":"' + text.encode() + b'"}}]}\n\n',
+        b'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}\n\n',
+        b"data: [DONE]\n\n",
+    ):
+        tally.add(chunk)
+    assert tally.used_tokens(streamed=True, prompt_estimate=10) >= 10 + 45

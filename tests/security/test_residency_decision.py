@@ -90,6 +90,8 @@ async def test_a_router_serves_only_what_the_global_tier_let_through(tmp_path) -
                  "invalid_residency_decision"),  # expired: 10 s by default
                 (auth(KEY, sign(EU, SECRET, now, api_key=KEY)), 200, None),
                 (auth(KEY, sign(None, SECRET, now, api_key=KEY)), 200, None),
+                ({**JSON, "Authorization": "Basic x", HEADER: sign(EU, SECRET, now, api_key=KEY)},
+                 401, "invalid_api_key"),  # no key at all: the key's error, not "another key"
             ]  # fmt: skip
             async with aiohttp.ClientSession() as s:
                 for headers, status, code in cases:

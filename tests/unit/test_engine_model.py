@@ -200,3 +200,19 @@ def test_an_aborted_request_frees_its_place_at_once(chunked: bool) -> None:
     assert engine.next_event_time() is None
     assert not engine.abort(reqs[1], t + 0.02)  # gone already
     assert engine.num_running == 0 and engine.num_waiting == 0
+
+
+def test_aborting_the_request_at_the_head_lets_the_next_one_in() -> None:
+    """The head of the queue waits for KV; aborting it must start the next that fits."""
+    engine = EngineModel(params("L4"))
+    most = int(engine.kv_capacity * 0.6)
+    first = EngineRequest(0, most - 100, 100, 0.0)
+    head = EngineRequest(1, most - 100, 100, 0.0)  # does not fit beside `first`
+    small = EngineRequest(2, 100, 10, 0.0)
+    for req in (first, head, small):
+        engine.submit(req, 0.0)
+    t = engine.next_event_time()
+    engine.on_event(t)  # first prefilled and decoding; head still waits for KV
+    assert engine.prefilling is None and list(engine.waiting) == [head, small]
+    assert engine.abort(head, t)
+    assert engine.prefilling is small and not engine.waiting

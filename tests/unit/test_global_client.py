@@ -86,3 +86,18 @@ def test_a_country_database_is_a_clear_unplaced_reason_not_a_crash() -> None:
         assert place.location is None and "GeoIP lookup failed" in place.why_unplaced
     finally:
         loc.close()
+
+
+def test_per_client_limits_count_an_ipv6_clients_whole_64() -> None:
+    """A host gets a /64 and may rotate through it: each address its own client would
+    make a per-client cap no cap at all."""
+    from gpuroute.listener import ConnectionCap
+
+    cap = ConnectionCap(2)
+    assert cap.acquire("2001:db8:1:2::1") and cap.acquire("2001:db8:1:2:ffff::9")
+    assert not cap.acquire("2001:db8:1:2:aaaa::3")  # the same /64
+    assert cap.acquire("2001:db8:1:3::1")  # another /64
+    cap.release("2001:db8:1:2::1")
+    assert cap.acquire("2001:db8:1:2:bbbb::4")
+    assert cap.acquire("198.51.100.1") and cap.acquire("198.51.100.1")
+    assert not cap.acquire("198.51.100.1") and cap.acquire("198.51.100.2")

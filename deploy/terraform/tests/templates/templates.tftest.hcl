@@ -137,3 +137,12 @@ run "routers_trust_the_global_tiers_forwarding" {
     error_message = "routers read the client from the global tier's X-Forwarded-For and cap per client, not per global-tier host"
   }
 }
+
+run "the_global_tier_refuses_keys_it_does_not_list" {
+  command = plan
+
+  assert {
+    condition     = strcontains(output.global, "refuse_unknown_keys = true")
+    error_message = "the global tier holds every key, so an unknown one is refused before its body is read"
+  }
+}
