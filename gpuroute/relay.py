@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import re
 from collections.abc import Callable, Iterable
@@ -41,6 +40,8 @@ COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
 TAIL_BYTES = 1024
 BYTES_PER_TOKEN = 4  # a stream's text without usage: OpenAI's rule of thumb for English
+# asyncio's and uvloop's default: a write this large may pause the transport on its own
+WRITE_HIGH_WATER = 64 * 1024
 
 
 class RelayedResponse(web.StreamResponse):
@@ -158,23 +159,19 @@ class ClientWriter:
     client is full; then a write may wait, and waiting past `timeout_s` raises TimeoutError.
     Otherwise no timer is armed (most writes of most streams)."""
 
-    __slots__ = ("high", "response", "timeout_s", "transport")
+    __slots__ = ("response", "timeout_s", "transport")
 
     def __init__(
         self, request: web.Request, response: web.StreamResponse, timeout_s: float | None
     ) -> None:
         self.response, self.timeout_s = response, timeout_s
         self.transport = request.transport
-        self.high = 65536
-        if self.transport is not None:
-            with contextlib.suppress(AttributeError, NotImplementedError):
-                self.high = self.transport.get_write_buffer_limits()[1]
 
     def behind(self, size: int) -> bool:
         transport = self.transport
         if self.timeout_s is None or transport is None:
             return False
-        return transport.get_write_buffer_size() > 0 or size >= self.high
+        return transport.get_write_buffer_size() > 0 or size >= WRITE_HIGH_WATER
 
     async def write(self, chunk: bytes) -> None:
         if not self.behind(len(chunk)):
