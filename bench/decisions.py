@@ -21,6 +21,7 @@ from gpuroute.router.core.cost import CostEstimator
 from gpuroute.router.core.latency import LatencyModel
 from gpuroute.router.core.policies import PolicyOptions, build_policy, resolve_policy_name
 from gpuroute.router.core.request import RequestInfo
+from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.core.scheduler import Outcome, Scheduler
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASSES
 from gpuroute.router.priors import engine_priors
@@ -68,20 +69,21 @@ def time_decisions(scheduler: Scheduler, reqs: list[RequestInfo], keep: int, see
     rng = random.Random(seed)
     clock = time.perf_counter_ns
     samples = np.empty(len(reqs), dtype=np.int64)
-    out: deque[int] = deque()
+    out: deque[RequestLifetime] = deque()
     now = 0.0
     for i, req in enumerate(reqs):
         now += 0.001
         req.arrived_at = now
+        life = RequestLifetime(req)
         t0 = clock()
-        decision = scheduler.route(req, now, rng)
+        decision = scheduler.route(life, now, rng)
         samples[i] = clock() - t0
         if decision is not None:
-            out.append(req.request_id)
+            out.append(life)
         while len(out) > keep:
-            rid = out.popleft()
-            scheduler.first_token(rid, now, 0.2)
-            scheduler.finish(rid, MODEL, Outcome(True, output_tokens=200, tpot_s=0.03), now)
+            done = out.popleft()
+            scheduler.first_token(done, now, 0.2)
+            scheduler.finish(done, Outcome(True, output_tokens=200, tpot_s=0.03), now)
     return samples / 1000.0  # µs
 
 

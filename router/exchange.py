@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 from gpuroute.router.core.backend import Backend
+from gpuroute.router.core.lifetime import Event, RequestLifetime
 from gpuroute.router.core.request import RequestInfo
 
 from gpuroute.relay import ResponseTally
@@ -34,7 +35,7 @@ class Exchange:
     what the answer is measured against."""
 
     request: web.Request
-    info: RequestInfo
+    life: RequestLifetime  # everything booked for it (router/core/lifetime.py)
     raw: bytes
     route: str
     arrival: float
@@ -45,3 +46,8 @@ class Exchange:
     dispatched: float = 0.0  # when the current attempt was sent
     first_at: float | None = None  # when its first bytes reached the client
     answer: Answer | None = None  # the answer relayed to the client, if one was
+    ending: Event = Event.FAIL  # how the request ends, once the attempts are over
+
+    @property
+    def info(self) -> RequestInfo:
+        return self.life.info

@@ -20,11 +20,13 @@ from gpuroute.router.attempt_failure import UpstreamFailed, failure_kind
 from gpuroute.router.config import LimitsConfig
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.health import HealthEvents
+from gpuroute.router.core.lifetime import Event, Lifetimes, RequestLifetime
 from gpuroute.router.core.request import RequestInfo
-from gpuroute.router.core.retry import Attempts, FailureKind, RetryBudget, RetrySettings, Verdict
+from gpuroute.router.core.retry import Attempts, FailureKind, Verdict
 from gpuroute.router.core.scheduler import Outcome, Scheduler
 from gpuroute.router.decision_log import DecisionLog
 from gpuroute.router.exchange import Answer, Exchange
+from gpuroute.router.health_report import report_health
 from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.sessions import SessionStore
 from gpuroute.router.slo_gate import SloGate
@@ -56,7 +58,7 @@ class Forwarder:
         metrics: RouterMetrics,
         watch: BackendWatch,
         decisions: DecisionLog,
-        retry: RetrySettings,
+        lifetimes: Lifetimes,
         *,
         sessions: SessionStore | None,
         slo: SloGate,
@@ -73,9 +75,10 @@ class Forwarder:
         self.engine_tls = engine_tls  # None: the system's CAs for https engines
         self.scheduler, self.metrics, self.watch = scheduler, metrics, watch
         self.expose_backend = expose_backend  # name the backend to clients (tests, benches)
-        self.decisions, self.retry, self.sessions = decisions, retry, sessions
+        self.decisions, self.sessions = decisions, sessions
+        self.lifetimes = lifetimes
         self.has_room, self.clock, self.rng = has_room, clock, rng
-        self.budget = RetryBudget(retry)
+        self.budget = lifetimes.budget  # requests in flight and retries running
         self.slo = slo  # classes' attainment; holds predicted misses (predicting policies)
         self.urls: dict[str, str] = {}
         self.session: UpstreamPool | None = None  # to the engines; start() opens it
@@ -113,8 +116,8 @@ class Forwarder:
     async def attempts(self, exchange: Exchange) -> web.StreamResponse:
         """Suspects left when no attempt was answered below 500 go unjudged: the request,
         not they, is the likely cause."""
-        info = exchange.info
-        attempts, tried = Attempts(self.retry), set[str]()
+        life = exchange.life
+        info, attempts, tried = life.info, life.attempts, life.tried
         remembered = await self._remembered(info)
         last = "no backend is available"
         while True:
@@ -125,15 +128,17 @@ class Forwarder:
                 break
             if delay:
                 await asyncio.sleep(delay)  # jittered backoff, not a synchronisation
-            backend = await self._pick(info, attempts.count, tried, remembered)
+            backend = await self._pick(life, attempts.count, remembered)
             if backend is None:
                 break
             try:
                 return await self._attempt(exchange, backend, attempts)
             except UpstreamFailed as failure:
+                life.move(Event.ATTEMPT_FAILED)
                 last = f"backend {backend.backend_id}: {failure}"
                 if attempts.failed(failure.kind):
                     self.metrics.retries.labels(failure.kind.value).inc()
+        exchange.ending = Event.FAIL
         if not tried:
             return error_response(503, NO_BACKEND, code="no_backend")
         # the details are for operators (log, decision log), never for clients
@@ -141,31 +146,33 @@ class Forwarder:
         return error_response(502, "no backend could answer the request", code="upstream_error")
 
     async def _pick(
-        self, info: RequestInfo, attempt: int, tried: set[str], remembered: str | None
+        self, life: RequestLifetime, attempt: int, remembered: str | None
     ) -> Backend | None:
+        info = life.info
         started = time.perf_counter()
-        hold = self.slo.holds and not tried  # a retry goes where it can
+        hold = self.slo.holds and not life.tried  # a retry goes where it can
         decision = self.scheduler.route(
-            info,
+            life,
             self.clock(),
             self.rng,
-            exclude=tried,
             prefer=remembered,
             explain=self.decisions.wants_next(),
             hold_misses=hold,
         )
         self.metrics.decision.observe(time.perf_counter() - started)
         if decision is not None and not decision.booked:
+            life.move(Event.HOLD)
             decision = await self.slo.hold(
                 info,
                 lambda: self.scheduler.route(
-                    info, self.clock(), self.rng, tried, remembered, hold_misses=True
+                    life, self.clock(), self.rng, remembered, hold_misses=True
                 ),
             )
         if decision is None:
             return None
+        life.move(Event.PLACE)
         backend = decision.backend
-        tried.add(backend.backend_id)
+        life.tried.add(backend.backend_id)
         if self.sessions is not None and info.session_id and backend.backend_id != remembered:
             # awaited (one Redis write, bounded by timeout_s) so the next turn finds it
             await self.sessions.put(info.session_id, backend.backend_id)
@@ -177,8 +184,8 @@ class Forwarder:
     ) -> web.StreamResponse:
         """One attempt (a retry counts against the budget while it runs). Raises
         UpstreamFailed only while nothing has reached the client."""
-        info = exchange.info
-        expected = self.watch.started(info, backend)
+        life = exchange.life
+        expected = self.watch.started(life, backend)
         batch_at_start = backend.in_flight - 1  # the ledger already counts this request
         exchange.dispatched = self.clock()
         attempts.start(self.budget)
@@ -190,7 +197,7 @@ class Forwarder:
             self._failed(exchange, backend, failure.kind)
             raise
         except asyncio.CancelledError:
-            self._client_gone(info)
+            self._client_gone(life)
             raise
         finally:
             attempts.end(self.budget)
@@ -201,29 +208,35 @@ class Forwarder:
                     upstream.close()
 
     def _failed(self, exchange: Exchange, backend: Backend, kind: FailureKind) -> None:
-        info = exchange.info
+        life = exchange.life
         self.metrics.upstream_failures.labels(backend.backend_id, kind.value).inc()
-        self.decisions.failure(info.request_id, backend, kind.value)
+        self.decisions.failure(life.request_id, backend, kind.value)
         if kind is FailureKind.STATUS_5XX:
-            self.watch.forget(info.request_id)
-            self.scheduler.release(info.request_id)
+            self.watch.forget(life)
+            self.scheduler.release(life)
             exchange.suspects.append(backend)
         elif kind is FailureKind.RESCUED:
             # Moving work off a slow backend is not an error verdict (counting it as one
             # opened breakers on merely busy backends and cascaded); its duration so far
             # still informs slowness.
-            self.watch.gave_up(info.request_id)
-            self.scheduler.release(info.request_id)
+            self.watch.gave_up(life)
+            self.scheduler.release(life)
         else:
-            self.settle(info, backend, ok=False, fatal=kind.fatal)
+            self.settle(life, backend, ok=False, fatal=kind.fatal)
 
-    def _client_gone(self, info: RequestInfo, counted: bool = False) -> None:
+    def abandon(self, life: RequestLifetime) -> None:
+        """Release whatever an attempt left booked, with no verdict (a request that ended
+        some other way has none left)."""
+        self.scheduler.release(life)
+        self.watch.forget(life)
+
+    def _client_gone(self, life: RequestLifetime, counted: bool = False) -> None:
         """The client left (or was cut off, `counted` elsewhere): release the booking with
         no verdict on the backend."""
         if not counted:
             self.metrics.client_disconnects.inc()
-        self.scheduler.release(info.request_id)
-        self.watch.forget(info.request_id)
+        self.scheduler.release(life)
+        self.watch.forget(life)
 
     async def _remembered(self, info: RequestInfo) -> str | None:
         """The backend a replica sent this session to before, unless it is full (whether it
@@ -242,9 +255,9 @@ class Forwarder:
         of a non-streamed request. Until they come the attempt can be moved elsewhere: by a
         failure, or by a rescue (BackendWatch.rescue) when its backend turned bad meanwhile."""
         assert self.session is not None
-        rid = exchange.info.request_id
+        life = exchange.life
         base, target = self.urls[backend.backend_id], exchange.request.path_qs
-        self.watch.waiting(rid, backend, expected)
+        self.watch.waiting(life)
         upstream = None
         try:
             try:
@@ -258,7 +271,7 @@ class Forwarder:
                 kind = failure_kind(exc)
                 raise UpstreamFailed(kind, f"before first byte: {exc!r}") from None
             except asyncio.CancelledError:
-                if not self.watch.take_rescue(rid):
+                if not self.watch.take_rescue(life):
                     raise
                 asyncio.current_task().uncancel()
                 message = f"moved off {backend.backend_id}"
@@ -271,7 +284,7 @@ class Forwarder:
                 upstream.close()
             raise
         finally:
-            self.watch.done_waiting(rid, backend)
+            self.watch.done_waiting(life)
 
     async def _relay(
         self,
@@ -281,7 +294,8 @@ class Forwarder:
         first: bytes,
         batch_at_start: int,
     ) -> web.StreamResponse:
-        info = exchange.info
+        life = exchange.life
+        info = life.info
         headers = forward_headers(upstream.headers.items(), RESPONSE_DROP)
         if self.expose_backend:
             headers[BACKEND_HEADER] = backend.backend_id
@@ -294,9 +308,10 @@ class Forwarder:
             ttft = now - exchange.arrival
             self.metrics.ttft_by(exchange.route).observe(ttft)
             self.recent_ttft.append(ttft)
-            self.scheduler.first_token(info.request_id, now, now - exchange.dispatched)
+            life.move(Event.FIRST_BYTE)
+            self.scheduler.first_token(life, now, now - exchange.dispatched)
             if streamed:
-                self.watch.streaming(info.request_id, backend, tally)
+                self.watch.streaming(life, tally)
 
         relayed = await relay_body(
             exchange.request,
@@ -314,19 +329,22 @@ class Forwarder:
             log.info("request %s: client behind for %.0f s, cut off", info.request_id,
                      self.write_timeout_s)  # fmt: skip
         if relayed.end in (RelayEnd.CLIENT_GONE, RelayEnd.CLIENT_TOO_SLOW):
-            self._client_gone(info, counted=relayed.end is RelayEnd.CLIENT_TOO_SLOW)
+            exchange.ending = Event.CANCEL
+            self._client_gone(life, counted=relayed.end is RelayEnd.CLIENT_TOO_SLOW)
             return response
         if relayed.end is RelayEnd.UPSTREAM_BROKE:
             assert relayed.error is not None
-            self._broken_stream(info, backend, relayed.error)
+            exchange.ending = Event.FAIL
+            self._broken_stream(life, backend, relayed.error)
             return response
+        exchange.ending = Event.FINISH
         self._judge_suspects(exchange)
         output = relayed.tally.output_tokens(relayed.streamed)
         decode_from = exchange.first_at if relayed.streamed else None
-        ratio = self.watch.succeeded(info, backend, output, batch_at_start, decode_from)
+        ratio = self.watch.succeeded(life, backend, output, batch_at_start, decode_from)
         judged = self.slo.judge(exchange, self.clock(), output)
         # 4xx is the client's problem, not the backend's: counted healthy.
-        self.settle(info, backend, ok=True, output_tokens=output, latency_ratio=ratio, slo=judged)
+        self.settle(life, backend, ok=True, output_tokens=output, latency_ratio=ratio, slo=judged)
         return response
 
     def _judge_suspects(self, exchange: Exchange) -> None:
@@ -336,18 +354,18 @@ class Forwarder:
             self.record_health(self.scheduler.judge(suspect, ok=False, now=now))
         exchange.suspects.clear()
 
-    def _broken_stream(self, info: RequestInfo, backend: Backend, exc: BaseException) -> None:
+    def _broken_stream(self, life: RequestLifetime, backend: Backend, exc: BaseException) -> None:
         """The body broke after the client saw its first bytes (relay_body ended it)."""
         self.metrics.stream_errors.labels(backend.backend_id).inc()
-        self.decisions.failure(info.request_id, backend, FailureKind.STREAM.value)
+        self.decisions.failure(life.request_id, backend, FailureKind.STREAM.value)
         # a connection that died mid-stream means the engine died; a timeout may not
-        self.settle(info, backend, ok=False, fatal=not isinstance(exc, asyncio.TimeoutError))
+        self.settle(life, backend, ok=False, fatal=not isinstance(exc, asyncio.TimeoutError))
         log.warning("stream from %s broke after first byte: %r", backend.backend_id, exc)
 
     # -- bookkeeping -----------------------------------------------------------------------
     def settle(
         self,
-        info: RequestInfo,
+        life: RequestLifetime,
         backend: Backend,
         *,
         ok: bool,
@@ -357,32 +375,20 @@ class Forwarder:
         slo: tuple[float | None, bool] | None = None,  # (TPOT, met), when judged
     ) -> None:
         if not ok:
-            self.watch.forget(info.request_id)
+            self.watch.forget(life)
         tpot, met = slo if slo is not None else (None, None)
         outcome = Outcome(
             ok,
             output_tokens,
-            info.prompt_tokens,
+            life.info.prompt_tokens,
             latency_ratio=latency_ratio,
             tpot_s=tpot,
             met_slo=met,
             fatal=fatal,
         )
-        events = self.scheduler.finish(info.request_id, info.model, outcome, self.clock())
+        events = self.scheduler.finish(life, outcome, self.clock())
         if events is not None:
             self.record_health(events)
 
     def record_health(self, events: HealthEvents) -> None:
-        for backend_id, transition in events.breaker:
-            self.metrics.breaker_transitions.labels(backend_id, transition.after.value).inc()
-            log.warning(
-                "breaker %s: %s -> %s", backend_id, transition.before.value, transition.after.value
-            )
-        for ejection in events.ejections:
-            self.metrics.ejections.labels(ejection.reason, str(ejection.enforced).lower()).inc()
-            log.warning(
-                "outlier %s: %s (enforced=%s)",
-                ejection.backend_id,
-                ejection.reason,
-                ejection.enforced,
-            )
+        report_health(self.metrics, events)

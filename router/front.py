@@ -5,6 +5,7 @@ nothing here has touched a backend."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from aiohttp import web
 from gpuroute.router.admission_gate import AdmissionGate
 from gpuroute.router.config import RouterConfig
 from gpuroute.router.core.backend import BackendSet
+from gpuroute.router.core.lifetime import Event, Lifetimes, RequestLifetime
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.exchange import Answer
 from gpuroute.router.forward import NO_BACKEND
@@ -42,6 +44,7 @@ class Admitted:
     headers: Mapping[str, str]
     key: KeyPolicy  # the caller's key (or the anonymous tenant's)
     charged_tokens: int  # taken from its token quota at admission, settled at the end
+    life: RequestLifetime  # everything booked for it from here on
 
 
 class Front:
@@ -53,10 +56,12 @@ class Front:
         gate: AdmissionGate,
         residency: ResidencyGate,
         slo: SloGate,
+        lifetimes: Lifetimes,
         *,
         with_prefix_blocks: bool,
     ) -> None:
         self.config, self.backends = config, backends
+        self.lifetimes = lifetimes
         self.residency = residency
         self.slo = slo
         self.tenants, self.gate = tenants, gate
@@ -85,8 +90,8 @@ class Front:
             raise Rejection(503, NO_BACKEND, code="no_backend")
         tokens = self.token_charge(key, parsed)
         explicit = PRIORITY_HEADER in headers
-        await self._charge_and_queue(key, info, tokens, parsed.deadline_s, explicit)
-        return Admitted(parsed, raw, headers, key, tokens)
+        life = await self._let_in(key, info, tokens, parsed.deadline_s, explicit)
+        return Admitted(parsed, raw, headers, key, tokens, life)
 
     async def admit_other(self, request: web.Request) -> Admitted:
         """An allow-listed passthrough request: key, body, quota and queue as above (its
@@ -99,8 +104,8 @@ class Front:
         priority = self.config.admission.default_priority
         info = RequestInfo(next(self._ids), "", max(1, len(raw) // 4), priority=priority)
         tokens = info.prompt_tokens
-        await self._charge_and_queue(key, info, tokens, None, False)
-        return Admitted(ParsedRequest(info, False, None), raw, headers, key, tokens)
+        life = await self._let_in(key, info, tokens, None, False)
+        return Admitted(ParsedRequest(info, False, None), raw, headers, key, tokens, life)
 
     def token_charge(self, key: KeyPolicy, parsed: ParsedRequest) -> int:
         """What a request is charged at admission: its prompt, and each answer it asks for
@@ -121,21 +126,31 @@ class Front:
         X-Forwarded-For names (the same walk as the global tier's)."""
         return self.proxies.client_address(peer, headers.get(FORWARDED_FOR))
 
-    async def _charge_and_queue(
+    async def _let_in(
         self,
         key: KeyPolicy,
         info: RequestInfo,
         tokens: int,
         deadline_s: float | None,
         explicit: bool,
-    ) -> None:
-        await self.tenants.charge(key, info, tokens, explicit)
+    ) -> RequestLifetime:
+        """The request's lifetime opened, its tenant charged and an admission slot taken;
+        or the lifetime closed again and the Rejection (or cancellation) raised."""
+        life = self.lifetimes.open(info)
+        try:
+            await self.tenants.charge(key, info, tokens, explicit)
+        except BaseException as exc:
+            self.lifetimes.close(life, ending_of(exc))
+            raise
         try:
             await self.gate.admit(info, deadline_s)
-        except BaseException:  # shed, or the client left while queued: nothing ran
+        except BaseException as exc:  # shed, or the client left while queued: nothing ran
             self.tenants.release(info)
             self.tenants.settle(key, -tokens)
+            self.lifetimes.close(life, ending_of(exc))
             raise
+        life.move(Event.ADMIT)
+        return life
 
     def release(self, admitted: Admitted, answer: Answer | None) -> None:
         """The request ended: its in-flight slot back, and its token charge settled against
@@ -164,3 +179,8 @@ class Front:
             )
         except RequestError as exc:
             raise Rejection(exc.status, exc.message, param=exc.param, code=exc.code) from None
+
+
+def ending_of(exc: BaseException) -> Event:
+    """How a request that did not get in ended: its client left, or it was refused."""
+    return Event.CANCEL if isinstance(exc, asyncio.CancelledError) else Event.REFUSE

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from aiohttp import web
 from gpuroute.router.admission_gate import AdmissionGate
 from gpuroute.router.core.backend import BackendState
+from gpuroute.router.core.lifetime import Event
 from gpuroute.router.exchange import Answer, Exchange
 from gpuroute.router.forward import Forwarder
 from gpuroute.router.front import Admitted, Front
@@ -43,23 +44,20 @@ class Proxy:
     ) -> None:
         self.front, self.forwarder, self.gate = front, forwarder, gate
         self.metrics, self.clock = metrics, clock
-        self.budget = forwarder.budget  # counts requests in flight for the retry budget
+        self.lifetimes = forwarder.lifetimes
+        self.active = 0  # requests in a handler (the drain waits for none)
         self.idle = asyncio.Event()
         self.idle.set()
-        metrics.in_flight.set_function(lambda: self.budget.active)  # read at scrape time
-
-    @property
-    def active(self) -> int:
-        return self.budget.active
+        metrics.in_flight.set_function(lambda: self.active)  # read at scrape time
 
     # -- entry points ----------------------------------------------------------------------
     async def openai(self, request: web.Request) -> web.StreamResponse:
         """One try/finally holds every count: a client that hangs up cancels this task at
-        any await, and the in-flight gauge, the retry budget's count and the drain's idle
-        event must still come back (a second try after an await is skipped by it)."""
+        any await, and the in-flight gauge and the drain's idle event must still come back (a
+        second try after an await is skipped by it)."""
         route = request.path
         arrival = self.clock()
-        self.budget.active += 1
+        self.active += 1
         self.idle.clear()
         status = 499  # what a cancelled request (the client gone) is counted as
         try:
@@ -71,13 +69,13 @@ class Proxy:
             status = response.status
             return response
         finally:
-            self.budget.active -= 1
+            self.active -= 1
             self.metrics.requests_by(route, str(status)).inc()
             elapsed = self.clock() - arrival
             self.metrics.duration_by(route).observe(elapsed)
             if status == 200:
                 self.forwarder.recent_e2e.append(elapsed)
-            if self.budget.active == 0:
+            if self.active == 0:
                 self.idle.set()
 
     async def _openai(self, request: web.Request, route: str, arrival: float) -> web.StreamResponse:
@@ -85,15 +83,24 @@ class Proxy:
             admitted = await self.front.admit(request, route, arrival)
         except Rejection as rejection:
             return rejection.response()
-        info = admitted.parsed.info
+        life = admitted.life
         exchange: Exchange | None = None
+        ending = Event.CANCEL  # unless it ends otherwise: its client left
         try:
             headers = self.forwarder.engine_headers(request, admitted.headers)
-            exchange = Exchange(request, info, admitted.raw, route, arrival, headers)
-            return await self.forwarder.attempts(exchange)
+            exchange = Exchange(request, life, admitted.raw, route, arrival, headers)
+            response = await self.forwarder.attempts(exchange)
+            ending = exchange.ending
+            return response
         except Rejection as rejection:  # SLO-aware admission refused it while held
+            ending = Event.REFUSE
             return rejection.response()
+        except Exception:
+            ending = Event.FAIL
+            raise
         finally:
+            self.forwarder.abandon(life)  # whatever an attempt left booked (none, normally)
+            self.lifetimes.close(life, ending)
             self.front.release(admitted, None if exchange is None else exchange.answer)
             self.gate.pump()
 
@@ -105,9 +112,14 @@ class Proxy:
         except Rejection as rejection:
             return rejection.response()
         answered: list[Answer] = []
+        ending = Event.CANCEL
+        admitted.life.move(Event.PLACE)  # on the least busy backend, not through the scheduler
         try:
-            return await self._pass(request, admitted, answered)
+            response = await self._pass(request, admitted, answered)
+            ending = Event.FINISH if answered else Event.FAIL
+            return response
         finally:
+            self.lifetimes.close(admitted.life, ending)
             self.front.release(admitted, answered[0] if answered else None)
             self.gate.pump()
 

@@ -18,6 +18,7 @@ from gpuroute.router.admission_gate import AdmissionGate
 from gpuroute.router.assemble import build_scheduler
 from gpuroute.router.config import RouterConfig
 from gpuroute.router.core.backend import ROUTABLE_STATES, Backend
+from gpuroute.router.core.lifetime import Lifetimes
 from gpuroute.router.core.membership import Member
 from gpuroute.router.core.region_summary import RegionSummary, summarise
 from gpuroute.router.core.retry import RetrySettings
@@ -87,8 +88,12 @@ class RouterApp:
             self.metrics,
             self.clock,
         )
+        # the requests in flight, each with everything booked for it
+        self.lifetimes = Lifetimes(
+            RetrySettings(**config.retry.model_dump(exclude={"rescue_slowness"}))
+        )
         self.watch = BackendWatch(
-            self.scheduler, self.priors, self.clock, config.retry.rescue_slowness
+            self.scheduler, self.priors, self.clock, config.retry.rescue_slowness, self.lifetimes
         )
         # a predicting policy's misses are held; every policy's attainment is counted
         self.slo = SloGate(config.slo, self.metrics, self.clock, holds=self.scheduler.predicts_slo)
@@ -123,6 +128,7 @@ class RouterApp:
             self.gate,
             self._residency_gate(),
             self.slo,
+            self.lifetimes,
             with_prefix_blocks="prefix_blocks" in self.scheduler.policy.needs,
         )
 
@@ -160,7 +166,7 @@ class RouterApp:
             self.metrics,
             self.watch,
             DecisionLog(config.decision_log_sample, config.policy),
-            RetrySettings(**config.retry.model_dump(exclude={"rescue_slowness"})),
+            self.lifetimes,
             sessions=SessionStore.from_config(config.redis, self.redis, self.clock),
             slo=self.slo,
             has_room=self.gate.has_room,

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpuroute.router.core.backend import Backend, BackendState
-from gpuroute.router.core.request import RequestInfo
+from gpuroute.router.core.lifetime import Lifetimes, RequestLifetime
 from gpuroute.router.core.scheduler import Scheduler
 from gpuroute.router.core.slowness import SlownessTracker, should_rescue
 from gpuroute.router.priors import GpuPriors
@@ -29,13 +29,22 @@ PACE_TOKENS = 8  # nor less than this many tokens' expected time
 
 
 @dataclass(slots=True)
-class _Stream:
-    """A stream in flight and where the current window found its text."""
+class AttemptWatch:
+    """What the watch keeps of a request's current attempt, on its lifetime (`shell`)."""
 
     backend: Backend
-    tally: ResponseTally  # the relay's live count of the streamed text
+    expected_s: float
+    task: asyncio.Task | None = None  # while it waits for its first byte
+    waiting_since: float = 0.0
+    rescued: bool = False  # its task was cancelled to move it elsewhere
+    tally: ResponseTally | None = None  # once streaming: the relay's live count of its text
     # None: it began during the window, or its events were not sized yet when it began
     content: int | None = None
+
+
+def watched(life: RequestLifetime) -> AttemptWatch | None:
+    shell = life.shell
+    return shell if isinstance(shell, AttemptWatch) else None
 
 
 class BackendWatch:
@@ -45,8 +54,10 @@ class BackendWatch:
         priors: dict[str, GpuPriors],
         clock: Callable[[], float],
         rescue_slowness: float,
+        lifetimes: Lifetimes,
     ) -> None:
         self.scheduler = scheduler
+        self.lifetimes = lifetimes  # the requests in flight: their attempts are watched
         self.priors = priors
         self.clock = clock
         self.rescue_slowness = rescue_slowness
@@ -54,10 +65,6 @@ class BackendWatch:
         # Set by the membership shell: True for a backend Consul calls critical or gone
         # whose agent has gone silent too, i.e. a host that crashed or is cut off.
         self.lost: Callable[[str], bool] = lambda _backend_id: False
-        # backend -> request id -> (attempt task, started, expected duration)
-        self._waiting: dict[str, dict[object, tuple[asyncio.Task, float, float]]] = {}
-        self._rescued: set[object] = set()
-        self._streams: dict[object, _Stream] = {}
         self._window_from: float | None = None
         self.rescues = 0
 
@@ -70,7 +77,12 @@ class BackendWatch:
         return prompt * priors.cost.prefill_s_per_token + output * tpot
 
     def decode_expected_s(
-        self, backend: Backend, tokens: int, batch: int, now: float, request_id: object = None
+        self,
+        backend: Backend,
+        tokens: int,
+        batch: int,
+        now: float,
+        life: RequestLifetime | None = None,
     ) -> float:
         """Expected decode time of `tokens` at the load the backend has, the prefill chunks
         riding in its steps included: under a prefill-heavy load every stream there decodes
@@ -83,20 +95,22 @@ class BackendWatch:
         if latency is None:
             return plain
         stretched = plain / (1.0 - latency.interference(backend.backend_id, now))
-        return max(stretched, plain + latency.stall_met(request_id))
+        return max(stretched, plain + latency.stall_met(life.latency if life else None))
 
-    def started(self, info: RequestInfo, backend: Backend) -> float:
+    def started(self, life: RequestLifetime, backend: Backend) -> float:
         """An attempt was booked on `backend`; returns its expected duration."""
+        info = life.info
         output = self.scheduler.estimator.expected_output(
             info.model, info.max_tokens, info.prompt_tokens
         )
         expected = self.expected_s(backend, info.prompt_tokens, output, backend.in_flight - 1)
-        self.slowness.start(info.request_id, backend.backend_id, self.clock(), expected)
+        life.timing = self.slowness.start(backend.backend_id, self.clock(), expected)
+        life.shell = AttemptWatch(backend, expected)
         return expected
 
     def succeeded(
         self,
-        info: RequestInfo,
+        life: RequestLifetime,
         backend: Backend,
         output: int,
         batch: int,
@@ -109,28 +123,33 @@ class BackendWatch:
         backend was given, not how fast it runs, and counting it made the backend that
         takes the long prompts look slow (the live code-trace bench: an H100 at 2.4)."""
         now = self.clock()
-        self._streams.pop(info.request_id, None)
+        timing, life.timing, life.shell = life.timing, None, None
+        if timing is None:
+            return None
         if first_token_at is not None and output >= 4:
-            expected = self.decode_expected_s(backend, output - 1, batch, now, info.request_id)
-            return self.slowness.finish(info.request_id, now, expected, since=first_token_at)
-        expected = self.expected_s(backend, info.prompt_tokens, max(output, 1), batch)
-        ratio = self.slowness.finish(info.request_id, now, expected)
+            expected = self.decode_expected_s(backend, output - 1, batch, now, life)
+            return self.slowness.finish(timing, now, expected, since=first_token_at)
+        expected = self.expected_s(backend, life.info.prompt_tokens, max(output, 1), batch)
+        ratio = self.slowness.finish(timing, now, expected)
         return ratio if output >= 4 else None
 
-    def forget(self, request_id: object) -> None:
-        self.slowness.forget(request_id)
-        self._streams.pop(request_id, None)
+    def forget(self, life: RequestLifetime) -> None:
+        """The attempt ended with nothing to learn (a failure, a disconnect)."""
+        life.timing = life.shell = None
 
-    def gave_up(self, request_id: object) -> None:
+    def gave_up(self, life: RequestLifetime) -> None:
         """A rescued attempt: it took at least this long, which is worth remembering (or the
         backend would look fine again the moment its stuck requests were moved)."""
-        self.slowness.finish(request_id, self.clock())
-        self._streams.pop(request_id, None)
+        if life.timing is not None:
+            self.slowness.finish(life.timing, self.clock())
+        life.timing = life.shell = None
 
     # -- streams in flight -----------------------------------------------------------------
-    def streaming(self, request_id: object, backend: Backend, tally: ResponseTally) -> None:
+    def streaming(self, life: RequestLifetime, tally: ResponseTally) -> None:
         """A stream's first bytes reached its client: time its pace from the next window."""
-        self._streams[request_id] = _Stream(backend, tally)
+        watch = watched(life)
+        if watch is not None:
+            watch.tally = tally
 
     def _stream_paces(self, now: float) -> dict[str, list[float]] | None:
         """Once a window has passed (None before): each stream's observed/expected time for
@@ -144,7 +163,10 @@ class BackendWatch:
             return None
         self._window_from, elapsed = now, now - start
         paces: dict[str, list[float]] = {}
-        for stream in self._streams.values():
+        for life in self.lifetimes:
+            stream = watched(life)
+            if stream is None or stream.tally is None:
+                continue
             content = stream.content
             stream.content = stream.tally.content if stream.tally.skeleton is not None else None
             backend = stream.backend
@@ -159,22 +181,24 @@ class BackendWatch:
         return paces
 
     # -- attempts waiting for their first byte ---------------------------------------------
-    def waiting(self, request_id: object, backend: Backend, expected: float) -> asyncio.Task:
-        task = asyncio.current_task()
-        assert task is not None
-        entry = (task, self.clock(), expected)
-        self._waiting.setdefault(backend.backend_id, {})[request_id] = entry
-        return task
+    def waiting(self, life: RequestLifetime) -> None:
+        """Its attempt waits for a first byte in this task (which a rescue may cancel)."""
+        watch = watched(life)
+        if watch is not None:
+            watch.task, watch.waiting_since = asyncio.current_task(), self.clock()
 
-    def done_waiting(self, request_id: object, backend: Backend) -> None:
-        self._waiting.get(backend.backend_id, {}).pop(request_id, None)
+    def done_waiting(self, life: RequestLifetime) -> None:
+        watch = watched(life)
+        if watch is not None:
+            watch.task = None
 
-    def take_rescue(self, request_id: object) -> bool:
+    def take_rescue(self, life: RequestLifetime) -> bool:
         """Was this attempt's cancellation a rescue (True, consumed) or the client leaving?"""
-        if request_id in self._rescued:
-            self._rescued.discard(request_id)
-            return True
-        return False
+        watch = watched(life)
+        if watch is None or not watch.rescued:
+            return False
+        watch.rescued = False
+        return True
 
     # -- tick ------------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -186,7 +210,8 @@ class BackendWatch:
                 self.slowness.observe_pace(
                     backend.backend_id, now, paces.get(backend.backend_id, ())
                 )
-        slowness = self.slowness.refresh(now, [b.backend_id for b in backends])
+        timings = [life.timing for life in self.lifetimes if life.timing is not None]
+        slowness = self.slowness.refresh(now, [b.backend_id for b in backends], timings)
         for backend in backends:
             backend.slowness = slowness.get(backend.backend_id, 1.0)
 
@@ -196,23 +221,25 @@ class BackendWatch:
         if not self.rescue_slowness:
             return 0
         now, moved = self.clock(), 0
-        for backend in self.scheduler.backends:
-            waiting = self._waiting.get(backend.backend_id)
-            if not waiting:
+        lost: dict[str, bool] = {}
+        for life in self.lifetimes:
+            watch = watched(life)
+            if watch is None or watch.task is None or watch.rescued:
                 continue
-            lost = self.lost(backend.backend_id)
-            for request_id, (task, started, expected) in list(waiting.items()):
-                if request_id in self._rescued or not should_rescue(
-                    lost=lost,
-                    ejected=backend.state is BackendState.EJECTED,
-                    slowness=backend.slowness,
-                    rescue_slowness=self.rescue_slowness,
-                    waited_s=now - started,
-                    expected_s=expected,
-                ):
-                    continue
-                self._rescued.add(request_id)
-                task.cancel()
+            backend = watch.backend
+            is_lost = lost.get(backend.backend_id)
+            if is_lost is None:
+                is_lost = lost[backend.backend_id] = self.lost(backend.backend_id)
+            if should_rescue(
+                lost=is_lost,
+                ejected=backend.state is BackendState.EJECTED,
+                slowness=backend.slowness,
+                rescue_slowness=self.rescue_slowness,
+                waited_s=now - watch.waiting_since,
+                expected_s=watch.expected_s,
+            ):
+                watch.rescued = True
+                watch.task.cancel()
                 moved += 1
         self.rescues += moved
         return moved

@@ -19,6 +19,7 @@ from gpuroute.global_.core.policy import GlobalPolicy, GlobalRequest, RegionView
 from gpuroute.global_.core.residency import ANY, Allowed
 from gpuroute.global_.core.spillover import Spillover
 from gpuroute.router.core import Backend, BackendSet, CostEstimator, RequestInfo, Scheduler
+from gpuroute.router.core.lifetime import Event, Lifetimes
 from gpuroute.router.core.policies.least_outstanding_work import LeastOutstandingWork
 from gpuroute.router.core.region_summary import summarise
 from gpuroute.router.core.scheduler import Outcome
@@ -155,6 +156,7 @@ class GlobalRun:
         self.ttft, self.finish = np.full(n, np.nan), np.full(n, np.nan)
         self.status = np.zeros(n, dtype=np.int8)  # 0 pending, 1 ok, 2 failed/refused
         self.orders: dict[int, list[str]] = {}
+        self.lifetimes = Lifetimes()  # a request's bookings, whichever region holds them
         self.events = sorted(g.events, key=lambda e: e.at_s)
         self.heap = EventHeap(len(self.engine_of))
 
@@ -199,7 +201,10 @@ class GlobalRun:
         r = self.regions[name]
         for req in r.engines[k].on_event(now):
             outcome = Outcome(True, req.output_tokens, req.prompt_tokens)
-            r.scheduler.finish(req.rid, self.model, outcome, now)
+            life = self.lifetimes.get(req.rid)
+            assert life is not None
+            r.scheduler.finish(life, outcome, now)
+            self.lifetimes.close(life, Event.FINISH)
             self.status[req.rid], self.ttft[req.rid] = 1, req.first_token_at
             self.finish[req.rid] = now
             self.orders.pop(req.rid, None)
@@ -208,23 +213,28 @@ class GlobalRun:
     def place(self, rid: int, now: float) -> None:
         """The first region of the request's order that takes it; failed when none does."""
         order, c = self.orders[rid], self.clients
+        life = self.lifetimes.get(rid)
+        if life is None:
+            life = self.lifetimes.open(RequestInfo(rid, self.model, int(c.prompts[rid])))
+            life.move(Event.ADMIT)
         while order:
             name = order.pop(0)
             r = self.regions[name]
             if not r.up:
                 continue
-            info = RequestInfo(rid, self.model, int(c.prompts[rid]))
-            decision = r.scheduler.route(info, now, self.rng)
+            decision = r.scheduler.route(life, now, self.rng)  # a region tries all of its own
             if decision is None:
                 continue
             i = r.index[decision.backend.backend_id]
             req = EngineRequest(rid, int(c.prompts[rid]), int(c.outputs[rid]), now)
             if r.engines[i].fits(req) and r.engines[i].submit(req, now):
+                life.move(Event.PLACE)
                 self.served_in[rid] = name
                 self.rtt[rid] = estimated_rtt_s(c.points[rid], r.location)
                 self.reschedule(name, i)
                 return
-            r.scheduler.finish(rid, self.model, Outcome(False), now)
+            r.scheduler.finish(life, Outcome(False), now)
+        self.lifetimes.close(life, Event.FAIL)
         self.status[rid] = 2
 
     def outage(self, name: str, down: bool, now: float) -> None:
@@ -233,10 +243,14 @@ class GlobalRun:
         for i, engine in enumerate(r.engines):
             if down:
                 for req in engine.crash(now):
-                    r.scheduler.finish(req.rid, self.model, Outcome(False), now)
+                    life = self.lifetimes.get(req.rid)
+                    assert life is not None
+                    r.scheduler.finish(life, Outcome(False), now)
                     if req.first_token_at < 0 and self.orders.get(req.rid):
+                        life.move(Event.ATTEMPT_FAILED)
                         self.place(req.rid, now)  # nothing reached the client: next region
                     else:
+                        self.lifetimes.close(life, Event.FAIL)
                         self.status[req.rid] = 2
             else:
                 engine.recover(now)

@@ -15,8 +15,9 @@ from collections.abc import Callable
 from gpuroute.router.core import Backend, BackendSet, CostEstimator, RequestInfo, Scheduler
 from gpuroute.router.core.latency import LatencyModel
 from gpuroute.router.core.latency_prior import LatencyPrior
+from gpuroute.router.core.lifetime import Event, Lifetimes, Phase, RequestLifetime
 from gpuroute.router.core.policies import PolicyOptions, build_policy
-from gpuroute.router.core.retry import Attempts, FailureKind, RetryBudget, RetrySettings, Verdict
+from gpuroute.router.core.retry import FailureKind, RetrySettings, Verdict
 from gpuroute.router.core.scheduler import Outcome
 from gpuroute.router.core.slo import SloClasses, time_per_output_token
 from gpuroute.router.core.slo_admission import OFFERS_PER_EVENT, HoldQueue
@@ -164,8 +165,8 @@ class RegionalRun:
         ranked = SloClasses(self.classes, self.classes[0].name)
         self.held = HoldQueue(ranked, max_held=max(64, 16 * len(self.backends)))
         self.rng = random.Random(scenario.seed)
-        self.retry = RetrySettings()  # the live router's defaults
-        self.budget = RetryBudget(self.retry)
+        self.lifetimes = Lifetimes(RetrySettings())  # the live router's retry defaults
+        self.budget = self.lifetimes.budget
         workload = sim.workload
         self.n = len(workload)
         self.outcomes = RunOutcomes.pending(self.n)
@@ -176,9 +177,6 @@ class RegionalRun:
         self.blocks, self.sessions = workload.blocks, workload.sessions
         self.work = [0.0] * len(self.engines)
         self.engine_profiles = [profiles[t] for t in gpu_types]
-        self.infos: dict[int, RequestInfo] = {}
-        self.tried: dict[int, set[str]] = {}
-        self.attempts: dict[int, Attempts] = {}
         self.faults = sorted(scenario.faults, key=lambda f: f.at_s)
         self.heap = EventHeap(len(self.engines))
 
@@ -203,10 +201,9 @@ class RegionalRun:
             slo=self.classes[self.outcomes.slo_class[i]],
             arrived_at=now,
         )
-        self.infos[i] = info
-        self.attempts[i] = Attempts(self.retry)
-        self.budget.active += 1
-        self.dispatch(info, now)
+        life = self.lifetimes.open(info)
+        life.move(Event.ADMIT)
+        self.dispatch(life, now)
         if self.progress is not None and (i + 1) % max(self.n // 100, 1) == 0:
             self.progress(i + 1)
 
@@ -216,7 +213,10 @@ class RegionalRun:
             finished = engine.on_event(now)
             assert engine.first_tokens is not None  # built with report_first_tokens
             for req in engine.first_tokens:
-                self.scheduler.first_token(req.rid, now, now - req.submitted_at)
+                life = self.lifetimes.get(req.rid)
+                if life is not None:
+                    life.move(Event.FIRST_BYTE)
+                    self.scheduler.first_token(life, now, now - req.submitted_at)
             engine.first_tokens.clear()
             for req in finished:
                 self.complete(req, kind, now)
@@ -226,107 +226,108 @@ class RegionalRun:
         elif kind == TICK:
             self.scheduler.tick(now)
             for refusal in self.held.expire(now):
-                self.end(refusal.item, REJECTED)
+                self.end(self.lifetimes.get(refusal.item), REJECTED)
             if arrivals_left or len(self.scheduler.ledger):
                 self.heap.push(now + self.scenario.router.health_tick_s, TICK)
         elif kind == FAULT:
             self.apply_fault(self.faults[payload], now)
-        elif (info := self.infos.get(payload)) is not None:  # RETRY after its backoff
-            self.dispatch(info, now)
+        elif (life := self.lifetimes.get(payload)) is not None:  # RETRY after its backoff
+            self.dispatch(life, now)
 
     def reschedule(self, e: int) -> None:
         self.heap.reschedule(e, self.engines[e].next_event_time())
 
     # -- a request's attempts --------------------------------------------------------------
-    def dispatch(self, info: RequestInfo, now: float) -> None:
-        rid = info.request_id
+    def dispatch(self, life: RequestLifetime, now: float) -> None:
         while True:
-            decision = self.scheduler.route(
-                info, now, self.rng, self.tried.get(rid, ()), hold_misses=self.hold_misses
-            )
+            decision = self.scheduler.route(life, now, self.rng, hold_misses=self.hold_misses)
             if decision is None:
-                self.end(rid, FAILED if rid in self.tried else REJECTED)
+                self.end(life, FAILED if life.tried else REJECTED)
                 return
             if not decision.booked:
-                self.hold(info, now)
+                self.hold(life, now)
                 return
-            if self.send(info, decision, now):
+            if self.send(life, decision, now):
                 return
 
-    def hold(self, info: RequestInfo, now: float) -> None:
+    def hold(self, life: RequestLifetime, now: float) -> None:
         """No backend is predicted to meet its SLO: wait for room while its TTFT lasts."""
+        info = life.info
         assert info.slo is not None and info.arrived_at is not None
+        if life.phase is not Phase.HELD:
+            life.move(Event.HOLD)
         for refusal in self.held.hold(info.request_id, info.slo, info.arrived_at, now):
-            self.end(refusal.item, REJECTED)
+            self.end(self.lifetimes.get(refusal.item), REJECTED)
 
     def retry_held(self, now: float) -> None:
         """Room may have freed up: offer it to held requests, most important first."""
         for rid in self.held.peek(OFFERS_PER_EVENT):
-            info = self.infos[rid]
-            decision = self.scheduler.route(
-                info, now, self.rng, self.tried.get(rid, ()), hold_misses=True
-            )
+            life = self.lifetimes.get(rid)
+            assert life is not None
+            decision = self.scheduler.route(life, now, self.rng, hold_misses=True)
             if decision is not None and decision.booked:
                 self.held.take(rid, now)
-                if not self.send(info, decision, now):
-                    self.dispatch(info, now)
+                if not self.send(life, decision, now):
+                    self.dispatch(life, now)
 
-    def send(self, info: RequestInfo, decision, now: float) -> bool:
+    def send(self, life: RequestLifetime, decision, now: float) -> bool:
         """Hand a booked request to its engine; False when it must be routed again now."""
-        rid = info.request_id
+        rid = life.request_id
+        life.move(Event.PLACE)
         e = self.index_of[decision.backend.backend_id]
         prompt, output = self.prompts[rid], self.outputs[rid]
         req = EngineRequest(rid, prompt, output, self.arrivals[rid], self.blocks[rid])
         if not self.engines[e].fits(req):
-            self.scheduler.release(rid)
-            self.end(rid, REJECTED)
+            self.scheduler.release(life)
+            self.end(life, REJECTED)
             return True
-        self.attempts[rid].start(self.budget)
+        life.attempts.start(self.budget)
         if self.engines[e].submit(req, now):
             self.reschedule(e)
             return True
         # Engine down: connection refused before any byte; retry elsewhere if allowed.
-        self.attempts[rid].end(self.budget)
-        self.scheduler.finish(rid, self.model, Outcome(False, fatal=True), now)
-        self.tried.setdefault(rid, set()).add(decision.backend.backend_id)
-        return not self.may_retry(rid, FailureKind.REFUSED, now)
+        life.attempts.end(self.budget)
+        self.scheduler.finish(life, Outcome(False, fatal=True), now)
+        life.tried.add(decision.backend.backend_id)
+        return not self.may_retry(life, FailureKind.REFUSED, now)
 
-    def may_retry(self, rid: int, kind: FailureKind, now: float) -> bool:
+    def may_retry(self, life: RequestLifetime, kind: FailureKind, now: float) -> bool:
         """After a failed attempt: True to retry now; False when the request failed or its
         retry waits for its backoff (a RETRY event)."""
-        attempts = self.attempts[rid]
+        attempts = life.attempts
         attempts.failed(kind)
         verdict, delay = attempts.next(self.budget, self.rng)
         if verdict is not Verdict.GO:
-            self.end(rid, FAILED)
+            self.end(life, FAILED)
             return False
+        life.move(Event.ATTEMPT_FAILED)
         self.outcomes.retries += 1
         if delay:
-            self.heap.push(now + delay, RETRY, rid)
+            self.heap.push(now + delay, RETRY, life.request_id)
             return False
         return True
 
-    def end(self, rid: int, status: int) -> None:
+    def end(self, life: RequestLifetime | None, status: int) -> None:
         """The request is over (served, failed or refused): it leaves the router's books."""
-        self.outcomes.status[rid] = status
-        self.budget.active -= 1
-        self.infos.pop(rid, None)
-        self.tried.pop(rid, None)
-        self.attempts.pop(rid, None)
+        if life is None:
+            return
+        self.outcomes.status[life.request_id] = status
+        ending = {OK: Event.FINISH, FAILED: Event.FAIL}.get(status, Event.REFUSE)
+        self.lifetimes.close(life, ending)
 
     def complete(self, req: EngineRequest, e: int, now: float) -> None:
         rid = req.rid
+        life = self.lifetimes.get(rid)
+        assert life is not None
         tpot = time_per_output_token(req.first_token_at, now, req.output_tokens)
         outcome = Outcome(
             True,
             req.output_tokens,
             req.prompt_tokens,
             tpot_s=tpot,
-            met_slo=self.infos[rid].slo.met(
-                req.first_token_at - req.arrival, tpot, now - req.arrival
-            ),
+            met_slo=life.info.slo.met(req.first_token_at - req.arrival, tpot, now - req.arrival),
         )
-        self.scheduler.finish(rid, self.model, outcome, now)
+        self.scheduler.finish(life, outcome, now)
         run = self.outcomes
         run.ttft[rid] = req.first_token_at - req.arrival
         run.finish[rid] = now
@@ -334,8 +335,8 @@ class RegionalRun:
         self.work[e] += request_work(
             self.engine_profiles[e], req.prompt_tokens - req.cached_tokens, req.output_tokens
         )
-        self.attempts[rid].end(self.budget)
-        self.end(rid, OK)
+        life.attempts.end(self.budget)
+        self.end(life, OK)
 
     def apply_fault(self, fault, now: float) -> None:
         engine = self.engines[fault.gpu]
@@ -350,14 +351,15 @@ class RegionalRun:
         self.reschedule(fault.gpu)
 
     def crashed(self, req: EngineRequest, backend_id: str, now: float) -> None:
-        rid = req.rid
-        self.attempts[rid].end(self.budget)
-        self.scheduler.finish(rid, self.model, Outcome(False, fatal=True), now)
-        info = self.infos.get(rid)
-        if req.first_token_at >= 0 or info is None:
-            self.end(rid, FAILED)  # the stream broke under its client
+        life = self.lifetimes.get(req.rid)
+        if life is None:
+            return
+        life.attempts.end(self.budget)
+        self.scheduler.finish(life, Outcome(False, fatal=True), now)
+        if req.first_token_at >= 0:
+            self.end(life, FAILED)  # the stream broke under its client
             return
         # Nothing reached the client yet: the router retries elsewhere.
-        self.tried.setdefault(rid, set()).add(backend_id)
-        if self.may_retry(rid, FailureKind.CONNECTION, now):
-            self.dispatch(info, now)
+        life.tried.add(backend_id)
+        if self.may_retry(life, FailureKind.CONNECTION, now):
+            self.dispatch(life, now)

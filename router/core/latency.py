@@ -69,9 +69,9 @@ class _BackendLoad:
         self.interference = 0.0  # decaying sum of prefill seconds beyond decode steps
         self.interference_at = 0.0
         self.stalled = 0.0  # every booked prefill's seconds beyond decode steps, summed
-        # protected streams: (`stalled` at which one would miss its TPOT, order, request id);
+        # protected streams: (`stalled` at which one would miss its TPOT, order, booking);
         # ended ones stay until popped or compacted, `protected` counts those in flight
-        self.limits: list[tuple[float, int, object]] = []
+        self.limits: list[tuple[float, int, LatencyBooking]] = []
         self.protected = 0
 
 
@@ -86,8 +86,10 @@ class Prediction(NamedTuple):
     interference_s: float = 0.0  # that prefill's time beyond the decode steps it rides in
 
 
-@dataclass(slots=True)
-class _Booking:
+@dataclass(slots=True, eq=False)
+class LatencyBooking:
+    """One request's booking on one backend (its `RequestLifetime` holds it)."""
+
     backend_id: str
     gpu_type: str
     ctx_tokens: float
@@ -99,6 +101,7 @@ class _Booking:
     alone: bool  # nothing queued ahead of it: its TTFT is its prefill plus the overhead
     protected: int = -1  # its entry's order in the backend's stall limits (-1: none)
     stalled_at: float = 0.0  # the backend's `stalled` once this request was booked
+    open: bool = True  # False once `finish` released it
 
 
 class LatencyModel:
@@ -124,7 +127,6 @@ class LatencyModel:
         self.tpot_ratio = self.learned.tpot_ratio
         self.overhead_s = self.learned.overhead_s  # fixed TTFT outside the GPU, per GPU type
         self._load: dict[str, _BackendLoad] = {}
-        self._booked: dict[object, _Booking] = {}
         self._order = itertools.count()
         self.protected_streams = 0  # in flight with a stall allowance (stall_allowance)
 
@@ -196,18 +198,18 @@ class LatencyModel:
 
     def book(
         self,
-        request_id: object,
         backend: Backend,
         prompt_tokens: float,
         output_tokens: float,
         now: float,
         predicted: Prediction,
         tpot_bound_s: float | None = None,
-    ) -> None:
+    ) -> LatencyBooking:
         """The request went to `backend` as `predicted` (from `predict` just before, at the
         same `now`): queue its prefill, count its KV and its interference. Given its TPOT
         bound (only when `output_tokens` is known, not a guess), its stream is protected:
-        `stall_allowance` then says how much later prefill it can decode beside."""
+        `stall_allowance` then says how much later prefill it can decode beside. Returns
+        the booking, which `first_token` and `finish` take."""
         state = self._state(backend.backend_id)
         gpu_part = predicted.ttft_s - self.overhead_s.get(backend.gpu_type, 0.0)
         state.prefill_until = max(state.prefill_until, now) + predicted.prefill_s
@@ -218,10 +220,7 @@ class LatencyModel:
         state.interference = self._decayed(state, now) + predicted.interference_s
         state.interference_at = now
         state.stalled += predicted.interference_s
-        protected = -1
-        if tpot_bound_s is not None and output_tokens > 1:
-            protected = self._protect(state, predicted, output_tokens, tpot_bound_s, request_id)
-        self._booked[request_id] = _Booking(
+        booking = LatencyBooking(
             backend.backend_id,
             backend.gpu_type,
             ctx_tokens,
@@ -231,9 +230,14 @@ class LatencyModel:
             gpu_part,
             predicted.tpot_s,
             self._alone(backend, gpu_part, predicted.prefill_s),
-            protected,
+            -1,
             state.stalled,
         )
+        if tpot_bound_s is not None and output_tokens > 1:
+            booking.protected = self._protect(
+                state, predicted, output_tokens, tpot_bound_s, booking
+            )
+        return booking
 
     def _alone(self, backend: Backend, gpu_part: float, prefill_s: float) -> bool:
         """Nothing queued ahead of it (its TTFT is its prefill plus the overhead) on an
@@ -247,7 +251,7 @@ class LatencyModel:
         predicted: Prediction,
         output_tokens: float,
         tpot_bound_s: float,
-        request_id: object,
+        booking: LatencyBooking,
     ) -> int:
         """Record the stall this stream can take: its tokens' slack under the TPOT bound.
         Prefill is first come, first served, so every prefill booked here after it runs
@@ -258,14 +262,15 @@ class LatencyModel:
             heapq.heapify(limits)
         allowance = (output_tokens - 1) * max(tpot_bound_s - predicted.tpot_s, 0.0)
         order = next(self._order)
-        heapq.heappush(limits, (state.stalled + allowance, order, request_id))
+        heapq.heappush(limits, (state.stalled + allowance, order, booking))
         state.protected += 1
         self.protected_streams += 1
         return order
 
-    def _live(self, entry: tuple[float, int, object]) -> bool:
-        booking = self._booked.get(entry[2])
-        return booking is not None and booking.protected == entry[1]
+    @staticmethod
+    def _live(entry: tuple[float, int, LatencyBooking]) -> bool:
+        booking = entry[2]
+        return booking.open and booking.protected == entry[1]
 
     def stall_allowance(self, backend_id: str) -> float:
         """Seconds of prefill beyond decode steps this backend can still take before a
@@ -280,22 +285,20 @@ class LatencyModel:
             heapq.heappop(limits)  # that stream ended
         return limits[0][0] - state.stalled if limits else math.inf
 
-    def stall_met(self, request_id: object) -> float:
+    def stall_met(self, booking: LatencyBooking | None) -> float:
         """Seconds the prefills booked on its backend after it added to the steps it
         decoded in (0 once it ended, or for a request never booked): load it met, not a
         slow GPU."""
-        booking = self._booked.get(request_id)
         state = self._load.get(booking.backend_id) if booking is not None else None
-        if state is None:
+        if state is None or not booking.open:
             return 0.0
         return max(state.stalled - booking.stalled_at, 0.0)
 
-    def first_token(self, request_id: object, now: float, ttft_s: float | None = None) -> None:
+    def first_token(self, booking: LatencyBooking, now: float, ttft_s: float | None = None) -> None:
         """The request's first token arrived: shift that backend's prefill queue by the error
         (FCFS: what was booked after it is that much earlier or later), learn the fixed
         overhead and the GPU type's TTFT ratio."""
-        booking = self._booked.get(request_id)
-        if booking is None or booking.first_token_at is None:
+        if not booking.open or booking.first_token_at is None:
             return
         state = self._load.get(booking.backend_id)
         if state is not None:
@@ -313,7 +316,7 @@ class LatencyModel:
 
     def finish(
         self,
-        request_id: object,
+        booking: LatencyBooking,
         tpot_s: float | None,
         in_flight_left: int,
         output_tokens: int = MIN_TOKENS_TO_LEARN_TPOT,
@@ -325,10 +328,10 @@ class LatencyModel:
         was booked is compared as the mean of that prediction and the step the backend
         runs now that it ends: the load it decoded under. Against the booking alone, a
         burst (or a drain) after booking reads as a slow (or fast) GPU, and the ratio
-        swings between its bounds with the traffic."""
-        booking = self._booked.pop(request_id, None)
-        if booking is None:
+        swings between its bounds with the traffic. A second finish changes nothing."""
+        if not booking.open:
             return
+        booking.open = False
         state = self._load.get(booking.backend_id)
         if booking.protected >= 0:
             self.protected_streams -= 1

@@ -1,6 +1,7 @@
 """The scheduler: one object that the live router and the simulator both drive.
 
-route() picks a backend with the policy and books the request's cost in the ledger;
+route() picks a backend with the policy and books the request there (its outstanding work,
+its latency-model booking, the margin it was placed under), on the request's lifetime;
 finish() releases it at end-of-stream and feeds what was learned back (costs, health)."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from gpuroute.router.core.cost import CostEstimator
 from gpuroute.router.core.health import BackendHealth, HealthEvents
 from gpuroute.router.core.latency import LatencyModel, Prediction
 from gpuroute.router.core.ledger import OutstandingWork
+from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.core.policies import PickContext, Policy
 from gpuroute.router.core.policies.base import Verdict
 from gpuroute.router.core.request import RequestInfo
@@ -95,22 +97,23 @@ class Scheduler:
 
     def route(
         self,
-        request: RequestInfo,
+        life: RequestLifetime,
         now: float,
         rng: random.Random,
-        exclude: Collection[str] = (),
         prefer: str | None = None,
         *,
         explain: bool = False,
         hold_misses: bool = False,
     ) -> Decision | None:
-        """Choose a backend and book the request; None when no backend can take it.
-        `prefer` (a session's remembered backend) is taken over the policy's pick while it
-        is a candidate (a predicting policy takes it only while it meets the SLO); a wanted
-        half-open probe still comes first. With `explain`, the decision carries every
-        candidate's score as it was before the booking. With `hold_misses`, a predicted SLO
-        miss comes back unbooked (`booked=False`) for admission to hold or refuse."""
-        candidates = self.candidates(request, exclude)
+        """Choose a backend the request has not tried and book it there (on `life`); None
+        when no backend can take it. `prefer` (a session's remembered backend) is taken over
+        the policy's pick while it is a candidate (a predicting policy takes it only while it
+        meets the SLO); a wanted half-open probe still comes first. With `explain`, the
+        decision carries every candidate's score as it was before the booking. With
+        `hold_misses`, a predicted SLO miss comes back unbooked (`booked=False`) for
+        admission to hold or refuse."""
+        request = life.info
+        candidates = self.candidates(request, life.tried)
         if not candidates:
             return None
         ctx = self.context(request, now, rng, prefer)
@@ -126,12 +129,13 @@ class Scheduler:
                 backend, cost, len(candidates), reason, scores, prediction, fits=False, booked=False
             )
         if self.latency is not None:
-            prediction = self._book_latency(ctx, backend, verdict)
-        self.ledger.start(request.request_id, backend, cost)
+            prediction = self._book_latency(ctx, life, backend, verdict)
+        life.needed = verdict.needed if verdict is not None else None
+        life.work = self.ledger.start(backend, cost)
         return Decision(backend, cost, len(candidates), reason, scores, prediction, fits=fits)
 
     def _book_latency(
-        self, ctx: PickContext, backend: Backend, verdict: Verdict | None
+        self, ctx: PickContext, life: RequestLifetime, backend: Backend, verdict: Verdict | None
     ) -> Prediction:
         """Book the request in the latency model with what the policy predicted there (or,
         for a policy that does not predict, a prediction made now)."""
@@ -146,7 +150,7 @@ class Scheduler:
         # its max_tokens, where the estimator is told that is what it generates
         known = self.estimator.exact_max_tokens and request.max_tokens is not None
         bound = ctx.slo.tpot_s if known else None
-        latency.book(request.request_id, backend, prompt, output, ctx.now, prediction, bound)
+        life.latency = latency.book(backend, prompt, output, ctx.now, prediction, bound)
         return prediction
 
     def candidates(self, request: RequestInfo, exclude: Collection[str] = ()) -> list[Backend]:
@@ -186,26 +190,28 @@ class Scheduler:
     def _scores(self, ctx: PickContext, candidates: Sequence[Backend]) -> Scores:
         return tuple((b.backend_id, self.policy.score(ctx, b)) for b in candidates)
 
-    def finish(
-        self, request_id: object, model: str, outcome: Outcome, now: float
-    ) -> HealthEvents | None:
-        """End of stream (or failure, or disconnect): release work, learn, update health."""
-        entry = self.ledger.finish(request_id)
-        if entry is None:
+    def finish(self, life: RequestLifetime, outcome: Outcome, now: float) -> HealthEvents | None:
+        """End of stream (or failure, or disconnect): release work, learn, update health.
+        None when nothing was booked (or it was released already)."""
+        work = life.work
+        if work is None or not self.ledger.finish(work):
             return None
-        backend, _ = entry
-        if self.latency is not None:
+        backend = work.backend
+        if self.latency is not None and life.latency is not None:
             self.latency.finish(
-                request_id,
+                life.latency,
                 outcome.tpot_s if outcome.ok else None,
                 backend.in_flight,
                 outcome.output_tokens,
                 now,
             )
         if outcome.met_slo is not None and self._observes_slo is not None:
-            self._observes_slo(request_id, outcome.met_slo, backend, now)
+            self._observes_slo(life.needed, outcome.met_slo, backend, now)
+        life.work = life.latency = life.needed = None
         if outcome.ok and outcome.output_tokens:
-            self.estimator.observe_output(model, outcome.output_tokens, outcome.prompt_tokens)
+            self.estimator.observe_output(
+                life.info.model, outcome.output_tokens, outcome.prompt_tokens
+            )
         events = self.health.record(
             backend, outcome.ok, now, outcome.latency_ratio, fatal=outcome.fatal
         )
@@ -217,19 +223,22 @@ class Scheduler:
         """A health verdict on a backend reached after its booking was released."""
         return self.health.record(backend, ok, now)
 
-    def first_token(self, request_id: object, now: float, ttft_s: float | None = None) -> None:
+    def first_token(self, life: RequestLifetime, now: float, ttft_s: float | None = None) -> None:
         """The request's first token arrived (the latency model resynchronises and learns)."""
-        if self.latency is not None:
-            self.latency.first_token(request_id, now, ttft_s)
+        if self.latency is not None and life.latency is not None:
+            self.latency.first_token(life.latency, now, ttft_s)
         if self.on_room is not None:
             self.on_room()
 
-    def release(self, request_id: object) -> None:
+    def release(self, life: RequestLifetime) -> None:
         """Drop a request's booking with no health verdict (client gone, request refused)."""
-        entry = self.ledger.finish(request_id)
-        if entry is not None and self.latency is not None:
-            self.latency.finish(request_id, None, entry[0].in_flight)
-        if entry is not None and self.on_room is not None:
+        work = life.work
+        if work is None or not self.ledger.finish(work):
+            return
+        if self.latency is not None and life.latency is not None:
+            self.latency.finish(life.latency, None, work.backend.in_flight)
+        life.work = life.latency = life.needed = None
+        if self.on_room is not None:
             self.on_room()
 
     def tick(self, now: float) -> HealthEvents:

@@ -24,8 +24,19 @@ from __future__ import annotations
 import statistics
 from collections import deque
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 PACE_WINDOWS = 3
+
+
+@dataclass(slots=True, frozen=True)
+class Timing:
+    """One attempt's clock: where it runs, since when, and how long it should take. Its
+    `RequestLifetime` holds it; the tracker reads the running ones at `refresh`."""
+
+    backend_id: str
+    started: float
+    expected_s: float
 
 
 class SlownessTracker:
@@ -45,32 +56,29 @@ class SlownessTracker:
         # healthy traffic (TTFT p50 0.22 s -> 0.5 s in the live bench).
         self.deadband = deadband
         self._last_finish: dict[str, float] = {}
-        self._running: dict[object, tuple[str, float, float]] = {}  # id -> backend, start, expected
         self._ratio: dict[str, float] = {}  # finished-request EWMA per backend
         self._samples: dict[str, int] = {}
         # backend -> the medians of its last PACE_WINDOWS windows of streams, and when
         self._paces: dict[str, tuple[deque[float], float]] = {}
         self.slowness: dict[str, float] = {}
 
-    def start(self, request_id: object, backend_id: str, now: float, expected_s: float) -> None:
-        self._running[request_id] = (backend_id, now, max(expected_s, 1e-6))
+    @staticmethod
+    def start(backend_id: str, now: float, expected_s: float) -> Timing:
+        return Timing(backend_id, now, max(expected_s, 1e-6))
 
     def finish(
         self,
-        request_id: object,
+        timing: Timing,
         now: float,
         expected_s: float | None = None,
         since: float | None = None,
-    ) -> float | None:
+    ) -> float:
         """A request ended; `expected_s` (known output length) replaces the start estimate,
         and `since` the start, when the caller measured a phase of it (its decode). Returns
-        its observed/expected ratio (None: it was not started here). Failures and
-        disconnects should call `forget` instead."""
-        entry = self._running.pop(request_id, None)
-        if entry is None:
-            return None
-        backend_id, started, expected = entry
-        ratio = (now - (started if since is None else since)) / max(expected_s or expected, 1e-6)
+        its observed/expected ratio. Failures and disconnects just drop their timing."""
+        backend_id, started = timing.backend_id, timing.started
+        expected = expected_s or timing.expected_s
+        ratio = (now - (started if since is None else since)) / max(expected, 1e-6)
         previous = self._ratio.get(backend_id)
         self._ratio[backend_id] = (
             ratio if previous is None else previous + self.alpha * (ratio - previous)
@@ -78,9 +86,6 @@ class SlownessTracker:
         self._samples[backend_id] = self._samples.get(backend_id, 0) + 1
         self._last_finish[backend_id] = now
         return ratio
-
-    def forget(self, request_id: object) -> None:
-        self._running.pop(request_id, None)
 
     def observe_pace(self, backend_id: str, now: float, ratios: Sequence[float]) -> None:
         """The observed/expected time of what each of a backend's streams relayed over the
@@ -100,11 +105,14 @@ class SlownessTracker:
             return None
         return statistics.median(entry[0])
 
-    def refresh(self, now: float, backend_ids: Iterable[str]) -> dict[str, float]:
-        """Recompute every backend's slowness (call on the router's tick)."""
+    def refresh(
+        self, now: float, backend_ids: Iterable[str], timings: Iterable[Timing] = ()
+    ) -> dict[str, float]:
+        """Recompute every backend's slowness (call on the router's tick); `timings`: the
+        attempts running now (their lifetimes')."""
         running: dict[str, list[float]] = {}
-        for backend_id, started, expected in self._running.values():
-            running.setdefault(backend_id, []).append((now - started) / expected)
+        for t in timings:
+            running.setdefault(t.backend_id, []).append((now - t.started) / t.expected_s)
         ids = list(backend_ids)
         paces = {b: p for b in ids if (p := self._pace(b, now)) is not None}
         if len(paces) < 2:  # a pace alone in the fleet has no yardstick

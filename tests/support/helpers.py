@@ -6,6 +6,7 @@ import random
 from collections.abc import Sequence
 
 from gpuroute.router.core import Backend, BackendSet, CostEstimator, GpuCostPrior, RequestInfo
+from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.core.policies import PickContext
 
 PRIORS = {
@@ -41,3 +42,10 @@ def shares(picks: Sequence[Backend], pool: Sequence[Backend]) -> list[float]:
     for backend in picks:
         counts[backend.backend_id] += 1
     return [counts[b.backend_id] / len(picks) for b in pool]
+
+
+def life(info: RequestInfo, tried: Sequence[str] = ()) -> RequestLifetime:
+    """A request's lifetime, as the scheduler books it (`tried`: backends it went to)."""
+    lifetime = RequestLifetime(info)
+    lifetime.tried.update(tried)
+    return lifetime

@@ -8,7 +8,7 @@ from gpuroute.router.core import BackendSet, RequestInfo, Scheduler
 from gpuroute.router.core.cost import CostEstimator
 from gpuroute.router.core.policies.prefix_affinity import PrefixAffinity, PrefixIndex
 from gpuroute.router.core.policies.session_affinity import SessionAffinity, stable_hash
-from support.helpers import PRIORS, backends, context
+from support.helpers import PRIORS, backends, context, life
 
 
 def test_prefix_index_matches_leading_blocks_only() -> None:
@@ -45,7 +45,7 @@ def test_hot_prefix_cannot_overload_its_owner() -> None:
     rng = random.Random(5)
     for i in range(2000):  # one hot prefix, never finished: the guard must spread it
         scheduler.route(
-            RequestInfo(i, "m", 4096, 50, prefix_blocks=(1, 2, 3, 4, 5, 6, 7, 8)), 0, rng
+            life(RequestInfo(i, "m", 4096, 50, prefix_blocks=(1, 2, 3, 4, 5, 6, 7, 8))), 0, rng
         )
     loads = [b.outstanding for b in pool]
     mean = sum(loads) / len(loads)
@@ -73,7 +73,7 @@ def test_session_affinity_bounds_load() -> None:
     )
     rng = random.Random(1)
     for i in range(400):
-        scheduler.route(RequestInfo(i, "m", 10, 10, session_id="hot"), 0, rng)
+        scheduler.route(life(RequestInfo(i, "m", 10, 10, session_id="hot")), 0, rng)
     assert max(b.in_flight for b in pool) <= 1.25 * 400 / 4 + 1
     assert min(b.in_flight for b in pool) > 0
 
@@ -122,11 +122,13 @@ def test_a_preferred_backend_wins_while_it_is_a_candidate() -> None:
     scheduler = Scheduler(BackendSet(pool), LeastOutstandingWork(), CostEstimator(PRIORS))
     rng = random.Random(0)
     prefer = pool[1].backend_id
-    picked = scheduler.route(RequestInfo(1, "m", 100), 0.0, rng, prefer=prefer)
+    picked = scheduler.route(life(RequestInfo(1, "m", 100)), 0.0, rng, prefer=prefer)
     assert picked.backend is pool[1]
-    excluded = scheduler.route(RequestInfo(2, "m", 100), 0.0, rng, exclude={prefer}, prefer=prefer)
+    retry = life(RequestInfo(2, "m", 100), tried=[prefer])
+    excluded = scheduler.route(retry, 0.0, rng, prefer=prefer)
     assert excluded.backend is not pool[1]  # a retry excludes it: the policy picks
     scheduler.backends.set_state(pool[1], BackendState.EJECTED, 0.0, "breaker open")
-    other = scheduler.route(RequestInfo(3, "m", 100), 0.0, rng, prefer=prefer)
+    other = scheduler.route(life(RequestInfo(3, "m", 100)), 0.0, rng, prefer=prefer)
     assert other.backend is not pool[1]  # an ejected backend is no candidate
-    assert scheduler.route(RequestInfo(4, "m", 100), 0.0, rng, prefer="gone").backend in pool
+    gone = life(RequestInfo(4, "m", 100))
+    assert scheduler.route(gone, 0.0, rng, prefer="gone").backend in pool

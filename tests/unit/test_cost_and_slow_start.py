@@ -5,6 +5,7 @@ import random
 import pytest
 from gpuroute.router.core import Backend, BackendSet, BackendState
 from gpuroute.router.core.cost import CostEstimator, GpuCostPrior
+from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.core.policies.least_connections import LeastConnections
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.core.scheduler import Outcome, Scheduler
@@ -30,8 +31,9 @@ def test_seconds_use_the_gpu_types_rates_and_finishes_do_not_move_them() -> None
     scheduler = Scheduler(BackendSet(), LeastConnections(), est)
     backend = Backend("h", "H100", ("m",))
     scheduler.backends.add(backend)
-    scheduler.route(RequestInfo(1, "m", 1000), 0.0, random.Random(0))
-    scheduler.finish(1, "m", Outcome(True, output_tokens=100, prompt_tokens=1000), 5.0)
+    request = RequestLifetime(RequestInfo(1, "m", 1000))
+    scheduler.route(request, 0.0, random.Random(0))
+    scheduler.finish(request, Outcome(True, output_tokens=100, prompt_tokens=1000), 5.0)
     assert est.rates("H100") == prior
     assert est.seconds("H100", 1.0, 1000, 100) == pytest.approx(0.2)
 

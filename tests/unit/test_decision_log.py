@@ -10,7 +10,7 @@ from gpuroute.router.core import BackendSet, CostEstimator, RequestInfo, Schedul
 from gpuroute.router.core.policies import build_policy
 from gpuroute.router.core.scheduler import Outcome, PickReason
 from gpuroute.router.decision_log import DecisionLog
-from support.helpers import PRIORS, backends
+from support.helpers import PRIORS, backends, life
 
 
 def scheduler(policy: str = "least_outstanding_work", n: int = 4) -> Scheduler:
@@ -27,12 +27,13 @@ def replay(policy: str, sample: float, seed: int = 7) -> tuple[list[str], list[d
     picks = []
     for i in range(300):
         info = RequestInfo(i, "m", 50 + (i * 37) % 900, 20, prefix_blocks=(i % 5, i % 7))
-        decision = sched.route(info, i * 0.01, rng, explain=log.wants_next())
+        request = life(info)
+        decision = sched.route(request, i * 0.01, rng, explain=log.wants_next())
         assert decision is not None
         log.decision(info, decision, 0)
         picks.append(decision.backend.backend_id)
         if i % 3 == 0:
-            sched.finish(i, "m", Outcome(True, 20, info.prompt_tokens), i * 0.01)
+            sched.finish(request, Outcome(True, 20, info.prompt_tokens), i * 0.01)
     return picks, [json.loads(line) for line in lines]
 
 
@@ -55,7 +56,7 @@ def test_scores_are_those_before_booking() -> None:
     sched, lines = scheduler(), []
     log = DecisionLog(1.0, "least_outstanding_work", emit=lines.append)
     info = RequestInfo("r1", "m", 1000, 100)
-    decision = sched.route(info, 0.0, random.Random(1), explain=log.wants_next())
+    decision = sched.route(life(info), 0.0, random.Random(1), explain=log.wants_next())
     log.decision(info, decision, 0)
     event = json.loads(lines[0])
     scores = {c["backend"]: c["score"] for c in event["candidates"]}
@@ -72,15 +73,17 @@ def test_scores_are_those_before_booking() -> None:
 
 def test_reason_says_probe_session_or_policy() -> None:
     sched, rng = scheduler(), random.Random(3)
-    first = sched.route(RequestInfo("a", "m", 10, 10), 0.0, rng, explain=True)
+    first = sched.route(life(RequestInfo("a", "m", 10, 10)), 0.0, rng, explain=True)
     assert first.reason is PickReason.POLICY
-    remembered = sched.route(RequestInfo("b", "m", 10, 10), 0.0, rng, prefer="b3", explain=True)
+    remembered = sched.route(
+        life(RequestInfo("b", "m", 10, 10)), 0.0, rng, prefer="b3", explain=True
+    )
     assert (remembered.backend.backend_id, remembered.reason) == ("b3", PickReason.SESSION)
     bad = sched.backends.get("b1")
     for t in range(5):
         sched.health.record(bad, False, float(t))
     sched.tick(30.0)  # cooldown over: half-open, wanting one probe
-    probe = sched.route(RequestInfo("c", "m", 10, 10), 30.1, rng, prefer="b3", explain=True)
+    probe = sched.route(life(RequestInfo("c", "m", 10, 10)), 30.1, rng, prefer="b3", explain=True)
     assert (probe.backend.backend_id, probe.reason) == ("b1", PickReason.PROBE)
 
 
@@ -89,7 +92,7 @@ def test_event_fields_and_failures() -> None:
     log = DecisionLog(1.0, "p2c", emit=lines.append, wall_clock=lambda: 12.5)
     sched = scheduler("p2c")
     info = RequestInfo("r9", "m", 64, 8)
-    decision = sched.route(info, 0.0, random.Random(1), explain=True)
+    decision = sched.route(life(info), 0.0, random.Random(1), explain=True)
     log.decision(info, decision, 1)
     log.failure("r9", decision.backend, "refused")
     event, failure = (json.loads(line) for line in lines)
@@ -106,7 +109,7 @@ def test_an_unexplained_decision_is_not_logged_and_a_silent_log_logs_no_failure(
     lines: list[str] = []
     log = DecisionLog(0.0, "p2c", emit=lines.append)
     sched = scheduler("p2c")
-    decision = sched.route(RequestInfo("r", "m", 64, 8), 0.0, random.Random(1))
+    decision = sched.route(life(RequestInfo("r", "m", 64, 8)), 0.0, random.Random(1))
     assert decision.scores is None
     log.decision(RequestInfo("r", "m", 64, 8), decision, 0)
     log.failure("r", decision.backend, "5xx")

@@ -11,7 +11,7 @@ from gpuroute.router.core.outlier import OutlierSettings
 from gpuroute.router.core.policies.least_outstanding_work import LeastOutstandingWork
 from gpuroute.router.core.scheduler import Outcome
 from gpuroute.router.core.slow_start import SlowStart
-from support.helpers import backends
+from support.helpers import backends, life
 
 
 def make(n=4):
@@ -45,13 +45,12 @@ def test_failed_requests_through_the_scheduler_eject_and_routing_avoids_it() -> 
     pool, _, scheduler = make()
     rng = random.Random(0)
     for i in range(3):
-        decision = scheduler.route(
-            RequestInfo(i, "m", 10, 10), 0.0, rng, exclude={"b1", "b2", "b3"}
-        )
-        scheduler.finish(i, "m", Outcome(False), 0.0)
+        request = life(RequestInfo(i, "m", 10, 10), tried=["b1", "b2", "b3"])
+        decision = scheduler.route(request, 0.0, rng)
+        scheduler.finish(request, Outcome(False), 0.0)
     assert pool[0].state is BackendState.EJECTED and decision.backend is pool[0]
     picks = {
-        scheduler.route(RequestInfo(10 + i, "m", 10, 10), 1.0, rng).backend.backend_id
+        scheduler.route(life(RequestInfo(10 + i, "m", 10, 10)), 1.0, rng).backend.backend_id
         for i in range(30)
     }
     assert "b0" not in picks
@@ -72,12 +71,13 @@ def test_half_open_backend_gets_one_probe_at_a_time_whatever_the_policy_says() -
         scheduler.health.record(bad, False, float(t))
     scheduler.tick(7.0)
     rng = random.Random(1)
-    probe = scheduler.route(RequestInfo("p1", "m", 10, 10), 7.1, rng)
+    probing = life(RequestInfo("p1", "m", 10, 10))
+    probe = scheduler.route(probing, 7.1, rng)
     assert probe.backend is bad  # LOW alone would never pick a warming backend here
-    others = [scheduler.route(RequestInfo(f"r{i}", "m", 10, 10), 7.2, rng) for i in range(20)]
+    others = [scheduler.route(life(RequestInfo(f"r{i}", "m", 10, 10)), 7.2, rng) for i in range(20)]
     assert bad not in {d.backend for d in others}  # its probe is still in flight
-    scheduler.finish("p1", "m", Outcome(True), 7.3)
-    assert scheduler.route(RequestInfo("p2", "m", 10, 10), 7.4, rng).backend is bad
+    scheduler.finish(probing, Outcome(True), 7.3)
+    assert scheduler.route(life(RequestInfo("p2", "m", 10, 10)), 7.4, rng).backend is bad
 
 
 def test_with_active_probes_a_half_open_backend_gets_no_client_request() -> None:
@@ -92,7 +92,8 @@ def test_with_active_probes_a_half_open_backend_gets_no_client_request() -> None
     assert health.half_open == {"b0"}
     rng = random.Random(2)
     picks = {
-        scheduler.route(RequestInfo(i, "m", 10, 10), 6.1, rng).backend.backend_id for i in range(50)
+        scheduler.route(life(RequestInfo(i, "m", 10, 10)), 6.1, rng).backend.backend_id
+        for i in range(50)
     }
     assert "b0" not in picks
     for t in (6.2, 6.3, 6.4):  # health checks succeed

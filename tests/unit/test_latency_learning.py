@@ -10,6 +10,7 @@ import pytest
 from gpuroute.router.core import Backend, BackendSet, CostEstimator, RequestInfo, Scheduler
 from gpuroute.router.core.latency import LatencyModel
 from gpuroute.router.core.latency_learning import Corrections
+from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.core.policies import DEFAULT_POLICY, build_policy
 from gpuroute.router.core.slo import SloClass
 from gpuroute.router.priors import engine_priors
@@ -102,8 +103,8 @@ def overloaded_scheduler() -> Scheduler:
     return Scheduler(backends, build_policy(DEFAULT_POLICY), estimator, latency=latency)
 
 
-def chat(rid: int, at: float) -> RequestInfo:
-    return RequestInfo(rid, "m", 500, 64, slo=CHAT, arrived_at=at)
+def chat(rid: int, at: float) -> RequestLifetime:
+    return RequestLifetime(RequestInfo(rid, "m", 500, 64, slo=CHAT, arrived_at=at))
 
 
 def first_admitted(sched: Scheduler, start: int, until: int) -> int | None:
@@ -165,10 +166,10 @@ def first_tokens_a_second_late(in_flight: int) -> LatencyModel:
         now = 10.0 * i  # far apart: nothing booked is still queued
         prompt = 100 + 50 * (i % 60)
         pred = model.predict(h100, prompt, prompt, 10, now)
-        model.book(i, h100, prompt, 10, now, pred)
+        booking = model.book(h100, prompt, 10, now, pred)
         gpu_s = (pred.ttft_s - model.overhead_s.get("H100", 0.0)) / model.ttft_ratio.get("H100", 1)
-        model.first_token(i, now + 1.0 + gpu_s, 1.0 + gpu_s)
-        model.finish(i, None, in_flight)
+        model.first_token(booking, now + 1.0 + gpu_s, 1.0 + gpu_s)
+        model.finish(booking, None, in_flight)
     return model
 
 

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from gpuroute.router.core.ledger import OutstandingWork
+from gpuroute.router.core.ledger import OutstandingWork, WorkBooking
 from hypothesis import given
 from hypothesis import strategies as st
 from support.helpers import backends
@@ -9,7 +9,7 @@ from support.helpers import backends
 operations = st.lists(
     st.tuples(
         st.sampled_from(["start", "finish"]),
-        st.integers(0, 15),  # request id
+        st.integers(0, 15),  # which request
         st.integers(0, 2),  # backend index
         st.floats(0, 100, allow_nan=False),
     ),
@@ -19,21 +19,21 @@ operations = st.lists(
 
 @given(operations)
 def test_ledger_matches_a_model(ops) -> None:
+    """Bookings start and finish in any order, a finish repeated or for a booking long
+    over: each backend's sums match a model of the open bookings."""
     pool = backends(3)
     ledger = OutstandingWork()
+    bookings: dict[int, WorkBooking] = {}  # the test's own request -> its latest booking
     model: dict[int, tuple[int, float]] = {}
     for op, rid, index, work in ops:
         if op == "start":
             if rid in model:
-                with pytest.raises(ValueError):
-                    ledger.start(rid, pool[index], work)
-            else:
-                ledger.start(rid, pool[index], work)
-                model[rid] = (index, work)
-        else:
-            entry = ledger.finish(rid)
-            expected = model.pop(rid, None)
-            assert (entry is None) == (expected is None)
+                continue  # a request holds one booking at a time (its lifetime's)
+            bookings[rid] = ledger.start(pool[index], work)
+            model[rid] = (index, work)
+        elif rid in bookings:
+            released = ledger.finish(bookings[rid])
+            assert released == (model.pop(rid, None) is not None)
         for i, backend in enumerate(pool):
             mine = [w for b, w in model.values() if b == i]
             assert backend.in_flight == len(mine)
@@ -45,13 +45,13 @@ def test_ledger_matches_a_model(ops) -> None:
 def test_idle_backend_has_exactly_zero_work() -> None:
     (backend,) = backends(1)
     ledger = OutstandingWork()
-    for i, work in enumerate((0.1, 0.2, 0.7)):
-        ledger.start(i, backend, work)
-    for i in range(3):
-        ledger.finish(i)
-    assert backend.outstanding == 0.0 and backend.in_flight == 0
+    booked = [ledger.start(backend, work) for work in (0.1, 0.2, 0.7)]
+    for booking in booked:
+        assert ledger.finish(booking)
+    assert not ledger.finish(booked[0])  # a second finish changes nothing
+    assert backend.outstanding == 0.0 and backend.in_flight == 0 and len(ledger) == 0
 
 
 def test_negative_work_is_refused() -> None:
     with pytest.raises(ValueError):
-        OutstandingWork().start(1, backends(1)[0], -1.0)
+        OutstandingWork().start(backends(1)[0], -1.0)

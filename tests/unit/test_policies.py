@@ -16,7 +16,7 @@ from gpuroute.router.core.policies.random_pick import RandomPick
 from gpuroute.router.core.policies.round_robin import RoundRobin
 from gpuroute.router.core.policies.weighted_round_robin import WeightedRoundRobin
 from gpuroute.router.core.slow_start import SlowStart
-from support.helpers import PRIORS, backends, context, shares
+from support.helpers import PRIORS, backends, context, life, shares
 
 PICKS = 100_000
 
@@ -136,6 +136,6 @@ def test_least_outstanding_work_shares_follow_gpu_speed_through_the_ledger() -> 
     scheduler = Scheduler(BackendSet(pool), LeastOutstandingWork(), CostEstimator(PRIORS))
     rng = random.Random(3)
     for i in range(10_000):
-        scheduler.route(RequestInfo(i, "m", 1000, 100), 0.0, rng)
+        scheduler.route(life(RequestInfo(i, "m", 1000, 100)), 0.0, rng)
     assert pool[0].in_flight == pytest.approx(8000, abs=1)
     assert pool[1].in_flight == pytest.approx(2000, abs=1)

@@ -7,6 +7,7 @@ import random
 import pytest
 from gpuroute.router.config import RouterConfig, load_router_config
 from gpuroute.router.core import RequestInfo
+from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.core.slo import STANDARD
 from gpuroute.router.server import RouterApp
 from support.paths import REPO
@@ -90,6 +91,6 @@ def test_max_tokens_is_output_turns_on_the_stall_guard(tmp_path) -> None:
         path = tmp_path / f"{flag}.toml"
         path.write_text(f"[slo]\nmax_tokens_is_output = {flag}\n" + BACKEND)
         scheduler = RouterApp(load_router_config(path)).scheduler
-        request = RequestInfo(1, "m", 100, 8, slo=STANDARD, arrived_at=0.0)
+        request = RequestLifetime(RequestInfo(1, "m", 100, 8, slo=STANDARD, arrived_at=0.0))
         assert scheduler.route(request, 0.0, random.Random(1)) is not None
         assert scheduler.latency.protected_streams == protected

@@ -24,6 +24,7 @@ from gpuroute.router.decision_log import DecisionLog
 from gpuroute.router.priors import engine_priors
 from hypothesis import given
 from hypothesis import strategies as st
+from support.helpers import life
 
 from gpuroute.gpus import GPU_SPECS
 from gpuroute.models import MODELS
@@ -127,13 +128,13 @@ def test_booked_prefill_queues_ahead_of_the_next_request_until_its_first_token()
     model = latency_model()
     h100 = engine("h", "H100")
     first = model.predict(h100, 4000, 4000, 50, now=0.0)
-    model.book(1, h100, 4000, 50, 0.0, first)
+    booking = model.book(h100, 4000, 50, 0.0, first)
     h100.in_flight = 1
     second = model.predict(h100, 100, 100, 50, now=0.0)
     alone = model.predict(engine("other", "H100", 1), 100, 100, 50, now=0.0)
     assert second.ttft_s == pytest.approx(first.ttft_s + alone.ttft_s, rel=0.05)
     # the first token came early: the queue behind it moves up by as much
-    model.first_token(1, first.ttft_s / 2, first.ttft_s / 2)
+    model.first_token(booking, first.ttft_s / 2, first.ttft_s / 2)
     after = model.predict(h100, 100, 100, 50, now=first.ttft_s / 2)
     assert after.ttft_s < second.ttft_s - first.ttft_s / 3
 
@@ -143,13 +144,13 @@ def queue_of_five(late_s: float) -> float:
     the TTFT then predicted for one more (its own prefill included)."""
     model = latency_model()
     h100 = engine("h", "H100")
-    predicted = []
-    for rid in range(5):
+    predicted, bookings = [], []
+    for _ in range(5):
         pred = model.predict(h100, 2000, 2000, 10, 0.0)
-        model.book(rid, h100, 2000, 10, 0.0, pred)
+        bookings.append(model.book(h100, 2000, 10, 0.0, pred))
         predicted.append(pred.ttft_s)
-    for rid, at in enumerate(predicted):
-        model.first_token(rid, at + late_s)
+    for booking, at in zip(bookings, predicted, strict=True):
+        model.first_token(booking, at + late_s)
     return model.predict(h100, 2000, 2000, 10, predicted[-1] + late_s).ttft_s
 
 
@@ -166,9 +167,9 @@ def test_learned_ratio_stays_in_bounds(samples) -> None:
     l4 = engine("l", "L4")
     for i, factor in enumerate(samples):
         pred = model.predict(l4, 500, 500, 10, float(i))
-        model.book(i, l4, 500, 10, float(i), pred)
-        model.first_token(i, float(i) + pred.ttft_s * factor, pred.ttft_s * factor)
-        model.finish(i, None, 0)
+        booking = model.book(l4, 500, 10, float(i), pred)
+        model.first_token(booking, float(i) + pred.ttft_s * factor, pred.ttft_s * factor)
+        model.finish(booking, None, 0)
     assert 0.125 <= model.ttft_ratio["L4"] <= 8.0
 
 
@@ -178,10 +179,10 @@ def test_ttft_ratio_converges_to_a_constant_slowdown() -> None:
     for i in range(300):
         now = 10.0 * i  # far apart: no queueing
         pred = model.predict(l4, 500, 500, 10, now)
-        model.book(i, l4, 500, 10, now, pred)
+        booking = model.book(l4, 500, 10, now, pred)
         raw = pred.ttft_s / model.ttft_ratio.get("L4", 1.0)
-        model.first_token(i, now + 2 * raw, 2 * raw)  # the engine runs at half speed
-        model.finish(i, None, 0)
+        model.first_token(booking, now + 2 * raw, 2 * raw)  # the engine runs at half speed
+        model.finish(booking, None, 0)
     assert model.ttft_ratio["L4"] == pytest.approx(2.0, rel=0.05)
 
 
@@ -196,10 +197,10 @@ def replay_first_tokens(model: LatencyModel, observe, n: int = 3000) -> None:
         pred = model.predict(backend, prompt, prompt, 10, now)
         ratio = model.ttft_ratio.get(backend.gpu_type, 1.0)
         truth = (pred.ttft_s - model.overhead_s.get(backend.gpu_type, 0.0)) / ratio
-        model.book(i, backend, prompt, 10, now, pred)
+        booking = model.book(backend, prompt, 10, now, pred)
         ttft = observe(truth, rng)
-        model.first_token(i, now + ttft, ttft)
-        model.finish(i, None, 0)
+        model.first_token(booking, now + ttft, ttft)
+        model.finish(booking, None, 0)
 
 
 def test_a_fixed_overhead_is_learned_apart_from_the_gpus_speed() -> None:
@@ -224,22 +225,23 @@ def test_no_overhead_is_invented_where_the_gpu_explains_the_ttft() -> None:
 # -- the policy ----------------------------------------------------------------------------
 def test_a_long_prompt_goes_where_its_ttft_fits() -> None:
     sched = scheduler("L4", "L4", "L4", "H100")
-    decision = sched.route(request(1, 12_000), 0.0, random.Random(1))
+    decision = sched.route(life(request(1, 12_000)), 0.0, random.Random(1))
     assert decision is not None and decision.fits
     assert decision.backend.gpu_type == "H100"
 
 
 def test_a_short_chat_goes_to_a_small_gpu_while_the_fast_one_has_a_queue() -> None:
     sched = scheduler("L4", "H100")
-    for i in range(4):  # 24,000 tokens of prefill queued on the H100 (the L4 cannot fit them)
-        decision = sched.route(request(i, 6000), 0.0, random.Random(1))
+    queued = [life(request(i, 6000)) for i in range(4)]
+    for prompt in queued:  # 24,000 tokens of prefill on the H100 (the L4 cannot fit them)
+        decision = sched.route(prompt, 0.0, random.Random(1))
         assert decision is not None and decision.backend.gpu_type == "H100"
-    decision = sched.route(request(9, 200), 0.0, random.Random(1))
+    decision = sched.route(life(request(9, 200)), 0.0, random.Random(1))
     assert decision is not None and decision.fits and decision.backend.gpu_type == "L4"
     # with the queue gone (first tokens in, as predicted), the H100 is the faster start
-    for i in range(4):
-        sched.first_token(i, 2.0, None)
-    decision = sched.route(request(10, 200), 2.0, random.Random(1))
+    for prompt in queued:
+        sched.first_token(prompt, 2.0, None)
+    decision = sched.route(life(request(10, 200)), 2.0, random.Random(1))
     assert decision is not None and decision.backend.gpu_type == "H100"
 
 
@@ -250,11 +252,11 @@ def test_a_long_prompt_stays_off_the_backend_full_of_streams_a_short_one_joins_t
     sched = scheduler("A100", "A100")
     busy, queued = sched.backends.get("a100-0"), sched.backends.get("a100-1")
     busy.in_flight = 8
-    first = sched.route(request(1, 600), 0.0, random.Random(1), exclude=("a100-0",))
+    first = sched.route(life(request(1, 600), tried=["a100-0"]), 0.0, random.Random(1))
     assert first is not None and first.backend is queued
-    long_prompt = sched.route(request(2, 8000), 0.0, random.Random(1))
+    long_prompt = sched.route(life(request(2, 8000)), 0.0, random.Random(1))
     assert long_prompt is not None and long_prompt.backend is queued
-    short_prompt = sched.route(request(3, 100), 0.0, random.Random(1))
+    short_prompt = sched.route(life(request(3, 100)), 0.0, random.Random(1))
     assert short_prompt is not None and short_prompt.backend is busy
 
 
@@ -266,7 +268,7 @@ def test_a_gray_failing_gpu_is_not_promised_a_pace_it_cannot_keep(slowness, expe
     kept most of the picks)."""
     sched = scheduler("H100", "L4")
     sched.backends.get("h100-0").slowness = slowness
-    decision = sched.route(request(1, 200, slo=INTERACTIVE), 0.0, random.Random(1))
+    decision = sched.route(life(request(1, 200, slo=INTERACTIVE)), 0.0, random.Random(1))
     assert decision is not None and decision.fits
     assert decision.backend.backend_id == expected
     assert decision.prediction.tpot_s <= INTERACTIVE.tpot_s
@@ -275,10 +277,10 @@ def test_a_gray_failing_gpu_is_not_promised_a_pace_it_cannot_keep(slowness, expe
 def test_a_predicted_miss_is_held_back_unbooked() -> None:
     tight = SloClass("tight", ttft_s=0.01, tpot_s=0.1)
     sched = scheduler("L4")
-    decision = sched.route(request(1, 8000, tight), 0.0, random.Random(1), hold_misses=True)
+    decision = sched.route(life(request(1, 8000, tight)), 0.0, random.Random(1), hold_misses=True)
     assert decision is not None and not decision.fits and not decision.booked
     assert len(sched.ledger) == 0 and sched.backends.get("l4-0").in_flight == 0
-    sent = sched.route(request(1, 8000, tight), 0.0, random.Random(1))
+    sent = sched.route(life(request(1, 8000, tight)), 0.0, random.Random(1))
     assert sent is not None and sent.booked and not sent.fits  # without holding: best effort
 
 
@@ -297,9 +299,10 @@ def test_scheduler_feeds_slo_verdicts_to_the_policy() -> None:
     sched = scheduler("H100")
     margins = sched.policy.margins
     start = margins.of("H100", 0.0)
-    decision = sched.route(request(1, 100), 0.0, random.Random(1))
+    served_one = life(request(1, 100))
+    decision = sched.route(served_one, 0.0, random.Random(1))
     assert decision is not None
-    sched.finish(1, "m", Outcome(True, 10, 100, met_slo=False), 0.0)
+    sched.finish(served_one, Outcome(True, 10, 100, met_slo=False), 0.0)
     assert margins.of("H100", 0.0) == pytest.approx(start - 0.01 * 0.95)
 
 
@@ -327,9 +330,10 @@ def test_a_gpu_types_margin_returns_towards_the_start_without_verdicts() -> None
 
 def served(sched: Scheduler, rid: int, info: RequestInfo, met: bool) -> None:
     """Route `info` and finish it at once with the verdict `met`."""
-    decision = sched.route(info, 0.0, random.Random(rid))
+    request_life = life(info)
+    decision = sched.route(request_life, 0.0, random.Random(rid))
     assert decision is not None and decision.booked and decision.fits
-    sched.finish(rid, "m", Outcome(True, 10, 100, met_slo=met), 0.0)
+    sched.finish(request_life, Outcome(True, 10, 100, met_slo=met), 0.0)
 
 
 # A class in which the prompt below needs about 0.6 of its SLO on an idle H100 (the TPOT
@@ -352,13 +356,14 @@ def test_a_miss_admitted_under_a_looser_margin_does_not_tighten_it_further() -> 
     the margin to its floor and refused what the tightened margin would serve in time."""
     sched = scheduler("H100")
     margins = sched.policy.margins
-    admitted_early = sched.route(request(1, 100, NEEDS_0_6), 0.0, random.Random(1))
+    early = life(request(1, 100, NEEDS_0_6))
+    admitted_early = sched.route(early, 0.0, random.Random(1))
     assert admitted_early is not None and admitted_early.fits
     for rid in range(2, 42):  # misses that needed little: the margin tightens past 0.6
         served(sched, rid, request(rid, 100), met=False)
     tightened = margins.of("H100", 0.0)
     assert tightened == pytest.approx(0.9 - 40 * 0.01 * 0.95)
-    sched.finish(1, "m", Outcome(True, 10, 100, met_slo=False), 0.0)
+    sched.finish(early, Outcome(True, 10, 100, met_slo=False), 0.0)
     assert margins.of("H100", 0.0) == tightened
     served(sched, 42, request(42, 100), met=False)  # one the margin still admits does
     assert margins.of("H100", 0.0) == pytest.approx(tightened - 0.01 * 0.95)
@@ -385,16 +390,16 @@ def test_slow_gpus_missing_their_slo_do_not_close_the_fast_ones() -> None:
     h100 = next(b for b in sched.backends if b.gpu_type == "H100")
     l4 = next(b for b in sched.backends if b.gpu_type == "L4")
     for rid in range(1, 101):
-        excluded = {h100.backend_id}
-        decision = sched.route(request(rid, 100), 0.0, random.Random(rid), excluded)
+        on_l4 = life(request(rid, 100), tried=[h100.backend_id])
+        decision = sched.route(on_l4, 0.0, random.Random(rid))
         assert decision is not None and decision.backend is l4
-        sched.finish(rid, "m", Outcome(True, 10, 100, met_slo=False), 0.0)
+        sched.finish(on_l4, Outcome(True, 10, 100, met_slo=False), 0.0)
     assert sched.policy.margins.of("L4", 0.0) == pytest.approx(0.3)
     tight = SloClass("tight", ttft_s=2.0, tpot_s=0.008)
     info = request(1000, 100, tight)
     share = sched.policy.score(sched.context(info, 0.0, random.Random(0)), h100)
     assert 0.3 < share < 0.9  # within the start margin, outside the floor the L4s reached
-    decision = sched.route(info, 0.0, random.Random(0))
+    decision = sched.route(life(info), 0.0, random.Random(0))
     assert decision is not None and decision.backend is h100 and decision.fits
 
 
@@ -442,7 +447,7 @@ def test_decision_log_names_the_class_and_what_was_predicted() -> None:
     sched, lines = scheduler("H100", "L4"), []
     log = DecisionLog(1.0, DEFAULT_POLICY, emit=lines.append)
     info = request(1, 3000)
-    decision = sched.route(info, 0.0, random.Random(1), explain=log.wants_next())
+    decision = sched.route(life(info), 0.0, random.Random(1), explain=log.wants_next())
     assert decision is not None and decision.prediction is not None
     log.decision(info, decision, 0)
     event = json.loads(lines[0])
@@ -451,15 +456,17 @@ def test_decision_log_names_the_class_and_what_was_predicted() -> None:
     assert event["predicted_tpot_s"] == round(decision.prediction.tpot_s, 5) > 0
 
 
-def test_admissions_whose_verdict_never_comes_are_forgotten_oldest_first(monkeypatch) -> None:
-    """Failed and cancelled requests get no verdict: what they needed is kept only up to
-    a bound, so a router that runs for months does not grow with them."""
-    import gpuroute.router.core.policies.slo_aware as slo_aware
-
-    monkeypatch.setattr(slo_aware, "MAX_REMEMBERED", 3)
+def test_the_margin_a_request_needed_lives_and_ends_with_its_lifetime() -> None:
+    """What a request needed to be placed waits for its verdict on its lifetime, not in a
+    table in the policy (one that had to be capped, because failed and cancelled requests
+    never sent their verdict)."""
     sched = scheduler("H100")
-    for rid in range(1, 6):
-        decision = sched.route(request(rid, 100), 0.0, random.Random(rid))
+    placed = [life(request(rid, 100)) for rid in range(1, 6)]
+    for request_life in placed:
+        decision = sched.route(request_life, 0.0, random.Random(request_life.request_id))
         assert decision is not None and decision.fits
-        sched.release(rid)  # ended without a verdict
-    assert list(sched.policy._needed) == [3, 4, 5]
+        assert 0 < request_life.needed < 0.9
+    for request_life in placed:
+        sched.release(request_life)  # ended without a verdict
+        assert request_life.needed is None and request_life.work is None
+    assert not hasattr(sched.policy, "_needed") and len(sched.ledger) == 0

@@ -9,6 +9,7 @@ import random
 import pytest
 from gpuroute.router.core import Backend, BackendSet, CostEstimator, RequestInfo, Scheduler
 from gpuroute.router.core.latency import LatencyModel
+from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.core.policies import DEFAULT_POLICY, build_policy
 from gpuroute.router.core.slo import STANDARD
 from gpuroute.router.priors import engine_priors
@@ -24,40 +25,41 @@ def l4(name: str = "l4-0") -> Backend:
     return Backend(name, "L4", ("m",), capacity=PRIORS["L4"].capacity)
 
 
-def book(model: LatencyModel, rid: str, backend: Backend, prompt: int, output: int, bound=None):
+def book(model: LatencyModel, backend: Backend, prompt: int, output: int, bound=None):
+    """(its prediction, its booking)"""
     predicted = model.predict(backend, prompt, prompt, output, 0.0)
-    model.book(rid, backend, prompt, output, 0.0, predicted, bound)
+    booking = model.book(backend, prompt, output, 0.0, predicted, bound)
     backend.in_flight += 1
-    return predicted
+    return predicted, booking
 
 
 def test_a_protected_stream_takes_its_tokens_slack_in_later_prefill() -> None:
     model, backend = latency_model(), l4()
-    stream = book(model, "short", backend, 100, 11, bound=0.15)
+    stream, short = book(model, backend, 100, 11, bound=0.15)
     allowance = 10 * (0.15 - stream.tpot_s)
     assert model.stall_allowance("l4-0") == pytest.approx(allowance)
-    long_prompt = book(model, "long", backend, 6000, 64)
+    long_prompt, _ = book(model, backend, 6000, 64)
     assert long_prompt.interference_s > 0
     assert model.stall_allowance("l4-0") == pytest.approx(allowance - long_prompt.interference_s)
     assert model.protected_streams == 1
-    model.finish("short", None, in_flight_left=1)
+    model.finish(short, None, in_flight_left=1)
     assert model.stall_allowance("l4-0") == math.inf and model.protected_streams == 0
 
 
 def test_a_stream_of_unknown_length_is_not_protected() -> None:
     model, backend = latency_model(), l4()
-    book(model, "guessed", backend, 100, 11)
-    book(model, "long", backend, 6000, 64)
+    book(model, backend, 100, 11)
+    book(model, backend, 6000, 64)
     assert model.stall_allowance("l4-0") == math.inf
     assert model.stall_allowance("never-seen") == math.inf
 
 
 def test_ended_streams_do_not_pile_up_in_the_limits() -> None:
     model, backend = latency_model(), l4()
-    book(model, "long-lived", backend, 100, 2000, bound=0.15)  # stays at the top
-    for i in range(1000):
-        book(model, i, backend, 100, 20, bound=0.15)
-        model.finish(i, None, in_flight_left=1)
+    book(model, backend, 100, 2000, bound=0.15)  # stays at the top
+    for _ in range(1000):
+        _, booking = book(model, backend, 100, 20, bound=0.15)
+        model.finish(booking, None, in_flight_left=1)
         backend.in_flight -= 1
     # compacted whenever ended entries pass 64 and four times the one in flight
     assert len(model._load["l4-0"].limits) <= 65 and model._load["l4-0"].protected == 1
@@ -71,8 +73,8 @@ def scheduler(*, outputs_known: bool) -> Scheduler:
     return Scheduler(backends, build_policy(DEFAULT_POLICY), estimator, latency=latency_model())
 
 
-def request(rid: int, prompt: int, max_tokens: int) -> RequestInfo:
-    return RequestInfo(rid, "m", prompt, max_tokens, slo=STANDARD, arrived_at=0.0)
+def request(rid: int, prompt: int, max_tokens: int) -> RequestLifetime:
+    return RequestLifetime(RequestInfo(rid, "m", prompt, max_tokens, slo=STANDARD, arrived_at=0.0))
 
 
 def test_a_long_prompt_spares_the_short_stream_it_would_break() -> None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from gpuroute.router.core import Backend, BackendSet, CostEstimator, Scheduler
+from gpuroute.router.core import Backend, BackendSet, CostEstimator, RequestInfo, Scheduler
 from gpuroute.router.core.latency import LatencyModel, Prediction
+from gpuroute.router.core.lifetime import Lifetimes, RequestLifetime
 from gpuroute.router.core.policies import build_policy
 from gpuroute.router.priors import engine_priors
 from gpuroute.router.watch import BackendWatch
@@ -17,7 +18,7 @@ def watch_over(*backends: Backend) -> BackendWatch:
     scheduler = Scheduler(
         BackendSet(backends), build_policy("slo_aware"), estimator, latency=latency
     )
-    return BackendWatch(scheduler, PRIORS, clock=lambda: 0.0, rescue_slowness=10.0)
+    return BackendWatch(scheduler, PRIORS, lambda: 0.0, 10.0, Lifetimes())
 
 
 def test_prefill_interference_stretches_the_expected_decode() -> None:
@@ -26,7 +27,7 @@ def test_prefill_interference_stretches_the_expected_decode() -> None:
     plain = watch.decode_expected_s(busy, 100, 8, now=0.0)
     assert watch.decode_expected_s(quiet, 100, 8, now=0.0) == plain
     # 5 s of prefill beyond the decode steps booked on "busy" in a 10 s window: half its time
-    watch.scheduler.latency.book(1, busy, 8000, 10, 0.0, Prediction(1.0, 0.05, 6.0, 5.0))
+    watch.scheduler.latency.book(busy, 8000, 10, 0.0, Prediction(1.0, 0.05, 6.0, 5.0))
     assert watch.decode_expected_s(busy, 100, 8, now=0.0) == 2 * plain
 
 
@@ -36,12 +37,13 @@ def test_a_short_answer_is_expected_to_carry_the_stall_booked_after_it() -> None
     a100 = Backend("a100", "A100", ("m",))
     watch = watch_over(a100)
     latency = watch.scheduler.latency
-    latency.book("short", a100, 100, 5, 0.0, Prediction(0.05, 0.02, 0.05, 0.0))
-    plain = watch.decode_expected_s(a100, 4, 1, now=0.0, request_id="short")
-    latency.book("long", a100, 8000, 10, 0.0, Prediction(1.0, 0.02, 2.4, 2.0))
-    assert latency.stall_met("short") == 2.0 and latency.stall_met("long") == 0.0
+    short, long = (RequestLifetime(RequestInfo(i, "m", 100)) for i in range(2))
+    short.latency = latency.book(a100, 100, 5, 0.0, Prediction(0.05, 0.02, 0.05, 0.0))
+    plain = watch.decode_expected_s(a100, 4, 1, now=0.0, life=short)
+    long.latency = latency.book(a100, 8000, 10, 0.0, Prediction(1.0, 0.02, 2.4, 2.0))
+    assert latency.stall_met(short.latency) == 2.0 and latency.stall_met(long.latency) == 0.0
     stretched = plain / (1 - 2.0 / 10.0)
-    assert watch.decode_expected_s(a100, 4, 1, now=0.0, request_id="short") == plain + 2.0
-    assert watch.decode_expected_s(a100, 4, 1, now=0.0, request_id="long") == stretched
-    latency.finish("short", None, in_flight_left=1)
-    assert latency.stall_met("short") == 0.0
+    assert watch.decode_expected_s(a100, 4, 1, now=0.0, life=short) == plain + 2.0
+    assert watch.decode_expected_s(a100, 4, 1, now=0.0, life=long) == stretched
+    latency.finish(short.latency, None, in_flight_left=1)
+    assert latency.stall_met(short.latency) == 0.0

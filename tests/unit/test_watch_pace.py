@@ -3,11 +3,14 @@ their pace within a few windows, while the requests it finishes still carry its 
 
 from __future__ import annotations
 
-from gpuroute.router.core import Backend, BackendSet, CostEstimator, Scheduler
+import itertools
+
+from gpuroute.router.core import Backend, BackendSet, CostEstimator, RequestInfo, Scheduler
 from gpuroute.router.core.latency import LatencyModel
+from gpuroute.router.core.lifetime import Lifetimes, RequestLifetime
 from gpuroute.router.core.policies import build_policy
 from gpuroute.router.priors import engine_priors
-from gpuroute.router.watch import BYTES_PER_TOKEN, PACE_WINDOW_S, BackendWatch
+from gpuroute.router.watch import BYTES_PER_TOKEN, PACE_WINDOW_S, AttemptWatch, BackendWatch
 
 from gpuroute.relay import ResponseTally
 
@@ -29,7 +32,18 @@ def watched(clock: Clock, *backends: Backend) -> BackendWatch:
     scheduler = Scheduler(
         BackendSet(backends), build_policy("slo_aware"), estimator, latency=latency
     )
-    return BackendWatch(scheduler, PRIORS, clock=clock, rescue_slowness=10.0)
+    return BackendWatch(scheduler, PRIORS, clock, 10.0, Lifetimes())
+
+
+IDS = itertools.count()
+
+
+def stream_on(watch: BackendWatch, backend: Backend, tally: ResponseTally) -> RequestLifetime:
+    """A request in flight whose stream on `backend` has begun (its lifetime, watched)."""
+    life = watch.lifetimes.open(RequestInfo(next(IDS), "m", 100))
+    life.shell = AttemptWatch(backend, 1.0)
+    watch.streaming(life, tally)
+    return life
 
 
 def relay(tally: ResponseTally, tokens: int) -> None:
@@ -54,10 +68,10 @@ def test_a_gpu_that_turns_slow_is_seen_by_its_streams_pace() -> None:
     watch = watched(clock, *fleet)
     streams = []
     for backend in fleet:
-        for i in range(3):
+        for _ in range(3):
             tally = ResponseTally(size_text=True)
             relay(tally, 1)  # the first event sizes the stream's events
-            watch.streaming((backend.backend_id, i), backend, tally)
+            stream_on(watch, backend, tally)
             streams.append((backend, tally))
     watch.refresh()  # the first window begins
     speeds = {"a": 2.0, "b": 2.0, "c": 2.0}  # the fake engines' time scale: all alike
@@ -79,12 +93,12 @@ def test_a_hung_engines_streams_read_as_very_slow_and_late_joiners_wait_a_window
     watch = watched(clock, *fleet)
     watch.refresh()
     clock.now = 1.0  # mid-window: these streams are first timed in the next one
-    streams = []
+    streams, lives = [], []
     for backend in fleet:
-        for i in range(3):
+        for _ in range(3):
             tally = ResponseTally(size_text=True)
             relay(tally, 1)
-            watch.streaming((backend.backend_id, i), backend, tally)
+            lives.append(stream_on(watch, backend, tally))
             streams.append((backend, tally))
     hung = {"a": 1.0, "b": 1.0, "c": float("inf")}  # c relays nothing at all
     run_windows(watch, clock, streams, hung, 3)
@@ -92,7 +106,7 @@ def test_a_hung_engines_streams_read_as_very_slow_and_late_joiners_wait_a_window
     run_windows(watch, clock, streams, hung, 1)
     assert fleet[2].slowness == watch.slowness.cap
     assert fleet[0].slowness == fleet[1].slowness == 1.0
-    for i in range(3):  # once its streams are gone, so is what their pace said
-        watch.forget(("c", i))
+    for life in lives[6:]:  # once its streams are gone, so is what their pace said
+        watch.forget(life)
     run_windows(watch, clock, streams[:6], hung, 1)
     assert fleet[2].slowness == 1.0

@@ -28,6 +28,7 @@ class Verdict:
     prediction: Prediction
     fits: bool
     preferred: bool = False  # the session's remembered backend
+    needed: float | None = None  # the SLO margin it needed to fit (its verdict moves margins)
 
 
 class PickContext:

@@ -47,8 +47,6 @@ DEFAULT_GPU_PRICES: dict[str, float] = {
     "T4": 0.35,
 }
 
-# requests remembered between admission and verdict; beyond it the oldest are forgotten
-MAX_REMEMBERED = 100_000
 # a hit loosens the margin only when the request needed at least this share of it
 HIT_NEAR = 0.5
 
@@ -82,8 +80,6 @@ class SloAware:
         # each GPU type's margin adapts to keep what it is sent meeting the SLO
         # (slo_admission.py)
         self.margins = TypeMargins(margin, high=max(margin, 1.0))
-        # the margin each request needed to be admitted, until its verdict (oldest first)
-        self._needed: dict[object, float] = {}
         self.cost_weight = cost_weight
         self.prices = {**DEFAULT_GPU_PRICES, **(prices or {})}
         self.index = PrefixIndex(max_blocks)
@@ -205,8 +201,8 @@ class SloAware:
             preferred = best = min_with_random_ties(list(fits), scores, ctx.rng)
         else:
             best = None
-        self._remember_needed(ctx.request.request_id, fits[preferred], slo, waited)
-        return self._chosen(preferred, fits[preferred], blocks, preferred=best is None)
+        needed = needed_margin(fits[preferred], slo, waited)
+        return self._chosen(preferred, fits[preferred], blocks, needed, preferred=best is None)
 
     def _fitting(
         self, rows: list[tuple[Backend, Prediction]], slo: SloClass, waited: float, now: float
@@ -224,25 +220,23 @@ class SloAware:
         return fits
 
     def _chosen(
-        self, backend: Backend, prediction: Prediction, blocks: Sequence[int], *, preferred=False
+        self,
+        backend: Backend,
+        prediction: Prediction,
+        blocks: Sequence[int],
+        needed: float,
+        *,
+        preferred: bool = False,
     ) -> Verdict:
         """It goes there: the prefix index learns that the backend now holds its blocks."""
         if blocks:
             self.index.record(blocks, backend.backend_id)
-        return Verdict(backend, prediction, fits=True, preferred=preferred)
+        return Verdict(backend, prediction, fits=True, preferred=preferred, needed=needed)
 
-    def _remember_needed(
-        self, request_id: object, p: Prediction, slo: SloClass, waited: float
-    ) -> None:
-        """The tightest margin that still admitted this request, for its verdict."""
-        needed = self._needed
-        if len(needed) >= MAX_REMEMBERED:  # verdicts that never came (failures, cancels)
-            del needed[next(iter(needed))]
-        needed[request_id] = max((p.ttft_s + waited) / slo.ttft_s, p.tpot_s / slo.tpot_s)
-
-    def observe_slo(self, request_id: object, met: bool, backend: Backend, now: float) -> None:
-        """A request this policy placed on `backend` finished, meeting its SLO or not. Only
-        verdicts near the margin move it:
+    def observe_slo(self, needed: float | None, met: bool, backend: Backend, now: float) -> None:
+        """A request this policy placed on `backend` finished, meeting its SLO or not
+        (`needed`: the margin it needed to be placed, which its lifetime kept; None when it
+        was sent as a predicted miss). Only verdicts near the margin move it:
         - a miss it has already been tightened past (the request needed a looser margin
           than its type has now) tightens it no further. Verdicts arrive a request's
           duration after admission; in a burst the backlog admitted under the looser margin
@@ -251,7 +245,6 @@ class SloAware:
         - a hit far inside it (needing less than HIT_NEAR of it) loosens nothing: a calm
           spell says nothing about requests near the bound, and its hits wound the margin
           up to its ceiling, so the next burst was admitted at predictions that missed."""
-        needed = self._needed.pop(request_id, None)
         if needed is not None:
             margin = self.margins.of(backend.gpu_type, now)
             already_excluded = not met and needed > margin
@@ -267,6 +260,11 @@ class SloAware:
         """The larger predicted fraction of its SLO there (what the filter compares)."""
         ((_, p),) = self.predictions(ctx, [backend], {})
         return share_of_slo(p, ctx.slo)
+
+
+def needed_margin(p: Prediction, slo: SloClass, waited: float) -> float:
+    """The tightest margin that still admits this prediction (for its verdict)."""
+    return max((p.ttft_s + waited) / slo.ttft_s, p.tpot_s / slo.tpot_s)
 
 
 def share_of_slo(prediction: Prediction, slo: SloClass) -> float:

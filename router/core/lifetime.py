@@ -1,0 +1,162 @@
+"""A request's lifetime as one object and one state machine (sans-IO, h11's way).
+
+Everything booked for a request hangs off its `RequestLifetime`: its outstanding work, its
+booking in the latency model, the SLO margin it was admitted under, the timing slowness
+detection reads, its attempts, the backends it tried, its tenant's slot and its admission
+slot. Nothing else keeps per-request state keyed by its id, so nothing can be left behind:
+whatever way a request ends, one transition (`Lifetimes.close`) releases all of it.
+
+The phases and what moves between them are one table, `TRANSITIONS`; an event a phase does
+not take raises `LifetimeError` and leaves the lifetime as it was."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from gpuroute.router.core.request import RequestInfo
+from gpuroute.router.core.retry import Attempts, RetryBudget, RetrySettings
+
+if TYPE_CHECKING:
+    from gpuroute.router.core.latency import LatencyBooking
+    from gpuroute.router.core.ledger import WorkBooking
+    from gpuroute.router.core.slowness import Timing
+
+
+class Phase(enum.StrEnum):
+    RECEIVED = "received"  # parsed; not yet let in
+    QUEUED = "queued"  # waiting in the admission queue for an in-flight slot
+    ROUTING = "routing"  # let in, looking for a backend (first attempt or a retry)
+    HELD = "held"  # no backend predicted to meet its SLO: waiting while its TTFT lasts
+    PLACED = "placed"  # booked on a backend, waiting for its first byte
+    STREAMING = "streaming"  # its first bytes reached the client
+    DONE = "done"
+    FAILED = "failed"
+    REFUSED = "refused"
+    CANCELLED = "cancelled"  # the client went away
+
+
+class Event(enum.StrEnum):
+    QUEUE = "queue"
+    ADMIT = "admit"
+    HOLD = "hold"
+    PLACE = "place"
+    FIRST_BYTE = "first_byte"
+    ATTEMPT_FAILED = "attempt_failed"  # before any byte reached the client: route again
+    FINISH = "finish"
+    FAIL = "fail"
+    REFUSE = "refuse"
+    CANCEL = "cancel"
+
+
+ENDED = frozenset({Phase.DONE, Phase.FAILED, Phase.REFUSED, Phase.CANCELLED})
+_ENDINGS = {Event.FAIL: Phase.FAILED, Event.REFUSE: Phase.REFUSED, Event.CANCEL: Phase.CANCELLED}
+TRANSITIONS: dict[Phase, dict[Event, Phase]] = {
+    Phase.RECEIVED: {Event.QUEUE: Phase.QUEUED, Event.ADMIT: Phase.ROUTING, **_ENDINGS},
+    Phase.QUEUED: {Event.ADMIT: Phase.ROUTING, **_ENDINGS},
+    Phase.ROUTING: {Event.PLACE: Phase.PLACED, Event.HOLD: Phase.HELD, **_ENDINGS},
+    Phase.HELD: {Event.PLACE: Phase.PLACED, Event.ADMIT: Phase.ROUTING, **_ENDINGS},
+    Phase.PLACED: {
+        Event.FIRST_BYTE: Phase.STREAMING,
+        Event.ATTEMPT_FAILED: Phase.ROUTING,
+        Event.FINISH: Phase.DONE,
+        **_ENDINGS,
+    },
+    Phase.STREAMING: {Event.FINISH: Phase.DONE, Event.FAIL: Phase.FAILED, **_ENDINGS},
+    **{phase: {} for phase in ENDED},
+}
+
+
+class LifetimeError(RuntimeError):
+    """An event its phase does not take: a bug in whoever fed it (the lifetime is unchanged)."""
+
+
+class RequestLifetime:
+    """One request from arrival to its end, and everything booked for it meanwhile."""
+
+    __slots__ = (
+        "admitted",
+        "attempts",
+        "info",
+        "latency",
+        "needed",
+        "phase",
+        "shell",
+        "tenant",
+        "timing",
+        "tried",
+        "work",
+    )
+
+    def __init__(self, info: RequestInfo, attempts: Attempts | None = None) -> None:
+        self.info = info
+        self.phase = Phase.RECEIVED
+        self.attempts = attempts if attempts is not None else Attempts(RetrySettings())
+        self.tried: set[str] = set()  # backends an attempt went to
+        self.work: WorkBooking | None = None  # its outstanding work (scheduler's ledger)
+        self.latency: LatencyBooking | None = None  # its booking in the latency model
+        self.needed: float | None = None  # the SLO margin it needed to be placed
+        self.timing: Timing | None = None  # its attempt's clock, for slowness detection
+        self.tenant: str | None = None  # the tenant whose in-flight slot it holds
+        self.admitted = False  # holds an admission slot
+        self.shell: object = None  # what the I/O side keeps (its task, its stream)
+
+    @property
+    def request_id(self) -> int | str:
+        return self.info.request_id
+
+    @property
+    def ended(self) -> bool:
+        return self.phase in ENDED
+
+    def move(self, event: Event) -> Phase:
+        """Take `event`; LifetimeError (and no change) when the phase does not take it."""
+        after = TRANSITIONS[self.phase].get(event)
+        if after is None:
+            raise LifetimeError(f"request {self.request_id!r}: {event} in phase {self.phase}")
+        self.phase = after
+        return after
+
+    def __repr__(self) -> str:
+        return f"RequestLifetime({self.request_id!r}, {self.phase})"
+
+
+class Lifetimes:
+    """The requests in flight: the one table keyed by request id. Every request enters by
+    `open` and leaves by `close`, which releases what it still holds."""
+
+    def __init__(self, settings: RetrySettings | None = None) -> None:
+        self.settings = settings or RetrySettings()
+        self.budget = RetryBudget(self.settings)  # counts the requests in flight
+        self._live: dict[int | str, RequestLifetime] = {}
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def __iter__(self) -> Iterator[RequestLifetime]:
+        return iter(self._live.values())
+
+    def get(self, request_id: int | str) -> RequestLifetime | None:
+        return self._live.get(request_id)
+
+    def open(self, info: RequestInfo) -> RequestLifetime:
+        if info.request_id in self._live:
+            raise LifetimeError(f"request {info.request_id!r} is already in flight")
+        life = RequestLifetime(info, Attempts(self.settings))
+        self._live[info.request_id] = life
+        self.budget.active += 1
+        return life
+
+    def close(self, life: RequestLifetime, event: Event) -> bool:
+        """End the request by `event` (FINISH, FAIL, REFUSE or CANCEL): it leaves the table
+        and the retry budget's count. False when it had ended already (the second of two
+        endings, e.g. an error after a disconnect, changes nothing). What it still holds
+        in the scheduler or the shells is theirs to release first (`Scheduler.release`,
+        `Scheduler.finish`)."""
+        if life.ended:
+            return False
+        life.move(event)
+        if self._live.pop(life.request_id, None) is not None:
+            self.budget.active -= 1
+        return True
