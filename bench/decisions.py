@@ -19,9 +19,9 @@ from gpuroute.bench.global_decisions import timing_row
 from gpuroute.router.core.backend import Backend, BackendSet
 from gpuroute.router.core.cost import CostEstimator
 from gpuroute.router.core.latency import LatencyModel
+from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.core.policies import PolicyOptions, build_policy, resolve_policy_name
 from gpuroute.router.core.request import RequestInfo
-from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.core.scheduler import Outcome, Scheduler
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASSES
 from gpuroute.router.priors import engine_priors

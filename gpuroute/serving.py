@@ -142,10 +142,14 @@ class DrainingServer:
         return app
 
     async def drain(self, timeout: float | None = None) -> None:
+        """Stop taking connections, wait for in-flight requests, close; a second call
+        (a second SIGTERM, a test's own drain) finds nothing left to do."""
         s = self.servable
         s.draining = True
-        assert self.site is not None and self.runner is not None
-        await self.site.stop()  # no new connections
+        if self.site is None or self.runner is None:
+            return
+        site, self.site = self.site, None
+        await site.stop()  # no new connections
         if timeout is None:
             timeout = s.config.drain_timeout_s
         try:

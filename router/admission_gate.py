@@ -18,7 +18,7 @@ from gpuroute.router.core.admission import (
     Verdict,
 )
 from gpuroute.router.core.backend import ROUTABLE_STATES, BackendSet
-from gpuroute.router.core.request import RequestInfo
+from gpuroute.router.core.lifetime import Event, RequestLifetime
 from gpuroute.router.metrics import RouterMetrics
 
 from gpuroute.openai_api import Rejection
@@ -58,7 +58,6 @@ class AdmissionGate:
         self._total = 0
         self.metrics = metrics
         self.clock = clock
-        self._waiters: dict[object, asyncio.Future[Shed | None]] = {}
 
     def has_room(self, backend_id: str) -> bool:
         """Is this backend below its own in-flight limit? (A session's remembered backend is
@@ -90,13 +89,15 @@ class AdmissionGate:
         top = priority is None or priority == self.priorities[0]
         return self.slots.has_room(self.total_slots(), top)
 
-    async def admit(self, info: RequestInfo, deadline_s: float | None) -> None:
-        """Return when the request may go; raise Rejection when it is shed."""
+    async def admit(self, life: RequestLifetime, deadline_s: float | None) -> None:
+        """Return when the request may go, holding an admission slot (`life.admitted`, until
+        `pump`); raise Rejection when it is shed. It waits in the queue as its lifetime,
+        parked on a future (`life.waiter`)."""
+        info = life.info
         now = self.clock()
         deadline = now + deadline_s if deadline_s is not None else None
-        key = info.request_id
         offer = self.queue.offer(
-            key,
+            life,
             info.priority,
             now,
             has_capacity=self.has_capacity(info.priority),
@@ -106,7 +107,7 @@ class AdmissionGate:
         mine = None
         for shed in offer.shed:
             self.metrics.shed.labels(shed.reason).inc()
-            if shed.item == key:
+            if shed.item is life:
                 mine = shed
             else:
                 self._resolve(shed.item, shed)
@@ -115,20 +116,22 @@ class AdmissionGate:
         if mine is not None:
             raise refusal(mine)
         if offer.verdict is Verdict.ADMIT:
-            self.slots.take()
+            self._take_slot(life)
             return
+        life.move(Event.QUEUE)
         future: asyncio.Future[Shed | None] = asyncio.get_running_loop().create_future()
-        self._waiters[key] = future
+        life.waiter = future
         self.metrics.queue_depth.set(len(self.queue))
         try:
             shed = await future
         except asyncio.CancelledError:
-            if future.done() and not future.cancelled() and future.result() is None:
-                self.pump()  # admitted just as the client left: give the slot back
-            self.queue.remove(key)
-            self._waiters.pop(key, None)
+            # admitted just as the client left: its slot (`life.admitted`) goes back when
+            # its lifetime closes
+            self.queue.remove(life)
             self.metrics.queue_depth.set(len(self.queue))
             raise
+        finally:
+            life.waiter = None
         if shed is not None:
             raise refusal(shed)
 
@@ -152,7 +155,7 @@ class AdmissionGate:
                 self._resolve(shed.item, shed)
             if item is None:
                 break
-            self.slots.take()
+            self._take_slot(item)
             self._resolve(item, None)
         self.metrics.queue_depth.set(len(self.queue))
 
@@ -163,7 +166,12 @@ class AdmissionGate:
             self._resolve(shed.item, shed)
         self.metrics.queue_depth.set(len(self.queue))
 
-    def _resolve(self, item: object, shed: Shed | None) -> None:
-        future = self._waiters.pop(item, None)
-        if future is not None and not future.done():
+    def _take_slot(self, life: RequestLifetime) -> None:
+        self.slots.take()
+        life.admitted = True
+
+    @staticmethod
+    def _resolve(life: RequestLifetime, shed: Shed | None) -> None:
+        future = life.waiter
+        if isinstance(future, asyncio.Future) and not future.done():
             future.set_result(shed)

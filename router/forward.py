@@ -163,7 +163,7 @@ class Forwarder:
         if decision is not None and not decision.booked:
             life.move(Event.HOLD)
             decision = await self.slo.hold(
-                info,
+                life,
                 lambda: self.scheduler.route(
                     life, self.clock(), self.rng, remembered, hold_misses=True
                 ),
@@ -197,7 +197,7 @@ class Forwarder:
             self._failed(exchange, backend, failure.kind)
             raise
         except asyncio.CancelledError:
-            self._client_gone(life)
+            self._client_gone()
             raise
         finally:
             attempts.end(self.budget)
@@ -224,19 +224,11 @@ class Forwarder:
         else:
             self.settle(life, backend, ok=False, fatal=kind.fatal)
 
-    def abandon(self, life: RequestLifetime) -> None:
-        """Release whatever an attempt left booked, with no verdict (a request that ended
-        some other way has none left)."""
-        self.scheduler.release(life)
-        self.watch.forget(life)
-
-    def _client_gone(self, life: RequestLifetime, counted: bool = False) -> None:
-        """The client left (or was cut off, `counted` elsewhere): release the booking with
-        no verdict on the backend."""
+    def _client_gone(self, counted: bool = False) -> None:
+        """The client left (or was cut off, `counted` elsewhere). Its booking is released
+        with no verdict on the backend when its lifetime closes (`Front.close`)."""
         if not counted:
             self.metrics.client_disconnects.inc()
-        self.scheduler.release(life)
-        self.watch.forget(life)
 
     async def _remembered(self, info: RequestInfo) -> str | None:
         """The backend a replica sent this session to before, unless it is full (whether it
@@ -330,7 +322,7 @@ class Forwarder:
                      self.write_timeout_s)  # fmt: skip
         if relayed.end in (RelayEnd.CLIENT_GONE, RelayEnd.CLIENT_TOO_SLOW):
             exchange.ending = Event.CANCEL
-            self._client_gone(life, counted=relayed.end is RelayEnd.CLIENT_TOO_SLOW)
+            self._client_gone(counted=relayed.end is RelayEnd.CLIENT_TOO_SLOW)
             return response
         if relayed.end is RelayEnd.UPSTREAM_BROKE:
             assert relayed.error is not None

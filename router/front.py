@@ -137,26 +137,33 @@ class Front:
         """The request's lifetime opened, its tenant charged and an admission slot taken;
         or the lifetime closed again and the Rejection (or cancellation) raised."""
         life = self.lifetimes.open(info)
+        charged = False
         try:
-            await self.tenants.charge(key, info, tokens, explicit)
-        except BaseException as exc:
-            self.lifetimes.close(life, ending_of(exc))
-            raise
-        try:
-            await self.gate.admit(info, deadline_s)
-        except BaseException as exc:  # shed, or the client left while queued: nothing ran
-            self.tenants.release(info)
-            self.tenants.settle(key, -tokens)
-            self.lifetimes.close(life, ending_of(exc))
+            await self.tenants.charge(key, life, tokens, explicit)
+            charged = True
+            await self.gate.admit(life, deadline_s)
+        except BaseException as exc:  # refused, shed, or the client left: nothing ran
+            if charged:
+                self.tenants.settle(key, -tokens)
+            self.close(life, ending_of(exc))
             raise
         life.move(Event.ADMIT)
         return life
 
-    def release(self, admitted: Admitted, answer: Answer | None) -> None:
-        """The request ended: its in-flight slot back, and its token charge settled against
-        what its answer used (no answer relayed: nothing; an answer that cannot tell:
-        the charge stands)."""
-        self.tenants.release(admitted.parsed.info)
+    def close(self, life: RequestLifetime, ending: Event) -> None:
+        """The one way a request ends: its lifetime closes (the core's bookings released)
+        and what the shells held for it comes back (its tenant's slot, its admission slot,
+        which lets the next queued request in)."""
+        released = self.lifetimes.close(life, ending)
+        self.tenants.give_back(released.tenant)
+        if released.admitted:
+            self.gate.pump()
+
+    def end(self, admitted: Admitted, ending: Event, answer: Answer | None) -> None:
+        """An admitted request ended (`close`), and its token charge is settled against
+        what its answer used (no answer relayed: nothing; an answer that cannot tell: the
+        charge stands)."""
+        self.close(admitted.life, ending)
         key = admitted.key
         if key.tokens_per_minute is None:
             return  # read no usage where no quota needs it (the relay's hot path)

@@ -99,10 +99,7 @@ class Proxy:
             ending = Event.FAIL
             raise
         finally:
-            self.forwarder.abandon(life)  # whatever an attempt left booked (none, normally)
-            self.lifetimes.close(life, ending)
-            self.front.release(admitted, None if exchange is None else exchange.answer)
-            self.gate.pump()
+            self.front.end(admitted, ending, None if exchange is None else exchange.answer)
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
         """An allow-listed path (config `passthrough_paths`): the same key, quota and queue
@@ -119,9 +116,7 @@ class Proxy:
             ending = Event.FINISH if answered else Event.FAIL
             return response
         finally:
-            self.lifetimes.close(admitted.life, ending)
-            self.front.release(admitted, answered[0] if answered else None)
-            self.gate.pump()
+            self.front.end(admitted, ending, answered[0] if answered else None)
 
     async def _pass(
         self, request: web.Request, admitted: Admitted, answered: list[Answer]

@@ -90,7 +90,7 @@ class RouterApp:
         )
         # the requests in flight, each with everything booked for it
         self.lifetimes = Lifetimes(
-            RetrySettings(**config.retry.model_dump(exclude={"rescue_slowness"}))
+            RetrySettings(**config.retry.model_dump(exclude={"rescue_slowness"})), self.scheduler
         )
         self.watch = BackendWatch(
             self.scheduler, self.priors, self.clock, config.retry.rescue_slowness, self.lifetimes

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from gpuroute.router.config import SloConfig
 from gpuroute.router.core.admission import Shed
-from gpuroute.router.core.request import RequestInfo
+from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.core.scheduler import Decision
 from gpuroute.router.core.slo import SloClass, SloClasses, time_per_output_token
 from gpuroute.router.core.slo_admission import OFFERS_PER_EVENT, HoldQueue
@@ -53,8 +54,6 @@ class SloGate:
         self.classes = slo_classes(config)
         self.queue = HoldQueue(self.classes, config.max_held)
         self.metrics, self.clock = metrics, clock
-        self._waiters: dict[object, asyncio.Event] = {}
-        self._refused: dict[object, Shed] = {}
 
     def resolve(self, key: KeyPolicy, headers: Mapping[str, str]) -> SloClass:
         """The request's class: the header's if it is not more demanding than the key's
@@ -76,38 +75,39 @@ class SloGate:
         return wanted if rank[wanted.name] >= rank[base.name] else base
 
     async def hold(
-        self, info: RequestInfo, route_again: Callable[[], Decision | None]
+        self, life: RequestLifetime, route_again: Callable[[], Decision | None]
     ) -> Decision | None:
         """Wait for a booked decision (None: no backend at all any more); Rejection (429)
-        when the request's TTFT budget runs out first or a more important one displaces it."""
+        when the request's TTFT budget runs out first or a more important one displaces it.
+        It waits in the hold queue as its lifetime, parked on `life.waiter`."""
+        info = life.info
         slo, arrived = info.slo, info.arrived_at
         assert slo is not None and arrived is not None
-        key = info.request_id
         self.metrics.slo_held.labels(slo.name).inc()
-        for refused in self.queue.hold(key, slo, arrived, self.clock()):
+        held = life.waiter = _Held(asyncio.Event())
+        for refused in self.queue.hold(life, slo, arrived, self.clock()):
             self._refuse(refused)
-        deadline = self.queue.deadline(key)
-        event = self._waiters[key] = asyncio.Event()
+        deadline = self.queue.deadline(life)
         try:
-            while deadline is not None and key not in self._refused:
+            while deadline is not None and held.refused is None:
                 try:
-                    await asyncio.wait_for(event.wait(), max(deadline - self.clock(), 0.0))
+                    await asyncio.wait_for(held.event.wait(), max(deadline - self.clock(), 0.0))
                 except TimeoutError:
-                    self.queue.remove(key)
-                    self._refuse(Shed(key, "deadline", self.queue.retry_after(), slo.name))
+                    self.queue.remove(life)
+                    self._refuse(Shed(life, "deadline", self.queue.retry_after(), slo.name))
                     break
-                event.clear()
-                if key in self._refused:
+                held.event.clear()
+                if held.refused is not None:
                     break
                 decision = route_again()
                 if decision is None or decision.booked:
-                    self.queue.take(key, self.clock())
+                    self.queue.take(life, self.clock())
                     return decision
-            raise refusal(self._refused[key])
+            assert held.refused is not None
+            raise refusal(held.refused)
         finally:
-            self._waiters.pop(key, None)
-            self._refused.pop(key, None)
-            self.queue.remove(key)
+            life.waiter = None
+            self.queue.remove(life)
 
     def judge(
         self, exchange: Exchange, now: float, tokens: int
@@ -123,14 +123,22 @@ class SloGate:
 
     def pump(self) -> None:
         """Room may have freed: let a few held requests try again, most important first."""
-        for key in self.queue.peek(OFFERS_PER_EVENT):
-            event = self._waiters.get(key)
-            if event is not None:
-                event.set()
+        for life in self.queue.peek(OFFERS_PER_EVENT):
+            held = life.waiter
+            if isinstance(held, _Held):
+                held.event.set()
 
     def _refuse(self, refused: Shed) -> None:
         self.metrics.slo_requests.labels(refused.priority, "refused").inc()
-        self._refused[refused.item] = refused
-        event = self._waiters.get(refused.item)
-        if event is not None:
-            event.set()
+        held = refused.item.waiter
+        if isinstance(held, _Held):
+            held.refused = refused
+            held.event.set()
+
+
+@dataclass(slots=True)
+class _Held:
+    """A held request's wake-up call, and why it was refused if it was."""
+
+    event: asyncio.Event
+    refused: Shed | None = None

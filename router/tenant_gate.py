@@ -11,7 +11,7 @@ import asyncio
 from collections import Counter
 from collections.abc import Mapping
 
-from gpuroute.router.core.request import RequestInfo
+from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.quotas import AuthError, KeyPolicy, Quotas
 
@@ -31,7 +31,6 @@ class TenantGate:
         # the class of a key (or of keyless callers) that names none, and the most it may ask
         self.default_priority = default_priority or priorities[-1]
         self.in_flight: Counter[str] = Counter()  # only tenants with a cap are counted
-        self._holding: dict[object, str] = {}  # request id -> its tenant, counted above
         self._settling: set[asyncio.Task] = set()  # quota corrections on their way
 
     def identify(self, headers: Mapping[str, str]) -> KeyPolicy:
@@ -45,26 +44,27 @@ class TenantGate:
             raise Rejection(exc.status, exc.message, code=exc.code) from None
 
     async def charge(
-        self, key: KeyPolicy, info: RequestInfo, tokens: int, explicit_priority: bool
+        self, key: KeyPolicy, life: RequestLifetime, tokens: int, explicit_priority: bool
     ) -> None:
         """Tag the request with the key's tenant and class (the class the request named if
         it is not above the key's, or above the default class for a key that names none),
         count it in flight and take one request and `tokens` from the tenant's quotas;
         Rejection with 429 beyond them. The in-flight slot is taken before the quota's
         await, so concurrent requests each see the others (with Redis, that await is a
-        round trip)."""
+        round trip). The slot is the lifetime's (`life.tenant`) until `give_back`."""
+        info = life.info
         info.tenant = key.tenant
         ceiling = key.priority or self.default_priority
         if not explicit_priority or self.rank[info.priority] < self.rank[ceiling]:
             info.priority = ceiling
-        self._reserve(key, info)
+        self._reserve(key, life)
         try:
             verdict = await self.quotas.charge(key, tokens)
         except BaseException:
-            self.release(info)
+            self.release(life)
             raise
         if not verdict.allowed:
-            self.release(info)
+            self.release(life)
             self.metrics.quota_refusals.labels(key.tenant, verdict.limit).inc()
             raise Rejection(
                 429,
@@ -73,7 +73,7 @@ class TenantGate:
                 headers=verdict.headers,
             )
 
-    def _reserve(self, key: KeyPolicy, info: RequestInfo) -> None:
+    def _reserve(self, key: KeyPolicy, life: RequestLifetime) -> None:
         cap = key.max_in_flight
         if cap is None:
             return
@@ -86,7 +86,7 @@ class TenantGate:
                 headers={"Retry-After": "1"},
             )
         self.in_flight[key.tenant] += 1
-        self._holding[info.request_id] = key.tenant
+        life.tenant = key.tenant
 
     def settle(self, key: KeyPolicy, tokens: int) -> None:
         """Correct the tenant's token quota by what its request used beyond its charge
@@ -105,9 +105,13 @@ class TenantGate:
         if self._settling:
             await asyncio.wait(set(self._settling), timeout=timeout_s)
 
-    def release(self, info: RequestInfo) -> None:
-        """The request ended (any way at all): its tenant has one fewer in flight."""
-        tenant = self._holding.pop(info.request_id, None)
+    def release(self, life: RequestLifetime) -> None:
+        """The request will not run: its tenant's slot back now."""
+        tenant, life.tenant = life.tenant, None
+        self.give_back(tenant)
+
+    def give_back(self, tenant: str | None) -> None:
+        """A request of `tenant` that held a slot ended (any way at all)."""
         if tenant is not None:
             self.in_flight[tenant] -= 1
             if not self.in_flight[tenant]:

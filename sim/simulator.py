@@ -165,7 +165,8 @@ class RegionalRun:
         ranked = SloClasses(self.classes, self.classes[0].name)
         self.held = HoldQueue(ranked, max_held=max(64, 16 * len(self.backends)))
         self.rng = random.Random(scenario.seed)
-        self.lifetimes = Lifetimes(RetrySettings())  # the live router's retry defaults
+        # the live router's retry defaults; a close releases the request's bookings
+        self.lifetimes = Lifetimes(RetrySettings(), self.scheduler)
         self.budget = self.lifetimes.budget
         workload = sim.workload
         self.n = len(workload)
@@ -226,7 +227,7 @@ class RegionalRun:
         elif kind == TICK:
             self.scheduler.tick(now)
             for refusal in self.held.expire(now):
-                self.end(self.lifetimes.get(refusal.item), REJECTED)
+                self.end(refusal.item, REJECTED)
             if arrivals_left or len(self.scheduler.ledger):
                 self.heap.push(now + self.scenario.router.health_tick_s, TICK)
         elif kind == FAULT:
@@ -256,17 +257,15 @@ class RegionalRun:
         assert info.slo is not None and info.arrived_at is not None
         if life.phase is not Phase.HELD:
             life.move(Event.HOLD)
-        for refusal in self.held.hold(info.request_id, info.slo, info.arrived_at, now):
-            self.end(self.lifetimes.get(refusal.item), REJECTED)
+        for refusal in self.held.hold(life, info.slo, info.arrived_at, now):
+            self.end(refusal.item, REJECTED)
 
     def retry_held(self, now: float) -> None:
         """Room may have freed up: offer it to held requests, most important first."""
-        for rid in self.held.peek(OFFERS_PER_EVENT):
-            life = self.lifetimes.get(rid)
-            assert life is not None
+        for life in self.held.peek(OFFERS_PER_EVENT):
             decision = self.scheduler.route(life, now, self.rng, hold_misses=True)
             if decision is not None and decision.booked:
-                self.held.take(rid, now)
+                self.held.take(life, now)
                 if not self.send(life, decision, now):
                     self.dispatch(life, now)
 
@@ -307,10 +306,8 @@ class RegionalRun:
             return False
         return True
 
-    def end(self, life: RequestLifetime | None, status: int) -> None:
+    def end(self, life: RequestLifetime, status: int) -> None:
         """The request is over (served, failed or refused): it leaves the router's books."""
-        if life is None:
-            return
         self.outcomes.status[life.request_id] = status
         ending = {OK: Event.FINISH, FAILED: Event.FAIL}.get(status, Event.REFUSE)
         self.lifetimes.close(life, ending)

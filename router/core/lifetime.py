@@ -2,9 +2,10 @@
 
 Everything booked for a request hangs off its `RequestLifetime`: its outstanding work, its
 booking in the latency model, the SLO margin it was admitted under, the timing slowness
-detection reads, its attempts, the backends it tried, its tenant's slot and its admission
-slot. Nothing else keeps per-request state keyed by its id, so nothing can be left behind:
-whatever way a request ends, one transition (`Lifetimes.close`) releases all of it.
+detection reads, its attempts, the backends it tried, its tenant's slot, its admission slot
+and what the I/O side parks it on. Nothing else keeps per-request state keyed by its id, so
+nothing can be left behind: whatever way a request ends, one transition
+(`Lifetimes.close`) releases what the core holds and hands back what the shells hold.
 
 The phases and what moves between them are one table, `TRANSITIONS`; an event a phase does
 not take raises `LifetimeError` and leaves the lifetime as it was."""
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuroute.router.core.request import RequestInfo
@@ -21,6 +23,7 @@ from gpuroute.router.core.retry import Attempts, RetryBudget, RetrySettings
 if TYPE_CHECKING:
     from gpuroute.router.core.latency import LatencyBooking
     from gpuroute.router.core.ledger import WorkBooking
+    from gpuroute.router.core.scheduler import Scheduler
     from gpuroute.router.core.slowness import Timing
 
 
@@ -86,6 +89,7 @@ class RequestLifetime:
         "tenant",
         "timing",
         "tried",
+        "waiter",
         "work",
     )
 
@@ -100,7 +104,8 @@ class RequestLifetime:
         self.timing: Timing | None = None  # its attempt's clock, for slowness detection
         self.tenant: str | None = None  # the tenant whose in-flight slot it holds
         self.admitted = False  # holds an admission slot
-        self.shell: object = None  # what the I/O side keeps (its task, its stream)
+        self.waiter: object = None  # what the I/O side parks it on while queued or held
+        self.shell: object = None  # what the I/O side keeps of its attempt (task, stream)
 
     @property
     def request_id(self) -> int | str:
@@ -122,12 +127,27 @@ class RequestLifetime:
         return f"RequestLifetime({self.request_id!r}, {self.phase})"
 
 
+@dataclass(frozen=True, slots=True)
+class Released:
+    """What a closed request held outside the core, for the shells to give back."""
+
+    tenant: str | None = None  # its tenant's in-flight slot
+    admitted: bool = False  # its admission slot
+    ended_now: bool = True  # False: it had ended before (a second close changes nothing)
+
+
+NOTHING = Released(ended_now=False)
+
+
 class Lifetimes:
     """The requests in flight: the one table keyed by request id. Every request enters by
     `open` and leaves by `close`, which releases what it still holds."""
 
-    def __init__(self, settings: RetrySettings | None = None) -> None:
+    def __init__(
+        self, settings: RetrySettings | None = None, scheduler: Scheduler | None = None
+    ) -> None:
         self.settings = settings or RetrySettings()
+        self.scheduler = scheduler  # whose bookings a close releases
         self.budget = RetryBudget(self.settings)  # counts the requests in flight
         self._live: dict[int | str, RequestLifetime] = {}
 
@@ -148,15 +168,21 @@ class Lifetimes:
         self.budget.active += 1
         return life
 
-    def close(self, life: RequestLifetime, event: Event) -> bool:
-        """End the request by `event` (FINISH, FAIL, REFUSE or CANCEL): it leaves the table
-        and the retry budget's count. False when it had ended already (the second of two
-        endings, e.g. an error after a disconnect, changes nothing). What it still holds
-        in the scheduler or the shells is theirs to release first (`Scheduler.release`,
-        `Scheduler.finish`)."""
+    def close(self, life: RequestLifetime, event: Event) -> Released:
+        """End the request by `event` (FINISH, FAIL, REFUSE or CANCEL), in one transition:
+        whatever booking is still open is released with no verdict (what ended well was
+        finished with its verdict before), its timing and its I/O state are dropped, it
+        leaves the table and the retry budget's count. Returns what the shells hold for it
+        (its tenant's slot, its admission slot); NOTHING for one that had ended already (the
+        second of two endings, e.g. an error after a disconnect)."""
         if life.ended:
-            return False
+            return NOTHING
         life.move(event)
+        if self.scheduler is not None:
+            self.scheduler.release(life)
+        life.timing = life.shell = life.waiter = None
         if self._live.pop(life.request_id, None) is not None:
             self.budget.active -= 1
-        return True
+        released = Released(life.tenant, life.admitted)
+        life.tenant, life.admitted = None, False
+        return released

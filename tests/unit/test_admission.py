@@ -170,8 +170,12 @@ def test_reserved_slots_admit_only_the_top_class() -> None:
     from gpuroute.router.admission_gate import AdmissionGate
     from gpuroute.router.config import AdmissionConfig
     from gpuroute.router.core.backend import Backend, BackendSet
+    from gpuroute.router.core.lifetime import RequestLifetime
     from gpuroute.router.core.request import RequestInfo
     from gpuroute.router.metrics import RouterMetrics
+
+    def request(rid: int, priority: str) -> RequestLifetime:
+        return RequestLifetime(RequestInfo(rid, "m", 1, priority=priority))
 
     async def scenario() -> tuple[int, bool, bool]:
         pool = BackendSet([Backend("b", "H100", ["m"])])
@@ -181,11 +185,11 @@ def test_reserved_slots_admit_only_the_top_class() -> None:
         )  # fmt: skip
         admitted = 0
         for i in range(8):
-            await gate.admit(RequestInfo(i, "m", 1, priority="normal"), None)
+            await gate.admit(request(i, "normal"), None)
             admitted += 1
-        waiting = asyncio.create_task(gate.admit(RequestInfo(98, "m", 1, priority="normal"), None))
+        waiting = asyncio.create_task(gate.admit(request(98, "normal"), None))
         await asyncio.sleep(0)  # let it park in the queue
-        high = asyncio.create_task(gate.admit(RequestInfo(99, "m", 1, priority="high"), None))
+        high = asyncio.create_task(gate.admit(request(99, "high"), None))
         await asyncio.wait_for(high, 1.0)
         normal_parked = not waiting.done()
         gate.pump()  # a slot frees: still reserved for the top class

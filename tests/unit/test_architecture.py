@@ -54,3 +54,81 @@ def test_building_the_cli_loads_no_simulator_benchmark_or_testbed_code() -> None
     rooms = ("gpuroute.sim.", "gpuroute.bench.", "gpuroute.testbed.", "gpuroute.demo.")
     work = {m for m in loaded if m.startswith(rooms) and not m.endswith(".cli")}
     assert not heavy and not work, sorted(heavy | work)
+
+
+# A run's results, one row per request number, written once when the request ends: output,
+# not state a request in flight holds.
+RESULT_TABLES = {"sim/simulator.py"}
+KEYED_CALLS = {"get", "pop", "setdefault", "add", "discard", "remove", "__contains__"}
+
+
+def request_id_keys(function: ast.AST) -> set[str]:
+    """Names a function binds to a request id (`key = info.request_id`)."""
+    names = {"request_id"}
+    for node in ast.walk(function):
+        is_alias = isinstance(node, ast.Assign) and isinstance(node.value, ast.Attribute)
+        if is_alias and node.value.attr == "request_id":
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return names
+
+
+def keyed_by_request_id(function: ast.AST) -> list[int]:
+    """Lines where `function` indexes, looks up or tests membership of a container by a
+    request id: per-request state kept outside its lifetime."""
+    names = request_id_keys(function)
+
+    def is_id(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "request_id") or (
+            isinstance(node, ast.Name) and node.id in names
+        )
+
+    lines = []
+    for node in ast.walk(function):
+        keyed = (
+            (isinstance(node, ast.Subscript) and is_id(node.slice))
+            or (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in KEYED_CALLS
+                and node.args
+                and is_id(node.args[0])
+            )
+            or (
+                isinstance(node, ast.Compare)
+                and is_id(node.left)
+                and any(isinstance(op, ast.In | ast.NotIn) for op in node.ops)
+            )
+        )
+        if keyed:
+            lines.append(node.lineno)
+    return lines
+
+
+def test_only_the_lifetime_registry_keys_state_by_request_id() -> None:
+    """Issue 31: a request's state hangs off its RequestLifetime, so one close releases it
+    all. A table keyed by request id anywhere else is state a missed release leaves behind
+    (the six tables this replaced each leaked on some ending)."""
+    found = []
+    for name, text in sources():
+        if not name.startswith(("router/", "sim/", "global/")):
+            continue
+        if name == "router/core/lifetime.py" or name in RESULT_TABLES:
+            continue
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                found += [f"{name}:{line} {node.name}" for line in keyed_by_request_id(node)]
+    assert not sorted(set(found)), sorted(set(found))
+
+
+def test_the_request_id_rule_catches_a_table_and_its_aliases() -> None:
+    """The rule above on the shapes the old tables had (so it is not vacuous)."""
+    shapes = [
+        "def f(self, info):\n    self._holding[info.request_id] = info.tenant\n",
+        "def f(self, info):\n    key = info.request_id\n    self._waiters[key] = 1\n",
+        "def f(self, life):\n    return self._needed.pop(life.request_id, None)\n",
+        "def f(self, request_id):\n    return request_id in self._refused\n",
+    ]
+    for shape in shapes:
+        assert keyed_by_request_id(ast.parse(shape).body[0]), shape
+    clean = "def f(self, life):\n    self.log(life.request_id)\n    life.tenant = None\n"
+    assert not keyed_by_request_id(ast.parse(clean).body[0])
