@@ -14,6 +14,7 @@ from gpuroute.config import ConfigError
 # parsed arguments returning the exit status.
 COMMAND_MODULES = (
     "gpuroute.router.cli",
+    "gpuroute.router.explain_cli",
     "gpuroute.global_.cli",
     "gpuroute.agent.cli",
     "gpuroute.sim.cli",

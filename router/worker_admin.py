@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from urllib.parse import quote
 
 import aiohttp
 import orjson
@@ -92,6 +93,7 @@ class WorkerAdmin:
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/admin/backends", self.backends)
+        app.router.add_get("/admin/explain/{request_id}", self.explain)
         return app
 
     async def ask(self, socket: Path, path: str) -> tuple[int, bytes] | None:
@@ -128,6 +130,15 @@ class WorkerAdmin:
         texts = [a[1].decode() if a and a[0] == 200 else None for a in answers]
         body = merge_metrics(texts, self.status())
         return web.Response(body=body, content_type="text/plain", charset="utf-8")
+
+    async def explain(self, request: web.Request) -> web.Response:
+        """A request is served by one worker: the first that kept it answers."""
+        request_id = request.match_info["request_id"]
+        for answer in await self.ask_all(f"/admin/explain/{quote(request_id, safe='')}"):
+            if answer is not None and answer[0] == 200:
+                return web.Response(body=answer[1], content_type="application/json")
+        message = "the request is not among the recent ones any worker kept"
+        return error_response(404, message, code="request_not_found")
 
     async def backends(self, _request: web.Request) -> web.Response:
         answers = await self.ask_all("/admin/backends")
