@@ -19,7 +19,9 @@ class Bench:
 
 
 def register(sub) -> None:
-    bench = sub.add_parser("bench", help="live benchmarks against HAProxy and NGINX")
+    bench = sub.add_parser(
+        "bench", help="benchmarks on live processes: gpuroute against HAProxy, NGINX, peer routers"
+    )
     kinds = bench.add_subparsers(dest="bench", required=True, metavar="KIND")
     for entry in BENCHES:
         parser = kinds.add_parser(entry.name, help=entry.help)

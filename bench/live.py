@@ -290,11 +290,9 @@ def _start_proxy(
     if target in BASELINES + EXTRA_BASELINES:
         return start_baseline(target, folder, pairs, cpu=cpu), []
     extra = ("decision_log_sample = 1.0" if spec.faults else "") + slo_section(spec)
-    policy, _, other = target.partition(OTHER)
-    if other == "" and target.endswith(OTHER):  # the same policy under another checkout
-        assert spec.router_python is not None
-        return start_router(folder, pairs, policy, extra=extra, cpu=cpu,
-                            name="router-other", python=spec.router_python), []  # fmt: skip
+    if target.endswith(OTHER) and spec.router_python:  # the policy under another checkout
+        other = dict(name="router-other", python=spec.router_python, extra=extra, cpu=cpu)
+        return start_router(folder, pairs, target.removesuffix(OTHER), **other), []
     if spec.replicas > 1 and spec.shared_state:
         redis = start_redis(folder)
         helpers.append(redis)
@@ -363,9 +361,8 @@ async def run_target(target: str, spec: LiveBenchSpec, workload: Workload, workd
 
 def run_live_bench(spec: LiveBenchSpec, on_target=None) -> dict:
     workload, rate = load_workload(spec)
-    targets = list(spec.policies) + list(spec.baselines)
-    if spec.router_python is not None:
-        targets[len(spec.policies) : len(spec.policies)] = [p + OTHER for p in spec.policies]
+    ours = list(spec.policies) + [p + OTHER for p in spec.policies if spec.router_python]
+    targets = ours + list(spec.baselines)
     report = {
         "engines": spec.engines,
         "time_scale": spec.time_scale,

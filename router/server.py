@@ -13,7 +13,7 @@ import socket
 import time
 
 from aiohttp import web
-from gpuroute.router.admin import describe_backends
+from gpuroute.router.admin import describe_backends, typical_request
 from gpuroute.router.admission_gate import AdmissionGate
 from gpuroute.router.assemble import build_scheduler
 from gpuroute.router.config import RouterConfig
@@ -385,7 +385,11 @@ class RouterApp:
             return error_response(404, message, code="request_not_found")
         return web.json_response({"request_id": request_id, "events": events})
 
-    async def admin_backends(self, _request: web.Request) -> web.Response:
+    async def admin_backends(self, request: web.Request) -> web.Response:
+        try:
+            typical = typical_request(request.query)
+        except ValueError as exc:
+            return error_response(400, str(exc), code="bad_request")
         return web.json_response(
-            describe_backends(self.scheduler, self.config, self.membership, self.clock())
+            describe_backends(self.scheduler, self.config, self.membership, self.clock(), typical)
         )

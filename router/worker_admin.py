@@ -16,6 +16,7 @@ from urllib.parse import quote
 import aiohttp
 import orjson
 from aiohttp import web
+from gpuroute.router.admin import typical_request
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
@@ -140,7 +141,13 @@ class WorkerAdmin:
         message = "the request is not among the recent ones any worker kept"
         return error_response(404, message, code="request_not_found")
 
-    async def backends(self, _request: web.Request) -> web.Response:
-        answers = await self.ask_all("/admin/backends")
+    async def backends(self, request: web.Request) -> web.Response:
+        """Predictions (`?prompt_tokens=`) come from the first answering worker's model."""
+        try:
+            typical_request(request.query)
+        except ValueError as exc:
+            return error_response(400, str(exc), code="bad_request")
+        query = f"?{request.query_string}" if request.query_string else ""
+        answers = await self.ask_all("/admin/backends" + query)
         views = [orjson.loads(a[1]) if a and a[0] == 200 else None for a in answers]
         return web.json_response(merge_backends(views))
