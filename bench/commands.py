@@ -356,7 +356,7 @@ def other_decide_rows(python: str, args: argparse.Namespace) -> list[dict]:
         ]
         for name in args.policy or ["default"]:
             command += ["--policy", name]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        done = subprocess.run(command, capture_output=True, text=True, check=False, cwd=folder)
         if done.returncode != 0:
             raise BenchError(f"--router-python {python}: bench decide failed: {done.stderr[-500:]}")
         rows = json.loads(out.read_text())["rows"]
