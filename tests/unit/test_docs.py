@@ -1,10 +1,14 @@
-"""The docs hold what the code does: every config key is in docs/configuration.md."""
+"""The docs hold what the code does: every config key is in docs/configuration.md, every
+function docs/decisions.md names is in the file it names, and every link between the README
+and docs/ reaches a file and a heading that exist."""
 
 from __future__ import annotations
 
+import ast
 import re
 import types
 import typing
+from pathlib import Path
 
 import pytest
 from gpuroute.agent.config import AgentConfig
@@ -109,3 +113,92 @@ def test_documented_keys_exist() -> None:
         known |= {a for key in known for a in ancestors(key)}
         unknown = sorted(documented_keys(section) - known)
         assert not unknown, f"docs/configuration.md, {section}: no such key {unknown}"
+
+
+# -- links ---------------------------------------------------------------------------------
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+
+
+def anchors(path: Path) -> set[str]:
+    """GitHub's heading anchors: lowercase, punctuation dropped, spaces to hyphens, repeats
+    numbered."""
+    seen: dict[str, int] = {}
+    out = set()
+    in_code = False
+    for line in path.read_text().splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        if in_code or not line.startswith("#"):
+            continue
+        title = line.lstrip("#").strip().lower()
+        slug = re.sub(r"[^\w\- ]", "", title).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))
+def test_links_reach_a_file_and_a_heading(doc: Path) -> None:
+    broken = []
+    for target in LINK.findall(doc.read_text()):
+        if target.startswith(("http://", "https://", "mailto:")):
+            continue
+        file, _, anchor = target.partition("#")
+        path = (doc.parent / file).resolve() if file else doc
+        if not path.exists() or (anchor and path.suffix == ".md" and anchor not in anchors(path)):
+            broken.append(target)
+    assert not broken, f"{doc.relative_to(REPO)}: broken links {broken}"
+
+
+# -- decisions.md ------------------------------------------------------------------------------
+DECISIONS = REPO / "docs" / "decisions.md"
+NAME = re.compile(r"^[A-Za-z_][\w.]*$")
+
+
+def defined(path: Path) -> set[str]:
+    """`name` and `Class.name` for every function and class a module defines."""
+    names: set[str] = set()
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.add(prefix + child.name)
+                if isinstance(child, ast.ClassDef):
+                    visit(child, f"{prefix}{child.name}.")
+
+    visit(ast.parse(path.read_text()), "")
+    return names
+
+
+def where_cells() -> list[str]:
+    """The "where" column of every table in docs/decisions.md."""
+    cells, column = [], None
+    for line in DECISIONS.read_text().splitlines():
+        if not line.startswith("|"):
+            column = None
+            continue
+        cells_here = [c.strip() for c in line.strip("|").split("|")]
+        if column is None:
+            column = cells_here.index("where") if "where" in cells_here else -1
+        elif column >= 0 and not set(line) <= set("|-: "):
+            cells.append(cells_here[column])
+    return cells
+
+
+def test_decisions_name_functions_that_exist() -> None:
+    cells = where_cells()
+    assert len(cells) > 50  # every table was read
+    missing = []
+    for cell in cells:
+        module: Path | None = None
+        for token in BACKTICKED.findall(cell):
+            if token.endswith(".py"):
+                module = REPO / token
+                assert module.exists(), f"docs/decisions.md: no file {token}"
+            elif NAME.match(token):
+                assert module is not None, f"docs/decisions.md: {token} before any file"
+                if token not in defined(module):
+                    missing.append(f"{module.relative_to(REPO)}: {token}")
+    assert not missing, f"docs/decisions.md names functions that do not exist: {missing}"
