@@ -1,6 +1,6 @@
 """The docs hold what the code does: every config key is in docs/configuration.md, every
-function docs/decisions.md names is in the file it names, and every link between the README
-and docs/ reaches a file and a heading that exist."""
+function docs/decisions.md names is in the file it names, every link between the README
+and docs/ reaches a file and a heading that exist, and the README's router config is one."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from gpuroute.agent.config import AgentConfig
 from gpuroute.global_.config import GlobalConfig
-from gpuroute.router.config import RouterConfig
+from gpuroute.router.config import RouterConfig, load_router_config
 from gpuroute.sim.scenario import Scenario
 from pydantic import BaseModel
 from support.paths import REPO
@@ -202,3 +202,16 @@ def test_decisions_name_functions_that_exist() -> None:
                 if token not in defined(module):
                     missing.append(f"{module.relative_to(REPO)}: {token}")
     assert not missing, f"docs/decisions.md names functions that do not exist: {missing}"
+
+
+# -- the README's config -------------------------------------------------------------------------
+def test_the_readmes_router_config_validates(tmp_path: Path) -> None:
+    """The config under "Put it in front of your own vLLM servers" is a router config."""
+    text = (REPO / "README.md").read_text()
+    blocks = re.findall(r"```toml\n(.*?)```", text, re.S)
+    assert len(blocks) == 1
+    path = tmp_path / "my-router.toml"
+    path.write_text(blocks[0])
+    config = load_router_config(path)
+    assert {b.gpu for b in config.backends} == {"H100", "A100", "L4"}
+    assert [k.slo_class for k in config.auth.keys] == ["interactive", "batch"]
