@@ -19,7 +19,9 @@ class Bench:
 
 
 def register(sub) -> None:
-    bench = sub.add_parser("bench", help="live benchmarks against HAProxy and NGINX")
+    bench = sub.add_parser(
+        "bench", help="benchmarks on live processes: gpuroute against HAProxy, NGINX, peer routers"
+    )
     kinds = bench.add_subparsers(dest="bench", required=True, metavar="KIND")
     for entry in BENCHES:
         parser = kinds.add_parser(entry.name, help=entry.help)
@@ -46,6 +48,7 @@ def _live_arguments(live: argparse.ArgumentParser) -> None:
     live.add_argument(
         "--policy", action="append", help="our policies to run (repeatable; default: default)"
     )
+    live.add_argument("--router-python", type=Path, default=None, help=ROUTER_PYTHON_HELP)
     live.add_argument(
         "--baselines",
         help="comma list of haproxy, nginx, haproxy-weighted, smg-cache-aware, smg-p2c, "
@@ -151,12 +154,19 @@ def _global_arguments(glob: argparse.ArgumentParser) -> None:
     glob.add_argument("--decisions", type=int, default=100_000)
 
 
+ROUTER_PYTHON_HELP = (
+    "also run our policies as this interpreter imports them (another checkout's venv: "
+    "POLICY@other), for a before/after in the same run"
+)
+
+
 def _decide_arguments(decide: argparse.ArgumentParser) -> None:
     decide.add_argument("--backends", type=int, default=100)
     decide.add_argument("--decisions", type=int, default=50_000)
     decide.add_argument(
         "--policy", action="append", help="policies to time (repeatable; default: default)"
     )
+    decide.add_argument("--router-python", type=Path, default=None, help=ROUTER_PYTHON_HELP)
 
 
 def _fleet_arguments(fleet: argparse.ArgumentParser) -> None:

@@ -4,6 +4,7 @@ clear errors, and the benchmark runs; library code never sees an argparse namesp
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -77,7 +78,17 @@ def live_spec(args: argparse.Namespace):
         shared_state=not args.no_shared_state,
         redis_outage=parse_outage(args.redis_outage),
         pin=args.pin,
+        router_python=other_interpreter(args.router_python),
     )
+
+
+def other_interpreter(path: Path | None) -> str | None:
+    """`--router-python`: another checkout's interpreter, checked before anything starts."""
+    if path is None:
+        return None
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise BenchError(f"--router-python {path}: not an executable interpreter")
+    return str(path)
 
 
 def policy_names(names: list[str] | None) -> list[str]:
@@ -271,6 +282,9 @@ def _decide(args: argparse.Namespace, console: Console) -> Report:
     if args.backends < 1 or args.decisions < 100:
         raise BenchError("need --backends >= 1 and --decisions >= 100")
     report = run_decide_bench(args.backends, args.decisions, policy_names(args.policy))
+    other = other_interpreter(args.router_python)
+    if other is not None:  # the same bench under another checkout, in this run
+        report["rows"] += other_decide_rows(other, args)
     title = f"routing decision in the core, {report['backends']} backends"
     print_table(console, title, report["rows"], DECIDE_COLUMNS)
     return report
@@ -317,3 +331,33 @@ RUNS: dict[str, Callable[[argparse.Namespace, Console], Report]] = {
     "real": _real,
     "fleet": _fleet,
 }
+
+
+def other_decide_rows(python: str, args: argparse.Namespace) -> list[dict]:
+    """`bench decide` under another checkout's interpreter; its rows, policies marked @other."""
+    import json
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "other.json"
+        command = [
+            python,
+            "-m",
+            "gpuroute.cli",
+            "bench",
+            "decide",
+            "--backends",
+            str(args.backends),
+            "--decisions",
+            str(args.decisions),
+            "--json",
+            str(out),
+        ]
+        for name in args.policy or ["default"]:
+            command += ["--policy", name]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise BenchError(f"--router-python {python}: bench decide failed: {done.stderr[-500:]}")
+        rows = json.loads(out.read_text())["rows"]
+    return [row | {"policy": f"{row['policy']}@other"} for row in rows]

@@ -67,6 +67,11 @@ class LiveBenchSpec:
     shared_state: bool = True  # replicas share load and quotas through Redis
     redis_outage: tuple[float, float] | None = None  # (at s, for s): Redis killed, restarted
     pin: bool = False  # every proxy on core 1, the engines on core 0: the same CPU for each
+    # another checkout's interpreter: each policy runs under it too (target POLICY@other)
+    router_python: str | None = None
+
+
+OTHER = "@other"  # a policy's target under `router_python`
 
 
 def parse_engines(text: str) -> list[str]:
@@ -285,6 +290,9 @@ def _start_proxy(
     if target in BASELINES + EXTRA_BASELINES:
         return start_baseline(target, folder, pairs, cpu=cpu), []
     extra = ("decision_log_sample = 1.0" if spec.faults else "") + slo_section(spec)
+    if target.endswith(OTHER) and spec.router_python:  # the policy under another checkout
+        other = dict(name="router-other", python=spec.router_python, extra=extra, cpu=cpu)
+        return start_router(folder, pairs, target.removesuffix(OTHER), **other), []
     if spec.replicas > 1 and spec.shared_state:
         redis = start_redis(folder)
         helpers.append(redis)
@@ -353,7 +361,8 @@ async def run_target(target: str, spec: LiveBenchSpec, workload: Workload, workd
 
 def run_live_bench(spec: LiveBenchSpec, on_target=None) -> dict:
     workload, rate = load_workload(spec)
-    targets = list(spec.policies) + list(spec.baselines)
+    ours = list(spec.policies) + [p + OTHER for p in spec.policies if spec.router_python]
+    targets = ours + list(spec.baselines)
     report = {
         "engines": spec.engines,
         "time_scale": spec.time_scale,

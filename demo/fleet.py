@@ -3,7 +3,8 @@
 Simulated GPU hosts (fake engines with their node agents), a `consul agent -dev` when the
 pinned Consul binary is available (static membership otherwise), one regional router, and
 traffic through it. Halfway, one host drains. Prints the backends as the router sees them
-(state, Consul status, agent load) and where the requests went."""
+(state, Consul status, agent load), where the requests went, and why (demo/placement.py:
+each share beside the latency predicted and measured there)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,14 @@ import time
 from pathlib import Path
 
 import aiohttp
+from gpuroute.demo.placement import (
+    MODEL,
+    TYPICAL_OUTPUT,
+    TYPICAL_WORDS,
+    Placement,
+    chat,
+    timed_stream,
+)
 from gpuroute.testbed.consul_dev import HOW_TO_GET_CONSUL, ConsulDev, consul_binary
 from gpuroute.testbed.fleet_host import start_fleet_host
 from gpuroute.testbed.loopback import ROUTER_ON_LOOPBACK
@@ -24,7 +33,6 @@ from gpuroute.testbed.processes import Child, StartError, spawn, wait_http
 from rich.console import Console
 from rich.table import Table
 
-MODEL = "llama-3.1-8b"
 GPUS = "H100,A100,L4,L4"
 
 
@@ -38,22 +46,22 @@ def router_toml(port: int, consul: str | None, hosts: list[dict]) -> str:
     return text
 
 
-async def traffic(url: str, seconds: float, workers: int, routed: dict, outcomes: dict) -> None:
+async def traffic(
+    url: str, seconds: float, workers: int, routed: dict, outcomes: dict, placement: Placement
+) -> None:
     rng = random.Random(7)
 
     async def worker(session: aiohttp.ClientSession) -> None:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            words = rng.choice((20, 200, 2000))  # short chats to long documents
-            body = {"model": MODEL, "stream": True, "max_tokens": rng.choice((16, 64, 128)),
-                    "messages": [{"role": "user", "content": "word " * words}]}  # fmt: skip
+            words = rng.choice((20, TYPICAL_WORDS, 2000))  # short chats to long documents
+            body = chat(words, rng.choice((16, TYPICAL_OUTPUT, 128)))
             try:
-                async with session.post(url + "/v1/chat/completions", json=body) as r:
-                    text = await r.text()
-                    ok = r.status == 200 and "data: [DONE]" in text and '"error"' not in text
-                    backend = r.headers.get("x-gpuroute-backend", "-")
+                ok, ttft, e2e, backend = await timed_stream(session, url, body)
             except aiohttp.ClientError:
                 ok, backend = False, "-"
+            if ok:
+                placement.record(backend, body, ttft, e2e)
             routed[backend] = routed.get(backend, 0) + 1
             outcomes["ok" if ok else "failed"] += 1
 
@@ -77,17 +85,18 @@ def backends_table(body: dict, routed: dict, title: str) -> Table:
     return table
 
 
-async def show(console: Console, router_url: str, routed: dict, title: str) -> dict:
+async def show(console: Console, router_url: str, routed: dict, title: str) -> None:
     async with aiohttp.ClientSession() as s, s.get(router_url + "/admin/backends") as r:
         body = await r.json()
     console.print(backends_table(body, routed, title))
-    return body
 
 
 async def drive(console: Console, router_url: str, hosts: list[dict], seconds: float) -> dict:
     routed: dict[str, int] = {}
     outcomes = {"ok": 0, "failed": 0}
-    load = asyncio.create_task(traffic(router_url, seconds, 12, routed, outcomes))
+    placement = Placement()
+    load = asyncio.create_task(traffic(router_url, seconds, 12, routed, outcomes, placement))
+    polls = asyncio.create_task(placement.poll(router_url, load))
     await asyncio.sleep(seconds / 2)  # the demo's timeline, not a synchronisation
     await show(console, router_url, routed, f"after {seconds / 2:.0f} s of traffic")
     victim = hosts[-1]
@@ -96,10 +105,11 @@ async def drive(console: Console, router_url: str, hosts: list[dict], seconds: f
     async with aiohttp.ClientSession() as s, s.post(drain_url, json={}) as r:
         console.print(f"agent says: {await r.text()}")
     await load
+    await polls
     await show(console, router_url, routed, f"after {seconds:.0f} s: traffic done")
-    console.print(
-        "requests per backend: " + ", ".join(f"{k} {v}" for k, v in sorted(routed.items()))
-    )
+    await placement.probe({h["id"]: h["engine"] for h in hosts})
+    console.print(placement.table(routed))
+    console.print(placement.why(routed))
     return outcomes
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 from urllib.parse import urlsplit
@@ -103,6 +103,30 @@ def key_path(loc: tuple[int | str, ...]) -> str:
     return out or "(top level)"
 
 
+# pydantic's wording for a few errors, said as a config file's reader thinks of them
+_BOUNDS = {
+    "greater_than": ">",
+    "greater_than_equal": ">=",
+    "less_than": "<",
+    "less_than_equal": "<=",
+}
+_PLAIN = {"extra_forbidden": "unknown key", "missing": "missing (required)"}
+
+
+def short_message(item: Mapping[str, Any]) -> str:
+    """A pydantic error in a few words (`must be > 0`, `unknown key`): users read these
+    against their TOML, not against our models."""
+    kind, ctx = item["type"], item.get("ctx") or {}
+    if kind in _PLAIN:
+        return _PLAIN[kind]
+    if kind in _BOUNDS and len(ctx) == 1:
+        bound = next(iter(ctx.values()))
+        if isinstance(bound, float) and bound.is_integer():
+            bound = int(bound)  # `> 0`, not `> 0.0`
+        return f"must be {_BOUNDS[kind]} {bound}"
+    return str(item["msg"]).removeprefix("Value error, ")
+
+
 def describe_validation_error(path: Path | str, err: ValidationError) -> str:
     """One line per problem: `file: key: message`."""
     lines = []
@@ -110,7 +134,7 @@ def describe_validation_error(path: Path | str, err: ValidationError) -> str:
         loc = tuple(
             p for p in item["loc"] if not (isinstance(p, str) and p.startswith("function-"))
         )
-        lines.append(f"{path}: {key_path(loc)}: {item['msg']}")
+        lines.append(f"{path}: {key_path(loc)}: {short_message(item)}")
     return "\n".join(lines)
 
 

@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
+
+KINDS = ("regions", "router", "global", "agent")
 
 
 def register(sub) -> None:
-    check = sub.add_parser("check-config", help="validate a regions file or a tier's config")
+    check = sub.add_parser(
+        "check-config", help="validate a config file (router, agent, global or regions)"
+    )
     check.add_argument("file", metavar="FILE")
     check.add_argument(
         "--kind",
-        choices=["regions", "router", "global", "agent"],
-        default="regions",
-        help="what FILE is (default: a regions file); secrets in files are not read",
+        choices=KINDS,
+        default=None,
+        help="what FILE is (default: told by its top-level keys); secrets in files are not read",
     )
     check.set_defaults(run=check_config)
     tfvars = sub.add_parser(
@@ -25,15 +30,70 @@ def register(sub) -> None:
 
 
 def check_config(args: argparse.Namespace) -> int:
-    from gpuroute.config import ConfigError
+    from gpuroute.config import ConfigError, read_toml
 
+    kind = args.kind
     try:
-        summary = _check(args.kind, args.file)
+        if kind is None:
+            kind = infer_kind(args.file, read_toml(args.file))
+        summary = _check(kind, args.file)
     except ConfigError as exc:
         print(f"gpuroute check-config: error: {exc}", file=sys.stderr)
+        if kind is not None and args.kind is None:
+            print(f"(checked as a {_NAMES[kind]}, from its top-level keys; if it is "
+                  "another kind, say so with --kind)", file=sys.stderr)  # fmt: skip
         return 2
     print(f"{args.file}: ok ({summary})")
     return 0
+
+
+_NAMES = {
+    "regions": "regions file",
+    "router": "router config",
+    "global": "global tier config",
+    "agent": "agent config",
+}
+
+
+def top_level_keys(kind: str) -> frozenset[str]:
+    """The top-level keys a file of this kind may hold (its model's fields)."""
+    from gpuroute.agent.config import AgentConfig
+    from gpuroute.global_.config import GlobalConfig
+    from gpuroute.regions import FleetConfig
+    from gpuroute.router.config import RouterConfig
+
+    model = {
+        "regions": FleetConfig,
+        "router": RouterConfig,
+        "global": GlobalConfig,
+        "agent": AgentConfig,
+    }[kind]
+    return frozenset(model.model_fields)
+
+
+def infer_kind(path: str, data: dict[str, Any]) -> str:
+    """The kind whose top-level keys cover most of the file's (`backends` or `membership`
+    make a router config, `engine` an agent's, `endpoints` or `spillover` a global tier's,
+    `regions` a regions file). Every kind validates strictly, so a guess that is wrong
+    would only print a wall of unknown keys; a tie is an error that says what to do."""
+    from gpuroute.config import ConfigError
+
+    keys = sorted(data)
+    known = {kind: len(top_level_keys(kind).intersection(keys)) for kind in KINDS}
+    best = max(known.values())
+    winners = [kind for kind in KINDS if known[kind] == best]
+    if best and len(winners) == 1:
+        return winners[0]
+    if not keys:
+        why = "it has no top-level keys"
+    elif not best:
+        why = f"no kind has its top-level keys ({', '.join(keys)})"
+    else:
+        why = f"its top-level keys ({', '.join(keys)}) fit {' and '.join(winners)} equally"
+    raise ConfigError(
+        f"{path}: cannot tell which kind of config this is (considered {', '.join(KINDS)}): "
+        f"{why}; name it with --kind {{{','.join(KINDS)}}}"
+    )
 
 
 def _check(kind: str, path: str) -> str:
@@ -41,21 +101,21 @@ def _check(kind: str, path: str) -> str:
         from gpuroute.router.config import load_router_config
 
         router = load_router_config(path)
-        return f"router, policy {router.policy}, {len(router.auth.keys)} API keys"
+        return f"router config, policy {router.policy}, {len(router.auth.keys)} API keys"
     if kind == "global":
         from gpuroute.global_.config import load_global_config
 
         config, fleet, _rules = load_global_config(path)
-        return f"global tier, {len(fleet.regions)} regions, policy {config.policy}"
+        return f"global tier config, {len(fleet.regions)} regions, policy {config.policy}"
     if kind == "agent":
         from gpuroute.agent.config import load_agent_config
 
-        return f"agent {load_agent_config(path).service_id}"
+        return f"agent config, service {load_agent_config(path).service_id}"
     from gpuroute.regions import load_fleet
 
     fleet = load_fleet(path)
     gpus = sum(p.count for r in fleet.regions for p in r.gpu_pools)
-    return f"{len(fleet.regions)} regions, {gpus} GPUs"
+    return f"regions file, {len(fleet.regions)} regions, {gpus} GPUs"
 
 
 def tfvars_json(args: argparse.Namespace) -> int:

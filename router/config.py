@@ -254,6 +254,8 @@ class RouterConfig(AdminAccess):
     model_shape: str = "llama-3.1-8b"  # seeds the cost priors; learned online after that
     drain_timeout_s: float = Field(default=30.0, ge=0)
     decision_log_sample: float = Field(default=0.0, ge=0, le=1)
+    # decisions, holds, refusals and failed attempts kept for /admin/explain (0: none)
+    decision_log_keep: int = Field(default=2000, ge=0, le=1_000_000)
     tick_s: float = Field(default=0.5, gt=0)
     health_check_path: str = "/health"  # probed while a backend's breaker is half-open
     limits: LimitsConfig = LimitsConfig()

@@ -1,21 +1,31 @@
-"""The sampled, structured decision log: one JSON object per pick or failed attempt.
+"""The decision log: why each request went where it went, or was refused.
 
-It samples with its own RNG (turning it on must not change which backends are picked) and
-logs the scores the scheduler saw before booking the request (`Scheduler.route(explain=)`)."""
+Every decision, hold, refusal and failed attempt of the last `keep` events is kept in memory
+(`explain(request_id)`: the admin endpoint `/admin/explain/{id}` and `gpuroute explain`), so
+an operator can ask about a request without having turned anything on; a sampled share of
+them is also written as JSON lines on `gpuroute.decisions`. Sampling draws from its own RNG
+(turning it on must not change which backends are picked). A decision holds each stage of
+the pick as it ran before the booking (`PickTrace`): which backends were no candidates and
+why, which the filter dropped and why, each candidate's prediction and score terms, the
+margin the chosen one needed, and the pick's reason."""
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import random
 import time
 from collections.abc import Callable
+from typing import Any
 
 from gpuroute.router.core.backend import Backend
+from gpuroute.router.core.policies.base import PickTrace
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.core.scheduler import Decision
 
 decisions = logging.getLogger("gpuroute.decisions")
+Event = dict[str, Any]
 
 
 class DecisionLog:
@@ -24,6 +34,7 @@ class DecisionLog:
         sample: float,
         policy: str,
         *,
+        keep: int = 2000,
         rng: random.Random | None = None,
         emit: Callable[[str], None] = decisions.info,
         wall_clock: Callable[[], float] = time.time,
@@ -31,35 +42,90 @@ class DecisionLog:
         self.sample, self.policy = sample, policy
         self.rng = rng or random.Random()
         self.emit, self.wall_clock = emit, wall_clock
+        self.recent: collections.deque[Event] = collections.deque(maxlen=keep)
+        self._sampled: object = None  # the request id the next emitted events belong to
+
+    def trace(self) -> PickTrace | None:
+        """A trace for the next pick: always while recent decisions are kept (or sampled)."""
+        return PickTrace() if self.recent.maxlen or self.sample else None
 
     def wants_next(self) -> bool:
-        """Should the next pick be explained? (Asked before routing, so scores are pre-booking.)"""
+        """Is the next request's decision to be written out? (its own RNG)"""
         return bool(self.sample) and self.rng.random() < self.sample
 
-    def decision(self, info: RequestInfo, decision: Decision, attempt: int) -> None:
-        if decision.scores is None:
-            return
-        event = {
+    def decision(self, info: RequestInfo, decision: Decision, attempt: int, *, emit: bool) -> None:
+        event: Event = {
             "event": "decision",
-            "ts": self.wall_clock(),
-            "request_id": info.request_id,
-            "model": info.model,
-            "prompt_tokens": info.prompt_tokens,
-            "policy": self.policy,
             "attempt": attempt,
             "reason": decision.reason.value,
-            "candidates": [{"backend": b, "score": s} for b, s in decision.scores],
             "chosen": decision.backend.backend_id,
-            "slo_class": info.slo.name if info.slo is not None else None,
+            "chosen_gpu": decision.backend.gpu_type,
             "fits_slo": decision.fits,
+            "booked": decision.booked,
         }
         if decision.prediction is not None:
             event["predicted_ttft_s"] = round(decision.prediction.ttft_s, 4)
             event["predicted_tpot_s"] = round(decision.prediction.tpot_s, 5)
-        self.emit(json.dumps(event))
+        if decision.trace is not None:
+            event |= stages(decision.trace)
+        self._record(info.request_id, event, info, emit)
 
-    def failure(self, request_id: object, backend: Backend, kind: str) -> None:
-        """Failed attempts are logged whenever the log is on (they are rare and telling)."""
-        if self.sample:
-            event = {"event": "attempt_failed", "ts": self.wall_clock(), "request_id": request_id}
-            self.emit(json.dumps(event | {"backend": backend.backend_id, "kind": kind}))
+    def held(self, info: RequestInfo) -> None:
+        event = {"event": "held", "why": "no backend is predicted to meet its SLO"}
+        self._record(info.request_id, event, info)
+
+    def no_backend(self, info: RequestInfo, trace: PickTrace | None) -> None:
+        """No candidate was left for an attempt: each backend serving the model, and why."""
+        excluded = dict(trace.excluded) if trace is not None else {}
+        self._record(info.request_id, {"event": "no_candidate", "excluded": excluded}, info)
+
+    def refused(
+        self,
+        request_id: object,
+        status: int,
+        code: str | None,
+        why: str,
+        info: RequestInfo | None = None,
+    ) -> None:
+        """An answer other than the engine's: a refusal (4xx), no backend (503), all
+        attempts failed (502)."""
+        event = {"event": "refused", "status": status, "code": code, "why": why}
+        self._record(request_id, event, info, bool(self.sample))
+
+    def failure(self, info: RequestInfo, backend: Backend, kind: str) -> None:
+        event = {"event": "attempt_failed", "backend": backend.backend_id, "kind": kind}
+        self._record(info.request_id, event, info, bool(self.sample))  # rare and telling
+
+    def explain(self, request_id: str) -> list[Event]:
+        """What is kept of one request, oldest first ([] when it is not among the recent)."""
+        return [e for e in self.recent if str(e["request_id"]) == request_id]
+
+    def _record(
+        self, request_id: object, event: Event, info: RequestInfo | None, emit: bool = False
+    ) -> None:
+        head: Event = {"ts": self.wall_clock(), "request_id": request_id, "policy": self.policy}
+        if info is not None:
+            slo = info.slo.name if info.slo is not None else None
+            head |= {
+                "model": info.model,
+                "prompt_tokens": info.prompt_tokens,
+                "slo_class": slo,
+            }
+        event = head | event
+        if self.recent.maxlen:
+            self.recent.append(event)
+        if emit or (self._sampled is not None and request_id == self._sampled):
+            self._sampled = request_id  # its later events are written too
+            self.emit(json.dumps(event))
+
+
+def stages(trace: PickTrace) -> Event:
+    """The trace as the log shows it: candidates and exclusions, each considered backend's
+    row (prediction, filter verdict, score or score terms), the margin needed."""
+    out: Event = {"candidates_n": trace.candidates, "excluded": dict(trace.excluded)}
+    if trace.sampled is not None:
+        out["sampled"] = trace.sampled
+    out["candidates"] = [{"backend": b} | row for b, row in trace.rows.items()]
+    if trace.margin is not None:
+        out["margin_needed"] = trace.margin
+    return out

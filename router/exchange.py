@@ -11,6 +11,8 @@ from gpuroute.router.core.request import RequestInfo
 
 from gpuroute.relay import ResponseTally
 
+NO_BACKEND = "no healthy backend can serve this model now"
+
 
 @dataclass(slots=True)
 class Answer:

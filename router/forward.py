@@ -21,11 +21,12 @@ from gpuroute.router.config import LimitsConfig
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.health import HealthEvents
 from gpuroute.router.core.lifetime import Event, Lifetimes, RequestLifetime
+from gpuroute.router.core.placement import AttemptLoop, Step
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.core.retry import Attempts, FailureKind, Verdict
 from gpuroute.router.core.scheduler import Outcome, Scheduler
 from gpuroute.router.decision_log import DecisionLog
-from gpuroute.router.exchange import Answer, Exchange
+from gpuroute.router.exchange import NO_BACKEND, Answer, Exchange
 from gpuroute.router.health_report import report_health
 from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.sessions import SessionStore
@@ -48,7 +49,6 @@ from gpuroute.upstream import UpstreamPool, UpstreamResponse
 
 log = logging.getLogger("gpuroute.router")
 BACKEND_HEADER = "x-gpuroute-backend"
-NO_BACKEND = "no healthy backend can serve this model now"
 
 
 class Forwarder:
@@ -80,6 +80,8 @@ class Forwarder:
         self.has_room, self.clock, self.rng = has_room, clock, rng
         self.budget = lifetimes.budget  # requests in flight and retries running
         self.slo = slo  # classes' attainment; holds predicted misses (predicting policies)
+        # the attempts loop the simulator runs too: route, hold, offer room, retry
+        self.loop = AttemptLoop(scheduler, self.budget, slo.queue if slo.holds else None)
         self.urls: dict[str, str] = {}
         self.session: UpstreamPool | None = None  # to the engines; start() opens it
         self.write_timeout_s: float | None = None  # a client behind this long is cut off
@@ -114,70 +116,65 @@ class Forwarder:
             await self.session.close()
 
     async def attempts(self, exchange: Exchange) -> web.StreamResponse:
-        """Suspects left when no attempt was answered below 500 go unjudged: the request,
-        not they, is the likely cause."""
+        """The core's attempts loop (core/placement.py) with the I/O: each attempt sent,
+        a failed one retried after its backoff while the loop allows. Suspects left when
+        no attempt was answered below 500 go unjudged: the request, not they, is the
+        likely cause."""
         life = exchange.life
-        info, attempts, tried = life.info, life.attempts, life.tried
+        info, tried = life.info, life.tried
         remembered = await self._remembered(info)
         last = "no backend is available"
-        while True:
-            verdict, delay = attempts.next(self.budget, self.rng)
-            if verdict is Verdict.BUDGET_EXHAUSTED:
-                self.metrics.retry_budget_exhausted.inc()
-            if verdict is not Verdict.GO:
-                break
-            if delay:
-                await asyncio.sleep(delay)  # jittered backoff, not a synchronisation
-            backend = await self._pick(life, attempts.count, remembered)
-            if backend is None:
-                break
+        while (backend := await self._pick(life, remembered)) is not None:
             try:
-                return await self._attempt(exchange, backend, attempts)
+                return await self._attempt(exchange, backend, life.attempts)
             except UpstreamFailed as failure:
-                life.move(Event.ATTEMPT_FAILED)
                 last = f"backend {backend.backend_id}: {failure}"
-                if attempts.failed(failure.kind):
-                    self.metrics.retries.labels(failure.kind.value).inc()
+                retry = self.loop.failed(life, failure.kind, self.rng)
+                if retry.verdict is Verdict.BUDGET_EXHAUSTED:
+                    self.metrics.retry_budget_exhausted.inc()
+                if not retry.go:
+                    break
+                self.metrics.retries.labels(failure.kind.value).inc()
+                if retry.delay_s:
+                    await asyncio.sleep(retry.delay_s)  # jittered backoff, not a synchronisation
         exchange.ending = Event.FAIL
         if not tried:
+            self.decisions.refused(info.request_id, 503, "no_backend", last, info)
             return error_response(503, NO_BACKEND, code="no_backend")
         # the details are for operators (log, decision log), never for clients
         log.warning("request %s: all attempts failed; last: %s", info.request_id, last)
+        self.decisions.refused(info.request_id, 502, "upstream_error", last, info)
         return error_response(502, "no backend could answer the request", code="upstream_error")
 
-    async def _pick(
-        self, life: RequestLifetime, attempt: int, remembered: str | None
-    ) -> Backend | None:
-        info = life.info
+    async def _pick(self, life: RequestLifetime, remembered: str | None) -> Backend | None:
+        """A booked backend for this attempt (None: none can take it), each decision, hold
+        and refusal written to the decision log."""
+        info, attempt = life.info, life.attempts.count
         started = time.perf_counter()
-        hold = self.slo.holds and not life.tried  # a retry goes where it can
-        decision = self.scheduler.route(
-            life,
-            self.clock(),
-            self.rng,
-            prefer=remembered,
-            explain=self.decisions.wants_next(),
-            hold_misses=hold,
-        )
+        trace, emit = self.decisions.trace(), self.decisions.wants_next()
+        placement = self.loop.route(life, self.clock(), self.rng, remembered, trace)
         self.metrics.decision.observe(time.perf_counter() - started)
-        if decision is not None and not decision.booked:
-            life.move(Event.HOLD)
-            decision = await self.slo.hold(
-                life,
-                lambda: self.scheduler.route(
-                    life, self.clock(), self.rng, remembered, hold_misses=True
-                ),
-            )
+        decision = placement.decision
         if decision is None:
+            self.decisions.no_backend(info, trace)
             return None
-        life.move(Event.PLACE)
+        self.decisions.decision(info, decision, attempt, emit=emit)
+        if placement.step is Step.HOLD:
+            self.decisions.held(info)
+            decision = await self.slo.hold(life, placement.refused)  # or Rejection (429)
+            self.decisions.decision(info, decision, attempt, emit=emit)
         backend = decision.backend
-        life.tried.add(backend.backend_id)
         if self.sessions is not None and info.session_id and backend.backend_id != remembered:
             # awaited (one Redis write, bounded by timeout_s) so the next turn finds it
             await self.sessions.put(info.session_id, backend.backend_id)
-        self.decisions.decision(info, decision, attempt)
         return backend
+
+    def offer_room(self) -> None:
+        """Room may have freed (a finish, a release, a first token): held requests that
+        now fit are booked and woken."""
+        if self.slo.holds:
+            traced = self.decisions.trace() is not None
+            self.slo.wake(self.loop.offer_room(self.clock(), self.rng, traced))
 
     async def _attempt(
         self, exchange: Exchange, backend: Backend, attempts: Attempts
@@ -210,17 +207,17 @@ class Forwarder:
     def _failed(self, exchange: Exchange, backend: Backend, kind: FailureKind) -> None:
         life = exchange.life
         self.metrics.upstream_failures.labels(backend.backend_id, kind.value).inc()
-        self.decisions.failure(life.request_id, backend, kind.value)
+        self.decisions.failure(life.info, backend, kind.value)
         if kind is FailureKind.STATUS_5XX:
             self.watch.forget(life)
-            self.scheduler.release(life)
+            self._release(life)
             exchange.suspects.append(backend)
         elif kind is FailureKind.RESCUED:
             # Moving work off a slow backend is not an error verdict (counting it as one
             # opened breakers on merely busy backends and cascaded); its duration so far
             # still informs slowness.
             self.watch.gave_up(life)
-            self.scheduler.release(life)
+            self._release(life)
         else:
             self.settle(life, backend, ok=False, fatal=kind.fatal)
 
@@ -287,7 +284,6 @@ class Forwarder:
         batch_at_start: int,
     ) -> web.StreamResponse:
         life = exchange.life
-        info = life.info
         headers = forward_headers(upstream.headers.items(), RESPONSE_DROP)
         if self.expose_backend:
             headers[BACKEND_HEADER] = backend.backend_id
@@ -302,6 +298,7 @@ class Forwarder:
             self.recent_ttft.append(ttft)
             life.move(Event.FIRST_BYTE)
             self.scheduler.first_token(life, now, now - exchange.dispatched)
+            self.offer_room()  # its prefill is done: room for held requests
             if streamed:
                 self.watch.streaming(life, tally)
 
@@ -318,8 +315,7 @@ class Forwarder:
         exchange.answer = Answer(upstream.status, relayed.streamed, tally)
         if relayed.end is RelayEnd.CLIENT_TOO_SLOW:
             self.metrics.client_write_timeouts.inc()
-            log.info("request %s: client behind for %.0f s, cut off", info.request_id,
-                     self.write_timeout_s)  # fmt: skip
+            log.info("request %s: client behind, cut off", life.request_id)
         if relayed.end in (RelayEnd.CLIENT_GONE, RelayEnd.CLIENT_TOO_SLOW):
             exchange.ending = Event.CANCEL
             self._client_gone(counted=relayed.end is RelayEnd.CLIENT_TOO_SLOW)
@@ -349,7 +345,7 @@ class Forwarder:
     def _broken_stream(self, life: RequestLifetime, backend: Backend, exc: BaseException) -> None:
         """The body broke after the client saw its first bytes (relay_body ended it)."""
         self.metrics.stream_errors.labels(backend.backend_id).inc()
-        self.decisions.failure(life.request_id, backend, FailureKind.STREAM.value)
+        self.decisions.failure(life.info, backend, FailureKind.STREAM.value)
         # a connection that died mid-stream means the engine died; a timeout may not
         self.settle(life, backend, ok=False, fatal=not isinstance(exc, asyncio.TimeoutError))
         log.warning("stream from %s broke after first byte: %r", backend.backend_id, exc)
@@ -380,7 +376,13 @@ class Forwarder:
         )
         events = self.scheduler.finish(life, outcome, self.clock())
         if events is not None:
+            self.offer_room()
             self.record_health(events)
+
+    def _release(self, life: RequestLifetime) -> None:
+        """Its booking dropped with no verdict; what it freed goes to held requests."""
+        if self.scheduler.release(life):
+            self.offer_room()
 
     def record_health(self, events: HealthEvents) -> None:
         report_health(self.metrics, events)

@@ -6,8 +6,8 @@ nothing here has touched a backend."""
 from __future__ import annotations
 
 import asyncio
-import itertools
-from collections.abc import Mapping
+import secrets
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -16,8 +16,8 @@ from gpuroute.router.config import RouterConfig
 from gpuroute.router.core.backend import BackendSet
 from gpuroute.router.core.lifetime import Event, Lifetimes, RequestLifetime
 from gpuroute.router.core.request import RequestInfo
-from gpuroute.router.exchange import Answer
-from gpuroute.router.forward import NO_BACKEND
+from gpuroute.router.decision_log import DecisionLog
+from gpuroute.router.exchange import NO_BACKEND, Answer
 from gpuroute.router.quotas import KeyPolicy
 from gpuroute.router.request_parse import (
     PRIORITY_HEADER,
@@ -32,6 +32,23 @@ from gpuroute.router.tenant_gate import TenantGate
 from gpuroute.forwarded import TrustedProxies
 from gpuroute.headers import FORWARDED_FOR, interpreted
 from gpuroute.openai_api import Rejection, clip, read_body
+
+# where a request's id is kept on the aiohttp request (the `x-request-id` response header)
+REQUEST_ID = web.RequestKey("gpuroute.request_id", str)
+
+
+async def name_request(request: web.Request, response: web.StreamResponse) -> None:
+    """Every answer names its request (`x-request-id`), for `gpuroute explain` and support
+    tickets; an engine's own id header is replaced."""
+    request_id = request.get(REQUEST_ID)
+    if request_id is not None:
+        response.headers["x-request-id"] = request_id
+
+
+def new_request_id() -> str:
+    """Unguessable and unique across workers and replicas (a counter would tell anyone
+    who sees two ids how busy the router is)."""
+    return secrets.token_hex(8)
 
 
 @dataclass(slots=True)
@@ -57,7 +74,9 @@ class Front:
         residency: ResidencyGate,
         slo: SloGate,
         lifetimes: Lifetimes,
+        decisions: DecisionLog,
         *,
+        offer_room: Callable[[], None],
         with_prefix_blocks: bool,
     ) -> None:
         self.config, self.backends = config, backends
@@ -68,18 +87,48 @@ class Front:
         self.proxies = TrustedProxies(config.trusted_proxies)
         # hashing every prompt's blocks is wasted work unless the policy reads them
         self.with_prefix_blocks = with_prefix_blocks
-        self._ids = itertools.count(1)
+        self.decisions = decisions  # refusals are written there, with the request's id
+        self.offer_room = offer_room  # a booking freed: room for requests held for their SLO
 
     async def admit(self, request: web.Request, route: str, arrival: float) -> Admitted:
         """The parsed request, its raw body and the headers read of it, admitted; or a
-        Rejection. Once admitted, `release(info)` must follow however the request ends.
-        `arrival` starts its TTFT clock."""
+        Rejection (written to the decision log under the request's id). Once admitted,
+        `end()` must follow however the request ends. `arrival` starts its TTFT clock."""
+        request_id = request[REQUEST_ID] = new_request_id()
+        parsed: list[ParsedRequest] = []
+        try:
+            return await self._admit(request, route, arrival, request_id, parsed)
+        except Rejection as rejection:
+            if rejection.code != "no_backend":  # written with its reasons where it is raised
+                info = parsed[0].info if parsed else None
+                status, code = rejection.status, rejection.code
+                self.decisions.refused(request_id, status, code, rejection.message, info)
+            raise
+
+    def _why_none(self, info: RequestInfo) -> str:
+        """Each backend serving the model and the state that keeps it from routing."""
+        states = (
+            f"{b.backend_id}: {b.state.value} ({b.reason})"
+            for b in self.backends
+            if info.model in b.models
+        )
+        return "no backend is routable: " + "; ".join(states)
+
+    async def _admit(
+        self,
+        request: web.Request,
+        route: str,
+        arrival: float,
+        request_id: str,
+        parsed_out: list[ParsedRequest],
+    ) -> Admitted:
         headers = interpreted(request.headers.items())  # the only reading of them
         if self.residency.checks:
             await self.residency.check(headers)
         key = self.tenants.identify(headers)
         raw = await read_body(request, self.config.limits)
-        parsed = self._parse(headers, route, raw)
+        parsed = self._parse(headers, route, raw, request_id)
+        parsed_out.append(parsed)
         info = parsed.info
         info.slo = self.slo.resolve(key, headers)
         info.arrived_at = arrival
@@ -87,6 +136,7 @@ class Front:
             message = f"The model `{clip(info.model)}` does not exist."
             raise Rejection(404, message, param="model", code="model_not_found")
         if not self.backends.routable(info.model):
+            self.decisions.refused(request_id, 503, "no_backend", self._why_none(info), info)
             raise Rejection(503, NO_BACKEND, code="no_backend")
         tokens = self.token_charge(key, parsed)
         explicit = PRIORITY_HEADER in headers
@@ -102,7 +152,8 @@ class Front:
         key = self.tenants.identify(headers)
         raw = await read_body(request, self.config.limits)
         priority = self.config.admission.default_priority
-        info = RequestInfo(next(self._ids), "", max(1, len(raw) // 4), priority=priority)
+        request_id = request[REQUEST_ID] = new_request_id()
+        info = RequestInfo(request_id, "", max(1, len(raw) // 4), priority=priority)
         tokens = info.prompt_tokens
         life = await self._let_in(key, info, tokens, None, False)
         return Admitted(ParsedRequest(info, False, None), raw, headers, key, tokens, life)
@@ -158,6 +209,8 @@ class Front:
         self.tenants.give_back(released.tenant)
         if released.admitted:
             self.gate.pump()
+        if released.freed:
+            self.offer_room()
 
     def end(self, admitted: Admitted, ending: Event, answer: Answer | None) -> None:
         """An admitted request ended (`close`), and its token charge is settled against
@@ -171,14 +224,16 @@ class Front:
         if used is not None:
             self.tenants.settle(key, used - admitted.charged_tokens)
 
-    def _parse(self, headers: Mapping[str, str], route: str, raw: bytes) -> ParsedRequest:
+    def _parse(
+        self, headers: Mapping[str, str], route: str, raw: bytes, request_id: str
+    ) -> ParsedRequest:
         admission = self.config.admission
         try:
             return parse_request(
                 route,
                 raw,
                 headers,
-                next(self._ids),
+                request_id,
                 priorities=tuple(admission.priorities),
                 default_priority=admission.default_priority,
                 with_prefix_blocks=self.with_prefix_blocks,

@@ -94,6 +94,10 @@ class Proxy:
             return response
         except Rejection as rejection:  # SLO-aware admission refused it while held
             ending = Event.REFUSE
+            status, code = rejection.status, rejection.code
+            self.forwarder.decisions.refused(
+                life.request_id, status, code, rejection.message, life.info
+            )
             return rejection.response()
         except Exception:
             ending = Event.FAIL

@@ -13,7 +13,7 @@ import socket
 import time
 
 from aiohttp import web
-from gpuroute.router.admin import describe_backends
+from gpuroute.router.admin import describe_backends, typical_request
 from gpuroute.router.admission_gate import AdmissionGate
 from gpuroute.router.assemble import build_scheduler
 from gpuroute.router.config import RouterConfig
@@ -24,7 +24,7 @@ from gpuroute.router.core.region_summary import RegionSummary, summarise
 from gpuroute.router.core.retry import RetrySettings
 from gpuroute.router.decision_log import DecisionLog
 from gpuroute.router.forward import Forwarder
-from gpuroute.router.front import Front
+from gpuroute.router.front import Front, name_request
 from gpuroute.router.membership import Membership
 from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.priors import engine_priors
@@ -48,6 +48,7 @@ from gpuroute.headers import ENGINE_HEADERS, interpreted
 from gpuroute.openai_api import (
     OPENAI_ROUTES,
     Rejection,
+    clip,
     error_response,
     healthz,
     models_response,
@@ -97,8 +98,9 @@ class RouterApp:
         )
         # a predicting policy's misses are held; every policy's attainment is counted
         self.slo = SloGate(config.slo, self.metrics, self.clock, holds=self.scheduler.predicts_slo)
-        if self.slo.holds:
-            self.scheduler.on_room = self.slo.pump
+        self.decisions = DecisionLog(
+            config.decision_log_sample, config.policy, keep=config.decision_log_keep
+        )
         self.forwarder = self._forwarder(rng)
         self.forwarder.urls.update({b.backend_id: b.url for b in config.backends})
         self.proxy = Proxy(self._front(), self.forwarder, self.gate, self.metrics, clock=self.clock)
@@ -129,6 +131,8 @@ class RouterApp:
             self._residency_gate(),
             self.slo,
             self.lifetimes,
+            self.decisions,
+            offer_room=self.forwarder.offer_room,
             with_prefix_blocks="prefix_blocks" in self.scheduler.policy.needs,
         )
 
@@ -165,7 +169,7 @@ class RouterApp:
             self.scheduler,
             self.metrics,
             self.watch,
-            DecisionLog(config.decision_log_sample, config.policy),
+            self.decisions,
             self.lifetimes,
             sessions=SessionStore.from_config(config.redis, self.redis, self.clock),
             slo=self.slo,
@@ -232,6 +236,7 @@ class RouterApp:
         for path in self.config.passthrough_paths:
             app.router.add_route("*", path, self.proxy.passthrough)
         app.router.add_route("*", "/{tail:.*}", not_found)
+        app.on_response_prepare.append(name_request)
         app.on_startup.append(self._startup)
         app.on_cleanup.append(self._cleanup)
         return app
@@ -239,6 +244,7 @@ class RouterApp:
     def add_admin_routes(self, app: web.Application) -> None:
         app.router.add_get("/metrics", self.metrics_page)
         app.router.add_get("/admin/backends", self.admin_backends)
+        app.router.add_get("/admin/explain/{request_id}", self.admin_explain)
 
     def _joined(self, backend: Backend, member: Member) -> None:
         self.forwarder.urls[backend.backend_id] = member.url
@@ -370,7 +376,20 @@ class RouterApp:
     async def metrics_page(self, _request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8")
 
-    async def admin_backends(self, _request: web.Request) -> web.Response:
+    async def admin_explain(self, request: web.Request) -> web.Response:
+        """What the decision log kept of one recent request (`gpuroute explain`)."""
+        request_id = request.match_info["request_id"]
+        events = self.decisions.explain(request_id)
+        if not events:
+            message = f"request {clip(request_id)!r} is not among the recent ones kept here"
+            return error_response(404, message, code="request_not_found")
+        return web.json_response({"request_id": request_id, "events": events})
+
+    async def admin_backends(self, request: web.Request) -> web.Response:
+        try:
+            typical = typical_request(request.query)
+        except ValueError as exc:
+            return error_response(400, str(exc), code="bad_request")
         return web.json_response(
-            describe_backends(self.scheduler, self.config, self.membership, self.clock())
+            describe_backends(self.scheduler, self.config, self.membership, self.clock(), typical)
         )

@@ -1,15 +1,16 @@
 """The I/O side of SLO-aware admission: a request's class, and holding the requests that no
 backend is predicted to serve within it (core/slo_admission.py decides; this parks them).
 
-A held request waits while its TTFT budget lasts and is offered room again whenever a
-stream finishes or a first token arrives; past its budget it is refused with 429, a
+A held request waits while its TTFT budget lasts; whenever a stream finishes or a first
+token arrives the attempts loop (core/placement.py) offers the room to the held requests and
+wakes those it booked; past its budget it is refused with 429, a
 Retry-After hint and its class named, in milliseconds rather than after a minute in an
 engine's queue."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from gpuroute.router.config import SloConfig
@@ -17,7 +18,7 @@ from gpuroute.router.core.admission import Shed
 from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.core.scheduler import Decision
 from gpuroute.router.core.slo import SloClass, SloClasses, time_per_output_token
-from gpuroute.router.core.slo_admission import OFFERS_PER_EVENT, HoldQueue
+from gpuroute.router.core.slo_admission import HoldQueue
 from gpuroute.router.exchange import Exchange
 from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.quotas import KeyPolicy
@@ -74,35 +75,28 @@ class SloGate:
         rank = self.classes.rank
         return wanted if rank[wanted.name] >= rank[base.name] else base
 
-    async def hold(
-        self, life: RequestLifetime, route_again: Callable[[], Decision | None]
-    ) -> Decision | None:
-        """Wait for a booked decision (None: no backend at all any more); Rejection (429)
-        when the request's TTFT budget runs out first or a more important one displaces it.
-        It waits in the hold queue as its lifetime, parked on `life.waiter`."""
+    async def hold(self, life: RequestLifetime, refused: Iterable[Shed] = ()) -> Decision:
+        """Wait, in the hold queue the attempts loop put it in, for room (`wake` brings its
+        booked decision); Rejection (429) when its TTFT budget runs out first or a more
+        important request displaces it (`refused`: those the queue refused as it took this
+        one, which may be this one). It is parked on `life.waiter`."""
         info = life.info
-        slo, arrived = info.slo, info.arrived_at
-        assert slo is not None and arrived is not None
-        self.metrics.slo_held.labels(slo.name).inc()
+        assert info.slo is not None
+        self.metrics.slo_held.labels(info.slo.name).inc()
         held = life.waiter = _Held(asyncio.Event())
-        for refused in self.queue.hold(life, slo, arrived, self.clock()):
-            self._refuse(refused)
+        self.refuse_all(refused)
         deadline = self.queue.deadline(life)
         try:
-            while deadline is not None and held.refused is None:
+            while deadline is not None and held.refused is None and held.decision is None:
                 try:
                     await asyncio.wait_for(held.event.wait(), max(deadline - self.clock(), 0.0))
                 except TimeoutError:
                     self.queue.remove(life)
-                    self._refuse(Shed(life, "deadline", self.queue.retry_after(), slo.name))
+                    self._refuse(Shed(life, "deadline", self.queue.retry_after(), info.slo.name))
                     break
                 held.event.clear()
-                if held.refused is not None:
-                    break
-                decision = route_again()
-                if decision is None or decision.booked:
-                    self.queue.take(life, self.clock())
-                    return decision
+            if held.decision is not None:
+                return held.decision
             assert held.refused is not None
             raise refusal(held.refused)
         finally:
@@ -121,12 +115,17 @@ class SloGate:
         self.metrics.slo_requests_by(slo.name, "met" if met else "missed").inc()
         return tpot, met
 
-    def pump(self) -> None:
-        """Room may have freed: let a few held requests try again, most important first."""
-        for life in self.queue.peek(OFFERS_PER_EVENT):
+    def wake(self, placed: Iterable[tuple[RequestLifetime, Decision]]) -> None:
+        """Held requests the attempts loop has just booked: each gets its decision."""
+        for life, decision in placed:
             held = life.waiter
             if isinstance(held, _Held):
+                held.decision = decision
                 held.event.set()
+
+    def refuse_all(self, refused: Iterable[Shed]) -> None:
+        for shed in refused:
+            self._refuse(shed)
 
     def _refuse(self, refused: Shed) -> None:
         self.metrics.slo_requests.labels(refused.priority, "refused").inc()
@@ -142,3 +141,4 @@ class _Held:
 
     event: asyncio.Event
     refused: Shed | None = None
+    decision: Decision | None = None  # booked for it while it was held

@@ -11,10 +11,12 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from urllib.parse import quote
 
 import aiohttp
 import orjson
 from aiohttp import web
+from gpuroute.router.admin import typical_request
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
@@ -92,6 +94,7 @@ class WorkerAdmin:
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/admin/backends", self.backends)
+        app.router.add_get("/admin/explain/{request_id}", self.explain)
         return app
 
     async def ask(self, socket: Path, path: str) -> tuple[int, bytes] | None:
@@ -129,7 +132,22 @@ class WorkerAdmin:
         body = merge_metrics(texts, self.status())
         return web.Response(body=body, content_type="text/plain", charset="utf-8")
 
-    async def backends(self, _request: web.Request) -> web.Response:
-        answers = await self.ask_all("/admin/backends")
+    async def explain(self, request: web.Request) -> web.Response:
+        """A request is served by one worker: the first that kept it answers."""
+        request_id = request.match_info["request_id"]
+        for answer in await self.ask_all(f"/admin/explain/{quote(request_id, safe='')}"):
+            if answer is not None and answer[0] == 200:
+                return web.Response(body=answer[1], content_type="application/json")
+        message = "the request is not among the recent ones any worker kept"
+        return error_response(404, message, code="request_not_found")
+
+    async def backends(self, request: web.Request) -> web.Response:
+        """Predictions (`?prompt_tokens=`) come from the first answering worker's model."""
+        try:
+            typical_request(request.query)
+        except ValueError as exc:
+            return error_response(400, str(exc), code="bad_request")
+        query = f"?{request.query_string}" if request.query_string else ""
+        answers = await self.ask_all("/admin/backends" + query)
         views = [orjson.loads(a[1]) if a and a[0] == 200 else None for a in answers]
         return web.json_response(merge_backends(views))

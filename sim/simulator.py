@@ -15,12 +15,13 @@ from collections.abc import Callable
 from gpuroute.router.core import Backend, BackendSet, CostEstimator, RequestInfo, Scheduler
 from gpuroute.router.core.latency import LatencyModel
 from gpuroute.router.core.latency_prior import LatencyPrior
-from gpuroute.router.core.lifetime import Event, Lifetimes, Phase, RequestLifetime
+from gpuroute.router.core.lifetime import Event, Lifetimes, RequestLifetime
+from gpuroute.router.core.placement import AttemptLoop, Step
 from gpuroute.router.core.policies import PolicyOptions, build_policy
-from gpuroute.router.core.retry import FailureKind, RetrySettings, Verdict
+from gpuroute.router.core.retry import FailureKind, RetrySettings
 from gpuroute.router.core.scheduler import Outcome
 from gpuroute.router.core.slo import SloClasses, time_per_output_token
-from gpuroute.router.core.slo_admission import OFFERS_PER_EVENT, HoldQueue
+from gpuroute.router.core.slo_admission import HoldQueue
 from gpuroute.sim.engine_model import EngineModel, EngineRequest
 from gpuroute.sim.events import EventHeap, run_events
 from gpuroute.sim.fleet import (
@@ -168,6 +169,10 @@ class RegionalRun:
         # the live router's retry defaults; a close releases the request's bookings
         self.lifetimes = Lifetimes(RetrySettings(), self.scheduler)
         self.budget = self.lifetimes.budget
+        # the live router's attempts loop (router/core/placement.py)
+        self.loop = AttemptLoop(
+            self.scheduler, self.budget, self.held if self.hold_misses else None
+        )
         workload = sim.workload
         self.n = len(workload)
         self.outcomes = RunOutcomes.pending(self.n)
@@ -226,7 +231,7 @@ class RegionalRun:
                 self.retry_held(now)
         elif kind == TICK:
             self.scheduler.tick(now)
-            for refusal in self.held.expire(now):
+            for refusal in self.loop.expire(now):
                 self.end(refusal.item, REJECTED)
             if arrivals_left or len(self.scheduler.ledger):
                 self.heap.push(now + self.scenario.router.health_tick_s, TICK)
@@ -240,39 +245,28 @@ class RegionalRun:
 
     # -- a request's attempts --------------------------------------------------------------
     def dispatch(self, life: RequestLifetime, now: float) -> None:
+        """Route it (the live router's loop): send it, hold it, or end it."""
         while True:
-            decision = self.scheduler.route(life, now, self.rng, hold_misses=self.hold_misses)
-            if decision is None:
+            placement = self.loop.route(life, now, self.rng)
+            for refusal in placement.refused:
+                self.end(refusal.item, REJECTED)
+            if placement.step is Step.NONE:
                 self.end(life, FAILED if life.tried else REJECTED)
                 return
-            if not decision.booked:
-                self.hold(life, now)
+            if placement.step is Step.HOLD:
                 return
-            if self.send(life, decision, now):
+            if self.send(life, placement.decision, now):
                 return
-
-    def hold(self, life: RequestLifetime, now: float) -> None:
-        """No backend is predicted to meet its SLO: wait for room while its TTFT lasts."""
-        info = life.info
-        assert info.slo is not None and info.arrived_at is not None
-        if life.phase is not Phase.HELD:
-            life.move(Event.HOLD)
-        for refusal in self.held.hold(life, info.slo, info.arrived_at, now):
-            self.end(refusal.item, REJECTED)
 
     def retry_held(self, now: float) -> None:
         """Room may have freed up: offer it to held requests, most important first."""
-        for life in self.held.peek(OFFERS_PER_EVENT):
-            decision = self.scheduler.route(life, now, self.rng, hold_misses=True)
-            if decision is not None and decision.booked:
-                self.held.take(life, now)
-                if not self.send(life, decision, now):
-                    self.dispatch(life, now)
+        for life, decision in self.loop.offer_room(now, self.rng):
+            if not self.send(life, decision, now):
+                self.dispatch(life, now)
 
     def send(self, life: RequestLifetime, decision, now: float) -> bool:
         """Hand a booked request to its engine; False when it must be routed again now."""
         rid = life.request_id
-        life.move(Event.PLACE)
         e = self.index_of[decision.backend.backend_id]
         prompt, output = self.prompts[rid], self.outputs[rid]
         req = EngineRequest(rid, prompt, output, self.arrivals[rid], self.blocks[rid])
@@ -287,22 +281,18 @@ class RegionalRun:
         # Engine down: connection refused before any byte; retry elsewhere if allowed.
         life.attempts.end(self.budget)
         self.scheduler.finish(life, Outcome(False, fatal=True), now)
-        life.tried.add(decision.backend.backend_id)
         return not self.may_retry(life, FailureKind.REFUSED, now)
 
     def may_retry(self, life: RequestLifetime, kind: FailureKind, now: float) -> bool:
         """After a failed attempt: True to retry now; False when the request failed or its
         retry waits for its backoff (a RETRY event)."""
-        attempts = life.attempts
-        attempts.failed(kind)
-        verdict, delay = attempts.next(self.budget, self.rng)
-        if verdict is not Verdict.GO:
+        retry = self.loop.failed(life, kind, self.rng)
+        if not retry.go:
             self.end(life, FAILED)
             return False
-        life.move(Event.ATTEMPT_FAILED)
         self.outcomes.retries += 1
-        if delay:
-            self.heap.push(now + delay, RETRY, life.request_id)
+        if retry.delay_s:
+            self.heap.push(now + retry.delay_s, RETRY, life.request_id)
             return False
         return True
 
@@ -344,10 +334,10 @@ class RegionalRun:
             engine.recover(now)
         else:
             for req in engine.crash(now):
-                self.crashed(req, self.backends[fault.gpu].backend_id, now)
+                self.crashed(req, now)
         self.reschedule(fault.gpu)
 
-    def crashed(self, req: EngineRequest, backend_id: str, now: float) -> None:
+    def crashed(self, req: EngineRequest, now: float) -> None:
         life = self.lifetimes.get(req.rid)
         if life is None:
             return
@@ -357,6 +347,5 @@ class RegionalRun:
             self.end(life, FAILED)  # the stream broke under its client
             return
         # Nothing reached the client yet: the router retries elsewhere.
-        life.tried.add(backend_id)
         if self.may_retry(life, FailureKind.CONNECTION, now):
             self.dispatch(life, now)

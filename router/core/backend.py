@@ -68,6 +68,13 @@ class Backend:
         self.shared = 0.0  # work other replicas of this router booked here (through Redis)
         self.slowness = 1.0  # observed / expected speed against the fleet (SlownessTracker)
 
+    @property
+    def others_work(self) -> float:
+        """Seconds of work other routers put here: the peers' exact shared ledger or the
+        agent's report, whichever is larger (they describe the same requests)."""
+        external, shared = self.external, self.shared
+        return external if external > shared else shared
+
     def __repr__(self) -> str:
         return f"Backend({self.backend_id!r}, {self.gpu_type}, {self.state.value})"
 

@@ -166,8 +166,7 @@ class LatencyModel:
         gpu_type = backend.gpu_type
         prior = self.priors.get(gpu_type, self.slowest)
         state = self._load.get(backend.backend_id)
-        external, shared = backend.external, backend.shared
-        wait = external if external > shared else shared
+        wait = backend.others_work
         ctx = prompt_tokens + output_tokens / 2
         kv = interference = 0.0
         if state is not None:

@@ -134,6 +134,7 @@ class Released:
     tenant: str | None = None  # its tenant's in-flight slot
     admitted: bool = False  # its admission slot
     ended_now: bool = True  # False: it had ended before (a second close changes nothing)
+    freed: bool = False  # it still held a backend booking: room for held requests
 
 
 NOTHING = Released(ended_now=False)
@@ -178,11 +179,10 @@ class Lifetimes:
         if life.ended:
             return NOTHING
         life.move(event)
-        if self.scheduler is not None:
-            self.scheduler.release(life)
+        freed = self.scheduler is not None and self.scheduler.release(life)
         life.timing = life.shell = life.waiter = None
         if self._live.pop(life.request_id, None) is not None:
             self.budget.active -= 1
-        released = Released(life.tenant, life.admitted)
+        released = Released(life.tenant, life.admitted, freed=freed)
         life.tenant, life.admitted = None, False
         return released

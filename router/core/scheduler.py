@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import enum
 import random
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from gpuroute.router.core.backend import Backend, BackendSet
+from gpuroute.router.core.backend import ROUTABLE_STATES, Backend, BackendSet
 from gpuroute.router.core.cost import CostEstimator
 from gpuroute.router.core.health import BackendHealth, HealthEvents
 from gpuroute.router.core.latency import LatencyModel, Prediction
 from gpuroute.router.core.ledger import OutstandingWork
 from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.core.policies import PickContext, Policy
-from gpuroute.router.core.policies.base import Verdict
+from gpuroute.router.core.policies.base import PickTrace, Verdict
 from gpuroute.router.core.request import RequestInfo
 
 
@@ -31,17 +31,14 @@ class PickReason(enum.Enum):
     POLICY = "policy"
 
 
-Scores = tuple[tuple[str, float | None], ...]
-
-
 @dataclass(frozen=True, slots=True)
 class Decision:
     backend: Backend
     cost_s: float  # booked in the ledger until finish()
     candidates: int
     reason: PickReason = PickReason.POLICY
-    # each candidate's policy score before this request was booked (only when asked)
-    scores: Scores | None = None
+    # each stage of the pick, as it ran before this request was booked (only when asked)
+    trace: PickTrace | None = None
     prediction: Prediction | None = None  # TTFT and TPOT there, when a latency model runs
     fits: bool = True  # predicted to meet the request's SLO (False only from predicting policies)
     booked: bool = True  # False: a predicted miss held back for admission (nothing booked)
@@ -75,24 +72,22 @@ class Scheduler:
         self.health = health if health is not None else BackendHealth(backends)
         self.latency = latency
         self.ledger = OutstandingWork()
-        self._chooses = getattr(policy, "choose", None)  # a predicting policy's full verdict
         # it predicts SLO misses, which admission can then hold instead of sending
-        self.predicts_slo = self._chooses is not None
-        self._weighs_preference = getattr(policy, "honours_preference", False)
-        self._observes_slo = getattr(policy, "observe_slo", None)
-        # called whenever a booking ends or a first token arrives: room may have freed
-        # for requests held by SLO-aware admission
-        self.on_room: Callable[[], None] | None = None
+        self.predicts_slo = policy.predicts_slo
         # a predicted miss was held back since the last tick: demand the latency model's
         # lessons are turning away (only then do idle GPU types forget pessimistic ones)
         self._turned_away = False
 
     def context(
-        self, request: RequestInfo, now: float, rng: random.Random, prefer: str | None = None
+        self,
+        request: RequestInfo,
+        now: float,
+        rng: random.Random,
+        prefer: str | None = None,
+        trace: PickTrace | None = None,
     ) -> PickContext:
-        preferred = prefer if self._weighs_preference else None
         return PickContext(
-            request, self.backends, self.estimator, now, rng, self.latency, preferred
+            request, self.backends, self.estimator, now, rng, self.latency, prefer, trace
         )
 
     def route(
@@ -102,49 +97,49 @@ class Scheduler:
         rng: random.Random,
         prefer: str | None = None,
         *,
-        explain: bool = False,
+        trace: PickTrace | None = None,
         hold_misses: bool = False,
     ) -> Decision | None:
         """Choose a backend the request has not tried and book it there (on `life`); None
         when no backend can take it. `prefer` (a session's remembered backend) is taken over
-        the policy's pick while it is a candidate (a predicting policy takes it only while it
-        meets the SLO); a wanted half-open probe still comes first. With `explain`, the
-        decision carries every candidate's score as it was before the booking. With
+        the policy's pick while it survives the policy's filter (for a predicting policy:
+        while it is predicted to meet the SLO); a wanted half-open probe still comes first.
+        With a `trace`, each stage writes down what it did, before the booking. With
         `hold_misses`, a predicted SLO miss comes back unbooked (`booked=False`) for
         admission to hold or refuse."""
         request = life.info
-        candidates = self.candidates(request, life.tried)
+        candidates = self.candidates(request, life.tried, trace)
         if not candidates:
             return None
-        ctx = self.context(request, now, rng, prefer)
-        # scored before the pick too: a policy may learn from its pick (prefix_affinity)
-        scores = self._scores(ctx, candidates) if explain else None
+        ctx = self.context(request, now, rng, prefer, trace)
+        if trace is not None and not self.policy.traces_scores:
+            # scored before the pick: a policy may learn from its pick (prefix_affinity)
+            for b in candidates:
+                trace.row(b)["score"] = self.policy.score(ctx, b)
         backend, reason, verdict = self._choose(ctx, candidates, prefer)
         cost = ctx.cost_on(backend)
-        prediction = verdict.prediction if verdict is not None else None
-        fits = verdict is None or verdict.fits
+        prediction, fits = verdict.prediction, verdict.fits
         if hold_misses and not fits:
             self._turned_away = True
             return Decision(
-                backend, cost, len(candidates), reason, scores, prediction, fits=False, booked=False
+                backend, cost, len(candidates), reason, trace, prediction, fits=False, booked=False
             )
         if self.latency is not None:
             prediction = self._book_latency(ctx, life, backend, verdict)
-        life.needed = verdict.needed if verdict is not None else None
+        life.needed = verdict.needed
         life.work = self.ledger.start(backend, cost)
-        return Decision(backend, cost, len(candidates), reason, scores, prediction, fits=fits)
+        return Decision(backend, cost, len(candidates), reason, trace, prediction, fits=fits)
 
     def _book_latency(
-        self, ctx: PickContext, life: RequestLifetime, backend: Backend, verdict: Verdict | None
+        self, ctx: PickContext, life: RequestLifetime, backend: Backend, verdict: Verdict
     ) -> Prediction:
         """Book the request in the latency model with what the policy predicted there (or,
         for a policy that does not predict, a prediction made now)."""
         latency, request = self.latency, ctx.request
         assert latency is not None
         prompt, output = request.prompt_tokens, ctx.expected_output
-        if verdict is not None:  # the policy predicted where it chose
-            prediction = verdict.prediction
-        else:
+        prediction = verdict.prediction  # what the policy predicted where it chose, if it did
+        if prediction is None:
             prediction = latency.predict(backend, prompt, prompt, output, ctx.now)
         # a stream is protected from later prefills' stalls only when its length is known:
         # its max_tokens, where the estimator is told that is what it generates
@@ -153,7 +148,9 @@ class Scheduler:
         life.latency = latency.book(backend, prompt, output, ctx.now, prediction, bound)
         return prediction
 
-    def candidates(self, request: RequestInfo, exclude: Collection[str] = ()) -> list[Backend]:
+    def candidates(
+        self, request: RequestInfo, exclude: Collection[str] = (), trace: PickTrace | None = None
+    ) -> list[Backend]:
         """The backends that may take `request`: routable for its model, not excluded, and
         a half-open one only while it wants its probe."""
         candidates = self.backends.routable(request.model)
@@ -166,29 +163,48 @@ class Scheduler:
                 if b.backend_id not in exclude
                 and (b.backend_id not in half_open or self.health.wants_probe(b))
             ]
+        if trace is not None:
+            trace.candidates = len(candidates)
+            trace.excluded = self._excluded(request.model, exclude)
         return candidates
+
+    def _excluded(self, model: str, tried: Collection[str]) -> dict[str, str]:
+        """Why each backend serving `model` is no candidate (for the trace)."""
+        why: dict[str, str] = {}
+        for b in self.backends:
+            if model not in b.models:
+                continue
+            if b.backend_id in tried:
+                why[b.backend_id] = "tried by an earlier attempt"
+            elif b.state not in ROUTABLE_STATES:
+                why[b.backend_id] = f"{b.state.value} ({b.reason})"
+            elif b.backend_id in self.health.half_open and not self.health.wants_probe(b):
+                why[b.backend_id] = "breaker half-open, its probe is out"
+        return why
 
     def _choose(
         self, ctx: PickContext, candidates: Sequence[Backend], prefer: str | None
-    ) -> tuple[Backend, PickReason, Verdict | None]:
+    ) -> tuple[Backend, PickReason, Verdict]:
+        """The pipeline: a wanted probe, else the policy's shortlist, then the session's
+        backend if it survived it, else the policy's pick; the policy learns where it went."""
         # A half-open breaker gets its probe whatever the policy thinks of a warming backend,
         # or it would never see traffic again while healthier backends have room.
         if self.health.half_open and not self.health.active_probes:  # 1,000s of backends
             probe = next((b for b in candidates if self.health.wants_probe(b)), None)
             if probe is not None:
-                return probe, PickReason.PROBE, None
-        if self._chooses is not None:
-            verdict = self._chooses(ctx, candidates)
-            reason = PickReason.SESSION if verdict.preferred else PickReason.POLICY
-            return verdict.backend, reason, verdict
+                return probe, PickReason.PROBE, Verdict(probe)
+        policy = self.policy
+        shortlist = policy.shortlist(ctx, candidates)
+        if shortlist.miss is not None:
+            return shortlist.miss.backend, PickReason.POLICY, shortlist.miss
+        kept = shortlist.kept
+        remembered = None
         if prefer is not None:
-            remembered = next((b for b in candidates if b.backend_id == prefer), None)
-            if remembered is not None:
-                return remembered, PickReason.SESSION, None
-        return self.policy.pick(ctx, candidates), PickReason.POLICY, None
-
-    def _scores(self, ctx: PickContext, candidates: Sequence[Backend]) -> Scores:
-        return tuple((b.backend_id, self.policy.score(ctx, b)) for b in candidates)
+            remembered = next((b for b in kept if b.backend_id == prefer), None)
+        if remembered is not None:
+            return remembered, PickReason.SESSION, policy.placed(ctx, remembered, preferred=True)
+        backend = policy.pick(ctx, kept)
+        return backend, PickReason.POLICY, policy.placed(ctx, backend, preferred=False)
 
     def finish(self, life: RequestLifetime, outcome: Outcome, now: float) -> HealthEvents | None:
         """End of stream (or failure, or disconnect): release work, learn, update health.
@@ -205,19 +221,16 @@ class Scheduler:
                 outcome.output_tokens,
                 now,
             )
-        if outcome.met_slo is not None and self._observes_slo is not None:
-            self._observes_slo(life.needed, outcome.met_slo, backend, now)
+        if outcome.met_slo is not None:
+            self.policy.observe_slo(life.needed, outcome.met_slo, backend, now)
         life.work = life.latency = life.needed = None
         if outcome.ok and outcome.output_tokens:
             self.estimator.observe_output(
                 life.info.model, outcome.output_tokens, outcome.prompt_tokens
             )
-        events = self.health.record(
+        return self.health.record(
             backend, outcome.ok, now, outcome.latency_ratio, fatal=outcome.fatal
         )
-        if self.on_room is not None:
-            self.on_room()
-        return events
 
     def judge(self, backend: Backend, *, ok: bool, now: float) -> HealthEvents:
         """A health verdict on a backend reached after its booking was released."""
@@ -227,19 +240,17 @@ class Scheduler:
         """The request's first token arrived (the latency model resynchronises and learns)."""
         if self.latency is not None and life.latency is not None:
             self.latency.first_token(life.latency, now, ttft_s)
-        if self.on_room is not None:
-            self.on_room()
 
-    def release(self, life: RequestLifetime) -> None:
-        """Drop a request's booking with no health verdict (client gone, request refused)."""
+    def release(self, life: RequestLifetime) -> bool:
+        """Drop a request's booking with no health verdict (client gone, request refused);
+        False when it held none."""
         work = life.work
         if work is None or not self.ledger.finish(work):
-            return
+            return False
         if self.latency is not None and life.latency is not None:
             self.latency.finish(life.latency, None, work.backend.in_flight)
         life.work = life.latency = life.needed = None
-        if self.on_room is not None:
-            self.on_room()
+        return True
 
     def tick(self, now: float) -> HealthEvents:
         if self.latency is not None:

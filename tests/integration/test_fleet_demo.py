@@ -27,6 +27,19 @@ def test_demo_routes_through_discovered_hosts_and_drains_one() -> None:
     assert ", 0 failed" in out
     membership = "Consul membership" if consul_binary() else "static membership"
     assert membership in out
+    # beside each backend's share, the latency predicted and measured for a typical request
+    assert "where the requests went, and why (a typical request: 250 prompt tokens" in out
+    header = next(line for line in out.splitlines() if "TTFT predicted" in line)
+    assert [c.strip() for c in header.split("┃")[1:-1]] == [
+        "backend", "GPU", "routed", "share", "TTFT predicted", "TTFT measured",
+        "end-to-end predicted", "end-to-end measured",
+    ]  # fmt: skip
+    rows = out[out.index(header) :].splitlines()
+    for host in ("sim-000-h100", "sim-001-a100", "sim-002-l4", "sim-003-l4"):
+        cells = next(r for r in rows if f"│ {host}" in r).split("│")[3:-1]
+        assert cells[1].strip().endswith("%")
+        assert all(c.strip().rstrip(" *").endswith(("ms", " s")) for c in cells[2:]), cells
+    assert "At light load the fastest GPU meets the SLO best" in out or "took the most" in out
 
 
 def test_fleet_bench_reports_staleness_raft_writes_and_outage(tmp_path) -> None:

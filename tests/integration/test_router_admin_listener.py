@@ -49,7 +49,17 @@ async def test_admin_routes_live_only_on_the_admin_listener(tmp_path) -> None:
                 async with s.get(admin + "/metrics") as r:
                     assert r.status == 200 and "gpuroute_requests_total" in await r.text()
                 async with s.get(admin + "/admin/backends") as r:
-                    assert len((await r.json())["backends"]) == 1
+                    (row,) = (await r.json())["backends"]
+                    assert "predicted" not in row  # a prediction per backend only when asked
+                asked = "/admin/backends?prompt_tokens=300&output_tokens=64"
+                async with s.get(admin + asked) as r:
+                    body = await r.json()
+                    assert body["predicted_for"]["prompt_tokens"] == 300
+                    assert body["backends"][0]["predicted"]["ttft_s"] > 0
+                async with s.get(public + asked) as r:
+                    assert r.status == 404
+                async with s.get(admin + "/admin/backends?prompt_tokens=lots") as r:
+                    assert r.status == 400 and (await r.json())["error"]["code"] == "bad_request"
                 async with s.get(admin + "/readyz") as r:
                     assert r.status == 200
         finally:

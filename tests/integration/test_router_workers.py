@@ -100,6 +100,10 @@ def test_two_workers_share_a_port_their_load_and_one_admin_listener(tmp_path) ->
             wait_for(each_sees_the_other, 10, "both workers booking and seeing each other's work")
             merged = _get_json(admin + "/admin/backends")["backends"][0]
             assert merged["in_flight"] == len(held)
+            # the parent passes a prediction's query on to the workers
+            asked = _get_json(admin + "/admin/backends?prompt_tokens=300")
+            assert asked["predicted_for"]["output_tokens"] == 128
+            assert all(w["backends"][0]["predicted"]["ttft_s"] > 0 for w in asked["workers"])
             assert _samples(admin, "gpuroute_workers_up")[()] == 2
         finally:
             router.send_signal(signal.SIGTERM)

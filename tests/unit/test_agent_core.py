@@ -261,7 +261,7 @@ def test_agent_cli_exits_2_on_bad_config(tmp_path, capsys) -> None:
     path = tmp_path / "agent.toml"
     path.write_text("[engine]\n")
     assert main(["agent", "--config", str(path)]) == 2
-    assert f"{path}: engine.models: Field required" in capsys.readouterr().err
+    assert f"{path}: engine.models: missing (required)" in capsys.readouterr().err
 
 
 def test_example_agent_config_is_valid(repo) -> None:

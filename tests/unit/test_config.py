@@ -41,7 +41,7 @@ location = { lat = 38.9, lon = -77.0 }
         ),
         (GOOD_REGION.replace('jurisdiction = "us"\n', ""), "regions[0].jurisdiction", "required"),
         (GOOD_REGION.replace("lat = 38.9", "lat = 138.9"), "regions[0].location.lat", "90"),
-        (GOOD_REGION + 'colour = "blue"\n', "regions[0].colour", "Extra inputs"),
+        (GOOD_REGION + 'colour = "blue"\n', "regions[0].colour", "unknown key"),
         (GOOD_REGION + GOOD_REGION, "regions", "appears twice"),
         ("regions = []\n", "regions", "at least 1"),
     ],

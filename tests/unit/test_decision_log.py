@@ -1,5 +1,6 @@
-"""The decision log explains a pick as the scheduler saw it (before booking), samples with its
-own RNG (so turning it on changes no pick), and says why a backend was chosen."""
+"""The decision log explains a pick as the scheduler saw it (before booking), stage by stage;
+samples with its own RNG (so turning it on changes no pick); says why a backend was chosen;
+and keeps the recent requests' events for `gpuroute explain` with sampling off."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import random
 
 from gpuroute.router.core import BackendSet, CostEstimator, RequestInfo, Scheduler
 from gpuroute.router.core.policies import build_policy
+from gpuroute.router.core.policies.base import PickTrace
 from gpuroute.router.core.scheduler import Outcome, PickReason
 from gpuroute.router.decision_log import DecisionLog
 from support.helpers import PRIORS, backends, life
@@ -28,9 +30,10 @@ def replay(policy: str, sample: float, seed: int = 7) -> tuple[list[str], list[d
     for i in range(300):
         info = RequestInfo(i, "m", 50 + (i * 37) % 900, 20, prefix_blocks=(i % 5, i % 7))
         request = life(info)
-        decision = sched.route(request, i * 0.01, rng, explain=log.wants_next())
+        emit = log.wants_next()
+        decision = sched.route(request, i * 0.01, rng, trace=PickTrace() if emit else None)
         assert decision is not None
-        log.decision(info, decision, 0)
+        log.decision(info, decision, 0, emit=emit)
         picks.append(decision.backend.backend_id)
         if i % 3 == 0:
             sched.finish(request, Outcome(True, 20, info.prompt_tokens), i * 0.01)
@@ -56,8 +59,8 @@ def test_scores_are_those_before_booking() -> None:
     sched, lines = scheduler(), []
     log = DecisionLog(1.0, "least_outstanding_work", emit=lines.append)
     info = RequestInfo("r1", "m", 1000, 100)
-    decision = sched.route(life(info), 0.0, random.Random(1), explain=log.wants_next())
-    log.decision(info, decision, 0)
+    decision = sched.route(life(info), 0.0, random.Random(1), trace=log.trace())
+    log.decision(info, decision, 0, emit=log.wants_next())
     event = json.loads(lines[0])
     scores = {c["backend"]: c["score"] for c in event["candidates"]}
     h100_cost = PRIORS["H100"].seconds(1000, 100)
@@ -73,17 +76,18 @@ def test_scores_are_those_before_booking() -> None:
 
 def test_reason_says_probe_session_or_policy() -> None:
     sched, rng = scheduler(), random.Random(3)
-    first = sched.route(life(RequestInfo("a", "m", 10, 10)), 0.0, rng, explain=True)
+    first = sched.route(life(RequestInfo("a", "m", 10, 10)), 0.0, rng, trace=PickTrace())
     assert first.reason is PickReason.POLICY
     remembered = sched.route(
-        life(RequestInfo("b", "m", 10, 10)), 0.0, rng, prefer="b3", explain=True
+        life(RequestInfo("b", "m", 10, 10)), 0.0, rng, prefer="b3", trace=PickTrace()
     )
     assert (remembered.backend.backend_id, remembered.reason) == ("b3", PickReason.SESSION)
     bad = sched.backends.get("b1")
     for t in range(5):
         sched.health.record(bad, False, float(t))
     sched.tick(30.0)  # cooldown over: half-open, wanting one probe
-    probe = sched.route(life(RequestInfo("c", "m", 10, 10)), 30.1, rng, prefer="b3", explain=True)
+    request = life(RequestInfo("c", "m", 10, 10))
+    probe = sched.route(request, 30.1, rng, prefer="b3", trace=PickTrace())
     assert (probe.backend.backend_id, probe.reason) == ("b1", PickReason.PROBE)
 
 
@@ -92,25 +96,40 @@ def test_event_fields_and_failures() -> None:
     log = DecisionLog(1.0, "p2c", emit=lines.append, wall_clock=lambda: 12.5)
     sched = scheduler("p2c")
     info = RequestInfo("r9", "m", 64, 8)
-    decision = sched.route(life(info), 0.0, random.Random(1), explain=True)
-    log.decision(info, decision, 1)
-    log.failure("r9", decision.backend, "refused")
+    decision = sched.route(life(info), 0.0, random.Random(1), trace=PickTrace())
+    log.decision(info, decision, 1, emit=True)
+    log.failure(info, decision.backend, "refused")
     event, failure = (json.loads(line) for line in lines)
     assert event["request_id"] == "r9" and event["attempt"] == 1 and event["ts"] == 12.5
     assert event["reason"] == "policy" and event["policy"] == "p2c"
-    assert len(event["candidates"]) == 4
+    assert event["candidates_n"] == 4 and len(event["candidates"]) == 4
     assert failure == {
-        "event": "attempt_failed", "ts": 12.5, "request_id": "r9",
+        "event": "attempt_failed", "ts": 12.5, "request_id": "r9", "policy": "p2c",
+        "model": "m", "prompt_tokens": 64, "slo_class": None,
         "backend": decision.backend.backend_id, "kind": "refused",
     }  # fmt: skip
+    assert log.explain("r9") == [event, failure]  # kept for `gpuroute explain` too
 
 
-def test_an_unexplained_decision_is_not_logged_and_a_silent_log_logs_no_failure() -> None:
+def test_an_unsampled_decision_is_kept_but_not_written() -> None:
+    """Sampling off: nothing is written, yet the recent requests can still be explained."""
     lines: list[str] = []
-    log = DecisionLog(0.0, "p2c", emit=lines.append)
+    log = DecisionLog(0.0, "p2c", emit=lines.append, keep=3)
     sched = scheduler("p2c")
-    decision = sched.route(life(RequestInfo("r", "m", 64, 8)), 0.0, random.Random(1))
-    assert decision.scores is None
-    log.decision(RequestInfo("r", "m", 64, 8), decision, 0)
-    log.failure("r", decision.backend, "5xx")
+    for rid in ("r1", "r2", "r3", "r4"):
+        info = RequestInfo(rid, "m", 64, 8)
+        decision = sched.route(life(info), 0.0, random.Random(1), trace=log.trace())
+        log.decision(info, decision, 0, emit=log.wants_next())
+        log.failure(info, decision.backend, "5xx") if rid == "r4" else None
     assert lines == []
+    assert log.explain("r1") == [] and log.explain("r2") == []  # only the last 3 events kept
+    (r3,) = log.explain("r3")
+    assert r3["event"] == "decision" and r3["candidates_n"] == 4
+    assert [e["event"] for e in log.explain("r4")] == ["decision", "attempt_failed"]
+
+
+def test_nothing_is_traced_when_nothing_is_kept_or_sampled() -> None:
+    assert DecisionLog(0.0, "p2c", keep=0).trace() is None
+    assert DecisionLog(0.5, "p2c", keep=0).trace() is not None
+    decision = scheduler("p2c").route(life(RequestInfo("r", "m", 64, 8)), 0.0, random.Random(1))
+    assert decision is not None and decision.trace is None

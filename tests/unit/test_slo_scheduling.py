@@ -447,9 +447,9 @@ def test_decision_log_names_the_class_and_what_was_predicted() -> None:
     sched, lines = scheduler("H100", "L4"), []
     log = DecisionLog(1.0, DEFAULT_POLICY, emit=lines.append)
     info = request(1, 3000)
-    decision = sched.route(life(info), 0.0, random.Random(1), explain=log.wants_next())
+    decision = sched.route(life(info), 0.0, random.Random(1), trace=log.trace())
     assert decision is not None and decision.prediction is not None
-    log.decision(info, decision, 0)
+    log.decision(info, decision, 0, emit=log.wants_next())
     event = json.loads(lines[0])
     assert event["slo_class"] == "standard" and event["fits_slo"] is True
     assert event["predicted_ttft_s"] == round(decision.prediction.ttft_s, 4) > 0
@@ -470,3 +470,36 @@ def test_the_margin_a_request_needed_lives_and_ends_with_its_lifetime() -> None:
         sched.release(request_life)  # ended without a verdict
         assert request_life.needed is None and request_life.work is None
     assert not hasattr(sched.policy, "_needed") and len(sched.ledger) == 0
+
+
+def test_why_an_l4_was_chosen_over_the_h100_is_one_log_entry() -> None:
+    """An H100 busy with long prompts is predicted to miss a short request's TTFT: the
+    entry shows its predicted TTFT over the bound, the L4 fitting with its score terms
+    (which add up to the score it was ranked by), and the margin the L4 needed."""
+    sched = scheduler("H100", "L4")
+    for i in range(40):  # long prompts queued on the H100 (the L4 excluded for them)
+        busy = life(request(100 + i, 16_000), tried=["l4-1"])
+        assert sched.route(busy, 0.0, random.Random(i)) is not None
+    lines: list[str] = []
+    log = DecisionLog(1.0, DEFAULT_POLICY, emit=lines.append)
+    info = request(1, 200)
+    decision = sched.route(life(info), 0.0, random.Random(1), trace=log.trace())
+    assert decision is not None and decision.backend.backend_id == "l4-1"
+    log.decision(info, decision, 0, emit=True)
+    (event,) = log.explain("1")
+    assert json.loads(lines[0]) == event
+    rows = {row["backend"]: row for row in event["candidates"]}
+    h100, l4 = rows["h100-0"], rows["l4-1"]
+    bound = STANDARD.ttft_s * h100["margin"]
+    assert h100["filter"].startswith("dropped: predicted TTFT ")
+    assert h100["filter"].endswith(f" s > bound {bound:.3f} s")
+    assert h100["predicted_ttft_s"] > bound and "score" not in h100
+    assert l4["filter"] == "fits" and l4["predicted_ttft_s"] <= STANDARD.ttft_s * l4["margin"]
+    terms = l4["score"]
+    assert set(terms) == {"ttft_share", "stall_share", "cost", "total"}
+    assert terms["total"] == pytest.approx(
+        terms["ttft_share"] + terms["stall_share"] + terms["cost"], abs=2e-4
+    )
+    assert (event["chosen_gpu"], event["fits_slo"], event["reason"]) == ("L4", True, "policy")
+    needed = max(l4["predicted_ttft_s"] / STANDARD.ttft_s, l4["predicted_tpot_s"] / STANDARD.tpot_s)
+    assert event["margin_needed"] == pytest.approx(needed, abs=1e-3)

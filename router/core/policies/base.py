@@ -1,7 +1,12 @@
-"""The one interface every load-balancing policy implements.
+"""The one interface every load-balancing policy implements: its stages.
 
+A pick runs as llm-d's pipeline: the scheduler's candidates → the policy's `shortlist`
+(sample, predict, filter: a predicting policy drops the backends predicted to miss the SLO,
+and says so when nothing fits) → the session's remembered backend if it survived the filter,
+else the policy's `pick` (score, pick) → `placed` (what the policy learns of where it went).
 Policies see only core types. They read load (`in_flight`, `outstanding`) from backends and
-costs through PickContext; they never change load themselves (the ledger does)."""
+costs through PickContext; they never change load themselves (the ledger does). When the
+context carries a `PickTrace`, each stage writes down what it did, for the decision log."""
 
 from __future__ import annotations
 
@@ -21,14 +26,45 @@ READY = BackendState.READY
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """A predicting policy's choice: where, what it predicts there, and whether that meets
-    the request's SLO (a miss is held or refused by SLO-aware admission, not sent)."""
+    """A policy's choice: where, what it predicts there (predicting policies), and whether
+    that meets the request's SLO (a miss is held or refused by SLO-aware admission)."""
 
     backend: Backend
-    prediction: Prediction
-    fits: bool
+    prediction: Prediction | None = None
+    fits: bool = True
     preferred: bool = False  # the session's remembered backend
     needed: float | None = None  # the SLO margin it needed to fit (its verdict moves margins)
+
+
+@dataclass(slots=True)
+class Shortlist:
+    """What a policy's filter stage kept of the candidates, with what it predicted there;
+    `miss` when nothing fits: the least-violating backend, for admission to hold or refuse."""
+
+    kept: Sequence[Backend]
+    predictions: dict[Backend, Prediction] | None = None
+    miss: Verdict | None = None
+    waited: float = 0.0  # how long the request had waited (its TTFT budget shrank by it)
+
+
+class PickTrace:
+    """Each stage of one pick, written down as it ran (only when asked for: the decision
+    log, `gpuroute explain`). One row per backend a stage looked at, keyed by its id."""
+
+    __slots__ = ("candidates", "excluded", "margin", "rows", "sampled")
+
+    def __init__(self) -> None:
+        self.candidates = 0  # the scheduler's candidates (routable, not tried, ...)
+        self.excluded: dict[str, str] = {}  # backend → why it was no candidate
+        self.sampled: int | None = None  # how many a large pool's sampler kept
+        self.rows: dict[str, dict[str, object]] = {}  # backend → its prediction, verdict, score
+        self.margin: float | None = None  # the SLO margin the chosen backend needed
+
+    def row(self, backend: Backend) -> dict[str, object]:
+        row = self.rows.get(backend.backend_id)
+        if row is None:
+            row = self.rows[backend.backend_id] = {"gpu": backend.gpu_type}
+        return row
 
 
 class PickContext:
@@ -44,7 +80,9 @@ class PickContext:
         "preferred",
         "request",
         "rng",
+        "shortlist",
         "slo",
+        "trace",
     )
 
     def __init__(
@@ -56,6 +94,7 @@ class PickContext:
         rng: random.Random,
         latency: LatencyModel | None = None,
         preferred: str | None = None,
+        trace: PickTrace | None = None,
     ) -> None:
         self.request = request
         self.backends = backends
@@ -63,7 +102,9 @@ class PickContext:
         self.now = now
         self.rng = rng
         self.latency = latency
-        self.preferred = preferred  # a session's remembered backend, for policies that weigh it
+        self.preferred = preferred  # a session's remembered backend
+        self.trace = trace  # each stage's record, when the pick is to be explained
+        self.shortlist: Shortlist | None = None  # what the filter stage kept (its predictions)
         self.slo = request.slo or STANDARD  # a request no front classified
         self.expected_output = estimator.expected_output(
             request.model, request.max_tokens, request.prompt_tokens
@@ -97,24 +138,60 @@ class PickContext:
         stretched by how much slower than expected it has been running."""
         if cost is None:
             cost = self.cost_on(backend)
-        # peers' exact ledgers and the agent's inferred surplus describe the same requests
-        work = backend.outstanding + max(backend.external, backend.shared) + cost
+        work = backend.outstanding + backend.others_work + cost
         return work * backend.slowness / self.warmup_factor(backend)
 
 
 class Policy(Protocol):
-    """Chooses one backend among non-empty `candidates`."""
+    """Chooses one backend among non-empty `candidates`, stage by stage (module docstring)."""
 
     name: ClassVar[str]
     # request data the policy reads beyond size and model ("prefix_blocks", "session_id"),
     # so a shell computes it only for policies that use it
     needs: ClassVar[frozenset[str]]
+    # its filter predicts SLO misses (`Shortlist.miss`), which admission can hold
+    predicts_slo: ClassVar[bool]
+    # its pick writes each candidate's score terms into the trace (else the scheduler
+    # records `score` of each candidate for it)
+    traces_scores: ClassVar[bool]
 
-    def pick(self, ctx: PickContext, candidates: Sequence[Backend]) -> Backend: ...
+    def shortlist(self, ctx: PickContext, candidates: Sequence[Backend]) -> Shortlist:
+        """Sample, predict and filter: the backends a pick may choose among."""
+        ...
+
+    def pick(self, ctx: PickContext, candidates: Sequence[Backend]) -> Backend:
+        """Score and pick among what the shortlist kept."""
+        ...
+
+    def placed(self, ctx: PickContext, backend: Backend, *, preferred: bool) -> Verdict:
+        """The request goes to `backend`: what the policy predicts there and learns of it."""
+        ...
 
     def score(self, ctx: PickContext, backend: Backend) -> float | None:
         """The number the policy ranks by (lower is better), for the decision log."""
         ...
+
+    def observe_slo(self, needed: float | None, met: bool, backend: Backend, now: float) -> None:
+        """A request it placed ended, meeting its SLO or not (`needed`: the margin it
+        needed to be placed)."""
+        ...
+
+
+class PolicyBase:
+    """The stages a policy that neither predicts nor filters leaves as they are."""
+
+    needs: ClassVar[frozenset[str]] = frozenset()
+    predicts_slo: ClassVar[bool] = False
+    traces_scores: ClassVar[bool] = False
+
+    def shortlist(self, ctx: PickContext, candidates: Sequence[Backend]) -> Shortlist:
+        return Shortlist(candidates)
+
+    def placed(self, ctx: PickContext, backend: Backend, *, preferred: bool) -> Verdict:
+        return Verdict(backend, preferred=preferred)
+
+    def observe_slo(self, needed: float | None, met: bool, backend: Backend, now: float) -> None:
+        return None
 
 
 def min_with_random_ties(
@@ -124,3 +201,10 @@ def min_with_random_ties(
     best = min(scores)
     tied = [c for c, s in zip(candidates, scores, strict=True) if s == best]
     return tied[0] if len(tied) == 1 else rng.choice(tied)
+
+
+def trace_scores(ctx: PickContext, backends: Sequence[Backend], scores: Sequence[float]) -> None:
+    """Write the scores a pick ranked by into the trace, when there is one."""
+    if ctx.trace is not None:
+        for b, score in zip(backends, scores, strict=True):
+            ctx.trace.row(b)["score"] = score

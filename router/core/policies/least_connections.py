@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from gpuroute.router.core.backend import Backend
-from gpuroute.router.core.policies.base import PickContext, min_with_random_ties
+from gpuroute.router.core.policies.base import PickContext, PolicyBase, min_with_random_ties
 
 
-class LeastConnections:
+class LeastConnections(PolicyBase):
     name: ClassVar[str] = "least_connections"
     needs: ClassVar[frozenset[str]] = frozenset()
 

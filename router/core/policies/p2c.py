@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from gpuroute.router.core.backend import Backend
-from gpuroute.router.core.policies.base import PickContext
+from gpuroute.router.core.policies.base import PickContext, PolicyBase
 
 
-class PowerOfTwoChoices:
+class PowerOfTwoChoices(PolicyBase):
     name: ClassVar[str] = "p2c"
     needs: ClassVar[frozenset[str]] = frozenset()
 

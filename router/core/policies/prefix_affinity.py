@@ -13,7 +13,12 @@ from collections.abc import Iterable, Sequence
 from typing import ClassVar
 
 from gpuroute.router.core.backend import Backend
-from gpuroute.router.core.policies.base import PickContext, min_with_random_ties
+from gpuroute.router.core.policies.base import (
+    PickContext,
+    PolicyBase,
+    min_with_random_ties,
+    trace_scores,
+)
 from gpuroute.router.core.policies.least_outstanding_work import LeastOutstandingWork
 
 from gpuroute.prefix_blocks import BLOCK_TOKENS, BlockLru
@@ -76,9 +81,10 @@ class PrefixIndex:
         return newest
 
 
-class PrefixAffinity:
+class PrefixAffinity(PolicyBase):
     name: ClassVar[str] = "prefix_affinity"
     needs: ClassVar[frozenset[str]] = frozenset({"prefix_blocks"})
+    traces_scores: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -100,7 +106,7 @@ class PrefixAffinity:
         self, ctx: PickContext, candidates: Sequence[Backend], matched: dict[str, int]
     ) -> Sequence[Backend]:
         """LOW's candidates (all, or a sample of a large pool) plus every prefix holder."""
-        considered = self.load.sample(ctx, candidates)
+        considered = self.load.sampler.sample(ctx, candidates)
         if considered is candidates or not matched:
             return considered
         seen = {b.backend_id for b in considered}
@@ -138,6 +144,7 @@ class PrefixAffinity:
 
     def pick(self, ctx: PickContext, candidates: Sequence[Backend]) -> Backend:
         considered, scores = self.scores(ctx, candidates)
+        trace_scores(ctx, considered, scores)
         chosen = min_with_random_ties(considered, scores, ctx.rng)
         if ctx.request.prefix_blocks:
             self.index.record(ctx.request.prefix_blocks, chosen.backend_id)

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from gpuroute.router.core.backend import Backend
-from gpuroute.router.core.policies.base import PickContext
+from gpuroute.router.core.policies.base import PickContext, PolicyBase
 
 
-class RoundRobin:
+class RoundRobin(PolicyBase):
     name: ClassVar[str] = "round_robin"
     needs: ClassVar[frozenset[str]] = frozenset()
 

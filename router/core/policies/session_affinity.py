@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from gpuroute.router.core.backend import Backend
-from gpuroute.router.core.policies.base import PickContext
+from gpuroute.router.core.policies.base import PickContext, PolicyBase
 from gpuroute.router.core.policies.least_outstanding_work import LeastOutstandingWork
 
 
@@ -45,7 +45,7 @@ class HashRing:
                 yield backend
 
 
-class SessionAffinity:
+class SessionAffinity(PolicyBase):
     name: ClassVar[str] = "session_affinity"
     needs: ClassVar[frozenset[str]] = frozenset({"session_id"})
 

@@ -24,14 +24,20 @@ Pipeline, as llm-d's filter → scorer → picker:
 from __future__ import annotations
 
 import functools
-import heapq
 from collections.abc import Sequence
 from typing import ClassVar
 
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.latency import Prediction
-from gpuroute.router.core.policies.base import PickContext, Verdict, min_with_random_ties
+from gpuroute.router.core.policies.base import (
+    PickContext,
+    PolicyBase,
+    Shortlist,
+    Verdict,
+    min_with_random_ties,
+)
 from gpuroute.router.core.policies.prefix_affinity import PrefixIndex
+from gpuroute.router.core.policies.sampling import CandidateSampler
 from gpuroute.router.core.slo import SloClass
 from gpuroute.router.core.slo_admission import TypeMargins
 
@@ -50,14 +56,12 @@ DEFAULT_GPU_PRICES: dict[str, float] = {
 # a hit loosens the margin only when the request needed at least this share of it
 HIT_NEAR = 0.5
 
-# the routable list it was made from, its backends by GPU type, and by id
-_Grouping = tuple[Sequence[Backend] | None, list[list[Backend]], dict[str, Backend]]
 
-
-class SloAware:
+class SloAware(PolicyBase):
     name: ClassVar[str] = "slo_aware"
     needs: ClassVar[frozenset[str]] = frozenset({"prefix_blocks"})
-    honours_preference: ClassVar[bool] = True
+    predicts_slo: ClassVar[bool] = True
+    traces_scores: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -70,28 +74,23 @@ class SloAware:
         prices: dict[str, float] | None = None,
         max_blocks: int = 1_000_000,
     ) -> None:
-        if full_scan_max < 1 or per_type < 1 or sample_per_type < per_type:
-            raise ValueError("full_scan_max, per_type >= 1 and sample_per_type >= per_type")
         if not 0 < margin <= 1 or cost_weight < 0:
             raise ValueError("margin must be in (0, 1] and cost_weight >= 0")
-        self.full_scan_max = full_scan_max
-        self.per_type = per_type
-        self.sample_per_type = sample_per_type
+        self.sampler = CandidateSampler(full_scan_max, sample_per_type, per_type_keep=per_type)
         # each GPU type's margin adapts to keep what it is sent meeting the SLO
         # (slo_admission.py)
         self.margins = TypeMargins(margin, high=max(margin, 1.0))
         self.cost_weight = cost_weight
         self.prices = {**DEFAULT_GPU_PRICES, **(prices or {})}
         self.index = PrefixIndex(max_blocks)
-        self._groups: _Grouping = (None, [], {})
 
-    # -- candidates ------------------------------------------------------------------------
+    # -- sample ----------------------------------------------------------------------------
     @staticmethod
     def load(ctx: PickContext, b: Backend) -> float:
         """In flight per capacity, counting other routers' requests there (the agent's
         report or the peers' shared ledger, in seconds of work) at this request's cost,
         stretched like least outstanding work by how much slower than expected it runs."""
-        others = b.external if b.external > b.shared else b.shared
+        others = b.others_work
         if others > 0:
             others /= max(ctx.cost_on(b), 1e-6)
         return (b.in_flight + 1 + others) * b.slowness / ctx.capacity_of(b)
@@ -101,47 +100,20 @@ class SloAware:
     ) -> Sequence[Backend]:
         """All of a small pool; of a large one, the least loaded few of a sample of each
         GPU type, and every prefix holder."""
-        if len(candidates) <= self.full_scan_max:
-            return candidates
-        groups, by_id = self._by_type(candidates)
-        chosen: list[Backend] = []
-        draw, k, keep = ctx.rng.random, self.sample_per_type, self.per_type
-        load = functools.partial(self.load, ctx)
-        for group in groups:
-            n = len(group)
-            # with replacement: k cheap draws, not random.sample's bookkeeping
-            drawn = [group[int(draw() * n)] for _ in range(k)] if n > k else group
-            if keep == 1:
-                chosen.append(min(drawn, key=load))
-            else:
-                chosen.extend(heapq.nsmallest(keep, dict.fromkeys(drawn), key=load))
-        if matched:
-            holders = [by_id[i] for i in matched if i in by_id]
-            chosen.extend(b for b in dict.fromkeys(holders) if b not in chosen)
-        return chosen
+        sampled = self.sampler.sample(ctx, candidates, functools.partial(self.load, ctx))
+        if sampled is candidates or not matched:
+            return sampled
+        _, by_id = self.sampler.by_type(candidates)
+        holders = [by_id[i] for i in matched if i in by_id]
+        return [*sampled, *(b for b in dict.fromkeys(holders) if b not in sampled)]
 
-    def _by_type(
-        self, candidates: Sequence[Backend]
-    ) -> tuple[list[list[Backend]], dict[str, Backend]]:
-        """The candidates grouped by GPU type, and by id. The routable list is cached by
-        BackendSet until the fleet changes, so its grouping is kept while the very same list
-        object comes back (held here, so its identity cannot pass to another list)."""
-        held, groups, by_id = self._groups
-        if candidates is not held:
-            by_type: dict[str, list[Backend]] = {}
-            for b in candidates:
-                by_type.setdefault(b.gpu_type, []).append(b)
-            groups, by_id = list(by_type.values()), {b.backend_id: b for b in candidates}
-            self._groups = (candidates, groups, by_id)
-        return groups, by_id
-
-    # -- prediction and score --------------------------------------------------------------
+    # -- predict and filter ----------------------------------------------------------------
     def predictions(
         self, ctx: PickContext, considered: Sequence[Backend], matched: dict[str, int]
     ) -> list[tuple[Backend, Prediction]]:
         """Each backend with its predicted TTFT and TPOT; a prefix hit there takes the
         cached blocks off the prompt to prefill."""
-        request, latency = ctx.request, ctx.latency
+        request, latency, trace = ctx.request, ctx.latency, ctx.trace
         assert latency is not None  # the scheduler builds one for policies that predict
         prompt, output = request.prompt_tokens, ctx.expected_output
         rows = []
@@ -149,11 +121,53 @@ class SloAware:
             depth = matched.get(b.backend_id, 0)
             uncached = max(1, prompt - depth * BLOCK_TOKENS) if depth else prompt
             rows.append((b, latency.predict(b, uncached, prompt, output, ctx.now)))
+            if trace is not None:
+                trace.row(b).update(cached_blocks=depth, **_predicted(rows[-1][1]))
         return rows
 
-    @staticmethod
+    def shortlist(self, ctx: PickContext, candidates: Sequence[Backend]) -> Shortlist:
+        """The backends predicted to meet the request's SLO (and to spare the streams
+        running there); nothing kept and the least-violating one as `miss` when none is."""
+        slo = ctx.slo
+        blocks = ctx.request.prefix_blocks
+        matched = self.index.matches(blocks) if blocks else {}
+        rows = self.predictions(ctx, self.considered(ctx, candidates, matched), matched)
+        arrived = ctx.request.arrived_at
+        waited = ctx.now - arrived if arrived is not None else 0.0
+        fits = self._fitting(ctx, rows, waited)
+        if not fits:
+            backend, prediction = min(rows, key=lambda row: share_of_slo(row[1], slo))
+            return Shortlist((), miss=Verdict(backend, prediction, fits=False), waited=waited)
+        assert ctx.latency is not None
+        if ctx.latency.protected_streams:
+            fits, spared = self._sparing_streams(ctx, fits)
+            if not fits:  # wherever its prefill goes, a protected stream misses its TPOT
+                return Shortlist((), miss=Verdict(*spared, fits=False), waited=waited)
+        ctx.shortlist = shortlist = Shortlist(list(fits), fits, waited=waited)
+        return shortlist
+
+    def _fitting(
+        self, ctx: PickContext, rows: list[tuple[Backend, Prediction]], waited: float
+    ) -> dict[Backend, Prediction]:
+        """The rows predicted within their GPU type's margin of the SLO (the TTFT less what
+        the request already waited)."""
+        slo, now, trace = ctx.slo, ctx.now, ctx.trace
+        fits = {}
+        margins: dict[str, float] = {}
+        for b, p in rows:
+            margin = margins.get(b.gpu_type)
+            if margin is None:
+                margin = margins[b.gpu_type] = self.margins.of(b.gpu_type, now)
+            ttft_bound, tpot_bound = slo.ttft_s * margin - waited, slo.tpot_s * margin
+            if p.ttft_s <= ttft_bound and p.tpot_s <= tpot_bound:
+                fits[b] = p
+            if trace is not None:
+                verdict = _filter_verdict(p, ttft_bound, tpot_bound)
+                trace.row(b).update(margin=round(margin, 4), filter=verdict)
+        return fits
+
     def _sparing_streams(
-        ctx: PickContext, fits: dict[Backend, Prediction]
+        self, ctx: PickContext, fits: dict[Backend, Prediction]
     ) -> tuple[dict[Backend, Prediction], tuple[Backend, Prediction]]:
         """The fits whose prefill leaves every protected stream there within its TPOT
         (latency model's stall allowance), and the one that overruns it least."""
@@ -162,8 +176,15 @@ class SloAware:
         overrun = {b: p.interference_s - allowance(b.backend_id) for b, p in fits.items()}
         least = min(overrun, key=overrun.__getitem__)
         sparing = {b: p for b, p in fits.items() if overrun[b] <= 0}
+        if ctx.trace is not None:
+            for b in fits.keys() - sparing.keys():
+                ctx.trace.row(b)["filter"] = (
+                    f"dropped: its prefill would stall the streams there {overrun[b]:.3f} s "
+                    "past their TPOT allowance"
+                )
         return sparing, (least, fits[least])
 
+    # -- score and pick --------------------------------------------------------------------
     def _scores(self, ctx: PickContext, fits: dict[Backend, Prediction]) -> list[float]:
         """Predicted TTFT share + the stall share it inflicts on running streams + cost."""
         slo = ctx.slo
@@ -173,64 +194,46 @@ class SloAware:
         dollars = [cost_on(b) * prices.get(b.gpu_type, 1.0) for b in fits]
         cheapest = min(dollars) or 1e-12
         cost_weight, ttft_bound = self.cost_weight / cheapest, slo.ttft_s
-        return [
-            p.ttft_s / (ttft_bound * ctx.warmup_factor(b))  # slowness is in the prediction
-            + b.in_flight * p.interference_s / budget
-            + cost_weight * d
+        terms = [
+            (
+                p.ttft_s / (ttft_bound * ctx.warmup_factor(b)),  # slowness is in the prediction
+                b.in_flight * p.interference_s / budget,
+                cost_weight * d,
+            )
             for (b, p), d in zip(fits.items(), dollars, strict=True)
         ]
+        scores = [ttft + stall + cost for ttft, stall, cost in terms]
+        if ctx.trace is not None:
+            for b, (ttft, stall, cost), score in zip(fits, terms, scores, strict=True):
+                ctx.trace.row(b)["score"] = _rounded(
+                    ttft_share=ttft, stall_share=stall, cost=cost, total=score
+                )
+        return scores
 
-    def choose(self, ctx: PickContext, candidates: Sequence[Backend]) -> Verdict:
-        slo = ctx.slo
+    def pick(self, ctx: PickContext, candidates: Sequence[Backend]) -> Backend:
+        """The lowest score among the shortlist's fits (its shortlist made now when the
+        scheduler did not run that stage first)."""
+        shortlist = ctx.shortlist
+        if shortlist is None:
+            shortlist = self.shortlist(ctx, candidates)
+            if shortlist.miss is not None:
+                return shortlist.miss.backend
+        assert shortlist.predictions is not None
+        scores = self._scores(ctx, shortlist.predictions)
+        return min_with_random_ties(shortlist.kept, scores, ctx.rng)
+
+    def placed(self, ctx: PickContext, backend: Backend, *, preferred: bool) -> Verdict:
+        """It goes there: the margin it needed is kept for its verdict, and the prefix
+        index learns that the backend now holds its blocks."""
+        shortlist = ctx.shortlist
+        assert shortlist is not None and shortlist.predictions is not None
+        prediction = shortlist.predictions[backend]
+        needed = needed_margin(prediction, ctx.slo, shortlist.waited)
         blocks = ctx.request.prefix_blocks
-        matched = self.index.matches(blocks) if blocks else {}
-        rows = self.predictions(ctx, self.considered(ctx, candidates, matched), matched)
-        arrived = ctx.request.arrived_at
-        waited = ctx.now - arrived if arrived is not None else 0.0
-        fits = self._fitting(rows, slo, waited, ctx.now)
-        if not fits:
-            backend, prediction = min(rows, key=lambda row: share_of_slo(row[1], slo))
-            return Verdict(backend, prediction, fits=False)
-        if ctx.latency.protected_streams:
-            fits, spared = self._sparing_streams(ctx, fits)
-            if not fits:  # wherever its prefill goes, a protected stream misses its TPOT
-                return Verdict(*spared, fits=False)
-        preferred = next((b for b in fits if b.backend_id == ctx.preferred), None)
-        if preferred is None:
-            scores = self._scores(ctx, fits)
-            preferred = best = min_with_random_ties(list(fits), scores, ctx.rng)
-        else:
-            best = None
-        needed = needed_margin(fits[preferred], slo, waited)
-        return self._chosen(preferred, fits[preferred], blocks, needed, preferred=best is None)
-
-    def _fitting(
-        self, rows: list[tuple[Backend, Prediction]], slo: SloClass, waited: float, now: float
-    ) -> dict[Backend, Prediction]:
-        """The rows predicted within their GPU type's margin of the SLO (the TTFT less what
-        the request already waited)."""
-        fits = {}
-        margins: dict[str, float] = {}
-        for b, p in rows:
-            margin = margins.get(b.gpu_type)
-            if margin is None:
-                margin = margins[b.gpu_type] = self.margins.of(b.gpu_type, now)
-            if p.ttft_s <= slo.ttft_s * margin - waited and p.tpot_s <= slo.tpot_s * margin:
-                fits[b] = p
-        return fits
-
-    def _chosen(
-        self,
-        backend: Backend,
-        prediction: Prediction,
-        blocks: Sequence[int],
-        needed: float,
-        *,
-        preferred: bool = False,
-    ) -> Verdict:
-        """It goes there: the prefix index learns that the backend now holds its blocks."""
         if blocks:
             self.index.record(blocks, backend.backend_id)
+        if ctx.trace is not None:
+            ctx.trace.margin = round(needed, 4)
         return Verdict(backend, prediction, fits=True, preferred=preferred, needed=needed)
 
     def observe_slo(self, needed: float | None, met: bool, backend: Backend, now: float) -> None:
@@ -253,12 +256,12 @@ class SloAware:
                 return
         self.margins.observe(backend.gpu_type, met, now)
 
-    def pick(self, ctx: PickContext, candidates: Sequence[Backend]) -> Backend:
-        return self.choose(ctx, candidates).backend
-
     def score(self, ctx: PickContext, backend: Backend) -> float | None:
-        """The larger predicted fraction of its SLO there (what the filter compares)."""
-        ((_, p),) = self.predictions(ctx, [backend], {})
+        """The larger predicted fraction of its SLO there (what the filter compares), with
+        the prefix cache's hit there taken off the prompt as the filter takes it."""
+        blocks = ctx.request.prefix_blocks
+        matched = self.index.matches(blocks) if blocks else {}
+        ((_, p),) = self.predictions(ctx, [backend], matched)
         return share_of_slo(p, ctx.slo)
 
 
@@ -270,3 +273,20 @@ def needed_margin(p: Prediction, slo: SloClass, waited: float) -> float:
 def share_of_slo(prediction: Prediction, slo: SloClass) -> float:
     """The larger of predicted TTFT and TPOT as a fraction of the class's bound."""
     return max(prediction.ttft_s / slo.ttft_s, prediction.tpot_s / slo.tpot_s)
+
+
+def _predicted(p: Prediction) -> dict[str, float]:
+    return {"predicted_ttft_s": round(p.ttft_s, 4), "predicted_tpot_s": round(p.tpot_s, 5)}
+
+
+def _filter_verdict(p: Prediction, ttft_bound: float, tpot_bound: float) -> str:
+    """Why the SLO filter kept or dropped a backend, in the decision log's words."""
+    if p.ttft_s > ttft_bound:
+        return f"dropped: predicted TTFT {p.ttft_s:.3f} s > bound {ttft_bound:.3f} s"
+    if p.tpot_s > tpot_bound:
+        return f"dropped: predicted TPOT {p.tpot_s:.4f} s > bound {tpot_bound:.4f} s"
+    return "fits"
+
+
+def _rounded(**terms: float) -> dict[str, float]:
+    return {name: round(value, 4) for name, value in terms.items()}

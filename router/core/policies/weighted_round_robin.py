@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from gpuroute.router.core.backend import Backend
-from gpuroute.router.core.policies.base import PickContext
+from gpuroute.router.core.policies.base import PickContext, PolicyBase
 
 
-class WeightedRoundRobin:
+class WeightedRoundRobin(PolicyBase):
     name: ClassVar[str] = "weighted_round_robin"
     needs: ClassVar[frozenset[str]] = frozenset()
 
