@@ -1,5 +1,6 @@
 """The fleet description (`regions.example.toml`): regions, where they are, their jurisdiction
-and GPU pools. The router, the global tier and `gpuroute tfvars` all read this one file."""
+and GPU pools. The global tier (`regions_file`), `gpuroute tfvars` and `gpuroute check-config`
+read this one file; regional routers do not (their `[region]` says where they are)."""
 
 from __future__ import annotations
 
