@@ -114,6 +114,9 @@ class RouterSection(StrictModel):
     gpu_prices: GpuPrices = Field(default_factory=dict)
     cost_weight: float = Field(default=0.1, ge=0)
     slo_margin: float = Field(default=0.9, gt=0, le=1)
+    # the live router's retry.rescue_slowness: an attempt still waiting for its first token
+    # moves off a backend this many times slower than the fleet (0: never)
+    rescue_slowness: float = Field(default=10.0, ge=0)
 
     @field_validator("policies")
     @classmethod

@@ -22,6 +22,7 @@ from gpuroute.router.core.retry import FailureKind, RetrySettings
 from gpuroute.router.core.scheduler import Outcome
 from gpuroute.router.core.slo import SloClasses, time_per_output_token
 from gpuroute.router.core.slo_admission import HoldQueue
+from gpuroute.router.core.watching import Watcher
 from gpuroute.sim.engine_model import EngineModel, EngineRequest
 from gpuroute.sim.events import EventHeap, run_events
 from gpuroute.sim.fleet import (
@@ -41,6 +42,7 @@ from gpuroute.sim.report import (
 )
 from gpuroute.sim.scenario import LoadedScenario
 from gpuroute.sim.traces import read_trace
+from gpuroute.sim.watch import SimWatch, attempt_of, gpu_paces
 from gpuroute.sim.workloads import Workload, synthetic
 
 TICK, FAULT, RETRY = -1, -2, -3
@@ -173,6 +175,9 @@ class RegionalRun:
         self.loop = AttemptLoop(
             self.scheduler, self.budget, self.held if self.hold_misses else None
         )
+        # and its watch: expected durations, slowness, rescues (router/core/watching.py)
+        watcher = Watcher(self.scheduler, gpu_paces(profiles), scenario.router.rescue_slowness)
+        self.watch = SimWatch(watcher, self.engines, self.backends, self.lifetimes)
         workload = sim.workload
         self.n = len(workload)
         self.outcomes = RunOutcomes.pending(self.n)
@@ -231,6 +236,8 @@ class RegionalRun:
                 self.retry_held(now)
         elif kind == TICK:
             self.scheduler.tick(now)
+            for life in self.watch.tick(now):
+                self.rescue(life, now)
             for refusal in self.loop.expire(now):
                 self.end(refusal.item, REJECTED)
             if arrivals_left or len(self.scheduler.ledger):
@@ -276,6 +283,7 @@ class RegionalRun:
             return True
         life.attempts.start(self.budget)
         if self.engines[e].submit(req, now):
+            self.watch.sent(life, e, req, now)
             self.reschedule(e)
             return True
         # Engine down: connection refused before any byte; retry elsewhere if allowed.
@@ -311,6 +319,7 @@ class RegionalRun:
             True,
             req.output_tokens,
             req.prompt_tokens,
+            latency_ratio=self.watch.succeeded(life, req, now),
             tpot_s=tpot,
             met_slo=life.info.slo.met(req.first_token_at - req.arrival, tpot, now - req.arrival),
         )
@@ -342,10 +351,26 @@ class RegionalRun:
         if life is None:
             return
         life.attempts.end(self.budget)
+        self.watch.ended(life)
         self.scheduler.finish(life, Outcome(False, fatal=True), now)
         if req.first_token_at >= 0:
             self.end(life, FAILED)  # the stream broke under its client
             return
         # Nothing reached the client yet: the router retries elsewhere.
         if self.may_retry(life, FailureKind.CONNECTION, now):
+            self.dispatch(life, now)
+
+    def rescue(self, life: RequestLifetime, now: float) -> None:
+        """Move an attempt still waiting for its first token off a backend that turned bad
+        (the live watch's rescue): the engine drops it, its time so far informs slowness,
+        its booking goes with no verdict, and the attempts loop sends it elsewhere."""
+        attempt = attempt_of(life)
+        assert attempt is not None
+        e = attempt.engine
+        self.engines[e].abort(attempt.req, now)
+        self.reschedule(e)
+        self.watch.gave_up(life, now)
+        self.scheduler.release(life)
+        life.attempts.end(self.budget)
+        if self.may_retry(life, FailureKind.RESCUED, now):
             self.dispatch(life, now)

@@ -24,11 +24,11 @@ def watch_over(*backends: Backend) -> BackendWatch:
 def test_prefill_interference_stretches_the_expected_decode() -> None:
     busy, quiet = Backend("busy", "A100", ("m",)), Backend("quiet", "A100", ("m",))
     watch = watch_over(busy, quiet)
-    plain = watch.decode_expected_s(busy, 100, 8, now=0.0)
-    assert watch.decode_expected_s(quiet, 100, 8, now=0.0) == plain
+    plain = watch.watcher.decode_expected_s(busy, 100, 8, now=0.0)
+    assert watch.watcher.decode_expected_s(quiet, 100, 8, now=0.0) == plain
     # 5 s of prefill beyond the decode steps booked on "busy" in a 10 s window: half its time
     watch.scheduler.latency.book(busy, 8000, 10, 0.0, Prediction(1.0, 0.05, 6.0, 5.0))
-    assert watch.decode_expected_s(busy, 100, 8, now=0.0) == 2 * plain
+    assert watch.watcher.decode_expected_s(busy, 100, 8, now=0.0) == 2 * plain
 
 
 def test_a_short_answer_is_expected_to_carry_the_stall_booked_after_it() -> None:
@@ -39,11 +39,11 @@ def test_a_short_answer_is_expected_to_carry_the_stall_booked_after_it() -> None
     latency = watch.scheduler.latency
     short, long = (RequestLifetime(RequestInfo(i, "m", 100)) for i in range(2))
     short.latency = latency.book(a100, 100, 5, 0.0, Prediction(0.05, 0.02, 0.05, 0.0))
-    plain = watch.decode_expected_s(a100, 4, 1, now=0.0, life=short)
+    plain = watch.watcher.decode_expected_s(a100, 4, 1, now=0.0, life=short)
     long.latency = latency.book(a100, 8000, 10, 0.0, Prediction(1.0, 0.02, 2.4, 2.0))
     assert latency.stall_met(short.latency) == 2.0 and latency.stall_met(long.latency) == 0.0
     stretched = plain / (1 - 2.0 / 10.0)
-    assert watch.decode_expected_s(a100, 4, 1, now=0.0, life=short) == plain + 2.0
-    assert watch.decode_expected_s(a100, 4, 1, now=0.0, life=long) == stretched
+    assert watch.watcher.decode_expected_s(a100, 4, 1, now=0.0, life=short) == plain + 2.0
+    assert watch.watcher.decode_expected_s(a100, 4, 1, now=0.0, life=long) == stretched
     latency.finish(short.latency, None, in_flight_left=1)
     assert latency.stall_met(short.latency) == 0.0

@@ -9,8 +9,9 @@ from gpuroute.router.core import Backend, BackendSet, CostEstimator, RequestInfo
 from gpuroute.router.core.latency import LatencyModel
 from gpuroute.router.core.lifetime import Lifetimes, RequestLifetime
 from gpuroute.router.core.policies import build_policy
+from gpuroute.router.core.watching import PACE_WINDOW_S
 from gpuroute.router.priors import engine_priors
-from gpuroute.router.watch import BYTES_PER_TOKEN, PACE_WINDOW_S, AttemptWatch, BackendWatch
+from gpuroute.router.watch import BYTES_PER_TOKEN, AttemptWatch, BackendWatch
 
 from gpuroute.relay import ResponseTally
 

@@ -1,0 +1,120 @@
+"""The live router's backend watch in simulated time: every attempt gets its expected
+duration, finished requests and streams' paces feed slowness, and attempts still waiting for
+their first token on a backend that turned bad are moved (rescued), all through the router's
+own sans-IO `Watcher` (router/core/watching.py). The engine model stands in for the relay:
+it says how many tokens each stream has produced."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpuroute.router.core.backend import Backend
+from gpuroute.router.core.lifetime import Lifetimes, RequestLifetime
+from gpuroute.router.core.watching import GpuPace, Watcher
+from gpuroute.sim.engine_model import EngineModel, EngineRequest
+from gpuroute.sim.fleet import GpuTypeProfile
+
+# the roofline priors' reference request (router/priors.py): one sequence's step
+REFERENCE_CONTEXT = 1000 + 250 / 2
+
+
+@dataclass(slots=True)
+class SimAttempt:
+    """What the watch keeps of a request's attempt, on its lifetime (`shell`)."""
+
+    engine: int
+    req: EngineRequest
+    expected_s: float
+    batch: int  # the backend's other requests when it was sent
+    sent_at: float
+    tokens: int | None = None  # what the stream had produced at the last window's start
+
+
+def attempt_of(life: RequestLifetime) -> SimAttempt | None:
+    shell = life.shell
+    return shell if isinstance(shell, SimAttempt) else None
+
+
+def gpu_paces(profiles: dict[str, GpuTypeProfile]) -> dict[str, GpuPace]:
+    """The router's roofline rates for each GPU type of the simulated fleet."""
+    return {
+        gpu: GpuPace(
+            p.prior.prefill_s_per_token,
+            p.prior.decode_s_per_token,
+            p.params.step_s(1, REFERENCE_CONTEXT),
+        )
+        for gpu, p in profiles.items()
+    }
+
+
+class SimWatch:
+    def __init__(
+        self,
+        watcher: Watcher,
+        engines: Sequence[EngineModel],
+        backends: Sequence[Backend],
+        lifetimes: Lifetimes,
+    ) -> None:
+        self.watcher, self.engines, self.backends = watcher, engines, backends
+        self.lifetimes = lifetimes
+        self.rescues = 0
+
+    def sent(self, life: RequestLifetime, e: int, req: EngineRequest, now: float) -> None:
+        backend = self.backends[e]
+        expected = self.watcher.start(life, backend, now)
+        life.shell = SimAttempt(e, req, expected, backend.in_flight - 1, now)
+
+    def succeeded(self, life: RequestLifetime, req: EngineRequest, now: float) -> float | None:
+        attempt = attempt_of(life)
+        life.shell = None
+        if attempt is None:
+            return None
+        backend = self.backends[attempt.engine]
+        output, first = req.output_tokens, req.first_token_at
+        return self.watcher.succeeded(life, backend, output, attempt.batch, now, first)
+
+    def ended(self, life: RequestLifetime) -> None:
+        """The attempt failed: nothing to learn from it."""
+        life.timing = life.shell = None
+
+    def gave_up(self, life: RequestLifetime, now: float) -> None:
+        self.watcher.gave_up(life, now)
+        life.shell = None
+
+    def tick(self, now: float) -> list[RequestLifetime]:
+        """Refresh every backend's slowness; returns the attempts to move now."""
+        self.watcher.refresh(now, self.lifetimes, self._stream_paces(now))
+        if not self.watcher.rescue_slowness:
+            return []
+        moved = []
+        for life in self.lifetimes:
+            attempt = attempt_of(life)
+            if attempt is None or attempt.req.first_token_at >= 0:
+                continue
+            backend = self.backends[attempt.engine]
+            waited = now - attempt.sent_at
+            if self.watcher.should_move(backend, waited, attempt.expected_s, lost=False):
+                moved.append(life)
+        self.rescues += len(moved)
+        return moved
+
+    def _stream_paces(self, now: float) -> dict[str, list[float]] | None:
+        """Once a window has passed: each stream's pace over it, per backend (the streams
+        that ran the whole window), as the live watch times relayed text."""
+        elapsed = self.watcher.pace_window(now)
+        if elapsed is None:
+            return None
+        paces: dict[str, list[float]] = {}
+        for life in self.lifetimes:
+            attempt = attempt_of(life)
+            if attempt is None or attempt.req.first_token_at < 0:
+                continue
+            before = attempt.tokens
+            attempt.tokens = self.engines[attempt.engine].tokens_generated(attempt.req, now)
+            backend = self.backends[attempt.engine]
+            if before is None or not self.watcher.long_enough(backend, elapsed):
+                continue
+            pace = self.watcher.stream_pace(backend, attempt.tokens - before, elapsed, now)
+            paces.setdefault(backend.backend_id, []).append(pace)
+        return paces
