@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import json
 import os
 import signal
 import subprocess
@@ -167,6 +168,19 @@ def chat_body(text: str = "hello", *, stream: bool = False, max_tokens: int | No
     if max_tokens is not None:
         body["max_tokens"] = max_tokens
     return body
+
+
+def stream_error(body: bytes, relayed: bytes = b"") -> dict:
+    """The OpenAI error a broken stream ends with: `body` is `relayed`, then exactly one
+    `data:` event holding the error, then `data: [DONE]` (asserted)."""
+    assert body.startswith(relayed), body[:200]
+    event, done, end = body.removeprefix(relayed).split(b"\n\n")
+    assert (event[:6], done, end) == (b"data: ", b"data: [DONE]", b""), body[-300:]
+    return json.loads(event.removeprefix(b"data: "))["error"]
+
+
+# how a stream that broke after its first bytes ends (message aside: it says what broke)
+STREAM_BROKE = {"type": "upstream_error", "param": None, "code": "upstream_stream_error"}
 
 
 async def backends_state(session: aiohttp.ClientSession, router_url: str) -> dict[str, dict]:
