@@ -193,15 +193,16 @@ def environ_without_proxies() -> dict[str, str]:
 
 
 @contextlib.asynccontextmanager
-async def running_router(config_text: str, tmp_dir, *, seed: int = 0):
+async def running_router(config_text: str, tmp_dir, *, seed: int = 0, rng=None):
     """An in-process router on a free loopback port; yields (url, RouterApp)."""
-    async with router_server(config_text, tmp_dir, seed=seed) as server:
+    async with router_server(config_text, tmp_dir, seed=seed, rng=rng) as server:
         yield f"http://127.0.0.1:{server.port}", server.servable
 
 
 @contextlib.asynccontextmanager
-async def router_server(config_text: str, tmp_dir, *, seed: int = 0):
-    """An in-process RouterServer, started (its .port, .admin_port and .servable)."""
+async def router_server(config_text: str, tmp_dir, *, seed: int = 0, rng=None):
+    """An in-process RouterServer, started (its .port, .admin_port and .servable); its
+    placement draws from `rng` (a random.Random), else from one seeded with `seed`."""
     import random
 
     from gpuroute.router.config import load_router_config
@@ -210,7 +211,7 @@ async def router_server(config_text: str, tmp_dir, *, seed: int = 0):
 
     path = tmp_dir / "router.toml"
     path.write_text(config_text)
-    server = RouterServer(RouterApp(load_router_config(path), rng=random.Random(seed)))
+    server = RouterServer(RouterApp(load_router_config(path), rng=rng or random.Random(seed)))
     await server.start()
     try:
         yield server
