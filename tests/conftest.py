@@ -2,10 +2,30 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 from support.paths import REPO
+
+# Property tests run on shared 2-core machines: a stalled example is the machine, not a bug.
+# No per-example deadline (hypothesis' default is 200 ms) and no health check for slow data
+# generation; every @given test inherits this unless it sets its own.
+settings.register_profile(
+    "gpuroute", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "gpuroute"))
+SLOW_TIMEOUT_S = 900  # pytest-timeout's ceiling for slow and real-engine tests (300 otherwise)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Clusters, outages and a real vLLM's start take minutes on 2 cores: their tests get a
+    larger ceiling than `timeout` in pyproject.toml, unless they mark their own."""
+    for item in items:
+        slow = item.get_closest_marker("slow") or item.get_closest_marker("real_engine")
+        if slow and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
 
 
 @pytest.fixture

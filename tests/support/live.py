@@ -36,11 +36,17 @@ def wait_for(condition: Callable[[], bool], timeout: float = 10.0, what: str = "
 async def async_wait_for(
     condition: Callable[[], Awaitable[bool]], timeout: float = 10.0, what: str = "condition"
 ) -> None:
-    deadline = time.monotonic() + timeout
-    while not await condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(0.02)
+    """Await `condition` until it holds; fail with `what` after `timeout` seconds, counting
+    the checks themselves (one that hangs is cancelled at the deadline)."""
+    limit = asyncio.timeout(timeout)
+    try:
+        async with limit:
+            while not await condition():
+                await asyncio.sleep(0.02)
+    except TimeoutError:
+        if not limit.expired():
+            raise  # the check's own timeout, not ours
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}") from None
 
 
 def holds(predicate: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:

@@ -30,6 +30,8 @@ AWS_MODULES = [
 ALL_MODULES = [*PURE_MODULES, *AWS_MODULES]
 PROTECTED_PORTS = {8300, 8301, 8302, 8500, 8501, 8502, 8503, 8600, 7070, 7071, 9090, 9100}
 WORLD = ("0.0.0.0/0", "::/0")
+# `terraform init` may download providers, and each terraform command may take 300 s
+pytestmark = pytest.mark.timeout(900)
 
 
 @pytest.fixture(scope="module")
