@@ -21,7 +21,7 @@ demo: $(STAMP)
 test: $(STAMP) bench-deps consul terraform vllm peer-routers
 	$(BIN)/ruff check .
 	LINT_IMPORTS=$(BIN)/lint-imports scripts/lint-imports.sh
-	$(BIN)/pytest
+	GPUROUTE_REQUIRE_COMPONENTS=1 $(BIN)/pytest
 
 # The pure suite alone (seconds; no processes, no network).
 test-unit: $(STAMP)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+from support import components
 from support.paths import REPO
 
 # Property tests run on shared 2-core machines: a stalled example is the machine, not a bug.
@@ -17,6 +18,20 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "gpuroute"))
 SLOW_TIMEOUT_S = 900  # pytest-timeout's ceiling for slow and real-engine tests (300 otherwise)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Each skip is listed in the run's summary (-ra) under the test's name and line, also
+    when a helper in tests/support or a fixture raised it, so the list says which tests did
+    not run and why."""
+    report = yield
+    if report.skipped and isinstance(report.longrepr, tuple):
+        _path, _line, reason = report.longrepr
+        test_file, def_line, _ = item.location
+        why = reason.removeprefix("Skipped: ")
+        report.longrepr = (test_file, def_line + 1, f"{item.name}: {why}")
+    return report
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -36,14 +51,12 @@ def repo() -> Path:
 @pytest.fixture
 def lab(tmp_path):
     """Network namespaces on a bridge (tests/support/netns.py), with the pinned Consul available."""
-    from gpuroute.testbed.consul_dev import HOW_TO_GET_CONSUL, consul_binary
     from support.netns import NetnsLab, netns_available
 
     why = netns_available()
     if why:
-        pytest.skip(why)
-    if consul_binary() is None:
-        pytest.skip(HOW_TO_GET_CONSUL)
+        pytest.skip(why)  # root and iproute2: nothing `make test` installs
+    components.consul()
     lab = NetnsLab(tmp_path)
     try:
         yield lab
@@ -54,10 +67,9 @@ def lab(tmp_path):
 @pytest.fixture
 def redis(tmp_path):
     """A real redis-server on a free loopback port (tests/support/redis_server.py)."""
-    from support.redis_server import HOW_TO_GET_REDIS, RedisServer, redis_binary
+    from support.redis_server import RedisServer
 
-    if redis_binary() is None:
-        pytest.skip(HOW_TO_GET_REDIS)
+    components.redis()
     server = RedisServer(tmp_path)
     server.start()
     yield server
@@ -67,10 +79,7 @@ def redis(tmp_path):
 @pytest.fixture
 def consul(tmp_path):
     """A real `consul agent -dev` on free loopback ports (testbed/consul_dev.py)."""
-    from gpuroute.testbed.consul_dev import HOW_TO_GET_CONSUL, ConsulDev, consul_binary
+    from gpuroute.testbed.consul_dev import ConsulDev
 
-    binary = consul_binary()
-    if binary is None:
-        pytest.skip(HOW_TO_GET_CONSUL)
-    with ConsulDev(binary, log_path=tmp_path / "consul.log") as dev:
+    with ConsulDev(components.consul(), log_path=tmp_path / "consul.log") as dev:
         yield dev

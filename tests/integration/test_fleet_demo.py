@@ -9,7 +9,8 @@ import sys
 
 import numpy as np
 import pytest
-from gpuroute.testbed.consul_dev import HOW_TO_GET_CONSUL, consul_binary
+from gpuroute.testbed.consul_dev import consul_binary
+from support import components
 
 
 def run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -44,8 +45,7 @@ def test_demo_routes_through_discovered_hosts_and_drains_one() -> None:
 
 
 def test_fleet_bench_reports_staleness_raft_writes_and_outage(tmp_path) -> None:
-    if consul_binary() is None:
-        pytest.skip(HOW_TO_GET_CONSUL)
+    components.consul()
     out = tmp_path / "fleet.json"
     result = run("bench", "fleet", "--hosts", "3", "--duration", "3", "--outage", "2",
                  "--workers", "2", "--json", str(out))  # fmt: skip
@@ -80,14 +80,8 @@ def test_global_demo_keeps_eu_bound_clients_in_the_eu_through_an_outage(secure: 
 
 
 def test_replicas_bench_compares_shared_and_independent(tmp_path) -> None:
-    if consul_binary() is None:
-        pytest.skip(HOW_TO_GET_CONSUL)
-    from gpuroute.testbed.processes import require
-
-    try:
-        require("redis-server")
-    except Exception:
-        pytest.skip("redis-server is not installed (make bench-deps installs it)")
+    components.consul()
+    components.redis()
     from gpuroute.bench.live import LiveBenchSpec, load_workload
     from gpuroute.bench.replicas import run_replicas_bench
 

@@ -19,13 +19,13 @@ from support.live import (
     router_toml,
     running_router,
 )
-from support.real_engine import SERVED, vllm_agent_toml, vllm_or_skip
+from support.real_engine import SERVED, need_vllm, vllm_agent_toml
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.real_engine]
 
 
 async def test_sigkill_of_vllm_mid_stream_ends_the_stream_with_an_error_event(tmp_path) -> None:
-    vllm_or_skip()
+    need_vllm()
     engine = start_vllm(tmp_path, VllmOptions(max_num_seqs=4))
     body = {"model": SERVED, "messages": [{"role": "user", "content": "long"}],
             "max_tokens": 1900, "stream": True, "ignore_eos": True}  # fmt: skip
@@ -60,7 +60,7 @@ async def test_sigkill_of_vllm_mid_stream_ends_the_stream_with_an_error_event(tm
 async def test_kv_pressure_shows_in_the_routers_view_as_waiting_and_preemptions(
     consul, tmp_path
 ) -> None:
-    vllm_or_skip()
+    need_vllm()
     # 16 blocks of 128 tokens: room for two of the 24 1,000-token requests below at a time
     engine = start_vllm(tmp_path, VllmOptions(max_num_seqs=8, kv_blocks=16, max_model_len=1024))
     agent = AgentProcess(vllm_agent_toml(engine, consul.address, "kv"), tmp_path, "kv")

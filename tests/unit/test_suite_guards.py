@@ -7,6 +7,9 @@ import asyncio
 import pytest
 from hypothesis import HealthCheck, settings
 from support.live import async_wait_for
+from support.paths import REPO
+
+pytest_plugins = ["pytester"]
 
 
 def test_property_tests_have_no_per_example_deadline() -> None:
@@ -44,3 +47,52 @@ async def test_async_wait_for_passes_on_a_checks_own_timeout() -> None:
     with pytest.raises(TimeoutError) as raised:
         await async_wait_for(times_out, 10, "never")
     assert str(raised.value) == "the check's own client gave up"
+
+
+def test_a_missing_component_fails_under_make_test_and_skips_elsewhere(monkeypatch) -> None:
+    from support import components
+
+    monkeypatch.setenv("GPUROUTE_REQUIRE_COMPONENTS", "1")
+    with pytest.raises(pytest.fail.Exception) as failed:
+        components.missing("run `make consul`")
+    assert str(failed.value) == (
+        "run `make consul` (GPUROUTE_REQUIRE_COMPONENTS is set: `make test` installs it)"
+    )
+    for unset in ("0", ""):
+        monkeypatch.setenv("GPUROUTE_REQUIRE_COMPONENTS", unset)
+        with pytest.raises(pytest.skip.Exception) as skipped:
+            components.missing("run `make consul`")
+        assert str(skipped.value) == "run `make consul`"
+
+
+def test_make_test_requires_the_components_it_installs(repo) -> None:
+    """The Makefile's test target installs them, then runs pytest with the promise set."""
+    makefile = (repo / "Makefile").read_text()
+    target = makefile.split("\ntest:", 1)[1].split("\n\n", 1)[0]
+    head, *recipe = target.splitlines()
+    assert set(head.split()) >= {"bench-deps", "consul", "terraform", "vllm", "peer-routers"}
+    assert "\tGPUROUTE_REQUIRE_COMPONENTS=1 $(BIN)/pytest" in recipe
+
+
+MISSING = """
+from support import components
+
+def test_needs_consul():
+    components.missing("run `make consul`")
+"""
+
+
+def test_the_summary_names_each_skipped_test_and_why(pytester, monkeypatch) -> None:
+    """tests/conftest.py's report hook: a skip raised in a helper is listed at the test."""
+    pytester.makeconftest((REPO / "tests" / "conftest.py").read_text())
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.syspathinsert(REPO / "tests")
+    pytester.makepyfile(test_component=MISSING)
+    monkeypatch.delenv("GPUROUTE_REQUIRE_COMPONENTS", raising=False)
+    skipped = pytester.runpytest("-ra", "-p", "no:cacheprovider")
+    skipped.assert_outcomes(skipped=1)
+    skipped.stdout.fnmatch_lines(
+        ["SKIPPED [[]1[]] test_component.py:3: test_needs_consul: run `make consul`"]
+    )
+    monkeypatch.setenv("GPUROUTE_REQUIRE_COMPONENTS", "1")
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(failed=1)
