@@ -77,7 +77,7 @@ async def test_a_queued_request_whose_deadline_passes_gets_504(tmp_path) -> None
             )
             assert (shed, engine.started) == (1.0, 1)
             engine.release.set()
-            async with await occupant as r:
+            async with await asyncio.wait_for(occupant, 10) as r:
                 assert r.status == 200
             await async_wait_for(holds(lambda: books(router) == RELEASED), what="releases")
 

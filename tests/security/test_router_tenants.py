@@ -45,7 +45,8 @@ async def admission_order(tmp_path, keys: str, earlier: dict, later: dict) -> li
                         holds(lambda n=queued: engine.started == 1 and len(queue) == n), what=text
                     )
                 engine.hold.set()
-                assert [(await task).status for task in sent] == [200, 200, 200]
+                async with asyncio.timeout(10):  # released: each answers at once
+                    assert [(await task).status for task in sent] == [200, 200, 200]
     return [json.loads(body)["messages"][0]["content"] for _, _, body in engine.seen[1:]]
 
 
@@ -103,7 +104,8 @@ async def test_the_in_flight_cap_holds_under_50_concurrent_requests(tmp_path, wi
                 )
                 refused = [t.result().status for t in tasks if t.done()]
                 engine.hold.set()
-                answers = [(await t).status for t in tasks]
+                async with asyncio.timeout(10):  # released: each answers at once
+                    answers = [(await t).status for t in tasks]
         assert engine.started == 2 and refused == [429] * 48
         assert sorted(answers) == [200] * 2 + [429] * 48
     finally:
