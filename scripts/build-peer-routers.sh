@@ -15,10 +15,12 @@ if [ -f "$venv/.installed" ]; then
     echo "$venv/bin"
     exit 0
 fi
+echo "build-peer-routers: installing sglang-router $SMG and vllm-router $VLLM_ROUTER from PyPI into $venv (first run only, ~1-2 min)" >&2
 rm -rf "$venv"  # a half-built one (no .installed)
 python3 -m venv "$venv"
 pip=("$venv/bin/pip" install --quiet --disable-pip-version-check)
 "${pip[@]}" --upgrade pip
 "${pip[@]}" "sglang-router==$SMG" "vllm-router==$VLLM_ROUTER"
 touch "$venv/.installed"
+echo "build-peer-routers: installed" >&2
 echo "$venv/bin"

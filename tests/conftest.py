@@ -2,10 +2,45 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+from support import components
 from support.paths import REPO
+
+# Property tests run on shared 2-core machines: a stalled example is the machine, not a bug.
+# No per-example deadline (hypothesis' default is 200 ms) and no health check for slow data
+# generation; every @given test inherits this unless it sets its own.
+settings.register_profile(
+    "gpuroute", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "gpuroute"))
+SLOW_TIMEOUT_S = 900  # pytest-timeout's ceiling for slow and real-engine tests (300 otherwise)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Each skip is listed in the run's summary (-ra) under the test's name and line, also
+    when a helper in tests/support or a fixture raised it, so the list says which tests did
+    not run and why."""
+    report = yield
+    if report.skipped and isinstance(report.longrepr, tuple):
+        _path, _line, reason = report.longrepr
+        test_file, def_line, _ = item.location
+        why = reason.removeprefix("Skipped: ")
+        report.longrepr = (test_file, def_line + 1, f"{item.name}: {why}")
+    return report
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Clusters, outages and a real vLLM's start take minutes on 2 cores: their tests get a
+    larger ceiling than `timeout` in pyproject.toml, unless they mark their own."""
+    for item in items:
+        slow = item.get_closest_marker("slow") or item.get_closest_marker("real_engine")
+        if slow and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
 
 
 @pytest.fixture
@@ -16,14 +51,12 @@ def repo() -> Path:
 @pytest.fixture
 def lab(tmp_path):
     """Network namespaces on a bridge (tests/support/netns.py), with the pinned Consul available."""
-    from gpuroute.testbed.consul_dev import HOW_TO_GET_CONSUL, consul_binary
     from support.netns import NetnsLab, netns_available
 
     why = netns_available()
     if why:
-        pytest.skip(why)
-    if consul_binary() is None:
-        pytest.skip(HOW_TO_GET_CONSUL)
+        pytest.skip(why)  # root and iproute2: nothing `make test` installs
+    components.consul()
     lab = NetnsLab(tmp_path)
     try:
         yield lab
@@ -34,10 +67,9 @@ def lab(tmp_path):
 @pytest.fixture
 def redis(tmp_path):
     """A real redis-server on a free loopback port (tests/support/redis_server.py)."""
-    from support.redis_server import HOW_TO_GET_REDIS, RedisServer, redis_binary
+    from support.redis_server import RedisServer
 
-    if redis_binary() is None:
-        pytest.skip(HOW_TO_GET_REDIS)
+    components.redis()
     server = RedisServer(tmp_path)
     server.start()
     yield server
@@ -47,10 +79,7 @@ def redis(tmp_path):
 @pytest.fixture
 def consul(tmp_path):
     """A real `consul agent -dev` on free loopback ports (testbed/consul_dev.py)."""
-    from gpuroute.testbed.consul_dev import HOW_TO_GET_CONSUL, ConsulDev, consul_binary
+    from gpuroute.testbed.consul_dev import ConsulDev
 
-    binary = consul_binary()
-    if binary is None:
-        pytest.skip(HOW_TO_GET_CONSUL)
-    with ConsulDev(binary, log_path=tmp_path / "consul.log") as dev:
+    with ConsulDev(components.consul(), log_path=tmp_path / "consul.log") as dev:
         yield dev

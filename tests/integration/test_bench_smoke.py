@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 
 import numpy as np
 import pytest
@@ -11,7 +10,8 @@ from gpuroute.bench.live import Fault, LiveBenchSpec, parse_engines, parse_fault
 from gpuroute.bench.overhead import parse_wrk
 from gpuroute.bench.targets import BenchError
 from gpuroute.sim.workloads import Workload
-from gpuroute.testbed.peer_routers import HOW_TO_GET_PEER_ROUTERS, PEER_ROUTERS, peer_routers_bin
+from gpuroute.testbed.peer_routers import PEER_ROUTERS
+from support import components
 
 
 def tiny_workload(n: int = 40, rate: float = 20.0) -> Workload:
@@ -25,20 +25,16 @@ def tiny_workload(n: int = 40, rate: float = 20.0) -> Workload:
     )
 
 
-def have(binary: str) -> bool:
-    return shutil.which(binary) is not None or shutil.which(binary, path="/usr/sbin") is not None
-
-
 @pytest.mark.parametrize(
     "target",
     ["least_outstanding_work", "haproxy", "nginx", "haproxy-weighted", *PEER_ROUTERS],
 )
 def test_each_target_serves_the_whole_trace(tmp_path, target) -> None:
     binary = target.split("-")[0]
-    if binary in ("haproxy", "nginx") and not have(binary):
-        pytest.skip(f"{binary} is not installed (make bench-deps installs it)")
-    if target in PEER_ROUTERS and peer_routers_bin() is None:
-        pytest.skip(HOW_TO_GET_PEER_ROUTERS)
+    if binary in ("haproxy", "nginx"):
+        components.binary(binary)
+    if target in PEER_ROUTERS:
+        components.peer_routers()
     spec = LiveBenchSpec(engines=["H100", "L4"], time_scale=1.0, stream_interval_ms=10)
     result = asyncio.run(run_target(target, spec, tiny_workload(), tmp_path))
     assert (result["requests"], result["completed"], result["failed"]) == (40, 40, 0)
@@ -97,8 +93,8 @@ Requests/sec:    500.25
 
 @pytest.mark.parametrize("shared", [True, False])
 def test_router_replicas_serve_the_whole_trace(tmp_path, shared) -> None:
-    if shared and not have("redis-server"):
-        pytest.skip("redis-server is not installed (make bench-deps installs it)")
+    if shared:
+        components.redis()
     spec = LiveBenchSpec(
         engines=["H100", "L4"], time_scale=1.0, stream_interval_ms=10, replicas=2,
         shared_state=shared,
@@ -112,8 +108,7 @@ def test_router_replicas_serve_the_whole_trace(tmp_path, shared) -> None:
 def test_tenants_bench_run_grants_the_bursty_tenant_its_quota_and_no_more(tmp_path) -> None:
     from gpuroute.bench.tenants import TenantsSpec, one_run, paired_slowdown
 
-    if not have("redis-server"):
-        pytest.skip("redis-server is not installed (make bench-deps installs it)")
+    components.redis()
     spec = TenantsSpec(engines=["H100", "L4"], replicas=2, duration_s=2.0, burst_from_s=0.5,
                        burst_to_s=1.5, time_scale=1.0)  # fmt: skip
     steady, bursty = tiny_workload(40, 20), tiny_workload(30, 30)
@@ -160,8 +155,7 @@ def test_tenants_bench_inputs_are_checked() -> None:
 def test_stream_bench_relays_every_paced_token_through_each_proxy() -> None:
     from gpuroute.bench.stream import run_stream_bench
 
-    if not have("haproxy"):
-        pytest.skip("haproxy is not installed (make bench-deps)")
+    components.binary("haproxy")
     report = run_stream_bench(["gpuroute", "haproxy"], [1, 8], tokens=5, interval_ms=20, rounds=1)
     rows = {(r["target"], r["streams"]): r for r in report["rows"]}
     assert set(rows) == {(t, n) for t in ("direct", "gpuroute", "haproxy") for n in (1, 8)}

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import components
 from support.paths import REPO
 
 LINT = Path(sys.executable).with_name("lint-imports")
@@ -23,7 +24,7 @@ def lint(root: Path) -> subprocess.CompletedProcess:
 @pytest.fixture
 def tree(tmp_path) -> Path:
     if not LINT.exists():
-        pytest.skip("lint-imports is not installed in this environment")
+        components.missing("lint-imports is not installed: pip install -e '.[dev]'")
     root = tmp_path / "repo"
     ignore = shutil.ignore_patterns(".venv", ".git", "build", "__pycache__", "out", "tests")
     shutil.copytree(REPO, root, ignore=ignore)

@@ -1,19 +1,26 @@
-"""SIGTERM drains the router process: no new connections, in-flight streams complete."""
+"""SIGTERM drains the router process: no new connections, in-flight streams complete, and
+/readyz on the admin listener says 503 meanwhile."""
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import signal
 import subprocess
 
+import aiohttp
+import pytest
+from aiohttp import web
 from support.live import (
+    async_wait_for,
     chat_body,
     fake_engines,
     free_port,
     gpuroute_cmd,
     http_ok,
     router_toml,
+    scripted_backend,
     wait_for,
 )
 
@@ -49,3 +56,74 @@ def test_sigterm_finishes_in_flight_streams_then_exits(tmp_path) -> None:
             if router.poll() is None:
                 router.kill()
             router.stderr.close()
+
+
+class HeldStream:
+    """An engine whose stream sends one event, then waits for `finish` to end."""
+
+    def __init__(self) -> None:
+        self.finish = asyncio.Event()
+
+    async def __call__(self, request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n')
+        await self.finish.wait()
+        await response.write(b'data: {"choices":[{"delta":{"content":"b"}}]}\n\ndata: [DONE]\n\n')
+        return response
+
+
+def router_with_admin_listener(tmp_path, engine_url: str) -> tuple[subprocess.Popen, int, int]:
+    """`gpuroute router` with its admin routes on their own listener: (process, its public
+    port, its admin port)."""
+    port, admin_port = free_port(), free_port()
+    text = router_toml([(engine_url, "L4")], port=port, admin_listen=f"port = {admin_port}")
+    path = tmp_path / "router.toml"
+    path.write_text(text.replace("admin_on_public_listener = true\n", ""))
+    command = gpuroute_cmd("router", "--config", str(path))
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return process, port, admin_port
+
+
+DRAINING = {"error": {"message": "draining", "type": "service_unavailable", "param": None,
+                      "code": "draining"}}  # fmt: skip
+
+
+@pytest.mark.asyncio
+async def test_readyz_answers_503_draining_while_a_stream_drains(tmp_path) -> None:
+    """docs/operations.md: on SIGTERM the admin listener stays up and its /readyz says 503
+    `draining` (so a load balancer stops sending) until the last stream is done."""
+    engine = HeldStream()
+    async with scripted_backend(engine) as url, aiohttp.ClientSession() as s:
+        router, port, admin_port = router_with_admin_listener(tmp_path, url)
+        readyz = f"http://127.0.0.1:{admin_port}/readyz"
+
+        async def readiness() -> tuple[int, dict | None]:
+            try:
+                async with s.get(readyz) as r:
+                    return r.status, await r.json()
+            except aiohttp.ClientConnectionError:
+                return 0, None
+
+        async def ready_is(status: int) -> bool:
+            return (await readiness())[0] == status
+
+        try:
+            await async_wait_for(lambda: ready_is(200), 20, "router ready")
+            post = f"http://127.0.0.1:{port}/v1/chat/completions"
+            async with s.post(post, json=chat_body(stream=True)) as stream:
+                assert stream.status == 200
+                first = await stream.content.readuntil(b"\n\n")
+                router.send_signal(signal.SIGTERM)
+                await async_wait_for(lambda: ready_is(503), 10, "/readyz to say draining")
+                assert await readiness() == (503, DRAINING)
+                assert router.poll() is None  # still draining: the stream is not done
+                engine.finish.set()
+                rest = await asyncio.wait_for(stream.content.read(), 10)
+            assert (first + rest).endswith(b"data: [DONE]\n\n")
+            assert await asyncio.to_thread(router.wait, 30) == 0
+        finally:
+            if router.poll() is None:
+                router.kill()
+                router.wait(10)

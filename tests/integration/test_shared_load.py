@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections import Counter
 
 import msgpack
@@ -12,6 +10,7 @@ from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.policies.least_outstanding_work import LeastOutstandingWork
 from gpuroute.router.shared_load import RedisBoard, SharedLoad, decode_share, merge_loads
 from support.helpers import backends, context
+from support.live import async_wait_for, holds
 from support.redis_server import client
 
 
@@ -54,15 +53,9 @@ async def test_each_replica_sees_the_others_work_and_drops_it_when_redis_goes(re
         assert (mine[0].shared, mine[1].shared) == (0.0, 2.5)
         assert a.peers == b.peers == 1
         a.start()
-        deadline = time.monotonic() + 5
-        while not a.healthy:
-            assert time.monotonic() < deadline, "never synced"
-            await asyncio.sleep(0.02)
+        await async_wait_for(holds(lambda: a.healthy), 5, "the first sync")
         redis.stop()
-        deadline = time.monotonic() + 5
-        while mine[1].shared != 0.0:
-            assert time.monotonic() < deadline, "peer work not dropped"
-            await asyncio.sleep(0.05)
+        await async_wait_for(holds(lambda: mine[1].shared == 0.0), 5, "peer work dropped")
         assert health[-1] is False
     finally:
         await a.close()

@@ -22,7 +22,7 @@ from support.live import (
     router_toml,
     running_router,
 )
-from support.real_engine import SERVED, vllm_agent_toml, vllm_or_skip
+from support.real_engine import SERVED, need_vllm, vllm_agent_toml
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.real_engine]
 AGENTS = ("gpu-a", "gpu-b")
@@ -32,7 +32,7 @@ AGENTS = ("gpu-a", "gpu-b")
 def vllm_pair(tmp_path_factory):
     """Two engines sharing one core (the other is left to the agents, Consul and the
     router), with room for prompts of several router prefix blocks."""
-    vllm_or_skip()
+    need_vllm()
     workdir = tmp_path_factory.mktemp("vllm-pair")
     engines = []
     try:

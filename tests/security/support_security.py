@@ -152,3 +152,8 @@ def _unchunk(data: bytes) -> bytes:
 
 def status_of(response: bytes) -> int:
     return int(response.split(b" ", 2)[1]) if response.startswith(b"HTTP/") else 0
+
+
+def error_of(response: bytes) -> dict:
+    """The OpenAI error object in a raw answer's (Content-Length framed) JSON body."""
+    return json.loads(response.partition(b"\r\n\r\n")[2])["error"]

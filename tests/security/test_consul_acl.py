@@ -11,8 +11,9 @@ import uuid
 
 import aiohttp
 import pytest
-from gpuroute.testbed.consul_dev import ConsulDev, consul_binary
+from gpuroute.testbed.consul_dev import ConsulDev
 from gpuroute.testbed.loopback import ROUTER_ON_LOOPBACK
+from support import components
 from support.live import (
     AgentProcess,
     FakeEngineProcess,
@@ -40,9 +41,7 @@ def registered(consul: ConsulDev) -> list[str]:
 async def test_each_role_with_its_own_token_and_no_way_in_without_one(
     tmp_path, monkeypatch
 ) -> None:
-    binary = consul_binary()
-    if binary is None:
-        pytest.skip("no Consul binary (make test builds it)")
+    binary = components.consul()
     with ConsulDev(binary, log_path=tmp_path / "consul.log", acl_token=str(uuid.uuid4())) as consul:
         agent_token, router_token = (
             consul.create_token("gpuroute-agent", AGENT_RULES),

@@ -14,8 +14,9 @@ import time
 import aiohttp
 import pytest
 from aiohttp import web
+from support import components
 from support.live import MODEL, router_server, scripted_backend
-from support.redis_server import HOW_TO_GET_REDIS, RedisServer, redis_binary
+from support.redis_server import RedisServer
 from support_security import KEY, keys_section, secure_toml
 
 from gpuroute.prompt import estimate_tokens, prompt_tokens
@@ -125,8 +126,8 @@ async def replay(base: str, seconds: float, workers: int = 8) -> tuple[float, in
 @pytest.mark.asyncio
 @pytest.mark.parametrize("with_redis", [False, True], ids=["local", "redis"])
 async def test_a_token_quota_holds_on_what_engines_report(tmp_path, with_redis: bool) -> None:
-    if with_redis and redis_binary() is None:
-        pytest.skip(HOW_TO_GET_REDIS)
+    if with_redis:
+        components.redis()
     redis = RedisServer(tmp_path) if with_redis else None
     if redis is not None:
         redis.start()

@@ -8,9 +8,10 @@ import time
 
 import aiohttp
 import pytest
+from support import components
 from support.global_tier import global_tier
 from support.live import router_server, scripted_backend
-from support.redis_server import RedisServer, redis_binary
+from support.redis_server import RedisServer
 from support_security import RecordingEngine, chat, secure_toml, send_raw
 from support_tiers import EU_KEY, KEY, two_regions
 
@@ -141,10 +142,10 @@ async def test_a_captured_decision_is_no_bearer_token(tmp_path) -> None:
 
 
 @pytest.mark.asyncio
-@pytest.mark.skipif(redis_binary() is None, reason="redis-server not installed")
 async def test_router_replicas_share_which_decisions_were_used(tmp_path) -> None:
     """Two replicas of one region's router behind Redis: a decision used at one is refused
     at the other."""
+    components.redis()
     redis = RedisServer(tmp_path)
     redis.start()
     engine = RecordingEngine()
@@ -197,11 +198,11 @@ async def test_the_global_tier_never_passes_on_a_client_decision(tmp_path) -> No
 
 
 @pytest.mark.asyncio
-@pytest.mark.skipif(redis_binary() is None, reason="redis-server not installed")
 async def test_a_failover_attempt_carries_a_fresh_decision(tmp_path) -> None:
     """Every attempt gets its own nonce: a region that fails before answering does not
     spend the decision the next region needs (here both regions' routers share one Redis,
     so a reused nonce would be refused)."""
+    components.redis()
     redis = RedisServer(tmp_path)
     redis.start()
     try:

@@ -11,7 +11,13 @@ import re
 import aiohttp
 import pytest
 from aiohttp import web
-from support.live import async_wait_for, router_server, scripted_backend
+from support.live import (
+    STREAM_BROKE,
+    async_wait_for,
+    router_server,
+    scripted_backend,
+    stream_error,
+)
 from support_security import RecordingEngine, chat, secure_toml
 
 pytestmark = pytest.mark.asyncio
@@ -154,5 +160,6 @@ async def test_a_silent_engine_ends_the_stream_after_idle_timeout(tmp_path) -> N
             base = f"http://127.0.0.1:{server.port}/v1/chat/completions"
             async with s.post(base, data=chat(stream=True), headers=JSON) as r:
                 body = await asyncio.wait_for(r.content.read(), 10)
-            assert b"upstream_stream_error" in body and body.endswith(b"data: [DONE]\n\n")
+            error = stream_error(body, b'data: {"choices":[]}\n\n')
+            assert error.pop("message") and error == STREAM_BROKE
         stall.set()

@@ -14,6 +14,7 @@ from support_security import (
     KEY,
     RecordingEngine,
     chat,
+    error_of,
     keys_section,
     raw_exchange,
     secure_toml,
@@ -103,7 +104,18 @@ async def test_malformed_headers_and_methods_get_openai_errors(tmp_path) -> None
         text = secure_toml(url, auth=keys_section())
         async with router_server(text, tmp_path) as server:
             body = chat()
-            for header in (b"Authorization: Bearer \xff\xfe", b"x-session-id: \xff\xfe"):
+            bearer = "expected `Authorization: Bearer <key>`"
+            for header, expected in (
+                (b"Authorization: Bearer \xff\xfe", {
+                    "message": f"Authorization header has bytes that are not printable ASCII; "
+                               f"{bearer}",
+                    "param": None, "code": "invalid_authorization_header",
+                }),
+                (b"x-session-id: \xff\xfe", {
+                    "message": "x-session-id must be printable ASCII",
+                    "param": "x-session-id", "code": None,
+                }),
+            ):  # fmt: skip
                 auth = (
                     b""
                     if header.startswith(b"Authorization")
@@ -116,16 +128,22 @@ async def test_malformed_headers_and_methods_get_openai_errors(tmp_path) -> None
                 )  # fmt: skip
                 answer = await asyncio.to_thread(raw_exchange, server.port, request)
                 assert status_of(answer) == 400, answer[:200]
-                assert b'"error"' in answer
+                assert error_of(answer) == expected | {"type": "invalid_request_error"}, answer
             async with aiohttp.ClientSession() as s:
                 base = f"http://127.0.0.1:{server.port}/v1/chat/completions"
                 auth = {**JSON, "Authorization": f"Bearer {KEY}"}
                 async with s.post(base, data=chat(model="m" * 100_000), headers=auth) as r:
-                    assert r.status == 404
-                    assert len((await r.json())["error"]["message"]) < 200
+                    clipped = "m" * 77 + "..."  # 80 characters (docs/security.md, item 17)
+                    assert (r.status, await r.json()) == (404, {"error": {
+                        "message": f"The model `{clipped}` does not exist.",
+                        "type": "not_found_error", "param": "model", "code": "model_not_found",
+                    }})  # fmt: skip
                 async with s.get(base) as r:
-                    assert r.status == 405
-                    assert (await r.json())["error"]["code"] == "method_not_allowed"
+                    assert (r.status, await r.json()) == (405, {"error": {
+                        "message": "GET is not allowed on /v1/chat/completions; use POST",
+                        "type": "invalid_request_error", "param": None,
+                        "code": "method_not_allowed",
+                    }})  # fmt: skip
 
 
 UNPARSEABLE = [
@@ -153,7 +171,11 @@ async def test_unparseable_requests_get_an_http11_error_naming_no_library(tmp_pa
                         assert answer.startswith(b"HTTP/1.1 400 "), (where, answer[:80])
                         assert b"\r\nserver: gpuroute" in head, (where, head)
                         assert b"aiohttp" not in answer.lower() and b"python" not in answer.lower()
-                        assert b'"code": "bad_request"' in answer, (where, answer)
+                        error = error_of(answer)
+                        assert error.pop("message").startswith("malformed HTTP request: ")
+                        assert error == {
+                            "type": "invalid_request_error", "param": None, "code": "bad_request",
+                        }, (where, answer)  # fmt: skip
 
 
 class CookieSettingEngine(RecordingEngine):

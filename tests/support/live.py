@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import json
 import os
 import signal
 import subprocess
@@ -35,11 +36,17 @@ def wait_for(condition: Callable[[], bool], timeout: float = 10.0, what: str = "
 async def async_wait_for(
     condition: Callable[[], Awaitable[bool]], timeout: float = 10.0, what: str = "condition"
 ) -> None:
-    deadline = time.monotonic() + timeout
-    while not await condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(0.02)
+    """Await `condition` until it holds; fail with `what` after `timeout` seconds, counting
+    the checks themselves (one that hangs is cancelled at the deadline)."""
+    limit = asyncio.timeout(timeout)
+    try:
+        async with limit:
+            while not await condition():
+                await asyncio.sleep(0.02)
+    except TimeoutError:
+        if not limit.expired():
+            raise  # the check's own timeout, not ours
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}") from None
 
 
 def holds(predicate: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
@@ -169,6 +176,19 @@ def chat_body(text: str = "hello", *, stream: bool = False, max_tokens: int | No
     return body
 
 
+def stream_error(body: bytes, relayed: bytes = b"") -> dict:
+    """The OpenAI error a broken stream ends with: `body` is `relayed`, then exactly one
+    `data:` event holding the error, then `data: [DONE]` (asserted)."""
+    assert body.startswith(relayed), body[:200]
+    event, done, end = body.removeprefix(relayed).split(b"\n\n")
+    assert (event[:6], done, end) == (b"data: ", b"data: [DONE]", b""), body[-300:]
+    return json.loads(event.removeprefix(b"data: "))["error"]
+
+
+# how a stream that broke after its first bytes ends (message aside: it says what broke)
+STREAM_BROKE = {"type": "upstream_error", "param": None, "code": "upstream_stream_error"}
+
+
 async def backends_state(session: aiohttp.ClientSession, router_url: str) -> dict[str, dict]:
     async with session.get(router_url + "/admin/backends") as response:
         return {row["id"]: row for row in (await response.json())["backends"]}
@@ -179,15 +199,16 @@ def environ_without_proxies() -> dict[str, str]:
 
 
 @contextlib.asynccontextmanager
-async def running_router(config_text: str, tmp_dir, *, seed: int = 0):
+async def running_router(config_text: str, tmp_dir, *, seed: int = 0, rng=None):
     """An in-process router on a free loopback port; yields (url, RouterApp)."""
-    async with router_server(config_text, tmp_dir, seed=seed) as server:
+    async with router_server(config_text, tmp_dir, seed=seed, rng=rng) as server:
         yield f"http://127.0.0.1:{server.port}", server.servable
 
 
 @contextlib.asynccontextmanager
-async def router_server(config_text: str, tmp_dir, *, seed: int = 0):
-    """An in-process RouterServer, started (its .port, .admin_port and .servable)."""
+async def router_server(config_text: str, tmp_dir, *, seed: int = 0, rng=None):
+    """An in-process RouterServer, started (its .port, .admin_port and .servable); its
+    placement draws from `rng` (a random.Random), else from one seeded with `seed`."""
     import random
 
     from gpuroute.router.config import load_router_config
@@ -196,7 +217,7 @@ async def router_server(config_text: str, tmp_dir, *, seed: int = 0):
 
     path = tmp_dir / "router.toml"
     path.write_text(config_text)
-    server = RouterServer(RouterApp(load_router_config(path), rng=random.Random(seed)))
+    server = RouterServer(RouterApp(load_router_config(path), rng=rng or random.Random(seed)))
     await server.start()
     try:
         yield server

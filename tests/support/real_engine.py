@@ -1,11 +1,12 @@
-"""Helpers for the real-engine tests: the skip when vLLM is absent, the exact prompt length
-of the tiny model's byte tokenizer, and a node agent for a real vLLM."""
+"""Helpers for the real-engine tests: the skip (a failure under `make test`) when vLLM is
+absent, the exact prompt length of the tiny model's byte tokenizer, and a node agent for a
+real vLLM."""
 
 from __future__ import annotations
 
-import pytest
-from gpuroute.testbed.real_vllm import HOW_TO_GET_VLLM, SERVED_NAME, vllm_python
+from gpuroute.testbed.real_vllm import SERVED_NAME
 
+from support import components
 from support.live import agent_toml
 
 SERVED = SERVED_NAME
@@ -13,9 +14,8 @@ SERVED = SERVED_NAME
 TEMPLATE_TOKENS = 3
 
 
-def vllm_or_skip() -> None:
-    if vllm_python() is None:
-        pytest.skip(HOW_TO_GET_VLLM)
+def need_vllm() -> None:
+    components.vllm()
 
 
 def chat_prompt_tokens(text: str) -> int:

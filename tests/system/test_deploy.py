@@ -14,6 +14,7 @@ from pathlib import Path
 
 import hcl2
 import pytest
+from support import components
 
 from gpuroute.config import ConfigError
 from gpuroute.tfvars import fleet_tfvars, render_tfvars
@@ -30,18 +31,20 @@ AWS_MODULES = [
 ALL_MODULES = [*PURE_MODULES, *AWS_MODULES]
 PROTECTED_PORTS = {8300, 8301, 8302, 8500, 8501, 8502, 8503, 8600, 7070, 7071, 9090, 9100}
 WORLD = ("0.0.0.0/0", "::/0")
+# `terraform init` may download providers, and each terraform command may take 300 s
+pytestmark = pytest.mark.timeout(900)
 
 
 @pytest.fixture(scope="module")
 def terraform() -> str:
-    """`make test` provides it (scripts/build-terraform.sh); a missing one is a failure
-    unless this machine cannot build one either."""
+    """`make test` provides it (scripts/build-terraform.sh); a missing one is a failure,
+    unless outside `make test` this machine cannot build one either (a skip)."""
     found = subprocess.run(
         [str(REPO / "scripts" / "build-terraform.sh")], capture_output=True, text=True
     )
     if found.returncode != 0:
         if shutil.which("go") is None:
-            pytest.skip(f"no terraform and no Go to build OpenTofu: {found.stderr.strip()}")
+            components.missing(f"no terraform and no Go to build OpenTofu: {found.stderr.strip()}")
         pytest.fail(f"scripts/build-terraform.sh failed: {found.stderr.strip()}")
     return found.stdout.strip().splitlines()[-1]
 

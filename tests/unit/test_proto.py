@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
 import sys
 
-import pytest
+from support import components
 
 
 def test_generated_code_is_up_to_date(repo, tmp_path) -> None:
-    pytest.importorskip("grpc_tools")
+    if importlib.util.find_spec("grpc_tools") is None:
+        components.missing("grpcio-tools is not installed: pip install -e '.[dev]'")
     (tmp_path / "gpuroute" / "proto").mkdir(parents=True)
     shutil.copy(repo / "gpuroute/proto/load.proto", tmp_path / "gpuroute/proto/load.proto")
     subprocess.run(
