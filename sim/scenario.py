@@ -117,6 +117,9 @@ class RouterSection(StrictModel):
     # the live router's retry.rescue_slowness: an attempt still waiting for its first token
     # moves off a backend this many times slower than the fleet (0: never)
     rescue_slowness: float = Field(default=10.0, ge=0)
+    # time streams' paces as the live watch does; off by default: the engine model's
+    # prefill-heavy steps read busy healthy GPUs as several times slow (docs/simulator.md)
+    stream_paces: bool = False
 
     @field_validator("policies")
     @classmethod

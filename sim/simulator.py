@@ -177,7 +177,13 @@ class RegionalRun:
         )
         # and its watch: expected durations, slowness, rescues (router/core/watching.py)
         watcher = Watcher(self.scheduler, gpu_paces(profiles), scenario.router.rescue_slowness)
-        self.watch = SimWatch(watcher, self.engines, self.backends, self.lifetimes)
+        self.watch = SimWatch(
+            watcher,
+            self.engines,
+            self.backends,
+            self.lifetimes,
+            stream_paces=scenario.router.stream_paces,
+        )
         workload = sim.workload
         self.n = len(workload)
         self.outcomes = RunOutcomes.pending(self.n)

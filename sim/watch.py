@@ -55,9 +55,12 @@ class SimWatch:
         engines: Sequence[EngineModel],
         backends: Sequence[Backend],
         lifetimes: Lifetimes,
+        *,
+        stream_paces: bool = False,
     ) -> None:
         self.watcher, self.engines, self.backends = watcher, engines, backends
         self.lifetimes = lifetimes
+        self.stream_paces = stream_paces  # off: slowness from finished and stalled requests
         self.rescues = 0
 
     def sent(self, life: RequestLifetime, e: int, req: EngineRequest, now: float) -> None:
@@ -84,7 +87,8 @@ class SimWatch:
 
     def tick(self, now: float) -> list[RequestLifetime]:
         """Refresh every backend's slowness; returns the attempts to move now."""
-        self.watcher.refresh(now, self.lifetimes, self._stream_paces(now))
+        paces = self._stream_paces(now) if self.stream_paces else None
+        self.watcher.refresh(now, self.lifetimes, paces)
         if not self.watcher.rescue_slowness:
             return []
         moved = []

@@ -26,14 +26,15 @@ count = 2
 [router]
 policies = ["default"]
 rescue_slowness = {rescue}
+stream_paces = {paces}
 health_tick_s = 0.5
 """
 SLOW = '[[faults]]\nat_s = 5\nkind = "slow"\ngpu = 0\nfactor = 20\n'
 
 
-def replay(tmp_path: Path, rescue: float, faults: str = SLOW):
-    path = tmp_path / f"s-{rescue}.toml"
-    path.write_text(SCENARIO.format(rescue=rescue) + faults)
+def replay(tmp_path: Path, rescue: float, faults: str = SLOW, paces: bool = False):
+    path = tmp_path / f"s-{rescue}-{paces}.toml"
+    path.write_text(SCENARIO.format(rescue=rescue, paces=str(paces).lower()) + faults)
     report, run = FleetSimulator(load_scenario(path)).replay("default")
     return report, run
 
@@ -58,9 +59,10 @@ def test_rescue_is_off_at_zero_and_a_healthy_fleet_moves_nothing(tmp_path) -> No
     assert all(b.slowness == 1.0 for b in healthy.backends)
 
 
-def test_rescues_serve_requests_the_slow_gpu_would_have_held(tmp_path) -> None:
-    """Moving waiting attempts off the slow GPU serves more within the SLO than leaving
-    them in its queue."""
-    with_rescue, _ = replay(tmp_path, rescue=10.0)
-    without, _ = replay(tmp_path, rescue=0.0)
-    assert with_rescue.goodput_rps >= without.goodput_rps
+def test_streams_paces_read_the_slow_gpu_sooner_and_move_more(tmp_path) -> None:
+    """With the live watch's stream paces (`router.stream_paces`), the slowed GPU is read
+    from its streams as well as from what it finished, so more waiting attempts move."""
+    _, paced = replay(tmp_path, rescue=10.0, paces=True)
+    _, finished_only = replay(tmp_path, rescue=10.0)
+    assert paced.watch.rescues > finished_only.watch.rescues > 0
+    assert paced.backends[0].slowness >= paced.watch.watcher.slowness.deadband
