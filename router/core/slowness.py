@@ -87,6 +87,11 @@ class SlownessTracker:
         self._last_finish[backend_id] = now
         return ratio
 
+    def alive(self, backend_id: str, now: float) -> None:
+        """A request ended there that says nothing of its speed: the backend still
+        finishes requests (it is not stalled)."""
+        self._last_finish[backend_id] = now
+
     def observe_pace(self, backend_id: str, now: float, ratios: Sequence[float]) -> None:
         """The observed/expected time of what each of a backend's streams relayed over the
         last window. Their median is robust to a client that reads slowly; a backend's pace

@@ -102,11 +102,17 @@ class Watcher:
         A stream is judged by its decode alone (first token to end against its tokens'
         roofline time): its wait in the engine's prefill queue says how much work the
         backend was given, not how fast it runs, and counting it made the backend that
-        takes the long prompts look slow (the live code-trace bench: an H100 at 2.4)."""
+        takes the long prompts look slow (the live code-trace bench: an H100 at 2.4; the
+        simulator's code scenarios: H100s at 15-22 from streams of 1-3 tokens)."""
         timing, life.timing = life.timing, None
         if timing is None:
             return None
-        if first_token_at is not None and output >= 4:
+        if first_token_at is not None and output < 4:
+            # too few tokens to time a decode, and the rest was its wait in the prefill
+            # queue (load): it says only that the backend still finishes requests
+            self.slowness.alive(timing.backend_id, now)
+            return None
+        if first_token_at is not None:
             expected = self.decode_expected_s(backend, output - 1, batch, now, life)
             return self.slowness.finish(timing, now, expected, since=first_token_at)
         expected = self.expected_s(backend, life.info.prompt_tokens, max(output, 1), batch)

@@ -47,3 +47,15 @@ def test_a_short_answer_is_expected_to_carry_the_stall_booked_after_it() -> None
     assert watch.watcher.decode_expected_s(a100, 4, 1, now=0.0, life=long) == stretched
     latency.finish(short.latency, None, in_flight_left=1)
     assert latency.stall_met(short.latency) == 0.0
+
+
+def test_a_stream_of_under_four_tokens_says_only_that_its_backend_finishes() -> None:
+    """Its duration is its wait in the prefill queue, which is load: it moves no ratio,
+    but its backend is not taken for stalled."""
+    a100 = Backend("a100", "A100", ("m",))
+    watch = watch_over(a100)
+    life = RequestLifetime(RequestInfo(1, "m", 100))
+    life.timing = watch.slowness.start("a100", 0.0, 0.05)
+    assert watch.watcher.succeeded(life, a100, 2, 0, now=3.0, first_token_at=2.99) is None
+    assert life.timing is None and watch.slowness._ratio == {}
+    assert watch.slowness._last_finish == {"a100": 3.0}
