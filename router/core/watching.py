@@ -85,6 +85,12 @@ class Watcher:
             info.model, info.max_tokens, info.prompt_tokens
         )
         expected = self.expected_s(backend, info.prompt_tokens, output, backend.in_flight - 1)
+        pace = self.paces.get(backend.gpu_type)
+        if life.latency is not None and pace is not None:
+            # the wait in the engine's prefill queue the latency model predicted: load, so
+            # a request still queued as predicted is neither slow nor to be rescued
+            own_prefill = info.prompt_tokens * pace.prefill_s_per_token
+            expected += max(life.latency.gpu_ttft_s - own_prefill, 0.0)
         life.timing = self.slowness.start(backend.backend_id, now, expected)
         return expected
 
