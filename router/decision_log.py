@@ -3,8 +3,9 @@
 Every decision, hold, refusal and failed attempt of the last `keep` events is kept in memory
 (`explain(request_id)`: the admin endpoint `/admin/explain/{id}` and `gpuroute explain`), so
 an operator can ask about a request without having turned anything on; a sampled share of
-them is also written as JSON lines on `gpuroute.decisions`. Sampling draws from its own RNG
-(turning it on must not change which backends are picked). A decision holds each stage of
+them (every event of a sampled request) is also written as JSON lines on
+`gpuroute.decisions`. Sampling draws once per request from its own RNG (turning it on must
+not change which backends are picked). A decision holds each stage of
 the pick as it ran before the booking (`PickTrace`): which backends were no candidates and
 why, which the filter dropped and why, each candidate's prediction and score terms, the
 margin the chosen one needed, and the pick's reason."""
@@ -43,14 +44,15 @@ class DecisionLog:
         self.rng = rng or random.Random()
         self.emit, self.wall_clock = emit, wall_clock
         self.recent: collections.deque[Event] = collections.deque(maxlen=keep)
-        self._sampled: object = None  # the request id the next emitted events belong to
 
-    def trace(self) -> PickTrace | None:
-        """A trace for the next pick: always while recent decisions are kept (or sampled)."""
-        return PickTrace() if self.recent.maxlen or self.sample else None
+    def trace(self, sampled: bool = False) -> PickTrace | None:
+        """A trace for the next pick: while recent decisions are kept, or for a sampled
+        request (whose trace is full: every candidate's score, every exclusion)."""
+        return PickTrace(full=sampled) if self.recent.maxlen or sampled else None
 
     def wants_next(self) -> bool:
-        """Is the next request's decision to be written out? (its own RNG)"""
+        """Are the next request's events to be written out? Drawn once per request, from
+        the log's own RNG."""
         return bool(self.sample) and self.rng.random() < self.sample
 
     def decision(self, info: RequestInfo, decision: Decision, attempt: int, *, emit: bool) -> None:
@@ -70,14 +72,15 @@ class DecisionLog:
             event |= stages(decision.trace)
         self._record(info.request_id, event, info, emit)
 
-    def held(self, info: RequestInfo) -> None:
+    def held(self, info: RequestInfo, *, emit: bool) -> None:
         event = {"event": "held", "why": "no backend is predicted to meet its SLO"}
-        self._record(info.request_id, event, info)
+        self._record(info.request_id, event, info, emit)
 
-    def no_backend(self, info: RequestInfo, trace: PickTrace | None) -> None:
+    def no_backend(self, info: RequestInfo, trace: PickTrace | None, *, emit: bool) -> None:
         """No candidate was left for an attempt: each backend serving the model, and why."""
         excluded = dict(trace.excluded) if trace is not None else {}
-        self._record(info.request_id, {"event": "no_candidate", "excluded": excluded}, info)
+        event = {"event": "no_candidate", "excluded": excluded}
+        self._record(info.request_id, event, info, emit)
 
     def refused(
         self,
@@ -86,22 +89,24 @@ class DecisionLog:
         code: str | None,
         why: str,
         info: RequestInfo | None = None,
+        *,
+        emit: bool,
     ) -> None:
         """An answer other than the engine's: a refusal (4xx), no backend (503), all
         attempts failed (502)."""
         event = {"event": "refused", "status": status, "code": code, "why": why}
-        self._record(request_id, event, info, bool(self.sample))
+        self._record(request_id, event, info, emit)
 
-    def failure(self, info: RequestInfo, backend: Backend, kind: str) -> None:
+    def failure(self, info: RequestInfo, backend: Backend, kind: str, *, emit: bool) -> None:
         event = {"event": "attempt_failed", "backend": backend.backend_id, "kind": kind}
-        self._record(info.request_id, event, info, bool(self.sample))  # rare and telling
+        self._record(info.request_id, event, info, emit)
 
     def explain(self, request_id: str) -> list[Event]:
         """What is kept of one request, oldest first ([] when it is not among the recent)."""
         return [e for e in self.recent if str(e["request_id"]) == request_id]
 
     def _record(
-        self, request_id: object, event: Event, info: RequestInfo | None, emit: bool = False
+        self, request_id: object, event: Event, info: RequestInfo | None, emit: bool
     ) -> None:
         head: Event = {"ts": self.wall_clock(), "request_id": request_id, "policy": self.policy}
         if info is not None:
@@ -114,8 +119,7 @@ class DecisionLog:
         event = head | event
         if self.recent.maxlen:
             self.recent.append(event)
-        if emit or (self._sampled is not None and request_id == self._sampled):
-            self._sampled = request_id  # its later events are written too
+        if emit:
             self.emit(json.dumps(event))
 
 

@@ -46,6 +46,7 @@ def _target(args: argparse.Namespace) -> tuple[str, str | None]:
     listen = config.listen if config.admin_on_public_listener else config.admin_listen
     scheme = "https" if listen.tls is not None else "http"
     host = "127.0.0.1" if listen.host in ("0.0.0.0", "::", "") else listen.host
+    host = f"[{host}]" if ":" in host else host  # an IPv6 literal
     url = args.admin_url or f"{scheme}://{host}:{listen.port}"
     return url.rstrip("/"), read_secret(config, "admin_token", "router") or token
 
@@ -59,8 +60,7 @@ def _run(args: argparse.Namespace) -> int:
         with urllib.request.urlopen(request, timeout=10) as answer:
             body = json.load(answer)
     except urllib.error.HTTPError as exc:
-        detail = json.loads(exc.read() or b"{}").get("error", {}).get("message", exc.reason)
-        print(f"gpuroute explain: {exc.code}: {detail}", file=sys.stderr)
+        print(f"gpuroute explain: {exc.code}: {error_message(exc)}", file=sys.stderr)
         return 1
     except (urllib.error.URLError, OSError) as exc:
         print(f"gpuroute explain: cannot reach {url}: {exc}", file=sys.stderr)
@@ -68,6 +68,15 @@ def _run(args: argparse.Namespace) -> int:
     events = body["events"]
     print(json.dumps(events, indent=2) if args.json else describe(events))
     return 0
+
+
+def error_message(exc: urllib.error.HTTPError) -> str:
+    """The OpenAI-format error's message, or the HTTP reason when the body is not one."""
+    try:
+        error = json.loads(exc.read() or b"{}").get("error")
+    except (ValueError, AttributeError):
+        error = None
+    return error.get("message", exc.reason) if isinstance(error, dict) else str(exc.reason)
 
 
 def describe(events: list[dict[str, Any]]) -> str:

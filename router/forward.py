@@ -139,11 +139,15 @@ class Forwarder:
                     await asyncio.sleep(retry.delay_s)  # jittered backoff, not a synchronisation
         exchange.ending = Event.FAIL
         if not tried:
-            self.decisions.refused(info.request_id, 503, "no_backend", last, info)
+            self.decisions.refused(
+                info.request_id, 503, "no_backend", last, info, emit=life.sampled
+            )
             return error_response(503, NO_BACKEND, code="no_backend")
         # the details are for operators (log, decision log), never for clients
         log.warning("request %s: all attempts failed; last: %s", info.request_id, last)
-        self.decisions.refused(info.request_id, 502, "upstream_error", last, info)
+        self.decisions.refused(
+            info.request_id, 502, "upstream_error", last, info, emit=life.sampled
+        )
         return error_response(502, "no backend could answer the request", code="upstream_error")
 
     async def _pick(self, life: RequestLifetime, remembered: str | None) -> Backend | None:
@@ -151,16 +155,18 @@ class Forwarder:
         and refusal written to the decision log."""
         info, attempt = life.info, life.attempts.count
         started = time.perf_counter()
-        trace, emit = self.decisions.trace(), self.decisions.wants_next()
+        emit = life.sampled
+        trace = self.decisions.trace(emit)
         placement = self.loop.route(life, self.clock(), self.rng, remembered, trace)
         self.metrics.decision.observe(time.perf_counter() - started)
         decision = placement.decision
         if decision is None:
-            self.decisions.no_backend(info, trace)
+            self.decisions.no_backend(info, trace, emit=emit)
             return None
         self.decisions.decision(info, decision, attempt, emit=emit)
         if placement.step is Step.HOLD:
-            self.decisions.held(info)
+            if all(shed.item is not life for shed in placement.refused):
+                self.decisions.held(info, emit=emit)
             decision = await self.slo.hold(life, placement.refused)  # or Rejection (429)
             self.decisions.decision(info, decision, attempt, emit=emit)
         backend = decision.backend
@@ -173,7 +179,7 @@ class Forwarder:
         """Room may have freed (a finish, a release, a first token): held requests that
         now fit are booked and woken."""
         if self.slo.holds:
-            traced = self.decisions.trace() is not None
+            traced = self.decisions.trace() is not None  # held requests' second decision
             self.slo.wake(self.loop.offer_room(self.clock(), self.rng, traced))
 
     async def _attempt(
@@ -207,7 +213,7 @@ class Forwarder:
     def _failed(self, exchange: Exchange, backend: Backend, kind: FailureKind) -> None:
         life = exchange.life
         self.metrics.upstream_failures.labels(backend.backend_id, kind.value).inc()
-        self.decisions.failure(life.info, backend, kind.value)
+        self.decisions.failure(life.info, backend, kind.value, emit=life.sampled)
         if kind is FailureKind.STATUS_5XX:
             self.watch.forget(life)
             self._release(life)
@@ -345,7 +351,7 @@ class Forwarder:
     def _broken_stream(self, life: RequestLifetime, backend: Backend, exc: BaseException) -> None:
         """The body broke after the client saw its first bytes (relay_body ended it)."""
         self.metrics.stream_errors.labels(backend.backend_id).inc()
-        self.decisions.failure(life.info, backend, FailureKind.STREAM.value)
+        self.decisions.failure(life.info, backend, FailureKind.STREAM.value, emit=life.sampled)
         # a connection that died mid-stream means the engine died; a timeout may not
         self.settle(life, backend, ok=False, fatal=not isinstance(exc, asyncio.TimeoutError))
         log.warning("stream from %s broke after first byte: %r", backend.backend_id, exc)

@@ -95,14 +95,15 @@ class Front:
         Rejection (written to the decision log under the request's id). Once admitted,
         `end()` must follow however the request ends. `arrival` starts its TTFT clock."""
         request_id = request[REQUEST_ID] = new_request_id()
+        sampled = self.decisions.wants_next()  # one draw per request
         parsed: list[ParsedRequest] = []
         try:
-            return await self._admit(request, route, arrival, request_id, parsed)
+            return await self._admit(request, route, arrival, request_id, parsed, sampled)
         except Rejection as rejection:
             if rejection.code != "no_backend":  # written with its reasons where it is raised
                 info = parsed[0].info if parsed else None
-                status, code = rejection.status, rejection.code
-                self.decisions.refused(request_id, status, code, rejection.message, info)
+                status, code, why = rejection.status, rejection.code, rejection.message
+                self.decisions.refused(request_id, status, code, why, info, emit=sampled)
             raise
 
     def _why_none(self, info: RequestInfo) -> str:
@@ -121,6 +122,7 @@ class Front:
         arrival: float,
         request_id: str,
         parsed_out: list[ParsedRequest],
+        sampled: bool,
     ) -> Admitted:
         headers = interpreted(request.headers.items())  # the only reading of them
         if self.residency.checks:
@@ -136,23 +138,25 @@ class Front:
             message = f"The model `{clip(info.model)}` does not exist."
             raise Rejection(404, message, param="model", code="model_not_found")
         if not self.backends.routable(info.model):
-            self.decisions.refused(request_id, 503, "no_backend", self._why_none(info), info)
+            why = self._why_none(info)
+            self.decisions.refused(request_id, 503, "no_backend", why, info, emit=sampled)
             raise Rejection(503, NO_BACKEND, code="no_backend")
         tokens = self.token_charge(key, parsed)
         explicit = PRIORITY_HEADER in headers
         life = await self._let_in(key, info, tokens, parsed.deadline_s, explicit)
+        life.sampled = sampled
         return Admitted(parsed, raw, headers, key, tokens, life)
 
     async def admit_other(self, request: web.Request) -> Admitted:
         """An allow-listed passthrough request: key, body, quota and queue as above (its
         tokens estimated from the body's size, since its shape is not ours to parse)."""
+        request_id = request[REQUEST_ID] = new_request_id()
         headers = interpreted(request.headers.items())
         if self.residency.checks:
             await self.residency.check(headers)
         key = self.tenants.identify(headers)
         raw = await read_body(request, self.config.limits)
         priority = self.config.admission.default_priority
-        request_id = request[REQUEST_ID] = new_request_id()
         info = RequestInfo(request_id, "", max(1, len(raw) // 4), priority=priority)
         tokens = info.prompt_tokens
         life = await self._let_in(key, info, tokens, None, False)

@@ -96,7 +96,7 @@ class Proxy:
             ending = Event.REFUSE
             status, code = rejection.status, rejection.code
             self.forwarder.decisions.refused(
-                life.request_id, status, code, rejection.message, life.info
+                life.request_id, status, code, rejection.message, life.info, emit=life.sampled
             )
             return rejection.response()
         except Exception:

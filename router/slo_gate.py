@@ -82,15 +82,18 @@ class SloGate:
         one, which may be this one). It is parked on `life.waiter`."""
         info = life.info
         assert info.slo is not None
-        self.metrics.slo_held.labels(info.slo.name).inc()
         held = life.waiter = _Held(asyncio.Event())
         self.refuse_all(refused)
+        if held.refused is None:  # not refused as the queue took it
+            self.metrics.slo_held.labels(info.slo.name).inc()
         deadline = self.queue.deadline(life)
         try:
             while deadline is not None and held.refused is None and held.decision is None:
                 try:
                     await asyncio.wait_for(held.event.wait(), max(deadline - self.clock(), 0.0))
                 except TimeoutError:
+                    if held.decision is not None:  # booked as its budget ran out
+                        break
                     self.queue.remove(life)
                     self._refuse(Shed(life, "deadline", self.queue.retry_after(), info.slo.name))
                     break

@@ -238,15 +238,14 @@ class RegionalRun:
             for req in finished:
                 self.complete(req, kind, now)
             self.reschedule(kind)
-            if len(self.held):
-                self.retry_held(now)
+            self.offer_room(now)
         elif kind == TICK:
             self.scheduler.tick(now)
             for life in self.watch.tick(now):
                 self.rescue(life, now)
             for refusal in self.loop.expire(now):
                 self.end(refusal.item, REJECTED)
-            if arrivals_left or len(self.scheduler.ledger):
+            if arrivals_left or len(self.lifetimes):  # held and backing-off ones too
                 self.heap.push(now + self.scenario.router.health_tick_s, TICK)
         elif kind == FAULT:
             self.apply_fault(self.faults[payload], now)
@@ -270,6 +269,11 @@ class RegionalRun:
                 return
             if self.send(life, placement.decision, now):
                 return
+
+    def offer_room(self, now: float) -> None:
+        """A booking was released (as the live router offers room on every release)."""
+        if len(self.held):
+            self.retry_held(now)
 
     def retry_held(self, now: float) -> None:
         """Room may have freed up: offer it to held requests, most important first."""
@@ -350,6 +354,7 @@ class RegionalRun:
         else:
             for req in engine.crash(now):
                 self.crashed(req, now)
+            self.offer_room(now)
         self.reschedule(fault.gpu)
 
     def crashed(self, req: EngineRequest, now: float) -> None:
@@ -380,3 +385,4 @@ class RegionalRun:
         life.attempts.end(self.budget)
         if self.may_retry(life, FailureKind.RESCUED, now):
             self.dispatch(life, now)
+        self.offer_room(now)

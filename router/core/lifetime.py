@@ -85,6 +85,7 @@ class RequestLifetime:
         "latency",
         "needed",
         "phase",
+        "sampled",
         "shell",
         "tenant",
         "timing",
@@ -106,6 +107,7 @@ class RequestLifetime:
         self.admitted = False  # holds an admission slot
         self.waiter: object = None  # what the I/O side parks it on while queued or held
         self.shell: object = None  # what the I/O side keeps of its attempt (task, stream)
+        self.sampled = False  # its decision-log events are written out, not only kept
 
     @property
     def request_id(self) -> int | str:
@@ -178,7 +180,9 @@ class Lifetimes:
         second of two endings, e.g. an error after a disconnect)."""
         if life.ended:
             return NOTHING
-        life.move(event)
+        # an ending its phase does not take still ends it (as a failure): a close that
+        # raised would leave every booking behind
+        life.move(event if event in TRANSITIONS[life.phase] else Event.FAIL)
         freed = self.scheduler is not None and self.scheduler.release(life)
         life.timing = life.shell = life.waiter = None
         if self._live.pop(life.request_id, None) is not None:

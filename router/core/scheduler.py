@@ -112,7 +112,7 @@ class Scheduler:
         if not candidates:
             return None
         ctx = self.context(request, now, rng, prefer, trace)
-        if trace is not None and not self.policy.traces_scores:
+        if trace is not None and trace.full and not self.policy.traces_scores:
             # scored before the pick: a policy may learn from its pick (prefix_affinity)
             for b in candidates:
                 trace.row(b)["score"] = self.policy.score(ctx, b)
@@ -165,13 +165,20 @@ class Scheduler:
             ]
         if trace is not None:
             trace.candidates = len(candidates)
-            trace.excluded = self._excluded(request.model, exclude)
+            everyone = trace.full or not candidates
+            trace.excluded = self._excluded(request.model, exclude, everyone)
         return candidates
 
-    def _excluded(self, model: str, tried: Collection[str]) -> dict[str, str]:
-        """Why each backend serving `model` is no candidate (for the trace)."""
+    def _excluded(self, model: str, tried: Collection[str], everyone: bool) -> dict[str, str]:
+        """Why each backend serving `model` is no candidate (for the trace): of the whole
+        fleet when `everyone`, else of those tried and those half-open (cheap)."""
         why: dict[str, str] = {}
-        for b in self.backends:
+        if everyone:
+            backends: Collection[Backend] = self.backends
+        else:
+            ids = set(tried) | set(self.health.half_open)
+            backends = [self.backends.get(i) for i in sorted(ids) if i in self.backends]
+        for b in backends:
             if model not in b.models:
                 continue
             if b.backend_id in tried:

@@ -31,7 +31,7 @@ def replay(policy: str, sample: float, seed: int = 7) -> tuple[list[str], list[d
         info = RequestInfo(i, "m", 50 + (i * 37) % 900, 20, prefix_blocks=(i % 5, i % 7))
         request = life(info)
         emit = log.wants_next()
-        decision = sched.route(request, i * 0.01, rng, trace=PickTrace() if emit else None)
+        decision = sched.route(request, i * 0.01, rng, trace=log.trace(emit) if emit else None)
         assert decision is not None
         log.decision(info, decision, 0, emit=emit)
         picks.append(decision.backend.backend_id)
@@ -96,9 +96,9 @@ def test_event_fields_and_failures() -> None:
     log = DecisionLog(1.0, "p2c", emit=lines.append, wall_clock=lambda: 12.5)
     sched = scheduler("p2c")
     info = RequestInfo("r9", "m", 64, 8)
-    decision = sched.route(life(info), 0.0, random.Random(1), trace=PickTrace())
+    decision = sched.route(life(info), 0.0, random.Random(1), trace=log.trace(sampled=True))
     log.decision(info, decision, 1, emit=True)
-    log.failure(info, decision.backend, "refused")
+    log.failure(info, decision.backend, "refused", emit=True)
     event, failure = (json.loads(line) for line in lines)
     assert event["request_id"] == "r9" and event["attempt"] == 1 and event["ts"] == 12.5
     assert event["reason"] == "policy" and event["policy"] == "p2c"
@@ -120,7 +120,7 @@ def test_an_unsampled_decision_is_kept_but_not_written() -> None:
         info = RequestInfo(rid, "m", 64, 8)
         decision = sched.route(life(info), 0.0, random.Random(1), trace=log.trace())
         log.decision(info, decision, 0, emit=log.wants_next())
-        log.failure(info, decision.backend, "5xx") if rid == "r4" else None
+        log.failure(info, decision.backend, "5xx", emit=False) if rid == "r4" else None
     assert lines == []
     assert log.explain("r1") == [] and log.explain("r2") == []  # only the last 3 events kept
     (r3,) = log.explain("r3")
@@ -130,6 +130,18 @@ def test_an_unsampled_decision_is_kept_but_not_written() -> None:
 
 def test_nothing_is_traced_when_nothing_is_kept_or_sampled() -> None:
     assert DecisionLog(0.0, "p2c", keep=0).trace() is None
-    assert DecisionLog(0.5, "p2c", keep=0).trace() is not None
+    assert DecisionLog(0.5, "p2c", keep=0).trace() is None  # this request was not sampled
+    assert DecisionLog(0.5, "p2c", keep=0).trace(sampled=True).full  # this one was
     decision = scheduler("p2c").route(life(RequestInfo("r", "m", 64, 8)), 0.0, random.Random(1))
     assert decision is not None and decision.trace is None
+
+
+def test_an_unsampled_trace_scores_no_candidate_for_a_policy_that_does_not_itself() -> None:
+    """Kept for `gpuroute explain` but not sampled, a pick costs no per-candidate work:
+    p2c's trace has no rows and names only the backends tried before."""
+    sched = scheduler("p2c")
+    request = life(RequestInfo("r", "m", 64, 8), tried=["b0"])
+    trace = PickTrace()
+    assert sched.route(request, 0.0, random.Random(1), trace=trace) is not None
+    assert trace.rows == {} and trace.candidates == 3
+    assert trace.excluded == {"b0": "tried by an earlier attempt"}

@@ -51,9 +51,12 @@ class PickTrace:
     """Each stage of one pick, written down as it ran (only when asked for: the decision
     log, `gpuroute explain`). One row per backend a stage looked at, keyed by its id."""
 
-    __slots__ = ("candidates", "excluded", "margin", "rows", "sampled")
+    __slots__ = ("candidates", "excluded", "full", "margin", "rows", "sampled")
 
-    def __init__(self) -> None:
+    def __init__(self, *, full: bool = False) -> None:
+        # full: every exclusion and, for policies that do not trace their own scores,
+        # every candidate's score (O(fleet) per pick: for sampled requests only)
+        self.full = full
         self.candidates = 0  # the scheduler's candidates (routable, not tried, ...)
         self.excluded: dict[str, str] = {}  # backend → why it was no candidate
         self.sampled: int | None = None  # how many a large pool's sampler kept
