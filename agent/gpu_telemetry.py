@@ -7,10 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import aiohttp
+
+from gpuroute.gpus import UnknownGpuName, gpu_type_of_device
 
 log = logging.getLogger("gpuroute.agent.gpu")
 
@@ -103,7 +106,9 @@ class NvmlSource:
 
     name = "nvml"
 
-    def __init__(self) -> None:
+    def __init__(self, declared: str | None = None) -> None:
+        self.declared = declared  # the engine's `gpu` in the agent's config
+        self._checked = False
         try:
             import pynvml
         except ImportError as exc:  # pragma: no cover - nvidia-ml-py is a dependency
@@ -130,6 +135,10 @@ class NvmlSource:
                 gpus.append(self._sample(index))
             except self.nvml.NVMLError as exc:  # e.g. GPU fallen off the bus
                 errors.append(f"gpu {index}: {exc}")
+        if gpus and not self._checked:
+            self._checked = True
+            for problem in declared_type_problems(gpus, self.declared):
+                log.warning("GPU type: %s", problem)
         error = "; ".join(errors) or None
         if error and error not in self._warned:
             self._warned.add(error)
@@ -251,14 +260,32 @@ def _sample_from_json(g: dict[str, Any]) -> GpuSample:
     )
 
 
-def open_gpu_source(kind: str, simulated_url: str) -> GpuSource:
+def declared_type_problems(gpus: Sequence[GpuSample], declared: str | None) -> list[str]:
+    """Where the GPUs NVML names are not the type the config declares (the declared one is
+    used: the operator may know better, e.g. a variant named like its family)."""
+    problems = []
+    for gpu in gpus:
+        try:
+            seen = gpu_type_of_device(gpu.name)
+        except UnknownGpuName as exc:
+            problems.append(f"gpu {gpu.index}: {exc}")
+            continue
+        if declared is not None and seen != declared:
+            problems.append(
+                f"gpu {gpu.index} is {gpu.name!r} ({seen}) but engine.gpu says {declared}; "
+                f"the router prices it as {declared}"
+            )
+    return problems
+
+
+def open_gpu_source(kind: str, simulated_url: str, declared: str | None = None) -> GpuSource:
     """`auto` takes NVML when it works and the simulated GPU otherwise; `nvml` logs an error
     and carries on without GPU data when NVML cannot run."""
     if kind == "none":  # an engine on CPUs, or GPU telemetry collected elsewhere
         return NoGpuSource(None)
     if kind in ("auto", "nvml"):
         try:
-            source = NvmlSource()
+            source = NvmlSource(declared)
             log.info("GPU telemetry: NVML, %d GPU(s)", source.count)
             return source
         except GpuUnavailable as exc:

@@ -45,7 +45,8 @@ class Agent:
         self.health = HostHealth(
             HealthSettings(warning_hold_s=t.warning_hold_s, hot_temperature_c=t.hot_temperature_c)
         )
-        self.gpu = gpu_source or open_gpu_source(t.source, config.engine.url + t.simulated_path)
+        simulated = config.engine.url + t.simulated_path
+        self.gpu = gpu_source or open_gpu_source(t.source, simulated, config.engine.gpu)
         # secrets and certificates are read here, so a bad one fails start-up with its key
         self.stream_credentials = server_credentials(config.load_stream.tls, "load_stream.tls")
         self.consul_token = read_secret(config.consul, "token", "consul")

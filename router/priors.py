@@ -17,12 +17,15 @@ from gpuroute.roofline import EngineParams
 
 REFERENCE_PROMPT = 1000
 REFERENCE_OUTPUT = 250
+REFERENCE_GPU = "H100"  # capacities are relative to it
 
 
 @dataclass(frozen=True, slots=True)
 class GpuPriors:
     cost: GpuCostPrior
-    capacity: float  # reference requests/s relative to the fastest GPU type (1.0)
+    # reference requests/s relative to an H100 (1.0; what `backends[].capacity` is in); a
+    # newer, faster type is above 1
+    capacity: float
     unloaded_tpot_s: float  # one sequence alone: the floor of time per output token
     latency: LatencyPrior  # what the latency model predicts TTFT and TPOT from
 
@@ -43,8 +46,8 @@ def engine_priors(model_shape: str) -> dict[str, GpuPriors]:
         name: prior.seconds(REFERENCE_PROMPT, REFERENCE_OUTPUT)
         for name, (prior, _, _) in raw.items()
     }
-    fastest = min(per_request.values())
+    reference = per_request.get(REFERENCE_GPU) or min(per_request.values())
     return {
-        name: GpuPriors(prior, fastest / per_request[name], tpot, latency)
+        name: GpuPriors(prior, reference / per_request[name], tpot, latency)
         for name, (prior, tpot, latency) in raw.items()
     }

@@ -63,7 +63,7 @@ def test_killed_engine_loses_no_unstreamed_request_and_gets_no_new_one(tmp_path)
 
 def test_cli_inputs_are_checked() -> None:
     assert parse_engines("H100:2,L4:1") == ["H100", "H100", "L4"]
-    for bad in ("B200:1", "H100", "H100:0", ""):
+    for bad in ("Z900:1", "H100", "H100:0", ""):
         with pytest.raises(BenchError, match="--engines"):
             parse_engines(bad)
     assert parse_fault("slow", "2@30:20") == Fault("slow", 2, 30.0, 20.0)

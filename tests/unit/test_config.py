@@ -35,9 +35,9 @@ location = { lat = 38.9, lon = -77.0 }
     ("text", "key", "fragment"),
     [
         (
-            GOOD_REGION + '[[regions.gpu_pools]]\ngpu = "B200"\ncount = 1\nmodels = ["m"]\n',
+            GOOD_REGION + '[[regions.gpu_pools]]\ngpu = "Z900"\ncount = 1\nmodels = ["m"]\n',
             "regions[0].gpu_pools[0].gpu",
-            "unknown GPU type 'B200'",
+            "unknown GPU type 'Z900'",
         ),
         (GOOD_REGION.replace('jurisdiction = "us"\n', ""), "regions[0].jurisdiction", "required"),
         (GOOD_REGION.replace("lat = 38.9", "lat = 138.9"), "regions[0].location.lat", "90"),

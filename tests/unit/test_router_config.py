@@ -31,7 +31,7 @@ def test_example_config_matches_the_defaults_and_builds_a_router() -> None:
     ("text", "key", "message"),
     [
         ('policy = "fastest"\n' + BACKEND, "policy", "unknown policy 'fastest'"),
-        (BACKEND.replace("H100", "B200"), "backends[0].gpu", "unknown GPU type 'B200'"),
+        (BACKEND.replace("H100", "Z900"), "backends[0].gpu", "unknown GPU type 'Z900'"),
         (BACKEND.replace("http://127.0.0.1:9", "127.0.0.1:9"), "backends[0].url", "http(s)://"),
         (BACKEND + BACKEND, "backends", "duplicate backend id '127.0.0.1:9'"),
         ("[retry]\nbudget_ratio = 2\n" + BACKEND, "retry.budget_ratio", "must be <= 1"),

@@ -51,6 +51,17 @@ DEFAULT_GPU_PRICES: dict[str, float] = {
     "V100": 1.5,
     "L4": 0.7,
     "T4": 0.35,
+    "H200": 5.0,
+    "H20": 2.0,
+    "B200": 7.0,
+    "GB200": 8.0,
+    "L40S": 1.6,
+    "L40": 1.2,
+    "RTX6000Ada": 1.2,
+    "A10": 0.9,
+    "A10G": 1.0,
+    "MI300X": 4.0,
+    "MI325X": 5.0,
 }
 
 # a hit loosens the margin only when the request needed at least this share of it
