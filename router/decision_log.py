@@ -45,10 +45,15 @@ class DecisionLog:
         self.emit, self.wall_clock = emit, wall_clock
         self.recent: collections.deque[Event] = collections.deque(maxlen=keep)
 
+    @property
+    def keeps(self) -> bool:
+        """Recent events are kept for `explain` (decision_log_keep > 0)."""
+        return bool(self.recent.maxlen)
+
     def trace(self, sampled: bool = False) -> PickTrace | None:
         """A trace for the next pick: while recent decisions are kept, or for a sampled
         request (whose trace is full: every candidate's score, every exclusion)."""
-        return PickTrace(full=sampled) if self.recent.maxlen or sampled else None
+        return PickTrace(full=sampled) if self.keeps or sampled else None
 
     def wants_next(self) -> bool:
         """Are the next request's events to be written out? Drawn once per request, from
@@ -117,7 +122,7 @@ class DecisionLog:
                 "slo_class": slo,
             }
         event = head | event
-        if self.recent.maxlen:
+        if self.keeps:
             self.recent.append(event)
         if emit:
             self.emit(json.dumps(event))

@@ -178,9 +178,9 @@ class Forwarder:
     def offer_room(self) -> None:
         """Room may have freed (a finish, a release, a first token): held requests that
         now fit are booked and woken."""
-        if self.slo.holds:
-            traced = self.decisions.trace() is not None  # held requests' second decision
-            self.slo.wake(self.loop.offer_room(self.clock(), self.rng, traced))
+        if len(self.slo.queue):  # on every finish and first token: nothing to do mostly
+            placed = self.loop.offer_room(self.clock(), self.rng, self.decisions.keeps)
+            self.slo.wake(placed)
 
     async def _attempt(
         self, exchange: Exchange, backend: Backend, attempts: Attempts
@@ -189,13 +189,12 @@ class Forwarder:
         UpstreamFailed only while nothing has reached the client."""
         life = exchange.life
         expected = self.watch.started(life, backend)
-        batch_at_start = backend.in_flight - 1  # the ledger already counts this request
         exchange.dispatched = self.clock()
         attempts.start(self.budget)
         upstream = None
         try:
             upstream, first = await self._first_bytes(exchange, backend, expected)
-            return await self._relay(exchange, backend, upstream, first, batch_at_start)
+            return await self._relay(exchange, backend, upstream, first)
         except UpstreamFailed as failure:
             self._failed(exchange, backend, failure.kind)
             raise
@@ -287,7 +286,6 @@ class Forwarder:
         backend: Backend,
         upstream: UpstreamResponse,
         first: bytes,
-        batch_at_start: int,
     ) -> web.StreamResponse:
         life = exchange.life
         headers = forward_headers(upstream.headers.items(), RESPONSE_DROP)
@@ -335,7 +333,7 @@ class Forwarder:
         self._judge_suspects(exchange)
         output = relayed.tally.output_tokens(relayed.streamed)
         decode_from = exchange.first_at if relayed.streamed else None
-        ratio = self.watch.succeeded(life, backend, output, batch_at_start, decode_from)
+        ratio = self.watch.succeeded(life, output, decode_from)
         judged = self.slo.judge(exchange, self.clock(), output)
         # 4xx is the client's problem, not the backend's: counted healthy.
         self.settle(life, backend, ok=True, output_tokens=output, latency_ratio=ratio, slo=judged)

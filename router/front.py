@@ -96,66 +96,52 @@ class Front:
         `end()` must follow however the request ends. `arrival` starts its TTFT clock."""
         request_id = request[REQUEST_ID] = new_request_id()
         sampled = self.decisions.wants_next()  # one draw per request
-        parsed: list[ParsedRequest] = []
+        info: RequestInfo | None = None
         try:
-            return await self._admit(request, route, arrival, request_id, parsed, sampled)
+            headers, key, raw = await self._read(request)
+            parsed = self._parse(headers, route, raw, request_id)
+            info = parsed.info
+            info.slo = self.slo.resolve(key, headers)
+            info.arrived_at = arrival
+            self._check_model(info.model)
+            tokens = self.token_charge(key, parsed)
+            explicit = PRIORITY_HEADER in headers
+            life = await self._let_in(key, info, tokens, parsed.deadline_s, explicit)
         except Rejection as rejection:
-            if rejection.code != "no_backend":  # written with its reasons where it is raised
-                info = parsed[0].info if parsed else None
-                status, code, why = rejection.status, rejection.code, rejection.message
-                self.decisions.refused(request_id, status, code, why, info, emit=sampled)
+            status, code, why = rejection.status, rejection.code, rejection.message
+            if code == "no_backend" and info is not None:
+                why = self._why_none(info.model)  # for operators, not for the client
+            self.decisions.refused(request_id, status, code, why, info, emit=sampled)
             raise
+        life.sampled = sampled
+        return Admitted(parsed, raw, headers, key, tokens, life)
 
-    def _why_none(self, info: RequestInfo) -> str:
-        """Each backend serving the model and the state that keeps it from routing."""
-        states = (
-            f"{b.backend_id}: {b.state.value} ({b.reason})"
-            for b in self.backends
-            if info.model in b.models
-        )
-        return "no backend is routable: " + "; ".join(states)
-
-    async def _admit(
-        self,
-        request: web.Request,
-        route: str,
-        arrival: float,
-        request_id: str,
-        parsed_out: list[ParsedRequest],
-        sampled: bool,
-    ) -> Admitted:
-        headers = interpreted(request.headers.items())  # the only reading of them
+    async def _read(self, request: web.Request) -> tuple[Mapping[str, str], KeyPolicy, bytes]:
+        """The headers (their one reading), the residency decision checked, the caller's key
+        and the body within its limits; or a Rejection."""
+        headers = interpreted(request.headers.items())
         if self.residency.checks:
             await self.residency.check(headers)
         key = self.tenants.identify(headers)
-        raw = await read_body(request, self.config.limits)
-        parsed = self._parse(headers, route, raw, request_id)
-        parsed_out.append(parsed)
-        info = parsed.info
-        info.slo = self.slo.resolve(key, headers)
-        info.arrived_at = arrival
-        if not self.backends.serves(info.model):
-            message = f"The model `{clip(info.model)}` does not exist."
+        return headers, key, await read_body(request, self.config.limits)
+
+    def _check_model(self, model: str) -> None:
+        if not self.backends.serves(model):
+            message = f"The model `{clip(model)}` does not exist."
             raise Rejection(404, message, param="model", code="model_not_found")
-        if not self.backends.routable(info.model):
-            why = self._why_none(info)
-            self.decisions.refused(request_id, 503, "no_backend", why, info, emit=sampled)
+        if not self.backends.routable(model):
             raise Rejection(503, NO_BACKEND, code="no_backend")
-        tokens = self.token_charge(key, parsed)
-        explicit = PRIORITY_HEADER in headers
-        life = await self._let_in(key, info, tokens, parsed.deadline_s, explicit)
-        life.sampled = sampled
-        return Admitted(parsed, raw, headers, key, tokens, life)
+
+    def _why_none(self, model: str) -> str:
+        """Each backend serving the model and the state that keeps it from routing."""
+        states = (f"{b.backend_id}: {b.condition}" for b in self.backends if model in b.models)
+        return "no backend is routable: " + "; ".join(states)
 
     async def admit_other(self, request: web.Request) -> Admitted:
         """An allow-listed passthrough request: key, body, quota and queue as above (its
         tokens estimated from the body's size, since its shape is not ours to parse)."""
         request_id = request[REQUEST_ID] = new_request_id()
-        headers = interpreted(request.headers.items())
-        if self.residency.checks:
-            await self.residency.check(headers)
-        key = self.tenants.identify(headers)
-        raw = await read_body(request, self.config.limits)
+        headers, key, raw = await self._read(request)
         priority = self.config.admission.default_priority
         info = RequestInfo(request_id, "", max(1, len(raw) // 4), priority=priority)
         tokens = info.prompt_tokens

@@ -8,7 +8,7 @@ may cancel."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from gpuroute.router.core.backend import Backend
@@ -57,7 +57,6 @@ class BackendWatch:
         self.clock = clock
         paces = {gpu: gpu_pace(p) for gpu, p in priors.items()}
         self.watcher = Watcher(scheduler, paces, rescue_slowness)  # the sans-IO half
-        self.slowness = self.watcher.slowness
         # Set by the membership shell: True for a backend Consul calls critical or gone
         # whose agent has gone silent too, i.e. a host that crashed or is cut off.
         self.lost: Callable[[str], bool] = lambda _backend_id: False
@@ -70,16 +69,14 @@ class BackendWatch:
         return expected
 
     def succeeded(
-        self,
-        life: RequestLifetime,
-        backend: Backend,
-        output: int,
-        batch: int,
-        first_token_at: float | None = None,
+        self, life: RequestLifetime, output: int, first_token_at: float | None = None
     ) -> float | None:
         """The attempt finished well; returns observed/expected for outlier detection."""
-        life.shell = None
-        return self.watcher.succeeded(life, backend, output, batch, self.clock(), first_token_at)
+        watch, life.shell = watched(life), None
+        if watch is None:
+            life.timing = None
+            return None
+        return self.watcher.succeeded(life, watch.backend, output, self.clock(), first_token_at)
 
     def forget(self, life: RequestLifetime) -> None:
         """The attempt ended with nothing to learn (a failure, a disconnect)."""
@@ -97,29 +94,17 @@ class BackendWatch:
         if watch is not None:
             watch.tally = tally
 
-    def _stream_paces(self, now: float) -> dict[str, list[float]] | None:
-        """Once a window has passed (None before): each stream's observed/expected time for
-        the text it relayed in it, per backend, for the streams that ran the whole window.
-        The expectation is `decode_expected_s`'s on average (batch, prefill interference):
-        load, not a slow GPU. A stream that relayed nothing counts as half a token, so a hung
-        engine reads as very slow at once."""
-        elapsed = self.watcher.pace_window(now)
-        if elapsed is None:
-            return None
-        paces: dict[str, list[float]] = {}
+    def _stream_counts(self) -> Iterator[tuple[Backend, float | None, float]]:
+        """Each stream's backend and its relayed text in tokens at the last window's start
+        (None: it began since, or its events were not sized yet) and now."""
         for life in self.lifetimes:
             stream = watched(life)
             if stream is None or stream.tally is None:
                 continue
-            content = stream.content
-            stream.content = stream.tally.content if stream.tally.skeleton is not None else None
-            backend = stream.backend
-            if content is None or not self.watcher.long_enough(backend, elapsed):
-                continue
-            tokens = (stream.tally.content - content) / BYTES_PER_TOKEN
-            pace = self.watcher.stream_pace(backend, tokens, elapsed, now)
-            paces.setdefault(backend.backend_id, []).append(pace)
-        return paces
+            before, tally = stream.content, stream.tally
+            stream.content = tally.content if tally.skeleton is not None else None
+            start = None if before is None else before / BYTES_PER_TOKEN
+            yield stream.backend, start, tally.content / BYTES_PER_TOKEN
 
     # -- attempts waiting for their first byte ---------------------------------------------
     def waiting(self, life: RequestLifetime) -> None:
@@ -145,7 +130,8 @@ class BackendWatch:
     def refresh(self) -> None:
         """Recompute how much slower than expected each backend runs."""
         now = self.clock()
-        self.watcher.refresh(now, self.lifetimes, self._stream_paces(now))
+        paces = self.watcher.window_paces(now, self._stream_counts())
+        self.watcher.refresh(now, self.lifetimes, paces)
 
     def rescue(self) -> int:
         """Cancel the waiting attempts the core's `should_rescue` moves. Nothing reached their

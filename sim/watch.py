@@ -6,7 +6,7 @@ it says how many tokens each stream has produced."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from gpuroute.router.core.backend import Backend
@@ -26,7 +26,6 @@ class SimAttempt:
     engine: int
     req: EngineRequest
     expected_s: float
-    batch: int  # the backend's other requests when it was sent
     sent_at: float
     tokens: int | None = None  # what the stream had produced at the last window's start
 
@@ -66,7 +65,7 @@ class SimWatch:
     def sent(self, life: RequestLifetime, e: int, req: EngineRequest, now: float) -> None:
         backend = self.backends[e]
         expected = self.watcher.start(life, backend, now)
-        life.shell = SimAttempt(e, req, expected, backend.in_flight - 1, now)
+        life.shell = SimAttempt(e, req, expected, now)
 
     def succeeded(self, life: RequestLifetime, req: EngineRequest, now: float) -> float | None:
         attempt = attempt_of(life)
@@ -75,7 +74,7 @@ class SimWatch:
             return None
         backend = self.backends[attempt.engine]
         output, first = req.output_tokens, req.first_token_at
-        return self.watcher.succeeded(life, backend, output, attempt.batch, now, first)
+        return self.watcher.succeeded(life, backend, output, now, first)
 
     def ended(self, life: RequestLifetime) -> None:
         """The attempt failed: nothing to learn from it."""
@@ -87,7 +86,9 @@ class SimWatch:
 
     def tick(self, now: float) -> list[RequestLifetime]:
         """Refresh every backend's slowness; returns the attempts to move now."""
-        paces = self._stream_paces(now) if self.stream_paces else None
+        paces = (
+            self.watcher.window_paces(now, self._stream_counts(now)) if self.stream_paces else None
+        )
         self.watcher.refresh(now, self.lifetimes, paces)
         if not self.watcher.rescue_slowness:
             return []
@@ -103,22 +104,13 @@ class SimWatch:
         self.rescues += len(moved)
         return moved
 
-    def _stream_paces(self, now: float) -> dict[str, list[float]] | None:
-        """Once a window has passed: each stream's pace over it, per backend (the streams
-        that ran the whole window), as the live watch times relayed text."""
-        elapsed = self.watcher.pace_window(now)
-        if elapsed is None:
-            return None
-        paces: dict[str, list[float]] = {}
+    def _stream_counts(self, now: float) -> Iterator[tuple[Backend, float | None, float]]:
+        """Each stream's backend and its tokens at the last window's start and now (the
+        engine model counts them where the live watch counts relayed text)."""
         for life in self.lifetimes:
             attempt = attempt_of(life)
             if attempt is None or attempt.req.first_token_at < 0:
                 continue
             before = attempt.tokens
             attempt.tokens = self.engines[attempt.engine].tokens_generated(attempt.req, now)
-            backend = self.backends[attempt.engine]
-            if before is None or not self.watcher.long_enough(backend, elapsed):
-                continue
-            pace = self.watcher.stream_pace(backend, attempt.tokens - before, elapsed, now)
-            paces.setdefault(backend.backend_id, []).append(pace)
-        return paces
+            yield self.backends[attempt.engine], before, attempt.tokens

@@ -69,6 +69,11 @@ class Backend:
         self.slowness = 1.0  # observed / expected speed against the fleet (SlownessTracker)
 
     @property
+    def condition(self) -> str:
+        """Its state and why, as operators read it ("ejected (breaker open)")."""
+        return f"{self.state.value} ({self.reason})"
+
+    @property
     def others_work(self) -> float:
         """Seconds of work other routers put here: the peers' exact shared ledger or the
         agent's report, whichever is larger (they describe the same requests)."""

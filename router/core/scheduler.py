@@ -72,11 +72,14 @@ class Scheduler:
         self.health = health if health is not None else BackendHealth(backends)
         self.latency = latency
         self.ledger = OutstandingWork()
-        # it predicts SLO misses, which admission can then hold instead of sending
-        self.predicts_slo = policy.predicts_slo
         # a predicted miss was held back since the last tick: demand the latency model's
         # lessons are turning away (only then do idle GPU types forget pessimistic ones)
         self._turned_away = False
+
+    @property
+    def predicts_slo(self) -> bool:
+        """Its policy predicts SLO misses, which admission can then hold instead of sending."""
+        return self.policy.predicts_slo
 
     def context(
         self,
@@ -184,7 +187,7 @@ class Scheduler:
             if b.backend_id in tried:
                 why[b.backend_id] = "tried by an earlier attempt"
             elif b.state not in ROUTABLE_STATES:
-                why[b.backend_id] = f"{b.state.value} ({b.reason})"
+                why[b.backend_id] = b.condition
             elif b.backend_id in self.health.half_open and not self.health.wants_probe(b):
                 why[b.backend_id] = "breaker half-open, its probe is out"
         return why

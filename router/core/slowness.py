@@ -37,6 +37,7 @@ class Timing:
     backend_id: str
     started: float
     expected_s: float
+    batch: int = 0  # the backend's other requests when it started (the load it met)
 
 
 class SlownessTracker:
@@ -63,8 +64,8 @@ class SlownessTracker:
         self.slowness: dict[str, float] = {}
 
     @staticmethod
-    def start(backend_id: str, now: float, expected_s: float) -> Timing:
-        return Timing(backend_id, now, max(expected_s, 1e-6))
+    def start(backend_id: str, now: float, expected_s: float, batch: int = 0) -> Timing:
+        return Timing(backend_id, now, max(expected_s, 1e-6), batch)
 
     def finish(
         self,

@@ -84,14 +84,15 @@ class Watcher:
         output = self.scheduler.estimator.expected_output(
             info.model, info.max_tokens, info.prompt_tokens
         )
-        expected = self.expected_s(backend, info.prompt_tokens, output, backend.in_flight - 1)
+        batch = backend.in_flight - 1  # the ledger already counts this request
+        expected = self.expected_s(backend, info.prompt_tokens, output, batch)
         pace = self.paces.get(backend.gpu_type)
         if life.latency is not None and pace is not None:
             # the wait in the engine's prefill queue the latency model predicted: load, so
             # a request still queued as predicted is neither slow nor to be rescued
             own_prefill = info.prompt_tokens * pace.prefill_s_per_token
             expected += max(life.latency.gpu_ttft_s - own_prefill, 0.0)
-        life.timing = self.slowness.start(backend.backend_id, now, expected)
+        life.timing = self.slowness.start(backend.backend_id, now, expected, batch)
         return expected
 
     def succeeded(
@@ -99,11 +100,11 @@ class Watcher:
         life: RequestLifetime,
         backend: Backend,
         output: int,
-        batch: int,
         now: float,
         first_token_at: float | None = None,
     ) -> float | None:
-        """The attempt finished well; returns observed/expected for outlier detection.
+        """The attempt finished well; returns observed/expected for outlier detection,
+        judged at the batch it met when it started.
 
         A stream is judged by its decode alone (first token to end against its tokens'
         roofline time): its wait in the engine's prefill queue says how much work the
@@ -119,9 +120,10 @@ class Watcher:
             self.slowness.alive(timing.backend_id, now)
             return None
         if first_token_at is not None:
-            expected = self.decode_expected_s(backend, output - 1, batch, now, life)
+            expected = self.decode_expected_s(backend, output - 1, timing.batch, now, life)
             return self.slowness.finish(timing, now, expected, since=first_token_at)
-        expected = self.expected_s(backend, life.info.prompt_tokens, max(output, 1), batch)
+        prompt = life.info.prompt_tokens
+        expected = self.expected_s(backend, prompt, max(output, 1), timing.batch)
         ratio = self.slowness.finish(timing, now, expected)
         return ratio if output >= 4 else None
 
@@ -132,28 +134,31 @@ class Watcher:
             self.slowness.finish(life.timing, now)
         life.timing = None
 
-    def pace_window(self, now: float) -> float | None:
-        """How long the streams' window that ends now lasted, once PACE_WINDOW_S passed
-        (then the next one begins); None before."""
+    def window_paces(
+        self, now: float, streams: Iterable[tuple[Backend, float | None, float]]
+    ) -> dict[str, list[float]] | None:
+        """Once a window of PACE_WINDOW_S has passed (None before; then the next begins):
+        each stream's observed/expected time for what it produced in it, per backend.
+        `streams` gives each stream's backend, its tokens at the window's start (None: it
+        began during the window) and now; it is read only when a window ends. The
+        expectation is the GPU type's TPOT at the batch there, less the prefill
+        interference (load, not a slow GPU); a stream that produced nothing counts as half
+        a token, so a hung engine reads as very slow at once."""
         start = self._window_from
         if start is None or now - start < PACE_WINDOW_S:
             self._window_from = now if start is None else start
             return None
-        self._window_from = now
-        return now - start
-
-    def stream_pace(self, backend: Backend, tokens: float, elapsed: float, now: float) -> float:
-        """A stream's observed/expected time for the `tokens` it relayed over `elapsed`."""
-        tpot = self.expected_s(backend, 0, 1, max(backend.in_flight - 1, 0))
+        self._window_from, elapsed = now, now - start
         latency = self.scheduler.latency
-        share = 0.0 if latency is None else latency.interference(backend.backend_id, now)
-        return elapsed * (1.0 - share) / (max(tokens, 0.5) * tpot)
-
-    def long_enough(self, backend: Backend, elapsed: float) -> bool:
-        """A window holds enough of the backend's tokens to time its pace."""
-        return elapsed >= PACE_TOKENS * self.expected_s(
-            backend, 0, 1, max(backend.in_flight - 1, 0)
-        )
+        paces: dict[str, list[float]] = {}
+        for backend, before, after in streams:
+            tpot = self.expected_s(backend, 0, 1, max(backend.in_flight - 1, 0))
+            if before is None or elapsed < PACE_TOKENS * tpot:
+                continue  # not the whole window, or too few of its tokens to time
+            share = 0.0 if latency is None else latency.interference(backend.backend_id, now)
+            pace = elapsed * (1.0 - share) / (max(after - before, 0.5) * tpot)
+            paces.setdefault(backend.backend_id, []).append(pace)
+        return paces
 
     def refresh(
         self,

@@ -55,7 +55,7 @@ def test_a_stream_of_under_four_tokens_says_only_that_its_backend_finishes() -> 
     a100 = Backend("a100", "A100", ("m",))
     watch = watch_over(a100)
     life = RequestLifetime(RequestInfo(1, "m", 100))
-    life.timing = watch.slowness.start("a100", 0.0, 0.05)
-    assert watch.watcher.succeeded(life, a100, 2, 0, now=3.0, first_token_at=2.99) is None
-    assert life.timing is None and watch.slowness._ratio == {}
-    assert watch.slowness._last_finish == {"a100": 3.0}
+    life.timing = watch.watcher.slowness.start("a100", 0.0, 0.05)
+    assert watch.watcher.succeeded(life, a100, 2, now=3.0, first_token_at=2.99) is None
+    assert life.timing is None and watch.watcher.slowness._ratio == {}
+    assert watch.watcher.slowness._last_finish == {"a100": 3.0}

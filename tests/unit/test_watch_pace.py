@@ -105,7 +105,7 @@ def test_a_hung_engines_streams_read_as_very_slow_and_late_joiners_wait_a_window
     run_windows(watch, clock, streams, hung, 3)
     assert fleet[2].slowness == 1.0  # the first window was not theirs: two timed so far
     run_windows(watch, clock, streams, hung, 1)
-    assert fleet[2].slowness == watch.slowness.cap
+    assert fleet[2].slowness == watch.watcher.slowness.cap
     assert fleet[0].slowness == fleet[1].slowness == 1.0
     for life in lives[6:]:  # once its streams are gone, so is what their pace said
         watch.forget(life)

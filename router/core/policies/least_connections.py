@@ -11,7 +11,6 @@ from gpuroute.router.core.policies.base import PickContext, PolicyBase, min_with
 
 class LeastConnections(PolicyBase):
     name: ClassVar[str] = "least_connections"
-    needs: ClassVar[frozenset[str]] = frozenset()
 
     def pick(self, ctx: PickContext, candidates: Sequence[Backend]) -> Backend:
         scores = [(b.in_flight + 1) / ctx.capacity_of(b) for b in candidates]

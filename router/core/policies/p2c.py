@@ -11,7 +11,6 @@ from gpuroute.router.core.policies.base import PickContext, PolicyBase
 
 class PowerOfTwoChoices(PolicyBase):
     name: ClassVar[str] = "p2c"
-    needs: ClassVar[frozenset[str]] = frozenset()
 
     def pick(self, ctx: PickContext, candidates: Sequence[Backend]) -> Backend:
         n = len(candidates)

@@ -11,7 +11,6 @@ from gpuroute.router.core.policies.base import PickContext, PolicyBase
 
 class RandomPick(PolicyBase):
     name: ClassVar[str] = "random"
-    needs: ClassVar[frozenset[str]] = frozenset()
 
     def pick(self, ctx: PickContext, candidates: Sequence[Backend]) -> Backend:
         return candidates[ctx.rng.randrange(len(candidates))]

@@ -11,7 +11,6 @@ from gpuroute.router.core.policies.base import PickContext, PolicyBase
 
 class RoundRobin(PolicyBase):
     name: ClassVar[str] = "round_robin"
-    needs: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self) -> None:
         self._counter = 0

@@ -15,7 +15,6 @@ from gpuroute.router.core.policies.base import PickContext, PolicyBase
 
 class WeightedRoundRobin(PolicyBase):
     name: ClassVar[str] = "weighted_round_robin"
-    needs: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self) -> None:
         self._key: tuple[int, tuple[int, ...]] | None = None
