@@ -18,7 +18,7 @@ from gpuroute.config import (
     known_name,
     load_toml_model,
 )
-from gpuroute.gpus import GpuTypeName
+from gpuroute.gpus import DeclaresGpuTypes, GpuTypeName
 from gpuroute.secrets import secret_forms
 
 EngineKind = Annotated[str, AfterValidator(lambda v: known_name(v, ENGINE_KINDS, "engine kind"))]
@@ -81,7 +81,7 @@ class ListenConfig(StrictModel):
     tls: TlsConfig | None = None
 
 
-class AgentConfig(StrictModel):
+class AgentConfig(DeclaresGpuTypes):
     id: Annotated[str, AfterValidator(_service_id)] | None = None  # default: hostname-port
     region: str = "local"
     zone: str = "local-a"

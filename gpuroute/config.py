@@ -153,9 +153,16 @@ def read_toml(path: Path | str) -> dict[str, Any]:
 
 
 def validate(path: Path | str, data: dict[str, Any], model: type[ModelT]) -> ModelT:
-    """Validate parsed data against a model; errors name `path` and the offending key."""
+    """Validate parsed data against a model; errors name `path` and the offending key. Paths
+    in the file are relative to its directory (`config_dir` in the validation context); a
+    model with a `validation_context(data)` classmethod adds to the context (the file's
+    declared GPU types)."""
+    context: dict[str, Any] = {"config_dir": Path(path).parent}
+    extra = getattr(model, "validation_context", None)
+    if extra is not None:
+        context |= extra(data)
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context=context)
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(path, exc)) from None
 

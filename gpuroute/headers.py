@@ -23,6 +23,8 @@ PREFIX = "x-gpuroute-"
 SINGLE_VALUED = frozenset({"authorization", "x-session-id"})
 LIST_VALUED = frozenset({"x-forwarded-for"})
 FORWARDED_FOR = "x-forwarded-for"
+FALLBACK_HEADER = "x-gpuroute-fallback"  # `none`: serve the model asked for or nothing
+SERVED_MODEL_HEADER = "x-gpuroute-served-model"  # on answers: the model that served it
 
 # What an engine needs to answer: the body's type, what the client accepts, and the trace
 # context that ties its spans to ours. Never a client's key, cookies, our own control
@@ -40,6 +42,7 @@ ROUTER_HEADERS = ENGINE_HEADERS | frozenset(
         "x-gpuroute-priority",
         "x-gpuroute-deadline-ms",
         "x-gpuroute-slo",
+        FALLBACK_HEADER,
     }
 )
 

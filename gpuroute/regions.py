@@ -10,7 +10,7 @@ from typing import Annotated
 from pydantic import Field, field_validator
 
 from gpuroute.config import StrictModel, load_toml_model
-from gpuroute.gpus import GpuTypeName
+from gpuroute.gpus import DeclaresGpuTypes, GpuTypeName
 
 RegionName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{1,31}$")]
 Jurisdiction = Annotated[str, Field(pattern=r"^[a-z]{2,8}$")]
@@ -56,7 +56,7 @@ class FleetDeploy(StrictModel):
     global_regions: list[RegionName] = Field(default_factory=list)  # run the global tier here
 
 
-class FleetConfig(StrictModel):
+class FleetConfig(DeclaresGpuTypes):
     regions: list[Region] = Field(min_length=1)
     deploy: FleetDeploy = FleetDeploy()
 

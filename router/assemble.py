@@ -3,28 +3,50 @@ priors, and the policy."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gpuroute.router.config import RouterConfig
 from gpuroute.router.core.backend import Backend, BackendSet
 from gpuroute.router.core.breaker import BreakerSettings
 from gpuroute.router.core.cost import CostEstimator
 from gpuroute.router.core.health import BackendHealth
 from gpuroute.router.core.latency import LatencyModel
+from gpuroute.router.core.membership import Member
 from gpuroute.router.core.outlier import OutlierSettings
 from gpuroute.router.core.policies import PolicyOptions, build_policy
 from gpuroute.router.core.scheduler import Scheduler
+from gpuroute.router.priors import PriorBook
 
 from gpuroute.config import ConfigError
+from gpuroute.roofline import EngineKind
 
 
-def build_scheduler(config: RouterConfig, priors, workers: int = 1) -> Scheduler:
+def prior_book(config: RouterConfig) -> PriorBook:
+    """The priors of every engine kind the config names (others are added as they join)."""
+    prices = dict(config.slo.gpu_prices)
+    return PriorBook(config.gpu_catalog().with_prices(prices), config.shapes(), config.model_shape)
+
+
+def engine_kind(book: PriorBook, gpu: str, models, tp: int = 1, pp: int = 1) -> EngineKind:
+    return EngineKind(gpu, book.shape_of(models), tp, pp)
+
+
+def build_scheduler(config: RouterConfig, book: PriorBook, workers: int = 1) -> Scheduler:
     backends = BackendSet()
-    for b in config.backends:
-        if b.gpu not in priors:
-            raise ConfigError(
-                f"backend {b.backend_id}: model {config.model_shape} does not fit {b.gpu}"
+    for i, b in enumerate(config.backends):
+        kind = engine_kind(book, b.gpu, b.models, b.tensor_parallel, b.pipeline_parallel)
+        try:
+            key = book.ensure(kind)
+        except ValueError as exc:
+            raise ConfigError(f"backends[{i}] ({b.backend_id}): {exc}") from None
+        capacity = b.capacity if b.capacity is not None else book.table[key].capacity
+        backends.add(
+            Backend(
+                b.backend_id, key, b.models, capacity=capacity, address=b.url, gpu=b.gpu,
+                gpus=kind.gpus,
             )
-        capacity = b.capacity if b.capacity is not None else priors[b.gpu].capacity
-        backends.add(Backend(b.backend_id, b.gpu, b.models, capacity=capacity, address=b.url))
+        )  # fmt: skip
+    priors = book.table
     health = BackendHealth(
         backends,
         BreakerSettings(**config.breaker.model_dump()),
@@ -37,10 +59,20 @@ def build_scheduler(config: RouterConfig, priors, workers: int = 1) -> Scheduler
     slo = config.slo
     options = PolicyOptions(
         pick_among=config.redis.pick_among if sharing else 1,
-        gpu_prices=slo.gpu_prices or None,
+        gpu_prices={n: s.price_per_hour for n, s in book.gpus.items() if s.price_per_hour},
         cost_weight=slo.cost_weight,
         slo_margin=slo.margin,
     )
     latency = LatencyModel({gpu: p.latency.scaled(slo.prior_scale) for gpu, p in priors.items()})
     policy = build_policy(config.policy, options)
-    return Scheduler(backends, policy, estimator, health, latency)
+    scheduler = Scheduler(backends, policy, estimator, health, latency)
+    scale = slo.prior_scale
+    # a kind first seen at run time (a member that joined) brings its priors
+    book.listeners.append(lambda kind, p: scheduler.add_kind(kind, p.cost, p.latency.scaled(scale)))
+    return scheduler
+
+
+def member_kind(book: PriorBook) -> Callable[[Member], str]:
+    """A member's engine kind key, its priors computed if it is the first of its kind
+    (ValueError when its model does not fit its GPUs)."""
+    return lambda m: book.ensure(engine_kind(book, m.gpu, m.models, m.tp, m.pp))

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 from gpuroute.router.auth_config import AuthConfig
 from gpuroute.router.core.policies import DEFAULT_POLICY, POLICIES
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASS, DEFAULT_SLO_CLASSES, SloClass
+from gpuroute.router.model_config import RouterModelConfig, check_models, shapes
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from gpuroute.admin_guard import AdminAccess, admin_placement
@@ -21,8 +22,9 @@ from gpuroute.config import (
     known_name,
     load_toml_model,
 )
-from gpuroute.gpus import GpuTypeName
+from gpuroute.gpus import DeclaresGpuTypes, GpuTypeName
 from gpuroute.headers import engine_header
+from gpuroute.models import MODELS, ModelSpec
 from gpuroute.secrets import secret_forms
 from gpuroute.tls import ClientTlsConfig
 
@@ -36,6 +38,10 @@ class BackendConfig(StrictModel):
     id: str | None = None  # defaults to host:port
     capacity: float | None = Field(default=None, gt=0)  # default: from the GPU type
     max_inflight: int = Field(default=256, ge=1)  # beyond this the router queues
+    # GPUs the engine spans: tensor parallel × pipeline parallel (priors split the model
+    # over them and add the all-reduces)
+    tensor_parallel: int = Field(default=1, ge=1, le=64)
+    pipeline_parallel: int = Field(default=1, ge=1, le=64)
 
     @property
     def backend_id(self) -> str:
@@ -227,7 +233,7 @@ class WorkersConfig(StrictModel):
         return count
 
 
-class RouterConfig(AdminAccess):
+class RouterConfig(AdminAccess, DeclaresGpuTypes):
     listen: ListenConfig = ListenConfig()
     # /metrics and /admin/* (which show the fleet's topology) live on this listener, by
     # default on loopback only; admin_on_public_listener puts them on the public listener
@@ -252,6 +258,8 @@ class RouterConfig(AdminAccess):
     expose_backend_header: bool = False  # x-gpuroute-backend on answers: tests, benchmarks
     policy: PolicyName = DEFAULT_POLICY
     model_shape: str = "llama-3.1-8b"  # seeds the cost priors; learned online after that
+    # served models' shapes, aliases, canary splits and fallbacks (router/model_config.py)
+    models: list[RouterModelConfig] = Field(default_factory=list)
     drain_timeout_s: float = Field(default=30.0, ge=0)
     decision_log_sample: float = Field(default=0.0, ge=0, le=1)
     # decisions, holds, refusals and failed attempts kept for /admin/explain (0: none)
@@ -352,11 +360,25 @@ class RouterConfig(AdminAccess):
             seen.add(b.backend_id)
         return backends
 
+    @model_validator(mode="after")
+    def _models_table(self) -> RouterConfig:
+        served = None if self.membership.consul else frozenset(
+            m for b in self.backends for m in b.models
+        )  # fmt: skip
+        check_models(self.models, served)
+        slo_classes = {c.name for c in self.slo.classes}
+        for i, m in enumerate(self.models):
+            if m.slo_class is not None and m.slo_class not in slo_classes:
+                raise ValueError(f"models[{i}].slo_class: {m.slo_class!r} is no [[slo.classes]]")
+        return self
+
+    def shapes(self) -> dict[str, ModelSpec]:
+        """Each served model name's shape (and each built-in's, by its own name)."""
+        return MODELS | shapes(self.models, self.model_shape, MODELS)
+
     @field_validator("model_shape")
     @classmethod
     def _known_shape(cls, value: str) -> str:
-        from gpuroute.models import MODELS
-
         return known_name(value, MODELS, "model shape")
 
 

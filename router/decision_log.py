@@ -67,6 +67,7 @@ class DecisionLog:
             "reason": decision.reason.value,
             "chosen": decision.backend.backend_id,
             "chosen_gpu": decision.backend.gpu_type,
+            "served_model": decision.model or info.model,
             "fits_slo": decision.fits,
             "booked": decision.booked,
         }
@@ -118,6 +119,7 @@ class DecisionLog:
             slo = info.slo.name if info.slo is not None else None
             head |= {
                 "model": info.model,
+                **({"requested_model": info.requested} if info.requested != info.model else {}),
                 "prompt_tokens": info.prompt_tokens,
                 "slo_class": slo,
             }
@@ -137,4 +139,6 @@ def stages(trace: PickTrace) -> Event:
     out["candidates"] = [{"backend": b} | row for b, row in trace.rows.items()]
     if trace.margin is not None:
         out["margin_needed"] = trace.margin
+    if trace.fallback is not None:
+        out["fallback_model"] = trace.fallback
     return out

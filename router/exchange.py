@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import orjson
 from aiohttp import web
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.lifetime import Event, RequestLifetime
@@ -53,3 +54,12 @@ class Exchange:
     @property
     def info(self) -> RequestInfo:
         return self.life.info
+
+    def body_for(self, model: str) -> bytes:
+        """The body to send for `model`: as it came when that is the model the client named,
+        else with `model` replaced (an alias, a split's version, a fallback)."""
+        if model == self.info.requested:
+            return self.raw
+        body = orjson.loads(self.raw)  # parsed (as an object) at admission already
+        body["model"] = model
+        return orjson.dumps(body)

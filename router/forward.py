@@ -33,7 +33,13 @@ from gpuroute.router.sessions import SessionStore
 from gpuroute.router.slo_gate import SloGate
 from gpuroute.router.watch import BackendWatch
 
-from gpuroute.headers import ENGINE_HEADERS, FORWARDED_FOR, forwarded_for, pass_on
+from gpuroute.headers import (
+    ENGINE_HEADERS,
+    FORWARDED_FOR,
+    SERVED_MODEL_HEADER,
+    forwarded_for,
+    pass_on,
+)
 from gpuroute.openai_api import error_response
 from gpuroute.relay import (
     RESPONSE_DROP,
@@ -256,7 +262,7 @@ class Forwarder:
         try:
             try:
                 upstream = await self.session.request(
-                    "POST", base, target, exchange.raw, exchange.headers
+                    "POST", base, target, exchange.body_for(life.model), exchange.headers
                 )
                 if upstream.status >= 500:
                     raise UpstreamFailed(FailureKind.STATUS_5XX, f"status {upstream.status}")
@@ -289,6 +295,8 @@ class Forwarder:
     ) -> web.StreamResponse:
         life = exchange.life
         headers = forward_headers(upstream.headers.items(), RESPONSE_DROP)
+        if life.model:  # a passthrough request names no model
+            headers[SERVED_MODEL_HEADER] = life.model
         if self.expose_backend:
             headers[BACKEND_HEADER] = backend.backend_id
         response = RelayedResponse(status=upstream.status, headers=headers)

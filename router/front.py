@@ -15,6 +15,7 @@ from gpuroute.router.admission_gate import AdmissionGate
 from gpuroute.router.config import RouterConfig
 from gpuroute.router.core.backend import BackendSet
 from gpuroute.router.core.lifetime import Event, Lifetimes, RequestLifetime
+from gpuroute.router.core.model_routes import ModelRoutes
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.decision_log import DecisionLog
 from gpuroute.router.exchange import NO_BACKEND, Answer
@@ -30,7 +31,7 @@ from gpuroute.router.slo_gate import SloGate
 from gpuroute.router.tenant_gate import TenantGate
 
 from gpuroute.forwarded import TrustedProxies
-from gpuroute.headers import FORWARDED_FOR, interpreted
+from gpuroute.headers import FALLBACK_HEADER, FORWARDED_FOR, interpreted
 from gpuroute.openai_api import Rejection, clip, read_body
 
 # where a request's id is kept on the aiohttp request (the `x-request-id` response header)
@@ -78,6 +79,7 @@ class Front:
         *,
         offer_room: Callable[[], None],
         with_prefix_blocks: bool,
+        routes: ModelRoutes | None = None,
     ) -> None:
         self.config, self.backends = config, backends
         self.lifetimes = lifetimes
@@ -89,6 +91,8 @@ class Front:
         self.with_prefix_blocks = with_prefix_blocks
         self.decisions = decisions  # refusals are written there, with the request's id
         self.offer_room = offer_room  # a booking freed: room for requests held for their SLO
+        self.routes = routes or ModelRoutes()  # aliases, splits, fallbacks ([[models]])
+        self.model_slo = {m.name: m.slo_class for m in config.models if m.slo_class}
 
     async def admit(self, request: web.Request, route: str, arrival: float) -> Admitted:
         """The parsed request, its raw body and the headers read of it, admitted; or a
@@ -101,16 +105,17 @@ class Front:
             headers, key, raw = await self._read(request)
             parsed = self._parse(headers, route, raw, request_id)
             info = parsed.info
-            info.slo = self.slo.resolve(key, headers)
+            name = self._route_model(info, headers)
+            info.slo = self.slo.resolve(key, headers, self.model_slo.get(name))
             info.arrived_at = arrival
-            self._check_model(info.model)
+            self._check_model(info)
             tokens = self.token_charge(key, parsed)
             explicit = PRIORITY_HEADER in headers
             life = await self._let_in(key, info, tokens, parsed.deadline_s, explicit)
         except Rejection as rejection:
             status, code, why = rejection.status, rejection.code, rejection.message
             if code == "no_backend" and info is not None:
-                why = self._why_none(info.model)  # for operators, not for the client
+                why = self._why_none(info)  # for operators, not for the client
             self.decisions.refused(request_id, status, code, why, info, emit=sampled)
             raise
         life.sampled = sampled
@@ -125,16 +130,32 @@ class Front:
         key = self.tenants.identify(headers)
         return headers, key, await read_body(request, self.config.limits)
 
-    def _check_model(self, model: str) -> None:
-        if not self.backends.serves(model):
-            message = f"The model `{clip(model)}` does not exist."
+    def _route_model(self, info: RequestInfo, headers: Mapping[str, str]) -> str:
+        """Aliases, the split's version and the fallbacks (unless the client forbids them
+        with `x-gpuroute-fallback: none`) decided for the request; returns the model's name
+        after aliases (what its SLO class and metrics go by)."""
+        wanted = headers.get(FALLBACK_HEADER, "auto").strip().lower()
+        if wanted not in ("auto", "none"):
+            raise Rejection(
+                400, f"{FALLBACK_HEADER} must be `auto` or `none`", param=FALLBACK_HEADER
+            )
+        sticky = info.session_id or str(info.request_id)
+        choice = self.routes.resolve(info.model, sticky, fallback=wanted == "auto")
+        info.requested, info.model, info.fallbacks = info.model, choice.model, choice.fallbacks
+        return choice.name
+
+    def _check_model(self, info: RequestInfo) -> None:
+        models = info.models
+        if not any(self.backends.serves(m) for m in models):
+            message = f"The model `{clip(info.requested)}` does not exist."
             raise Rejection(404, message, param="model", code="model_not_found")
-        if not self.backends.routable(model):
+        if not any(self.backends.routable(m) for m in models):
             raise Rejection(503, NO_BACKEND, code="no_backend")
 
-    def _why_none(self, model: str) -> str:
-        """Each backend serving the model and the state that keeps it from routing."""
-        states = (f"{b.backend_id}: {b.condition}" for b in self.backends if model in b.models)
+    def _why_none(self, info: RequestInfo) -> str:
+        """Each backend serving the models and the state that keeps it from routing."""
+        models = set(info.models)
+        states = (f"{b.backend_id}: {b.condition}" for b in self.backends if models & b.models)
         return "no backend is routable: " + "; ".join(states)
 
     async def admit_other(self, request: web.Request) -> Admitted:

@@ -55,6 +55,7 @@ class Membership:
         *,
         known_gpus: Iterable[str],
         capacity_of: Callable[[Member], float],
+        kind_of: Callable[[Member], str] = lambda member: member.gpu,
         on_join: Callable[[Backend, Member], None],
         on_remove: Callable[[str], None],
         on_health: Callable[[HealthEvents], None],
@@ -70,6 +71,7 @@ class Membership:
         self.metrics = metrics
         self.known_gpus = tuple(known_gpus)
         self.capacity_of = capacity_of
+        self.kind_of = kind_of  # ValueError: the member's model does not fit its GPUs
         self.on_join, self.on_remove, self.on_health = on_join, on_remove, on_health
         self.clock = clock
         self.rng = rng or random.Random()
@@ -130,6 +132,7 @@ class Membership:
             backoff = 0.5
             index = next_index(index, returned)
             members, problems = members_from_entries(entries, self.known_gpus)
+            problems += self._without_kind(members)
             for problem in set(problems) - self._problems:
                 log.warning("Consul entry ignored: %s", problem)
             self._problems = set(problems)
@@ -144,6 +147,17 @@ class Membership:
             self.synced.set()
             # rate limit: a flapping service must not turn the loop into a busy poll
             await asyncio.sleep(self.config.min_interval_s * (0.5 + self.rng.random()))
+
+    def _without_kind(self, members: dict[str, Member]) -> list[str]:
+        """Drop the members whose engine kind has no priors (the model does not fit)."""
+        problems = []
+        for sid, member in list(members.items()):
+            try:
+                self.kind_of(member)
+            except ValueError as exc:
+                problems.append(f"{sid}: {exc}")
+                del members[sid]
+        return problems
 
     def _vouch(self, backend_ids: list[str]) -> None:
         """Checks passing again after critical: an open breaker probes now (its cooldown,
@@ -165,8 +179,9 @@ class Membership:
         changes = plan(backends, self.managed, self.members, vouched)
         if changes:
             added = apply(
-                backends, changes, self.members, now, capacity_of=self.capacity_of, warm=not first
-            )
+                backends, changes, self.members, now, capacity_of=self.capacity_of,
+                warm=not first, kind_of=self.kind_of,
+            )  # fmt: skip
             for backend in added:
                 member = self.members[backend.backend_id]
                 self.managed.add(backend.backend_id)

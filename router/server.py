@@ -13,9 +13,8 @@ import socket
 import time
 
 from aiohttp import web
-from gpuroute.router.admin import describe_backends, typical_request
 from gpuroute.router.admission_gate import AdmissionGate
-from gpuroute.router.assemble import build_scheduler
+from gpuroute.router.assemble import build_scheduler, member_kind, prior_book
 from gpuroute.router.config import RouterConfig
 from gpuroute.router.core.backend import ROUTABLE_STATES, Backend
 from gpuroute.router.core.lifetime import Lifetimes
@@ -27,7 +26,8 @@ from gpuroute.router.forward import Forwarder
 from gpuroute.router.front import Front, name_request
 from gpuroute.router.membership import Membership
 from gpuroute.router.metrics import RouterMetrics
-from gpuroute.router.priors import engine_priors
+from gpuroute.router.model_admin import AdminRoutes
+from gpuroute.router.model_config import model_routes
 from gpuroute.router.proxy import Proxy
 from gpuroute.router.quotas import Quotas
 from gpuroute.router.redis_client import open_redis
@@ -48,7 +48,6 @@ from gpuroute.headers import ENGINE_HEADERS, interpreted
 from gpuroute.openai_api import (
     OPENAI_ROUTES,
     Rejection,
-    clip,
     error_response,
     healthz,
     models_response,
@@ -75,8 +74,9 @@ class RouterApp:
         self.reports = self.role_index == 0  # one worker reports the region for all
         self.clock = time.monotonic
         rng = rng or random.Random()
-        self.priors = engine_priors(config.model_shape)
-        self.scheduler = build_scheduler(config, self.priors, self.workers)
+        self.book = prior_book(config)  # priors per engine kind, more as members join
+        self.routes = model_routes(config.models)  # aliases, splits, fallbacks
+        self.scheduler = build_scheduler(config, self.book, self.workers)
         self.metrics = RouterMetrics()
         self.metrics.watch_backends(
             self.scheduler.backends, self.scheduler.health, self.scheduler.latency
@@ -94,8 +94,13 @@ class RouterApp:
             RetrySettings(**config.retry.model_dump(exclude={"rescue_slowness"})), self.scheduler
         )
         self.watch = BackendWatch(
-            self.scheduler, self.priors, self.clock, config.retry.rescue_slowness, self.lifetimes
+            self.scheduler,
+            self.book.table,
+            self.clock,
+            config.retry.rescue_slowness,
+            self.lifetimes,
         )
+        self.book.listeners.append(self.watch.add_kind)  # a kind first seen as a member joins
         # a predicting policy's misses are held; every policy's attainment is counted
         self.slo = SloGate(config.slo, self.metrics, self.clock, holds=self.scheduler.predicts_slo)
         self.decisions = DecisionLog(
@@ -134,6 +139,7 @@ class RouterApp:
             self.decisions,
             offer_room=self.forwarder.offer_room,
             with_prefix_blocks="prefix_blocks" in self.scheduler.policy.needs,
+            routes=self.routes,
         )
 
     def _quotas(self) -> Quotas:
@@ -183,12 +189,14 @@ class RouterApp:
         )
 
     def _membership(self) -> Membership:
+        kind_of = member_kind(self.book)
         membership = Membership(
             self.config.membership,
             self.scheduler,
             self.metrics,
-            known_gpus=self.priors,
-            capacity_of=lambda member: self.priors[member.gpu].capacity,
+            known_gpus=self.book.gpus,
+            capacity_of=lambda member: self.book.table[kind_of(member)].capacity,
+            kind_of=kind_of,
             on_join=self._joined,
             on_remove=self._removed,
             on_health=self.forwarder.record_health,
@@ -243,8 +251,7 @@ class RouterApp:
 
     def add_admin_routes(self, app: web.Application) -> None:
         app.router.add_get("/metrics", self.metrics_page)
-        app.router.add_get("/admin/backends", self.admin_backends)
-        app.router.add_get("/admin/explain/{request_id}", self.admin_explain)
+        AdminRoutes(self).add_routes(app)
 
     def _joined(self, backend: Backend, member: Member) -> None:
         self.forwarder.urls[backend.backend_id] = member.url
@@ -363,7 +370,8 @@ class RouterApp:
             self.proxy.front.tenants.identify(headers)
         except Rejection as rejection:
             return rejection.response()
-        return models_response(m for b in self.scheduler.backends for m in b.models)
+        served = [m for b in self.scheduler.backends for m in b.models]
+        return models_response([*served, *self.routes.names()])
 
     async def readyz(self, _request: web.Request) -> web.Response:
         if self.draining:
@@ -375,21 +383,3 @@ class RouterApp:
 
     async def metrics_page(self, _request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8")
-
-    async def admin_explain(self, request: web.Request) -> web.Response:
-        """What the decision log kept of one recent request (`gpuroute explain`)."""
-        request_id = request.match_info["request_id"]
-        events = self.decisions.explain(request_id)
-        if not events:
-            message = f"request {clip(request_id)!r} is not among the recent ones kept here"
-            return error_response(404, message, code="request_not_found")
-        return web.json_response({"request_id": request_id, "events": events})
-
-    async def admin_backends(self, request: web.Request) -> web.Response:
-        try:
-            typical = typical_request(request.query)
-        except ValueError as exc:
-            return error_response(400, str(exc), code="bad_request")
-        return web.json_response(
-            describe_backends(self.scheduler, self.config, self.membership, self.clock(), typical)
-        )

@@ -56,10 +56,13 @@ class SloGate:
         self.queue = HoldQueue(self.classes, config.max_held)
         self.metrics, self.clock = metrics, clock
 
-    def resolve(self, key: KeyPolicy, headers: Mapping[str, str]) -> SloClass:
+    def resolve(
+        self, key: KeyPolicy, headers: Mapping[str, str], model_class: str | None = None
+    ) -> SloClass:
         """The request's class: the header's if it is not more demanding than the key's
-        (or the default), else the key's; Rejection 400 for a class nobody configured."""
-        base = self.classes.get(key.slo_class)
+        (else its model's, else the default), else that one; Rejection 400 for a class
+        nobody configured."""
+        base = self.classes.get(key.slo_class or model_class)
         asked = headers.get(SLO_HEADER)
         if asked is None:
             return base

@@ -62,6 +62,10 @@ class BackendWatch:
         self.lost: Callable[[str], bool] = lambda _backend_id: False
         self.rescues = 0
 
+    def add_kind(self, kind: str, priors: GpuPriors) -> None:
+        """A new engine kind's roofline pace, for its streams' slowness."""
+        self.watcher.paces.setdefault(kind, gpu_pace(priors))
+
     def started(self, life: RequestLifetime, backend: Backend) -> float:
         """An attempt was booked on `backend`; returns its expected duration."""
         expected = self.watcher.start(life, backend, self.clock())

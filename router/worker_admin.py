@@ -17,6 +17,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 from gpuroute.router.admin import typical_request
+from gpuroute.router.model_admin import SPLIT_PATH
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
@@ -95,22 +96,51 @@ class WorkerAdmin:
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/admin/backends", self.backends)
         app.router.add_get("/admin/explain/{request_id}", self.explain)
+        app.router.add_get("/admin/models", self.models)
+        app.router.add_put(SPLIT_PATH, self.split)
         return app
 
-    async def ask(self, socket: Path, path: str) -> tuple[int, bytes] | None:
+    async def ask(
+        self, socket: Path, path: str, method: str = "GET", body: bytes | None = None
+    ) -> tuple[int, bytes] | None:
         """One worker's answer, or None when it is down or too slow."""
         timeout = aiohttp.ClientTimeout(total=ASK_TIMEOUT_S)
         with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
             connector = aiohttp.UnixConnector(path=str(socket))
             async with (
                 aiohttp.ClientSession(connector=connector, timeout=timeout) as session,
-                session.get(f"http://worker{path}") as response,
+                session.request(method, f"http://worker{path}", data=body) as response,
             ):
                 return response.status, await response.read()
         return None
 
-    async def ask_all(self, path: str) -> list[tuple[int, bytes] | None]:
-        return list(await asyncio.gather(*(self.ask(s, path) for s in self.sockets())))
+    async def ask_all(
+        self, path: str, method: str = "GET", body: bytes | None = None
+    ) -> list[tuple[int, bytes] | None]:
+        asks = (self.ask(s, path, method, body) for s in self.sockets())
+        return list(await asyncio.gather(*asks))
+
+    async def models(self, _request: web.Request) -> web.Response:
+        """The model table as the first answering worker has it (they all hold the same)."""
+        for answer in await self.ask_all("/admin/models"):
+            if answer is not None and answer[0] == 200:
+                return web.Response(body=answer[1], content_type="application/json")
+        return error_response(503, "no worker answered", code="worker_down")
+
+    async def split(self, request: web.Request) -> web.Response:
+        """A split's new weights, told to every worker; 502 unless each one took them (the
+        change is then partial: send it again)."""
+        path = request.path
+        answers = await self.ask_all(path, "PUT", await request.read())
+        for worker, answer in enumerate(answers):
+            if answer is None:
+                message = f"worker {worker} did not answer; send the split again"
+                return error_response(502, message, code="worker_down")
+            if answer[0] != 200:
+                return web.Response(
+                    status=answer[0], body=answer[1], content_type="application/json"
+                )
+        return web.Response(body=answers[0][1], content_type="application/json")
 
     async def readyz(self, _request: web.Request) -> web.Response:
         if (why := self.unready()) is not None:

@@ -10,17 +10,17 @@ second."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 import numpy as np
+from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.cost import GpuCostPrior
 from gpuroute.sim.engine_model import EngineModel, EngineRequest
 from gpuroute.sim.scenario import Scenario
 from gpuroute.sim.workloads import Workload
 
-from gpuroute.gpus import GPU_SPECS
-from gpuroute.models import MODELS
-from gpuroute.roofline import EngineParams
+from gpuroute.roofline import EngineKind, EngineParams
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,14 +34,18 @@ class GpuTypeProfile:
 
 
 def profile_gpu_types(scenario: Scenario, workload: Workload) -> dict[str, GpuTypeProfile]:
-    model = MODELS[scenario.workload.model]
-    return {
-        gpu_type: profile_gpu_type(
-            EngineParams(GPU_SPECS[gpu_type], model, chunked_prefill=scenario.chunked_prefill),
-            workload,
-        )
-        for gpu_type in dict.fromkeys(g.type for g in scenario.gpus)
-    }
+    """Each engine kind's profile, by its key (the GPU type alone for one GPU running the
+    workload's default model, so a single-model scenario reads as before)."""
+    gpus, shapes, default = scenario.gpu_catalog(), scenario.shapes(), scenario.workload.model
+    profiles = {}
+    for kind in dict.fromkeys(g.kind(default) for g in scenario.gpus):
+        key = kind.key(default)
+        params = EngineParams(
+            gpus[kind.gpu], shapes[kind.model], tp=kind.tp, pp=kind.pp,
+            chunked_prefill=scenario.chunked_prefill, name=key,
+        )  # fmt: skip
+        profiles[key] = profile_gpu_type(params, workload)
+    return profiles
 
 
 def profile_gpu_type(params: EngineParams, workload: Workload) -> GpuTypeProfile:
@@ -84,10 +88,45 @@ def saturated_throughput(params: EngineParams, workload: Workload, sample: int =
     return (hi - lo) / (times[hi] - times[lo])
 
 
+def expand_kinds(scenario: Scenario) -> list[EngineKind]:
+    """Each engine's kind, in [[gpus]] order (fault indices refer to this list)."""
+    default = scenario.workload.model
+    return [g.kind(default) for g in scenario.gpus for _ in range(g.count)]
+
+
 def expand_gpus(scenario: Scenario) -> list[str]:
-    """GPU type of each instance, in [[gpus]] order (fault indices refer to this list)."""
-    return [g.type for g in scenario.gpus for _ in range(g.count)]
+    """Each engine's kind key (its profile's), in [[gpus]] order."""
+    default = scenario.workload.model
+    return [kind.key(default) for kind in expand_kinds(scenario)]
 
 
 def fleet_capacity_rps(scenario: Scenario, profiles: dict[str, GpuTypeProfile]) -> float:
     return sum(profiles[t].capacity_rps for t in expand_gpus(scenario))
+
+
+def assign_classes(n: int, shares: list[float], seed: int) -> list[int]:
+    """Each request's SLO class index, drawn by the classes' shares (deterministic)."""
+    if len(shares) == 1:
+        return [0] * n
+    rng = random.Random(seed ^ 0x5105)
+    return rng.choices(range(len(shares)), weights=shares, k=n)
+
+
+def assign_models(n: int, scenario: Scenario) -> tuple[list[str], list[int]]:
+    """The workload's models and each request's index among them, drawn by their shares."""
+    mix = scenario.model_mix()
+    return list(mix), assign_classes(n, list(mix.values()), scenario.seed ^ 0x30DE1)
+
+
+def sim_backends(
+    profiles: dict[str, GpuTypeProfile], keys: list[str], kinds: list[EngineKind]
+) -> list[Backend]:
+    """One backend per engine, its capacity relative to the fastest kind's."""
+    fastest = max(p.capacity_rps for p in profiles.values())
+    return [
+        Backend(
+            f"gpu-{i}", key, (kind.model,), capacity=profiles[key].capacity_rps / fastest,
+            gpu=kind.gpu, gpus=kind.gpus,
+        )
+        for i, (key, kind) in enumerate(zip(keys, kinds, strict=True))
+    ]  # fmt: skip

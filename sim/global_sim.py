@@ -110,16 +110,19 @@ def build_regions(
     """Each region's engines under its own Scheduler (least outstanding work)."""
     sc, g = loaded.scenario, loaded.scenario.global_
     assert g is not None
-    model = sc.workload.model
+    default = sc.workload.model
     fastest = max(p.capacity_rps for p in profiles.values())
     regions: dict[str, RegionSim] = {}
     for r in g.regions:
         backends, engines = [], []
         for grp in (x for x in sc.gpus if x.region == r.name):
+            kind = grp.kind(default)
+            key = kind.key(default)
             for _ in range(grp.count):
-                p = profiles[grp.type]
-                backends.append(Backend(f"{r.name}-{len(backends)}", grp.type, (model,),
-                                        capacity=p.capacity_rps / fastest))  # fmt: skip
+                p = profiles[key]
+                backends.append(Backend(f"{r.name}-{len(backends)}", key, (kind.model,),
+                                        capacity=p.capacity_rps / fastest,
+                                        gpu=kind.gpu, gpus=kind.gpus))  # fmt: skip
                 engines.append(EngineModel(p.params, prefix_caching=sc.prefix_caching))
         estimator = CostEstimator({t: p.prior for t, p in profiles.items()})
         scheduler = Scheduler(BackendSet(backends), LeastOutstandingWork(), estimator)

@@ -172,9 +172,9 @@ def by_slo_class(classes, class_of: np.ndarray, ok: np.ndarray, good: np.ndarray
 def by_gpu_type(
     served_by: np.ndarray, engines: list[EngineModel], e2e: np.ndarray, tpot: np.ndarray
 ) -> dict[str, dict[str, float]]:
-    types = np.asarray([e.params.gpu.name for e in engines])[served_by.astype(int)]
+    types = np.asarray([e.params.name for e in engines])[served_by.astype(int)]
     out = {}
-    for name in dict.fromkeys(e.params.gpu.name for e in engines):
+    for name in dict.fromkeys(e.params.name for e in engines):
         mine = types == name
         out[name] = {
             "request_share": _r(mine.sum() / max(len(e2e), 1)),

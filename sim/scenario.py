@@ -9,14 +9,17 @@ from typing import Annotated, Literal
 from gpuroute.router.config import GpuPrices, SloClassConfig
 from gpuroute.router.core.policies import resolve_policy_name
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASS, SloClass
+from gpuroute.router.model_config import RouterModelConfig, check_models
+from gpuroute.router.model_config import shapes as model_shapes
 from gpuroute.sim.global_scenario import GlobalSection
 from gpuroute.sim.traces import TRACE_FORMATS
 from gpuroute.sim.workloads import PROFILES
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from gpuroute.config import ConfigError, StrictModel, known_name, read_toml, validate
-from gpuroute.gpus import GpuTypeName
-from gpuroute.models import DEFAULT_MODEL, MODELS
+from gpuroute.gpus import DeclaresGpuTypes, GpuTypeName
+from gpuroute.models import DEFAULT_MODEL, MODELS, ModelSpec
+from gpuroute.roofline import EngineKind
 
 BUILTIN_DEFAULT = "demo"
 
@@ -31,7 +34,10 @@ class WorkloadSection(StrictModel):
     rate_scale: float | None = Field(default=None, gt=0)
     rate_rps: float | None = Field(default=None, gt=0)
     max_requests: int | None = Field(default=None, ge=1, le=50_000_000)
-    model: Annotated[str, AfterValidator(lambda v: known_name(v, MODELS, "model"))] = DEFAULT_MODEL
+    model: str = DEFAULT_MODEL  # a built-in shape or a [[models]] name
+    # several models' traffic: model -> share of requests (adding up to 1); `model` names
+    # the default one (the engines of a [[gpus]] group without `model` serve it)
+    models: dict[str, Annotated[float, Field(gt=0, le=1)]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def one_source_one_rate(self) -> WorkloadSection:
@@ -61,9 +67,20 @@ class WorkloadSection(StrictModel):
 
 
 class GpuGroup(StrictModel):
+    """`count` engines of one GPU type, each spanning tensor × pipeline parallel GPUs and
+    serving one model (the workload's `model` by default)."""
+
     type: GpuTypeName
     count: int = Field(ge=1, le=100_000)
     region: str | None = None
+    model: str | None = None
+    tensor_parallel: int = Field(default=1, ge=1, le=64)
+    pipeline_parallel: int = Field(default=1, ge=1, le=64)
+
+    def kind(self, default_model: str) -> EngineKind:
+        return EngineKind(
+            self.type, self.model or default_model, self.tensor_parallel, self.pipeline_parallel
+        )
 
 
 class SloClassSpec(SloClassConfig):
@@ -138,11 +155,13 @@ class Fault(StrictModel):
     factor: float = Field(default=1.0, gt=0, description="slowdown factor for kind=slow")
 
 
-class Scenario(StrictModel):
+class Scenario(DeclaresGpuTypes):
     name: str = "scenario"
     seed: int = 0
     workload: WorkloadSection
     gpus: list[GpuGroup] = Field(min_length=1)
+    # shapes of models beyond the built-ins, and their fallbacks (the router's [[models]])
+    models: list[RouterModelConfig] = Field(default_factory=list)
     slo: SloSection = SloSection()
     router: RouterSection = RouterSection()
     faults: list[Fault] = Field(default_factory=list)
@@ -152,7 +171,41 @@ class Scenario(StrictModel):
 
     @property
     def gpu_count(self) -> int:
+        return sum(g.count * g.tensor_parallel * g.pipeline_parallel for g in self.gpus)
+
+    @property
+    def engine_count(self) -> int:
         return sum(g.count for g in self.gpus)
+
+    def shapes(self) -> dict[str, ModelSpec]:
+        """Every model name the scenario may use, with its shape."""
+        return MODELS | model_shapes(self.models, DEFAULT_MODEL, MODELS)
+
+    def model_mix(self) -> dict[str, float]:
+        return dict(self.workload.models) or {self.workload.model: 1.0}
+
+    @model_validator(mode="after")
+    def models_known_and_served(self) -> Scenario:
+        for i, m in enumerate(self.models):
+            for key in ("aliases", "split", "slo_class"):
+                if getattr(m, key):
+                    raise ValueError(f"models[{i}].{key}: not simulated (use it in a router)")
+        known = self.shapes()
+        mix = self.model_mix()
+        if abs(sum(mix.values()) - 1.0) > 1e-6:
+            raise ValueError(f"workload.models: shares add up to {sum(mix.values()):g}, not 1")
+        served = {g.model or self.workload.model for g in self.gpus}
+        named = [("workload.model", self.workload.model)]
+        named += [(f"workload.models.{m}", m) for m in mix]
+        named += [(f"gpus[{i}].model", g.model) for i, g in enumerate(self.gpus) if g.model]
+        for key, name in named:
+            if name not in known:
+                raise ValueError(f"{key}: unknown model {name!r}; declare it under [[models]]")
+        for model in mix:
+            if model not in served:
+                raise ValueError(f"workload.models.{model}: no [[gpus]] group serves it")
+        check_models(self.models, frozenset(served))
+        return self
 
     @model_validator(mode="after")
     def gpus_in_known_regions(self) -> Scenario:
@@ -166,8 +219,10 @@ class Scenario(StrictModel):
     @model_validator(mode="after")
     def faults_in_range(self) -> Scenario:
         for fault in self.faults:
-            if fault.gpu >= self.gpu_count:
-                raise ValueError(f"fault gpu index {fault.gpu} >= number of GPUs {self.gpu_count}")
+            if fault.gpu >= self.engine_count:
+                raise ValueError(
+                    f"fault gpu index {fault.gpu} >= number of engines {self.engine_count}"
+                )
         return self
 
 

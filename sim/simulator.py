@@ -12,7 +12,7 @@ import random
 import time
 from collections.abc import Callable
 
-from gpuroute.router.core import Backend, BackendSet, CostEstimator, RequestInfo, Scheduler
+from gpuroute.router.core import BackendSet, CostEstimator, RequestInfo, Scheduler
 from gpuroute.router.core.latency import LatencyModel
 from gpuroute.router.core.latency_prior import LatencyPrior
 from gpuroute.router.core.lifetime import Event, Lifetimes, RequestLifetime
@@ -27,10 +27,14 @@ from gpuroute.sim.engine_model import EngineModel, EngineRequest
 from gpuroute.sim.events import EventHeap, run_events
 from gpuroute.sim.fleet import (
     GpuTypeProfile,
+    assign_classes,
+    assign_models,
     expand_gpus,
+    expand_kinds,
     fleet_capacity_rps,
     profile_gpu_types,
     request_work,
+    sim_backends,
 )
 from gpuroute.sim.report import (
     FAILED,
@@ -85,14 +89,6 @@ def build_policy_for(name: str, loaded: LoadedScenario):
     return build_policy(name, options)
 
 
-def assign_classes(n: int, shares: list[float], seed: int) -> list[int]:
-    """Each request's SLO class index, drawn by the classes' shares (deterministic)."""
-    if len(shares) == 1:
-        return [0] * n
-    rng = random.Random(seed ^ 0x5105)
-    return rng.choices(range(len(shares)), weights=shares, k=n)
-
-
 class FleetSimulator:
     def __init__(
         self,
@@ -102,7 +98,8 @@ class FleetSimulator:
         self.loaded = loaded
         self.scenario = loaded.scenario
         self.workload, self.profiles, self.rate_rps = prepared or prepare_workload(loaded)
-        self.gpu_types = expand_gpus(self.scenario)
+        self.gpu_types = expand_gpus(self.scenario)  # each engine's kind key
+        self.kinds = expand_kinds(self.scenario)
 
     def at_utilization(self, utilization: float) -> FleetSimulator:
         """The same fleet and requests offered `utilization` of its nominal capacity (the
@@ -141,8 +138,6 @@ class RegionalRun:
     ) -> None:
         scenario, profiles, gpu_types = sim.scenario, sim.profiles, sim.gpu_types
         self.scenario, self.progress = scenario, progress
-        self.model = scenario.workload.model
-        fastest = max(p.capacity_rps for p in profiles.values())
         self.engines = [
             EngineModel(
                 profiles[t].params,
@@ -151,10 +146,7 @@ class RegionalRun:
             )
             for t in gpu_types
         ]
-        self.backends = [
-            Backend(f"gpu-{i}", t, (self.model,), capacity=profiles[t].capacity_rps / fastest)
-            for i, t in enumerate(gpu_types)
-        ]
+        self.backends = sim_backends(profiles, gpu_types, sim.kinds)
         self.index_of = {b.backend_id: i for i, b in enumerate(self.backends)}
         self.oracle = scenario.router.oracle_output_lengths
         estimator = CostEstimator(
@@ -188,6 +180,8 @@ class RegionalRun:
         self.n = len(workload)
         self.outcomes = RunOutcomes.pending(self.n)
         self.outcomes.slo_class = assign_classes(self.n, scenario.slo.shares(), scenario.seed)
+        self.model_names, self.model_of = assign_models(self.n, scenario)
+        self.fallbacks = {m.name: tuple(m.fallback) for m in scenario.models}
         self.arrivals = workload.arrivals.tolist()
         self.prompts = workload.prompts.tolist()
         self.outputs = workload.outputs.tolist()
@@ -208,15 +202,17 @@ class RegionalRun:
 
     # -- events ----------------------------------------------------------------------------
     def arrive(self, i: int, now: float) -> None:
+        model = self.model_names[self.model_of[i]]
         info = RequestInfo(
             i,
-            self.model,
+            model,
             self.prompts[i],
             self.outputs[i] if self.oracle else None,
             session_id=self.sessions[i],
             prefix_blocks=self.blocks[i],
             slo=self.classes[self.outcomes.slo_class[i]],
             arrived_at=now,
+            fallbacks=self.fallbacks.get(model, ()),
         )
         life = self.lifetimes.open(info)
         life.move(Event.ADMIT)

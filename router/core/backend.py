@@ -22,14 +22,21 @@ ROUTABLE_STATES = frozenset({BackendState.READY, BackendState.WARMING})
 
 
 class Backend:
-    """One inference engine endpoint (one GPU, or one tensor-parallel group)."""
+    """One inference engine endpoint (one GPU, or one tensor-parallel group).
+
+    `gpu_type` is its engine kind, what priors and learned corrections are kept by: the GPU
+    type for one GPU running the router's default model shape, else e.g.
+    `H200-tp4/llama-3.1-70b` (gpuroute/roofline.py EngineKind). `gpu` is the GPU type
+    alone and `gpus` how many the engine spans (what it costs per hour)."""
 
     __slots__ = (
         "address",
         "backend_id",
         "capacity",
         "external",
+        "gpu",
         "gpu_type",
+        "gpus",
         "in_flight",
         "models",
         "outstanding",
@@ -50,11 +57,15 @@ class Backend:
         capacity: float = 1.0,
         address: str = "",
         zone: str | None = None,
+        gpu: str | None = None,
+        gpus: int = 1,
     ) -> None:
         if capacity <= 0:
             raise ValueError(f"backend {backend_id}: capacity must be > 0, got {capacity}")
         self.backend_id = backend_id
         self.gpu_type = gpu_type
+        self.gpu = gpu or gpu_type
+        self.gpus = gpus
         self.models = frozenset(models)
         self.capacity = capacity
         self.address = address

@@ -73,6 +73,10 @@ class CostEstimator:
     def rates(self, gpu_type: str) -> GpuCostPrior | None:
         return self._rates.get(gpu_type)
 
+    def add_rates(self, kind: str, prior: GpuCostPrior) -> None:
+        """A new engine kind's rates (kept as they are for a kind known already)."""
+        self._rates.setdefault(kind, prior)
+
     def seconds(
         self, gpu_type: str, capacity: float, prompt_tokens: float, output_tokens: float
     ) -> float:

@@ -83,6 +83,7 @@ class RequestLifetime:
         "attempts",
         "info",
         "latency",
+        "model",
         "needed",
         "phase",
         "sampled",
@@ -102,6 +103,7 @@ class RequestLifetime:
         self.work: WorkBooking | None = None  # its outstanding work (scheduler's ledger)
         self.latency: LatencyBooking | None = None  # its booking in the latency model
         self.needed: float | None = None  # the SLO margin it needed to be placed
+        self.model = info.model  # the model its booking serves (a fallback's, if one took it)
         self.timing: Timing | None = None  # its attempt's clock, for slowness detection
         self.tenant: str | None = None  # the tenant whose in-flight slot it holds
         self.admitted = False  # holds an admission slot

@@ -34,6 +34,8 @@ class Member:
     load_address: str | None = None  # host:port of the agent's gRPC load stream
     region: str = ""
     zone: str = ""
+    tp: int = 1  # tensor-parallel degree of its engine
+    pp: int = 1  # pipeline-parallel degree
 
     @property
     def routable(self) -> bool:
@@ -69,13 +71,9 @@ def members_from_entries(
         if status not in STATUS_RANK:
             status = "critical"
         try:
-            capacity = float(meta["capacity"]) if meta.get("capacity") else None
-            load_port = int(meta["load_port"]) if meta.get("load_port") else None
-        except ValueError:
-            problems.append(f"{sid}: capacity or load_port in Meta is not a number")
-            continue
-        if capacity is not None and not 0 < capacity <= MAX_CAPACITY:
-            problems.append(f"{sid}: capacity {capacity:g} in Meta outside (0, {MAX_CAPACITY}]")
+            capacity, load_port, tp, pp = _numbers(meta)
+        except ValueError as exc:
+            problems.append(f"{sid}: {exc}")
             continue
         scheme = meta.get("scheme", "http")
         if scheme not in ("http", "https"):
@@ -93,8 +91,27 @@ def members_from_entries(
             load_address=f"{host}:{load_port}" if load_port else None,
             region=meta.get("region", ""),
             zone=meta.get("zone", ""),
+            tp=tp,
+            pp=pp,
         )
     return members, problems
+
+
+def _numbers(meta: Mapping[str, Any]) -> tuple[float | None, int | None, int, int]:
+    """Capacity, load port and parallel degrees from Meta; ValueError saying what is wrong."""
+    try:
+        capacity = float(meta["capacity"]) if meta.get("capacity") else None
+        load_port = int(meta["load_port"]) if meta.get("load_port") else None
+        # an agent before tensor_parallel in Meta ran one engine on all its GPUs
+        tp = int(meta.get("tensor_parallel") or meta.get("gpu_count") or 1)
+        pp = int(meta.get("pipeline_parallel") or 1)
+    except ValueError:
+        raise ValueError("capacity, load_port or a parallel degree is not a number") from None
+    if capacity is not None and not 0 < capacity <= MAX_CAPACITY:
+        raise ValueError(f"capacity {capacity:g} in Meta outside (0, {MAX_CAPACITY}]")
+    if not (1 <= tp <= 64 and 1 <= pp <= 64):
+        raise ValueError(f"parallel degrees {tp}×{pp} in Meta outside 1..64")
+    return capacity, load_port, tp, pp
 
 
 @dataclass(slots=True)
@@ -157,18 +174,22 @@ def apply(
     *,
     capacity_of,
     warm: bool,
+    kind_of=lambda member: member.gpu,
 ) -> list[Backend]:
     """Apply a plan; returns the backends that joined. `capacity_of(member)` fills in a
-    capacity the agent did not advertise; `warm=False` on the first sync (no slow start)."""
+    capacity the agent did not advertise, `kind_of(member)` names its engine kind (what its
+    priors are kept by); `warm=False` on the first sync (no slow start)."""
     added = []
     for member in changes.joined:
         backend = Backend(
             member.backend_id,
-            member.gpu,
+            kind_of(member),
             member.models,
             capacity=member.capacity or capacity_of(member),
             address=member.url,
             zone=member.zone or None,
+            gpu=member.gpu,
+            gpus=member.tp * member.pp,
         )
         backends.add(backend, now, warm=warm)
         if not member.routable:

@@ -15,12 +15,14 @@ class RequestInfo:
     __slots__ = (
         "arrived_at",
         "deadline",
+        "fallbacks",
         "max_tokens",
         "model",
         "prefix_blocks",
         "priority",
         "prompt_tokens",
         "request_id",
+        "requested",
         "session_id",
         "slo",
         "tenant",
@@ -40,6 +42,8 @@ class RequestInfo:
         tenant: str | None = None,
         slo: SloClass | None = None,
         arrived_at: float | None = None,
+        fallbacks: tuple[str, ...] = (),
+        requested: str | None = None,
     ) -> None:
         self.slo = slo  # the class it should meet; None: the scheduler's default
         self.arrived_at = arrived_at  # when its TTFT clock started (None: at routing)
@@ -52,6 +56,26 @@ class RequestInfo:
         self.prefix_blocks = prefix_blocks
         self.priority = priority
         self.deadline = deadline
+        # models that may serve it instead when `model` cannot meet its SLO or has no
+        # healthy backend, in order (router/core/model_routes.py); `requested` is the name
+        # the client sent when an alias or a split changed it
+        self.fallbacks = fallbacks
+        self.requested = requested if requested is not None else model
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The models that may serve it, in order of preference."""
+        return (self.model, *self.fallbacks)
+
+    def serving(self, model: str) -> RequestInfo:
+        """The same request as it is asked of another model (a fallback)."""
+        other = RequestInfo(
+            self.request_id, model, self.prompt_tokens, self.max_tokens,
+            session_id=self.session_id, prefix_blocks=self.prefix_blocks,
+            priority=self.priority, deadline=self.deadline, tenant=self.tenant, slo=self.slo,
+            arrived_at=self.arrived_at, requested=self.requested,
+        )  # fmt: skip
+        return other
 
     def __repr__(self) -> str:
         return (

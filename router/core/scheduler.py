@@ -12,9 +12,10 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from gpuroute.router.core.backend import ROUTABLE_STATES, Backend, BackendSet
-from gpuroute.router.core.cost import CostEstimator
+from gpuroute.router.core.cost import CostEstimator, GpuCostPrior
 from gpuroute.router.core.health import BackendHealth, HealthEvents
 from gpuroute.router.core.latency import LatencyModel, Prediction
+from gpuroute.router.core.latency_prior import LatencyPrior
 from gpuroute.router.core.ledger import OutstandingWork
 from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.core.policies import PickContext, Policy
@@ -42,6 +43,7 @@ class Decision:
     prediction: Prediction | None = None  # TTFT and TPOT there, when a latency model runs
     fits: bool = True  # predicted to meet the request's SLO (False only from predicting policies)
     booked: bool = True  # False: a predicted miss held back for admission (nothing booked)
+    model: str = ""  # the model it serves: the request's, or a fallback's
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +77,12 @@ class Scheduler:
         # a predicted miss was held back since the last tick: demand the latency model's
         # lessons are turning away (only then do idle GPU types forget pessimistic ones)
         self._turned_away = False
+
+    def add_kind(self, kind: str, cost: GpuCostPrior, latency: LatencyPrior | None) -> None:
+        """An engine kind seen for the first time (a member that joined): its priors."""
+        self.estimator.add_rates(kind, cost)
+        if self.latency is not None and latency is not None:
+            self.latency.priors.setdefault(kind, latency)
 
     @property
     def predicts_slo(self) -> bool:
@@ -110,28 +118,58 @@ class Scheduler:
         With a `trace`, each stage writes down what it did, before the booking. With
         `hold_misses`, a predicted SLO miss comes back unbooked (`booked=False`) for
         admission to hold or refuse."""
-        request = life.info
-        candidates = self.candidates(request, life.tried, trace)
-        if not candidates:
+        chosen = self._choose_model(life, now, rng, prefer, trace)
+        if chosen is None:
             return None
-        ctx = self.context(request, now, rng, prefer, trace)
-        if trace is not None and trace.full and not self.policy.traces_scores:
-            # scored before the pick: a policy may learn from its pick (prefix_affinity)
-            for b in candidates:
-                trace.row(b)["score"] = self.policy.score(ctx, b)
-        backend, reason, verdict = self._choose(ctx, candidates, prefer)
+        ctx, backend, reason, verdict, count = chosen
         cost = ctx.cost_on(backend)
         prediction, fits = verdict.prediction, verdict.fits
+        model = ctx.request.model
         if hold_misses and not fits:
             self._turned_away = True
             return Decision(
-                backend, cost, len(candidates), reason, trace, prediction, fits=False, booked=False
-            )
+                backend, cost, count, reason, trace, prediction, fits=False, booked=False,
+                model=model,
+            )  # fmt: skip
         if self.latency is not None:
             prediction = self._book_latency(ctx, life, backend, verdict)
         life.needed = verdict.needed
+        life.model = model
         life.work = self.ledger.start(backend, cost)
-        return Decision(backend, cost, len(candidates), reason, trace, prediction, fits=fits)
+        return Decision(backend, cost, count, reason, trace, prediction, fits=fits, model=model)
+
+    def _choose_model(
+        self,
+        life: RequestLifetime,
+        now: float,
+        rng: random.Random,
+        prefer: str | None,
+        trace: PickTrace | None,
+    ) -> tuple[PickContext, Backend, PickReason, Verdict, int] | None:
+        """The pick for the request's model, or for the first of its fallbacks that has a
+        candidate predicted to meet the SLO when the model has none (no healthy backend, or
+        a predicted miss everywhere). With no fit anywhere, the model's own miss (the first
+        model with candidates) goes back, for admission to hold or refuse."""
+        miss = None
+        for model in life.info.models:
+            request = life.info if model == life.info.model else life.info.serving(model)
+            candidates = self.candidates(request, life.tried, trace)
+            if not candidates:
+                continue
+            ctx = self.context(request, now, rng, prefer, trace)
+            if trace is not None and trace.full and not self.policy.traces_scores:
+                # scored before the pick: a policy may learn from its pick (prefix_affinity)
+                for b in candidates:
+                    trace.row(b)["score"] = self.policy.score(ctx, b)
+            backend, reason, verdict = self._choose(ctx, candidates, prefer)
+            if trace is not None and model != life.info.model:
+                trace.fallback = model
+            if verdict.fits:
+                return ctx, backend, reason, verdict, len(candidates)
+            if miss is None:
+                miss = ctx, backend, reason, verdict, len(candidates)
+            prefer = None  # a session's backend serves its model, not a fallback
+        return miss
 
     def _book_latency(
         self, ctx: PickContext, life: RequestLifetime, backend: Backend, verdict: Verdict

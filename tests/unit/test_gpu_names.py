@@ -62,7 +62,7 @@ def test_an_unknown_device_says_how_to_declare_it(device: str) -> None:
     with pytest.raises(UnknownGpuName) as caught:
         gpu_type_of_device(device)
     message = str(caught.value)
-    assert repr(device) in message and "`gpu` in the agent's [[engines]]" in message
+    assert repr(device) in message and "[[gpu_types]]" in message and "device_names" in message
     assert "H100" in message and "MI300X" in message
 
 

@@ -9,9 +9,8 @@ from gpuroute.router.admin import (
     describe_backends,
     typical_request,
 )
-from gpuroute.router.assemble import build_scheduler
+from gpuroute.router.assemble import build_scheduler, prior_book
 from gpuroute.router.config import RouterConfig
-from gpuroute.router.priors import engine_priors
 
 
 def test_predictions_only_when_asked_with_defaults_for_the_other_size() -> None:
@@ -31,7 +30,7 @@ def test_each_backend_gets_the_prediction_for_the_typical_request() -> None:
         {"backends": [{"id": "h100", "url": "http://127.0.0.1:1", "gpu": "H100", "models": ["m"]},
                       {"id": "l4", "url": "http://127.0.0.1:2", "gpu": "L4", "models": ["m"]}]}
     )  # fmt: skip
-    scheduler = build_scheduler(config, engine_priors(config.model_shape))
+    scheduler = build_scheduler(config, prior_book(config))
     plain = describe_backends(scheduler, config, None, 0.0)
     assert "predicted_for" not in plain and "predicted" not in plain["backends"][0]
     body = describe_backends(scheduler, config, None, 0.0, TypicalRequest(1000, 100))

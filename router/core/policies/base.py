@@ -51,7 +51,7 @@ class PickTrace:
     """Each stage of one pick, written down as it ran (only when asked for: the decision
     log, `gpuroute explain`). One row per backend a stage looked at, keyed by its id."""
 
-    __slots__ = ("candidates", "excluded", "full", "margin", "rows", "sampled")
+    __slots__ = ("candidates", "excluded", "fallback", "full", "margin", "rows", "sampled")
 
     def __init__(self, *, full: bool = False) -> None:
         # full: every exclusion and, for policies that do not trace their own scores,
@@ -62,6 +62,7 @@ class PickTrace:
         self.sampled: int | None = None  # how many a large pool's sampler kept
         self.rows: dict[str, dict[str, object]] = {}  # backend → its prediction, verdict, score
         self.margin: float | None = None  # the SLO margin the chosen backend needed
+        self.fallback: str | None = None  # the fallback model it was placed for, if one
 
     def row(self, backend: Backend) -> dict[str, object]:
         row = self.rows.get(backend.backend_id)

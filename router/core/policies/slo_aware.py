@@ -41,27 +41,13 @@ from gpuroute.router.core.policies.sampling import CandidateSampler
 from gpuroute.router.core.slo import SloClass
 from gpuroute.router.core.slo_admission import TypeMargins
 
+from gpuroute.gpus import GPU_SPECS
 from gpuroute.prefix_blocks import BLOCK_TOKENS
 
-# Rough on-demand $/hour for one GPU (public cloud list prices, 2024-2025, GPU share of the
-# instance); they only rank GPU types against each other: set your own in [slo] gpu_prices.
+# $/hour per GPU type: the data sheets' rough prices (gpuroute/gpus.py); they only rank types
+# against each other: set your own in [slo] gpu_prices or a [[gpu_types]] price_per_hour
 DEFAULT_GPU_PRICES: dict[str, float] = {
-    "H100": 4.0,
-    "A100": 2.5,
-    "V100": 1.5,
-    "L4": 0.7,
-    "T4": 0.35,
-    "H200": 5.0,
-    "H20": 2.0,
-    "B200": 7.0,
-    "GB200": 8.0,
-    "L40S": 1.6,
-    "L40": 1.2,
-    "RTX6000Ada": 1.2,
-    "A10": 0.9,
-    "A10G": 1.0,
-    "MI300X": 4.0,
-    "MI325X": 5.0,
+    name: spec.price_per_hour for name, spec in GPU_SPECS.items() if spec.price_per_hour
 }
 
 # a hit loosens the margin only when the request needed at least this share of it
@@ -202,7 +188,7 @@ class SloAware(PolicyBase):
         # a stream's TPOT budget: what its tokens may take beyond the first
         budget = slo.tpot_s * max(ctx.expected_output - 1.0, 1.0)
         cost_on, prices = ctx.cost_on, self.prices
-        dollars = [cost_on(b) * prices.get(b.gpu_type, 1.0) for b in fits]
+        dollars = [cost_on(b) * prices.get(b.gpu, 1.0) * b.gpus for b in fits]
         cheapest = min(dollars) or 1e-12
         cost_weight, ttft_bound = self.cost_weight / cheapest, slo.ttft_s
         terms = [

@@ -1,0 +1,136 @@
+"""Which model serves a request (sans-IO): aliases, weighted splits between versions and
+fallback chains, resolved once per request before the scheduler places it.
+
+A split is sticky: a request's version is drawn from a hash of its session (its request id
+without one) and the model's name, against the versions' cumulative weights. The same
+session always lands in the same bucket, and moving weight between versions moves only
+the sessions whose bucket changes hands: a canary going from 5 % to 10 % keeps every
+session it had. Changing weights (`set_split`) takes effect on the next request."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+SPLIT_TOTAL = 100.0  # weights are percentages
+
+
+class ModelRouteError(ValueError):
+    """A route table that cannot be used: a loop of aliases, weights that do not add up."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRoute:
+    """A model name clients ask for: the versions it splits into (served names with
+    percentages, in order) and the models it may fall back to, lightest-suitable first."""
+
+    name: str
+    split: tuple[tuple[str, float], ...] = ()
+    fallback: tuple[str, ...] = ()
+
+    def version(self, bucket: float) -> str:
+        """The version whose share of [0, 1) holds `bucket` (the name itself without a split)."""
+        edge = 0.0
+        for served, weight in self.split:
+            edge += weight / SPLIT_TOTAL
+            if bucket < edge and weight > 0:
+                return served
+        live = [served for served, weight in self.split if weight > 0]
+        return live[-1] if live else self.name
+
+
+@dataclass(frozen=True, slots=True)
+class ModelChoice:
+    """What a request asked for and what may serve it, in order of preference."""
+
+    requested: str
+    name: str  # after aliases
+    chain: tuple[str, ...]  # the version to serve first, then its fallbacks
+
+    @property
+    def model(self) -> str:
+        return self.chain[0]
+
+    @property
+    def fallbacks(self) -> tuple[str, ...]:
+        return self.chain[1:]
+
+
+def split_bucket(model: str, key: str) -> float:
+    """A stable point in [0, 1) for (model, session): the same on every replica and restart."""
+    digest = hashlib.blake2b(f"{model}\0{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2.0**64
+
+
+def check_split(name: str, split: Iterable[tuple[str, float]]) -> tuple[tuple[str, float], ...]:
+    """The split as a tuple, or ModelRouteError when weights are negative or do not add to 100."""
+    pairs = tuple(split)
+    if any(weight < 0 for _, weight in pairs):
+        raise ModelRouteError(f"model {name!r}: split weights must be >= 0")
+    total = sum(weight for _, weight in pairs)
+    if pairs and abs(total - SPLIT_TOTAL) > 1e-6:
+        raise ModelRouteError(f"model {name!r}: split weights add up to {total:g}, not 100")
+    if len({served for served, _ in pairs}) != len(pairs):
+        raise ModelRouteError(f"model {name!r}: a version appears twice in its split")
+    return pairs
+
+
+class ModelRoutes:
+    """The router's table of aliases, splits and fallbacks. Names it does not know resolve
+    to themselves, so a fleet with no [[models]] routes exactly as before."""
+
+    def __init__(self, routes: Iterable[ModelRoute] = (), aliases: Mapping[str, str] = ()):
+        self.routes = {r.name: r for r in routes}
+        self.aliases = dict(aliases)
+        for route in self.routes.values():
+            check_split(route.name, route.split)
+        for alias in self.aliases:
+            self.alias_target(alias)  # raises on a loop
+
+    def alias_target(self, name: str) -> str:
+        """Follow aliases to a name that is none; ModelRouteError on a loop."""
+        seen = [name]
+        while name in self.aliases:
+            name = self.aliases[name]
+            if name in seen:
+                loop = " → ".join([*seen, name])
+                raise ModelRouteError(f"alias loop: {loop}")
+            seen.append(name)
+        return name
+
+    def resolve(self, requested: str, sticky_key: str, *, fallback: bool = True) -> ModelChoice:
+        """The model chain for one request: alias followed, version drawn, then (unless
+        `fallback` is off) each fallback's own version for the same session."""
+        name = self.alias_target(requested)
+        chain = [self._version(name, sticky_key)]
+        route = self.routes.get(name)
+        if fallback and route is not None:
+            for other in route.fallback:
+                served = self._version(self.alias_target(other), sticky_key)
+                if served not in chain:
+                    chain.append(served)
+        return ModelChoice(requested, name, tuple(chain))
+
+    def _version(self, name: str, sticky_key: str) -> str:
+        route = self.routes.get(name)
+        if route is None or not route.split:
+            return name
+        return route.version(split_bucket(name, sticky_key))
+
+    def names(self) -> frozenset[str]:
+        """Every name a client may ask for besides the served ones: aliases and routes."""
+        return frozenset(self.aliases) | frozenset(self.routes)
+
+    def set_split(self, name: str, split: Iterable[tuple[str, float]]) -> ModelRoute:
+        """New weights for `name`'s versions, from the next request on (the admin API)."""
+        route = self.routes.get(name)
+        if route is None:
+            raise ModelRouteError(f"model {name!r} has no route to split")
+        pairs = check_split(name, split)
+        known = {served for served, _ in route.split}
+        unknown = sorted({served for served, _ in pairs} - known)
+        if unknown:
+            raise ModelRouteError(f"model {name!r}: {unknown} are not among its versions")
+        self.routes[name] = new = ModelRoute(name, pairs, route.fallback)
+        return new
