@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from gpuroute.router.core.model_routes import ModelRoute, ModelRouteError, ModelRoutes
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from gpuroute.models import EXPLICIT_FIELDS, ModelShapeConfig, ModelSpec
 
@@ -29,6 +29,13 @@ class RouterModelConfig(ModelShapeConfig):
     # backend, in order: a lighter one here first; the global tier then tries other regions
     fallback: list[str] = Field(default_factory=list)
     slo_class: str | None = None  # the default SLO class of requests for it
+
+    @model_validator(mode="after")
+    def _one_source(self) -> RouterModelConfig:  # replaces ModelShapeConfig's: keys optional
+        """Its shape keys, when any are given, name exactly one source."""
+        if self.has_shape:
+            ModelShapeConfig._one_source(self)
+        return self
 
     @field_validator("split")
     @classmethod
@@ -67,29 +74,62 @@ def check_models(models: list[RouterModelConfig], served: frozenset[str] | None)
     versions that exist (`served` by a static backend; None: discovered, so unknown yet).
     Errors name the key (`models[1].fallback[0]`)."""
     names = [m.name for m in models]
-    known = set(names) | {v for m in models for v in m.split} | (served or set())
     for i, m in enumerate(models):
         if names.count(m.name) > 1:
             raise ValueError(f"models[{i}].name: {m.name!r} is listed twice")
-        for j, alias in enumerate(m.aliases):
-            if alias in names or (served is not None and alias in served):
-                raise ValueError(f"models[{i}].aliases[{j}]: {alias!r} is a model's own name")
+    aliases = _check_aliases(models, served)
+    for i, m in enumerate(models):
         if served is not None:
             for version in m.split:
                 if version not in served:
                     raise ValueError(
                         f"models[{i}].split: version {version!r} is served by no backend"
                     )
-        for j, other in enumerate(m.fallback):
-            target = other if other in known else None
-            if target is None and not any(other in n.aliases for n in models):
-                raise ValueError(f"models[{i}].fallback[{j}]: unknown model {other!r}")
-            if other == m.name:
-                raise ValueError(f"models[{i}].fallback[{j}]: a model cannot fall back to itself")
+        _check_fallbacks(i, m, models, aliases, served)
     try:
         model_routes(models)
     except ModelRouteError as exc:
         raise ValueError(f"models: {exc}") from None
+
+
+def _check_aliases(
+    models: list[RouterModelConfig], served: frozenset[str] | None
+) -> dict[str, str]:
+    """Each alias names one model and shadows no model's name; the aliases, to their model."""
+    names = {m.name for m in models}
+    aliases: dict[str, str] = {}
+    for i, m in enumerate(models):
+        for j, alias in enumerate(m.aliases):
+            if alias in names or (served is not None and alias in served):
+                raise ValueError(f"models[{i}].aliases[{j}]: {alias!r} is a model's own name")
+            if alias in aliases:
+                raise ValueError(
+                    f"models[{i}].aliases[{j}]: {alias!r} is an alias of {aliases[alias]!r} "
+                    "already"
+                )
+            aliases[alias] = m.name
+    return aliases
+
+
+def _check_fallbacks(
+    i: int,
+    m: RouterModelConfig,
+    models: list[RouterModelConfig],
+    aliases: Mapping[str, str],
+    served: frozenset[str] | None,
+) -> None:
+    """`m`'s fallbacks name a model (or an alias of one) other than itself that a backend
+    serves, itself or through its split's versions (when what is served is known)."""
+    split = {n.name: n.split for n in models}
+    known = set(split) | {v for n in models for v in n.split} | (served or set())
+    for j, other in enumerate(m.fallback):
+        target = aliases.get(other, other)
+        if target not in known:
+            raise ValueError(f"models[{i}].fallback[{j}]: unknown model {other!r}")
+        if target == m.name:
+            raise ValueError(f"models[{i}].fallback[{j}]: a model cannot fall back to itself")
+        if served is not None and not split.get(target) and target not in served:
+            raise ValueError(f"models[{i}].fallback[{j}]: {other!r} is served by no backend")
 
 
 def shapes(

@@ -101,7 +101,18 @@ def expand_gpus(scenario: Scenario) -> list[str]:
 
 
 def fleet_capacity_rps(scenario: Scenario, profiles: dict[str, GpuTypeProfile]) -> float:
-    return sum(profiles[t].capacity_rps for t in expand_gpus(scenario))
+    """Requests/s the fleet sustains for the workload. With several models, the rate at which
+    the first model's pool saturates given its share of requests: no pool is offered more
+    than its capacity at utilisation 1."""
+    keys, kinds = expand_gpus(scenario), expand_kinds(scenario)
+    mix = scenario.model_mix()
+    if len(mix) == 1:
+        return sum(profiles[k].capacity_rps for k in keys)
+    pools = dict.fromkeys(mix, 0.0)
+    for key, kind in zip(keys, kinds, strict=True):
+        if kind.model in pools:
+            pools[kind.model] += profiles[key].capacity_rps
+    return min(pools[m] / share for m, share in mix.items())
 
 
 def assign_classes(n: int, shares: list[float], seed: int) -> list[int]:

@@ -25,6 +25,7 @@ class RunOutcomes:
     served_by: list[int]  # engine index of each completed request (-1 otherwise)
     retries: int = 0
     slo_class: list[int] = field(default_factory=list)  # index into the scenario's classes
+    model: list[int] = field(default_factory=list)  # index into the workload's models
 
     @classmethod
     def pending(cls, n: int) -> RunOutcomes:
@@ -64,9 +65,15 @@ class PolicyReport:
     by_gpu_type: dict[str, dict[str, float]]
     # per SLO class: its share of requests and the share of them that met the class
     by_slo_class: dict[str, dict[str, float]]
+    # per requested model, when the workload has several: share, attainment, how many a
+    # fallback model served, refused
+    by_model: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        out = asdict(self)
+        if not self.by_model:
+            del out["by_model"]  # a single-model run's JSON as before
+        return out
 
 
 def _r(value: float, digits: int = 4) -> float:
@@ -132,6 +139,7 @@ def summarise(
         sim_wall_s=_r(wall_s, 2),
         by_gpu_type=by_gpu_type(np.asarray(run.served_by)[ok], engines, e2e, tpot),
         by_slo_class=by_slo_class(classes, class_of, ok, good),
+        by_model=by_model(scenario, run, engines, ok, good),
     )
 
 
@@ -164,6 +172,31 @@ def by_slo_class(classes, class_of: np.ndarray, ok: np.ndarray, good: np.ndarray
         out[slo.name] = {
             "request_share": _r(count / max(len(class_of), 1)),
             "attainment": _r(met / count) if count else float("nan"),
+            "refused": int((mine & ~ok).sum()),
+        }
+    return out
+
+
+def by_model(
+    scenario: Scenario, run: RunOutcomes, engines: list[EngineModel], ok: np.ndarray, good
+) -> dict[str, dict[str, float]]:
+    """Each requested model's share, attainment, fallbacks and refusals (several models)."""
+    names = list(scenario.model_mix())
+    if len(names) < 2:
+        return {}
+    asked = np.asarray(run.model, dtype=np.int64)
+    engine_model = np.asarray([names.index(e.params.model.name) if e.params.model.name in names
+                               else -1 for e in engines])  # fmt: skip
+    served = engine_model[np.asarray(run.served_by)[ok].astype(int)]
+    asked_ok = asked[ok]
+    out = {}
+    for k, name in enumerate(names):
+        mine = asked == k
+        count = int(mine.sum())
+        out[name] = {
+            "request_share": _r(count / max(len(asked), 1)),
+            "attainment": _r(good[asked_ok == k].sum() / count) if count else float("nan"),
+            "served_by_fallback": int(((asked_ok == k) & (served != k)).sum()),
             "refused": int((mine & ~ok).sum()),
         }
     return out

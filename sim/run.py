@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gpuroute.global_.core.policy import MODES
 from gpuroute.router.core.policies import resolve_policy_name
-from gpuroute.sim.report import TABLE_COLUMNS
+from gpuroute.sim.report import TABLE_COLUMNS, PolicyReport
 from gpuroute.sim.scenario import LoadedScenario, builtin_scenario, load_scenario
 from gpuroute.sim.simulator import FleetSimulator
 from gpuroute.sim.traces import TraceError
@@ -104,7 +104,7 @@ def run_sim(
         err.print(
             f"[bold]{scenario.name}[/]: {len(simulator.workload):,} requests at "
             f"{simulator.rate_rps:.1f} req/s over {scenario.gpu_count} GPUs "
-            f"({', '.join(f'{g.count}×{g.type}' for g in scenario.gpus)})"
+            f"({', '.join(group_label(g, scenario.workload.model) for g in scenario.gpus)})"
         )
     reports = []
     with Progress(
@@ -128,9 +128,35 @@ def run_sim(
             [r.to_dict() for r in reports],
             TABLE_COLUMNS,
         )
+        print_models(reports)
     if json_out:
         write_json([r.to_dict() for r in reports], json_out)
     return 0
+
+
+def group_label(group, default_model: str) -> str:
+    """`2×H200-tp4/llama-3.1-70b`: a [[gpus]] group's engines and what they run."""
+    return f"{group.count}×{group.kind(default_model).key(default_model)}"
+
+
+def print_models(reports: list[PolicyReport]) -> None:
+    """With several models: each policy's attainment per requested model, and how many of
+    its requests a fallback model served."""
+    rows = [
+        {"policy": r.policy, "model": model, **stats}
+        for r in reports
+        for model, stats in r.by_model.items()
+    ]
+    if rows:
+        columns = (
+            ("policy", "policy", "{}"),
+            ("model", "model", "{}"),
+            ("request_share", "share", "{:.2f}"),
+            ("attainment", "SLO met", "{:.3f}"),
+            ("served_by_fallback", "by fallback", "{:,}"),
+            ("refused", "refused", "{:,}"),
+        )
+        print_table(stdout_console(), "per model", rows, columns)
 
 
 def write_json(data, json_out: str) -> None:

@@ -181,6 +181,7 @@ class RegionalRun:
         self.outcomes = RunOutcomes.pending(self.n)
         self.outcomes.slo_class = assign_classes(self.n, scenario.slo.shares(), scenario.seed)
         self.model_names, self.model_of = assign_models(self.n, scenario)
+        self.outcomes.model = self.model_of
         self.fallbacks = {m.name: tuple(m.fallback) for m in scenario.models}
         self.arrivals = workload.arrivals.tolist()
         self.prompts = workload.prompts.tolist()
