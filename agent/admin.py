@@ -8,20 +8,24 @@ enough against a browser on the same host: a page may POST a form (`text/plain`)
 cross-origin page cannot send without CORS, and nothing here grants it), must carry no
 `Origin` (browsers send it; `gpuroute agent drain` does not), and, without a token, must
 name a loopback host. A drain asked for here leaves the process running, in maintenance,
-until `undrain`; only SIGTERM drains and exits."""
+until `undrain`; only SIGTERM drains and exits. `request_admin` is the CLI's side of it."""
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import sys
 from collections.abc import Awaitable, Callable
 
+import aiohttp
 from aiohttp import web
+from gpuroute.agent.config import load_agent_config
 
 from gpuroute.auth import AuthError, bearer
-from gpuroute.config import is_loopback
+from gpuroute.config import ConfigError, is_loopback
 from gpuroute.headers import interpreted
 from gpuroute.openai_api import Rejection, error_response, healthz
+from gpuroute.secrets import read_secret
 
 
 class AgentAdmin:
@@ -95,3 +99,33 @@ def host_name(host: str) -> str:
     if host.startswith("["):
         return host[1:].partition("]")[0]
     return host.rpartition(":")[0] if host.count(":") == 1 else host
+
+
+def request_admin(path: str, action: str, timeout_s: float | None = None) -> int:
+    """`gpuroute agent drain|undrain --config FILE`: ask the running agent (with its admin
+    token, when one is configured) and wait for its answer."""
+    try:
+        config = load_agent_config(path)
+        token = read_secret(config, "admin_token", "agent")
+    except ConfigError as exc:
+        print(f"gpuroute agent {action}: error: {exc}", file=sys.stderr)
+        return 2
+    url = f"http://{config.admin.host}:{config.admin.port}/{action}"
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    headers["Content-Type"] = "application/json"
+    wait = timeout_s or config.drain_timeout_s + config.drain_grace_s + 30
+
+    async def call() -> int:
+        try:
+            timeout = aiohttp.ClientTimeout(total=wait)
+            async with (
+                aiohttp.ClientSession(timeout=timeout) as s,
+                s.post(url, headers=headers, data=b"{}") as response,
+            ):
+                print(await response.text())
+                return 0 if response.status == 200 else 1
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            print(f"gpuroute agent {action}: cannot reach {url}: {exc}", file=sys.stderr)
+            return 1
+
+    return asyncio.run(call())

@@ -13,7 +13,8 @@ def register(sub) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from gpuroute.agent.server import request_admin, run_agent
+    from gpuroute.agent.admin import request_admin
+    from gpuroute.agent.server import run_agent
 
     if args.action == "run":
         return run_agent(args.config)

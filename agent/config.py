@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
+from gpuroute.agent.core.engine_facts import META_VALUE_MAX, Parallelism
 from gpuroute.agent.engine_metrics import ENGINE_KINDS
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
 from gpuroute.config import (
     HttpUrlWithPort,
@@ -34,25 +35,65 @@ def _service_id(value: str) -> str:
 class EngineConfig(StrictModel):
     url: HttpUrlWithPort = "http://127.0.0.1:8000"
     kind: EngineKind = "vllm"
-    models: list[str] = Field(min_length=1)
+    # default: what the engine's /v1/models lists (the agent registers once it has answered)
+    models: list[str] | None = Field(default=None, min_length=1)
     gpu: GpuTypeName
-    gpu_count: int = Field(default=1, ge=1)
+    # default: what the engine reports where it does (engine_facts.PARALLEL_PATHS), else
+    # gpu_count / pipeline_parallel (an old config's gpu_count was one engine), else 1
+    tensor_parallel: int | None = Field(default=None, ge=1, le=64)
+    pipeline_parallel: int | None = Field(default=None, ge=1, le=64)
+    # tensor_parallel x pipeline_parallel x data-parallel ranks (default: tp x pp)
+    gpu_count: int | None = Field(default=None, ge=1)
     capacity: float | None = Field(default=None, gt=0)  # default: the router's GPU prior
     health_path: str = "/health"
     metrics_path: str = "/metrics"
+    models_path: str = "/v1/models"
+    # how often /v1/models is read again (adapters load at run time); also on each restart
+    models_interval_s: float = Field(default=30.0, ge=1)
     # A busy engine answers late: vLLM serves /health and /metrics from the event loop that
     # streams every token, and took 2 s to answer on a saturated CPU host. Too short a
     # timeout marks a busy engine down (two late probes in a row) and blinds its load.
     health_timeout_s: float = Field(default=5.0, gt=0)
     metrics_timeout_s: float = Field(default=5.0, gt=0)
 
+    @field_validator("gpu_count")
+    @classmethod
+    def _gpus_hold_whole_engines(cls, count: int | None, info: ValidationInfo) -> int | None:
+        tp, pp = info.data.get("tensor_parallel"), info.data.get("pipeline_parallel")
+        per_rank = (tp or 1) * (pp or 1)
+        if count is None or count % per_rank == 0:
+            return count
+        if tp is None:
+            raise ValueError(f"{count} GPUs do not split into pipeline_parallel = {pp} stages")
+        raise ValueError(
+            f"{count} GPUs are not a whole number of engine ranks of tensor_parallel x "
+            f"pipeline_parallel = {tp} x {pp or 1} = {per_rank} GPUs; set gpu_count = "
+            "tensor_parallel x pipeline_parallel x data-parallel ranks"
+        )
+
     @property
     def port(self) -> int:
         return urlsplit(self.url).port or 80
 
+    @property
+    def parallel(self) -> Parallelism:
+        """The layout the config implies (engine_facts: the engine's report overrides it)."""
+        pp = self.pipeline_parallel or 1
+        if self.tensor_parallel is None:
+            # before tensor_parallel, gpu_count GPUs were one engine (routers read it so)
+            return Parallelism((self.gpu_count or pp) // pp, pp, 1)
+        per_rank = self.tensor_parallel * pp
+        return Parallelism(self.tensor_parallel, pp, (self.gpu_count or per_rank) // per_rank)
+
+    @property
+    def parallel_declared(self) -> bool:
+        """Whether the config says anything about the layout (else no mismatch to report)."""
+        keys = (self.tensor_parallel, self.pipeline_parallel, self.gpu_count)
+        return any(k is not None for k in keys)
+
 
 class TelemetryConfig(StrictModel):
-    source: Literal["auto", "nvml", "simulated", "none"] = "auto"  # none: engines without GPUs
+    source: Literal["auto", "nvml", "amdsmi", "simulated", "none"] = "auto"  # none: no GPUs
     simulated_path: str = "/_gpu"  # on the engine (the fake engine serves it)
     interval_s: float = Field(default=0.2, gt=0, le=5)  # engine /metrics and GPU samples
     health_interval_s: float = Field(default=1.0, gt=0)  # engine /health probes
@@ -113,7 +154,7 @@ class AgentConfig(DeclaresGpuTypes):
 
     @model_validator(mode="after")
     def _meta_fits(self) -> AgentConfig:
-        if len(",".join(self.engine.models)) > 512:
+        if len(",".join(self.engine.models or ())) > META_VALUE_MAX:
             raise ValueError("engine.models joined by commas must fit Consul's 512-char Meta")
         return self
 

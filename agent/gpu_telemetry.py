@@ -1,6 +1,7 @@
-"""GPU telemetry behind one interface: NVML on a GPU host, the fake engine's simulated GPU
-elsewhere. A telemetry failure is a log line and an error in the reading, never a crash:
-the agent must keep registering and streaming load even when NVML misbehaves."""
+"""GPU telemetry behind one interface: NVML on an NVIDIA host, amdsmi on an AMD one
+(agent/amdsmi_source.py), the fake engine's simulated GPU elsewhere. A telemetry failure is
+a log line and an error in the reading, never a crash: the agent must keep registering and
+streaming load even when NVML or amdsmi misbehaves."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from gpuroute.gpus import UnknownGpuName, gpu_type_of_device
+from gpuroute.gpus import GpuCatalog, UnknownGpuName
 
 log = logging.getLogger("gpuroute.agent.gpu")
 
@@ -31,7 +32,17 @@ _OTHER_REASONS = {
     0x04: "sw_power_cap",
     0x10: "sync_boost",
 }
-DEGRADING = frozenset(_DEGRADING_REASONS.values())
+# AMD's violation flags (amdsmi_get_violation_status, MI300 and later) in the same terms:
+# PROCHOT and thermal limits slow a GPU that should not be slow; the package power limit
+# (PPT) is reached under full load, as NVIDIA's sw_power_cap is
+AMD_DEGRADING = {
+    "active_prochot_thrm": "prochot_slowdown",
+    "active_socket_thrm": "socket_thermal_slowdown",
+    "active_vr_thrm": "vr_thermal_slowdown",
+    "active_hbm_thrm": "hbm_thermal_slowdown",
+}
+AMD_OTHER = {"active_ppt_pwr": "ppt_power_cap"}
+DEGRADING = frozenset(_DEGRADING_REASONS.values()) | frozenset(AMD_DEGRADING.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +109,7 @@ def throttle_names(mask: int) -> tuple[str, ...]:
 
 
 class GpuUnavailable(Exception):
-    """NVML cannot be used on this host (no library, no driver, no GPU)."""
+    """NVML or amdsmi cannot be used on this host (no library, no driver, no GPU)."""
 
 
 class NvmlSource:
@@ -106,8 +117,9 @@ class NvmlSource:
 
     name = "nvml"
 
-    def __init__(self, declared: str | None = None) -> None:
+    def __init__(self, declared: str | None = None, catalog: GpuCatalog | None = None) -> None:
         self.declared = declared  # the engine's `gpu` in the agent's config
+        self.catalog = catalog or GpuCatalog()  # its [[gpu_types]]' device_names included
         self._checked = False
         try:
             import pynvml
@@ -137,7 +149,7 @@ class NvmlSource:
                 errors.append(f"gpu {index}: {exc}")
         if gpus and not self._checked:
             self._checked = True
-            for problem in declared_type_problems(gpus, self.declared):
+            for problem in declared_type_problems(gpus, self.declared, self.catalog):
                 log.warning("GPU type: %s", problem)
         error = "; ".join(errors) or None
         if error and error not in self._warned:
@@ -260,13 +272,17 @@ def _sample_from_json(g: dict[str, Any]) -> GpuSample:
     )
 
 
-def declared_type_problems(gpus: Sequence[GpuSample], declared: str | None) -> list[str]:
-    """Where the GPUs NVML names are not the type the config declares (the declared one is
-    used: the operator may know better, e.g. a variant named like its family)."""
+def declared_type_problems(
+    gpus: Sequence[GpuSample], declared: str | None, catalog: GpuCatalog | None = None
+) -> list[str]:
+    """Where the GPUs NVML or amdsmi name are not the type the config declares (the declared
+    one is used: the operator may know better, e.g. a variant named like its family). Names
+    are looked up in the config's catalog, so a `[[gpu_types]]` entry's `device_names` count."""
+    catalog = catalog or GpuCatalog()
     problems = []
     for gpu in gpus:
         try:
-            seen = gpu_type_of_device(gpu.name)
+            seen = catalog.type_of_device(gpu.name)
         except UnknownGpuName as exc:
             problems.append(f"gpu {gpu.index}: {exc}")
             continue
@@ -278,19 +294,34 @@ def declared_type_problems(gpus: Sequence[GpuSample], declared: str | None) -> l
     return problems
 
 
-def open_gpu_source(kind: str, simulated_url: str, declared: str | None = None) -> GpuSource:
-    """`auto` takes NVML when it works and the simulated GPU otherwise; `nvml` logs an error
-    and carries on without GPU data when NVML cannot run."""
+def open_gpu_source(
+    kind: str,
+    simulated_url: str,
+    declared: str | None = None,
+    catalog: GpuCatalog | None = None,
+) -> GpuSource:
+    """`auto` takes NVML, else amdsmi, when one works, and the simulated GPU otherwise;
+    `nvml` or `amdsmi` logs an error and carries on without GPU data when it cannot run."""
+    from gpuroute.agent.amdsmi_source import AmdSmiSource  # it builds on this module
+
     if kind == "none":  # an engine on CPUs, or GPU telemetry collected elsewhere
         return NoGpuSource(None)
-    if kind in ("auto", "nvml"):
+    if kind == "simulated":
+        return SimulatedSource(simulated_url)
+    why: list[str] = []
+    for name, opener in (("nvml", NvmlSource), ("amdsmi", AmdSmiSource)):
+        if kind not in ("auto", name):
+            continue
         try:
-            source = NvmlSource(declared)
-            log.info("GPU telemetry: NVML, %d GPU(s)", source.count)
+            source = opener(declared, catalog)
+            log.info("GPU telemetry: %s, %d GPU(s)", name, source.count)
             return source
         except GpuUnavailable as exc:
-            if kind == "nvml":
-                log.error("GPU telemetry: NVML unavailable (%s); running without GPU data", exc)
-                return NoGpuSource(f"NVML unavailable: {exc}")
-            log.info("GPU telemetry: NVML unavailable (%s); using the simulated GPU", exc)
+            label = "NVML" if name == "nvml" else "amdsmi"
+            if kind == name:
+                why_not = f"{label} unavailable ({exc}); running without GPU data"
+                log.error("GPU telemetry: %s", why_not)
+                return NoGpuSource(f"{label} unavailable: {exc}")
+            why.append(f"{label} unavailable ({exc})")
+    log.info("GPU telemetry: %s; using the simulated GPU", "; ".join(why))
     return SimulatedSource(simulated_url)

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gpuroute.agent.config import AgentConfig
+from gpuroute.agent.core.engine_facts import EngineFacts, facts
 
 from gpuroute.consul_client import (
     ConsulClient,
@@ -24,26 +25,38 @@ from gpuroute.consul_client import (
     UnknownCheck,
     check_meta,
 )
-from gpuroute.gpus import GPU_SPECS
 
 log = logging.getLogger("gpuroute.agent.consul")
 AGENT_VERSION = "1"
 
 
-def service_definition(config: AgentConfig, load_port: int, status: str) -> dict:
+def config_facts(config: AgentConfig) -> EngineFacts:
+    """What the config alone says (before the engine has answered, or where it cannot)."""
+    return facts(config.engine.models, config.engine.parallel, None, None)
+
+
+def service_definition(
+    config: AgentConfig, load_port: int, status: str, engine_facts: EngineFacts | None = None
+) -> dict:
     engine, c = config.engine, config.consul
+    known = engine_facts or config_facts(config)
     meta = {
         "region": config.region,
         "zone": config.zone,
         "gpu_model": engine.gpu,
-        "gpu_count": str(engine.gpu_count),
-        "gpu_memory_gb": f"{GPU_SPECS[engine.gpu].memory_gb:g}",
-        "models": ",".join(engine.models),
+        "gpu_count": str(known.parallel.gpus),
+        "tensor_parallel": str(known.parallel.tp),
+        "pipeline_parallel": str(known.parallel.pp),
+        "data_parallel": str(known.parallel.dp),
+        "gpu_memory_gb": f"{config.gpu_catalog()[engine.gpu].memory_gb:g}",
+        "models": ",".join(known.models),
         "engine_kind": engine.kind,
         "load_port": str(load_port),
         "agent_version": AGENT_VERSION,
         "scheme": urlsplit(engine.url).scheme,  # how routers reach the engine
     }
+    if known.max_model_len is not None:
+        meta["max_model_len"] = str(known.max_model_len)
     if engine.capacity is not None:
         meta["capacity"] = f"{engine.capacity:g}"
     return {
@@ -75,28 +88,40 @@ class Registration:
         client: ConsulClient,
         load_port: int,
         status: Callable[[], tuple[str, str]],
+        engine_facts: Callable[[], EngineFacts] | None = None,
+        ready: asyncio.Event | None = None,
     ) -> None:
         self.config = config
         self.client = client
         self.load_port = load_port
         self.status = status  # current (Consul status, output)
+        self.engine_facts = engine_facts or (lambda: config_facts(config))
+        self.ready = ready  # registering waits for it (what the engine serves is known)
         self.registered = False
         self.consul_up = False
         self.writes = 0  # registrations and check updates that changed status
         self.changed = asyncio.Event()  # set on a health transition
         self.stopped = False
         self._sent: tuple[str, str] | None = None
+        self._stale = False  # the registered Meta is out of date
 
     def definition(self) -> dict[str, Any]:
         status, _output = self.status()
-        return service_definition(self.config, self.load_port, status)
+        return service_definition(self.config, self.load_port, status, self.engine_facts())
+
+    def refresh(self) -> None:
+        """Register again soon: the Meta changed (models, context length, degrees)."""
+        self._stale = True
+        self.changed.set()
 
     async def run(self) -> None:
         refresh = self.config.consul.ttl_s / 3
         backoff = 0.5
+        if self.ready is not None:
+            await self.ready.wait()
         while not self.stopped:
             try:
-                if not self.registered:
+                if not self.registered or self._stale:
                     await self._register()
                 await self._update()
                 self.consul_up, backoff = True, 0.5
@@ -123,6 +148,7 @@ class Registration:
         self.changed.clear()
 
     async def _register(self) -> None:
+        self._stale = False  # a refresh while this one is on the wire registers again
         definition = self.definition()
         await self.client.register(definition)
         self.registered = True

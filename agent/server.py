@@ -10,14 +10,15 @@ import asyncio
 import contextlib
 import logging
 import signal
-import sys
 import time
 
 import aiohttp
 from aiohttp import web
 from gpuroute.agent.admin import AgentAdmin
 from gpuroute.agent.config import AgentConfig, load_agent_config
+from gpuroute.agent.core.engine_facts import EngineFacts
 from gpuroute.agent.core.health import Health, HealthSettings, HostHealth, degraded_reason
+from gpuroute.agent.engine_info import EngineInfo
 from gpuroute.agent.engine_metrics import EngineLoad, parse_engine_metrics
 from gpuroute.agent.gpu_telemetry import GpuReading, GpuSource, open_gpu_source
 from gpuroute.agent.load_stream import (
@@ -30,7 +31,6 @@ from gpuroute.agent.registration import Registration
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from gpuroute import runtime
-from gpuroute.config import ConfigError
 from gpuroute.consul_client import ConsulClient, ConsulUnavailable
 from gpuroute.grpc_server import server_credentials
 from gpuroute.secrets import read_secret
@@ -46,7 +46,9 @@ class Agent:
             HealthSettings(warning_hold_s=t.warning_hold_s, hot_temperature_c=t.hot_temperature_c)
         )
         simulated = config.engine.url + t.simulated_path
-        self.gpu = gpu_source or open_gpu_source(t.source, simulated, config.engine.gpu)
+        self.gpu = gpu_source or open_gpu_source(
+            t.source, simulated, config.engine.gpu, config.gpu_catalog()
+        )
         # secrets and certificates are read here, so a bad one fails start-up with its key
         self.stream_credentials = server_credentials(config.load_stream.tls, "load_stream.tls")
         self.consul_token = read_secret(config.consul, "token", "consul")
@@ -54,6 +56,7 @@ class Agent:
         self.broadcaster = LoadBroadcaster(config.service_id, time.time)
         self.stream = AgentLoadService(self.broadcaster, config.heartbeat_s)
         self.engine_load = EngineLoad()
+        self.engine_info = EngineInfo(config, self._on_engine_facts)
         self.gpu_reading = GpuReading()
         self.engine_ok = False
         self.registration: Registration | None = None
@@ -110,9 +113,17 @@ class Agent:
                 token=self.consul_token,
                 timeout_s=c.consul.timeout_s,
             )
-            self.registration = Registration(c, self.consul, self.load_port, self._consul_status)
+            self.registration = Registration(
+                c,
+                self.consul,
+                self.load_port,
+                self._consul_status,
+                lambda: self.engine_info.facts,
+                self.engine_info.known,
+            )
             self._tasks.append(asyncio.create_task(self.registration.run()))
         self._tasks.append(asyncio.create_task(self._sample_loop()))
+        self._tasks.append(asyncio.create_task(self.engine_info.run(self._session)))
         self._tasks.append(asyncio.create_task(self._health_loop()))
         log.info(
             "agent %s: engine %s, load stream :%d, admin :%d, GPU source %s",
@@ -143,6 +154,12 @@ class Agent:
     def _consul_status(self) -> tuple[str, str]:
         return self.health.consul_status, self.health.consul_output
 
+    def _on_engine_facts(self, _facts: EngineFacts) -> None:
+        """New models, context length or degrees: register the new Meta (a draining host
+        takes no new requests; undrain registers it)."""
+        if self.registration is not None and self.health.state is not Health.DRAINING:
+            self.registration.refresh()
+
     # -- sampling -----------------------------------------------------------------------------
     async def _health_loop(self) -> None:
         """Engine /health probes feed the health machine (slower than load samples)."""
@@ -154,6 +171,8 @@ class Agent:
                     ok = response.status == 200
             except (aiohttp.ClientError, TimeoutError, OSError):
                 ok = False
+            if ok and not self.engine_ok:  # started or restarted: what does it serve now?
+                self.engine_info.poke()
             self.engine_ok = ok
             await self._observe()
             await asyncio.sleep(self.config.telemetry.health_interval_s)  # a period
@@ -256,6 +275,7 @@ class Agent:
                 await self.registration.maintenance("undrained", enable=False)
             except ConsulUnavailable as exc:
                 log.warning("undrain: could not clear Consul maintenance (%s)", exc)
+            self.registration.refresh()  # what the engine served may have changed meanwhile
         log.info("undrained: %s", self.health.state.value)
         return {"undrained": True, "health": self.health.state.value}
 
@@ -310,7 +330,7 @@ class Agent:
         self.admin_port = self._admin.addresses[0][1]
 
     def status(self) -> dict:
-        g, e = self.gpu_reading, self.engine_load
+        g, e, f = self.gpu_reading, self.engine_load, self.engine_info.facts
         r = self.registration
         return {
             "id": self.config.service_id,
@@ -321,6 +341,13 @@ class Agent:
                 "running": e.running,
                 "waiting": e.waiting,
                 "kv_cache_usage": e.kv_cache_usage,
+                "models": list(f.models),
+                "adapters": list(f.adapters),
+                "models_from_engine": f.learned,
+                "max_model_len": f.max_model_len,
+                "tensor_parallel": f.parallel.tp,
+                "pipeline_parallel": f.parallel.pp,
+                "data_parallel": f.parallel.dp,
             },
             "gpu": {
                 "source": self.gpu.name,
@@ -355,33 +382,3 @@ def run_agent(path: str) -> int:
     return runtime.run_from_config(
         "agent", path, load_agent_config, lambda c: serve_agent(Agent(c)), fast_loop=False
     )
-
-
-def request_admin(path: str, action: str, timeout_s: float | None = None) -> int:
-    """`gpuroute agent drain|undrain --config FILE`: ask the running agent (with its admin
-    token, when one is configured) and wait for its answer."""
-    try:
-        config = load_agent_config(path)
-        token = read_secret(config, "admin_token", "agent")
-    except ConfigError as exc:
-        print(f"gpuroute agent {action}: error: {exc}", file=sys.stderr)
-        return 2
-    url = f"http://{config.admin.host}:{config.admin.port}/{action}"
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    headers["Content-Type"] = "application/json"
-    wait = timeout_s or config.drain_timeout_s + config.drain_grace_s + 30
-
-    async def call() -> int:
-        try:
-            timeout = aiohttp.ClientTimeout(total=wait)
-            async with (
-                aiohttp.ClientSession(timeout=timeout) as s,
-                s.post(url, headers=headers, data=b"{}") as response,
-            ):
-                print(await response.text())
-                return 0 if response.status == 200 else 1
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            print(f"gpuroute agent {action}: cannot reach {url}: {exc}", file=sys.stderr)
-            return 1
-
-    return asyncio.run(call())

@@ -175,6 +175,13 @@ class RouterMetrics:
             ["slo_class", "outcome"],
             registry=r,
         )
+        self.model_requests = Counter(
+            "gpuroute_model_requests",
+            "Finished requests by the model that served them (a split's version, a fallback) "
+            "and SLO outcome (met, missed, refused): attainment per model and version.",
+            ["model", "outcome"],
+            registry=r,
+        )
         self.slo_held = Counter(
             "gpuroute_slo_held",
             "Requests held because no backend was predicted to meet their SLO.",
@@ -257,6 +264,7 @@ class RouterMetrics:
         self.duration_by = Children(self.duration)
         self.ttft_by = Children(self.ttft)
         self.slo_requests_by = Children(self.slo_requests)
+        self.model_requests_by = Children(self.model_requests)
 
     def watch_backends(
         self, backends: BackendSet, health: BackendHealth, latency: LatencyModel | None = None

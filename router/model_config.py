@@ -75,7 +75,7 @@ def check_models(models: list[RouterModelConfig], served: frozenset[str] | None)
     Errors name the key (`models[1].fallback[0]`)."""
     names = [m.name for m in models]
     for i, m in enumerate(models):
-        if names.count(m.name) > 1:
+        if m.name in names[:i]:  # the second time it is listed
             raise ValueError(f"models[{i}].name: {m.name!r} is listed twice")
     aliases = _check_aliases(models, served)
     for i, m in enumerate(models):
@@ -95,20 +95,27 @@ def check_models(models: list[RouterModelConfig], served: frozenset[str] | None)
 def _check_aliases(
     models: list[RouterModelConfig], served: frozenset[str] | None
 ) -> dict[str, str]:
-    """Each alias names one model and shadows no model's name; the aliases, to their model."""
+    """Each alias names one model, makes no loop and shadows no model's name; the aliases,
+    to their model."""
     names = {m.name for m in models}
-    aliases: dict[str, str] = {}
+    table = ModelRoutes()
     for i, m in enumerate(models):
         for j, alias in enumerate(m.aliases):
+            if alias in table.aliases:
+                raise ValueError(
+                    f"models[{i}].aliases[{j}]: {alias!r} is an alias of "
+                    f"{table.aliases[alias]!r} already"
+                )
+            table.aliases[alias] = m.name
+    for i, m in enumerate(models):
+        for j, alias in enumerate(m.aliases):
+            try:
+                table.alias_target(alias)
+            except ModelRouteError as exc:
+                raise ValueError(f"models[{i}].aliases[{j}]: {exc}") from None
             if alias in names or (served is not None and alias in served):
                 raise ValueError(f"models[{i}].aliases[{j}]: {alias!r} is a model's own name")
-            if alias in aliases:
-                raise ValueError(
-                    f"models[{i}].aliases[{j}]: {alias!r} is an alias of {aliases[alias]!r} "
-                    "already"
-                )
-            aliases[alias] = m.name
-    return aliases
+    return table.aliases
 
 
 def _check_fallbacks(

@@ -13,6 +13,7 @@ import socket
 import time
 
 from aiohttp import web
+from gpuroute.router.admin_routes import AdminRoutes
 from gpuroute.router.admission_gate import AdmissionGate
 from gpuroute.router.assemble import build_scheduler, member_kind, prior_book
 from gpuroute.router.config import RouterConfig
@@ -26,7 +27,6 @@ from gpuroute.router.forward import Forwarder
 from gpuroute.router.front import Front, name_request
 from gpuroute.router.membership import Membership
 from gpuroute.router.metrics import RouterMetrics
-from gpuroute.router.model_admin import AdminRoutes
 from gpuroute.router.model_config import model_routes
 from gpuroute.router.proxy import Proxy
 from gpuroute.router.quotas import Quotas

@@ -118,7 +118,9 @@ class SloGate:
             return None
         tpot = time_per_output_token(first_at, now, tokens)
         met = slo.met(first_at - arrival, tpot, now - arrival)
-        self.metrics.slo_requests_by(slo.name, "met" if met else "missed").inc()
+        outcome = "met" if met else "missed"
+        self.metrics.slo_requests_by(slo.name, outcome).inc()
+        self.metrics.model_requests_by(exchange.life.model, outcome).inc()
         return tpot, met
 
     def wake(self, placed: Iterable[tuple[RequestLifetime, Decision]]) -> None:
@@ -135,6 +137,7 @@ class SloGate:
 
     def _refuse(self, refused: Shed) -> None:
         self.metrics.slo_requests.labels(refused.priority, "refused").inc()
+        self.metrics.model_requests_by(refused.item.info.model, "refused").inc()
         held = refused.item.waiter
         if isinstance(held, _Held):
             held.refused = refused

@@ -17,7 +17,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 from gpuroute.router.admin import typical_request
-from gpuroute.router.model_admin import SPLIT_PATH
+from gpuroute.router.admin_routes import SPLIT_PATH
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families

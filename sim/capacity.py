@@ -33,9 +33,14 @@ class CapacityResult:
     nominal_capacity_rps: float
     # every load tried, for the plot: (utilisation, attainment, goodput req/s)
     curve: list[tuple[float, float, float]] = field(default_factory=list)
+    # several models: each one's attainment (and what fallbacks served) at the capacity
+    by_model_at_capacity: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        out = asdict(self)
+        if not self.by_model_at_capacity:
+            del out["by_model_at_capacity"]  # a single-model fleet's JSON as before
+        return out
 
 
 class CapacitySearch:
@@ -88,6 +93,7 @@ class CapacitySearch:
             attainment_at_capacity=report.slo_attainment,
             nominal_capacity_rps=round(rate / base, 3),
             curve=curve,
+            by_model_at_capacity=report.by_model,
         )
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gpuroute.global_.core.policy import MODES
 from gpuroute.router.core.policies import resolve_policy_name
-from gpuroute.sim.report import TABLE_COLUMNS, PolicyReport
+from gpuroute.sim.report import TABLE_COLUMNS
 from gpuroute.sim.scenario import LoadedScenario, builtin_scenario, load_scenario
 from gpuroute.sim.simulator import FleetSimulator
 from gpuroute.sim.traces import TraceError
@@ -79,6 +79,7 @@ def run_capacity(
             [r.to_dict() for r in results],
             CAPACITY_COLUMNS,
         )
+        print_models([(r.policy, r.by_model_at_capacity) for r in results], "at capacity")
     if json_out:
         write_json([r.to_dict() for r in results], json_out)
     if plot_out:
@@ -128,7 +129,7 @@ def run_sim(
             [r.to_dict() for r in reports],
             TABLE_COLUMNS,
         )
-        print_models(reports)
+        print_models([(r.policy, r.by_model) for r in reports])
     if json_out:
         write_json([r.to_dict() for r in reports], json_out)
     return 0
@@ -139,13 +140,13 @@ def group_label(group, default_model: str) -> str:
     return f"{group.count}×{group.kind(default_model).key(default_model)}"
 
 
-def print_models(reports: list[PolicyReport]) -> None:
+def print_models(by_policy: list[tuple[str, dict[str, dict]]], when: str = "") -> None:
     """With several models: each policy's attainment per requested model, and how many of
     its requests a fallback model served."""
     rows = [
-        {"policy": r.policy, "model": model, **stats}
-        for r in reports
-        for model, stats in r.by_model.items()
+        {"policy": policy, "model": model, **stats}
+        for policy, by_model in by_policy
+        for model, stats in by_model.items()
     ]
     if rows:
         columns = (
@@ -156,7 +157,7 @@ def print_models(reports: list[PolicyReport]) -> None:
             ("served_by_fallback", "by fallback", "{:,}"),
             ("refused", "refused", "{:,}"),
         )
-        print_table(stdout_console(), "per model", rows, columns)
+        print_table(stdout_console(), f"per model {when}".strip(), rows, columns)
 
 
 def write_json(data, json_out: str) -> None:

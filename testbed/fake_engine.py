@@ -3,7 +3,11 @@
 Used wherever a real GPU server cannot run: tests, the live benchmark, the demo. Each
 request is queued in the same `EngineModel` the simulator uses, run against the wall clock
 (optionally `time_scale` times slower so a 2-core machine can host a fleet), and its tokens
-are streamed as the model's token clock produces them. `POST /_fault` injects failures."""
+are streamed as the model's token clock produces them. `POST /_fault` injects failures.
+
+An engine spanning `tensor_parallel` GPUs is one engine to the API and /metrics (as a vLLM
+with --tensor-parallel-size is); its simulated telemetry (GET /_gpu) lists that many GPUs,
+in lockstep, each holding its share of the weights and KV cache."""
 
 from __future__ import annotations
 
@@ -13,51 +17,24 @@ import os
 import random
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 from gpuroute.testbed import fake_payloads as payloads
+from gpuroute.testbed.fake_engine_config import FakeEngineConfig
 from gpuroute.testbed.fake_gpu import SimulatedGpu
 from gpuroute.testbed.fake_metrics import counter, gauge, vllm_families
 from gpuroute.testbed.faults import Faults
 from gpuroute.testbed.live_engine import LiveEngine, LiveRequest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from gpuroute.gpus import GPU_SPECS
-from gpuroute.models import MODELS
 from gpuroute.openai_api import SSE_DONE, error_response, sse_event
 from gpuroute.prompt import estimate_tokens, prefix_blocks, prompt_text, prompt_tokens
-from gpuroute.roofline import EngineParams
 
 OUTPUT_HEADER = "x-fake-output-tokens"  # replay's true output length; routers never read it
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")  # vLLM V1's
 ENGINE_KEY = web.AppKey("engine", object)
-
-
-@dataclass
-class FakeEngineConfig:
-    gpu: str = "H100"
-    model: str = "llama-3.1-8b"
-    served_name: str | None = None  # name in the API; defaults to `model`
-    host: str = "127.0.0.1"
-    port: int = 8000
-    time_scale: float = 1.0  # >1 runs the engine that many times slower than the GPU
-    default_output_tokens: int = 128
-    stream_interval_s: float = 0.02  # at most one SSE chunk per stream per interval
-    # relay benchmarks: one token per SSE event, this far apart, whatever the model says
-    token_interval_s: float | None = None
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.gpu not in GPU_SPECS:
-            raise ValueError(f"unknown GPU type {self.gpu!r}; known: {', '.join(GPU_SPECS)}")
-        if self.model not in MODELS:
-            raise ValueError(f"unknown model {self.model!r}; known: {', '.join(MODELS)}")
-        if self.time_scale <= 0 or self.stream_interval_s < 0:
-            raise ValueError("time_scale must be > 0 and stream_interval_s >= 0")
-        if self.token_interval_s is not None and self.token_interval_s <= 0:
-            raise ValueError("token_interval_s must be > 0")
+__all__ = ["FakeEngine", "FakeEngineConfig", "run_fake_engine"]
 
 
 class FakeEngine:
@@ -66,7 +43,7 @@ class FakeEngine:
     def __init__(self, config: FakeEngineConfig) -> None:
         self.config = config
         self.name = config.served_name or config.model
-        self.params = EngineParams(GPU_SPECS[config.gpu], MODELS[config.model])
+        self.params = config.engine_params()
         self.rng = random.Random(config.seed)
         self.faults = Faults()
         self.faults.resumed.set()
@@ -75,8 +52,15 @@ class FakeEngine:
         self.errors_injected = 0
         # requests answered in full, by vLLM's finished_reason label (abort: client gone)
         self.finished = dict.fromkeys(FINISHED_REASONS, 0)
-        kv_bytes = self.params.kv_capacity_tokens * self.params.model.kv_bytes_per_token
-        self.gpu = SimulatedGpu(self.params.gpu, self.params.model.weight_total_bytes, kv_bytes)
+        # one GPU of the engine's tensor-parallel group: 1/tp of its weights and KV cache
+        tp = self.params.tp
+        kv_bytes = self.params.kv_capacity_tokens * self.params.model.kv_bytes_per_token / tp
+        self.gpu = SimulatedGpu(
+            self.params.gpu, self.params.model.weight_total_bytes / tp, kv_bytes
+        )
+        # the context a request may use: the model's, unless the KV cache holds less
+        longest = self.params.model.max_model_len or self.params.kv_capacity_tokens
+        self.max_model_len = min(longest, self.params.kv_capacity_tokens)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)  # collect() below
 
@@ -90,6 +74,7 @@ class FakeEngine:
                 web.post("/v1/completions", self.completions),
                 web.post("/v1/embeddings", self.embeddings),
                 web.get("/v1/models", self.models),
+                web.get("/server_info", self.server_info),
                 web.get("/health", self.health),
                 web.get("/metrics", self.metrics),
                 web.post("/_fault", self.set_fault),
@@ -132,9 +117,13 @@ class FakeEngine:
         return web.json_response(payloads.embeddings(self.name, texts, prompt))
 
     async def models(self, _request: web.Request) -> web.Response:
-        return web.json_response(
-            payloads.models_list(self.name, self.created, self.params.kv_capacity_tokens)
-        )
+        return web.json_response(payloads.models_list(self.name, self.created, self.max_model_len))
+
+    async def server_info(self, _request: web.Request) -> web.Response:
+        """vLLM's dev-mode /server_info, its parallel layout only (what the agent reads)."""
+        parallel = {"tensor_parallel_size": self.params.tp, "pipeline_parallel_size": 1,
+                    "data_parallel_size": 1}  # fmt: skip
+        return web.json_response({"vllm_config": {"parallel_config": parallel}})
 
     async def health(self, _request: web.Request) -> web.Response:
         await self.faults.resumed.wait()
@@ -168,14 +157,16 @@ class FakeEngine:
         if self.engine is None:
             return error_response(503, "engine starting")
         model = self.engine.model
-        return web.json_response(
-            self.gpu.sample(
-                busy=model.num_running + model.num_waiting > 0,
-                kv_usage=model.kv_usage(),
-                throttled=self.faults.throttle > 1,
-                processes=1,
-            )
+        state = self.gpu.sample(
+            busy=model.num_running + model.num_waiting > 0,
+            kv_usage=model.kv_usage(),
+            throttled=self.faults.throttle > 1,
+            processes=1,
         )
+        # a tensor-parallel group's GPUs work in lockstep: each the same, indices 0..tp-1
+        (one,) = state["gpus"]
+        state["gpus"] = [one | {"index": i} for i in range(self.params.tp)]
+        return web.json_response(state)
 
     async def metrics(self, _request: web.Request) -> web.Response:
         return web.Response(
@@ -245,7 +236,7 @@ class FakeEngine:
         text = prompt_text(body)
         prompt = prompt_tokens(body)  # token ids counted as ids, as an engine does
         cap = body.get("max_completion_tokens") or body.get("max_tokens")
-        context = self.params.kv_capacity_tokens  # the max_model_len /v1/models reports
+        context = self.max_model_len  # what /v1/models reports
         if isinstance(cap, int) and cap > context:  # as vLLM refuses it (400)
             return error_response(
                 400,
@@ -360,8 +351,10 @@ def run_fake_engine(config: FakeEngineConfig) -> None:
     except ImportError:  # pragma: no cover - uvloop is a dependency; keep running without it
         uvloop = None
     engine = FakeEngine(config)
+    gpus = config.gpu + (f" x {config.tensor_parallel}" if config.tensor_parallel > 1 else "")
     print(
-        f"fake engine {engine.name} on {config.gpu} listening on http://{config.host}:{config.port}",
+        f"fake engine {engine.name} ({config.model}) on {gpus} listening on "
+        f"http://{config.host}:{config.port}",
         flush=True,
     )
     web.run_app(

@@ -217,6 +217,7 @@ def test_service_definition_carries_meta_and_a_ttl_check() -> None:
     assert definition["ID"] == "h1" and definition["Port"] == 8001
     assert definition["Meta"] == {
         "region": "eu-west", "zone": "eu-west-1a", "gpu_model": "A100", "gpu_count": "2",
+        "tensor_parallel": "2", "pipeline_parallel": "1", "data_parallel": "1",
         "gpu_memory_gb": "80", "models": "m1,m2", "engine_kind": "vllm", "load_port": "7070",
         "agent_version": "1", "capacity": "0.5", "scheme": "http",
     }  # fmt: skip
@@ -261,7 +262,7 @@ def test_agent_cli_exits_2_on_bad_config(tmp_path, capsys) -> None:
     path = tmp_path / "agent.toml"
     path.write_text("[engine]\n")
     assert main(["agent", "--config", str(path)]) == 2
-    assert f"{path}: engine.models: missing (required)" in capsys.readouterr().err
+    assert f"{path}: engine.gpu: missing (required)" in capsys.readouterr().err
 
 
 def test_example_agent_config_is_valid(repo) -> None:

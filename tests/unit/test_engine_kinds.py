@@ -182,8 +182,8 @@ def test_gpu_type_errors_name_the_key(tmp_path: Path, replace: str, key: str, wo
 
 
 def test_a_model_that_does_not_fit_names_the_backend(tmp_path: Path) -> None:
-    text = ROUTER_TOML.replace('gpu = "H200"\nmodels = ["llama-3.1-70b"]\ntensor_parallel = 4',
-                               'gpu = "L4"\nmodels = ["llama-3.1-70b"]\ntensor_parallel = 2')  # fmt: skip
+    h200 = 'gpu = "H200"\nmodels = ["llama-3.1-70b"]\ntensor_parallel = 4'
+    text = ROUTER_TOML.replace(h200, 'gpu = "L4"\nmodels = ["llama-3.1-70b"]\ntensor_parallel = 2')
     config = router_config(text, tmp_path)
     with pytest.raises(ConfigError, match=r"backends\[0\] .*does not fit on 2 × L4"):
         build_scheduler(config, prior_book(config))

@@ -86,13 +86,14 @@ def test_buckets_do_not_depend_on_the_process_hash_seed() -> None:
         "from gpuroute.router.request_parse import session_key\n"
         "print(repr([split_bucket('m', session_key(f'user-{i}')) for i in range(200)]))\n"
     )
-    outs = [
-        subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, check=True,
-            env=os.environ | {"PYTHONHASHSEED": seed}, timeout=60,
-        ).stdout  # fmt: skip
-        for seed in ("1", "2")
-    ]
+
+    def run(seed: str) -> str:
+        env = os.environ | {"PYTHONHASHSEED": seed}
+        command = [sys.executable, "-c", script]
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+        return done.stdout
+
+    outs = [run("1"), run("2")]
     here = repr([split_bucket("m", s) for s in SESSIONS[:200]])
     assert outs == [here + "\n", here + "\n"]
 
@@ -193,5 +194,5 @@ def test_set_split_knows_only_the_routes_versions() -> None:
     routes = canary(5)
     with pytest.raises(ModelRouteError, match=r"^model 'm': \['m@v3'\] are not among"):
         routes.set_split("m", [(V1, 90), ("m@v3", 10)])
-    with pytest.raises(ModelRouteError, match="^model 'light' has no route to split$"):
+    with pytest.raises(ModelRouteError, match=r"^model 'light' has no route to split$"):
         routes.set_split("light", [("light", 100)])
