@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from gpuroute.router.config import GpuPrices, SloClassConfig
 from gpuroute.router.core.policies import resolve_policy_name
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASS, SloClass
+from gpuroute.sim.adapters import LoraSection
 from gpuroute.sim.global_scenario import GlobalSection
 from gpuroute.sim.traces import TRACE_FORMATS
 from gpuroute.sim.workloads import PROFILES
@@ -148,6 +149,7 @@ class Scenario(StrictModel):
     faults: list[Fault] = Field(default_factory=list)
     prefix_caching: bool = True
     chunked_prefill: bool = True
+    lora: LoraSection | None = None  # LoRA adapters (sim/adapters.py)
     global_: GlobalSection | None = Field(default=None, alias="global")
 
     @property

@@ -25,6 +25,8 @@ class Backend:
     """One inference engine endpoint (one GPU, or one tensor-parallel group)."""
 
     __slots__ = (
+        "adapter_slots",
+        "adapters",
         "address",
         "backend_id",
         "capacity",
@@ -67,6 +69,10 @@ class Backend:
         self.external = 0.0  # work other routers put here, from the agent's load report
         self.shared = 0.0  # work other replicas of this router booked here (through Redis)
         self.slowness = 1.0  # observed / expected speed against the fleet (SlownessTracker)
+        # LoRA adapters running or waiting there and its adapter slots (vLLM's
+        # lora_requests_info: agent reports, or the simulator's engine); 0 slots: unknown
+        self.adapters: frozenset[str] = frozenset()
+        self.adapter_slots = 0
 
     @property
     def condition(self) -> str:

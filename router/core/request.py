@@ -13,6 +13,7 @@ class RequestInfo:
     """
 
     __slots__ = (
+        "adapter",
         "arrived_at",
         "deadline",
         "max_tokens",
@@ -40,7 +41,9 @@ class RequestInfo:
         tenant: str | None = None,
         slo: SloClass | None = None,
         arrived_at: float | None = None,
+        adapter: str | None = None,
     ) -> None:
+        self.adapter = adapter  # the LoRA adapter it names (its `model` there), else None
         self.slo = slo  # the class it should meet; None: the scheduler's default
         self.arrived_at = arrived_at  # when its TTFT clock started (None: at routing)
         self.tenant = tenant  # set from the API key; fair queuing is per tenant
