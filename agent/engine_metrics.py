@@ -12,6 +12,10 @@ engine has no gauge for a field it stays None and the router falls back on its o
 - prefix_cache_hits / prefix_cache_queries (counters, in tokens): vllm's
   prefix_cache_{hits,queries}_total; the others export none (SGLang only a hit-rate gauge).
 - preemptions (counter): vllm:num_preemptions_total; the others have none.
+- LoRA adapters: vllm:lora_requests_info, a gauge whose labels carry the lists
+  (`running_lora_adapters="a,b"`, `waiting_lora_adapters="c"`, `max_lora="4"`) and whose
+  value is the wall-clock time it was set; vLLM sets it every step, so a page may hold
+  several label sets and the latest (the largest value) is the engine's state now.
 
 Triton running the vLLM backend also exports the vllm: names; use `kind = "vllm"` there."""
 
@@ -20,6 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+LORA_INFO = "vllm:lora_requests_info"
 
 ENGINE_METRIC_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
     "vllm": {
@@ -58,6 +65,9 @@ class EngineLoad:
     prefix_cache_hits: float | None = None
     prefix_cache_queries: float | None = None
     preemptions: float | None = None
+    # LoRA adapters running or waiting in the engine, and its adapter slots (vLLM only)
+    lora_adapters: frozenset[str] | None = None
+    max_loras: int | None = None
 
     @property
     def in_flight(self) -> int:
@@ -70,8 +80,12 @@ def parse_engine_metrics(text: str, kind: str) -> EngineLoad:
     wanted = {name: fld for fld, candidates in names.items() for name in candidates}
     totals: dict[str, float] = {}
     found: dict[str, str] = {}  # field -> the first metric name that supplied it
+    lora: Sample | None = None  # the latest vllm:lora_requests_info
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
+            if sample.name == LORA_INFO and (lora is None or sample.value > lora.value):
+                lora = sample
+                continue
             fld = wanted.get(sample.name)
             if fld is None or found.setdefault(fld, sample.name) != sample.name:
                 continue
@@ -84,4 +98,16 @@ def parse_engine_metrics(text: str, kind: str) -> EngineLoad:
         prefix_cache_hits=totals.get("prefix_cache_hits"),
         prefix_cache_queries=totals.get("prefix_cache_queries"),
         preemptions=totals.get("preemptions"),
+        **(lora_info(lora.labels) if lora is not None and kind == "vllm" else {}),
     )
+
+
+def lora_info(labels: dict[str, str]) -> dict[str, object]:
+    """The adapters running or waiting (either list may be empty) and the slot count."""
+    named = labels.get("running_lora_adapters", "") + "," + labels.get("waiting_lora_adapters", "")
+    adapters = frozenset(a.strip() for a in named.split(",") if a.strip())
+    try:
+        slots: int | None = int(labels.get("max_lora", ""))
+    except ValueError:
+        slots = None
+    return {"lora_adapters": adapters, "max_loras": slots}

@@ -30,6 +30,8 @@ class LoadSample:
     prefix_cache_hits: float = 0.0  # engine counters, carried as they are
     prefix_cache_queries: float = 0.0
     preemptions: float = 0.0
+    lora_adapters: frozenset[str] = frozenset()  # running or waiting in the engine
+    max_loras: int = 0  # its adapter slots (0: none, or unknown)
 
     def same_load(self, other: LoadSample) -> bool:
         """Equal up to noise that no router decision depends on."""
@@ -41,6 +43,8 @@ class LoadSample:
             and self.throttled == other.throttled
             and self.health == other.health
             and self.preemptions == other.preemptions  # KV pressure: tell routers at once
+            and self.lora_adapters == other.lora_adapters  # adapter affinity reads them
+            and self.max_loras == other.max_loras
         )
 
 
@@ -85,6 +89,8 @@ class LoadBroadcaster:
             prefix_cache_hits=s.prefix_cache_hits,
             prefix_cache_queries=s.prefix_cache_queries,
             preemptions=s.preemptions,
+            lora_adapters=sorted(s.lora_adapters),
+            max_loras=s.max_loras,
         )
 
     async def wait_newer(self, version: int, timeout: float) -> None:

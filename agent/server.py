@@ -224,6 +224,8 @@ class Agent:
                     prefix_cache_hits=self.engine_load.prefix_cache_hits or 0.0,
                     prefix_cache_queries=self.engine_load.prefix_cache_queries or 0.0,
                     preemptions=self.engine_load.preemptions or 0.0,
+                    lora_adapters=self.engine_load.lora_adapters or frozenset(),
+                    max_loras=self.engine_load.max_loras or 0,
                 )
             )
             self.m_watchers.set(self.broadcaster.watchers)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 
 import grpc
 from gpuroute.router.config import MembershipConfig
-from gpuroute.router.core.agent_load import AgentLoadView, AgentReport
+from gpuroute.router.core.agent_load import AgentLoadView, AgentReport, follow_adapters
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.health import HealthEvents
 from gpuroute.router.core.membership import (
@@ -261,10 +261,14 @@ class Membership:
             r.prefix_cache_hits,
             r.prefix_cache_queries,
             r.preemptions,
+            frozenset(r.lora_adapters),
+            r.max_loras,
         )
         backend = self.scheduler.backends.get(backend_id)
         if self.view.record(backend_id, report):
             follow_agent(self.scheduler.backends, backend, report.health, report.received_at)
+        if self.view.reports.get(backend_id) is report:  # the newest: its adapters hold
+            follow_adapters(backend, report)
         backend.external = self.view.external_work(
             backend, report.received_at, self.mean_cost(backend)
         )

@@ -39,6 +39,7 @@ class EngineRequest:
     """A request inside an engine; times are filled in as it progresses."""
 
     __slots__ = (
+        "adapter",
         "admitted_at",
         "arrival",
         "blocks",
@@ -61,8 +62,10 @@ class EngineRequest:
         output_tokens: int,
         arrival: float,
         blocks: Sequence[int] = (),
+        adapter: str | None = None,
     ) -> None:
         self.rid = rid
+        self.adapter = adapter  # a LoRA adapter's name (sim/adapters.py), None: the base model
         self.prompt_tokens = prompt_tokens
         self.output_tokens = max(1, output_tokens)
         self.arrival = arrival

@@ -68,11 +68,16 @@ class PolicyReport:
     # per requested model, when the workload has several: share, attainment, how many a
     # fallback model served, refused
     by_model: dict[str, dict[str, float]] = field(default_factory=dict)
+    # LoRA adapters loaded into engine slots, all engines together (None: no adapters,
+    # and the key is left out of the JSON)
+    adapter_loads: int | None = None
 
     def to_dict(self) -> dict[str, object]:
         out = asdict(self)
         if not self.by_model:
             del out["by_model"]  # a single-model run's JSON as before
+        if self.adapter_loads is None:
+            del out["adapter_loads"]
         return out
 
 
@@ -106,8 +111,6 @@ def summarise(
     good = met_slo(classes, class_of[ok], ttft, tpot, e2e)
     util = np.asarray(work) / duration
     busy = np.asarray([e.busy_s for e in engines]) / duration
-    lookups = sum(e.prefix_cache.lookups for e in engines)
-    hits = sum(e.prefix_cache.hits for e in engines)
 
     def pct(values: np.ndarray, q: float) -> float:
         return _r(np.percentile(values, q)) if len(values) else float("nan")
@@ -133,14 +136,28 @@ def summarise(
         gpu_util_cv=_r(util.std() / util.mean() if util.mean() > 0 else 0.0),
         gpu_busy_mean=_r(busy.mean()),
         gpu_busy_cv=_r(busy.std() / busy.mean() if busy.mean() > 0 else 0.0),
-        prefix_hit_rate=_r(hits / lookups if lookups else 0.0),
+        prefix_hit_rate=prefix_hit_rate(engines),
         kv_peak_max=_r(max(e.kv_peak / e.kv_capacity for e in engines)),
         sim_duration_s=_r(duration, 2),
         sim_wall_s=_r(wall_s, 2),
         by_gpu_type=by_gpu_type(np.asarray(run.served_by)[ok], engines, e2e, tpot),
         by_slo_class=by_slo_class(classes, class_of, ok, good),
         by_model=by_model(scenario, run, engines, ok, good),
+        adapter_loads=adapter_loads(engines),
     )
+
+
+def prefix_hit_rate(engines: list[EngineModel]) -> float:
+    lookups = sum(e.prefix_cache.lookups for e in engines)
+    hits = sum(e.prefix_cache.hits for e in engines)
+    return _r(hits / lookups if lookups else 0.0)
+
+
+def adapter_loads(engines: list[EngineModel]) -> int | None:
+    """Adapter loads over all engines; None where no engine has adapter slots."""
+    loads = [getattr(e, "adapter_loads", None) for e in engines]
+    counted = [n for n in loads if n is not None]
+    return sum(counted) if counted else None
 
 
 def offered_window_s(arrivals: np.ndarray) -> float:
@@ -233,3 +250,12 @@ TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("prefix_hit_rate", "prefix hit", "{:.2f}"),
     ("sim_wall_s", "wall s", "{:.1f}"),
 )
+# shown after "prefix hit" when the scenario has LoRA adapters
+ADAPTER_COLUMN = ("adapter_loads", "LoRA loads", "{:,}")
+
+
+def table_columns(rows: list[dict[str, object]]) -> tuple[tuple[str, str, str], ...]:
+    """The table's columns: the adapter loads only where adapters are in play."""
+    if not any("adapter_loads" in row for row in rows):
+        return TABLE_COLUMNS
+    return (*TABLE_COLUMNS[:-1], ADAPTER_COLUMN, TABLE_COLUMNS[-1])

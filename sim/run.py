@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gpuroute.global_.core.policy import MODES
 from gpuroute.router.core.policies import resolve_policy_name
-from gpuroute.sim.report import TABLE_COLUMNS
+from gpuroute.sim.report import table_columns
 from gpuroute.sim.scenario import LoadedScenario, builtin_scenario, load_scenario
 from gpuroute.sim.simulator import FleetSimulator
 from gpuroute.sim.traces import TraceError
@@ -122,16 +122,14 @@ def run_sim(
             reports.append(
                 simulator.run(name, lambda done, t=task: progress.update(t, completed=done))
             )
+    rows = [r.to_dict() for r in reports]
     if not quiet:
         print_table(
-            stdout_console(),
-            f"{scenario.name} (seed {scenario.seed})",
-            [r.to_dict() for r in reports],
-            TABLE_COLUMNS,
+            stdout_console(), f"{scenario.name} (seed {scenario.seed})", rows, table_columns(rows)
         )
         print_models([(r.policy, r.by_model) for r in reports])
     if json_out:
-        write_json([r.to_dict() for r in reports], json_out)
+        write_json(rows, json_out)
     return 0
 
 

@@ -11,6 +11,7 @@ from gpuroute.router.core.policies import resolve_policy_name
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASS, SloClass
 from gpuroute.router.model_config import RouterModelConfig, check_models
 from gpuroute.router.model_config import shapes as model_shapes
+from gpuroute.sim.adapters import LoraSection
 from gpuroute.sim.global_scenario import GlobalSection
 from gpuroute.sim.traces import TRACE_FORMATS
 from gpuroute.sim.workloads import PROFILES
@@ -167,6 +168,7 @@ class Scenario(DeclaresGpuTypes):
     faults: list[Fault] = Field(default_factory=list)
     prefix_caching: bool = True
     chunked_prefill: bool = True
+    lora: LoraSection | None = None  # LoRA adapters (sim/adapters.py)
     global_: GlobalSection | None = Field(default=None, alias="global")
 
     @property

@@ -23,7 +23,8 @@ from gpuroute.router.core.scheduler import Outcome
 from gpuroute.router.core.slo import SloClasses, time_per_output_token
 from gpuroute.router.core.slo_admission import HoldQueue
 from gpuroute.router.core.watching import Watcher
-from gpuroute.sim.engine_model import EngineModel, EngineRequest
+from gpuroute.sim.adapters import LoraEngine, assign_adapters, build_engines
+from gpuroute.sim.engine_model import EngineRequest
 from gpuroute.sim.events import EventHeap, run_events
 from gpuroute.sim.fleet import (
     GpuTypeProfile,
@@ -138,15 +139,12 @@ class RegionalRun:
     ) -> None:
         scenario, profiles, gpu_types = sim.scenario, sim.profiles, sim.gpu_types
         self.scenario, self.progress = scenario, progress
-        self.engines = [
-            EngineModel(
-                profiles[t].params,
-                prefix_caching=scenario.prefix_caching,
-                report_first_tokens=True,
-            )
-            for t in gpu_types
-        ]
+        self.engines = build_engines(
+            [profiles[t].params for t in gpu_types], scenario.lora, scenario.prefix_caching
+        )
         self.backends = sim_backends(profiles, gpu_types, sim.kinds)
+        for backend in self.backends:  # the engines' adapter slots, as an agent reports them
+            backend.adapter_slots = scenario.lora.max_loras if scenario.lora else 0
         self.index_of = {b.backend_id: i for i, b in enumerate(self.backends)}
         self.oracle = scenario.router.oracle_output_lengths
         estimator = CostEstimator(
@@ -187,6 +185,7 @@ class RegionalRun:
         self.prompts = workload.prompts.tolist()
         self.outputs = workload.outputs.tolist()
         self.blocks, self.sessions = workload.blocks, workload.sessions
+        self.adapters = assign_adapters(self.n, scenario.lora, scenario.seed)
         self.work = [0.0] * len(self.engines)
         self.engine_profiles = [profiles[t] for t in gpu_types]
         self.faults = sorted(scenario.faults, key=lambda f: f.at_s)
@@ -214,6 +213,7 @@ class RegionalRun:
             slo=self.classes[self.outcomes.slo_class[i]],
             arrived_at=now,
             fallbacks=self.fallbacks.get(model, ()),
+            adapter=self.adapters[i],
         )
         life = self.lifetimes.open(info)
         life.move(Event.ADMIT)
@@ -250,7 +250,12 @@ class RegionalRun:
             self.dispatch(life, now)
 
     def reschedule(self, e: int) -> None:
-        self.heap.reschedule(e, self.engines[e].next_event_time())
+        engine = self.engines[e]
+        self.heap.reschedule(e, engine.next_event_time())
+        if isinstance(engine, LoraEngine) and engine.residency_changed:
+            # the router sees its adapters at once (live: within an agent report)
+            self.backends[e].adapters = engine.adapters()
+            engine.residency_changed = False
 
     # -- a request's attempts --------------------------------------------------------------
     def dispatch(self, life: RequestLifetime, now: float) -> None:
@@ -283,7 +288,9 @@ class RegionalRun:
         rid = life.request_id
         e = self.index_of[decision.backend.backend_id]
         prompt, output = self.prompts[rid], self.outputs[rid]
-        req = EngineRequest(rid, prompt, output, self.arrivals[rid], self.blocks[rid])
+        req = EngineRequest(
+            rid, prompt, output, self.arrivals[rid], self.blocks[rid], self.adapters[rid]
+        )
         if not self.engines[e].fits(req):
             self.scheduler.release(life)
             self.end(life, REJECTED)

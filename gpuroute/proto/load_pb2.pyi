@@ -13,7 +13,7 @@ class WatchLoadRequest(_message.Message):
     def __init__(self, router_id: _Optional[str] = ...) -> None: ...
 
 class LoadReport(_message.Message):
-    __slots__ = ("backend_id", "seq", "timestamp", "running", "waiting", "kv_cache_usage", "gpu_util", "memory_free_bytes", "throttled", "health", "prefix_cache_hits", "prefix_cache_queries", "preemptions")
+    __slots__ = ("backend_id", "seq", "timestamp", "running", "waiting", "kv_cache_usage", "gpu_util", "memory_free_bytes", "throttled", "health", "prefix_cache_hits", "prefix_cache_queries", "preemptions", "lora_adapters", "max_loras")
     BACKEND_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
@@ -27,6 +27,8 @@ class LoadReport(_message.Message):
     PREFIX_CACHE_HITS_FIELD_NUMBER: _ClassVar[int]
     PREFIX_CACHE_QUERIES_FIELD_NUMBER: _ClassVar[int]
     PREEMPTIONS_FIELD_NUMBER: _ClassVar[int]
+    LORA_ADAPTERS_FIELD_NUMBER: _ClassVar[int]
+    MAX_LORAS_FIELD_NUMBER: _ClassVar[int]
     backend_id: str
     seq: int
     timestamp: float
@@ -40,7 +42,9 @@ class LoadReport(_message.Message):
     prefix_cache_hits: float
     prefix_cache_queries: float
     preemptions: float
-    def __init__(self, backend_id: _Optional[str] = ..., seq: _Optional[int] = ..., timestamp: _Optional[float] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., gpu_util: _Optional[float] = ..., memory_free_bytes: _Optional[int] = ..., throttled: _Optional[bool] = ..., health: _Optional[str] = ..., prefix_cache_hits: _Optional[float] = ..., prefix_cache_queries: _Optional[float] = ..., preemptions: _Optional[float] = ...) -> None: ...
+    lora_adapters: _containers.RepeatedScalarFieldContainer[str]
+    max_loras: int
+    def __init__(self, backend_id: _Optional[str] = ..., seq: _Optional[int] = ..., timestamp: _Optional[float] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., gpu_util: _Optional[float] = ..., memory_free_bytes: _Optional[int] = ..., throttled: _Optional[bool] = ..., health: _Optional[str] = ..., prefix_cache_hits: _Optional[float] = ..., prefix_cache_queries: _Optional[float] = ..., preemptions: _Optional[float] = ..., lora_adapters: _Optional[_Iterable[str]] = ..., max_loras: _Optional[int] = ...) -> None: ...
 
 class WatchRegionRequest(_message.Message):
     __slots__ = ("global_id",)

@@ -31,6 +31,16 @@ class AgentReport:
     prefix_cache_hits: float = 0.0
     prefix_cache_queries: float = 0.0
     preemptions: float = 0.0
+    # LoRA adapters running or waiting in the engine, and its adapter slots (0: unknown)
+    lora_adapters: frozenset[str] = frozenset()
+    max_loras: int = 0
+
+
+def follow_adapters(backend: Backend, report: AgentReport) -> None:
+    """The engine's adapters as its agent last reported them, for adapter affinity
+    (router/core/policies/adapter_affinity.py)."""
+    backend.adapters = report.lora_adapters
+    backend.adapter_slots = report.max_loras
 
 
 class AgentLoadView:

@@ -30,6 +30,8 @@ class Backend:
     alone and `gpus` how many the engine spans (what it costs per hour)."""
 
     __slots__ = (
+        "adapter_slots",
+        "adapters",
         "address",
         "backend_id",
         "capacity",
@@ -78,6 +80,10 @@ class Backend:
         self.external = 0.0  # work other routers put here, from the agent's load report
         self.shared = 0.0  # work other replicas of this router booked here (through Redis)
         self.slowness = 1.0  # observed / expected speed against the fleet (SlownessTracker)
+        # LoRA adapters running or waiting there and its adapter slots (vLLM's
+        # lora_requests_info: agent reports, or the simulator's engine); 0 slots: unknown
+        self.adapters: frozenset[str] = frozenset()
+        self.adapter_slots = 0
 
     @property
     def condition(self) -> str:

@@ -13,6 +13,7 @@ class RequestInfo:
     """
 
     __slots__ = (
+        "adapter",
         "arrived_at",
         "deadline",
         "fallbacks",
@@ -44,7 +45,9 @@ class RequestInfo:
         arrived_at: float | None = None,
         fallbacks: tuple[str, ...] = (),
         requested: str | None = None,
+        adapter: str | None = None,
     ) -> None:
+        self.adapter = adapter  # the LoRA adapter it names (its `model` there), else None
         self.slo = slo  # the class it should meet; None: the scheduler's default
         self.arrived_at = arrived_at  # when its TTFT clock started (None: at routing)
         self.tenant = tenant  # set from the API key; fair queuing is per tenant
@@ -73,7 +76,7 @@ class RequestInfo:
             self.request_id, model, self.prompt_tokens, self.max_tokens,
             session_id=self.session_id, prefix_blocks=self.prefix_blocks,
             priority=self.priority, deadline=self.deadline, tenant=self.tenant, slo=self.slo,
-            arrived_at=self.arrived_at, requested=self.requested,
+            arrived_at=self.arrived_at, requested=self.requested, adapter=self.adapter,
         )  # fmt: skip
         return other
 

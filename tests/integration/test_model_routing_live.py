@@ -4,7 +4,8 @@ session sticky (on either worker), aliases and unknown names, and a rollback und
 that fails no request and sends nothing to the canary once the PUT has returned.
 
 Measured once over 10,000 requests (not part of the suite):
-`PYTHONPATH=tests .venv/bin/python tests/integration/test_model_routing_live.py 10000`."""
+`PYTHONPATH=tests .venv/bin/python tests/integration/test_model_routing_live.py 10000 5`
+(requests, the canary's percentage)."""
 
 from __future__ import annotations
 
@@ -182,10 +183,12 @@ async def load(
     return results
 
 
-def split_report(fleet: Fleet, first: list[Result], again: list[Result]) -> dict:
+def split_report(
+    fleet: Fleet, first: list[Result], again: list[Result], v2: float = CANARY
+) -> dict:
     """Counts per version, the canary's share against its binomial σ, and stickiness."""
     counts = Counter(r.served for r in first)
-    n, p = len(first), CANARY / 100
+    n, p = len(first), v2 / 100
     sigma = math.sqrt(n * p * (1 - p))
     version = {r.session: r.served for r in first}
     sticky = sum(version[r.session] == r.served for r in again)
@@ -297,7 +300,7 @@ async def test_rollback_under_load_fails_nothing_and_ends_the_canary(tmp_path) -
     assert table["routable_backends"] == {V1: 1, V2: 1}  # v2 still up: only its weight moved
 
 
-def measure(n: int) -> None:
+def measure(n: int, v2: float) -> None:
     """N requests with their own sessions, then a tenth again: the split and stickiness."""
     import tempfile
 
@@ -306,14 +309,15 @@ def measure(n: int) -> None:
         started = time.monotonic()
         first = await load(fleet.url, sessions)
         again = await load(fleet.url, sessions[::10])
-        report = split_report(fleet, first, again)
+        report = split_report(fleet, first, again, v2)
         report["failed"] = sum(r.status != 200 for r in first + again)
         report["seconds"] = round(time.monotonic() - started, 1)
         return report
 
-    with tempfile.TemporaryDirectory() as tmp, canary_fleet(Path(tmp)) as fleet:
+    with tempfile.TemporaryDirectory() as tmp, canary_fleet(Path(tmp), v2) as fleet:
         print(asyncio.run(run(fleet)))
 
 
 if __name__ == "__main__":
-    measure(int(sys.argv[1]) if len(sys.argv) > 1 else 10_000)
+    args = [*sys.argv[1:], "10000", "5"][:2]  # requests, the canary's percentage
+    measure(int(args[0]), float(args[1]))

@@ -210,8 +210,7 @@ async def test_engine_info_reads_the_engine_and_warns_naming_both_lists(caplog) 
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("['llama-3.1-70b']" in w and "'llama-3.1-8b'" in w for w in warnings)
     assert any(
-        "tensor_parallel=2" in w and "tensor_parallel=4 pipeline_parallel=2" in w
-        for w in warnings
+        "tensor_parallel=2" in w and "tensor_parallel=4 pipeline_parallel=2" in w for w in warnings
     )
 
 

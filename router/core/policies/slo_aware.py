@@ -29,6 +29,7 @@ from typing import ClassVar
 
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.latency import Prediction
+from gpuroute.router.core.policies.adapter_affinity import AdapterAffinity
 from gpuroute.router.core.policies.base import (
     PickContext,
     PolicyBase,
@@ -80,6 +81,7 @@ class SloAware(PolicyBase):
         self.cost_weight = cost_weight
         self.prices = {**DEFAULT_GPU_PRICES, **(prices or {})}
         self.index = PrefixIndex(max_blocks)
+        self.adapters = AdapterAffinity()
 
     # -- sample ----------------------------------------------------------------------------
     @staticmethod
@@ -98,10 +100,11 @@ class SloAware(PolicyBase):
         """All of a small pool; of a large one, the least loaded few of a sample of each
         GPU type, and every prefix holder."""
         sampled = self.sampler.sample(ctx, candidates, functools.partial(self.load, ctx))
-        if sampled is candidates or not matched:
+        if sampled is candidates or not (matched or ctx.request.adapter):
             return sampled
         _, by_id = self.sampler.by_type(candidates)
         holders = [by_id[i] for i in matched if i in by_id]
+        holders += self.adapters.home(ctx, candidates)  # its adapter's home set
         return [*sampled, *(b for b in dict.fromkeys(holders) if b not in sampled)]
 
     # -- predict and filter ----------------------------------------------------------------
@@ -140,6 +143,7 @@ class SloAware(PolicyBase):
             fits, spared = self._sparing_streams(ctx, fits)
             if not fits:  # wherever its prefill goes, a protected stream misses its TPOT
                 return Shortlist((), miss=Verdict(*spared, fits=False), waited=waited)
+        fits = self.adapters.narrow(ctx, fits)  # its LoRA adapter's home set, SLO first
         ctx.shortlist = shortlist = Shortlist(list(fits), fits, waited=waited)
         return shortlist
 
