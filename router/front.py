@@ -142,6 +142,10 @@ class Front:
         sticky = info.session_id or str(info.request_id)
         choice = self.routes.resolve(info.model, sticky, fallback=wanted == "auto")
         info.requested, info.model, info.fallbacks = info.model, choice.model, choice.fallbacks
+        # a LoRA adapter (vLLM serves it under its own name) that some engine reports
+        # loaded: the scheduler keeps it on few engines (policies/adapter_affinity.py)
+        if any(info.model in b.adapters for b in self.backends.routable(info.model)):
+            info.adapter = info.model
         return choice.name
 
     def _check_model(self, info: RequestInfo) -> None:
