@@ -35,6 +35,11 @@ class RouterModelConfig(ModelShapeConfig):
         """Its shape keys, when any are given, name exactly one source."""
         if self.has_shape:
             ModelShapeConfig._one_source(self)
+        if self.config_json is not None:  # read now: a bad file fails the config, not a start
+            try:
+                self.spec(self.name, Path("."))
+            except ValueError as exc:
+                raise ValueError(f"config_json: {exc}") from None
         return self
 
     @field_validator("split")

@@ -197,3 +197,43 @@ def test_declared_device_names_map_to_the_declared_type() -> None:
     catalog = GpuCatalog.of([a800])
     assert catalog.type_of_device("NVIDIA A800-SXM4-80GB") == "A800"
     assert catalog.type_of_device("NVIDIA H100 80GB HBM3") == "H100"
+
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "hf_configs"
+
+
+def test_a_router_model_from_config_json_is_priced_from_it(tmp_path: Path) -> None:
+    (tmp_path / "mixtral").mkdir()
+    (tmp_path / "mixtral" / "config.json").write_text((FIXTURES / "mixtral-8x7b.json").read_text())
+    text = """
+[[models]]
+name = "mistralai/Mixtral-8x7B-Instruct-v0.1"
+config_json = "mixtral/config.json"
+weight_dtype = "fp8"
+
+[[backends]]
+url = "http://127.0.0.1:9001"
+gpu = "H100"
+models = ["mistralai/Mixtral-8x7B-Instruct-v0.1"]
+"""
+    config = router_config(text, tmp_path)  # relative to the config file's directory
+    scheduler = build_scheduler(config, prior_book(config))
+    (backend,) = scheduler.backends
+    assert backend.gpu_type == "H100/mistralai/Mixtral-8x7B-Instruct-v0.1"
+    book = prior_book(config)
+    spec = book.shapes["mistralai/Mixtral-8x7B-Instruct-v0.1"]
+    assert spec.active_params_b == pytest.approx(12.88, abs=0.01)  # 2 of 8 experts
+
+
+def test_an_unreadable_config_json_names_the_file_and_key(tmp_path: Path) -> None:
+    (tmp_path / "broken.json").write_text('{"model_type": "llama", "hidden_size": 4096}')
+    text = '[[models]]\nname = "m"\nconfig_json = "broken.json"\n\n[[backends]]\n'
+    text += 'url = "http://127.0.0.1:9001"\ngpu = "H100"\nmodels = ["m"]\n'
+    with pytest.raises(ConfigError) as caught:
+        router_config(text, tmp_path)
+    message = str(caught.value)
+    assert "router.toml: models[0]" in message and "broken.json" in message
+    assert "num_hidden_layers" in message or "missing" in message
+    text = text.replace("broken.json", "absent.json")
+    with pytest.raises(ConfigError, match=r"models\[0\].*absent\.json"):
+        router_config(text, tmp_path)
