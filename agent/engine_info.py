@@ -106,7 +106,7 @@ class EngineInfo:
                 )
             return None
         if not served:
-            self._say(f"GET {url} lists no models; advertising engine.models")
+            self._say(f"GET {url} lists no models; keeping what is advertised")
             return None
         return served
 
