@@ -19,6 +19,7 @@ from aiohttp import web
 from gpuroute.global_.client import ClientLocator
 from gpuroute.global_.config import GlobalConfig, load_global_config
 from gpuroute.global_.core.policy import GlobalDecision, GlobalPolicy, GlobalRequest
+from gpuroute.global_.core.region_health import region_failed
 from gpuroute.global_.core.residency import ANY, Allowed, ResidencyError, ResidencyRules
 from gpuroute.global_.core.spillover import Spillover, SpillSettings
 from gpuroute.global_.discovery import RouterDiscovery
@@ -288,8 +289,9 @@ class GlobalApp:
                 continue
             if upstream.status >= 500:
                 last_error = f"{region}: HTTP {upstream.status}"
+                if region_failed(upstream.status, await self._refusal(upstream)):
+                    self.feeds.forwarded(region, False)
                 upstream.release()
-                self.feeds.forwarded(region, False)
                 continue
             streamed = upstream.headers.get("content-type", "").startswith("text/event-stream")
             whole: bytes | None = None
@@ -308,6 +310,16 @@ class GlobalApp:
             return await self._relay(request, upstream, region)
         log.warning("every compliant region failed; last: %s", last_error)
         return error_response(502, "every compliant region failed to answer", code="upstream_error")
+
+    @staticmethod
+    async def _refusal(upstream: UpstreamResponse) -> bytes:
+        """A 503's body (a router's refusal says why; read within a second), else none."""
+        if upstream.status != 503:
+            return b""
+        with contextlib.suppress(*UPSTREAM_ERRORS, TimeoutError):
+            async with asyncio.timeout(1.0):
+                return await upstream.read()
+        return b""
 
     def _sign(self, allowed: Allowed, read: Mapping[str, str]) -> str:
         """This request's decision, bound to its key (parsed already: it was valid)."""

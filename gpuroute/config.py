@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -127,6 +128,10 @@ def short_message(item: Mapping[str, Any]) -> str:
     return str(item["msg"]).removeprefix("Value error, ")
 
 
+# a message that starts with the key it is about (`models[0].aliases[1]: ...`)
+KEYED = re.compile(r"^[A-Za-z_][\w.\[\]]*: ")
+
+
 def describe_validation_error(path: Path | str, err: ValidationError) -> str:
     """One line per problem: `file: key: message`."""
     lines = []
@@ -134,7 +139,11 @@ def describe_validation_error(path: Path | str, err: ValidationError) -> str:
         loc = tuple(
             p for p in item["loc"] if not (isinstance(p, str) and p.startswith("function-"))
         )
-        lines.append(f"{path}: {key_path(loc)}: {short_message(item)}")
+        message = short_message(item)
+        if not loc and KEYED.match(message):  # a check across keys names its own key
+            lines.append(f"{path}: {message}")
+        else:
+            lines.append(f"{path}: {key_path(loc)}: {message}")
     return "\n".join(lines)
 
 

@@ -272,7 +272,9 @@ class RouterApp:
     def region_summary(self) -> RegionSummary:
         membership = self.membership
         verified = (lambda _b: True) if membership is None else membership.verified
-        return summarise(self.scheduler.backends, self.config.region.saturation_delay_s, verified)
+        return summarise(
+            self.scheduler.backends, self.config.region.saturation_delay_s, verified, self.routes
+        )
 
     async def _startup(self, _app: web.Application) -> None:
         await self.forwarder.start(self.config.limits)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import struct
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -205,3 +207,52 @@ def start_vllm(workdir: Path, options: VllmOptions | None = None, timeout: float
         tail = child.log.read_text(errors="replace")[-3000:]
         raise type(exc)(f"{exc}; its log ends:\n{tail}") from exc
     return child
+
+
+LORA_TARGETS = ("q_proj", "v_proj")
+
+
+def lora_flags(adapters: dict[str, Path], max_loras: int = 2, rank: int = 8) -> list[str]:
+    """vLLM's flags (VllmOptions.extra) to serve these adapters (name -> directory)."""
+    modules = [f"{name}={path}" for name, path in adapters.items()]
+    return ["--enable-lora", "--max-loras", str(max_loras), "--max-lora-rank", str(rank),
+            "--lora-modules", *modules]  # fmt: skip
+
+
+def write_tiny_lora(
+    out: Path, model: Path, shape: str = "tiny", rank: int = 8, seed: int = 0, std: float = 0.05
+) -> Path:
+    """A PEFT LoRA adapter for the tiny model (q_proj and v_proj of every layer, random
+    float32 weights), written with the standard library alone: adapter_config.json and the
+    safetensors file (a little-endian u64 header length, a JSON header naming each tensor's
+    dtype, shape and byte range, then the raw bytes)."""
+    s = SHAPES[shape]
+    hidden, heads, kv_heads = s["hidden_size"], s["num_attention_heads"], s["num_key_value_heads"]
+    width = {"q_proj": hidden, "v_proj": kv_heads * (hidden // heads)}  # each one's outputs
+    rng = random.Random(seed)
+    header: dict[str, object] = {"__metadata__": {"format": "pt"}}
+    blobs: list[bytes] = []
+    offset = 0
+    for layer in range(s["num_hidden_layers"]):
+        for target in LORA_TARGETS:
+            prefix = f"base_model.model.model.layers.{layer}.self_attn.{target}"
+            for part, dims in (("lora_A", [rank, hidden]), ("lora_B", [width[target], rank])):
+                count = dims[0] * dims[1]
+                blob = struct.pack(f"<{count}f", *(rng.gauss(0.0, std) for _ in range(count)))
+                header[f"{prefix}.{part}.weight"] = {
+                    "dtype": "F32", "shape": dims, "data_offsets": [offset, offset + len(blob)]
+                }  # fmt: skip
+                blobs.append(blob)
+                offset += len(blob)
+    head = json.dumps(header, separators=(",", ":")).encode()
+    head += b" " * (-len(head) % 8)  # the data starts 8-byte aligned
+    out.mkdir(parents=True, exist_ok=True)
+    data = struct.pack("<Q", len(head)) + head + b"".join(blobs)
+    (out / "adapter_model.safetensors").write_bytes(data)
+    config = {
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": str(model),
+        "r": rank, "lora_alpha": 2 * rank, "lora_dropout": 0.0, "bias": "none",
+        "target_modules": list(LORA_TARGETS), "fan_in_fan_out": False,
+    }  # fmt: skip
+    (out / "adapter_config.json").write_text(json.dumps(config, indent=1))
+    return out

@@ -8,6 +8,7 @@ A region never heard from is `unknown` and takes no traffic."""
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass
 
 
@@ -23,6 +24,24 @@ class RegionEvent(enum.Enum):
     STALE = "stale"
     FAILING = "failing"
     STEADY = "steady"  # fresh reports for up_after_s
+
+
+# A router's refusal of one request's model, not of the region: none of its backends serves
+# that model now (or none without the fallback the client forbade). A region with no backend
+# at all advertises no model, so the policy sends it nothing; its other models stay served.
+MODEL_REFUSALS = frozenset({"no_backend"})
+
+
+def region_failed(status: int, body: bytes) -> bool:
+    """Does an answer of `status` (>= 500) count against the region's health? Not a 503
+    whose error says only the request's model has no backend there (`body`: its JSON)."""
+    if status != 503:
+        return True
+    try:
+        code = json.loads(body)["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return True
+    return code not in MODEL_REFUSALS
 
 
 S, E = RegionState, RegionEvent

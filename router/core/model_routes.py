@@ -122,6 +122,29 @@ class ModelRoutes:
         """Every name a client may ask for besides the served ones: aliases and routes."""
         return frozenset(self.aliases) | frozenset(self.routes)
 
+    def reachable(self, served: Iterable[str]) -> frozenset[str]:
+        """The aliases and routed names a request may name and be answered by one of the
+        `served` models: one of its versions with weight, or one of its fallbacks' (what
+        a region tells the global tier it serves, beside `served` itself)."""
+        served = frozenset(served)
+        return frozenset(n for n in self.names() if served.intersection(self._chain(n)))
+
+    def _chain(self, name: str) -> set[str]:
+        """Every model a request for `name` may be served by, whatever its session."""
+        target = self.alias_target(name)
+        route = self.routes.get(target)
+        if route is None:
+            return {target}
+        models = self._versions(route)
+        for other in route.fallback:
+            fallback = self.routes.get(self.alias_target(other))
+            models |= {self.alias_target(other)} if fallback is None else self._versions(fallback)
+        return models
+
+    @staticmethod
+    def _versions(route: ModelRoute) -> set[str]:
+        return {served for served, weight in route.split if weight > 0} or {route.name}
+
     def set_split(self, name: str, split: Iterable[tuple[str, float]]) -> ModelRoute:
         """New weights for `name`'s versions, from the next request on (the admin API)."""
         route = self.routes.get(name)

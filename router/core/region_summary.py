@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gpuroute.router.core.backend import ROUTABLE_STATES, Backend
+from gpuroute.router.core.model_routes import ModelRoutes
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,15 +29,20 @@ def summarise(
     backends: Iterable[Backend],
     saturation_delay_s: float,
     verified: Callable[[Backend], bool] = lambda _backend: True,
+    routes: ModelRoutes | None = None,
 ) -> RegionSummary:
     """`verified` leaves out backends the router cannot vouch for yet (e.g. a stale catalog
-    entry whose agent is not streaming), so a restarting region does not claim capacity."""
+    entry whose agent is not streaming), so a restarting region does not claim capacity.
+    The models are those served, and the names `routes` answers with them (aliases, a
+    split's name, a model served by its fallback), which clients send to the global tier."""
     routable = [b for b in backends if b.state in ROUTABLE_STATES and verified(b)]
     capacity = sum(b.capacity for b in routable)
     if capacity <= 0:
         return RegionSummary(0.0, 0.0, 0, 0.0, ())
     work = sum(b.outstanding + b.external for b in routable)
     ahead = work / capacity
-    models = tuple(sorted({m for b in routable for m in b.models}))
+    served = {m for b in routable for m in b.models}
+    names = routes.reachable(served) if routes is not None else frozenset()
+    models = tuple(sorted(served | names))
     wait = max(0.0, ahead - saturation_delay_s)
     return RegionSummary(ahead / saturation_delay_s, wait, len(routable), capacity, models)

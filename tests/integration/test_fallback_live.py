@@ -167,5 +167,5 @@ async def test_with_the_heavy_engine_down_the_light_model_serves(tmp_path) -> No
     finally:
         light.stop()
     assert [(a.status, a.served, a.model) for a in served] == [(200, "light", "light")] * 4
-    assert [a.status for a in none] == [503, 503] or [a.status for a in none] == [502, 502]
-    assert all(a.served is None for a in none)
+    # the refused connections took the heavy backend out: nothing may serve these
+    assert [(a.status, a.code, a.served) for a in none] == [(503, "no_backend", None)] * 2

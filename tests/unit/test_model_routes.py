@@ -11,7 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from gpuroute.global_.core.region_health import region_failed
 from gpuroute.router.config import load_router_config
+from gpuroute.router.core.backend import Backend, BackendState
 from gpuroute.router.core.model_routes import (
     ModelChoice,
     ModelRoute,
@@ -20,6 +22,7 @@ from gpuroute.router.core.model_routes import (
     check_split,
     split_bucket,
 )
+from gpuroute.router.core.region_summary import summarise
 from gpuroute.router.model_config import model_routes
 from gpuroute.router.request_parse import session_key
 from hypothesis import given
@@ -196,3 +199,34 @@ def test_set_split_knows_only_the_routes_versions() -> None:
         routes.set_split("m", [(V1, 90), ("m@v3", 10)])
     with pytest.raises(ModelRouteError, match=r"^model 'light' has no route to split$"):
         routes.set_split("light", [("light", 100)])
+
+
+# -- what a region advertises ----------------------------------------------------------------
+def test_a_region_advertises_the_names_its_models_answer() -> None:
+    routes = ModelRoutes(
+        [ModelRoute("m", ((V1, 95), (V2, 5)), ("lite",)), ModelRoute("light")],
+        {"chat": "m", "lite": "light"},
+    )
+    assert routes.reachable({V2}) == {"m", "chat"}
+    assert routes.reachable({"light"}) == {"m", "chat", "light", "lite"}  # m by its fallback
+    assert routes.reachable({"other"}) == frozenset()
+    routes.set_split("m", [(V1, 100), (V2, 0)])
+    assert routes.reachable({V2}) == frozenset()  # rolled back: v2 answers no request for m
+
+
+def test_the_region_summary_lists_served_models_and_the_names_they_answer() -> None:
+    routes = ModelRoutes([ModelRoute("m", ((V1, 95), (V2, 5)))], {"chat": "m"})
+    up = [Backend("b1", "H100", (V2,)), Backend("b2", "H100", ("other",))]
+    assert summarise(up, 2.0, routes=routes).models == ("chat", "m", V2, "other")
+    assert summarise(up, 2.0).models == (V2, "other")  # no routes: the served names alone
+    up[0].state = BackendState.EJECTED
+    assert summarise(up, 2.0, routes=routes).models == ("other",)
+
+
+def test_a_routers_refusal_of_one_model_does_not_count_against_its_region() -> None:
+    refusal = b'{"error": {"message": "m", "type": "service_unavailable", "code": "no_backend"}}'
+    assert not region_failed(503, refusal)
+    assert region_failed(503, b'{"error": {"code": "draining"}}')
+    assert region_failed(503, b"<html>bad gateway</html>")
+    assert region_failed(502, refusal)
+    assert region_failed(500, b"")
