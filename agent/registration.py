@@ -57,6 +57,9 @@ def service_definition(
     }
     if known.max_model_len is not None:
         meta["max_model_len"] = str(known.max_model_len)
+    adapters = [m for m in known.adapters if m in known.models]  # those that fit in `models`
+    if adapters:  # routers keep each adapter on few engines (LoRA affinity)
+        meta["lora_adapters"] = ",".join(adapters)
     if engine.capacity is not None:
         meta["capacity"] = f"{engine.capacity:g}"
     return {

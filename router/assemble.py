@@ -40,12 +40,12 @@ def build_scheduler(config: RouterConfig, book: PriorBook, workers: int = 1) -> 
         except ValueError as exc:
             raise ConfigError(f"backends[{i}] ({b.backend_id}): {exc}") from None
         capacity = b.capacity if b.capacity is not None else book.table[key].capacity
-        backends.add(
-            Backend(
-                b.backend_id, key, b.models, capacity=capacity, address=b.url, gpu=b.gpu,
-                gpus=kind.gpus,
-            )
+        backend = Backend(
+            b.backend_id, key, b.models, capacity=capacity, address=b.url, gpu=b.gpu,
+            gpus=kind.gpus,
         )  # fmt: skip
+        backend.lora_models = frozenset(b.lora_adapters)
+        backends.add(backend)
     priors = book.table
     health = BackendHealth(
         backends,

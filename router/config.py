@@ -42,6 +42,8 @@ class BackendConfig(StrictModel):
     # over them and add the all-reduces)
     tensor_parallel: int = Field(default=1, ge=1, le=64)
     pipeline_parallel: int = Field(default=1, ge=1, le=64)
+    # which of `models` are LoRA adapters (kept on few engines: docs/scheduling.md)
+    lora_adapters: list[str] = Field(default_factory=list)
 
     @property
     def backend_id(self) -> str:

@@ -40,6 +40,7 @@ class Backend:
         "gpu_type",
         "gpus",
         "in_flight",
+        "lora_models",
         "models",
         "outstanding",
         "reason",
@@ -84,6 +85,7 @@ class Backend:
         # lora_requests_info: agent reports, or the simulator's engine); 0 slots: unknown
         self.adapters: frozenset[str] = frozenset()
         self.adapter_slots = 0
+        self.lora_models: frozenset[str] = frozenset()  # which of `models` are LoRA adapters
 
     @property
     def condition(self) -> str:

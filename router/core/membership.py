@@ -36,6 +36,7 @@ class Member:
     zone: str = ""
     tp: int = 1  # tensor-parallel degree of its engine
     pp: int = 1  # pipeline-parallel degree
+    adapters: tuple[str, ...] = ()  # which of `models` are LoRA adapters
 
     @property
     def routable(self) -> bool:
@@ -93,6 +94,7 @@ def members_from_entries(
             zone=meta.get("zone", ""),
             tp=tp,
             pp=pp,
+            adapters=tuple(a for a in (meta.get("lora_adapters") or "").split(",") if a in models),
         )
     return members, problems
 
@@ -191,6 +193,7 @@ def apply(
             gpu=member.gpu,
             gpus=member.tp * member.pp,
         )
+        backend.lora_models = frozenset(member.adapters)
         backends.add(backend, now, warm=warm)
         if not member.routable:
             backends.set_state(

@@ -202,3 +202,25 @@ def test_recovered_names_members_whose_checks_pass_again() -> None:
     assert recovered(before, after) == ["a"]  # not the steady, the still down, or the new
     assert recovered(after, {"a": member("a", "warning")}) == []  # warning: never down
     assert recovered({"x": member("x", "critical")}, {"x": member("x", "warning")}) == ["x"]
+
+
+def test_meta_parallel_degrees_and_adapters_reach_the_backend() -> None:
+    entries = [
+        entry("tp4", gpu="H200", tensor_parallel="4", lora_adapters="m2,not-served"),
+        entry("old", gpu="A100", gpu_count="2"),  # an agent before tensor_parallel in Meta
+        entry("bad", tensor_parallel="0"),
+        entry("nan", pipeline_parallel="two"),
+    ]
+    members, problems = members_from_entries(entries, (*GPUS, "H200"))
+    assert sorted(members) == ["old", "tp4"]
+    assert (members["tp4"].tp, members["tp4"].pp, members["tp4"].adapters) == (4, 1, ("m2",))
+    assert (members["old"].tp, members["old"].adapters) == (2, ())
+    assert any(p.startswith("bad: parallel degrees 0×1") for p in problems)
+    assert any(p.startswith("nan: capacity, load_port or a parallel degree") for p in problems)
+    backends = BackendSet()
+    changes = plan(backends, set(), members)
+    added = apply(backends, changes, members, 0.0, capacity_of=lambda m: 1.0, warm=False,
+                  kind_of=lambda m: f"{m.gpu}-tp{m.tp}")  # fmt: skip
+    by_id = {b.backend_id: b for b in added}
+    assert (by_id["tp4"].gpu_type, by_id["tp4"].gpu, by_id["tp4"].gpus) == ("H200-tp4", "H200", 4)
+    assert by_id["tp4"].lora_models == frozenset({"m2"})
