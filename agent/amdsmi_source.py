@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -32,7 +33,7 @@ from gpuroute.agent.gpu_telemetry import (
     GpuReading,
     GpuSample,
     GpuUnavailable,
-    declared_type_problems,
+    read_each,
 )
 
 from gpuroute.gpus import GpuCatalog
@@ -87,21 +88,11 @@ class AmdSmiSource:
         return await asyncio.to_thread(self.read_sync)
 
     def read_sync(self) -> GpuReading:
-        gpus, errors = [], []
-        for index, handle in enumerate(self.handles):
-            try:
-                gpus.append(self._sample(index, handle))
-            except self.error as exc:  # the GPU stopped answering
-                errors.append(f"gpu {index}: {exc}")
-        if gpus and not self._checked:
-            self._checked = True
-            for problem in declared_type_problems(gpus, self.declared, self.catalog):
-                log.warning("GPU type: %s", problem)
-        error = "; ".join(errors) or None
-        if error and error not in self._warned:
-            self._warned.add(error)
-            log.error("amdsmi read failed: %s", error)
-        return GpuReading(tuple(gpus), error)
+        samplers = [functools.partial(self._sample_handle, h) for h in self.handles]
+        return read_each(self, "amdsmi", self.error, samplers)
+
+    def _sample_handle(self, handle: Any, index: int) -> GpuSample:
+        return self._sample(index, handle)
 
     def _optional(self, call: Callable[..., Any], *args: Any) -> Any:
         """A metric this GPU or driver does not report reads as None (logged once)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -141,21 +141,8 @@ class NvmlSource:
         return await asyncio.to_thread(self.read_sync)
 
     def read_sync(self) -> GpuReading:
-        gpus, errors = [], []
-        for index in range(self.count):
-            try:
-                gpus.append(self._sample(index))
-            except self.nvml.NVMLError as exc:  # e.g. GPU fallen off the bus
-                errors.append(f"gpu {index}: {exc}")
-        if gpus and not self._checked:
-            self._checked = True
-            for problem in declared_type_problems(gpus, self.declared, self.catalog):
-                log.warning("GPU type: %s", problem)
-        error = "; ".join(errors) or None
-        if error and error not in self._warned:
-            self._warned.add(error)
-            log.error("NVML read failed: %s", error)
-        return GpuReading(tuple(gpus), error)
+        # e.g. a GPU fallen off the bus raises NVMLError
+        return read_each(self, "NVML", self.nvml.NVMLError, (self._sample,) * self.count)
 
     def _optional(self, call, *args):
         """Metrics some GPUs do not support (ECC on L4, retired pages on Hopper) read as None."""
@@ -209,6 +196,32 @@ class NvmlSource:
     async def close(self) -> None:
         with contextlib.suppress(self.nvml.NVMLError):
             self.nvml.nvmlShutdown()
+
+
+def read_each(
+    source: Any,  # NvmlSource or AmdSmiSource: declared, catalog, _checked, _warned
+    library: str,
+    error: type[BaseException],
+    samplers: Sequence[Callable[[int], GpuSample]],
+) -> GpuReading:
+    """One reading of every GPU (`samplers[i](i)`) through a vendor library: a GPU that stops
+    answering is an error in the reading, logged once; the first good reading is checked
+    against the declared GPU type."""
+    gpus, errors = [], []
+    for index, sample in enumerate(samplers):
+        try:
+            gpus.append(sample(index))
+        except error as exc:
+            errors.append(f"gpu {index}: {exc}")
+    if gpus and not source._checked:
+        source._checked = True
+        for problem in declared_type_problems(gpus, source.declared, source.catalog):
+            log.warning("GPU type: %s", problem)
+    message = "; ".join(errors) or None
+    if message and message not in source._warned:
+        source._warned.add(message)
+        log.error("%s read failed: %s", library, message)
+    return GpuReading(tuple(gpus), message)
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import aiohttp
@@ -18,9 +18,11 @@ import orjson
 from gpuroute.sim.workloads import Workload
 from gpuroute.testbed.fake_engine import OUTPUT_HEADER
 
+from gpuroute.headers import SERVED_MODEL_HEADER
 from gpuroute.prompt import BLOCK_CHARS, CHARS_PER_TOKEN
 
 BACKEND_HEADER = "x-gpuroute-backend"
+SLO_HEADER = "x-gpuroute-slo"  # the SLO class a request asks for (router/slo_gate.py)
 
 
 @dataclass(slots=True)
@@ -34,6 +36,7 @@ class RequestResult:
     output_tokens: int = 0
     backend: str | None = None
     error: str | None = None
+    served_model: str | None = None  # our router's x-gpuroute-served-model (a fallback's)
 
 
 def prompt_for(index: int, tokens: int, blocks: tuple[int, ...] = ()) -> str:
@@ -61,7 +64,11 @@ class Replay:
         request_timeout_s: float = 900.0,
         on_progress: Callable[[int], None] | None = None,
         headers: dict[str, str] | None = None,
+        models: Sequence[str] | None = None,
+        slo_classes: Sequence[str] | None = None,
     ) -> None:
+        """`models`: each request's model (else `model` for all); `slo_classes`: each
+        request's SLO class, sent in x-gpuroute-slo (else none is sent)."""
         # several URLs: requests go round robin over them, as a layer-4 balancer in front of
         # router replicas would send them
         urls = [base_url] if isinstance(base_url, str) else base_url
@@ -73,6 +80,10 @@ class Replay:
         self.timeout = aiohttp.ClientTimeout(total=request_timeout_s)
         self.on_progress = on_progress
         self.headers = headers or {}  # e.g. a tenant's Authorization
+        for name, per in (("models", models), ("slo_classes", slo_classes)):
+            if per is not None and len(per) < len(workload):
+                raise ValueError(f"{name}: {len(per)} for {len(workload)} requests")
+        self.models, self.slo_classes = models, slo_classes
         self.results: list[RequestResult] = []
         self._t0 = 0.0
         self.started_wall = 0.0
@@ -108,10 +119,13 @@ class Replay:
         w = self.workload
         blocks = tuple(w.blocks[i]) if w.blocks else ()
         text = prompt_for(i, int(w.prompts[i]), blocks)
-        body = {"model": self.model, "messages": [{"role": "user", "content": text}]}
+        model = self.model if self.models is None else self.models[i]
+        body = {"model": model, "messages": [{"role": "user", "content": text}]}
         if self.stream:
             body |= {"stream": True, "stream_options": {"include_usage": True}}
         headers = {"Content-Type": "application/json", OUTPUT_HEADER: str(int(w.outputs[i]))}
+        if self.slo_classes is not None:
+            headers[SLO_HEADER] = self.slo_classes[i]
         headers |= self.headers
         started = time.monotonic()
         try:
@@ -122,6 +136,7 @@ class Replay:
             ) as response:
                 result.status = response.status
                 result.backend = response.headers.get(BACKEND_HEADER)
+                result.served_model = response.headers.get(SERVED_MODEL_HEADER)
                 if self.stream:
                     tail = b""
                     async for chunk in response.content.iter_any():

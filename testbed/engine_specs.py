@@ -16,7 +16,7 @@ from gpuroute.router.model_config import shapes as model_shapes
 from pydantic import Field, field_validator
 
 from gpuroute.config import ConfigError, read_toml, validate
-from gpuroute.gpus import GPU_SPECS, DeclaresGpuTypes, GpuCatalog, GpuSpec
+from gpuroute.gpus import DeclaresGpuTypes, GpuCatalog, GpuSpec
 from gpuroute.models import DEFAULT_MODEL, MODELS, ModelSpec
 
 SPEC_TABLES = ("gpu_types", "models")
@@ -43,21 +43,27 @@ class EngineSpecs:
 
     gpus: GpuCatalog
     shapes: dict[str, ModelSpec]
-    source: str = "built-in"
+    source: str | None = None  # the specs file; None: the built-ins alone
+
+    @property
+    def where(self) -> str:
+        return "a file given as --specs" if self.source is None else self.source
 
     def gpu(self, name: str) -> GpuSpec:
-        """A GPU type; ValueError listing the known ones (and how to declare one)."""
-        try:
-            return self.gpus[self.gpus.check(name)]
-        except ValueError as exc:
-            raise ValueError(f"--gpu: {exc} (in {self.source})") from None
+        """A GPU type; ValueError listing the known ones and saying where to declare one."""
+        if name not in self.gpus:
+            raise ValueError(
+                f"--gpu: unknown GPU type {name!r}; known: {', '.join(self.gpus)}; declare it "
+                f"under [[gpu_types]] in {self.where}"
+            )
+        return self.gpus[name]
 
     def model(self, name: str) -> ModelSpec:
         """A model shape by its name; ValueError listing the known ones."""
         if name not in self.shapes:
             raise ValueError(
                 f"--model: unknown model shape {name!r}; known: {', '.join(self.shapes)}; "
-                f"declare it under [[models]] in {self.source}"
+                f"declare it under [[models]] in {self.where}"
             )
         return self.shapes[name]
 
@@ -79,8 +85,3 @@ def load_engine_specs(path: Path | str) -> EngineSpecs:
     except ValueError as exc:  # a config_json that cannot be read
         raise ConfigError(f"{path}: models: {exc}") from None
     return EngineSpecs(specs.gpu_catalog(), MODELS | declared, str(path))
-
-
-def is_builtin(gpu: GpuSpec, model: ModelSpec) -> bool:
-    """Both are the built-in tables' own (nothing declared changes them)."""
-    return GPU_SPECS.get(gpu.name) == gpu and MODELS.get(model.name) == model

@@ -121,8 +121,13 @@ def start_engine(
     stream_interval_ms: float,
     cpu=None,
     token_interval_ms: float | None = None,
+    model: str | None = None,
+    tensor_parallel: int = 1,
+    specs: Path | None = None,
 ) -> Child:
-    """`token_interval_ms`: one token per SSE event, this far apart (relay benchmarks)."""
+    """`token_interval_ms`: one token per SSE event, this far apart (relay benchmarks);
+    `model`: the shape it runs and the name it serves (default: the fake engine's);
+    `specs`: a file whose [[gpu_types]] and [[models]] declare `gpu` and `model`."""
     port = free_port()
     cmd = [
         sys.executable, "-m", "gpuroute.cli", "fake-engine", "--gpu", gpu, "--port", str(port),
@@ -131,6 +136,12 @@ def start_engine(
     ]  # fmt: skip
     if token_interval_ms is not None:
         cmd += ["--token-interval-ms", str(token_interval_ms)]
+    if model is not None:
+        cmd += ["--model", model]
+    if tensor_parallel != 1:
+        cmd += ["--tensor-parallel", str(tensor_parallel)]
+    if specs is not None:
+        cmd += ["--specs", str(specs)]
     return spawn(f"engine-{index}-{gpu}", cmd, workdir, port, cpu=cpu)
 
 
