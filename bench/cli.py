@@ -31,14 +31,38 @@ def register(sub) -> None:
 
 
 def _run(name: str, args: argparse.Namespace) -> int:
+    if name == "live":
+        merge_policies(args)
+        if args.scenario is not None:
+            from gpuroute.bench.live_fleet_cli import run_scenario_bench
+
+            return run_scenario_bench(args)
+        args.engines = args.engines or DEFAULT_ENGINES
     from gpuroute.bench.commands import run_bench
 
     return run_bench(name, args)
 
 
+DEFAULT_ENGINES = "H100:2,A100:4,L4:4"
+
+
+def merge_policies(args: argparse.Namespace) -> None:
+    """`--policies A,B` is `--policy A --policy B` (after any --policy given)."""
+    if args.policies:
+        args.policy = (args.policy or []) + [p for p in args.policies.split(",") if p]
+
+
 def _live_arguments(live: argparse.ArgumentParser) -> None:
     live.add_argument(
-        "--engines", default="H100:2,A100:4,L4:4", help="GPU:count,... of fake engines"
+        "--engines", help=f"GPU:count,... of fake engines (default: {DEFAULT_ENGINES})"
+    )
+    live.add_argument(
+        "--scenario",
+        metavar="FILE",
+        help="a simulator scenario (file, or name in sim/scenarios) instead of --engines and "
+        "--trace: its [[gpus]] as fake engines (declared GPU types, tensor parallel, each "
+        "group's model), its [[gpu_types]], [[models]] and [slo] in our router, its workload "
+        "with each request's model drawn from workload.models",
     )
     live.add_argument("--trace", type=Path, help="trace file (default: built-in synthetic chat)")
     live.add_argument("--format", default="azure", help="azure, mooncake or lengths")
@@ -48,6 +72,7 @@ def _live_arguments(live: argparse.ArgumentParser) -> None:
     live.add_argument(
         "--policy", action="append", help="our policies to run (repeatable; default: default)"
     )
+    live.add_argument("--policies", metavar="A,B", help="our policies to run, a comma list")
     live.add_argument("--router-python", type=Path, default=None, help=ROUTER_PYTHON_HELP)
     live.add_argument(
         "--baselines",

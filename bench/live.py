@@ -3,13 +3,13 @@
 For each target a fresh fleet of fake engines starts (identical GPUs and seeds), the
 target starts in front of it, and the trace is replayed open-loop at the requested share
 of the fleet's measured capacity. The engines run `time_scale` times slower than the GPUs
-they model so a 2-core machine can host the fleet; every latency reported is wall-clock."""
+they model so a 2-core machine can host the fleet; every latency reported is wall-clock.
+`--scenario` runs a simulator scenario's fleet and models instead (bench/live_fleet.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import math
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -17,7 +17,14 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 from gpuroute.bench.agreement import learned_state
-from gpuroute.bench.loadgen import Replay, RequestResult
+from gpuroute.bench.live_stats import (
+    MODEL,
+    engine_stats,
+    gpu_shares,
+    summarise,
+    work_utilisation,
+)
+from gpuroute.bench.loadgen import Replay
 from gpuroute.bench.targets import (
     BASELINES,
     EXTRA_BASELINES,
@@ -25,18 +32,15 @@ from gpuroute.bench.targets import (
     start_baseline,
     start_router,
 )
-from gpuroute.sim.fleet import profile_gpu_type, request_work, saturated_throughput
-from gpuroute.sim.report import offered_window_s
+from gpuroute.sim.fleet import saturated_throughput
 from gpuroute.sim.traces import read_trace
 from gpuroute.sim.workloads import Workload, synthetic
 from gpuroute.testbed.processes import Child, start_engine, start_redis, wait_http
-from prometheus_client.parser import text_string_to_metric_families
 
 from gpuroute.gpus import GPU_SPECS
 from gpuroute.models import MODELS
 from gpuroute.roofline import EngineParams
 
-MODEL = "llama-3.1-8b"
 ENGINE_CPU, PROXY_CPU = 0, 1  # with --pin (as bench overhead pins them)
 
 
@@ -153,106 +157,6 @@ async def _apply_faults(spec: LiveBenchSpec, engines: list[Child], replay: Repla
     return applied
 
 
-def summarise(
-    target: str, results: list[RequestResult], spec: LiveBenchSpec, workload: Workload
-) -> dict:
-    """Latency percentiles, throughput over the run, and SLO attainment and goodput as the
-    simulator defines them (per second of offered traffic; the SLO at GPU speed, so times
-    the time scale here)."""
-    ok = [r for r in results if r.ok]
-    ttft = np.array([r.ttft_s for r in ok]) if ok else np.array([math.nan])
-    e2e = np.array([r.e2e_s for r in ok]) if ok else np.array([math.nan])
-    first = min((r.sent_at for r in results), default=0.0)
-    last = max((r.sent_at + r.e2e_s for r in results if not math.isnan(r.e2e_s)), default=1.0)
-    span = max(last - first, 1e-9)
-    scale = spec.time_scale
-    good = 0
-    for r in ok:
-        tpot = (r.e2e_s - r.ttft_s) / max(r.output_tokens - 1, 1)
-        good += r.ttft_s <= spec.slo_ttft_s * scale and tpot <= spec.slo_tpot_s * scale
-
-    def q(values: np.ndarray, p: float) -> float:
-        return round(float(np.percentile(values, p)), 4)
-
-    return {
-        "target": target,
-        "requests": len(results),
-        "completed": len(ok),
-        "failed": len(results) - len(ok),
-        "ttft_p50_s": q(ttft, 50),
-        "ttft_p99_s": q(ttft, 99),
-        "e2e_p50_s": q(e2e, 50),
-        "e2e_p99_s": q(e2e, 99),
-        "throughput_rps": round(len(ok) / span, 3),
-        "goodput_rps": round(good / offered_window_s(workload.arrivals), 3),
-        "slo_attainment": round(good / max(len(results), 1), 4),
-        "errors": sorted({r.error for r in results if r.error})[:5],
-        "_span_s": span,
-        "_ttft": ttft.tolist(),  # samples for --plot; not written to JSON
-        "_e2e": e2e.tolist(),
-    }
-
-
-async def engine_stats(engines: list[Child], elapsed_s: float) -> dict:
-    """Requests each engine served and its simulated GPU busy share (nvidia-smi's util)."""
-
-    served, busy = [], []
-    async with aiohttp.ClientSession() as session:
-        for child in engines:
-            try:
-                async with session.get(child.url + "/metrics") as response:
-                    text = await response.text()
-            except aiohttp.ClientError:
-                served.append(None)  # killed during the run
-                continue
-            values: dict[str, float] = {}  # summed over label sets (finish reasons, ...)
-            for family in text_string_to_metric_families(text):
-                for sample in family.samples:
-                    values[sample.name] = values.get(sample.name, 0.0) + sample.value
-            served.append(int(float(values.get("vllm:request_success_total", 0))))
-            busy.append(float(values.get("gpuroute_fake_gpu_busy_seconds", 0)) / elapsed_s)
-    busy_arr = np.asarray(busy)
-    cv = float(busy_arr.std() / busy_arr.mean()) if busy_arr.size and busy_arr.mean() > 0 else 0.0
-    return {
-        "engine_requests": served,
-        "gpu_busy_mean": round(float(busy_arr.mean()), 4) if busy_arr.size else 0.0,
-        "gpu_busy_cv": round(cv, 4),
-    }
-
-
-def work_utilisation(
-    results: list[RequestResult],
-    workload: Workload,
-    engines: list[tuple[str, Child]],
-    span_s: float,
-    time_scale: float,
-) -> dict:
-    """Each engine's `gpu_util` as the simulator defines it (work at saturated per-token cost
-    over the run's duration, sim/fleet.py), from which engine served each request (the
-    router's x-gpuroute-backend header; the baselines do not say, so they get nothing)."""
-    index = engine_index(engines)
-    if not any(r.backend in index for r in results):
-        return {}
-    model = MODELS[MODEL]
-    profiles = {
-        gpu: profile_gpu_type(EngineParams(GPU_SPECS[gpu], model), workload)
-        for gpu in {gpu for gpu, _ in engines}
-    }
-    work = [0.0] * len(engines)
-    for r in results:
-        i = index.get(r.backend) if r.ok else None
-        if i is not None:
-            gpu = engines[i][0]
-            work[i] += request_work(
-                profiles[gpu], float(workload.prompts[r.index]), float(workload.outputs[r.index])
-            )
-    util = np.asarray(work) / (span_s / time_scale)  # engines run time_scale x slower
-    return {
-        "gpu_util_mean": round(float(util.mean()), 4),
-        "gpu_util_cv": round(float(util.std() / util.mean()), 4) if util.mean() > 0 else 0.0,
-    }
-
-
 def slo_section(spec: LiveBenchSpec) -> str:
     """Our router's [slo]: the bench's SLO, which is at GPU speed, times the time scale, and
     the latency priors slowed down the same way (the engines run that much slower)."""
@@ -262,23 +166,6 @@ def slo_section(spec: LiveBenchSpec) -> str:
         f'[[slo.classes]]\nname = "bench"\nttft_s = {spec.slo_ttft_s * k}\n'
         f"tpot_s = {spec.slo_tpot_s * k}\n"
     )
-
-
-def engine_index(engines: list[tuple[str, Child]]) -> dict[str, int]:
-    """Each engine's index by the backend id our router names it by (x-gpuroute-backend)."""
-    return {f"127.0.0.1:{child.port}": i for i, (_, child) in enumerate(engines)}
-
-
-def gpu_shares(results: list[RequestResult], engines: list[tuple[str, Child]]) -> dict:
-    """Each GPU type's share of the completed requests, from the engine that served each
-    (our router's x-gpuroute-backend header; the baselines do not say, so they get none)."""
-    index = engine_index(engines)
-    served = [engines[index[r.backend]][0] for r in results if r.ok and r.backend in index]
-    if not served:
-        return {}
-    return {
-        "gpu_share": {gpu: round(served.count(gpu) / len(served), 4) for gpu in sorted(set(served))}
-    }
 
 
 def _start_proxy(

@@ -352,8 +352,9 @@ def run_fake_engine(config: FakeEngineConfig) -> None:
         uvloop = None
     engine = FakeEngine(config)
     gpus = config.gpu + (f" x {config.tensor_parallel}" if config.tensor_parallel > 1 else "")
+    shape = "" if engine.name == config.model else f" ({config.model})"
     print(
-        f"fake engine {engine.name} ({config.model}) on {gpus} listening on "
+        f"fake engine {engine.name}{shape} on {gpus} listening on "
         f"http://{config.host}:{config.port}",
         flush=True,
     )
