@@ -29,10 +29,10 @@ from prometheus_client import generate_latest
 
 from gpuroute import runtime
 from gpuroute.admin_guard import admin_guards
-from gpuroute.auth import AuthError, bearer, key_digest
+from gpuroute.auth import AuthError, client_key, key_digest
 from gpuroute.headers import FORWARDED_FOR, interpreted, router_headers
 from gpuroute.openai_api import (
-    OPENAI_ROUTES,
+    API_ROUTES,
     Rejection,
     error_response,
     healthz,
@@ -105,7 +105,7 @@ class GlobalApp:
             client_max_size=self.config.limits.max_body_bytes,
             middlewares=admin_guards(self.config, "global") if on_public else [],
         )
-        for route in OPENAI_ROUTES:
+        for route in API_ROUTES:
             app.router.add_post(route, self.forward)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/healthz", healthz)
@@ -167,7 +167,7 @@ class GlobalApp:
         residency = self.config.residency
         keys = residency.api_keys
         try:
-            key = bearer(headers.get("authorization"))
+            key = client_key(headers)
         except AuthError as exc:
             raise Rejection(exc.status, exc.message, code=exc.code) from None
         if key is not None and (tenant := keys.get(key_digest(key))) is not None:
@@ -325,7 +325,7 @@ class GlobalApp:
         """This request's decision, bound to its key (parsed already: it was valid)."""
         assert self.decision_key is not None
         places = None if allowed.jurisdictions is ANY else allowed.jurisdictions
-        api_key = bearer(read.get("authorization"))
+        api_key = client_key(read)
         ttl = self.config.residency.decision_ttl_s
         return sign(places, self.decision_key, time.time(), api_key=api_key, ttl_s=ttl)
 

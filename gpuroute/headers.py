@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from gpuroute.openai_api import Rejection, clip
 
 PREFIX = "x-gpuroute-"
-SINGLE_VALUED = frozenset({"authorization", "x-session-id"})
+SINGLE_VALUED = frozenset({"authorization", "x-api-key", "x-session-id"})
 LIST_VALUED = frozenset({"x-forwarded-for"})
 FORWARDED_FOR = "x-forwarded-for"
 FALLBACK_HEADER = "x-gpuroute-fallback"  # `none`: serve the model asked for or nothing
@@ -37,6 +37,7 @@ ROUTER_HEADERS = ENGINE_HEADERS | frozenset(
     {
         "x-request-id",
         "authorization",
+        "x-api-key",
         "x-session-id",
         "x-gpuroute-session",
         "x-gpuroute-priority",
@@ -50,7 +51,7 @@ ROUTER_HEADERS = ENGINE_HEADERS | frozenset(
 NEVER_TO_ENGINES = frozenset(
     {
         # credentials
-        "authorization", "proxy-authorization", "cookie",
+        "authorization", "proxy-authorization", "cookie", "x-api-key",
         # framing and hop-by-hop (RFC 9110 §7.6.1): the upstream client writes its own
         "host", "content-length", "transfer-encoding", "connection", "keep-alive", "te",
         "trailer", "upgrade", "expect", "proxy-connection",

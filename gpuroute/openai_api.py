@@ -31,7 +31,13 @@ ERROR_TYPES = {
     504: "timeout_error",
 }
 SSE_DONE = b"data: [DONE]\n\n"
-OPENAI_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+# every API path the tiers route (POST), each scheduled as its kind of work (router/apis.py)
+API_ROUTES = (
+    "/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages",
+    "/v1/messages/count_tokens", "/v1/embeddings", "/pooling", "/classify", "/v1/rerank",
+    "/rerank", "/v2/rerank", "/v1/score", "/score", "/v1/audio/transcriptions",
+    "/v1/audio/translations", "/tokenize", "/detokenize",
+)  # fmt: skip
 
 
 def error_body(
@@ -116,7 +122,7 @@ def models_response(names) -> web.Response:
 async def not_found(request: web.Request) -> web.Response:
     """Every path and method no route takes, in OpenAI's format (the path clipped); a wrong
     method on an API route is a 405."""
-    if request.path in OPENAI_ROUTES:
+    if request.path in API_ROUTES:
         message = f"{request.method} is not allowed on {request.path}; use POST"
         return error_response(405, message, code="method_not_allowed")
     return error_response(404, f"no route {request.method} {clip(request.path)}", code="not_found")

@@ -36,8 +36,9 @@ SERVER_NAME = "gpuroute"  # the Server header both tiers send, naming no library
 UPSTREAM_ERRORS = (OSError,)
 EVENT_TEXT = re.compile(rb'"(?:content|text)"\s*:\s*"((?:[^"\\]|\\.)+)"')
 SKELETON_LOOKS = 4  # chunks searched for an event with text before a stream is left unsized
-COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
-PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
+# usage as the OpenAI completions family, the Responses API and Anthropic's Messages say it
+COMPLETION_TOKENS = re.compile(rb'"(?:completion|output)_tokens"\s*:\s*(\d+)')
+PROMPT_TOKENS = re.compile(rb'"(?:prompt|input)_tokens"\s*:\s*(\d+)')
 TAIL_BYTES = 1024
 BYTES_PER_TOKEN = 4  # a stream's text without usage: OpenAI's rule of thumb for English
 # asyncio's and uvloop's default: a write this large may pause the transport on its own
@@ -212,12 +213,14 @@ async def relay_body(
     broken_message: Callable[[BaseException], str],
     tally: ResponseTally | None = None,
     write_timeout_s: float | None = None,
+    error_event: Callable[[str], bytes] | None = None,
 ) -> Relayed:
     """Relay `upstream`'s body (after `first`, bytes already read) chunk by chunk; `await
     write()` is the backpressure, bounded by `write_timeout_s` while the client is behind
     (ClientWriter). A body that breaks ends as an error the client cannot miss: an SSE
     error event on a stream, else a connection closed without the final chunk. `tally` is
-    counted as the body goes (a caller may watch it live)."""
+    counted as the body goes (a caller may watch it live). `error_event(message)` is a
+    broken stream's last event in the API's own format (default: OpenAI's, then [DONE])."""
     tally = ResponseTally() if tally is None else tally
     streamed = is_event_stream(upstream)
     client = ClientWriter(request, response, write_timeout_s)
@@ -238,7 +241,9 @@ async def relay_body(
         on_first_write()
     if whole:
         return await _end(client, tally, streamed, first)
-    ended = await _relay_chunks(request, client, upstream, tally, streamed, broken_message)
+    ended = await _relay_chunks(
+        request, client, upstream, tally, streamed, broken_message, error_event
+    )
     if ended is not None:
         return ended
     return await _end(client, tally, streamed)
@@ -263,6 +268,7 @@ async def _relay_chunks(
     tally: ResponseTally,
     streamed: bool,
     broken_message: Callable[[BaseException], str],
+    error_event: Callable[[str], bytes] | None = None,
 ) -> Relayed | None:
     """Chunks until the body ends (None), breaks (the client's deadlines included), or
     the client leaves or falls too far behind (how it ended)."""
@@ -270,7 +276,7 @@ async def _relay_chunks(
         try:
             chunk = await upstream.content.readany()
         except UPSTREAM_ERRORS as exc:
-            await end_truncated(request, client, streamed, broken_message(exc))
+            await end_truncated(request, client, streamed, broken_message(exc), error_event)
             return Relayed(RelayEnd.UPSTREAM_BROKE, tally, streamed, exc)
         if not chunk:
             return None
@@ -293,13 +299,22 @@ def _client_gone(response: web.StreamResponse, tally: ResponseTally, streamed: b
     return Relayed(RelayEnd.CLIENT_GONE, tally, streamed)
 
 
+def openai_stream_error(message: str) -> bytes:
+    """A broken OpenAI stream's last events: an error, then [DONE]."""
+    return sse_error(502, message, code="upstream_stream_error") + SSE_DONE
+
+
 async def end_truncated(
-    request: web.Request, client: ClientWriter, streamed: bool, message: str
+    request: web.Request,
+    client: ClientWriter,
+    streamed: bool,
+    message: str,
+    error_event: Callable[[str], bytes] | None = None,
 ) -> None:
     """A truncated answer must never look complete."""
     if streamed:
         try:
-            await client.write(sse_error(502, message, code="upstream_stream_error") + SSE_DONE)
+            await client.write((error_event or openai_stream_error)(message))
             await client.write_eof()
         except (ConnectionError, RuntimeError):
             pass

@@ -24,6 +24,7 @@ from gpuroute.config import (
 )
 from gpuroute.gpus import DeclaresGpuTypes, GpuTypeName
 from gpuroute.headers import engine_header
+from gpuroute.openai_api import API_ROUTES
 from gpuroute.models import MODELS, ModelSpec
 from gpuroute.secrets import secret_forms
 from gpuroute.tls import ClientTlsConfig
@@ -308,7 +309,9 @@ class RouterConfig(AdminAccess, DeclaresGpuTypes):
     def _passthrough_paths(cls, paths: list[str]) -> list[str]:
         for path in paths:
             if not path.startswith("/") or ".." in path or "{" in path or path.endswith("/"):
-                raise ValueError(f"{path!r}: expected an exact path like /v1/rerank")
+                raise ValueError(f"{path!r}: expected an exact path like /v1/load_lora_adapter")
+            if path in API_ROUTES or path == "/v1/models":
+                raise ValueError(f"{path!r} is an API the router serves and schedules itself")
             if path.startswith(("/admin", "/metrics", "/_")):
                 raise ValueError(f"{path!r}: admin and internal paths are never forwarded")
         return paths

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import orjson
@@ -10,7 +11,8 @@ from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.lifetime import Event, RequestLifetime
 from gpuroute.router.core.request import RequestInfo
 
-from gpuroute.relay import ResponseTally
+from gpuroute.headers import SERVED_MODEL_HEADER
+from gpuroute.relay import RESPONSE_DROP, ResponseTally, forward_headers
 
 NO_BACKEND = "no healthy backend can serve this model now"
 
@@ -58,8 +60,24 @@ class Exchange:
     def body_for(self, model: str) -> bytes:
         """The body to send for `model`: as it came when that is the model the client named,
         else with `model` replaced (an alias, a split's version, a fallback)."""
-        if model == self.info.requested:
-            return self.raw
+        if model == self.info.requested or self.route.startswith("/v1/audio/"):
+            return self.raw  # a multipart upload goes as it came (its model field unchanged)
         body = orjson.loads(self.raw)  # parsed (as an object) at admission already
         body["model"] = model
         return orjson.dumps(body)
+
+
+BACKEND_HEADER = "x-gpuroute-backend"  # who served it, with expose_backend_header only
+
+
+def answer_headers(
+    upstream: Iterable[tuple[str, str]], served_model: str, backend_id: str | None
+) -> dict[str, str]:
+    """An answer's headers: the engine's less hop-by-hop ones, the model that served it
+    (a passthrough request names none), and the backend where it is shown."""
+    headers = forward_headers(upstream, RESPONSE_DROP)
+    if served_model:
+        headers[SERVED_MODEL_HEADER] = served_model
+    if backend_id is not None:
+        headers[BACKEND_HEADER] = backend_id
+    return headers

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from aiohttp import web
+from gpuroute.router.api_formats import stream_error_event
 from gpuroute.router.attempt_failure import UpstreamFailed, failure_kind
 from gpuroute.router.config import LimitsConfig
 from gpuroute.router.core.backend import Backend
@@ -26,7 +27,7 @@ from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.core.retry import Attempts, FailureKind, Verdict
 from gpuroute.router.core.scheduler import Outcome, Scheduler
 from gpuroute.router.decision_log import DecisionLog
-from gpuroute.router.exchange import NO_BACKEND, Answer, Exchange
+from gpuroute.router.exchange import NO_BACKEND, Answer, Exchange, answer_headers
 from gpuroute.router.health_report import report_health
 from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.sessions import SessionStore
@@ -36,25 +37,21 @@ from gpuroute.router.watch import BackendWatch
 from gpuroute.headers import (
     ENGINE_HEADERS,
     FORWARDED_FOR,
-    SERVED_MODEL_HEADER,
     forwarded_for,
     pass_on,
 )
 from gpuroute.openai_api import error_response
 from gpuroute.relay import (
-    RESPONSE_DROP,
     UPSTREAM_ERRORS,
     RelayedResponse,
     RelayEnd,
     ResponseTally,
-    forward_headers,
     is_event_stream,
     relay_body,
 )
 from gpuroute.upstream import UpstreamPool, UpstreamResponse
 
 log = logging.getLogger("gpuroute.router")
-BACKEND_HEADER = "x-gpuroute-backend"
 
 
 class Forwarder:
@@ -294,11 +291,8 @@ class Forwarder:
         first: bytes,
     ) -> web.StreamResponse:
         life = exchange.life
-        headers = forward_headers(upstream.headers.items(), RESPONSE_DROP)
-        if life.model:  # a passthrough request names no model
-            headers[SERVED_MODEL_HEADER] = life.model
-        if self.expose_backend:
-            headers[BACKEND_HEADER] = backend.backend_id
+        shown = backend.backend_id if self.expose_backend else None
+        headers = answer_headers(upstream.headers.items(), life.model, shown)
         response = RelayedResponse(status=upstream.status, headers=headers)
         streamed = is_event_stream(upstream)
         tally = ResponseTally(size_text=streamed)  # a stream's text is timed (BackendWatch)
@@ -323,6 +317,7 @@ class Forwarder:
             broken_message=lambda exc: "the backend failed mid-stream",
             tally=tally,
             write_timeout_s=self.write_timeout_s,
+            error_event=stream_error_event(exchange.route),
         )
         exchange.answer = Answer(upstream.status, relayed.streamed, tally)
         if relayed.end is RelayEnd.CLIENT_TOO_SLOW:

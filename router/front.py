@@ -103,15 +103,17 @@ class Front:
         info: RequestInfo | None = None
         try:
             headers, key, raw = await self._read(request)
-            parsed = self._parse(headers, route, raw, request_id)
+            content_type = request.headers.get("Content-Type")
+            parsed = self._parse(headers, route, raw, request_id, content_type)
             info = parsed.info
             name = self._route_model(info, headers)
             info.slo = self.slo.resolve(key, headers, self.model_slo.get(name))
             info.arrived_at = arrival
             self._check_model(info)
-            tokens = self.token_charge(key, parsed)
+            charged = parsed.api is None or parsed.api.charges  # a tokenizer lookup is free
+            tokens = self.token_charge(key, parsed) if charged else 0
             explicit = PRIORITY_HEADER in headers
-            life = await self._let_in(key, info, tokens, parsed.deadline_s, explicit)
+            life = await self._let_in(key, info, tokens, parsed.deadline_s, explicit, charged)
         except Rejection as rejection:
             status, code, why = rejection.status, rejection.code, rejection.message
             if code == "no_backend" and info is not None:
@@ -203,14 +205,17 @@ class Front:
         tokens: int,
         deadline_s: float | None,
         explicit: bool,
+        charges: bool = True,
     ) -> RequestLifetime:
-        """The request's lifetime opened, its tenant charged and an admission slot taken;
-        or the lifetime closed again and the Rejection (or cancellation) raised."""
+        """The request's lifetime opened, its tenant charged (unless it `charges` nothing)
+        and an admission slot taken; or the lifetime closed again and the Rejection (or
+        cancellation) raised."""
         life = self.lifetimes.open(info)
         charged = False
         try:
-            await self.tenants.charge(key, life, tokens, explicit)
-            charged = True
+            if charges:
+                await self.tenants.charge(key, life, tokens, explicit)
+                charged = True
             await self.gate.admit(life, deadline_s)
         except BaseException as exc:  # refused, shed, or the client left: nothing ran
             if charged:
@@ -236,15 +241,20 @@ class Front:
         what its answer used (no answer relayed: nothing; an answer that cannot tell: the
         charge stands)."""
         self.close(admitted.life, ending)
-        key = admitted.key
-        if key.tokens_per_minute is None:
+        key, api = admitted.key, admitted.parsed.api
+        if key.tokens_per_minute is None or (api is not None and not api.charges):
             return  # read no usage where no quota needs it (the relay's hot path)
         used = 0 if answer is None else answer.used_tokens(admitted.parsed.info.prompt_tokens)
         if used is not None:
             self.tenants.settle(key, used - admitted.charged_tokens)
 
     def _parse(
-        self, headers: Mapping[str, str], route: str, raw: bytes, request_id: str
+        self,
+        headers: Mapping[str, str],
+        route: str,
+        raw: bytes,
+        request_id: str,
+        content_type: str | None,
     ) -> ParsedRequest:
         admission = self.config.admission
         try:
@@ -257,6 +267,7 @@ class Front:
                 default_priority=admission.default_priority,
                 with_prefix_blocks=self.with_prefix_blocks,
                 longest_deadline_s=admission.default_timeout_s,
+                content_type=content_type,
             )
         except RequestError as exc:
             raise Rejection(exc.status, exc.message, param=exc.param, code=exc.code) from None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
@@ -22,7 +22,7 @@ from gpuroute.router.config import RedisConfig, RegionConfig
 from gpuroute.router.core.token_bucket import Take, TokenBucket, per_minute
 from redis.exceptions import RedisError
 
-from gpuroute.auth import AuthError, bearer, key_digest
+from gpuroute.auth import AuthError, client_key, key_digest
 
 log = logging.getLogger("gpuroute.router.quotas")
 ANONYMOUS = "anonymous"  # the tenant keyless callers share
@@ -159,11 +159,11 @@ class Quotas:
             retry_s=redis.retry_s, clock=clock, on_mode=on_mode, place=place,
         )  # fmt: skip
 
-    def identify(self, authorization: str | None) -> KeyPolicy:
+    def identify(self, headers: Mapping[str, str]) -> KeyPolicy:
         """The key's policy, or the anonymous one for a keyless caller where keys are not
         required; AuthError (401) for a missing, malformed or unknown key when keys are
         required or a key was sent, (403) for a key bound elsewhere."""
-        key = bearer(authorization)
+        key = client_key(headers)
         if key is None:
             if self.required:
                 raise AuthError("missing API key: send `Authorization: Bearer <key>`")

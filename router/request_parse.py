@@ -8,25 +8,24 @@ import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
+from gpuroute.router.api_bodies import BodyError, BodySummary
+from gpuroute.router.apis import APIS, Api
 from gpuroute.router.core.request import RequestInfo
 
 from gpuroute.auth import printable_ascii
 from gpuroute.openai_api import clip
-from gpuroute.prompt import prefix_blocks, prompt_text, prompt_tokens, prompts_in
+from gpuroute.prompt import prefix_blocks
 
+# Whisper's encoder sees 50 frames per second of audio (1,500 per 30 s window): the audio's
+# prefill, in tokens; a transcript runs at most ~4 tokens per second of speech (fast speech
+# is ~3.5 words/s): its output cap
+AUDIO_TOKENS_PER_S = 50
+TRANSCRIPT_TOKENS_PER_S = 4
 PRIORITY_HEADER = "x-gpuroute-priority"
 DEADLINE_HEADER = "x-gpuroute-deadline-ms"
 SESSION_HEADERS = ("x-session-id", "x-gpuroute-session")
-
-# Which top-level key carries the prompt, per route, and whether it is required.
-PROMPT_KEYS = {
-    "/v1/chat/completions": "messages",
-    "/v1/completions": "prompt",
-    "/v1/embeddings": "input",
-}
 
 
 class RequestError(Exception):
@@ -45,15 +44,8 @@ class ParsedRequest:
     stream: bool
     deadline_s: float | None  # relative, from the deadline header
     outputs: int = 1  # answers it asks for: `n` (or `best_of`) times the prompts it holds
-
-
-def _positive_int(body: dict[str, Any], key: str) -> int | None:
-    value = body.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise RequestError(400, f"'{key}' must be a positive integer", param=key)
-    return value
+    api: Api | None = None  # which API (None: a passthrough path)
+    audio_s: float | None = None  # an audio upload's duration: what it is metered in
 
 
 def parse_request(
@@ -66,20 +58,20 @@ def parse_request(
     default_priority: str,
     with_prefix_blocks: bool = True,
     longest_deadline_s: float = math.inf,
+    apis: Mapping[str, Api] = APIS,
+    content_type: str | None = None,
 ) -> ParsedRequest:
     """`with_prefix_blocks=False` skips hashing the prompt when no policy reads the blocks;
-    the deadline header may only shorten `longest_deadline_s` (the router's default)."""
-    body = _json_object(raw)
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise RequestError(400, "'model' is required and must be a string", param="model")
-    _check_prompt(body, PROMPT_KEYS.get(path))
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise RequestError(400, "'stream' must be a boolean", param="stream")
-    max_tokens = _positive_int(body, "max_completion_tokens") or _positive_int(body, "max_tokens")
-    choices = max(_positive_int(body, "n") or 1, _positive_int(body, "best_of") or 1)
-    text = prompt_text(body)
+    the deadline header may only shorten `longest_deadline_s` (the router's default).
+    `content_type` is the request's (audio uploads are multipart)."""
+    api = apis.get(path)
+    if api is None:
+        raise RequestError(404, f"no API at {clip(path)}", code="not_found")
+    if api.read is None:
+        model, summary, body, audio_s = _audio_body(raw, content_type)
+    else:
+        model, summary, body = _json_body(api, raw)
+        audio_s = None
     priority = headers.get(PRIORITY_HEADER, default_priority).strip().lower()
     if priority not in priorities:
         raise RequestError(
@@ -94,14 +86,48 @@ def parse_request(
     info = RequestInfo(
         request_id,
         model,
-        prompt_tokens(body),
-        max_tokens,
+        summary.tokens,
+        summary.max_tokens,
         session_id=session,
-        prefix_blocks=prefix_blocks(text) if with_prefix_blocks else (),
+        prefix_blocks=prefix_blocks(summary.text) if with_prefix_blocks else (),
         priority=priority,
+        holds=api.holds,
     )
-    outputs = 0 if path == "/v1/embeddings" else choices * prompts_in(body)  # no answer text
-    return ParsedRequest(info, stream, deadline_s, outputs)
+    return ParsedRequest(info, summary.stream, deadline_s, summary.outputs, api, audio_s)
+
+
+def _json_body(api: Api, raw: bytes) -> tuple[str, BodySummary, dict]:
+    body = _json_object(raw)
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise RequestError(400, "'model' is required and must be a string", param="model")
+    assert api.read is not None
+    try:
+        return model, api.read(body), body
+    except BodyError as exc:
+        raise RequestError(400, exc.message, param=exc.param) from None
+
+
+def _audio_body(raw: bytes, content_type: str | None) -> tuple[str, BodySummary, dict, float]:
+    """A transcription or translation upload: its model, and its cost from the audio's
+    duration read from the file's header (gpuroute/audio.py)."""
+    from gpuroute.audio import AudioError, audio_duration_s, parse_audio_form
+
+    try:
+        form = parse_audio_form(raw, content_type or "")
+        seconds = audio_duration_s(form.file, form.filename, form.file_content_type)
+    except AudioError as exc:
+        raise RequestError(400, exc.message, param=exc.param) from None
+    summary = BodySummary("", audio_tokens(seconds), transcript_tokens(seconds), form.stream, 1)
+    return form.model, summary, {}, seconds
+
+
+def audio_tokens(seconds: float) -> int:
+    return max(1, math.ceil(seconds * AUDIO_TOKENS_PER_S))
+
+
+def transcript_tokens(seconds: float) -> int:
+    return max(1, math.ceil(seconds * TRANSCRIPT_TOKENS_PER_S))
 
 
 def _session(headers: Mapping[str, str], body: dict) -> str | None:
@@ -133,18 +159,6 @@ def _json_object(raw: bytes) -> dict:
     if not isinstance(body, dict):
         raise RequestError(400, "request body must be a JSON object")
     return body
-
-
-def _check_prompt(body: dict, key: str | None) -> None:
-    """The route's prompt field (`messages`, `prompt`, `input`) is present and not empty."""
-    if key is None:
-        return
-    value = body.get(key)
-    valid = isinstance(value, list) if key == "messages" else isinstance(value, str | list)
-    if not valid or (isinstance(value, list) and not value):
-        raise RequestError(400, f"'{key}' is required and must not be empty", param=key)
-    if key == "messages" and not all(isinstance(m, dict) for m in value):
-        raise RequestError(400, "each message must be an object", param="messages")
 
 
 def _deadline_s(header: str | None) -> float | None:

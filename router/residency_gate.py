@@ -18,7 +18,7 @@ from gpuroute.router.core.replay import ReplayGuard
 from gpuroute.router.metrics import RouterMetrics
 from redis.exceptions import RedisError
 
-from gpuroute.auth import AuthError, bearer
+from gpuroute.auth import AuthError, client_key
 from gpuroute.openai_api import Rejection
 from gpuroute.residency_decision import HEADER, Decision, DecisionError, key_binding, verify
 
@@ -105,6 +105,6 @@ def _binding(headers: Mapping[str, str]) -> str:
     """The request's key as a decision names it; Rejection (400, 401) for a header that
     is no key, as the key check would answer it."""
     try:
-        return key_binding(bearer(headers.get("authorization")))
+        return key_binding(client_key(headers))
     except AuthError as exc:
         raise Rejection(exc.status, exc.message, code=exc.code) from None

@@ -15,6 +15,8 @@ import time
 from aiohttp import web
 from gpuroute.router.admin_routes import AdminRoutes
 from gpuroute.router.admission_gate import AdmissionGate
+from gpuroute.router.anthropic_errors import anthropic_errors
+from gpuroute.router.apis import ANTHROPIC, APIS
 from gpuroute.router.assemble import build_scheduler, member_kind, prior_book
 from gpuroute.router.config import RouterConfig
 from gpuroute.router.core.backend import ROUTABLE_STATES, Backend
@@ -46,7 +48,7 @@ from gpuroute.admin_guard import admin_guards
 from gpuroute.grpc_server import server_credentials
 from gpuroute.headers import ENGINE_HEADERS, interpreted
 from gpuroute.openai_api import (
-    OPENAI_ROUTES,
+    API_ROUTES,
     Rejection,
     error_response,
     healthz,
@@ -230,11 +232,13 @@ class RouterApp:
         """The public application: the OpenAI API, health, allow-listed passthrough paths, and
         admin routes only where the operator put them here (`admin_on_public_listener`)."""
         on_public = self.config.admin_on_public_listener
+        anthropic = [p for p, api in APIS.items() if api.errors == ANTHROPIC]
+        guards = admin_guards(self.config, "router") if on_public else []
         app = web.Application(
             client_max_size=self.config.limits.max_body_bytes,
-            middlewares=admin_guards(self.config, "router") if on_public else [],
+            middlewares=[anthropic_errors(anthropic), *guards],
         )
-        for route in OPENAI_ROUTES:
+        for route in API_ROUTES:
             app.router.add_post(route, self.proxy.openai)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/healthz", healthz)

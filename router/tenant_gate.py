@@ -37,7 +37,7 @@ class TenantGate:
         """The caller's key policy (the anonymous one for keyless callers, when allowed);
         Rejection with 400, 401 or 403."""
         try:
-            return self.quotas.identify(headers.get("authorization"))
+            return self.quotas.identify(headers)
         except AuthError as exc:
             if exc.status == 403:
                 self.metrics.residency_refusals.labels(exc.tenant).inc()

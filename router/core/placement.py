@@ -65,7 +65,7 @@ class AttemptLoop:
         prefer: str | None = None,
         trace: PickTrace | None = None,
     ) -> Placement:
-        hold = self.holds is not None and not life.tried
+        hold = self.holds is not None and not life.tried and life.info.holds
         decision = self.scheduler.route(life, now, rng, prefer, trace=trace, hold_misses=hold)
         if decision is None:
             return Placement(Step.NONE)

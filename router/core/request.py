@@ -17,6 +17,7 @@ class RequestInfo:
         "arrived_at",
         "deadline",
         "fallbacks",
+        "holds",
         "max_tokens",
         "model",
         "prefix_blocks",
@@ -46,6 +47,7 @@ class RequestInfo:
         fallbacks: tuple[str, ...] = (),
         requested: str | None = None,
         adapter: str | None = None,
+        holds: bool = True,
     ) -> None:
         self.adapter = adapter  # the LoRA adapter it names (its `model` there), else None
         self.slo = slo  # the class it should meet; None: the scheduler's default
@@ -64,6 +66,7 @@ class RequestInfo:
         # the client sent when an alias or a split changed it
         self.fallbacks = fallbacks
         self.requested = requested if requested is not None else model
+        self.holds = holds  # may wait for its SLO (a tokenizer lookup never does)
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -77,6 +80,7 @@ class RequestInfo:
             session_id=self.session_id, prefix_blocks=self.prefix_blocks,
             priority=self.priority, deadline=self.deadline, tenant=self.tenant, slo=self.slo,
             arrived_at=self.arrived_at, requested=self.requested, adapter=self.adapter,
+            holds=self.holds,
         )  # fmt: skip
         return other
 

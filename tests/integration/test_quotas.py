@@ -6,9 +6,11 @@ import asyncio
 import time
 
 import pytest
-from gpuroute.router.quotas import AuthError, KeyPolicy, Quotas, bearer, key_digest
+from gpuroute.router.quotas import AuthError, KeyPolicy, Quotas, key_digest
 from support.live import async_wait_for
 from support.redis_server import client
+
+from gpuroute.auth import bearer
 
 pytestmark = pytest.mark.asyncio
 KEY = "sk-test-123"
@@ -31,7 +33,7 @@ async def test_four_replicas_share_one_quota_within_5_percent(redis) -> None:
     # what is measured is the sharing, not the fallback: a Redis call is given a second
     # (at the default 50 ms a busy CI machine sometimes fell back to local buckets)
     quotas = replicas(redis.url, 4, rpm, timeout_s=1.0)
-    policy = quotas[0].identify(f"Bearer {KEY}")
+    policy = quotas[0].identify({"authorization": f"Bearer {KEY}"})
     try:
         for _ in range(100_000):  # spend the minute's burst (and what refills meanwhile)
             if not (await quotas[0].charge(policy, 0)).allowed:
@@ -54,7 +56,7 @@ async def test_four_replicas_share_one_quota_within_5_percent(redis) -> None:
 
 async def test_refusal_carries_retry_after_and_rate_limit_headers(redis) -> None:
     [q] = replicas(redis.url, 1, 2.0)
-    policy = q.identify(f"Bearer {KEY}")
+    policy = q.identify({"authorization": f"Bearer {KEY}"})
     try:
         assert (await q.charge(policy, 0)).allowed and (await q.charge(policy, 0)).allowed
         refused = await q.charge(policy, 0)
@@ -70,7 +72,7 @@ async def test_refusal_carries_retry_after_and_rate_limit_headers(redis) -> None
 async def test_redis_gone_falls_back_to_local_buckets_and_comes_back(redis) -> None:
     modes: list[bool] = []
     [q] = replicas(redis.url, 1, 600.0, local_fraction=0.25, retry_s=0.2, on_mode=modes.append)
-    policy = q.identify(f"Bearer {KEY}")
+    policy = q.identify({"authorization": f"Bearer {KEY}"})
     try:
         assert (await q.charge(policy, 0)).shared
         redis.stop()
@@ -90,7 +92,7 @@ async def test_redis_gone_falls_back_to_local_buckets_and_comes_back(redis) -> N
 
 async def test_keys_are_checked() -> None:
     [q] = replicas(None, 1, 60.0)
-    assert q.identify(f"Bearer {KEY}").tenant == "acme"
+    assert q.identify({"authorization": f"Bearer {KEY}"}).tenant == "acme"
     for header, message in (
         (None, "missing API key"),
         ("Bearer", "malformed"),
@@ -100,7 +102,7 @@ async def test_keys_are_checked() -> None:
         ("Bearer sk-other", "invalid API key"),
     ):
         with pytest.raises(AuthError, match=message):
-            q.identify(header)
+            q.identify({"authorization": header})
     assert bearer(" Bearer  sk-1 ") == "sk-1"
     await closed(q)
 

@@ -9,7 +9,7 @@ from gpuroute.global_.config import load_global_config
 from gpuroute.global_.server import GlobalApp
 from support.paths import REPO
 
-from gpuroute.auth import AuthError, bearer, key_digest
+from gpuroute.auth import AuthError, bearer, client_key, key_digest
 from gpuroute.headers import interpreted
 from gpuroute.openai_api import Rejection
 
@@ -61,9 +61,10 @@ def test_anonymous_only_when_explicitly_allowed(tmp_path) -> None:
 
 
 def test_both_tiers_share_one_parser() -> None:
-    from gpuroute.router import quotas
+    from gpuroute.global_ import server
+    from gpuroute.router import quotas, residency_gate
 
-    assert quotas.bearer is bearer
+    assert quotas.client_key is server.client_key is residency_gate.client_key is client_key
     with pytest.raises(AuthError) as bad:
         bearer("Bearer \udcff\udcfe")  # non-UTF-8 bytes as aiohttp decodes them
     assert bad.value.status == 400

@@ -35,7 +35,7 @@ async def test_no_path_around_auth_reaches_an_engine(tmp_path) -> None:
         text = secure_toml(url, auth=keys_section(required=True))
         async with router_server(text, tmp_path) as server, aiohttp.ClientSession() as s:
             base = f"http://127.0.0.1:{server.port}"
-            for path in ("/v1/chat/completions/", "/v1/responses", "/invocations", "/_fault"):
+            for path in ("/v1/chat/completions/", "/v1/realtime", "/invocations", "/_fault"):
                 async with s.post(base + path, data=chat(), headers=JSON) as r:
                     assert r.status == 404, path
                     assert (await r.json())["error"]["code"] == "not_found"
@@ -48,10 +48,12 @@ async def test_allow_listed_passthrough_runs_the_same_checks(tmp_path) -> None:
     engine = RecordingEngine()
     async with scripted_backend(engine) as url:
         text = secure_toml(
-            url, top='passthrough_paths = ["/v1/responses"]', auth=keys_section(required=True)
+            url,
+            top='passthrough_paths = ["/v1/load_lora_adapter"]',
+            auth=keys_section(required=True),
         )
         async with router_server(text, tmp_path) as server, aiohttp.ClientSession() as s:
-            base = f"http://127.0.0.1:{server.port}/v1/responses"
+            base = f"http://127.0.0.1:{server.port}/v1/load_lora_adapter"
             async with s.post(base, data=chat(), headers=JSON) as r:
                 assert r.status == 401 and (await r.json())["error"]["code"] == "invalid_api_key"
             assert engine.seen == []
@@ -60,7 +62,7 @@ async def test_allow_listed_passthrough_runs_the_same_checks(tmp_path) -> None:
                 assert r.status == 200
             async with s.post(base + "/", data=chat(), headers=auth) as r:
                 assert r.status == 404  # exact paths only
-    assert engine.paths() == ["/v1/responses"]
+    assert engine.paths() == ["/v1/load_lora_adapter"]
     assert "Authorization" not in engine.seen[0][1]  # the client's key stays with us
 
 
