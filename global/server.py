@@ -29,6 +29,7 @@ from prometheus_client import generate_latest
 
 from gpuroute import runtime
 from gpuroute.admin_guard import admin_guards
+from gpuroute.anthropic_errors import ANTHROPIC_ROUTES, anthropic_errors
 from gpuroute.auth import AuthError, client_key, key_digest
 from gpuroute.headers import FORWARDED_FOR, interpreted, router_headers
 from gpuroute.openai_api import (
@@ -39,6 +40,7 @@ from gpuroute.openai_api import (
     models_response,
     not_found,
     read_body,
+    request_model,
 )
 from gpuroute.regions import FleetConfig
 from gpuroute.relay import (
@@ -101,9 +103,10 @@ class GlobalApp:
     # -- application -----------------------------------------------------------------------
     def app(self) -> web.Application:
         on_public = self.config.admin_on_public_listener
+        guards = admin_guards(self.config, "global") if on_public else []
         app = web.Application(
             client_max_size=self.config.limits.max_body_bytes,
-            middlewares=admin_guards(self.config, "global") if on_public else [],
+            middlewares=[anthropic_errors(ANTHROPIC_ROUTES), *guards],
         )
         for route in API_ROUTES:
             app.router.add_post(route, self.forward)
@@ -212,14 +215,7 @@ class GlobalApp:
     async def _read(self, request: web.Request) -> tuple[bytes, str]:
         """The raw body and the model it names."""
         body = await read_body(request, self.config.limits)
-        try:
-            parsed = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            raise Rejection(400, "body is not valid JSON") from None
-        if not isinstance(parsed, dict) or not isinstance(parsed.get("model"), str):
-            message = "'model' is required and must be a string"
-            raise Rejection(400, message, param="model")
-        return body, parsed["model"]
+        return body, request_model(request.path, body, request.headers.get("Content-Type"))
 
     def _decide(
         self, request: web.Request, headers: Mapping[str, str], tenant: str | None, model: str

@@ -12,6 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
+from gpuroute.audio import AudioError, parse_audio_form
 from gpuroute.config import LimitsConfig
 
 ERROR_TYPES = {
@@ -145,3 +146,21 @@ def sse_event(payload: dict[str, Any]) -> bytes:
 def sse_error(status: int, message: str, *, code: str) -> bytes:
     """The explicit last event of a stream that broke after bytes reached the client."""
     return sse_event(error_body(status, message, code=code))
+
+
+def request_model(path: str, body: bytes, content_type: str | None) -> str:
+    """The model a request body names, as the global tier reads it before choosing a
+    region: the JSON body's `model`, or an audio upload's `model` form field; Rejection
+    (400) otherwise."""
+    if path.startswith("/v1/audio/"):
+        try:
+            return parse_audio_form(body, content_type or "").model
+        except AudioError as exc:
+            raise Rejection(400, exc.message, param=exc.param) from None
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        raise Rejection(400, "body is not valid JSON") from None
+    if not isinstance(parsed, dict) or not isinstance(parsed.get("model"), str):
+        raise Rejection(400, "'model' is required and must be a string", param="model")
+    return parsed["model"]

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
-from gpuroute.router.anthropic_errors import anthropic_stream_error
 from gpuroute.router.api_bodies import BodyError, BodySummary, positive_int, stream_flag
 
+from gpuroute.anthropic_errors import anthropic_stream_error
 from gpuroute.prompt import estimate_tokens
 
 # Responses API tools run by the server itself (OpenAI's hosted tools): an engine behind a

@@ -24,8 +24,8 @@ from gpuroute.config import (
 )
 from gpuroute.gpus import DeclaresGpuTypes, GpuTypeName
 from gpuroute.headers import engine_header
-from gpuroute.openai_api import API_ROUTES
 from gpuroute.models import MODELS, ModelSpec
+from gpuroute.openai_api import API_ROUTES
 from gpuroute.secrets import secret_forms
 from gpuroute.tls import ClientTlsConfig
 

@@ -15,8 +15,6 @@ import time
 from aiohttp import web
 from gpuroute.router.admin_routes import AdminRoutes
 from gpuroute.router.admission_gate import AdmissionGate
-from gpuroute.router.anthropic_errors import anthropic_errors
-from gpuroute.router.apis import ANTHROPIC, APIS
 from gpuroute.router.assemble import build_scheduler, member_kind, prior_book
 from gpuroute.router.config import RouterConfig
 from gpuroute.router.core.backend import ROUTABLE_STATES, Backend
@@ -45,6 +43,7 @@ from gpuroute.router.worker_board import MemoryBoard
 from gpuroute.router.workers import WorkerRole
 
 from gpuroute.admin_guard import admin_guards
+from gpuroute.anthropic_errors import ANTHROPIC_ROUTES, anthropic_errors
 from gpuroute.grpc_server import server_credentials
 from gpuroute.headers import ENGINE_HEADERS, interpreted
 from gpuroute.openai_api import (
@@ -232,11 +231,10 @@ class RouterApp:
         """The public application: the OpenAI API, health, allow-listed passthrough paths, and
         admin routes only where the operator put them here (`admin_on_public_listener`)."""
         on_public = self.config.admin_on_public_listener
-        anthropic = [p for p, api in APIS.items() if api.errors == ANTHROPIC]
         guards = admin_guards(self.config, "router") if on_public else []
         app = web.Application(
             client_max_size=self.config.limits.max_body_bytes,
-            middlewares=[anthropic_errors(anthropic), *guards],
+            middlewares=[anthropic_errors(ANTHROPIC_ROUTES), *guards],
         )
         for route in API_ROUTES:
             app.router.add_post(route, self.proxy.openai)

@@ -26,6 +26,7 @@ ERROR_TYPES = {
     529: "overloaded_error",
 }
 KEPT_HEADERS = ("retry-after", "x-request-id")
+ANTHROPIC_ROUTES = ("/v1/messages", "/v1/messages/count_tokens")  # answered in this format
 
 
 def error_type(status: int) -> str:
