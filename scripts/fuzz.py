@@ -17,12 +17,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from gpuroute.router.apis import APIS
 from gpuroute.router.config import load_router_config
-from gpuroute.router.request_parse import PROMPT_KEYS, RequestError, parse_request
+from gpuroute.router.request_parse import RequestError, parse_request
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuroute.auth import AuthError, bearer
+from gpuroute.auth import AuthError, client_key
 from gpuroute.config import ConfigError
 
 JSON_VALUES = st.recursive(
@@ -42,6 +43,17 @@ BODY_KEYS = st.sampled_from(
         "max_tokens",
         "max_completion_tokens",
         "user",
+        "query",
+        "documents",
+        "text_1",
+        "text_2",
+        "tokens",
+        "instructions",
+        "max_output_tokens",
+        "system",
+        "background",
+        "tools",
+        "previous_response_id",
     ]
 )
 BODIES = st.one_of(
@@ -72,21 +84,23 @@ def fuzz_parsers(examples: int) -> dict:
                     suppress_health_check=list(HealthCheck))  # fmt: skip
 
     @conf
-    @given(st.sampled_from(sorted(PROMPT_KEYS)), BODIES, HEADERS)
+    @given(st.sampled_from(sorted(APIS)), BODIES, HEADERS)
     def parse(route: str, raw: bytes, headers: dict) -> None:
+        kind = "multipart/form-data; boundary=b" if route.startswith("/v1/audio") else None
         try:
             parse_request(route, raw, headers, 1, priorities=("high", "normal", "low"),
-                          default_priority="normal")  # fmt: skip
+                          default_priority="normal", content_type=kind)  # fmt: skip
             count(outcomes, "request ok")
         except RequestError as exc:
             assert 400 <= exc.status < 500
             count(outcomes, "request 4xx")
 
     @conf
-    @given(st.one_of(st.none(), st.text(max_size=80)))
-    def authorization(header: str | None) -> None:
+    @given(st.one_of(st.none(), st.text(max_size=80)), st.one_of(st.none(), st.text(max_size=80)))
+    def authorization(header: str | None, api_key: str | None) -> None:
+        headers = {k: v for k, v in (("authorization", header), ("x-api-key", api_key)) if v}
         try:
-            bearer(header)
+            client_key(headers)
             count(outcomes, "authorization ok")
         except AuthError as exc:
             assert exc.status in (400, 401)
@@ -141,7 +155,7 @@ async def fuzz_live(requests: int, seed: int) -> dict:
         try:
             async with aiohttp.ClientSession() as s:
                 for _ in range(requests):
-                    route = rng.choice([*sorted(PROMPT_KEYS), "/v1/models", "/x"])
+                    route = rng.choice([*sorted(APIS), "/v1/models", "/x"])
                     raw = BODIES.example() if rng.random() < 0.5 else _valid(rng)
                     # an HTTP client cannot send control characters; every other byte goes
                     headers = {
@@ -166,7 +180,7 @@ def fuzz_atheris(runs: int) -> None:
     import atheris
 
     priorities = ("high", "normal", "low")
-    routes = sorted(PROMPT_KEYS)
+    routes = sorted(APIS)
 
     def one_input(data: bytes) -> None:
         fdp = atheris.FuzzedDataProvider(data)
@@ -191,7 +205,7 @@ def fuzz_atheris(runs: int) -> None:
         except RequestError as exc:
             assert 400 <= exc.status < 500
         try:
-            bearer(authorization)
+            client_key({"authorization": authorization, "x-api-key": authorization[::-1]})
         except AuthError as exc:
             assert exc.status in (400, 401)
 
