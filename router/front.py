@@ -121,6 +121,8 @@ class Front:
             self.decisions.refused(request_id, status, code, why, info, emit=sampled)
             raise
         life.sampled = sampled
+        if parsed.audio_s is not None:  # audio is metered in seconds
+            self.tenants.metrics.audio_seconds.labels(key.tenant).inc(parsed.audio_s)
         return Admitted(parsed, raw, headers, key, tokens, life)
 
     async def _read(self, request: web.Request) -> tuple[Mapping[str, str], KeyPolicy, bytes]:

@@ -182,6 +182,12 @@ class RouterMetrics:
             ["model", "outcome"],
             registry=r,
         )
+        self.audio_seconds = Counter(
+            "gpuroute_audio_seconds",
+            "Seconds of audio admitted on the transcription and translation routes, by tenant.",
+            ["tenant"],
+            registry=r,
+        )
         self.slo_held = Counter(
             "gpuroute_slo_held",
             "Requests held because no backend was predicted to meet their SLO.",
