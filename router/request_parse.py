@@ -14,6 +14,7 @@ from gpuroute.router.api_bodies import BodyError, BodySummary
 from gpuroute.router.apis import APIS, Api
 from gpuroute.router.core.request import RequestInfo
 
+from gpuroute.audio import AudioError, audio_duration_s, parse_audio_form
 from gpuroute.auth import printable_ascii
 from gpuroute.openai_api import clip
 from gpuroute.prompt import prefix_blocks
@@ -111,8 +112,6 @@ def _json_body(api: Api, raw: bytes) -> tuple[str, BodySummary, dict]:
 def _audio_body(raw: bytes, content_type: str | None) -> tuple[str, BodySummary, dict, float]:
     """A transcription or translation upload: its model, and its cost from the audio's
     duration read from the file's header (gpuroute/audio.py)."""
-    from gpuroute.audio import AudioError, audio_duration_s, parse_audio_form
-
     try:
         form = parse_audio_form(raw, content_type or "")
         seconds = audio_duration_s(form.file, form.filename, form.file_content_type)

@@ -1,0 +1,399 @@
+"""Audio requests (`/v1/audio/transcriptions`, `/translations`): the multipart form OpenAI
+clients send, and the audio's duration read from its container's header, which prices and
+meters them before an engine decodes a byte. Both parsers take a body the router has bounded
+(8 MiB by default), run in time linear in it, and refuse what they cannot read with
+`AudioError`, naming the field at fault for a 400."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_DURATION_S = 24 * 3600.0
+_PART_HEADER_LIMIT = 8192  # bytes of headers per part: a name and a filename fit many times
+_SYNC_SCAN = 4096  # bytes searched for the first MP3 frame after an ID3 tag's padding
+_MAX_ITEMS = 4096  # RIFF chunks, MP4 boxes or Ogg pages looked at: real files need a few
+
+
+class AudioError(ValueError):
+    """A form or audio file the router refuses (400); `param` names the field at fault."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message, self.param = message, param
+
+
+@dataclass(frozen=True, slots=True)
+class AudioForm:
+    """A transcription or translation request; `extra`: other fields' values, in order."""
+
+    model: str
+    file: bytes
+    filename: str | None = None
+    file_content_type: str | None = None
+    language: str | None = None
+    prompt: str | None = None
+    response_format: str | None = None
+    temperature: float | None = None
+    timestamp_granularities: tuple[str, ...] = ()
+    stream: bool = False
+    extra: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+_TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
+_MAIN = re.compile(rf"[ \t]*({_TOKEN}(?:/{_TOKEN})?)[ \t]*")
+_PARAM = re.compile(rf'[ \t]*;[ \t]*({_TOKEN})[ \t]*=[ \t]*("(?:[^"\\]|\\.)*"|{_TOKEN})[ \t]*')
+_TAIL = re.compile(r"[ \t;]*")
+_HEADER_NAME = re.compile(_TOKEN)
+_BOUNDARY = re.compile(r"[0-9A-Za-z'()+_,\-./:=? ]{0,69}[0-9A-Za-z'()+_,\-./:=?]")
+_SINGLE_FIELDS = ("model", "language", "prompt", "response_format", "temperature", "stream")
+_LIST_FIELDS = ("timestamp_granularities[]", "timestamp_granularities")
+
+
+def parse_audio_form(raw: bytes, content_type: str, *, max_fields: int = 32) -> AudioForm:
+    """The form of an audio request, refused whole if any part is doubtful: the router must
+    read the same fields, and the same file, as the engine it forwards them to."""
+    kind, params = _header_params(content_type, "Content-Type")
+    if kind != "multipart/form-data":
+        raise AudioError("the request body must be multipart/form-data")
+    boundary = params.get("boundary", "")
+    if not _BOUNDARY.fullmatch(boundary):
+        raise AudioError("missing or invalid multipart boundary in the Content-Type")
+    fields: dict[str, list[str]] = {}
+    upload: tuple[bytes, str | None, str | None] | None = None
+    for name, filename, part_type, start, end in _parts(raw, boundary.encode(), max_fields):
+        if name == "file":
+            if upload is not None or filename is None:  # engines read a part with no filename
+                raise AudioError("field 'file' must be one upload with a filename", "file")
+            upload = (raw[start:end], filename, part_type)
+        else:
+            fields.setdefault(name, []).append(_text(name, raw[start:end]))
+    if upload is None or not upload[0]:
+        raise AudioError("missing or empty field 'file'", "file")
+    return _form(fields, upload)
+
+
+def _form(fields: dict[str, list[str]], upload: tuple[bytes, str | None, str | None]) -> AudioForm:
+    """The known fields typed and checked; a field OpenAI's API takes once must come once."""
+    twice = next((name for name in _SINGLE_FIELDS if len(fields.get(name, ())) > 1), None)
+    if twice is not None:
+        raise AudioError(f"duplicated field {twice!r}", twice)
+    one: dict[str, Any] = {name: fields.pop(name)[0] for name in _SINGLE_FIELDS if name in fields}
+    if not one.get("model", "").strip():
+        raise AudioError("missing or empty field 'model'", "model")
+    stream = one.pop("stream", "false").strip().lower()
+    if stream not in ("true", "1", "false", "0"):
+        raise AudioError("field 'stream' must be true or false", "stream")
+    data, filename, part_type = upload
+    granularities = tuple(v for name in _LIST_FIELDS for v in fields.pop(name, []))
+    return AudioForm(
+        file=data,
+        filename=filename,
+        file_content_type=part_type,
+        temperature=_temperature(one.pop("temperature", None)),
+        stream=stream in ("true", "1"),
+        timestamp_granularities=granularities,
+        extra={name: tuple(values) for name, values in fields.items()},
+        **one,  # model, language, prompt, response_format
+    )
+
+
+def _header_params(value: str, what: str) -> tuple[str, dict[str, str]]:
+    """A header's main value and `; key=value` parameters (lower-cased, unquoted), once each."""
+    main = _MAIN.match(value)
+    if main is None:
+        raise AudioError(f"missing or malformed {what} header")
+    params: dict[str, str] = {}
+    pos = main.end()
+    while not _TAIL.fullmatch(value, pos):
+        match = _PARAM.match(value, pos)
+        if match is None:
+            raise AudioError(f"missing or malformed {what} header")
+        key, text = match.group(1).lower(), match.group(2)
+        if key in params:
+            raise AudioError(f"parameter {key!r} given twice in the {what} header")
+        params[key] = re.sub(r"\\(.)", r"\1", text[1:-1]) if text[0] == '"' else text
+        pos = match.end()
+    return main.group(1).lower(), params
+
+
+def _parts(
+    raw: bytes, boundary: bytes, max_fields: int
+) -> Iterator[tuple[str, str | None, str | None, int, int]]:
+    """Each part's name, filename, content type and content span, in one pass over `raw`."""
+    dash = b"--" + boundary
+    delimiter = b"\r\n" + dash
+    if not raw.startswith(dash + b"\r\n"):
+        raise AudioError("the body does not start with the multipart boundary line")
+    pos, count = len(dash) + 2, 0
+    while True:
+        count += 1
+        if count > max_fields:
+            raise AudioError(f"the form has more than {max_fields} parts")
+        name, filename, part_type, content = _part(raw, pos)
+        end = _next_delimiter(raw, delimiter, content)  # from the content on, as engines read
+        yield name, filename, part_type, content, end
+        pos = end + len(delimiter)
+        if raw.startswith(b"--", pos):
+            return  # the close delimiter: an epilogue after it is ignored, as RFC 2046 says
+        pos += 2  # CRLF, which _next_delimiter checked
+
+
+def _next_delimiter(raw: bytes, delimiter: bytes, pos: int) -> int:
+    """Where the part at `pos` ends: the next CRLF--boundary followed by CRLF or `--`; followed
+    by anything else it is content, as python-multipart (the engines' parser) reads it."""
+    while True:
+        at = raw.find(delimiter, pos)
+        if at < 0:
+            raise AudioError("the body ends before the closing multipart boundary")
+        after = at + len(delimiter)
+        if raw.startswith((b"\r\n", b"--"), after):
+            return at
+        pos = at + 1
+
+
+def _part(raw: bytes, start: int) -> tuple[str, str | None, str | None, int]:
+    """A part's headers, which must name a form-data field, and where its content starts."""
+    split = raw.find(b"\r\n\r\n", start, start + _PART_HEADER_LIMIT)
+    if split < 0:
+        raise AudioError("a multipart part lacks its headers or the blank line after them")
+    try:
+        lines = raw[start:split].decode("utf-8").split("\r\n")
+    except UnicodeDecodeError:
+        raise AudioError("multipart part headers are not UTF-8") from None
+    headers: dict[str, str] = {}
+    for line in lines:
+        name, colon, value = line.partition(":")
+        if not colon or not _HEADER_NAME.fullmatch(name) or "\r" in value or "\n" in value:
+            raise AudioError("malformed multipart part header line")
+        if name.lower() in headers:
+            raise AudioError(f"multipart part header {name!r} given twice")
+        headers[name.lower()] = value.strip(" \t")
+    kind, params = _header_params(headers.get("content-disposition", ""), "Content-Disposition")
+    name = params.get("name")
+    if kind != "form-data" or not name:
+        raise AudioError("a multipart part is not a named form-data field")
+    return name, params.get("filename"), headers.get("content-type") or None, split + 4
+
+
+def _text(name: str, content: bytes) -> str:
+    try:
+        return content.decode("utf-8")
+    except UnicodeDecodeError:
+        raise AudioError(f"field {name[:64]!r} is not UTF-8 text", name) from None
+
+
+def _temperature(value: str | None) -> float | None:
+    if value is None:
+        return None
+    with contextlib.suppress(ValueError):
+        if math.isfinite(number := float(value)) and number >= 0:
+            return number
+    raise AudioError("field 'temperature' must be a number of at least 0", "temperature")
+
+
+def audio_duration_s(
+    data: bytes, filename: str | None = None, content_type: str | None = None
+) -> float:
+    """Seconds of audio in `data`, from its header; the format is sniffed from its first
+    bytes (a client's filename or type can be wrong: they only name the file in errors)."""
+    try:
+        seconds = _sniffed_duration(data)
+        if not math.isfinite(seconds) or seconds < 0:
+            raise AudioError("the header gives an impossible duration")
+        if seconds > MAX_DURATION_S:
+            raise AudioError(f"the audio lasts {seconds:.0f} s: more than 24 hours is refused")
+    except AudioError as exc:
+        described = f"{filename!r}"[:80] if filename else "the file"
+        kind = f" ({content_type[:60]})" if content_type else ""
+        raise AudioError(f"{described}{kind}: {exc.message}", "file") from None
+    return seconds
+
+
+def _sniffed_duration(data: bytes) -> float:
+    if data[:4] == b"RIFF" and data[8:12] == b"WAVE":
+        return _wav(data)
+    if data[:4] == b"OggS":
+        return _ogg(data)
+    if data[4:8] == b"ftyp":
+        return _mp4(data)
+    start = _skip_id3(data)
+    if data[start : start + 4] == b"fLaC":
+        return _flac(data, start)
+    return _mp3(data, start)
+
+
+def _read(fmt: str, data: bytes, offset: int) -> tuple[Any, ...]:
+    """struct.unpack_from, a short read reported as a truncated header."""
+    try:
+        return struct.unpack_from(fmt, data, offset)
+    except struct.error:
+        raise AudioError("the audio header is truncated") from None
+
+
+def _wav(data: bytes) -> float:
+    """The `data` chunk's size over the `fmt ` chunk's byte rate, which for PCM, float and
+    EXTENSIBLE must be rate × block size, as decoders count: a lie to be metered short fails."""
+    pos, byte_rate = 12, 0
+    for _ in range(_MAX_ITEMS):
+        chunk, size = _read("<4sI", data, pos)
+        body = pos + 8
+        if chunk == b"fmt ":
+            tag, _channels, rate, byte_rate, align = _read("<HHIIH", data, body)
+            if size < 16 or (tag == 0xFFFE and size < 40):
+                raise AudioError("the WAV fmt chunk is too short")
+            if not byte_rate or (tag in (1, 3, 0xFFFE) and byte_rate != rate * align):
+                raise AudioError("the WAV fmt chunk's byte rate is inconsistent")
+        elif chunk == b"data":
+            if not byte_rate:
+                raise AudioError("the WAV data chunk comes before its fmt chunk")
+            present = max(0, len(data) - body)
+            # 0 and 0xFFFFFFFF: written by streaming encoders that could not seek back
+            length = present if size in (0, 0xFFFFFFFF) else min(size, present)
+            return length / byte_rate
+        pos = body + size + (size & 1)
+    raise AudioError("the WAV file has too many chunks before its data")
+
+
+def _flac(data: bytes, start: int) -> float:
+    """STREAMINFO, always the first metadata block: total samples over the sample rate."""
+    (block,) = _read(">I", data, start + 4)
+    if block >> 24 & 0x7F != 0 or block & 0xFFFFFF != 34:
+        raise AudioError("FLAC's first metadata block is not a STREAMINFO")
+    (packed,) = _read(">Q", data, start + 18)  # past the block and frame size bounds
+    rate, total = packed >> 44, packed & ((1 << 36) - 1)
+    if not rate or not total:
+        raise AudioError("FLAC STREAMINFO gives no sample rate or no sample count")
+    return total / rate
+
+
+def _skip_id3(data: bytes) -> int:
+    """Past any ID3v2 tags (syncsafe sizes, optional footer); some files carry several."""
+    pos = 0
+    for _ in range(8):
+        if not data.startswith(b"ID3", pos):
+            break
+        flags, *size = _read(">5xB4B", data, pos)
+        if max(size) >= 0x80:
+            raise AudioError("the ID3v2 tag's size is not syncsafe")
+        length = size[0] << 21 | size[1] << 14 | size[2] << 7 | size[3]
+        pos += 10 + length + (10 if flags & 0x10 else 0)
+    return pos
+
+
+_MP3_RATES = {3: (44100, 48000, 32000), 2: (22050, 24000, 16000), 0: (11025, 12000, 8000)}
+_MP3_KBPS = {  # (MPEG-1 or not, layer): bitrates for indexes 1 to 14
+    (True, 1): (32, 64, 96, 128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448),
+    (True, 2): (32, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384),
+    (True, 3): (32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320),
+    (False, 1): (32, 48, 56, 64, 80, 96, 112, 128, 144, 160, 176, 192, 224, 256),
+    (False, 2): (8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160),  # and layer III
+}
+
+
+def _mp3_frame(data: bytes, pos: int) -> tuple[int, int, int, int] | None:
+    """The MPEG frame header at `pos`: kbps, sample rate, samples, Xing offset; or None."""
+    if len(data) < pos + 4 or data[pos] != 0xFF:
+        return None
+    _, b1, b2, b3 = data[pos : pos + 4]
+    version, layer_bits, index, rate_index = b1 >> 3 & 3, b1 >> 1 & 3, b2 >> 4, b2 >> 2 & 3
+    if b1 < 0xE0 or version == 1 or not layer_bits or index in (0, 15) or rate_index == 3:
+        return None  # not a sync, reserved values, or free-format bitrate (no fixed size)
+    layer, mpeg1, mono = 4 - layer_bits, version == 3, b3 >> 6 == 3
+    samples = 384 if layer == 1 else 1152 if mpeg1 or layer == 2 else 576
+    side = (17 if mono else 32) if mpeg1 else (9 if mono else 17)
+    crc = 0 if b1 & 1 else 2
+    kbps = _MP3_KBPS[mpeg1, layer if mpeg1 else min(layer, 2)][index - 1]
+    return kbps, _MP3_RATES[version][rate_index], samples, 4 + crc + side
+
+
+def _mp3(data: bytes, start: int) -> float:
+    """VBR files count their frames in the first (Xing/Info or VBRI header); else the bitrate
+    is constant and the bytes give the length. The first frame may follow an ID3 tag's pad."""
+    pos, limit, frame = start - 1, start + (_SYNC_SCAN if start else 1), None
+    while frame is None and (pos := data.find(b"\xff", pos + 1, limit)) >= 0:
+        frame = _mp3_frame(data, pos)
+    if frame is None:
+        raise AudioError("audio format not recognised (WAV, FLAC, MP3, Ogg Vorbis/Opus or MP4)")
+    kbps, rate, samples, xing_at = frame
+    xing, vbri, frames = pos + xing_at, pos + 36, 0
+    if data[xing : xing + 4] in (b"Xing", b"Info"):
+        (flags,) = _read(">I", data, xing + 4)
+        frames = _read(">I", data, xing + 8)[0] if flags & 1 else 0
+    elif data[vbri : vbri + 4] == b"VBRI":
+        (frames,) = _read(">I", data, vbri + 14)
+    if frames:
+        return frames * samples / rate
+    end = len(data) - 128 if data[-128:-125] == b"TAG" else len(data)  # an ID3v1 tag
+    return max(0, end - pos) * 8 / (kbps * 1000)
+
+
+def _ogg(data: bytes) -> float:
+    """The last page's granule position (samples up to its end) over the rate in the
+    identification header; Opus always counts at 48 kHz, after `pre_skip` priming samples."""
+    version, kind, _granule, serial, _seq, _crc, segments = _read("<BBqIIIB", data, 4)
+    packet = 27 + segments
+    if version or not kind & 2:
+        raise AudioError("the Ogg stream does not start with a first page")
+    if data.startswith(b"OpusHead", packet):
+        rate, skip = 48000, _read("<H", data, packet + 10)[0]
+    elif data.startswith(b"\x01vorbis", packet):
+        rate, skip = _read("<I", data, packet + 12)[0], 0
+    else:
+        raise AudioError("the Ogg stream is neither Vorbis nor Opus")
+    granule = _last_granule(data, serial)
+    if not rate or granule < skip:
+        raise AudioError("the Ogg stream's sample rate or granule position is inconsistent")
+    return (granule - skip) / rate
+
+
+def _last_granule(data: bytes, serial: int) -> int:
+    """The granule position of the stream's last page that ends a packet (-1: none does)."""
+    pos = len(data)
+    for _ in range(_MAX_ITEMS):
+        pos = data.rfind(b"OggS", 0, pos)
+        if pos < 0:
+            break
+        if pos + 27 <= len(data):
+            version, _, granule, page_serial = struct.unpack_from("<BBqI", data, pos + 4)
+            if version == 0 and page_serial == serial and granule != -1:
+                return granule
+    raise AudioError("no Ogg page gives the stream's length")
+
+
+def _box(data: bytes, start: int, end: int, wanted: bytes) -> tuple[int, int]:
+    """The body span of the first `wanted` MP4 box between `start` and `end`."""
+    pos = start
+    for _ in range(_MAX_ITEMS):
+        if pos >= end:
+            break
+        size, kind = _read(">I4s", data, pos)
+        body = pos + 8
+        if size == 1:  # a 64-bit size follows the type
+            size, body = _read(">Q", data, body)[0], body + 8
+        elif size == 0:  # the box runs to the end of its container
+            size = end - pos
+        if size < body - pos or pos + size > end:
+            raise AudioError("an MP4 box overruns its container")
+        if kind == wanted:
+            return body, pos + size
+        pos += size
+    raise AudioError(f"no MP4 {wanted.decode()} box found")
+
+
+def _mp4(data: bytes) -> float:
+    """`moov/mvhd`'s duration over its timescale (32-bit in version 0, 64-bit in version 1)."""
+    start, end = _box(data, *_box(data, 0, len(data), b"moov"), b"mvhd")
+    box = data[start:end]
+    (version,) = _read("B", box, 0)
+    fmt, at = (">IQ", 20) if version == 1 else (">II", 12)  # past version, flags, 2 dates
+    scale, duration = _read(fmt, box, at)
+    unknown = (1 << (64 if version == 1 else 32)) - 1
+    if version > 1 or not scale or duration in (0, unknown):
+        raise AudioError("the MP4 mvhd gives no duration (a fragmented file?)")
+    return duration / scale
