@@ -11,6 +11,7 @@ from gpuroute.router.auth_config import AuthConfig
 from gpuroute.router.core.policies import DEFAULT_POLICY, POLICIES
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASS, DEFAULT_SLO_CLASSES, SloClass
 from gpuroute.router.model_config import RouterModelConfig, check_models, shapes
+from gpuroute.router.responses_config import ResponsesConfig
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from gpuroute.admin_guard import AdminAccess, admin_placement
@@ -279,6 +280,7 @@ class RouterConfig(AdminAccess, DeclaresGpuTypes):
     region: RegionConfig = RegionConfig()
     auth: AuthConfig = AuthConfig()
     redis: RedisConfig = RedisConfig()
+    responses: ResponsesConfig = ResponsesConfig()  # the Responses API's stored state
     workers: WorkersConfig = WorkersConfig()
     backends: list[BackendConfig] = Field(default_factory=list)
 

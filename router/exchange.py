@@ -10,6 +10,7 @@ from aiohttp import web
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.lifetime import Event, RequestLifetime
 from gpuroute.router.core.request import RequestInfo
+from gpuroute.router.responses_state import RESPONSES, TURN
 
 from gpuroute.headers import SERVED_MODEL_HEADER
 from gpuroute.relay import RESPONSE_DROP, ResponseTally, forward_headers
@@ -56,6 +57,12 @@ class Exchange:
     @property
     def info(self) -> RequestInfo:
         return self.life.info
+
+    def new_tally(self, streamed: bool) -> ResponseTally:
+        """What counts an attempt's answer (a Responses turn's also reads the response to
+        store: router/responses_state.py)."""
+        turn = self.request.get(TURN) if self.route == RESPONSES else None
+        return ResponseTally(size_text=streamed) if turn is None else turn.tally(streamed)
 
     def body_for(self, model: str) -> bytes:
         """The body to send for `model`: as it came when that is the model the client named,

@@ -45,7 +45,6 @@ from gpuroute.relay import (
     UPSTREAM_ERRORS,
     RelayedResponse,
     RelayEnd,
-    ResponseTally,
     is_event_stream,
     relay_body,
 )
@@ -295,7 +294,7 @@ class Forwarder:
         headers = answer_headers(upstream.headers.items(), life.model, shown)
         response = RelayedResponse(status=upstream.status, headers=headers)
         streamed = is_event_stream(upstream)
-        tally = ResponseTally(size_text=streamed)  # a stream's text is timed (BackendWatch)
+        tally = exchange.new_tally(streamed)  # a stream's text is timed (BackendWatch)
 
         def first_written() -> None:
             now = exchange.first_at = self.clock()

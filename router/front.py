@@ -27,6 +27,7 @@ from gpuroute.router.request_parse import (
     parse_request,
 )
 from gpuroute.router.residency_gate import ResidencyGate
+from gpuroute.router.responses_state import RESPONSES, ResponsesState
 from gpuroute.router.slo_gate import SloGate
 from gpuroute.router.tenant_gate import TenantGate
 
@@ -80,6 +81,7 @@ class Front:
         offer_room: Callable[[], None],
         with_prefix_blocks: bool,
         routes: ModelRoutes | None = None,
+        responses: ResponsesState | None = None,
     ) -> None:
         self.config, self.backends = config, backends
         self.lifetimes = lifetimes
@@ -93,6 +95,7 @@ class Front:
         self.offer_room = offer_room  # a booking freed: room for requests held for their SLO
         self.routes = routes or ModelRoutes()  # aliases, splits, fallbacks ([[models]])
         self.model_slo = {m.name: m.slo_class for m in config.models if m.slo_class}
+        self.responses = responses  # the Responses API's stored conversations, if kept
 
     async def admit(self, request: web.Request, route: str, arrival: float) -> Admitted:
         """The parsed request, its raw body and the headers read of it, admitted; or a
@@ -103,6 +106,8 @@ class Front:
         info: RequestInfo | None = None
         try:
             headers, key, raw = await self._read(request)
+            if route == RESPONSES and self.responses is not None:  # its conversation, whole
+                raw = await self.responses.expand(request, key, raw)
             content_type = request.headers.get("Content-Type")
             parsed = self._parse(headers, route, raw, request_id, content_type)
             info = parsed.info

@@ -34,6 +34,8 @@ from gpuroute.router.redis_client import open_redis
 from gpuroute.router.region_report import RegionReportService, start_region_server
 from gpuroute.router.registration import RouterRegistration, router_service
 from gpuroute.router.residency_gate import ResidencyGate
+from gpuroute.router.responses_routes import add_responses_routes
+from gpuroute.router.responses_state import ResponsesState
 from gpuroute.router.sessions import SessionStore
 from gpuroute.router.shared_load import RedisBoard, SharedLoad, prefix_index_of
 from gpuroute.router.slo_gate import SloGate
@@ -83,6 +85,7 @@ class RouterApp:
             self.scheduler.backends, self.scheduler.health, self.scheduler.latency
         )
         self.redis = open_redis(config.redis)  # one client for quotas, sessions, shared load
+        self.responses = ResponsesState.from_config(config, self.redis, self.workers)
         self.gate = AdmissionGate(
             config.admission,
             self.scheduler.backends,
@@ -141,6 +144,7 @@ class RouterApp:
             offer_room=self.forwarder.offer_room,
             with_prefix_blocks="prefix_blocks" in self.scheduler.policy.needs,
             routes=self.routes,
+            responses=self.responses,
         )
 
     def _quotas(self) -> Quotas:
@@ -239,6 +243,7 @@ class RouterApp:
         for route in API_ROUTES:
             app.router.add_post(route, self.proxy.openai)
         app.router.add_get("/v1/models", self.models)
+        add_responses_routes(app, self.responses, self.proxy.front.tenants.identify)
         app.router.add_get("/healthz", healthz)
         app.router.add_get("/readyz", self.readyz)
         if self.config.admin_on_public_listener:
