@@ -109,11 +109,19 @@ def _choices(body: dict[str, Any]) -> int:
 
 # -- rerank and score: prefill only, every (query, document) pair ------------------------
 def _document_text(document: Any) -> str:
+    """A document as text: a string, `{"text": ...}` (Jina's, Cohere's), or vLLM's
+    `{"content": [parts]}` (what the engine accepts is the engine's to say)."""
     if isinstance(document, str):
         return document
-    if isinstance(document, dict) and isinstance(document.get("text"), str):
-        return document["text"]
-    raise BodyError("each document must be a string or an object with 'text'", "documents")
+    if isinstance(document, dict):
+        if isinstance(document.get("text"), str):
+            return document["text"]
+        parts = document.get("content")
+        if isinstance(parts, list):
+            return "\n".join(
+                p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)
+            )
+    raise BodyError("each document must be a string or an object with text", "documents")
 
 
 def read_rerank(body: dict[str, Any]) -> BodySummary:

@@ -1,9 +1,11 @@
-"""A fake inference engine: vLLM's OpenAI API and metrics, timed by the engine model.
+"""A fake inference engine: vLLM's APIs and metrics, timed by the engine model.
 
 Used wherever a real GPU server cannot run: tests, the live benchmark, the demo. Each
 request is queued in the same `EngineModel` the simulator uses, run against the wall clock
 (optionally `time_scale` times slower so a 2-core machine can host a fleet), and its tokens
 are streamed as the model's token clock produces them. `POST /_fault` injects failures.
+Chat, completions and embeddings are served here; the Responses, Anthropic Messages,
+pooling, audio and tokenizer APIs in the modules testbed/fake_apis.py lists.
 
 An engine spanning `tensor_parallel` GPUs is one engine to the API and /metrics (as a vLLM
 with --tensor-parallel-size is); its simulated telemetry (GET /_gpu) lists that many GPUs,
@@ -21,6 +23,7 @@ from typing import Any
 
 from aiohttp import web
 from gpuroute.testbed import fake_payloads as payloads
+from gpuroute.testbed.fake_apis import api_routes
 from gpuroute.testbed.fake_engine_config import FakeEngineConfig
 from gpuroute.testbed.fake_gpu import SimulatedGpu
 from gpuroute.testbed.fake_metrics import counter, gauge, vllm_families
@@ -80,6 +83,7 @@ class FakeEngine:
                 web.post("/_fault", self.set_fault),
                 web.get("/_fault", self.get_fault),
                 web.get("/_gpu", self.gpu_state),
+                *api_routes(self),  # Responses, Messages, pooling, audio, tokenize
             ]
         )
         return app
@@ -197,7 +201,9 @@ class FakeEngine:
         return web.json_response(self.faults.as_dict())
 
     # -- internals -------------------------------------------------------------------------
-    async def _admit(self, request: web.Request) -> dict[str, Any] | web.StreamResponse:
+    async def _admit(
+        self, request: web.Request, *, check_model: bool = True
+    ) -> dict[str, Any] | web.StreamResponse:
         """Parse and check a request; an error response if it must not run."""
         await self.faults.resumed.wait()  # hang: accept, then never answer
         if self.faults.error_rate and self.rng.random() < self.faults.error_rate:
@@ -209,7 +215,7 @@ class FakeEngine:
             return error_response(400, "request body is not valid JSON")
         if not isinstance(body, dict):
             return error_response(400, "request body must be a JSON object")
-        if body.get("model") != self.name:
+        if check_model and body.get("model") != self.name:
             return error_response(
                 404,
                 f"The model `{body.get('model')}` does not exist.",
@@ -300,10 +306,7 @@ class FakeEngine:
             if kind == "chat":
                 role = {"role": "assistant", "content": ""}
                 await response.write(sse_event(payloads.chat_chunk(rid, created, name, role)))
-            if self.config.token_interval_s is None:
-                await self._stream_as_generated(response, chunk, live, output)
-            else:
-                await self._stream_paced(response, chunk, output)
+            await self.stream_tokens(response, chunk, live, output)
             await response.write(chunk(0, finish))
             if include_usage:
                 obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
@@ -318,6 +321,13 @@ class FakeEngine:
             self.finished["abort"] += 1
             raise
         return response
+
+    async def stream_tokens(self, response, chunk, live: LiveRequest, output: int) -> None:
+        """Write `chunk(n)` for a request's tokens as they come (or one per token_interval_s)."""
+        if self.config.token_interval_s is None:
+            await self._stream_as_generated(response, chunk, live, output)
+        else:
+            await self._stream_paced(response, chunk, output)
 
     async def _stream_as_generated(self, response, chunk, live, output: int) -> None:
         """What the simulated GPU has generated, at most one chunk per stream interval."""

@@ -111,3 +111,91 @@ def models_list(model: str, created: int, max_model_len: int) -> dict[str, Any]:
             }
         ],
     }
+
+
+# -- the Responses API (vLLM: entrypoints/openai/responses/protocol.py ResponsesResponse) ----
+def responses_usage(prompt: int, output: int) -> dict[str, Any]:
+    """ResponseUsage as vLLM fills it (responses/serving.py, responses_full_generator)."""
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0,
+                                 "input_tokens_per_turn": [], "cached_tokens_per_turn": []},
+        "output_tokens": output,
+        "output_tokens_details": {"reasoning_tokens": 0, "tool_output_tokens": 0,
+                                  "output_tokens_per_turn": [],
+                                  "tool_output_tokens_per_turn": []},
+        "total_tokens": prompt + output,
+    }  # fmt: skip
+
+
+def output_text_part(text: str, logprobs: list | None = None) -> dict[str, Any]:
+    return {"annotations": [], "text": text, "type": "output_text", "logprobs": logprobs}
+
+
+def output_message(item_id: str, text: str | None, status: str = "completed") -> dict[str, Any]:
+    """An assistant message item (`text` None: opened, no content yet)."""
+    content = [] if text is None else [output_text_part(text)]
+    return {"id": item_id, "content": content, "role": "assistant", "status": status,
+            "type": "message", "phase": None}  # fmt: skip
+
+
+def response_object(
+    request: dict[str, Any], rid: str, created: int, model: str, max_output: int
+) -> dict[str, Any]:
+    """A response before it runs (status in_progress, no output, no usage): what
+    ResponsesResponse.from_request echoes of the request, in vLLM's field order."""
+    tools = request.get("tools") or []
+    return {
+        "id": rid, "created_at": created, "incomplete_details": None,
+        "instructions": request.get("instructions"), "metadata": request.get("metadata"),
+        "model": model, "object": "response", "output": [],
+        "parallel_tool_calls": request.get("parallel_tool_calls", True),
+        "temperature": _given(request, "temperature", 1.0),
+        "tool_choice": request.get("tool_choice") or ("auto" if tools else "none"),
+        "tools": tools, "top_p": _given(request, "top_p", 1.0),
+        "background": bool(request.get("background")), "max_output_tokens": max_output,
+        "max_tool_calls": request.get("max_tool_calls"),
+        "previous_response_id": request.get("previous_response_id"), "prompt": None,
+        "reasoning": request.get("reasoning"),
+        "service_tier": request.get("service_tier") or "auto", "status": "in_progress",
+        "text": request.get("text"), "top_logprobs": None,
+        "truncation": request.get("truncation") or "disabled", "usage": None,
+        "user": request.get("user"), "presence_penalty": 0.0, "frequency_penalty": 0.0,
+        "kv_transfer_params": None, "ec_transfer_params": None, "input_messages": None,
+        "output_messages": None,
+    }  # fmt: skip
+
+
+def _given(request: dict[str, Any], key: str, default: Any) -> Any:
+    value = request.get(key)
+    return default if value is None else value
+
+
+def response_done(
+    base: dict[str, Any], item: dict[str, Any], prompt: int, output: int, finish: str
+) -> dict[str, Any]:
+    """The finished response: its message, usage and status (`incomplete` when the
+    output cap cut it, as vLLM reports a `length` finish)."""
+    cut = finish == "length"
+    return base | {
+        "status": "incomplete" if cut else "completed",
+        "incomplete_details": {"reason": "max_output_tokens"} if cut else None,
+        "output": [item],
+        "usage": responses_usage(prompt, output),
+    }
+
+
+# -- Anthropic's Messages API (vLLM: entrypoints/anthropic/protocol.py, serving.py) ---------
+def anthropic_stop_reason(finish: str) -> str:
+    return "max_tokens" if finish == "length" else "end_turn"  # _to_anthropic_stop_reason
+
+
+def anthropic_message(
+    rid: str, model: str, text: str, prompt: int, output: int, finish: str
+) -> dict[str, Any]:
+    """AnthropicMessagesResponse dumped with exclude_none (stop_sequence left out); vLLM
+    reuses the chat completion's id ("chatcmpl-..."), not Anthropic's "msg_..."."""
+    return {"id": rid, "type": "message", "role": "assistant",
+            "content": [{"type": "text", "text": text}], "model": model,
+            "stop_reason": anthropic_stop_reason(finish),
+            "usage": {"input_tokens": prompt, "output_tokens": output}}  # fmt: skip

@@ -3,26 +3,56 @@ must be the same in both (endpoints, answer shapes, SSE framing and final chunks
 error bodies, metric names, types and label sets). Values differ (the fake's text is
 " tok" tokens, its model a roofline); shapes must not. Differences accepted on purpose: an
 error's `type` and `code` strings (vLLM: "BadRequestError", 400; the fake: OpenAI's
-"invalid_request_error", null) and `param` spellings other than model and max_tokens."""
+"invalid_request_error", null; in Anthropic's format vLLM's "NotFoundError", the fake's
+Anthropic "not_found_error") and `param` spellings other than model, max_tokens,
+max_output_tokens and response_id (vLLM: "body.input"; the fake: "input").
+
+Every API issue 33 names is here: chat, completions, Responses (with its stored state),
+Anthropic Messages and count_tokens, and tokenize/detokenize are compared live. Rerank,
+score, pooling, classify and audio are not served by a real vLLM whose model is the
+testbed's tiny Llama (vLLM registers them only for a pooling or a speech model, and none
+can be had offline): it answers each 404, which the tests assert, and the fake's answers
+on those routes are held to vLLM's own pydantic models instead (support/vllm_schemas.py)."""
 
 from __future__ import annotations
 
 import json
+import os
+import struct
+import time
 import urllib.error
 import urllib.request
+import uuid
 
 import pytest
 from gpuroute.agent.engine_metrics import ENGINE_METRIC_NAMES
+from gpuroute.testbed.fake_responses import STORE_ENV
+from gpuroute.testbed.real_vllm import engine_samples
 from prometheus_client.parser import text_string_to_metric_families
+from support.fake_engine_app import sse_events
 from support.live import MODEL, FakeEngineProcess
 from support.real_engine import SERVED
+from support.vllm_schemas import check_with_vllm
 
 pytestmark = pytest.mark.real_engine
 ERROR_KEYS = {"message", "type", "param", "code"}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def responses_store():
+    """Both engines keep responses: vLLM only when started with this variable set, and
+    the fake reads the same one (both inherit it from this process)."""
+    before = os.environ.get(STORE_ENV)
+    os.environ[STORE_ENV] = "1"
+    yield
+    if before is None:
+        os.environ.pop(STORE_ENV, None)
+    else:
+        os.environ[STORE_ENV] = before
+
+
 @pytest.fixture(scope="module")
-def engines(vllm):
+def engines(responses_store, vllm):
     fake = FakeEngineProcess("L4")
     try:
         yield {"fake": (fake.url, MODEL), "vllm": (vllm.url, SERVED)}
@@ -30,10 +60,12 @@ def engines(vllm):
         fake.stop()
 
 
-def call(url: str, path: str, body: dict | bytes | None = None) -> tuple[int, str, bytes]:
+def call(
+    url: str, path: str, body: dict | bytes | None = None, content_type: str = "application/json"
+) -> tuple[int, str, bytes]:
     """(status, content type, body) of a GET, or of a POST when `body` is given."""
     data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url + path, data, {"Content-Type": "application/json"})
+    request = urllib.request.Request(url + path, data, {"Content-Type": content_type})
     try:
         with urllib.request.urlopen(request, timeout=30) as r:
             return r.status, r.headers.get("content-type", ""), r.read()
@@ -208,3 +240,299 @@ def test_metrics_share_vllms_names_types_and_labels(engines) -> None:
     for fields in ENGINE_METRIC_NAMES["vllm"].values():
         family = fields[0].removesuffix("_total")
         assert family in fake and family in real, family
+
+
+# -- the Responses API, with its stored state ---------------------------------------------
+RESPONSE_EVENTS = [
+    "response.created", "response.in_progress", "response.output_item.added",
+    "response.content_part.added", "response.output_text.delta", "response.output_text.done",
+    "response.content_part.done", "response.output_item.done", "response.completed",
+]  # fmt: skip
+HI = [{"role": "user", "content": "hi"}]
+MESSAGE_EVENTS = ["message_start", "content_block_start", "content_block_delta",
+                  "content_block_stop", "message_delta", "message_stop"]  # fmt: skip
+
+
+def response_body(model: str, **extra) -> dict:
+    return {"model": model, "input": "hi", "max_output_tokens": 5, "ignore_eos": True} | extra
+
+
+def message_body(model: str, **extra) -> dict:
+    return {
+        "model": model,
+        "max_tokens": 5,
+        "messages": [{"role": "user", "content": "hi"}],
+    } | extra
+
+
+def answers(engines, path: str, make_body) -> dict[str, dict]:
+    """Each engine's JSON answer to the same request, which must succeed."""
+    out = {}
+    for name, (status, _, raw) in both(engines, path, make_body).items():
+        assert status == 200, (name, path, raw[:300])
+        out[name] = json.loads(raw)
+    return out
+
+
+def collapsed(names: list) -> list:
+    return [n for i, n in enumerate(names) if i == 0 or names[i - 1] != n]
+
+
+def streamed(engines, path: str, make_body) -> dict[str, list[tuple[str, dict]]]:
+    """Each engine's SSE events (`event:` name, data) for the same streamed request."""
+    out = {}
+    for name, (status, content_type, raw) in both(engines, path, make_body).items():
+        assert status == 200 and content_type.startswith("text/event-stream"), (name, raw[:300])
+        events = sse_events(raw.decode())
+        assert all(n == data["type"] for n, data in events), name  # event: names its data
+        out[name] = events
+    return out
+
+
+def same_event_shapes(events: dict[str, list[tuple[str, dict]]]) -> None:
+    """The first event of each kind has vLLM's keys in the fake's stream."""
+    firsts = {name: {} for name in events}
+    for name, stream in events.items():
+        for kind, data in stream:
+            firsts[name].setdefault(kind, data)
+    for kind, real in firsts["vllm"].items():
+        assert missing(skeleton(firsts["fake"][kind]), skeleton(real)) == [], kind
+
+
+def test_responses_have_vllms_shape_status_and_usage(engines) -> None:
+    first = answers(engines, "/v1/responses", response_body)
+    assert missing(skeleton(first["fake"]), skeleton(first["vllm"])) == []
+    for answer in first.values():
+        assert answer["object"] == "response" and answer["id"].startswith("resp_")
+        assert answer["status"] == "incomplete"  # max_output_tokens reached
+        assert answer["incomplete_details"] == {"reason": "max_output_tokens"}
+        usage = answer["usage"]
+        assert usage["output_tokens"] == 5
+        assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+
+
+def test_stored_responses_are_read_continued_and_refused_alike(engines) -> None:
+    for name, (url, model) in engines.items():
+        first = json.loads(call(url, "/v1/responses", response_body(model))[2])
+        status, _, raw = call(url, f"/v1/responses/{first['id']}")
+        assert status == 200 and json.loads(raw) == first, name
+        body = response_body(model, input="again", previous_response_id=first["id"])
+        status, _, raw = call(url, "/v1/responses", body)
+        assert status == 200, (name, raw[:300])
+        second = json.loads(raw)
+        assert second["previous_response_id"] == first["id"], name
+        assert second["usage"]["input_tokens"] > first["usage"]["total_tokens"], name
+        for path, request, code in [
+            (f"/v1/responses/{first['id']}/cancel", b"", 400),  # done: not a background one
+            ("/v1/responses/resp_nope", None, 404),
+            ("/v1/responses/resp_nope/cancel", b"", 404),
+            ("/v1/responses", response_body(model, previous_response_id="resp_nope"), 404),
+        ]:
+            status, _, raw = call(url, path, request)
+            error = json.loads(raw)["error"]
+            assert status == code and set(error) == ERROR_KEYS, (name, path, raw[:300])
+            assert error["param"] == "response_id", (name, path, error)
+        unkept = json.loads(call(url, "/v1/responses", response_body(model, store=False))[2])
+        assert call(url, f"/v1/responses/{unkept['id']}")[0] == 404, name
+
+
+def test_responses_streams_send_vllms_events(engines) -> None:
+    events = streamed(engines, "/v1/responses", lambda m: response_body(m, stream=True))
+    for name, stream in events.items():
+        assert collapsed([n for n, _ in stream]) == RESPONSE_EVENTS, name
+        numbers = [data["sequence_number"] for _, data in stream]
+        assert numbers == list(range(len(stream))), name
+        done = stream[-1][1]["response"]
+        assert done["usage"]["output_tokens"] == 5 and done["status"] == "incomplete", name
+    same_event_shapes(events)
+
+
+# -- Anthropic's Messages API --------------------------------------------------------------
+def test_messages_and_count_tokens_have_vllms_shape(engines) -> None:
+    messages = answers(engines, "/v1/messages", message_body)
+    assert missing(skeleton(messages["fake"]), skeleton(messages["vllm"])) == []
+    for answer in messages.values():
+        assert answer["type"] == "message" and answer["role"] == "assistant"
+        assert answer["content"][0]["type"] == "text"
+        # no ignore_eos in Anthropic's API: random weights may end the answer early
+        assert answer["stop_reason"] in ("max_tokens", "end_turn")
+        assert 1 <= answer["usage"]["output_tokens"] <= 5
+    counted = answers(
+        engines, "/v1/messages/count_tokens", lambda m: {k: v for k, v in message_body(m).items()
+                                                         if k != "max_tokens"}
+    )  # fmt: skip
+    assert missing(skeleton(counted["fake"]), skeleton(counted["vllm"])) == []
+    for answer in counted.values():
+        original = answer["context_management"]["original_input_tokens"]
+        assert answer["input_tokens"] == original > 0
+
+
+def test_message_streams_send_vllms_events(engines) -> None:
+    events = streamed(engines, "/v1/messages", lambda m: message_body(m, stream=True))
+    for name, stream in events.items():
+        assert collapsed([n for n, _ in stream]) == MESSAGE_EVENTS, name
+    same_event_shapes(events)
+
+
+# -- errors on the new routes: status and format -------------------------------------------
+API_ERRORS = {  # path, body, status, format, param (checked where not None)
+    "responses without input": ("/v1/responses", lambda m: {"model": m}, 400, "openai", None),
+    "responses input a number": ("/v1/responses", lambda m: {"model": m, "input": 5}, 400,
+                                 "openai", None),
+    "responses body not JSON": ("/v1/responses", lambda m: b"{not json", 400, "openai", None),
+    "responses unknown model": ("/v1/responses", lambda m: {"model": "no-such-model",
+                                "input": "x"}, 404, "openai", "model"),
+    "responses max_output_tokens beyond the context": (
+        "/v1/responses", lambda m: {"model": m, "input": "x", "max_output_tokens": 10_000_000},
+        400, "openai", "max_output_tokens"),
+    # vLLM's schema refusals come in OpenAI's format even here; its handler's in Anthropic's
+    "messages without max_tokens": ("/v1/messages", lambda m: {"model": m, "messages": HI},
+                                    400, "openai", None),
+    "messages not a list": ("/v1/messages", lambda m: {"model": m, "max_tokens": 5,
+                            "messages": "hi"}, 400, "openai", None),
+    "messages body not JSON": ("/v1/messages", lambda m: b"{not json", 400, "openai", None),
+    "messages unknown model": ("/v1/messages", lambda m: {"model": "no-such-model",
+                               "max_tokens": 5, "messages": HI}, 404, "anthropic", None),
+    "messages max_tokens beyond the context": (
+        "/v1/messages", lambda m: {"model": m, "max_tokens": 10_000_000, "messages": HI},
+        400, "anthropic", None),
+    "count_tokens without messages": ("/v1/messages/count_tokens", lambda m: {"model": m},
+                                      400, "openai", None),
+    "count_tokens unknown model": ("/v1/messages/count_tokens",
+                                   lambda m: {"model": "no-such-model", "messages": HI},
+                                   404, "anthropic", None),
+    "tokenize without a prompt": ("/tokenize", lambda m: {"model": m}, 400, "openai", None),
+    "tokenize unknown model": ("/tokenize", lambda m: {"model": "no-such-model",
+                               "prompt": "x"}, 404, "openai", "model"),
+    "detokenize tokens a string": ("/detokenize", lambda m: {"model": m, "tokens": "abc"},
+                                   400, "openai", None),
+    "detokenize a negative id": ("/detokenize", lambda m: {"model": m, "tokens": [-1]}, 400,
+                                 "openai", None),
+    "detokenize unknown model": ("/detokenize", lambda m: {"model": "no-such-model",
+                                 "tokens": [1]}, 404, "openai", "model"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(API_ERRORS))
+def test_new_routes_refuse_alike(engines, case) -> None:
+    path, make, status, shape, param = API_ERRORS[case]
+    for name, (code, content_type, raw) in both(engines, path, make).items():
+        assert code == status, (name, raw[:300])
+        assert content_type.startswith("application/json"), name
+        body = json.loads(raw)
+        if shape == "anthropic":
+            assert body["type"] == "error" and set(body["error"]) == {"type", "message"}, name
+            continue
+        error = body["error"]
+        assert set(error) == ERROR_KEYS and error["message"], (name, error)
+        if param is not None:
+            assert error["param"] == param, (name, error)
+
+
+# -- tokenize and detokenize ----------------------------------------------------------------
+def test_tokenize_and_detokenize_alike(engines) -> None:
+    requests = [
+        lambda m: {"model": m, "prompt": "hello there"},
+        lambda m: {"prompt": "hello there"},  # model is optional here
+        lambda m: {"model": m, "messages": HI},
+        lambda m: {"model": m, "prompt": "hi", "return_token_strs": True},
+    ]
+    for make in requests:
+        tokenized = answers(engines, "/tokenize", make)
+        assert missing(skeleton(tokenized["fake"]), skeleton(tokenized["vllm"])) == []
+        for answer in tokenized.values():
+            assert answer["count"] == len(answer["tokens"]) and answer["max_model_len"] > 0
+    for name, (url, model) in engines.items():
+        ids = json.loads(call(url, "/tokenize", {"model": model, "prompt": "hello there"})[2])
+        status, _, raw = call(url, "/detokenize", {"model": model, "tokens": ids["tokens"]})
+        assert status == 200 and json.loads(raw) == {"prompt": "hello there"}, name
+
+
+def test_responses_and_messages_count_in_vllms_token_metrics(engines) -> None:
+    for name, (url, model) in engines.items():
+        before = engine_samples(url)
+        used = [json.loads(call(url, "/v1/responses", response_body(model))[2])["usage"],
+                json.loads(call(url, "/v1/messages", message_body(model))[2])["usage"]]  # fmt: skip
+        prompt = sum(u["input_tokens"] for u in used)
+        output = sum(u["output_tokens"] for u in used)
+        deadline = time.monotonic() + 10
+        while True:  # vLLM records an engine step's stats just after it answers
+            after = engine_samples(url)
+            grew = [after[k] - before[k] for k in ("vllm:prompt_tokens_total",
+                                                   "vllm:generation_tokens_total")]  # fmt: skip
+            if grew == [prompt, output] or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert grew == [prompt, output], name
+
+
+# -- what the tiny model cannot serve: vLLM's 404, the fake held to vLLM's models ----------
+UNSERVED = {  # path: (vllm_schemas kind, a valid body)
+    "/rerank": ("rerank", lambda m: {"model": m, "query": "red fox", "documents": ["a", "b"]}),
+    "/v1/rerank": ("rerank", lambda m: {"model": m, "query": "q", "documents": ["a"],
+                                        "top_n": 1}),
+    "/v2/rerank": ("rerank", lambda m: {"model": m, "query": "q", "documents": "a"}),
+    "/score": ("score", lambda m: {"model": m, "text_1": "q", "text_2": ["a", "b"]}),
+    "/v1/score": ("score", lambda m: {"model": m, "queries": ["q"], "documents": ["a"]}),
+    "/pooling": ("pooling", lambda m: {"model": m, "input": ["a", "b"]}),
+    "/classify": ("classify", lambda m: {"model": m, "input": "a"}),
+}  # fmt: skip
+AUDIO = {  # (path, form fields): vllm_schemas kind of the answer
+    ("/v1/audio/transcriptions", ()): "transcription",
+    ("/v1/audio/transcriptions", (("response_format", "verbose_json"),)): "transcription verbose",
+    ("/v1/audio/translations", ()): "translation",
+    ("/v1/audio/transcriptions", (("stream", "true"), ("stream_include_usage", "true"))):
+        "transcription chunk",
+    ("/v1/audio/translations", (("stream", "true"),)): "translation chunk",
+}  # fmt: skip
+
+
+def multipart(fields: dict[str, str], audio: bytes) -> tuple[bytes, str]:
+    boundary = "gpuroute" + uuid.uuid4().hex
+    out = b""
+    for key, value in fields.items():
+        out += f'--{boundary}\r\nContent-Disposition: form-data; name="{key}"\r\n\r\n'.encode()
+        out += value.encode() + b"\r\n"
+    out += (f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
+            'filename="speech.wav"\r\nContent-Type: audio/wav\r\n\r\n').encode()  # fmt: skip
+    out += audio + f"\r\n--{boundary}--\r\n".encode()
+    return out, f"multipart/form-data; boundary={boundary}"
+
+
+def wav_file(seconds: float, rate: int = 16000) -> bytes:
+    data = b"\0\0" * int(seconds * rate)
+    fmt = struct.pack("<HHIIHH", 1, 1, rate, rate * 2, 2, 16)
+    chunks = b"fmt " + struct.pack("<I", 16) + fmt + b"data" + struct.pack("<I", len(data)) + data
+    return b"RIFF" + struct.pack("<I", 4 + len(chunks)) + b"WAVE" + chunks
+
+
+def test_routes_the_tiny_model_cannot_serve(engines) -> None:
+    """A real vLLM registers the pooling routes only for a pooling model and the audio
+    routes only for a speech model (launchers/api_server/routers.py): serving the tiny
+    Llama, it answers each with FastAPI's bare 404. The fake serves them for any model;
+    its answers must validate against vLLM's own models of them, with no key vLLM does not
+    declare and none it would send missing."""
+    real_url, real_model = engines["vllm"]
+    fake_url, fake_model = engines["fake"]
+    cases = []
+    for path, (kind, make) in UNSERVED.items():
+        status, _, raw = call(real_url, path, make(real_model))
+        assert status == 404 and json.loads(raw) == {"detail": "Not Found"}, (path, raw[:300])
+        status, _, raw = call(fake_url, path, make(fake_model))
+        assert status == 200, (path, raw[:300])
+        cases.append((path, kind, json.loads(raw)))
+    for (path, fields), kind in AUDIO.items():
+        body, content_type = multipart({"model": real_model, **dict(fields)}, wav_file(1.5))
+        status, _, raw = call(real_url, path, body, content_type)
+        assert status == 404 and json.loads(raw) == {"detail": "Not Found"}, (path, raw[:300])
+        body, content_type = multipart({"model": fake_model, **dict(fields)}, wav_file(1.5))
+        status, _, raw = call(fake_url, path, body, content_type)
+        assert status == 200, (path, raw[:300])
+        if kind.endswith("chunk"):
+            events = [data for _, data in sse_events(raw.decode())]
+            assert events[-1] == "[DONE]", path
+            cases += [(f"{path} {fields} #{i}", kind, e) for i, e in enumerate(events[:-1])]
+        else:
+            cases.append((f"{path} {fields}", kind, json.loads(raw)))
+    report = check_with_vllm(cases)
+    assert report == {name: [] for name, _, _ in cases}, report

@@ -133,7 +133,9 @@ def test_every_api_route_is_in_the_table() -> None:
 
 
 def test_the_anthropic_routes_answer_in_anthropics_format() -> None:
-    from gpuroute.anthropic_errors import ANTHROPIC_ROUTES
     from gpuroute.router.apis import ANTHROPIC
 
-    assert {p for p, api in APIS.items() if api.errors == ANTHROPIC} == set(ANTHROPIC_ROUTES)
+    from gpuroute.anthropic_errors import ANTHROPIC_ROUTES
+
+    anthropic = {p for p, api in APIS.items() if api.errors == ANTHROPIC}
+    assert anthropic == set(ANTHROPIC_ROUTES)
