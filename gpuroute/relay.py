@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -79,9 +79,12 @@ class ResponseTally:
     shows that skeleton's size, a chunk's text is its size less a skeleton per event (a
     regex over the first chunks only; the hot path stays arithmetic)."""
 
-    __slots__ = ("_looks", "bytes", "content", "events", "skeleton", "tail")
+    __slots__ = ("_looks", "bytes", "content", "events", "hold", "skeleton", "tail")
 
     def __init__(self, *, size_text: bool = False) -> None:
+        # what must land before the bytes just added reach the client (a stored Responses
+        # answer: a follow-up sent on reading them must find it, on any replica)
+        self.hold: Awaitable[None] | None = None
         self.bytes = 0
         self.events = 0
         self.tail = b""
@@ -225,6 +228,8 @@ async def relay_body(
     streamed = is_event_stream(upstream)
     client = ClientWriter(request, response, write_timeout_s)
     tally.add(first)
+    if tally.hold is not None:
+        await _held(tally)
     # the whole answer is here: headers and body go in one write, with a Content-Length
     whole = not streamed and upstream.content.at_eof()
     if whole:
@@ -247,6 +252,12 @@ async def relay_body(
     if ended is not None:
         return ended
     return await _end(client, tally, streamed)
+
+
+async def _held(tally: ResponseTally) -> None:
+    hold, tally.hold = tally.hold, None
+    assert hold is not None
+    await hold
 
 
 async def _end(
@@ -281,6 +292,8 @@ async def _relay_chunks(
         if not chunk:
             return None
         tally.add(chunk)
+        if tally.hold is not None:
+            await _held(tally)
         try:
             await client.write(chunk)
         except ConnectionError:

@@ -7,7 +7,7 @@ more is kept and nothing is found."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -54,7 +54,10 @@ class CapturedAnswer(ResponseTally):
     __slots__ = ("_done", "_kept", "_limit", "_on_done", "_streamed")
 
     def __init__(
-        self, streamed: bool, limit: int, on_done: Callable[[dict[str, Any]], None]
+        self,
+        streamed: bool,
+        limit: int,
+        on_done: Callable[[dict[str, Any]], Awaitable[None] | None],
     ) -> None:
         super().__init__(size_text=streamed)
         self._streamed, self._limit, self._on_done = streamed, limit, on_done
@@ -99,8 +102,8 @@ class CapturedAnswer(ResponseTally):
 
     def _found(self, response: dict[str, Any] | None) -> None:
         self._give_up()
-        if response is not None:
-            self._on_done(response)
+        if response is not None:  # the client's last bytes wait for what on_done returns
+            self.hold = self._on_done(response)
 
     def _give_up(self) -> None:
         self._done, self._kept = True, b""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +47,7 @@ class Turn:
     previous_id: str | None  # as the client sent it
     store: bool  # as the client asked (the engine is always told false)
     input: list[Any]  # the input items after expansion: the conversation before its answer
-    on_done: Callable[[Turn, dict[str, Any]], None]
+    on_done: Callable[[Turn, dict[str, Any]], Awaitable[None] | None]
     limit: int  # bytes of an answer read, at most
     stored: asyncio.Task | None = field(default=None, repr=False)
 
@@ -164,17 +164,18 @@ class ResponsesState:
         return entry
 
     # -- as an answer is relayed -----------------------------------------------------------
-    def _completed(self, turn: Turn, response: dict[str, Any]) -> None:
+    def _completed(self, turn: Turn, response: dict[str, Any]) -> Awaitable[None] | None:
         """A finished response was read from the answer (its last bytes not yet written to
         the client): stored now, in the background, its id marked as being written."""
         if turn.stored is not None:
-            return
+            return None
         response = response | {"previous_response_id": turn.previous_id}
         entry = StoredResponse(response, turn.input, turn.tenant, time.time())
         where = (turn.tenant, entry.id)
         task = asyncio.get_running_loop().create_task(self._put(entry))
         turn.stored = self.writing[where] = task
         task.add_done_callback(lambda _: self.writing.pop(where, None))
+        return asyncio.shield(task)  # its last bytes wait for it: any replica then reads it
 
     async def _put(self, entry: StoredResponse) -> None:
         try:

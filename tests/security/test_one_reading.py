@@ -19,6 +19,7 @@ JSON = [("Content-Type", "application/json")]
 # every header a tier interprets, with a value each tier would accept alone
 INTERPRETED = {
     "Authorization": f"Bearer {KEY}",
+    "X-Api-Key": KEY,
     "X-Session-Id": "s-1",
     "x-gpuroute-session": "s-1",
     "x-gpuroute-priority": "normal",
