@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # System packages the benchmarks and their smoke tests use: HAProxy and NGINX (baselines),
 # wrk (overhead benchmark), redis-server (shared state between router replicas), openssl (the
-# certificates of the TLS tests, the secure demo and bench overhead --tls). Installs what is
+# certificates of the TLS tests, the secure demo and bench overhead --tls), prometheus and
+# promtool (tests/system/test_observability.py: deploy/observability's rules and dashboard
+# against a real Prometheus). Installs what is
 # missing when apt-get and root are available;
 # otherwise says what to install and carries on (the tests that need them then fail under
 # `make test`, and skip under a plain pytest).
@@ -12,8 +14,9 @@ command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx-light
 command -v wrk >/dev/null 2>&1 || need+=(wrk)
 command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || need+=(redis-server)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+{ command -v prometheus && command -v promtool; } >/dev/null 2>&1 || need+=(prometheus)
 if [ ${#need[@]} -eq 0 ]; then
-    echo "bootstrap: haproxy, nginx, wrk, redis-server and openssl are installed"
+    echo "bootstrap: haproxy, nginx, wrk, redis-server, openssl and prometheus are installed"
     exit 0
 fi
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -1,12 +1,12 @@
 """What a test does when a real component is missing.
 
-`make test` installs Consul, redis-server, HAProxy, NGINX, vLLM (CPU build), the peer
-routers and terraform, and runs pytest with GPUROUTE_REQUIRE_COMPONENTS=1: there a missing
-one is a failure, since the run promised to test against it. A plain `pytest` on a
-developer's machine skips the test instead, saying how to get it (the run's summary lists
-each skip and why). What `make test` cannot provide still skips everywhere: ../shared/data,
-network namespaces without root, providers that cannot be downloaded, vLLM on a CPU
-without AVX2."""
+`make test` installs Consul, redis-server, HAProxy, NGINX, Prometheus and promtool, vLLM
+(CPU build), the peer routers and terraform, and runs pytest with
+GPUROUTE_REQUIRE_COMPONENTS=1: there a missing one is a failure, since the run promised to
+test against it. A plain `pytest` on a developer's machine skips the test instead, saying
+how to get it (the run's summary lists each skip and why). What `make test` cannot provide
+still skips everywhere: ../shared/data, network namespaces without root, providers that
+cannot be downloaded, vLLM on a CPU without AVX2."""
 
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ def missing(how_to_get: str) -> NoReturn:
 
 
 def binary(name: str) -> str:
-    """A system program `make test` installs (Debian: haproxy, nginx, redis-server)."""
+    """A system program `make test` installs (Debian: haproxy, nginx, redis-server,
+    prometheus and promtool)."""
     found = shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/bin")
     if found is None:
         missing(f"{name} is not installed (make bench-deps installs it)")
