@@ -78,7 +78,10 @@ def fields(
     headers = response.headers if response is not None else {}
     given = headers.get("x-request-id", "")
     prepared, arrival = request.get(PREPARED_AT), request.get(ARRIVED_AT)
-    first = None if prepared is None or arrival is None else prepared - arrival
+    if prepared is not None and arrival is not None:
+        first: float | None = prepared - arrival
+    else:  # a whole answer goes out as the handler returns it (none: no first byte)
+        first = None if response is None else elapsed
     return {
         "request_id": given if SAFE_ID.fullmatch(given) else REQUEST_ID.get(),
         "route": request.path,

@@ -94,15 +94,6 @@ class AccessLog:
         return self.sampler.take()
 
     def write(self, fields: dict[str, Any]) -> None:
-        """The line: a readable message for text logs, every field for JSON ones."""
-        self.logger.info(describe(fields), extra=fields)
-
-
-def describe(fields: dict[str, Any]) -> str:
-    """`POST /v1/chat/completions 200 tenant=acme model=llama backend=b1 ttft_ms=...`."""
-    head = f"{fields.get('method', 'POST')} {fields.get('route')} {fields.get('status')}"
-    shown = (f"{k}={v}" for k, v in fields.items() if k not in _IN_HEAD and v is not None)
-    return " ".join((head, *shown))
-
-
-_IN_HEAD = {"method", "route", "status", "request_id", "sample_rate"}
+        """The line: `POST /v1/chat/completions 200`, and the fields (keys of a JSON line;
+        `key=value` after the message of a text one: gpuroute/logs.py)."""
+        self.logger.info("POST %s %s", fields.get("route"), fields.get("status"), extra=fields)

@@ -35,16 +35,26 @@ class RequestIdFilter(logging.Filter):
 
 
 class TextFormatter(logging.Formatter):
-    """`2025-01-02 10:00:00,123 INFO gpuroute.router [req 3f2a...] message`: the request's
-    id where there is one, so a person can grep a request's lines too."""
+    """`2025-01-02 10:00:00,123 INFO gpuroute.router [req 3f2a...] message key=value ...`:
+    the request's id where there is one, so a person can grep a request's lines too, and
+    the fields the call passed (those JSON lines carry as keys) after the message."""
 
     def __init__(self) -> None:
-        super().__init__("%(asctime)s %(levelname)s %(name)s%(request)s %(message)s")
+        super().__init__("%(asctime)s %(levelname)s %(name)s%(request)s %(message)s%(fields)s")
 
     def format(self, record: logging.LogRecord) -> str:
         request_id = getattr(record, "request_id", None)
         record.request = "" if request_id is None else f" [req {request_id}]"
+        extra = (
+            f" {key}={value}"
+            for key, value in vars(record).items()
+            if key not in _NOT_FIELDS and value is not None
+        )
+        record.fields = "".join(extra)
         return super().format(record)
+
+
+_NOT_FIELDS = {*RESERVED_ATTRS, "message", "request", "fields", "request_id"}
 
 
 class JsonFormatter(OrjsonFormatter):
@@ -57,7 +67,7 @@ class JsonFormatter(OrjsonFormatter):
             "{levelname}{name}{message}",
             style="{",
             rename_fields=JSON_NAMES,
-            reserved_attrs=[*RESERVED_ATTRS, "request"],
+            reserved_attrs=[*RESERVED_ATTRS, "request", "fields"],
         )
 
     def add_fields(

@@ -10,15 +10,16 @@ import logging
 import pytest
 
 from gpuroute import log_flags, logs
-from gpuroute.access_log import AccessLog, AccessLogConfig, Sampler, describe
+from gpuroute.access_log import AccessLog, AccessLogConfig, Sampler
 from gpuroute.request_context import REQUEST_ID
 
 
 @pytest.fixture(autouse=True)
 def restore_logging(monkeypatch):
     """Each test's handler and level are taken away again (pytest's own stay)."""
-    monkeypatch.delenv(log_flags.LEVEL_ENV, raising=False)
-    monkeypatch.delenv(log_flags.FORMAT_ENV, raising=False)
+    for name in (log_flags.LEVEL_ENV, log_flags.FORMAT_ENV):
+        monkeypatch.setenv(name, "")  # recorded, so a command's export is undone after
+        monkeypatch.delenv(name)
     root = logging.getLogger()
     level, handlers = root.level, list(root.handlers)
     yield
@@ -213,7 +214,7 @@ def test_access_log_writes_its_fields_unless_off_or_below_info() -> None:
                       "tenant": "acme", "sample_rate": rate})  # fmt: skip
         (record,) = capture.records
         assert record.tenant == "acme" and record.status == 200
-        assert record.getMessage() == "POST /v1/chat/completions 200 tenant=acme"
+        assert record.getMessage() == "POST /v1/chat/completions 200"
         off = AccessLog(AccessLogConfig(enabled=False), logger=logger)
         assert off.sample() is None
         logger.setLevel(logging.WARNING)
@@ -223,9 +224,17 @@ def test_access_log_writes_its_fields_unless_off_or_below_info() -> None:
         logger.setLevel(logging.NOTSET)
 
 
-def test_describe_leaves_out_what_is_unknown() -> None:
-    fields = {"route": "/v1/completions", "status": 401, "tenant": None, "duration_ms": 1.5}
-    assert describe(fields) == "POST /v1/completions 401 duration_ms=1.5"
+def test_a_text_line_shows_the_known_fields_after_the_message() -> None:
+    terminal = Terminal()
+    logs.configure("info", "text", terminal)
+    fields = {"request_id": "ab12", "route": "/v1/completions", "status": 401, "tenant": None,
+              "duration_ms": 1.5}  # fmt: skip
+    AccessLog(AccessLogConfig()).write(fields)
+    (line,) = lines(terminal)
+    assert line.endswith(
+        "INFO gpuroute.access [req ab12] POST /v1/completions 401 route=/v1/completions "
+        "status=401 duration_ms=1.5"
+    ), line
 
 
 def test_the_sample_threshold_must_be_positive() -> None:
@@ -233,3 +242,16 @@ def test_the_sample_threshold_must_be_positive() -> None:
 
     with pytest.raises(ValidationError):
         AccessLogConfig(sample_above_rps=0)
+
+
+def test_the_fault_report_reads_decision_entries_in_either_format(tmp_path) -> None:
+    from gpuroute.bench.fault_report import read_events
+
+    out = io.StringIO()
+    entry = '{"event": "decision", "ts": 1.0, "chosen": "b1"}'
+    for fmt in ("json", "text"):
+        logs.configure("info", fmt, out)
+        logging.getLogger("gpuroute.decisions").info(entry)
+    logging.getLogger("gpuroute.router").info("not an entry {}")
+    (tmp_path / "router.log").write_text(out.getvalue())
+    assert read_events(tmp_path / "router.log") == [json.loads(entry)] * 2
