@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
-from gpuroute.router.exchange import Exchange
+from gpuroute.router.exchange import Answer, Exchange
 from gpuroute.router.front import REQUEST_ID, Admitted
 
 from gpuroute.access_log import AccessLog, AccessLogConfig, ms
@@ -19,7 +19,8 @@ class Ended:
     """What the proxy leaves on the request as it ends, for its access line."""
 
     admitted: Admitted
-    exchange: Exchange | None  # None: it ended before its attempts began
+    exchange: Exchange | None  # None: it ended before its attempts began, or passed through
+    answer: Answer | None = None  # a passthrough's answer (an exchange holds its own)
 
 
 ENDED = web.RequestKey("gpuroute.access_ended", Ended)
@@ -57,8 +58,12 @@ def fields(
     ended = request.get(ENDED)
     if ended is not None:
         out.update(admitted_fields(ended.admitted))
-        if ended.exchange is not None:
-            out.update(exchange_fields(ended.exchange))
+        exchange = ended.exchange
+        if exchange is not None and exchange.first_at is not None:
+            out["ttft_ms"] = ms(exchange.first_at - exchange.arrival)
+        answer = ended.answer if exchange is None else exchange.answer
+        if answer is not None:
+            out.update(answer_fields(answer))
     return out
 
 
@@ -66,22 +71,16 @@ def admitted_fields(admitted: Admitted) -> dict[str, Any]:
     info = admitted.parsed.info
     return {
         "tenant": admitted.key.tenant,
-        "model": info.requested,
-        "served_model": admitted.life.model,
+        "model": info.requested or None,  # none: a passthrough path
+        "served_model": admitted.life.model or None,
         "prompt_tokens": info.prompt_tokens,  # the router's estimate until usage says
     }
 
 
-def exchange_fields(exchange: Exchange) -> dict[str, Any]:
+def answer_fields(answer: Answer) -> dict[str, Any]:
     """Tokens as the engine's usage reports them (prompt: the estimate without one;
-    completion: one a streamed event without one), the backend and the first byte."""
-    out: dict[str, Any] = {}
-    if exchange.first_at is not None:
-        out["ttft_ms"] = ms(exchange.first_at - exchange.arrival)
-    answer = exchange.answer
-    if answer is None:
-        return out
-    out["backend"] = answer.backend
+    completion: one a streamed event without one), and the backend that answered."""
+    out: dict[str, Any] = {"backend": answer.backend}
     tally = answer.tally
     prompt = PROMPT_TOKENS.findall(tally.tail)
     if prompt:

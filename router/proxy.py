@@ -112,6 +112,18 @@ class Proxy:
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
         """An allow-listed path (config `passthrough_paths`): the same key, quota and queue
         checks as the OpenAI routes, then the least busy ready backend, unretried."""
+        arrival, status = self.clock(), 499  # 499: the client left
+        try:
+            response = await self._passthrough(request)
+            status = response.status
+            return response
+        except Exception:
+            status = 500
+            raise
+        finally:
+            self.access.answered(request, request.path, status, self.clock() - arrival)
+
+    async def _passthrough(self, request: web.Request) -> web.StreamResponse:
         try:
             admitted = await self.front.admit_other(request)
         except Rejection as rejection:
@@ -124,7 +136,9 @@ class Proxy:
             ending = Event.FINISH if answered else Event.FAIL
             return response
         finally:
-            self.front.end(admitted, ending, answered[0] if answered else None)
+            answer = answered[0] if answered else None
+            self.front.end(admitted, ending, answer)
+            request[ENDED] = Ended(admitted, None, answer)  # for its access-log line
 
     async def _pass(
         self, request: web.Request, admitted: Admitted, answered: list[Answer]

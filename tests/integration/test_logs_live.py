@@ -176,3 +176,27 @@ async def test_global_tier_writes_an_access_line_with_the_regions_request_id(
     assert (ok["status"], ok["model"], ok["route"]) == (200, MODEL, "/v1/chat/completions")
     assert 0 < ok["ttft_ms"] <= ok["duration_ms"] and ok["sample_rate"] == 1.0
     assert bad["status"] == 400 and bad["request_id"] is None and bad["region"] is None
+
+
+@pytest.mark.asyncio
+async def test_a_passthrough_request_and_a_refused_one_have_access_lines(
+    tmp_path, captured
+) -> None:
+    async with scripted_backend(region_router) as upstream:
+        config = router_toml([(upstream, "H100")])
+        config = 'passthrough_paths = ["/v1/load_lora_adapter"]\n' + config
+        async with running_router(config, tmp_path) as (url, _), aiohttp.ClientSession() as s:
+            async with s.post(url + "/v1/load_lora_adapter", json={"lora_name": "a"}) as r:
+                assert r.status == 200
+                passed_id = r.headers["x-request-id"]
+            async with s.post(url + "/v1/chat/completions", json={"model": "nope"}) as r:
+                assert r.status in (400, 404)
+                refused_id = r.headers["x-request-id"]
+    passed, refused = [line for line in records(captured) if line["logger"] == "gpuroute.access"]
+    assert (passed["request_id"], passed["route"], passed["status"]) == (
+        passed_id, "/v1/load_lora_adapter", 200,
+    )  # fmt: skip
+    assert passed["backend"] and passed["tenant"] and passed["model"] is None
+    assert (passed["prompt_tokens"], passed["completion_tokens"]) == (7, 3)  # the usage's
+    assert refused["request_id"] == refused_id and refused["status"] in (400, 404)
+    assert refused["tenant"] is None and refused["backend"] is None
