@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 
+from gpuroute import log_flags
+
 
 def register(sub) -> None:
     agent = sub.add_parser("agent", help="run the node agent; drain or undrain a running one")
     agent.add_argument("action", nargs="?", choices=["run", "drain", "undrain"], default="run")
     agent.add_argument("--config", required=True, metavar="FILE", help="agent TOML")
+    log_flags.add_arguments(agent)
     agent.set_defaults(run=_run)
 
 
@@ -16,6 +19,7 @@ def _run(args: argparse.Namespace) -> int:
     from gpuroute.agent.admin import request_admin
     from gpuroute.agent.server import run_agent
 
+    log_flags.configure_from(args)
     if args.action == "run":
         return run_agent(args.config)
     return request_admin(args.config, args.action)

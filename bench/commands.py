@@ -4,6 +4,7 @@ clear errors, and the benchmark runs; library code never sees an argparse namesp
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from collections.abc import Callable
@@ -13,6 +14,9 @@ from gpuroute.bench.targets import BASELINES, EXTRA_BASELINES, BenchError
 from gpuroute.router.core.policies import DEFAULT_ALIAS, resolve_policy_name
 from gpuroute.testbed.processes import StartError
 from rich.console import Console
+from rich.progress import Progress
+
+from gpuroute.progress import progress_bar
 
 Report = dict
 
@@ -30,6 +34,27 @@ def run_bench(name: str, args: argparse.Namespace) -> int:
         print(f"gpuroute bench: error: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def replay_steps(
+    console: Console, progress: Progress, quiet: bool
+) -> Callable[[str, int], Callable[[int], None]]:
+    """What `bench live` tells of each target: a line as its replay starts (unless
+    `quiet`), then a bar of the requests sent so far."""
+
+    def on_target(target: str, requests: int) -> Callable[[int], None]:
+        if not quiet:
+            console.print(f"[bold]{target}[/]: replaying {requests:,} requests")
+        task = progress.add_task(target, total=requests)
+        return lambda sent: progress.update(task, completed=sent)
+
+    return on_target
+
+
+def answer_steps(progress: Progress, label: str, requests: int) -> Callable[[], None]:
+    """`bench real`'s bar for one target and workload: a step per request answered."""
+    task = progress.add_task(label, total=requests)
+    return lambda: progress.advance(task)
 
 
 def live_spec(args: argparse.Namespace):
@@ -116,9 +141,8 @@ def _live(args: argparse.Namespace, console: Console) -> Report:
     from gpuroute.bench.tables import LIVE_COLUMNS, print_live_notes, print_table
 
     spec = live_spec(args)
-    report = run_live_bench(
-        spec, lambda t, n: console.print(f"[bold]{t}[/]: replaying {n:,} requests")
-    )
+    with progress_bar(quiet=args.quiet) as progress:
+        report = run_live_bench(spec, replay_steps(console, progress, args.quiet))
     title = (
         f"{report['trace']}: {report['requests']:,} requests at "
         f"{report['rate_rps']} req/s, {len(spec.engines)} engines, "
@@ -312,8 +336,12 @@ def _real(args: argparse.Namespace, console: Console) -> Report:
     if args.scale < 1 or args.workers < 1:
         raise BenchError("need --scale >= 1 and --workers >= 1")
     targets, workloads = args.targets.split(","), args.workloads.split(",")
-    run = RealRun(args.seed, args.scale, args.workers)
-    with tempfile.TemporaryDirectory(prefix="gpuroute-bench-real-") as tmp:
+    with (
+        progress_bar(quiet=args.quiet) as progress,
+        tempfile.TemporaryDirectory(prefix="gpuroute-bench-real-") as tmp,
+    ):
+        steps = functools.partial(answer_steps, progress)
+        run = RealRun(args.seed, args.scale, args.workers, on_measure=steps)
         report = run_real_bench(targets, workloads, Path(tmp), run)
     title = "two real vLLM servers (CPU build, tiny model), every request streamed"
     print_table(console, title, report["rows"], REAL_COLUMNS)

@@ -16,14 +16,19 @@ FAIR_WINDOW_S = 20.0
 
 
 def read_events(log: Path) -> list[dict]:
+    """The decision-log entries in a router's log, in either format (gpuroute/logs.py): a
+    text line ends with the entry; a JSON line holds it as its message."""
     events = []
     for line in log.read_text(errors="replace").splitlines():
         start = line.find("{")
         if "gpuroute.decisions" in line and start >= 0:
             try:
-                events.append(json.loads(line[start:]))
-            except ValueError:
+                event = json.loads(line[start:])
+                if event.get("logger") == "gpuroute.decisions":
+                    event = json.loads(event["message"])
+            except (ValueError, KeyError, TypeError):
                 continue
+            events.append(event)
     return events
 
 

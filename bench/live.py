@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -193,7 +194,14 @@ def _start_proxy(
     return start_router(folder, pairs, target, extra=extra, cpu=cpu), urls
 
 
-async def run_target(target: str, spec: LiveBenchSpec, workload: Workload, workdir: Path) -> dict:
+async def run_target(
+    target: str,
+    spec: LiveBenchSpec,
+    workload: Workload,
+    workdir: Path,
+    on_progress: Callable[[int], None] | None = None,
+) -> dict:
+    """One target's replay; `on_progress` hears how many requests were sent so far."""
     folder = workdir / target
     folder.mkdir(parents=True, exist_ok=True)
     engines = [
@@ -215,7 +223,9 @@ async def run_target(target: str, spec: LiveBenchSpec, workload: Workload, workd
         pairs = list(zip(spec.engines, engines, strict=True))
         proxy, urls = _start_proxy(target, spec, folder, pairs, helpers)
         wait_http(proxy.url + "/v1/models", 30, proxy.proc, target)
-        replay = Replay([proxy.url, *urls], workload, MODEL, stream=spec.stream)
+        replay = Replay(
+            [proxy.url, *urls], workload, MODEL, stream=spec.stream, on_progress=on_progress
+        )
         run = asyncio.create_task(replay.run())
         faults = asyncio.create_task(_apply_faults(spec, engines, replay))
         outage = None
@@ -247,6 +257,8 @@ async def run_target(target: str, spec: LiveBenchSpec, workload: Workload, workd
 
 
 def run_live_bench(spec: LiveBenchSpec, on_target=None) -> dict:
+    """`on_target(target, requests)` hears of each target as its replay starts, and may
+    return what hears of its progress (requests sent so far)."""
     workload, rate = load_workload(spec)
     ours = list(spec.policies) + [p + OTHER for p in spec.policies if spec.router_python]
     targets = ours + list(spec.baselines)
@@ -263,9 +275,8 @@ def run_live_bench(spec: LiveBenchSpec, on_target=None) -> dict:
     }
     with tempfile.TemporaryDirectory(prefix="gpuroute-bench-") as tmp:
         for target in targets:
-            if on_target is not None:
-                on_target(target, len(workload))
-            result = asyncio.run(run_target(target, spec, workload, Path(tmp)))
+            steps = on_target(target, len(workload)) if on_target is not None else None
+            result = asyncio.run(run_target(target, spec, workload, Path(tmp), steps))
             report["targets"].append(result)
     return report
 

@@ -256,7 +256,12 @@ def by_group(
 
 
 async def run_fleet_target(
-    target: str, spec: FleetBenchSpec, fleet: Fleet, workload: Workload, workdir: Path
+    target: str,
+    spec: FleetBenchSpec,
+    fleet: Fleet,
+    workload: Workload,
+    workdir: Path,
+    on_progress: Callable[[int], None] | None = None,
 ) -> dict:
     folder = workdir / target
     folder.mkdir(parents=True, exist_ok=True)
@@ -271,7 +276,7 @@ async def run_fleet_target(
         models, class_of = fleet.request_models(n), fleet.request_classes(n)
         names = [fleet.classes[c].name for c in class_of]
         replay = Replay(proxy.url, workload, fleet.scenario.workload.model, stream=spec.stream,
-                        models=models, slo_classes=names)  # fmt: skip
+                        models=models, slo_classes=names, on_progress=on_progress)  # fmt: skip
         results = await replay.run()
         met = slo_judge(fleet, class_of, spec.time_scale)
         live = LiveBenchSpec(engines=fleet.keys, time_scale=spec.time_scale)
@@ -326,8 +331,7 @@ def run_fleet_bench(spec: FleetBenchSpec, on_target=None) -> dict:
     }
     with tempfile.TemporaryDirectory(prefix="gpuroute-bench-fleet-") as tmp:
         for target in targets:
-            if on_target is not None:
-                on_target(target, len(workload))
-            result = asyncio.run(run_fleet_target(target, spec, fleet, workload, Path(tmp)))
+            steps = on_target(target, len(workload)) if on_target is not None else None
+            result = asyncio.run(run_fleet_target(target, spec, fleet, workload, Path(tmp), steps))
             report["targets"].append(result)
     return report

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gpuroute.bench.commands import policy_names
+from gpuroute.bench.commands import policy_names, replay_steps
 from gpuroute.bench.live import dump
 from gpuroute.bench.live_fleet import FleetBenchSpec, run_fleet_bench
 from gpuroute.bench.tables import LIVE_COLUMNS, print_live_notes, print_table
@@ -15,6 +15,7 @@ from gpuroute.testbed.processes import StartError
 from rich.console import Console
 
 from gpuroute.config import ConfigError
+from gpuroute.progress import progress_bar
 
 # what a scenario brings itself (fleet, workload, SLO), and what only --engines runs have
 NOT_WITH_SCENARIO = {
@@ -65,9 +66,8 @@ def run_scenario_bench(args: argparse.Namespace) -> int:
     console = Console(stderr=args.json == "-", width=None if sys.stdout.isatty() else 140)
     try:
         spec = fleet_spec(args)
-        report = run_fleet_bench(
-            spec, lambda t, n: console.print(f"[bold]{t}[/]: replaying {n:,} requests")
-        )
+        with progress_bar(quiet=args.quiet) as progress:
+            report = run_fleet_bench(spec, replay_steps(console, progress, args.quiet))
     except (StartError, ConfigError) as exc:
         print(f"gpuroute bench: error: {exc}", file=sys.stderr)
         return 2

@@ -17,6 +17,7 @@ import random
 import string
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,8 +96,15 @@ async def one(s: aiohttp.ClientSession, url: str, model: str, text: str, n: int)
         return None, False
 
 
-async def drive(url: str, model: str, reqs: list[tuple[str, int]], concurrency: int):
-    """Every request, `concurrency` at a time (closed loop), in order."""
+async def drive(
+    url: str,
+    model: str,
+    reqs: list[tuple[str, int]],
+    concurrency: int,
+    on_done: Callable[[], object] | None = None,
+):
+    """Every request, `concurrency` at a time (closed loop), in order; `on_done` hears of
+    each one answered."""
     queue = deque(enumerate(reqs))
     results: list[tuple[float | None, bool]] = [(None, False)] * len(reqs)
 
@@ -104,6 +112,8 @@ async def drive(url: str, model: str, reqs: list[tuple[str, int]], concurrency: 
         while queue:
             i, (text, n) = queue.popleft()
             results[i] = await one(s, url, model, text, n)
+            if on_done is not None:
+                on_done()
 
     timeout = aiohttp.ClientTimeout(total=600)
     async with aiohttp.ClientSession(timeout=timeout) as s:
@@ -119,6 +129,9 @@ class RealRun:
     seed: int = 1
     scale: int = 1
     workers: int = 1
+    # hears of each target's visit (its label and request count) and may return what hears
+    # of each request answered (a progress bar's step)
+    on_measure: Callable[[str, int], Callable[[], object] | None] | None = None
 
 
 def start_target(target: str, engines: list[Child], workdir: Path, workers: int) -> Child:
@@ -137,7 +150,9 @@ def measure(target: str, workload: str, engines, workdir: Path, run: RealRun, sa
         wait_http(proxy.url + "/v1/models", 60, proxy.proc, target)
         before = [engine_samples(e.url) for e in engines]
         started = time.perf_counter()
-        results = asyncio.run(drive(proxy.url, SERVED_NAME, reqs, concurrency=8))
+        hear = run.on_measure
+        on_done = None if hear is None else hear(f"{workload} {target}", len(reqs))
+        results = asyncio.run(drive(proxy.url, SERVED_NAME, reqs, 8, on_done))
         elapsed = time.perf_counter() - started
         after = [engine_samples(e.url) for e in engines]
     finally:

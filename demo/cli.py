@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from gpuroute import log_flags
+
 
 def register(sub) -> None:
     demo = sub.add_parser(
@@ -18,10 +20,12 @@ def register(sub) -> None:
         "--secure", action="store_true",
         help="with --global: TLS and mutual TLS between tiers, API keys, signed residency",
     )  # fmt: skip
+    log_flags.add_arguments(demo)
     demo.set_defaults(run=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    log_flags.configure_from(args)
     if args.global_:
         from gpuroute.demo.regions import run_global_demo
 

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import argparse
 
+from gpuroute import log_flags
+
 
 def register(sub) -> None:
     glob = sub.add_parser("global", help="run the global tier (one endpoint for all regions)")
     glob.add_argument("--config", required=True, metavar="FILE", help="global TOML")
+    log_flags.add_arguments(glob)
     glob.set_defaults(run=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     from gpuroute.global_.server import run_global
 
+    log_flags.configure_from(args)
     return run_global(args.config)

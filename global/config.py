@@ -10,6 +10,7 @@ from gpuroute.global_.core.policy import MODES
 from gpuroute.global_.core.residency import ANY, ResidencyRules
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
+from gpuroute.access_log import AccessLogConfig
 from gpuroute.admin_guard import AdminAccess, admin_placement
 from gpuroute.config import (
     ConfigError,
@@ -104,6 +105,7 @@ class GlobalConfig(AdminAccess):
     admin_listen: ListenConfig = ListenConfig(port=9091)  # metrics, admin; loopback
     admin_on_public_listener: bool = False  # only while listen.host is loopback
     limits: LimitsConfig = LimitsConfig()
+    access_log: AccessLogConfig = AccessLogConfig()  # one line per answered request
     spillover: SpilloverConfig = SpilloverConfig()
     region_health: RegionHealthConfig = RegionHealthConfig()
     residency: ResidencyConfig = ResidencyConfig()

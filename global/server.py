@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 import orjson
 from aiohttp import web
+from gpuroute.global_.access import ASKED, install_access_log
 from gpuroute.global_.client import ClientLocator
 from gpuroute.global_.config import GlobalConfig, load_global_config
 from gpuroute.global_.core.policy import GlobalDecision, GlobalPolicy, GlobalRequest
@@ -116,6 +117,7 @@ class GlobalApp:
         if self.config.admin_on_public_listener:
             self.add_admin_routes(app)
         app.router.add_route("*", "/{tail:.*}", not_found)
+        install_access_log(app, self.config.access_log, API_ROUTES)  # global/access.py
         app.on_startup.append(self._startup)
         app.on_cleanup.append(self._cleanup)
         return app
@@ -207,6 +209,7 @@ class GlobalApp:
             # who is asking comes before the body: a keyless 8 MB body is refused unread
             tenant = self.tenant(headers, request.remote)
             body, model = await self._read(request)
+            request[ASKED] = (tenant, model)  # for its access-log line
             decision, allowed = self._decide(request, headers, tenant, model)
         except Rejection as rejection:
             return rejection.response()

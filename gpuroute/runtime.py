@@ -9,11 +9,13 @@ import sys
 from collections.abc import Callable, Collection, Coroutine
 from typing import Any
 
+from gpuroute import logs
 from gpuroute.config import ConfigError
 
 
 def configure_logging(level: int = logging.INFO) -> None:
-    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    """gpuroute/logs.py's setup, unless the command's flags made it already."""
+    logs.ensure_configured(logging.getLevelName(level).lower())
 
 
 def run(main: Coroutine[Any, Any, Any], *, fast_loop: bool = True) -> Any:

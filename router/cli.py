@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from gpuroute import log_flags
+
 
 def worker_count(text: str) -> int | str:
     """`--workers`, checked as `workers.count` is (one rule for the flag and the key)."""
@@ -37,6 +39,7 @@ def register(sub) -> None:
     router.add_argument("--worker", help=argparse.SUPPRESS)
     router.add_argument("--run-dir", help=argparse.SUPPRESS)
     router.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    log_flags.add_arguments(router)
     router.set_defaults(run=_run)
 
 
@@ -44,6 +47,7 @@ def _run(args: argparse.Namespace) -> int:
     from gpuroute.router.process import run_router
     from gpuroute.router.workers import WorkerRole
 
+    log_flags.configure_from(args)
     role = None
     if args.worker is not None:
         role = WorkerRole.from_arguments(args.worker, args.run_dir, args.port)

@@ -14,6 +14,7 @@ from gpuroute.router.model_config import RouterModelConfig, check_models, shapes
 from gpuroute.router.responses_config import ResponsesConfig
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
+from gpuroute.access_log import AccessLogConfig
 from gpuroute.admin_guard import AdminAccess, admin_placement
 from gpuroute.config import (
     HttpUrl,
@@ -282,6 +283,7 @@ class RouterConfig(AdminAccess, DeclaresGpuTypes):
     redis: RedisConfig = RedisConfig()
     responses: ResponsesConfig = ResponsesConfig()  # the Responses API's stored state
     workers: WorkersConfig = WorkersConfig()
+    access_log: AccessLogConfig = AccessLogConfig()  # one line per answered request
     backends: list[BackendConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")

@@ -25,6 +25,7 @@ class Answer:
     status: int
     streamed: bool
     tally: ResponseTally
+    backend: str | None = None  # who answered (the access log's `backend`)
 
     def used_tokens(self, prompt_estimate: int) -> int | None:
         """Tokens it used: the engine's usage, else a stream's estimate; an error answer

@@ -318,7 +318,7 @@ class Forwarder:
             write_timeout_s=self.write_timeout_s,
             error_event=stream_error_event(exchange.route),
         )
-        exchange.answer = Answer(upstream.status, relayed.streamed, tally)
+        exchange.answer = Answer(upstream.status, relayed.streamed, tally, backend.backend_id)
         if relayed.end is RelayEnd.CLIENT_TOO_SLOW:
             self.metrics.client_write_timeouts.inc()
             log.info("request %s: client behind, cut off", life.request_id)

@@ -34,6 +34,7 @@ from gpuroute.router.tenant_gate import TenantGate
 from gpuroute.forwarded import TrustedProxies
 from gpuroute.headers import FALLBACK_HEADER, FORWARDED_FOR, interpreted
 from gpuroute.openai_api import Rejection, clip, read_body
+from gpuroute.request_context import REQUEST_ID as CURRENT_REQUEST
 
 # where a request's id is kept on the aiohttp request (the `x-request-id` response header)
 REQUEST_ID = web.RequestKey("gpuroute.request_id", str)
@@ -102,6 +103,7 @@ class Front:
         Rejection (written to the decision log under the request's id). Once admitted,
         `end()` must follow however the request ends. `arrival` starts its TTFT clock."""
         request_id = request[REQUEST_ID] = new_request_id()
+        CURRENT_REQUEST.set(request_id)  # on every log line about it (gpuroute/logs.py)
         sampled = self.decisions.wants_next()  # one draw per request
         info: RequestInfo | None = None
         try:
@@ -179,6 +181,7 @@ class Front:
         """An allow-listed passthrough request: key, body, quota and queue as above (its
         tokens estimated from the body's size, since its shape is not ours to parse)."""
         request_id = request[REQUEST_ID] = new_request_id()
+        CURRENT_REQUEST.set(request_id)  # on every log line about it (gpuroute/logs.py)
         headers, key, raw = await self._read(request)
         priority = self.config.admission.default_priority
         info = RequestInfo(request_id, "", max(1, len(raw) // 4), priority=priority)

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 
 from aiohttp import web
+from gpuroute.router.access import ENDED, Ended, RouterAccessLog
 from gpuroute.router.admission_gate import AdmissionGate
 from gpuroute.router.core.backend import BackendState
 from gpuroute.router.core.lifetime import Event
@@ -45,6 +46,7 @@ class Proxy:
         self.front, self.forwarder, self.gate = front, forwarder, gate
         self.metrics, self.clock = metrics, clock
         self.lifetimes = forwarder.lifetimes
+        self.access = RouterAccessLog(front.config.access_log)  # one line a request
         self.active = 0  # requests in a handler (the drain waits for none)
         self.idle = asyncio.Event()
         self.idle.set()
@@ -77,6 +79,7 @@ class Proxy:
                 self.forwarder.recent_e2e.append(elapsed)
             if self.active == 0:
                 self.idle.set()
+            self.access.answered(request, route, status, elapsed)
 
     async def _openai(self, request: web.Request, route: str, arrival: float) -> web.StreamResponse:
         try:
@@ -104,10 +107,23 @@ class Proxy:
             raise
         finally:
             self.front.end(admitted, ending, None if exchange is None else exchange.answer)
+            request[ENDED] = Ended(admitted, exchange)  # for its access-log line
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
         """An allow-listed path (config `passthrough_paths`): the same key, quota and queue
         checks as the OpenAI routes, then the least busy ready backend, unretried."""
+        arrival, status = self.clock(), 499  # 499: the client left
+        try:
+            response = await self._passthrough(request)
+            status = response.status
+            return response
+        except Exception:
+            status = 500
+            raise
+        finally:
+            self.access.answered(request, request.path, status, self.clock() - arrival)
+
+    async def _passthrough(self, request: web.Request) -> web.StreamResponse:
         try:
             admitted = await self.front.admit_other(request)
         except Rejection as rejection:
@@ -120,7 +136,9 @@ class Proxy:
             ending = Event.FINISH if answered else Event.FAIL
             return response
         finally:
-            self.front.end(admitted, ending, answered[0] if answered else None)
+            answer = answered[0] if answered else None
+            self.front.end(admitted, ending, answer)
+            request[ENDED] = Ended(admitted, None, answer)  # for its access-log line
 
     async def _pass(
         self, request: web.Request, admitted: Admitted, answered: list[Answer]
@@ -147,7 +165,8 @@ class Proxy:
                 headers = forward_headers(upstream.headers.items(), RESPONSE_DROP)
                 tally = ResponseTally()
                 tally.add(body)
-                answered.append(Answer(upstream.status, is_event_stream(upstream), tally))
+                streamed = is_event_stream(upstream)
+                answered.append(Answer(upstream.status, streamed, tally, backend.backend_id))
                 return web.Response(status=upstream.status, body=body, headers=headers)
         except UPSTREAM_ERRORS as exc:
             log.warning("passthrough to %s failed: %r", backend.backend_id, exc)

@@ -9,6 +9,7 @@ gracefully keeps its goodput there instead of collapsing."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from gpuroute.router.core.policies import resolve_policy_name
@@ -46,13 +47,25 @@ class CapacityResult:
 class CapacitySearch:
     """Runs one scenario at many loads for one policy, remembering every run."""
 
-    def __init__(self, base: FleetSimulator, policy: str, attainment: float) -> None:
+    ITERATIONS = 8
+    # the runs a search makes at most: both ends, the bisection's, the overloads
+    MOST_RUNS = 2 + ITERATIONS + len(OVERLOADS)
+
+    def __init__(
+        self,
+        base: FleetSimulator,
+        policy: str,
+        attainment: float,
+        on_run: Callable[[], object] | None = None,
+    ) -> None:
+        """`on_run`: called after each load's run (a progress bar's step)."""
         if not 0 < attainment <= 1:
             raise ValueError("attainment target must be in (0, 1]")
         self.base = base
         self.policy, self.target = resolve_policy_name(policy), attainment
         self.label = policy
         self.runs: dict[float, tuple[PolicyReport, float]] = {}
+        self.on_run = on_run
 
     def run(self, utilization: float) -> tuple[PolicyReport, float]:
         """The report at `utilization` and the offered rate in req/s."""
@@ -60,12 +73,14 @@ class CapacitySearch:
         if key not in self.runs:
             simulator = self.base.at_utilization(key)
             self.runs[key] = (simulator.run(self.policy), simulator.rate_rps)
+            if self.on_run is not None:
+                self.on_run()
         return self.runs[key]
 
     def meets(self, utilization: float) -> bool:
         return self.run(utilization)[0].slo_attainment >= self.target
 
-    def capacity(self, iterations: int = 8) -> float:
+    def capacity(self, iterations: int = ITERATIONS) -> float:
         """Bisection between LOW_LOAD and HIGH_LOAD (0 when even LOW_LOAD misses)."""
         if not self.meets(LOW_LOAD):
             return 0.0

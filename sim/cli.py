@@ -50,7 +50,7 @@ def register_capacity(sub) -> None:
     )
     cap.add_argument("--json", metavar="OUT", help="write results as JSON to OUT ('-' = stdout)")
     cap.add_argument("--plot", metavar="PNG", help="plot attainment against load (matplotlib)")
-    cap.add_argument("--quiet", action="store_true", help="no table")
+    cap.add_argument("--quiet", action="store_true", help="no progress bar and no table")
     cap.set_defaults(run=_run_capacity)
 
 

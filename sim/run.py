@@ -3,6 +3,7 @@ JSON (sim/cli.py holds only its arguments, so other commands never import the si
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -14,9 +15,9 @@ from gpuroute.sim.scenario import LoadedScenario, builtin_scenario, load_scenari
 from gpuroute.sim.simulator import FleetSimulator
 from gpuroute.sim.traces import TraceError
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gpuroute.config import ConfigError, known_name
+from gpuroute.progress import progress_bar
 from gpuroute.reporting import print_table, stdout_console
 
 
@@ -69,7 +70,12 @@ def run_capacity(
         base = FleetSimulator(loaded)
     except TraceError as exc:
         raise ConfigError(f"{loaded.source}: workload.trace: {exc}") from None
-    results = [CapacitySearch(base, name, attainment).result() for name in names]
+    with progress_bar(quiet=quiet) as progress:  # a bar per policy, a step per load tried
+        results = []
+        for name in names:
+            task = progress.add_task(name, total=CapacitySearch.MOST_RUNS)
+            done = functools.partial(progress.advance, task)
+            results.append(CapacitySearch(base, name, attainment, on_run=done).result())
     scenario = loaded.scenario
     if not quiet:
         print_table(
@@ -108,15 +114,7 @@ def run_sim(
             f"({', '.join(group_label(g, scenario.workload.model) for g in scenario.gpus)})"
         )
     reports = []
-    with Progress(
-        TextColumn("{task.description:<24}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        disable=quiet,
-        transient=True,
-    ) as progress:
+    with progress_bar(quiet=quiet, console=err) as progress:
         for name in names:
             task = progress.add_task(name, total=len(simulator.workload))
             reports.append(

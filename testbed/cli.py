@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from gpuroute import log_flags
+
 
 def register(sub) -> None:
     fake = sub.add_parser(
@@ -43,12 +45,14 @@ def register(sub) -> None:
         help="one token per SSE event, this far apart (relay benchmarks)",
     )
     fake.add_argument("--seed", type=int, default=0)
+    log_flags.add_arguments(fake)
     fake.set_defaults(run=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     from gpuroute.testbed.fake_engine import run_fake_engine
 
+    log_flags.configure_from(args)
     try:
         config = fake_engine_config(args)
     except ValueError as exc:  # ConfigError too: it names the file and the key

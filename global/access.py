@@ -1,0 +1,95 @@
+"""The global tier's access-log line (gpuroute/access_log.py): a middleware around the API
+routes, so the forwarding code keeps one line for it (what it read of the request)."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Awaitable, Callable, Collection
+from typing import Any
+
+from aiohttp import web
+
+from gpuroute.access_log import AccessLog, AccessLogConfig, ms
+from gpuroute.request_context import REQUEST_ID
+
+# who the request is and what it asked for, as the forwarding code read them
+ASKED = web.RequestKey("gpuroute.global_asked", tuple)
+ARRIVED_AT = web.RequestKey("gpuroute.global_arrived_at", float)
+PREPARED_AT = web.RequestKey("gpuroute.global_prepared_at", float)
+REGION_HEADER = "x-gpuroute-region"
+# a router's id (hex); anything else in the header is not written into a log line
+SAFE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def install_access_log(
+    app: web.Application,
+    config: AccessLogConfig,
+    routes: Collection[str],
+    log: AccessLog | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """One line per answered request on `routes`, with its first byte's time (when its
+    headers went out: a stream's first chunk, a whole answer's only one)."""
+    log = log if log is not None else AccessLog(config)
+    paths = frozenset(routes)
+
+    async def first_byte(request: web.Request, _response: web.StreamResponse) -> None:
+        if request.path in paths:
+            request[PREPARED_AT] = clock()
+
+    @web.middleware
+    async def access(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path not in paths:
+            return await handler(request)
+        arrival = request[ARRIVED_AT] = clock()
+        status, response = 499, None  # 499: the client left
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        except Exception:
+            status = 500
+            raise
+        finally:
+            rate = log.sample()
+            if rate is not None:
+                log.write(fields(request, response, status, clock() - arrival, rate))
+
+    app.middlewares.append(access)
+    app.on_response_prepare.append(first_byte)
+
+
+def fields(
+    request: web.Request,
+    response: web.StreamResponse | None,
+    status: int,
+    elapsed: float,
+    rate: float,
+) -> dict[str, Any]:
+    """The line: the request's id is the one the regional router gave it (its answer's
+    `x-request-id`), or the one this tier holds for it (gpuroute/request_context.py)."""
+    tenant, model = request.get(ASKED, (None, None))
+    headers = response.headers if response is not None else {}
+    given = headers.get("x-request-id", "")
+    prepared, arrival = request.get(PREPARED_AT), request.get(ARRIVED_AT)
+    if prepared is not None and arrival is not None:
+        first: float | None = prepared - arrival
+    else:  # a whole answer goes out as the handler returns it (none: no first byte)
+        first = None if response is None else elapsed
+    return {
+        "request_id": given if SAFE_ID.fullmatch(given) else REQUEST_ID.get(),
+        "route": request.path,
+        "status": status,
+        "tenant": tenant,
+        "model": model,
+        "region": headers.get(REGION_HEADER),
+        "ttft_ms": ms(first),
+        "duration_ms": ms(elapsed),
+        "sample_rate": rate,
+    }

@@ -1,0 +1,89 @@
+"""The router's access-log line (gpuroute/access_log.py): what the proxy knew of a request
+when it answered, gathered here so that the proxy's hook stays one call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from gpuroute.router.exchange import Answer, Exchange
+from gpuroute.router.front import REQUEST_ID, Admitted
+
+from gpuroute.access_log import AccessLog, AccessLogConfig, ms
+from gpuroute.relay import PROMPT_TOKENS
+
+
+@dataclass(slots=True)
+class Ended:
+    """What the proxy leaves on the request as it ends, for its access line."""
+
+    admitted: Admitted
+    exchange: Exchange | None  # None: it ended before its attempts began, or passed through
+    answer: Answer | None = None  # a passthrough's answer (an exchange holds its own)
+
+
+ENDED = web.RequestKey("gpuroute.access_ended", Ended)
+
+
+class RouterAccessLog:
+    def __init__(self, config: AccessLogConfig, log: AccessLog | None = None) -> None:
+        self.log = log if log is not None else AccessLog(config)
+
+    def answered(self, request: web.Request, route: str, status: int, elapsed: float) -> None:
+        """One line for an answered request, if the sample takes it."""
+        rate = self.log.sample()
+        if rate is not None:
+            self.log.write(fields(request, route, status, elapsed, rate))
+
+
+def fields(
+    request: web.Request, route: str, status: int, elapsed: float, rate: float
+) -> dict[str, Any]:
+    """The line's fields: those a request refused at the front never had stay None."""
+    out: dict[str, Any] = {
+        "request_id": request.get(REQUEST_ID),
+        "route": route,
+        "status": status,
+        "tenant": None,
+        "model": None,
+        "served_model": None,
+        "backend": None,
+        "prompt_tokens": None,
+        "completion_tokens": None,
+        "ttft_ms": None,
+        "duration_ms": ms(elapsed),
+        "sample_rate": rate,
+    }
+    ended = request.get(ENDED)
+    if ended is not None:
+        out.update(admitted_fields(ended.admitted))
+        exchange = ended.exchange
+        if exchange is not None and exchange.first_at is not None:
+            out["ttft_ms"] = ms(exchange.first_at - exchange.arrival)
+        answer = ended.answer if exchange is None else exchange.answer
+        if answer is not None:
+            out.update(answer_fields(answer))
+    return out
+
+
+def admitted_fields(admitted: Admitted) -> dict[str, Any]:
+    info = admitted.parsed.info
+    return {
+        "tenant": admitted.key.tenant,
+        "model": info.requested or None,  # none: a passthrough path
+        "served_model": admitted.life.model or None,
+        "prompt_tokens": info.prompt_tokens,  # the router's estimate until usage says
+    }
+
+
+def answer_fields(answer: Answer) -> dict[str, Any]:
+    """Tokens as the engine's usage reports them (prompt: the estimate without one;
+    completion: one a streamed event without one), and the backend that answered."""
+    out: dict[str, Any] = {"backend": answer.backend}
+    tally = answer.tally
+    prompt = PROMPT_TOKENS.findall(tally.tail)
+    if prompt:
+        out["prompt_tokens"] = int(prompt[-1])
+    out["completion_tokens"] = tally.output_tokens(answer.streamed)
+    return out
