@@ -29,6 +29,7 @@ from gpuroute.models import MODELS, ModelSpec
 from gpuroute.openai_api import API_ROUTES
 from gpuroute.secrets import secret_forms
 from gpuroute.tls import ClientTlsConfig
+from gpuroute.tracing import TracingConfig
 
 PolicyName = Annotated[str, AfterValidator(lambda v: known_name(v, POLICIES, "policy"))]
 
@@ -282,6 +283,7 @@ class RouterConfig(AdminAccess, DeclaresGpuTypes):
     redis: RedisConfig = RedisConfig()
     responses: ResponsesConfig = ResponsesConfig()  # the Responses API's stored state
     workers: WorkersConfig = WorkersConfig()
+    tracing: TracingConfig = TracingConfig()  # OTLP spans (gpuroute/tracing.py); off
     backends: list[BackendConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")
