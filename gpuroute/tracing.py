@@ -105,14 +105,16 @@ def incoming(values: Callable[[str], list[str]]) -> tuple[dict[str, str], bool]:
     return out, True
 
 
-def onward(request: web.Request) -> dict[str, str]:
-    """Trace headers for the next hop: this request's id, and the current span as parent
-    (where a span records here) or the valid context that came (passed on as it was)."""
+def onward(request: web.Request, attempt: int | None = None) -> dict[str, str]:
+    """Trace headers for the next hop: the current span as parent (where a span records
+    here) or the valid context that came (passed on as it was), and this request's id (for
+    an engine, `attempt`'s own id: `engine_request_id`)."""
     out = dict(request.get(ONWARD) or {})
     if TRACER.get() is not None:
         out.pop("tracestate", None)
         W3C.inject(out)  # the current span; nothing when none is current
-    out[REQUEST_ID_HEADER] = request.get(REQUEST_ID) or request_id(None)
+    rid = request.get(REQUEST_ID) or request_id(None)
+    out[REQUEST_ID_HEADER] = rid if attempt is None else engine_request_id(rid, attempt)
     return out
 
 

@@ -106,7 +106,7 @@ class Forwarder:
         configured (a client's key, cookies and our control headers never)."""
         headers = pass_on(request.headers.items(), self.engine_allowed)
         headers[FORWARDED_FOR] = forwarded_for(read, request.remote)
-        headers.update(onward(request))  # x-request-id (per attempt: tracing_spans.attempt)
+        headers.update(onward(request, 0))  # x-request-id: per attempt (tracing_spans.attempt)
         if self.engine_key is not None:
             headers["authorization"] = f"Bearer {self.engine_key}"
         return headers

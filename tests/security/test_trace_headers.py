@@ -148,3 +148,41 @@ async def test_the_global_tier_replaces_them_too_and_passes_a_valid_id_on(tmp_pa
     assert re.fullmatch(r"00-[0-9a-f]{32}-[0-9a-f]{16}-00", first["traceparent"])
     assert second["x-request-id"] == good.headers["x-request-id"] == "abc-1"
     assert second["traceparent"] == GOOD  # valid, tracing off: passed on as it came
+
+
+async def test_a_reused_id_in_flight_does_not_break_the_other_request(tmp_path) -> None:
+    """Request ids key the router's requests in flight: a second request carrying the id of
+    one in flight (a client's retry, or someone who learnt another tenant's id) got a 500
+    from the duplicate key. Now it is let in under the id with a suffix, and both answer."""
+    import asyncio
+
+    engine = RecordingEngine()
+    engine.hold = asyncio.Event()
+    async with scripted_backend(engine) as url:
+        async with router_server(secure_toml(url), tmp_path) as server:
+            base = f"http://127.0.0.1:{server.port}"
+            first = asyncio.create_task(send_raw(base, [("X-Request-Id", "same")], chat()))
+            while engine.started < 1:
+                await asyncio.sleep(0.01)
+            second = asyncio.create_task(send_raw(base, [("X-Request-Id", "same")], chat()))
+            while engine.started < 2:
+                await asyncio.sleep(0.01)
+            engine.hold.set()
+            answers = await asyncio.gather(first, second)
+    assert [a.status for a in answers] == [200, 200]
+    assert answers[0].headers["x-request-id"] == "same"
+    assert re.fullmatch(r"same\.[0-9a-f]{16}", answers[1].headers["x-request-id"])
+
+
+async def test_a_passthrough_engine_gets_an_id_of_its_own_too(tmp_path) -> None:
+    engine = RecordingEngine()
+    async with scripted_backend(engine) as url:
+        text = secure_toml(url, top='passthrough_paths = ["/v1/load_lora_adapter"]')
+        async with router_server(text, tmp_path) as server:
+            base = f"http://127.0.0.1:{server.port}"
+            answer = await send_raw(
+                base, [("X-Request-Id", "pt-1")], b"{}", "/v1/load_lora_adapter"
+            )
+    assert answer.status == 200 and answer.headers["x-request-id"] == "pt-1"
+    seen = {k.lower(): v for k, v in engine.seen[0][1].items()}
+    assert re.fullmatch(r"pt-1-0-[0-9a-f]{8}", seen["x-request-id"])
