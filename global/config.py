@@ -25,6 +25,7 @@ from gpuroute.regions import FleetConfig, load_fleet
 from gpuroute.residency_decision import DEFAULT_TTL_S, MAX_TTL_S
 from gpuroute.secrets import secret_forms
 from gpuroute.tls import ClientTlsConfig
+from gpuroute.tracing import TracingConfig
 
 Mode = Annotated[str, AfterValidator(lambda v: known_name(v, MODES, "global policy"))]
 
@@ -114,6 +115,7 @@ class GlobalConfig(AdminAccess):
     # for https:// router URLs: the CA to trust and, for mutual TLS, this tier's certificate
     router_tls: ClientTlsConfig = ClientTlsConfig()
     report_tls: ClientTlsConfig | None = None  # (m)TLS to the routers' region reports
+    tracing: TracingConfig = TracingConfig()  # OTLP spans (gpuroute/tracing.py); off
 
     @model_validator(mode="after")
     def _admin_placement(self) -> GlobalConfig:

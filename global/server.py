@@ -26,6 +26,7 @@ from gpuroute.global_.core.spillover import Spillover, SpillSettings
 from gpuroute.global_.discovery import RouterDiscovery
 from gpuroute.global_.feeds import RegionFeeds
 from gpuroute.global_.metrics import GlobalMetrics
+from gpuroute.global_.tracing_spans import global_decision
 from prometheus_client import generate_latest
 
 from gpuroute import runtime
@@ -57,6 +58,7 @@ from gpuroute.residency_decision import sign
 from gpuroute.secrets import read_secret
 from gpuroute.serving import DrainingServer
 from gpuroute.tls import client_context
+from gpuroute.tracing import install, onward
 from gpuroute.upstream import UpstreamPool, UpstreamResponse
 
 log = logging.getLogger("gpuroute.global")
@@ -118,6 +120,7 @@ class GlobalApp:
             self.add_admin_routes(app)
         app.router.add_route("*", "/{tail:.*}", not_found)
         install_access_log(app, self.config.access_log, API_ROUTES)  # global/access.py
+        install(app, self.config.tracing, "gpuroute-global")  # request ids, trace context
         app.on_startup.append(self._startup)
         app.on_cleanup.append(self._cleanup)
         return app
@@ -211,6 +214,7 @@ class GlobalApp:
             body, model = await self._read(request)
             request[ASKED] = (tenant, model)  # for its access-log line
             decision, allowed = self._decide(request, headers, tenant, model)
+            global_decision(decision, allowed, tenant)
         except Rejection as rejection:
             return rejection.response()
         return await self._attempt_regions(request, headers, body, decision, allowed)
@@ -270,7 +274,7 @@ class GlobalApp:
         compliant regions are in the order, by construction). A router gets the headers it
         reads, never a caller's forwarding or decision headers: ours replace them."""
         assert self.session is not None
-        headers = router_headers(request.headers.items(), read, request.remote)
+        headers = router_headers(request.headers.items(), read, request.remote) | onward(request)
         last_error = "no attempt"
         for attempt, region in enumerate(decision.order):
             if attempt:

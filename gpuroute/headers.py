@@ -29,8 +29,9 @@ SERVED_MODEL_HEADER = "x-gpuroute-served-model"  # on answers: the model that se
 # What an engine needs to answer: the body's type, what the client accepts, and the trace
 # context that ties its spans to ours. Never a client's key, cookies, our own control
 # headers, or forwarding headers the client wrote (the router composes X-Forwarded-For).
-# Not a client's X-Request-Id either: some vLLM versions take it as the request's unique
-# key, so one tenant's id could collide with (and abort) another's.
+# The trace context and X-Request-Id are never passed on as they came: each hop composes
+# them from what it validated (gpuroute/tracing.py `onward`); an engine gets an id unique to
+# its attempt, since some vLLM versions take it as the request's unique key.
 ENGINE_HEADERS = frozenset({"content-type", "accept", "user-agent", "traceparent", "tracestate"})
 # What a regional router reads of a request, besides what an engine gets.
 ROUTER_HEADERS = ENGINE_HEADERS | frozenset(
@@ -48,6 +49,7 @@ ROUTER_HEADERS = ENGINE_HEADERS | frozenset(
 )
 
 
+COMPOSED = frozenset({"traceparent", "tracestate", "x-request-id"})  # by each hop, validated
 NEVER_TO_ENGINES = frozenset(
     {
         # credentials
@@ -96,11 +98,11 @@ def interpreted(items: Iterable[tuple[str, str]]) -> dict[str, str]:
 
 def pass_on(items: Iterable[tuple[str, str]], allowed: frozenset[str]) -> dict[str, str]:
     """The allow-listed headers for the next hop, duplicates joined (RFC 9110 §5.3), under
-    their lowercase names."""
+    their lowercase names; never the trace context or request id as they came."""
     out: dict[str, str] = {}
     for name, value in items:
         lower = name.lower()
-        if lower in allowed:
+        if lower in allowed and lower not in COMPOSED:
             out[lower] = f"{out[lower]}, {value}" if lower in out else value
     return out
 

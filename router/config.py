@@ -30,6 +30,7 @@ from gpuroute.models import MODELS, ModelSpec
 from gpuroute.openai_api import API_ROUTES
 from gpuroute.secrets import secret_forms
 from gpuroute.tls import ClientTlsConfig
+from gpuroute.tracing import TracingConfig
 
 PolicyName = Annotated[str, AfterValidator(lambda v: known_name(v, POLICIES, "policy"))]
 
@@ -284,6 +285,7 @@ class RouterConfig(AdminAccess, DeclaresGpuTypes):
     responses: ResponsesConfig = ResponsesConfig()  # the Responses API's stored state
     workers: WorkersConfig = WorkersConfig()
     access_log: AccessLogConfig = AccessLogConfig()  # one line per answered request
+    tracing: TracingConfig = TracingConfig()  # OTLP spans (gpuroute/tracing.py); off
     backends: list[BackendConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")

@@ -24,6 +24,7 @@ from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.policies.base import PickTrace
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.core.scheduler import Decision
+from gpuroute.router.tracing_spans import annotate
 
 decisions = logging.getLogger("gpuroute.decisions")
 Event = dict[str, Any]
@@ -124,6 +125,7 @@ class DecisionLog:
                 "slo_class": slo,
             }
         event = head | event
+        annotate(event)  # on the request's current span, where tracing records
         if self.keeps:
             self.recent.append(event)
         if emit:

@@ -32,14 +32,10 @@ from gpuroute.router.health_report import report_health
 from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.sessions import SessionStore
 from gpuroute.router.slo_gate import SloGate
+from gpuroute.router.tracing_spans import attempt, first_token, pick
 from gpuroute.router.watch import BackendWatch
 
-from gpuroute.headers import (
-    ENGINE_HEADERS,
-    FORWARDED_FOR,
-    forwarded_for,
-    pass_on,
-)
+from gpuroute.headers import ENGINE_HEADERS, FORWARDED_FOR, forwarded_for, pass_on
 from gpuroute.openai_api import error_response
 from gpuroute.relay import (
     UPSTREAM_ERRORS,
@@ -48,6 +44,7 @@ from gpuroute.relay import (
     is_event_stream,
     relay_body,
 )
+from gpuroute.tracing import onward
 from gpuroute.upstream import UpstreamPool, UpstreamResponse
 
 log = logging.getLogger("gpuroute.router")
@@ -109,6 +106,7 @@ class Forwarder:
         configured (a client's key, cookies and our control headers never)."""
         headers = pass_on(request.headers.items(), self.engine_allowed)
         headers[FORWARDED_FOR] = forwarded_for(read, request.remote)
+        headers.update(onward(request, 0))  # x-request-id: per attempt (tracing_spans.attempt)
         if self.engine_key is not None:
             headers["authorization"] = f"Bearer {self.engine_key}"
         return headers
@@ -152,6 +150,7 @@ class Forwarder:
         )
         return error_response(502, "no backend could answer the request", code="upstream_error")
 
+    @pick
     async def _pick(self, life: RequestLifetime, remembered: str | None) -> Backend | None:
         """A booked backend for this attempt (None: none can take it), each decision, hold
         and refusal written to the decision log."""
@@ -184,6 +183,7 @@ class Forwarder:
             placed = self.loop.offer_room(self.clock(), self.rng, self.decisions.keeps)
             self.slo.wake(placed)
 
+    @attempt
     async def _attempt(
         self, exchange: Exchange, backend: Backend, attempts: Attempts
     ) -> web.StreamResponse:
@@ -302,6 +302,7 @@ class Forwarder:
             self.metrics.ttft_by(exchange.route).observe(ttft)
             self.recent_ttft.append(ttft)
             life.move(Event.FIRST_BYTE)
+            first_token()
             self.scheduler.first_token(life, now, now - exchange.dispatched)
             self.offer_room()  # its prefill is done: room for held requests
             if streamed:

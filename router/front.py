@@ -14,7 +14,7 @@ from aiohttp import web
 from gpuroute.router.admission_gate import AdmissionGate
 from gpuroute.router.config import RouterConfig
 from gpuroute.router.core.backend import BackendSet
-from gpuroute.router.core.lifetime import Event, Lifetimes, RequestLifetime
+from gpuroute.router.core.lifetime import Event, LifetimeError, Lifetimes, RequestLifetime
 from gpuroute.router.core.model_routes import ModelRoutes
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.decision_log import DecisionLog
@@ -30,14 +30,13 @@ from gpuroute.router.residency_gate import ResidencyGate
 from gpuroute.router.responses_state import RESPONSES, ResponsesState
 from gpuroute.router.slo_gate import SloGate
 from gpuroute.router.tenant_gate import TenantGate
+from gpuroute.router.tracing_spans import admission
 
 from gpuroute.forwarded import TrustedProxies
 from gpuroute.headers import FALLBACK_HEADER, FORWARDED_FOR, interpreted
 from gpuroute.openai_api import Rejection, clip, read_body
-from gpuroute.request_context import REQUEST_ID as CURRENT_REQUEST
-
-# where a request's id is kept on the aiohttp request (the `x-request-id` response header)
-REQUEST_ID = web.RequestKey("gpuroute.request_id", str)
+from gpuroute.request_context import REQUEST_ID as LOG_REQUEST_ID
+from gpuroute.tracing import REQUEST_ID  # the `x-request-id` answered (gpuroute/tracing.py)
 
 
 async def name_request(request: web.Request, response: web.StreamResponse) -> None:
@@ -98,12 +97,12 @@ class Front:
         self.model_slo = {m.name: m.slo_class for m in config.models if m.slo_class}
         self.responses = responses  # the Responses API's stored conversations, if kept
 
+    @admission
     async def admit(self, request: web.Request, route: str, arrival: float) -> Admitted:
         """The parsed request, its raw body and the headers read of it, admitted; or a
         Rejection (written to the decision log under the request's id). Once admitted,
         `end()` must follow however the request ends. `arrival` starts its TTFT clock."""
-        request_id = request[REQUEST_ID] = new_request_id()
-        CURRENT_REQUEST.set(request_id)  # on every log line about it (gpuroute/logs.py)
+        request_id = request[REQUEST_ID] = request.get(REQUEST_ID) or new_request_id()
         sampled = self.decisions.wants_next()  # one draw per request
         info: RequestInfo | None = None
         try:
@@ -121,6 +120,7 @@ class Front:
             tokens = self.token_charge(key, parsed) if charged else 0
             explicit = PRIORITY_HEADER in headers
             life = await self._let_in(key, info, tokens, parsed.deadline_s, explicit, charged)
+            named(request, life)
         except Rejection as rejection:
             status, code, why = rejection.status, rejection.code, rejection.message
             if code == "no_backend" and info is not None:
@@ -180,13 +180,13 @@ class Front:
     async def admit_other(self, request: web.Request) -> Admitted:
         """An allow-listed passthrough request: key, body, quota and queue as above (its
         tokens estimated from the body's size, since its shape is not ours to parse)."""
-        request_id = request[REQUEST_ID] = new_request_id()
-        CURRENT_REQUEST.set(request_id)  # on every log line about it (gpuroute/logs.py)
+        request_id = request[REQUEST_ID] = request.get(REQUEST_ID) or new_request_id()
         headers, key, raw = await self._read(request)
         priority = self.config.admission.default_priority
         info = RequestInfo(request_id, "", max(1, len(raw) // 4), priority=priority)
         tokens = info.prompt_tokens
         life = await self._let_in(key, info, tokens, None, False)
+        named(request, life)
         return Admitted(ParsedRequest(info, False, None), raw, headers, key, tokens, life)
 
     def token_charge(self, key: KeyPolicy, parsed: ParsedRequest) -> int:
@@ -220,7 +220,11 @@ class Front:
         """The request's lifetime opened, its tenant charged (unless it `charges` nothing)
         and an admission slot taken; or the lifetime closed again and the Rejection (or
         cancellation) raised."""
-        life = self.lifetimes.open(info)
+        try:
+            life = self.lifetimes.open(info)
+        except LifetimeError:  # a client's id that a request in flight here carries already
+            info.request_id = f"{info.request_id}.{new_request_id()}"
+            life = self.lifetimes.open(info)
         charged = False
         try:
             if charges:
@@ -281,6 +285,13 @@ class Front:
             )
         except RequestError as exc:
             raise Rejection(exc.status, exc.message, param=exc.param, code=exc.code) from None
+
+
+def named(request: web.Request, life: RequestLifetime) -> None:
+    """The id the request was let in under (a client's, suffixed when one in flight here
+    carries it already) is the one answered and logged."""
+    request[REQUEST_ID] = str(life.request_id)
+    LOG_REQUEST_ID.set(str(life.request_id))
 
 
 def ending_of(exc: BaseException) -> Event:

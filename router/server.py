@@ -58,6 +58,7 @@ from gpuroute.openai_api import (
 )
 from gpuroute.secrets import read_secret
 from gpuroute.tls import client_context
+from gpuroute.tracing import install
 
 log = logging.getLogger("gpuroute.router")
 
@@ -252,6 +253,7 @@ class RouterApp:
             app.router.add_route("*", path, self.proxy.passthrough)
         app.router.add_route("*", "/{tail:.*}", not_found)
         app.on_response_prepare.append(name_request)
+        install(app, self.config.tracing, "gpuroute-router")  # request ids, trace context, spans
         app.on_startup.append(self._startup)
         app.on_cleanup.append(self._cleanup)
         return app

@@ -5,6 +5,8 @@ test knob. Now each hop forwards an allow-list, and appends its peer."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from support.global_tier import global_tier
 from support.live import router_server, scripted_backend
@@ -56,8 +58,11 @@ async def test_an_engine_gets_only_what_it_needs(tmp_path) -> None:
     assert answer.status == 200, answer.body
     [(_, seen, _)] = engine.seen
     names, got = received(seen)
-    assert names == PASSED | {"authorization"}
+    assert names == PASSED | {"authorization", "x-request-id"}
     assert got["x-forwarded-for"] == "203.0.113.9, 127.0.0.1"  # the peer appended
+    # the client's id with the attempt and a nonce: unique per attempt (gpuroute/tracing.py)
+    assert re.fullmatch(r"req-1-0-[0-9a-f]{8}", got["x-request-id"]), got["x-request-id"]
+    assert got["traceparent"] == dict(WANTED)["traceparent"]  # valid, tracing off: as it came
     assert got["authorization"] == "Bearer sk-engine-only"
 
 
@@ -92,4 +97,5 @@ async def test_a_router_gets_only_what_it_reads_from_the_global_tier(tmp_path) -
     [(_, seen, _)] = router.seen
     names, got = received(seen)
     assert names == PASSED | {"x-request-id", "x-gpuroute-priority"}
+    assert got["x-request-id"] == "req-1"  # valid: the router keeps it
     assert got["x-forwarded-for"] == "203.0.113.9, 127.0.0.1"

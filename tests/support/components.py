@@ -48,6 +48,20 @@ def consul() -> Path:
     return consul_binary() or missing(HOW_TO_GET_CONSUL)
 
 
+OTELCOL_VERSION = "0.165.0"  # scripts/build-otelcol.sh's
+
+
+def otelcol() -> Path:
+    """The OpenTelemetry Collector `make otelcol` builds (GPUROUTE_OTELCOL: another one with
+    the otlp receiver and the file exporter)."""
+    named = os.environ.get("GPUROUTE_OTELCOL")
+    cache = Path(os.environ.get("GPUROUTE_CACHE", Path.home() / ".cache" / "gpuroute"))
+    for path in (Path(named) if named else None, cache / f"otelcol-gpuroute-{OTELCOL_VERSION}"):
+        if path is not None and os.access(path, os.X_OK):
+            return path
+    missing("no OpenTelemetry Collector: `make otelcol` builds one (Go from the module proxy)")
+
+
 def redis() -> str:
     from support.redis_server import HOW_TO_GET_REDIS, redis_binary
 
