@@ -170,12 +170,13 @@ async def test_global_tier_writes_an_access_line_with_the_regions_request_id(
                 assert r.status == 200
             async with s.post(url + "/v1/chat/completions", data=b"{not json") as r:
                 assert r.status == 400
+                refused_id = r.headers["x-request-id"]  # the global tier's own (tracing.py)
     access = [line for line in records(captured) if line["logger"] == "gpuroute.access"]
     ok, bad = access
     assert ok["request_id"] == "00aa11bb22cc33dd" and ok["region"] == "eu-west"
     assert (ok["status"], ok["model"], ok["route"]) == (200, MODEL, "/v1/chat/completions")
     assert 0 < ok["ttft_ms"] <= ok["duration_ms"] and ok["sample_rate"] == 1.0
-    assert bad["status"] == 400 and bad["request_id"] is None and bad["region"] is None
+    assert bad["status"] == 400 and bad["request_id"] == refused_id and bad["region"] is None
 
 
 @pytest.mark.asyncio
