@@ -95,8 +95,7 @@ class RouterApp:
             self.metrics,
             self.clock,
         )
-        # the requests in flight, each with everything booked for it
-        self.lifetimes = Lifetimes(
+        self.lifetimes = Lifetimes(  # the requests in flight, each with its bookings
             RetrySettings(**config.retry.model_dump(exclude={"rescue_slowness"})), self.scheduler
         )
         self.watch = BackendWatch(
