@@ -55,7 +55,11 @@ class KeyStore:
             workers=r.workers,
         )  # fmt: skip
         quotas = r.proxy.front.tenants.quotas
-        quotas.keys, quotas.required, quotas.anonymous = built.keys, built.required, built.anonymous
+        quotas.keys, quotas.anonymous = built.keys, built.anonymous
+        # keys stay required once any was in use: revoking the last one closes the door
+        # rather than opening it to keyless callers
+        used = bool(r.config.auth.keys or self.added or self.revoked)
+        quotas.required = built.required or (used and not auth.allow_anonymous)
 
     def describe(self) -> list[dict]:
         file_keys = {k.sha256 for k in self.router.config.auth.keys}
