@@ -3,7 +3,7 @@ run time (`POST /admin/backends`, drain, `DELETE`).
 
 A reload reads the file again and applies what can change while requests are in flight:
 the policy, static backends (new ones added warming, removed ones drained then dropped,
-changed ones updated in place), keys and quotas, SLO classes, and `[[models]]` aliases and
+changed ones updated in place), keys and quotas, SLO classes' targets, and `[[models]]` aliases and
 splits. A file that does not load (any ConfigError), or that changes a key only a restart
 applies (`RESTART_KEYS`), is refused with its error and the running config stays: the file
 is checked in full before anything is touched. Requests in flight keep their bookings."""
@@ -47,6 +47,8 @@ def restart_keys(old: RouterConfig, new: RouterConfig) -> list[str]:
         if name not in RELOADABLE and getattr(old, name) != getattr(new, name)
     ]
     changed += [f"slo.{k}" for k in SLO_RESTART if getattr(old.slo, k) != getattr(new.slo, k)]
+    if [c.name for c in old.slo.classes] != [c.name for c in new.slo.classes]:
+        changed.append("slo.classes (their names; targets reload)")  # the hold queue's ranks
     return changed
 
 
@@ -84,7 +86,7 @@ class Reloader:
         self._apply_policy(new)
         self._apply_backends(new.backends, plan)
         r.routes.routes, r.routes.aliases = routes.routes, routes.aliases
-        r.slo.classes = r.slo.queue.classes = slo_classes(new.slo)
+        r.slo.classes = slo_classes(new.slo)
         r.config = r.proxy.front.config = new
         for hook in self.on_keys:
             hook()
