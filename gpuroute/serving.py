@@ -165,6 +165,8 @@ class DrainingServer:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)
+        if (operator := getattr(self.servable, "operator", None)) is not None:
+            loop.add_signal_handler(signal.SIGHUP, operator.reload_signal)  # re-read the config
         await self.start()
         freeze_startup_heap()
         listen = self.servable.config.listen

@@ -52,6 +52,7 @@ class AdminRoutes:
         app.router.add_get("/admin/explain/{request_id}", self.explain)
         app.router.add_get("/admin/models", self.models)
         app.router.add_put(SPLIT_PATH, self.put_split)
+        self.router.operator.add_routes(app)  # reload, backends, keys, config
 
     async def explain(self, request: web.Request) -> web.Response:
         """What the decision log kept of one recent request (`gpuroute explain`)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpuroute.router.config import RouterConfig
+from gpuroute.router.config import BackendConfig, RouterConfig
 from gpuroute.router.core.backend import Backend, BackendSet
 from gpuroute.router.core.breaker import BreakerSettings
 from gpuroute.router.core.cost import CostEstimator
@@ -31,21 +31,38 @@ def engine_kind(book: PriorBook, gpu: str, models, tp: int = 1, pp: int = 1) -> 
     return EngineKind(gpu, book.shape_of(models), tp, pp)
 
 
+def static_backend(book: PriorBook, b: BackendConfig, i: int) -> Backend:
+    """One `[[backends]]` entry as the scheduler holds it (ConfigError naming it)."""
+    kind = engine_kind(book, b.gpu, b.models, b.tensor_parallel, b.pipeline_parallel)
+    try:
+        key = book.ensure(kind)
+    except ValueError as exc:
+        raise ConfigError(f"backends[{i}] ({b.backend_id}): {exc}") from None
+    capacity = b.capacity if b.capacity is not None else book.table[key].capacity
+    backend = Backend(
+        b.backend_id, key, b.models, capacity=capacity, address=b.url, gpu=b.gpu,
+        gpus=kind.gpus,
+    )  # fmt: skip
+    backend.lora_models = frozenset(b.lora_adapters)
+    return backend
+
+
+def policy_options(config: RouterConfig, book: PriorBook, workers: int = 1) -> PolicyOptions:
+    """What the configured policy is built with (also on reload)."""
+    sharing = (config.redis.configured and config.redis.share_load) or workers > 1
+    slo = config.slo
+    return PolicyOptions(
+        pick_among=config.redis.pick_among if sharing else 1,
+        gpu_prices={n: s.price_per_hour for n, s in book.gpus.items() if s.price_per_hour},
+        cost_weight=slo.cost_weight,
+        slo_margin=slo.margin,
+    )
+
+
 def build_scheduler(config: RouterConfig, book: PriorBook, workers: int = 1) -> Scheduler:
     backends = BackendSet()
     for i, b in enumerate(config.backends):
-        kind = engine_kind(book, b.gpu, b.models, b.tensor_parallel, b.pipeline_parallel)
-        try:
-            key = book.ensure(kind)
-        except ValueError as exc:
-            raise ConfigError(f"backends[{i}] ({b.backend_id}): {exc}") from None
-        capacity = b.capacity if b.capacity is not None else book.table[key].capacity
-        backend = Backend(
-            b.backend_id, key, b.models, capacity=capacity, address=b.url, gpu=b.gpu,
-            gpus=kind.gpus,
-        )  # fmt: skip
-        backend.lora_models = frozenset(b.lora_adapters)
-        backends.add(backend)
+        backends.add(static_backend(book, b, i))
     priors = book.table
     health = BackendHealth(
         backends,
@@ -55,14 +72,8 @@ def build_scheduler(config: RouterConfig, book: PriorBook, workers: int = 1) -> 
     )
     costs = {gpu: p.cost for gpu, p in priors.items()}
     estimator = CostEstimator(costs, exact_max_tokens=config.slo.max_tokens_is_output)
-    sharing = (config.redis.configured and config.redis.share_load) or workers > 1
     slo = config.slo
-    options = PolicyOptions(
-        pick_among=config.redis.pick_among if sharing else 1,
-        gpu_prices={n: s.price_per_hour for n, s in book.gpus.items() if s.price_per_hour},
-        cost_weight=slo.cost_weight,
-        slo_margin=slo.margin,
-    )
+    options = policy_options(config, book, workers)
     latency = LatencyModel({gpu: p.latency.scaled(slo.prior_scale) for gpu, p in priors.items()})
     policy = build_policy(config.policy, options)
     scheduler = Scheduler(backends, policy, estimator, health, latency)

@@ -48,6 +48,9 @@ class AuthConfig(StrictModel):
     # what a request without max_tokens is charged per answer at admission (at most the
     # key's tokens_per_minute); the engine's reported usage settles it at the end
     default_max_tokens: int = Field(default=1024, ge=1)
+    # how often a replica checks Redis for keys added or revoked through the admin API:
+    # the bound on how long a revoked key still works on another replica
+    key_sync_s: float = Field(default=0.25, gt=0, le=60)
 
     @property
     def keys_required(self) -> bool:

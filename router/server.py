@@ -13,6 +13,7 @@ import socket
 import time
 
 from aiohttp import web
+from gpuroute.router.admin_api import Operator
 from gpuroute.router.admin_routes import AdminRoutes
 from gpuroute.router.admission_gate import AdmissionGate
 from gpuroute.router.assemble import build_scheduler, member_kind, prior_book
@@ -94,8 +95,7 @@ class RouterApp:
             self.metrics,
             self.clock,
         )
-        # the requests in flight, each with everything booked for it
-        self.lifetimes = Lifetimes(
+        self.lifetimes = Lifetimes(  # the requests in flight, each with its bookings
             RetrySettings(**config.retry.model_dump(exclude={"rescue_slowness"})), self.scheduler
         )
         self.watch = BackendWatch(
@@ -120,6 +120,7 @@ class RouterApp:
         self._probes: dict[str, asyncio.Task] = {}
         self._region_server = None
         self.shared_load = self._shared_load()
+        self.operator = Operator(self)  # reload, static backends, keys (router/admin_api.py)
         self.registration: RouterRegistration | None = None
         self.region_port: int | None = None
         listen = config.region.report_listen
@@ -303,6 +304,7 @@ class RouterApp:
         if self.shared_load is not None:
             self.shared_load.start()
         self._ticker = asyncio.create_task(self._tick_loop())
+        await self.operator.start()
 
     def listening(self, port: int, admin_port: int | None) -> None:
         """Called once the listeners are bound: register in Consul as gpuroute-router
@@ -329,6 +331,7 @@ class RouterApp:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
+        await self.operator.close()
         await self.forwarder.close()
         await self.proxy.front.tenants.close()
         if self.redis is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from urllib.parse import quote
@@ -25,7 +26,17 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuroute.admin_guard import Middleware
 from gpuroute.openai_api import error_response, healthz
 
+log = logging.getLogger("gpuroute.router.workers")
 ASK_TIMEOUT_S = 5.0
+# the admin API's changes, told to every worker (router/admin_api.py)
+WRITES = (
+    ("POST", "/admin/reload"),
+    ("POST", "/admin/backends"),
+    ("POST", "/admin/backends/{id}/drain"),
+    ("DELETE", "/admin/backends/{id}"),
+    ("POST", "/admin/keys"),
+    ("DELETE", "/admin/keys/{sha256}"),
+)
 SUMMED = ("in_flight", "outstanding_s")
 
 
@@ -97,7 +108,11 @@ class WorkerAdmin:
         app.router.add_get("/admin/backends", self.backends)
         app.router.add_get("/admin/explain/{request_id}", self.explain)
         app.router.add_get("/admin/models", self.models)
-        app.router.add_put(SPLIT_PATH, self.split)
+        app.router.add_put(SPLIT_PATH, self.every)
+        for method, path in WRITES:
+            app.router.add_route(method, path, self.every)
+        for path in ("/admin/config", "/admin/keys"):
+            app.router.add_get(path, self.first)
         return app
 
     async def ask(
@@ -120,27 +135,42 @@ class WorkerAdmin:
         asks = (self.ask(s, path, method, body) for s in self.sockets())
         return list(await asyncio.gather(*asks))
 
-    async def models(self, _request: web.Request) -> web.Response:
-        """The model table as the first answering worker has it (they all hold the same)."""
-        for answer in await self.ask_all("/admin/models"):
+    async def first(self, request: web.Request) -> web.Response:
+        """What the first answering worker says (they all hold the same)."""
+        for answer in await self.ask_all(request.path):
             if answer is not None and answer[0] == 200:
                 return web.Response(body=answer[1], content_type="application/json")
         return error_response(503, "no worker answered", code="worker_down")
 
-    async def split(self, request: web.Request) -> web.Response:
-        """A split's new weights, told to every worker; 502 unless each one took them (the
-        change is then partial: send it again)."""
+    async def models(self, request: web.Request) -> web.Response:
+        return await self.first(request)
+
+    async def every(self, request: web.Request) -> web.Response:
+        """A change told to every worker (a split, a reload, a backend, a key); 502 unless
+        each one took it (the change is then partial: send it again), or the first
+        refusal."""
         path = request.path
-        answers = await self.ask_all(path, "PUT", await request.read())
+        answers = await self.ask_all(path, request.method, await request.read())
         for worker, answer in enumerate(answers):
             if answer is None:
-                message = f"worker {worker} did not answer; send the split again"
+                message = f"worker {worker} did not answer; send the change again"
                 return error_response(502, message, code="worker_down")
-            if answer[0] != 200:
+            if answer[0] >= 300:
                 return web.Response(
                     status=answer[0], body=answer[1], content_type="application/json"
                 )
-        return web.Response(body=answers[0][1], content_type="application/json")
+        first = answers[0]
+        assert first is not None
+        return web.Response(status=first[0], body=first[1], content_type="application/json")
+
+    async def reload_all(self) -> None:
+        """SIGHUP to the parent: every worker re-reads the file; refusals are logged."""
+        for worker, answer in enumerate(await self.ask_all("/admin/reload", "POST")):
+            if answer is None or answer[0] != 200:
+                why = "no answer" if answer is None else answer[1].decode(errors="replace")
+                log.error("SIGHUP: worker %d did not reload: %s", worker, why)
+            else:
+                log.info("SIGHUP: worker %d reloaded", worker)
 
     async def readyz(self, _request: web.Request) -> web.Response:
         if (why := self.unready()) is not None:

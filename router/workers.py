@@ -194,6 +194,10 @@ class Supervisor:
             self.status,
             self.unready,
         )
+        hups: set[asyncio.Task] = set()  # SIGHUP: every worker reloads
+        loop.add_signal_handler(
+            signal.SIGHUP, lambda: hups.add(loop.create_task(admin.reload_all()))
+        )
         runner = web.AppRunner(admin.app(admin_guards(self.config, "router")), access_log=None)
         try:
             reservation = reserve_port(listen.host, listen.port)  # OSError: a clear exit 1

@@ -1,0 +1,75 @@
+"""A key revoked on one replica is refused by another sharing its Redis within a bound:
+two live routers and a real redis-server; the time from the revoke's answer on replica A
+until replica B first refuses the key is measured (printed) and held to the poll period
+`auth.key_sync_s` plus a margin for a loaded 2-core machine. A key added on A works on B
+within the same bound."""
+
+from __future__ import annotations
+
+import time
+
+import aiohttp
+import pytest
+from support.live import MODEL, router_server, scripted_backend
+from support_security import RecordingEngine
+
+from gpuroute.auth import key_digest
+
+pytestmark = pytest.mark.asyncio
+KEY, NEW = "sk-tenant", "sk-added"
+SYNC_S = 0.1
+MARGIN_S = 0.4
+
+
+def toml(engine: str, redis_url: str) -> str:
+    return (
+        "admin_on_public_listener = true\n[listen]\nport = 0\n"
+        f'[redis]\nurl = "{redis_url}"\ntimeout_s = 0.5\n'
+        f"[auth]\nkey_sync_s = {SYNC_S}\n"
+        f'[[auth.keys]]\nsha256 = "{key_digest(KEY)}"\ntenant = "acme"\n'
+        f'[[backends]]\nurl = "{engine}"\ngpu = "H100"\nmodels = ["{MODEL}"]\n'
+    )
+
+
+async def status(s: aiohttp.ClientSession, base: str, key: str) -> int:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    headers = {"Authorization": f"Bearer {key}"}
+    async with s.post(base + "/v1/chat/completions", json=body, headers=headers) as r:
+        await r.read()
+        return r.status
+
+
+async def until(s, base: str, key: str, wanted: int, limit_s: float) -> float:
+    start = time.perf_counter()
+    while (code := await status(s, base, key)) != wanted:
+        assert time.perf_counter() - start < limit_s, code
+    return time.perf_counter() - start
+
+
+async def test_a_revoke_on_one_replica_is_refused_on_the_other_within_the_bound(
+    tmp_path, redis
+) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    async with scripted_backend(RecordingEngine()) as engine:
+        async with (
+            router_server(toml(engine, redis.url), tmp_path / "a") as a,
+            router_server(toml(engine, redis.url), tmp_path / "b") as b,
+        ):
+            url_a, url_b = (f"http://127.0.0.1:{x.port}" for x in (a, b))
+            async with aiohttp.ClientSession() as s:
+                assert await status(s, url_b, KEY) == 200
+                async with s.delete(url_a + f"/admin/keys/{key_digest(KEY)}") as r:
+                    assert r.status == 200
+                assert await status(s, url_a, KEY) == 401  # at once where it was revoked
+                revoked = await until(s, url_b, KEY, 401, SYNC_S + MARGIN_S)
+                async with s.post(url_a + "/admin/keys", json={"key": NEW, "tenant": "new"}) as r:
+                    assert r.status == 201
+                added = await until(s, url_b, NEW, 200, SYNC_S + MARGIN_S)
+                async with s.get(url_b + "/admin/keys") as r:
+                    listed = await r.json()
+    print(
+        f"revocation reached replica B in {revoked * 1e3:.0f} ms, addition in {added * 1e3:.0f} ms"
+    )
+    assert listed["shared"] is True
+    assert {k.get("sha256") for k in listed["keys"]} >= {key_digest(NEW), key_digest(KEY)}
