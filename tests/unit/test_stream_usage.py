@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import orjson
 from gpuroute.router.stream_usage import UsageStrippingTally, ask_usage, without_usage
+from gpuroute.router.token_usage import TenantLabels, reported_usage
 
 CHAT = "/v1/chat/completions"
 ROLE = b'data: {"id":"x","choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n'
@@ -62,3 +63,19 @@ def test_the_tally_counts_what_it_strips_however_chunks_split() -> None:
 def test_an_unframed_stream_is_never_held() -> None:
     tally = UsageStrippingTally()
     assert tally.outgoing(b"data: {") == b"data: {"
+
+
+def test_tenants_beyond_the_limit_fold_into_other() -> None:
+    labels = TenantLabels(2)
+    assert [labels(t) for t in ("a", "b", "c", "a", "other", "d")] == [
+        "a", "b", "other", "a", "other", "other"
+    ]  # fmt: skip
+
+
+def test_reported_usage_reads_the_tail() -> None:
+    tally = UsageStrippingTally()
+    tally.add(STREAM)
+    assert reported_usage(tally) == (7, 2)
+    tally = UsageStrippingTally()
+    tally.add(ROLE + TOKEN + DONE)
+    assert reported_usage(tally) is None
