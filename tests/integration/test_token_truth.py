@@ -7,40 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 
 import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from support.live import MODEL, fake_engines, router_toml, running_router
+from support.token_replay import replay_bodies, router_tokens
 
 pytestmark = pytest.mark.asyncio
 
 REQUESTS = 1200
 CONCURRENCY = 16
-CJK = "請把這份會議紀錄整理成重點，並列出所有待辦事項與負責人。"
-
-
-def replay(n: int, seed: int = 34) -> list[tuple[str, dict]]:
-    """Mixed requests: chat or completions, streamed or not, English or CJK, usage asked
-    for by some streaming clients."""
-    rng = random.Random(seed)
-    out = []
-    for i in range(n):
-        text = (CJK if i % 4 == 0 else "route this request well please ") * rng.randint(1, 6)
-        body: dict = {"model": MODEL, "max_tokens": rng.randint(1, 12)}
-        stream = rng.random() < 0.5
-        if stream:
-            body["stream"] = True
-            if rng.random() < 0.3:
-                body["stream_options"] = {"include_usage": True}
-        if rng.random() < 0.5:
-            out.append(
-                ("/v1/chat/completions", body | {"messages": [{"role": "user", "content": text}]})
-            )
-        else:
-            out.append(("/v1/completions", body | {"prompt": text}))
-    return out
 
 
 def sums(text: str, names: dict[str, str]) -> dict[str, float]:
@@ -50,15 +27,6 @@ def sums(text: str, names: dict[str, str]) -> dict[str, float]:
         for sample in family.samples:
             if sample.name in names:
                 totals[names[sample.name]] += sample.value
-    return totals
-
-
-def router_tokens(text: str) -> dict[str, float]:
-    totals = {"prompt": 0.0, "completion": 0.0}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "gpuroute_tokens_total":
-                totals[sample.labels["direction"]] += sample.value
     return totals
 
 
@@ -77,7 +45,7 @@ async def send(session: aiohttp.ClientSession, url: str, route: str, body: dict)
 
 
 async def test_tokens_total_equals_the_engines_own_counters(tmp_path) -> None:
-    requests = replay(REQUESTS)
+    requests = replay_bodies(REQUESTS, MODEL)
     with fake_engines(("H100", 0.02), ("A100", 0.02)) as engines:
         config = router_toml([(e.url, e.gpu) for e in engines])
         async with running_router(config, tmp_path) as (url, router), aiohttp.ClientSession() as s:
