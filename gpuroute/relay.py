@@ -7,6 +7,7 @@ import enum
 import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from aiohttp import web
 
@@ -80,6 +81,7 @@ class ResponseTally:
     regex over the first chunks only; the hot path stays arithmetic)."""
 
     __slots__ = ("_looks", "bytes", "content", "events", "hold", "skeleton", "tail")
+    strip: ClassVar[bool] = False  # True: what the client gets is `outgoing(chunk)`
 
     def __init__(self, *, size_text: bool = False) -> None:
         # what must land before the bytes just added reach the client (a stored Responses
@@ -105,6 +107,14 @@ class ResponseTally:
             if self.skeleton is None:
                 return
         self.content += max(len(chunk) - events * self.skeleton, 0)
+
+    def outgoing(self, chunk: bytes) -> bytes:
+        """What of `chunk` (counted as it came) the client receives (with `strip` only)."""
+        return chunk
+
+    def flush(self) -> bytes:
+        """What `outgoing` held back, once the body has ended (with `strip` only)."""
+        return b""
 
     def output_tokens(self, streamed: bool) -> int:
         """Usage's completion_tokens when present, else one token per content event."""
@@ -236,6 +246,8 @@ async def relay_body(
         response.content_length = len(first)
     try:
         await response.prepare(request)
+        if tally.strip:
+            first = tally.outgoing(first)
         if first and not whole:
             await client.write(first)
     except ConnectionError:
@@ -251,7 +263,7 @@ async def relay_body(
     )
     if ended is not None:
         return ended
-    return await _end(client, tally, streamed)
+    return await _end(client, tally, streamed, tally.flush() if tally.strip else b"")
 
 
 async def _held(tally: ResponseTally) -> None:
@@ -294,6 +306,10 @@ async def _relay_chunks(
         tally.add(chunk)
         if tally.hold is not None:
             await _held(tally)
+        if tally.strip:
+            chunk = tally.outgoing(chunk)
+            if not chunk:
+                continue
         try:
             await client.write(chunk)
         except ConnectionError:

@@ -11,6 +11,7 @@ from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.lifetime import Event, RequestLifetime
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.responses_state import RESPONSES, TURN
+from gpuroute.router.stream_usage import UsageStrippingTally
 
 from gpuroute.headers import SERVED_MODEL_HEADER
 from gpuroute.relay import RESPONSE_DROP, ResponseTally, forward_headers
@@ -54,6 +55,7 @@ class Exchange:
     first_at: float | None = None  # when its first bytes reached the client
     answer: Answer | None = None  # the answer relayed to the client, if one was
     ending: Event = Event.FAIL  # how the request ends, once the attempts are over
+    strip_usage: bool = False  # usage was asked for on the client's behalf: not relayed
 
     @property
     def info(self) -> RequestInfo:
@@ -62,6 +64,8 @@ class Exchange:
     def new_tally(self, streamed: bool) -> ResponseTally:
         """What counts an attempt's answer (a Responses turn's also reads the response to
         store: router/responses_state.py)."""
+        if self.strip_usage and streamed:
+            return UsageStrippingTally()
         turn = self.request.get(TURN) if self.route == RESPONSES else None
         return ResponseTally(size_text=streamed) if turn is None else turn.tally(streamed)
 

@@ -20,6 +20,7 @@ from gpuroute.router.exchange import Answer, Exchange
 from gpuroute.router.forward import Forwarder
 from gpuroute.router.front import Admitted, Front
 from gpuroute.router.metrics import RouterMetrics
+from gpuroute.router.stream_usage import ask_usage
 
 from gpuroute.openai_api import Rejection, error_response
 from gpuroute.relay import (
@@ -91,7 +92,8 @@ class Proxy:
         ending = Event.CANCEL  # unless it ends otherwise: its client left
         try:
             headers = self.forwarder.engine_headers(request, admitted.headers)
-            exchange = Exchange(request, life, admitted.raw, route, arrival, headers)
+            raw, strip = ask_usage(route, admitted.parsed.stream, admitted.raw)
+            exchange = Exchange(request, life, raw, route, arrival, headers, strip_usage=strip)
             response = await self.forwarder.attempts(exchange)
             ending = exchange.ending
             return response

@@ -289,3 +289,24 @@ async def test_requests_stuck_on_a_backend_that_went_silent_are_moved(tmp_path) 
                 # it was past rescue_slowness (10) when each rescue happened; it may have
                 # decayed a little since, on a busy machine: still far from healthy (1.0)
                 assert router.scheduler.backends.get(stuck_id).slowness >= 5
+
+
+async def test_usage_chunk_stripped_unless_asked_for(tmp_path) -> None:
+    """The router asks every stream for usage; a client that did not ask never sees it."""
+    with fake_engines(("A100", 1.0)) as (engine,):
+        config = router_toml([(engine.url, "A100")])
+        async with running_router(config, tmp_path) as (url, _), aiohttp.ClientSession() as s:
+            got = {}
+            for asked in (False, True):
+                body = chat_body(stream=True, max_tokens=4)
+                if asked:
+                    body["stream_options"] = {"include_usage": True}
+                async with s.post(url + "/v1/chat/completions", json=body) as r:
+                    got[asked] = (await r.read()).decode()
+    for asked, text in got.items():
+        events = [e.removeprefix("data: ") for e in text.split("\n\n") if e]
+        assert events[-1] == "[DONE]"
+        chunks = [json.loads(e) for e in events[:-1]]
+        usage_only = [c for c in chunks if c["choices"] == []]
+        assert len(usage_only) == int(asked), text
+        assert all(c["choices"] for c in chunks) or asked

@@ -1,0 +1,84 @@
+"""Streams ask the engine for their usage. On the completions family a stream's usage comes
+only when asked (`stream_options.include_usage`), as one last chunk with no choices. The
+router asks for it on every such stream, so that token counters, quotas and usage records
+read what the engine counted; where the client did not ask, that chunk is read by the tally
+and dropped from what the client receives."""
+
+from __future__ import annotations
+
+import re
+
+import orjson
+
+from gpuroute.relay import ResponseTally
+
+USAGE_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions"})
+USAGE_ONLY = re.compile(rb'"choices"\s*:\s*\[\s*\]')
+HOLD_LIMIT = 4096  # an unfinished event held back at most (a usage chunk is far smaller)
+
+
+def ask_usage(route: str, stream: bool, raw: bytes) -> tuple[bytes, bool]:
+    """The body to send and whether the usage chunk is to be stripped: a stream on the
+    completions family whose client did not ask for usage is sent asking for it."""
+    if not stream or route not in USAGE_ROUTES:
+        return raw, False
+    body = orjson.loads(raw)  # parsed (as an object) at admission already
+    options = body.get("stream_options")
+    if options is None:
+        options = {}
+    elif not isinstance(options, dict):
+        return raw, False  # the engine answers it as the client wrote it
+    if options.get("include_usage") is True:
+        return raw, False  # asked for: relayed as it comes
+    body["stream_options"] = {**options, "include_usage": True}
+    return orjson.dumps(body), True
+
+
+def without_usage(data: bytes) -> bytes:
+    """`data` (whole SSE events) less its usage-only events."""
+    if b'"usage"' not in data:
+        return data
+    events = data.split(b"\n\n")
+    kept = [e for e in events if not (b'"usage"' in e and USAGE_ONLY.search(e))]
+    return data if len(kept) == len(events) else b"\n\n".join(kept)
+
+
+class UsageStrippingTally(ResponseTally):
+    """A ResponseTally that counts every chunk as it came and hands the client each one
+    without the usage chunk. An event split across chunks is held back until its end
+    arrives (a client can do nothing with half an event), never more than HOLD_LIMIT, and
+    only once the stream is seen framed with blank lines."""
+
+    __slots__ = ("_framed", "_newline", "_partial")
+    strip = True
+
+    def __init__(self) -> None:
+        super().__init__(size_text=True)
+        self._partial = b""
+        self._framed = False  # a blank line seen: events can be told apart
+        self._newline = False  # what went before ended in a newline (not yet framed)
+
+    def outgoing(self, chunk: bytes) -> bytes:
+        if not self._framed:
+            if b"\n\n" not in (b"\n" + chunk if self._newline else chunk):
+                self._newline = chunk.endswith(b"\n")
+                return chunk
+            self._framed = True
+        data = self._partial + chunk if self._partial else chunk
+        cut = data.rfind(b"\n\n") + 2
+        if cut == 1:  # no event ends here
+            if len(data) > HOLD_LIMIT:
+                self._partial = b""
+                return data
+            self._partial = data
+            return b""
+        rest = len(data) - cut
+        if 0 < rest <= HOLD_LIMIT:
+            self._partial, data = data[cut:], data[:cut]
+        else:
+            self._partial = b""
+        return without_usage(data)
+
+    def flush(self) -> bytes:
+        data, self._partial = self._partial, b""
+        return without_usage(data)

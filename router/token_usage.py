@@ -1,0 +1,70 @@
+"""Token-level truth: what each request used, as its engine counted it (the usage it
+reports, streams included: router/stream_usage.py), read once at the end of the request
+and counted in `gpuroute_tokens_total{model,tenant,direction}`. Tenants beyond the first
+`[metrics] max_tenants` seen are folded into `other`, so the series stay bounded."""
+
+from __future__ import annotations
+
+from gpuroute.router.metrics import Children, RouterMetrics
+from prometheus_client import Counter
+from pydantic import Field
+
+from gpuroute.config import StrictModel
+from gpuroute.relay import COMPLETION_TOKENS, PROMPT_TOKENS, ResponseTally
+
+OTHER = "other"
+
+
+class MetricsConfig(StrictModel):
+    """The `[metrics]` section: label cardinality."""
+
+    max_tenants: int = Field(default=50, ge=0)  # tenants named in labels; the rest: `other`
+
+
+def reported_usage(tally: ResponseTally) -> tuple[int, int] | None:
+    """(prompt, completion) tokens as the engine's usage says (None: it said nothing)."""
+    completion = COMPLETION_TOKENS.findall(tally.tail)
+    prompt = PROMPT_TOKENS.findall(tally.tail)
+    if not (completion or prompt):
+        return None
+    return (int(prompt[-1]) if prompt else 0, int(completion[-1]) if completion else 0)
+
+
+class TenantLabels:
+    """A tenant's label: its name for the first `limit` tenants seen, else `other`."""
+
+    __slots__ = ("limit", "named")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.named: set[str] = set()
+
+    def __call__(self, tenant: str) -> str:
+        if tenant in self.named:
+            return tenant
+        if len(self.named) < self.limit and tenant != OTHER:
+            self.named.add(tenant)
+            return tenant
+        return OTHER
+
+
+class TokenCounter:
+    """`gpuroute_tokens_total`, in the router's registry."""
+
+    def __init__(self, metrics: RouterMetrics, config: MetricsConfig) -> None:
+        self.tenant_label = TenantLabels(config.max_tenants)
+        self.tokens = Counter(
+            "gpuroute_tokens",
+            "Tokens as the engines' usage reports them, by served model, tenant (beyond "
+            "[metrics] max_tenants: other) and direction (prompt, completion).",
+            ["model", "tenant", "direction"],
+            registry=metrics.registry,
+        )
+        self.tokens_by = Children(self.tokens)
+
+    def count(self, model: str, tenant: str, prompt: int, completion: int) -> None:
+        label = self.tenant_label(tenant)
+        if prompt:
+            self.tokens_by(model, label, "prompt").inc(prompt)
+        if completion:
+            self.tokens_by(model, label, "completion").inc(completion)
