@@ -116,26 +116,35 @@ class ResponseTally:
         """What `outgoing` held back, once the body has ended (with `strip` only)."""
         return b""
 
+    def reported(self) -> tuple[int | None, int | None]:
+        """The engine's usage: (prompt, completion) tokens, each None where it said nothing."""
+        prompt = PROMPT_TOKENS.findall(self.tail)
+        completion = COMPLETION_TOKENS.findall(self.tail)
+        return (int(prompt[-1]) if prompt else None, int(completion[-1]) if completion else None)
+
     def output_tokens(self, streamed: bool) -> int:
         """Usage's completion_tokens when present, else one token per content event."""
-        found = COMPLETION_TOKENS.findall(self.tail)
-        if found:
-            return int(found[-1])
+        completion = self.reported()[1]
+        if completion is not None:
+            return completion
         if streamed:
             return max(0, self.events - 3)  # role, finish and [DONE] carry no tokens
         return 0
 
-    def used_tokens(self, streamed: bool, prompt_estimate: int) -> int | None:
+    def used_tokens(
+        self,
+        streamed: bool,
+        prompt_estimate: int,
+        reported: tuple[int | None, int | None] | None = None,
+    ) -> int | None:
         """What the request cost in tokens: the engine's usage (prompt, and completion if
         any) when it reported one; for a stream without it, the prompt as estimated and
         its answer at one token an event or 4 bytes of text a token, whichever is more (an
         engine may pack several tokens into an event); None when nobody can tell (a whole
-        answer without usage)."""
-        completion = COMPLETION_TOKENS.findall(self.tail)
-        prompt = PROMPT_TOKENS.findall(self.tail)
-        if completion or prompt:
-            used = int(prompt[-1]) if prompt else prompt_estimate
-            return used + (int(completion[-1]) if completion else 0)
+        answer without usage). `reported`: `reported()`, when the caller read it already."""
+        prompt, completion = self.reported() if reported is None else reported
+        if prompt is not None or completion is not None:
+            return (prompt if prompt is not None else prompt_estimate) + (completion or 0)
         if streamed:
             events = self.output_tokens(streamed=True)
             return prompt_estimate + max(events, self.content // BYTES_PER_TOKEN)

@@ -11,7 +11,6 @@ from gpuroute.router.exchange import Answer, Exchange
 from gpuroute.router.front import REQUEST_ID, Admitted
 
 from gpuroute.access_log import AccessLog, AccessLogConfig, ms
-from gpuroute.relay import PROMPT_TOKENS
 
 
 @dataclass(slots=True)
@@ -81,9 +80,10 @@ def answer_fields(answer: Answer) -> dict[str, Any]:
     """Tokens as the engine's usage reports them (prompt: the estimate without one;
     completion: one a streamed event without one), and the backend that answered."""
     out: dict[str, Any] = {"backend": answer.backend}
-    tally = answer.tally
-    prompt = PROMPT_TOKENS.findall(tally.tail)
-    if prompt:
-        out["prompt_tokens"] = int(prompt[-1])
-    out["completion_tokens"] = tally.output_tokens(answer.streamed)
+    prompt, completion = answer.usage()
+    if prompt is not None:
+        out["prompt_tokens"] = prompt
+    if completion is None:  # one a streamed event
+        completion = answer.tally.output_tokens(answer.streamed)
+    out["completion_tokens"] = completion
     return out

@@ -27,11 +27,19 @@ class Answer:
     streamed: bool
     tally: ResponseTally
     backend: str | None = None  # who answered (the access log's `backend`)
+    _usage: tuple[int | None, int | None] | None = None
+
+    def usage(self) -> tuple[int | None, int | None]:
+        """The engine's reported (prompt, completion) tokens, read from the tail once (the
+        token counter, the quota settle and the access log all ask)."""
+        if self._usage is None:
+            self._usage = self.tally.reported()
+        return self._usage
 
     def used_tokens(self, prompt_estimate: int) -> int | None:
         """Tokens it used: the engine's usage, else a stream's estimate; an error answer
         without usage used none; None when a whole answer does not say."""
-        used = self.tally.used_tokens(self.streamed, prompt_estimate)
+        used = self.tally.used_tokens(self.streamed, prompt_estimate, self.usage())
         if used is None and self.status >= 400:
             return 0
         return used
@@ -55,7 +63,11 @@ class Exchange:
     first_at: float | None = None  # when its first bytes reached the client
     answer: Answer | None = None  # the answer relayed to the client, if one was
     ending: Event = Event.FAIL  # how the request ends, once the attempts are over
-    strip_usage: bool = False  # usage was asked for on the client's behalf: not relayed
+    # the body as parsed at admission (None: not JSON, an audio upload); it was edited to
+    # ask for usage on the client's behalf when `strip_usage` (that chunk is not relayed)
+    body: dict | None = None
+    strip_usage: bool = False
+    _sent: tuple[str, bytes] | None = None  # the last body serialised, for its model
 
     @property
     def info(self) -> RequestInfo:
@@ -70,13 +82,17 @@ class Exchange:
         return ResponseTally(size_text=streamed) if turn is None else turn.tally(streamed)
 
     def body_for(self, model: str) -> bytes:
-        """The body to send for `model`: as it came when that is the model the client named,
-        else with `model` replaced (an alias, a split's version, a fallback)."""
-        if model == self.info.requested or self.route.startswith("/v1/audio/"):
-            return self.raw  # a multipart upload goes as it came (its model field unchanged)
-        body = orjson.loads(self.raw)  # parsed (as an object) at admission already
-        body["model"] = model
-        return orjson.dumps(body)
+        """The body to send for `model`: as it came when that is the model the client named
+        and nothing was edited, else the parsed body with `model` set (an alias, a split's
+        version, a fallback), serialised once per model. A multipart upload goes as it
+        came (its model field unchanged)."""
+        body = self.body
+        if body is None or (model == self.info.requested and not self.strip_usage):
+            return self.raw
+        if self._sent is None or self._sent[0] != model:
+            body["model"] = model
+            self._sent = (model, orjson.dumps(body))
+        return self._sent[1]
 
 
 BACKEND_HEADER = "x-gpuroute-backend"  # who served it, with expose_backend_header only

@@ -30,7 +30,7 @@ from gpuroute.router.residency_gate import ResidencyGate
 from gpuroute.router.responses_state import RESPONSES, ResponsesState
 from gpuroute.router.slo_gate import SloGate
 from gpuroute.router.tenant_gate import TenantGate
-from gpuroute.router.token_usage import TokenCounter, reported_usage
+from gpuroute.router.token_usage import TokenCounter
 from gpuroute.router.tracing_spans import admission
 
 from gpuroute.forwarded import TrustedProxies
@@ -258,9 +258,9 @@ class Front:
         charge stands)."""
         self.close(admitted.life, ending)
         key, api = admitted.key, admitted.parsed.api
-        usage = None if answer is None else reported_usage(answer.tally)
-        if usage is not None:
-            self.token_counter.count(admitted.life.model, key.tenant, *usage)
+        if answer is not None:  # what the engine reported, counted as it said
+            prompt, completion = answer.usage()
+            self.token_counter.count(admitted.life.model, key.tenant, prompt or 0, completion or 0)
         if key.tokens_per_minute is None or (api is not None and not api.charges):
             return  # read no usage where no quota needs it (the relay's hot path)
         used = 0 if answer is None else answer.used_tokens(admitted.parsed.info.prompt_tokens)

@@ -92,8 +92,10 @@ class Proxy:
         ending = Event.CANCEL  # unless it ends otherwise: its client left
         try:
             headers = self.forwarder.engine_headers(request, admitted.headers)
-            raw, strip = ask_usage(route, admitted.parsed.stream, admitted.raw)
-            exchange = Exchange(request, life, raw, route, arrival, headers, strip_usage=strip)
+            parsed = admitted.parsed
+            strip = ask_usage(route, parsed.stream, parsed.body)
+            exchange = Exchange(request, life, admitted.raw, route, arrival, headers,
+                                body=parsed.body, strip_usage=strip)  # fmt: skip
             response = await self.forwarder.attempts(exchange)
             ending = exchange.ending
             return response

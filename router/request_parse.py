@@ -47,6 +47,7 @@ class ParsedRequest:
     outputs: int = 1  # answers it asks for: `n` (or `best_of`) times the prompts it holds
     api: Api | None = None  # which API (None: a passthrough path)
     audio_s: float | None = None  # an audio upload's duration: what it is metered in
+    body: dict | None = None  # the JSON body as parsed (None: an audio upload's form)
 
 
 def parse_request(
@@ -94,7 +95,7 @@ def parse_request(
         priority=priority,
         holds=api.holds,
     )
-    return ParsedRequest(info, summary.stream, deadline_s, summary.outputs, api, audio_s)
+    return ParsedRequest(info, summary.stream, deadline_s, summary.outputs, api, audio_s, body)
 
 
 def _json_body(api: Api, raw: bytes) -> tuple[str, BodySummary, dict]:
@@ -109,7 +110,7 @@ def _json_body(api: Api, raw: bytes) -> tuple[str, BodySummary, dict]:
         raise RequestError(400, exc.message, param=exc.param) from None
 
 
-def _audio_body(raw: bytes, content_type: str | None) -> tuple[str, BodySummary, dict, float]:
+def _audio_body(raw: bytes, content_type: str | None) -> tuple[str, BodySummary, None, float]:
     """A transcription or translation upload: its model, and its cost from the audio's
     duration read from the file's header (gpuroute/audio.py)."""
     try:
@@ -118,7 +119,7 @@ def _audio_body(raw: bytes, content_type: str | None) -> tuple[str, BodySummary,
     except AudioError as exc:
         raise RequestError(400, exc.message, param=exc.param) from None
     summary = BodySummary("", audio_tokens(seconds), transcript_tokens(seconds), form.stream, 1)
-    return form.model, summary, {}, seconds
+    return form.model, summary, None, seconds
 
 
 def audio_tokens(seconds: float) -> int:
@@ -129,7 +130,7 @@ def transcript_tokens(seconds: float) -> int:
     return max(1, math.ceil(seconds * TRANSCRIPT_TOKENS_PER_S))
 
 
-def _session(headers: Mapping[str, str], body: dict) -> str | None:
+def _session(headers: Mapping[str, str], body: dict | None) -> str | None:
     """The session id (a header, else the body's `user`), as a fixed-length digest: the id
     becomes a Redis key and a hash input, and a client may send a megabyte of it."""
     for name in SESSION_HEADERS:
@@ -139,7 +140,7 @@ def _session(headers: Mapping[str, str], body: dict) -> str | None:
                 raise RequestError(400, f"{name} must be printable ASCII", param=name)
             break
     else:
-        value = body.get("user")
+        value = body.get("user") if body is not None else None
         if not isinstance(value, str):
             return None
     return session_key(value)

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import re
 
-import orjson
-
 from gpuroute.relay import ResponseTally
 
 USAGE_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions"})
@@ -17,21 +15,21 @@ USAGE_ONLY = re.compile(rb'"choices"\s*:\s*\[\s*\]')
 HOLD_LIMIT = 4096  # an unfinished event held back at most (a usage chunk is far smaller)
 
 
-def ask_usage(route: str, stream: bool, raw: bytes) -> tuple[bytes, bool]:
-    """The body to send and whether the usage chunk is to be stripped: a stream on the
-    completions family whose client did not ask for usage is sent asking for it."""
-    if not stream or route not in USAGE_ROUTES:
-        return raw, False
-    body = orjson.loads(raw)  # parsed (as an object) at admission already
+def ask_usage(route: str, stream: bool, body: dict | None) -> bool:
+    """Whether the usage chunk is to be stripped: a stream on the completions family whose
+    client did not ask for usage is sent asking for it (`body`, the one parsed at
+    admission, is edited; router/exchange.py serialises it once)."""
+    if not stream or body is None or route not in USAGE_ROUTES:
+        return False
     options = body.get("stream_options")
     if options is None:
         options = {}
     elif not isinstance(options, dict):
-        return raw, False  # the engine answers it as the client wrote it
+        return False  # the engine answers it as the client wrote it
     if options.get("include_usage") is True:
-        return raw, False  # asked for: relayed as it comes
+        return False  # asked for: relayed as it comes
     body["stream_options"] = {**options, "include_usage": True}
-    return orjson.dumps(body), True
+    return True
 
 
 def without_usage(data: bytes) -> bytes:

@@ -10,7 +10,6 @@ from prometheus_client import Counter
 from pydantic import Field
 
 from gpuroute.config import StrictModel
-from gpuroute.relay import COMPLETION_TOKENS, PROMPT_TOKENS, ResponseTally
 
 OTHER = "other"
 
@@ -19,15 +18,6 @@ class MetricsConfig(StrictModel):
     """The `[metrics]` section: label cardinality."""
 
     max_tenants: int = Field(default=50, ge=0)  # tenants named in labels; the rest: `other`
-
-
-def reported_usage(tally: ResponseTally) -> tuple[int, int] | None:
-    """(prompt, completion) tokens as the engine's usage says (None: it said nothing)."""
-    completion = COMPLETION_TOKENS.findall(tally.tail)
-    prompt = PROMPT_TOKENS.findall(tally.tail)
-    if not (completion or prompt):
-        return None
-    return (int(prompt[-1]) if prompt else 0, int(completion[-1]) if completion else 0)
 
 
 class TenantLabels:

@@ -4,8 +4,11 @@ ask for it (router/stream_usage.py)."""
 from __future__ import annotations
 
 import orjson
+from gpuroute.router.core.lifetime import RequestLifetime
+from gpuroute.router.core.request import RequestInfo
+from gpuroute.router.exchange import Exchange
 from gpuroute.router.stream_usage import UsageStrippingTally, ask_usage, without_usage
-from gpuroute.router.token_usage import TenantLabels, reported_usage
+from gpuroute.router.token_usage import TenantLabels
 
 CHAT = "/v1/chat/completions"
 ROLE = b'data: {"id":"x","choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n'
@@ -15,28 +18,46 @@ DONE = b"data: [DONE]\n\n"
 STREAM = ROLE + TOKEN + TOKEN + USAGE + DONE
 
 
+def exchange(raw: bytes, route: str = CHAT, stream: bool = True) -> Exchange:
+    """An Exchange as the proxy builds it: the body parsed once, usage asked for on it."""
+    body = orjson.loads(raw)
+    strip = ask_usage(route, stream, body)
+    life = RequestLifetime(RequestInfo("r", body.get("model", "m"), 1))
+    return Exchange(None, life, raw, route, 0.0, {}, body=body, strip_usage=strip)  # type: ignore[arg-type]
+
+
 def test_a_stream_without_stream_options_asks_for_usage() -> None:
-    raw = orjson.dumps({"model": "m", "stream": True, "messages": []})
-    body, strip = ask_usage(CHAT, True, raw)
-    assert strip and orjson.loads(body)["stream_options"] == {"include_usage": True}
+    sent = exchange(orjson.dumps({"model": "m", "stream": True, "messages": []}))
+    assert sent.strip_usage
+    assert orjson.loads(sent.body_for("m"))["stream_options"] == {"include_usage": True}
 
 
 def test_include_usage_false_is_overridden_and_stripped() -> None:
     raw = orjson.dumps({"stream": True, "stream_options": {"include_usage": False, "x": 1}})
-    body, strip = ask_usage("/v1/completions", True, raw)
-    assert strip and orjson.loads(body)["stream_options"] == {"include_usage": True, "x": 1}
+    sent = exchange(raw, "/v1/completions")
+    assert sent.strip_usage
+    assert orjson.loads(sent.body_for("m"))["stream_options"] == {"include_usage": True, "x": 1}
 
 
 def test_a_client_that_asked_gets_its_body_unchanged() -> None:
     raw = orjson.dumps({"stream": True, "stream_options": {"include_usage": True}})
-    assert ask_usage(CHAT, True, raw) == (raw, False)
+    sent = exchange(raw)
+    assert not sent.strip_usage and sent.body_for("m") is raw
 
 
 def test_no_rewrite_off_streams_or_other_routes() -> None:
     raw = b'{"stream":false}'
-    assert ask_usage(CHAT, False, raw) == (raw, False)
-    assert ask_usage("/v1/responses", True, raw) == (raw, False)
-    assert ask_usage("/v1/embeddings", True, raw) == (raw, False)
+    for route, stream in ((CHAT, False), ("/v1/responses", True), ("/v1/embeddings", True)):
+        sent = exchange(raw, route, stream)
+        assert not sent.strip_usage and sent.body_for("m") is raw
+
+
+def test_a_body_is_serialised_once_per_model_and_the_model_set() -> None:
+    sent = exchange(orjson.dumps({"model": "alias", "stream": False}), stream=False)
+    assert sent.body_for("alias") is sent.raw  # the client's own name: as it came
+    first = sent.body_for("served")
+    assert orjson.loads(first) == {"model": "served", "stream": False}
+    assert sent.body_for("served") is first  # a retry sends the same bytes
 
 
 def test_without_usage_drops_only_the_usage_only_event() -> None:
@@ -75,7 +96,7 @@ def test_tenants_beyond_the_limit_fold_into_other() -> None:
 def test_reported_usage_reads_the_tail() -> None:
     tally = UsageStrippingTally()
     tally.add(STREAM)
-    assert reported_usage(tally) == (7, 2)
+    assert tally.reported() == (7, 2)
     tally = UsageStrippingTally()
     tally.add(ROLE + TOKEN + DONE)
-    assert reported_usage(tally) is None
+    assert tally.reported() == (None, None)
