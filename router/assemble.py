@@ -39,12 +39,10 @@ def static_backend(book: PriorBook, b: BackendConfig, i: int) -> Backend:
     except ValueError as exc:
         raise ConfigError(f"backends[{i}] ({b.backend_id}): {exc}") from None
     capacity = b.capacity if b.capacity is not None else book.table[key].capacity
-    backend = Backend(
+    return Backend(
         b.backend_id, key, b.models, capacity=capacity, address=b.url, gpu=b.gpu,
-        gpus=kind.gpus,
+        gpus=kind.gpus, lora_models=b.lora_adapters,
     )  # fmt: skip
-    backend.lora_models = frozenset(b.lora_adapters)
-    return backend
 
 
 def policy_options(config: RouterConfig, book: PriorBook, workers: int = 1) -> PolicyOptions:

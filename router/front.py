@@ -155,14 +155,10 @@ class Front:
         sticky = info.session_id or str(info.request_id)
         choice = self.routes.resolve(info.model, sticky, fallback=wanted == "auto")
         info.requested, info.model, info.fallbacks = info.model, choice.model, choice.fallbacks
-        # a LoRA adapter (vLLM serves it under its own name: the agent says which names
-        # are adapters, an engine which it has in use): the scheduler keeps it on few
-        # engines (policies/adapter_affinity.py)
-        model = info.model
-        if any(
-            model in b.lora_models or model in b.adapters for b in self.backends.routable(model)
-        ):
-            info.adapter = model
+        # a LoRA adapter (vLLM serves it under its own name; the agent, or the config, says
+        # which names are adapters): kept on few engines (policies/adapter_affinity.py)
+        if self.backends.is_adapter(info.model):
+            info.adapter = info.model
         return choice.name
 
     def _check_model(self, info: RequestInfo) -> None:

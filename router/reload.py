@@ -158,7 +158,7 @@ class Reloader:
         backend.models = frozenset(b.models)
         backend.lora_models = frozenset(b.lora_adapters)
         r.gate.set_limit(b.backend_id, b.max_inflight)
-        r.scheduler.backends._changed()  # models may have changed: routable sets again
+        r.scheduler.backends.changed()  # models may have changed: routable sets again
         self.static[b.backend_id] = b
 
     def drain(self, backend_id: str, *, remove: bool) -> None:

@@ -62,6 +62,7 @@ class Backend:
         zone: str | None = None,
         gpu: str | None = None,
         gpus: int = 1,
+        lora_models: Iterable[str] = (),
     ) -> None:
         if capacity <= 0:
             raise ValueError(f"backend {backend_id}: capacity must be > 0, got {capacity}")
@@ -85,7 +86,7 @@ class Backend:
         # lora_requests_info: agent reports, or the simulator's engine); 0 slots: unknown
         self.adapters: frozenset[str] = frozenset()
         self.adapter_slots = 0
-        self.lora_models: frozenset[str] = frozenset()  # which of `models` are LoRA adapters
+        self.lora_models = frozenset(lora_models)  # which of `models` are LoRA adapters
 
     @property
     def condition(self) -> str:
@@ -113,6 +114,7 @@ class BackendSet:
         self._by_id: dict[str, Backend] = {}
         self._routable: dict[str, list[Backend]] = {}
         self._models: frozenset[str] | None = None  # served by any backend, in any state
+        self._adapters: frozenset[str] | None = None  # names any backend serves as adapters
         self.slow_start = slow_start or SlowStart()
         self.version = 0
         for backend in backends:
@@ -138,18 +140,18 @@ class BackendSet:
         if warm and self.slow_start.window_s > 0:
             backend.state, backend.reason = BackendState.WARMING, "joined"
         backend.state_since = now
-        self._changed()
+        self.changed()
 
     def remove(self, backend_id: str) -> Backend:
         backend = self._by_id.pop(backend_id)
-        self._changed()
+        self.changed()
         return backend
 
     def set_state(self, backend: Backend, state: BackendState, now: float, reason: str) -> None:
         if backend.state is state and backend.reason == reason:
             return
         backend.state, backend.state_since, backend.reason = state, now, reason
-        self._changed()
+        self.changed()
 
     def routable(self, model: str) -> Sequence[Backend]:
         """Backends in READY or WARMING that serve `model` (cached until the next change)."""
@@ -168,6 +170,13 @@ class BackendSet:
             self._models = frozenset().union(*(b.models for b in self._by_id.values()))
         return model in self._models
 
+    def is_adapter(self, model: str) -> bool:
+        """Whether some backend serves `model` as a LoRA adapter (kept until the next
+        change, as `serves` is)."""
+        if self._adapters is None:
+            self._adapters = frozenset().union(*(b.lora_models for b in self._by_id.values()))
+        return model in self._adapters
+
     def effective_capacity(self, backend: Backend, now: float) -> float:
         if backend.state is BackendState.WARMING:
             return backend.capacity * self.slow_start.factor(now - backend.state_since)
@@ -184,7 +193,8 @@ class BackendSet:
             self.set_state(backend, BackendState.READY, now, "warmed up")
         return done
 
-    def _changed(self) -> None:
+    def changed(self) -> None:
+        """A backend's models or state changed: the cached lookups are made again."""
         self._routable.clear()
-        self._models = None
+        self._models = self._adapters = None
         self.version += 1

@@ -192,8 +192,8 @@ def apply(
             zone=member.zone or None,
             gpu=member.gpu,
             gpus=member.tp * member.pp,
+            lora_models=member.adapters,
         )
-        backend.lora_models = frozenset(member.adapters)
         backends.add(backend, now, warm=warm)
         if not member.routable:
             backends.set_state(
