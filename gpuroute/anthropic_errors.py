@@ -30,9 +30,13 @@ ANTHROPIC_ROUTES = ("/v1/messages", "/v1/messages/count_tokens")  # answered in 
 
 
 def error_type(status: int) -> str:
+    """The type Anthropic names a status by: a client's mistake for other 4xx, an API
+    error for other 5xx (503, the router's shedding, is Anthropic's overloaded)."""
     if status in ERROR_TYPES:
         return ERROR_TYPES[status]
-    return "overloaded_error" if status == 503 else "api_error"
+    if status == 503:
+        return "overloaded_error"
+    return "api_error" if status >= 500 else "invalid_request_error"
 
 
 def anthropic_error_body(status: int, message: str) -> dict:

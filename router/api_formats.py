@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 from gpuroute.router.api_bodies import BodyError, BodySummary, positive_int, stream_flag
 
-from gpuroute.anthropic_errors import anthropic_stream_error
+from gpuroute.anthropic_errors import ANTHROPIC_ROUTES, anthropic_stream_error
 from gpuroute.prompt import estimate_tokens
 
 # Responses API tools run by the server itself (OpenAI's hosted tools): an engine behind a
@@ -116,7 +116,7 @@ def responses_stream_error(message: str) -> bytes:
 def stream_error_event(route: str) -> Callable[[str], bytes] | None:
     """The last event of a stream on `route` that broke after its first bytes, in that API's
     own format (None: OpenAI's chat and completions error event, then [DONE])."""
-    if route.startswith("/v1/messages"):
+    if route in ANTHROPIC_ROUTES:
         return anthropic_stream_error
     if route == "/v1/responses":
         return responses_stream_error

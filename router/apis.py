@@ -1,5 +1,5 @@
-"""Every API the router serves, as one table: the route, whose error format it answers in,
-what kind of work it asks of an engine, and how its JSON body is read (router/api_bodies.py,
+"""Every API the router serves, as one table: the route, what kind of work it asks of an
+engine, and how its JSON body is read (router/api_bodies.py,
 router/api_formats.py).
 
 The kind of work decides how a request is priced and admitted:
@@ -28,14 +28,12 @@ from gpuroute.router.api_bodies import (
 )
 from gpuroute.router.api_formats import read_count_tokens, read_messages, read_responses
 
-OPENAI, ANTHROPIC = "openai", "anthropic"
 GENERATE, PREFILL, AUDIO, FREE = "generate", "prefill", "audio", "free"
 
 
 @dataclass(frozen=True, slots=True)
 class Api:
     path: str
-    errors: str  # OPENAI or ANTHROPIC: the format of its error bodies and stream errors
     work: str  # GENERATE, PREFILL, AUDIO or FREE
     read: Reader | None  # None: not a JSON body (audio's multipart)
 
@@ -51,22 +49,23 @@ class Api:
 
 
 def api_table() -> dict[str, Api]:
-    """Route → its API (a fresh table: each app builds its own)."""
+    """Route → its API. Which routes answer in Anthropic's error format is
+    gpuroute/anthropic_errors.py's ANTHROPIC_ROUTES (both tiers need it)."""
     table = [
-        Api("/v1/chat/completions", OPENAI, GENERATE, read_chat),
-        Api("/v1/completions", OPENAI, GENERATE, read_completion),
-        Api("/v1/responses", OPENAI, GENERATE, read_responses),
-        Api("/v1/messages", ANTHROPIC, GENERATE, read_messages),
-        Api("/v1/messages/count_tokens", ANTHROPIC, FREE, read_count_tokens),
-        Api("/v1/embeddings", OPENAI, PREFILL, read_pooled),
-        Api("/pooling", OPENAI, PREFILL, read_pooled),
-        Api("/classify", OPENAI, PREFILL, read_pooled),
-        *(Api(p, OPENAI, PREFILL, read_rerank) for p in ("/v1/rerank", "/rerank", "/v2/rerank")),
-        *(Api(p, OPENAI, PREFILL, read_score) for p in ("/v1/score", "/score")),
-        Api("/v1/audio/transcriptions", OPENAI, AUDIO, None),
-        Api("/v1/audio/translations", OPENAI, AUDIO, None),
-        Api("/tokenize", OPENAI, FREE, read_tokenize),
-        Api("/detokenize", OPENAI, FREE, read_detokenize),
+        Api("/v1/chat/completions", GENERATE, read_chat),
+        Api("/v1/completions", GENERATE, read_completion),
+        Api("/v1/responses", GENERATE, read_responses),
+        Api("/v1/messages", GENERATE, read_messages),
+        Api("/v1/messages/count_tokens", FREE, read_count_tokens),
+        Api("/v1/embeddings", PREFILL, read_pooled),
+        Api("/pooling", PREFILL, read_pooled),
+        Api("/classify", PREFILL, read_pooled),
+        *(Api(p, PREFILL, read_rerank) for p in ("/v1/rerank", "/rerank", "/v2/rerank")),
+        *(Api(p, PREFILL, read_score) for p in ("/v1/score", "/score")),
+        Api("/v1/audio/transcriptions", AUDIO, None),
+        Api("/v1/audio/translations", AUDIO, None),
+        Api("/tokenize", FREE, read_tokenize),
+        Api("/detokenize", FREE, read_detokenize),
     ]
     return {api.path: api for api in table}
 

@@ -34,24 +34,18 @@ from gpuroute.testbed.fake_common import (
     open_stream,
 )
 
+from gpuroute.anthropic_errors import anthropic_error_body
 from gpuroute.prompt import prefix_blocks, prompt_text, prompt_tokens
 
 if TYPE_CHECKING:
     from gpuroute.testbed.fake_engine import FakeEngine
     from gpuroute.testbed.live_engine import LiveRequest
 
-ANTHROPIC_TYPES = {
-    400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-    404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
-    500: "api_error", 529: "overloaded_error",
-}  # fmt: skip
 ROLES = ("user", "assistant", "system")
 
 
 def anthropic_error(status: int, message: str) -> web.Response:
-    kind = ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
-    body = {"type": "error", "error": {"type": kind, "message": message}}
-    return web.json_response(body, status=status)
+    return web.json_response(anthropic_error_body(status, message), status=status)
 
 
 def _block(block: dict[str, Any]) -> dict[str, Any]:
