@@ -61,6 +61,13 @@ def required_list(body: dict[str, Any], key: str, *, of: type | tuple[type, ...]
     return value
 
 
+def required_input(body: dict[str, Any], key: str) -> None:
+    """A prompt field: a string, or a non-empty list (of strings or token ids)."""
+    value = body.get(key)
+    if not isinstance(value, str | list) or (isinstance(value, list) and not value):
+        raise BodyError(f"'{key}' is required and must not be empty", key)
+
+
 def text_or_texts(body: dict[str, Any], key: str) -> list[str]:
     """A field holding a string or a non-empty list of strings."""
     value = body.get(key)
@@ -79,23 +86,18 @@ def _summary(body: dict[str, Any], max_tokens: int | None, outputs: int = 1) -> 
 
 # -- OpenAI's completions family ----------------------------------------------------------
 def read_chat(body: dict[str, Any]) -> BodySummary:
-    messages = required_list(body, "messages", of=dict)
-    del messages
+    required_list(body, "messages", of=dict)
     return _summary(body, _output_cap(body), _choices(body))
 
 
 def read_completion(body: dict[str, Any]) -> BodySummary:
-    value = body.get("prompt")
-    if not isinstance(value, str | list) or (isinstance(value, list) and not value):
-        raise BodyError("'prompt' is required and must not be empty", "prompt")
+    required_input(body, "prompt")
     return _summary(body, _output_cap(body), _choices(body) * prompts_in(body))
 
 
 def read_pooled(body: dict[str, Any]) -> BodySummary:
     """embeddings, pooling, classify: an `input` to prefill, no text answer."""
-    value = body.get("input")
-    if not isinstance(value, str | list) or (isinstance(value, list) and not value):
-        raise BodyError("'input' is required and must not be empty", "input")
+    required_input(body, "input")
     return BodySummary(prompt_text(body), prompt_tokens(body), 0, False, 0)
 
 

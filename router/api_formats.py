@@ -8,7 +8,13 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
-from gpuroute.router.api_bodies import BodyError, BodySummary, positive_int, stream_flag
+from gpuroute.router.api_bodies import (
+    BodyError,
+    BodySummary,
+    positive_int,
+    required_input,
+    stream_flag,
+)
 
 from gpuroute.anthropic_errors import ANTHROPIC_ROUTES, anthropic_stream_error
 from gpuroute.prompt import estimate_tokens
@@ -57,9 +63,8 @@ def read_responses(body: dict[str, Any]) -> BodySummary:
     """POST /v1/responses: `input` (a string or items), optional `instructions`,
     `max_output_tokens`. Background mode and built-in tools are refused: nothing here can
     run them."""
-    value = body.get("input")
-    if not isinstance(value, str | list) or (isinstance(value, list) and not value):
-        raise BodyError("'input' is required: a string or a non-empty list of items", "input")
+    required_input(body, "input")
+    value = body["input"]
     if body.get("background") is True:
         raise BodyError("background mode is not supported by gpuroute; stream instead",
                         "background")  # fmt: skip

@@ -63,9 +63,11 @@ class Exchange:
     first_at: float | None = None  # when its first bytes reached the client
     answer: Answer | None = None  # the answer relayed to the client, if one was
     ending: Event = Event.FAIL  # how the request ends, once the attempts are over
-    # the body as parsed at admission (None: not JSON, an audio upload); it was edited to
-    # ask for usage on the client's behalf when `strip_usage` (that chunk is not relayed)
+    # the body as parsed at admission (None: not JSON, an audio upload); `edited`: it no
+    # longer says what `raw` does (a Responses turn's conversation, usage asked for on the
+    # client's behalf: `strip_usage`, that chunk not relayed), so it is what is sent
     body: dict | None = None
+    edited: bool = False
     strip_usage: bool = False
     _sent: tuple[str, bytes] | None = None  # the last body serialised, for its model
 
@@ -87,7 +89,7 @@ class Exchange:
         version, a fallback), serialised once per model. A multipart upload goes as it
         came (its model field unchanged)."""
         body = self.body
-        if body is None or (model == self.info.requested and not self.strip_usage):
+        if body is None or (model == self.info.requested and not self.edited):
             return self.raw
         if self._sent is None or self._sent[0] != model:
             body["model"] = model

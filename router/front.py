@@ -24,6 +24,7 @@ from gpuroute.router.request_parse import (
     PRIORITY_HEADER,
     ParsedRequest,
     RequestError,
+    json_object,
     parse_request,
 )
 from gpuroute.router.residency_gate import ResidencyGate
@@ -109,10 +110,13 @@ class Front:
         info: RequestInfo | None = None
         try:
             headers, key, raw = await self._read(request)
+            body = None
             if route == RESPONSES and self.responses is not None:  # its conversation, whole
-                raw = await self.responses.expand(request, key, raw)
+                body = self._json(raw)
+                await self.responses.expand(request, key, body)
             content_type = request.headers.get("Content-Type")
-            parsed = self._parse(headers, route, raw, request_id, content_type)
+            parsed = self._parse(headers, route, raw, request_id, content_type, body)
+            parsed.edited = body is not None
             info = parsed.info
             name = self._route_model(info, headers)
             info.slo = self.slo.resolve(key, headers, self.model_slo.get(name))
@@ -263,6 +267,13 @@ class Front:
         if used is not None:
             self.tenants.settle(key, used - admitted.charged_tokens)
 
+    @staticmethod
+    def _json(raw: bytes) -> dict:
+        try:
+            return json_object(raw)
+        except RequestError as exc:
+            raise Rejection(exc.status, exc.message, param=exc.param, code=exc.code) from None
+
     def _parse(
         self,
         headers: Mapping[str, str],
@@ -270,6 +281,7 @@ class Front:
         raw: bytes,
         request_id: str,
         content_type: str | None,
+        body: dict | None = None,
     ) -> ParsedRequest:
         admission = self.config.admission
         try:
@@ -283,6 +295,7 @@ class Front:
                 with_prefix_blocks=self.with_prefix_blocks,
                 longest_deadline_s=admission.default_timeout_s,
                 content_type=content_type,
+                body=body,
             )
         except RequestError as exc:
             raise Rejection(exc.status, exc.message, param=exc.param, code=exc.code) from None

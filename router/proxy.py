@@ -95,7 +95,8 @@ class Proxy:
             parsed = admitted.parsed
             strip = ask_usage(route, parsed.stream, parsed.body)
             exchange = Exchange(request, life, admitted.raw, route, arrival, headers,
-                                body=parsed.body, strip_usage=strip)  # fmt: skip
+                                body=parsed.body, edited=strip or parsed.edited,
+                                strip_usage=strip)  # fmt: skip
             response = await self.forwarder.attempts(exchange)
             ending = exchange.ending
             return response

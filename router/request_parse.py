@@ -48,6 +48,7 @@ class ParsedRequest:
     api: Api | None = None  # which API (None: a passthrough path)
     audio_s: float | None = None  # an audio upload's duration: what it is metered in
     body: dict | None = None  # the JSON body as parsed (None: an audio upload's form)
+    edited: bool = False  # `body` no longer says what the raw bytes say (it is sent instead)
 
 
 def parse_request(
@@ -62,17 +63,19 @@ def parse_request(
     longest_deadline_s: float = math.inf,
     apis: Mapping[str, Api] = APIS,
     content_type: str | None = None,
+    body: dict | None = None,
 ) -> ParsedRequest:
     """`with_prefix_blocks=False` skips hashing the prompt when no policy reads the blocks;
     the deadline header may only shorten `longest_deadline_s` (the router's default).
-    `content_type` is the request's (audio uploads are multipart)."""
+    `content_type` is the request's (audio uploads are multipart); `body`, the JSON body
+    when it was parsed (and edited) already: `raw` is not read again."""
     api = apis.get(path)
     if api is None:
         raise RequestError(404, f"no API at {clip(path)}", code="not_found")
     if api.read is None:
         model, summary, body, audio_s = _audio_body(raw, content_type)
     else:
-        model, summary, body = _json_body(api, raw)
+        model, summary, body = _json_body(api, raw, body)
         audio_s = None
     priority = headers.get(PRIORITY_HEADER, default_priority).strip().lower()
     if priority not in priorities:
@@ -98,8 +101,8 @@ def parse_request(
     return ParsedRequest(info, summary.stream, deadline_s, summary.outputs, api, audio_s, body)
 
 
-def _json_body(api: Api, raw: bytes) -> tuple[str, BodySummary, dict]:
-    body = _json_object(raw)
+def _json_body(api: Api, raw: bytes, body: dict | None) -> tuple[str, BodySummary, dict]:
+    body = json_object(raw) if body is None else body
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise RequestError(400, "'model' is required and must be a string", param="model")
@@ -151,7 +154,8 @@ def session_key(session: str) -> str:
     return hashlib.blake2b(session.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
-def _json_object(raw: bytes) -> dict:
+def json_object(raw: bytes) -> dict:
+    """A body that must be a JSON object; RequestError (400) otherwise."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

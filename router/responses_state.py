@@ -22,7 +22,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 import redis.asyncio as aioredis
 from aiohttp import web
 from gpuroute.router.config import RouterConfig
@@ -110,16 +109,10 @@ class ResponsesState:
         return cls(responses, store)
 
     # -- before a request is parsed -------------------------------------------------------
-    async def expand(self, request: web.Request, key: KeyPolicy, raw: bytes) -> bytes:
-        """The body to parse, schedule and forward for a /v1/responses request: its
-        previous response's conversation prepended to its input, `store: false`. A body
-        that is not a JSON object is returned as it came (the parser refuses it)."""
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            return raw
-        if not isinstance(body, dict):
-            return raw
+    async def expand(self, request: web.Request, key: KeyPolicy, body: dict[str, Any]) -> None:
+        """Edit a /v1/responses body (parsed once, by the front) into the one to price,
+        schedule and forward: its previous response's conversation prepended to its input,
+        `store: false`."""
         store, previous = self._read_fields(body)
         items = as_items(body.get("input"))
         if previous is not None:
@@ -131,7 +124,6 @@ class ResponsesState:
         body["store"] = False  # the router stores; the engine need not
         limit = self.config.max_entry_bytes
         request[TURN] = Turn(key.tenant, previous, store, items, self._completed, limit)
-        return orjson.dumps(body)
 
     @staticmethod
     def _read_fields(body: dict[str, Any]) -> tuple[bool, str | None]:

@@ -8,6 +8,7 @@ import asyncio
 import orjson
 from aiohttp.test_utils import make_mocked_request
 from gpuroute.router.quotas import KeyPolicy
+from gpuroute.router.request_parse import RequestError, json_object
 from gpuroute.router.responses_config import ResponsesConfig
 from gpuroute.router.responses_state import ResponsesState
 from gpuroute.router.responses_store import ResponsesStore
@@ -40,12 +41,15 @@ def test_any_json_body_is_expanded_or_refused_with_a_4xx(body) -> None:
         s = state()
         request = make_mocked_request("POST", "/v1/responses")
         try:
-            sent = await s.expand(request, ACME, orjson.dumps(body))
+            sent = json_object(orjson.dumps(body))  # the front's one parse
+        except RequestError as refused:
+            assert refused.status == 400 and not isinstance(body, dict)
+            return
+        try:
+            await s.expand(request, ACME, sent)
         except Rejection as refused:
             assert 400 <= refused.status < 500
             return
-        if isinstance(body, dict):
-            assert orjson.loads(sent)["store"] is False
-            assert "previous_response_id" not in orjson.loads(sent)
+        assert sent["store"] is False and "previous_response_id" not in sent
 
     asyncio.run(expand())

@@ -23,7 +23,7 @@ def exchange(raw: bytes, route: str = CHAT, stream: bool = True) -> Exchange:
     body = orjson.loads(raw)
     strip = ask_usage(route, stream, body)
     life = RequestLifetime(RequestInfo("r", body.get("model", "m"), 1))
-    return Exchange(None, life, raw, route, 0.0, {}, body=body, strip_usage=strip)  # type: ignore[arg-type]
+    return Exchange(None, life, raw, route, 0.0, {}, body=body, edited=strip, strip_usage=strip)  # type: ignore[arg-type]
 
 
 def test_a_stream_without_stream_options_asks_for_usage() -> None:
