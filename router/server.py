@@ -384,8 +384,8 @@ class RouterApp:
             self.proxy.front.tenants.identify(headers)
         except Rejection as rejection:
             return rejection.response()
-        served = [m for b in self.scheduler.backends for m in b.models]
-        return models_response([*served, *self.routes.names()])
+        served = {m for b in self.scheduler.backends for m in b.models}
+        return models_response([*served, *self.routes.reachable(served)])
 
     async def readyz(self, _request: web.Request) -> web.Response:
         if self.draining:

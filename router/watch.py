@@ -153,21 +153,13 @@ class BackendWatch:
             if is_lost is None:
                 is_lost = lost[backend.backend_id] = self.lost(backend.backend_id)
             if self.watcher.should_move(
-                backend, now - watch.waiting_since, watch.expected_s, is_lost
-            ) and (is_lost or self._elsewhere(life)):
+                life, backend, now - watch.waiting_since, watch.expected_s, is_lost
+            ):
                 watch.rescued = True
                 watch.task.cancel()
                 moved += 1
         self.rescues += moved
         return moved
-
-    def _elsewhere(self, life: RequestLifetime) -> bool:
-        """Another backend could take the attempt: moving one that has nowhere to go (the
-        only engine of its model, a canary's version) would fail it instead of waiting."""
-        backends = self.scheduler.backends
-        return any(
-            b.backend_id not in life.tried for m in life.info.models for b in backends.routable(m)
-        )
 
 
 def gpu_pace(priors: GpuPriors) -> GpuPace:

@@ -99,7 +99,7 @@ class SimWatch:
                 continue
             backend = self.backends[attempt.engine]
             waited = now - attempt.sent_at
-            if self.watcher.should_move(backend, waited, attempt.expected_s, lost=False):
+            if self.watcher.should_move(life, backend, waited, attempt.expected_s, lost=False):
                 moved.append(life)
         self.rescues += len(moved)
         return moved

@@ -178,13 +178,30 @@ class Watcher:
         for backend in backends:
             backend.slowness = slowness.get(backend.backend_id, 1.0)
 
-    def should_move(self, backend: Backend, waited_s: float, expected_s: float, lost: bool) -> bool:
-        """Move an attempt still waiting for its first token elsewhere? (`should_rescue`)"""
-        return should_rescue(
+    def should_move(
+        self,
+        life: RequestLifetime,
+        backend: Backend,
+        waited_s: float,
+        expected_s: float,
+        lost: bool,
+    ) -> bool:
+        """Move an attempt still waiting for its first token elsewhere? (`should_rescue`)
+        Off a lost host always; off a slow one only when another backend could take it:
+        moving one with nowhere to go (the only engine of its model, a canary's version)
+        would fail it instead of letting it wait."""
+        rescue = should_rescue(
             lost=lost,
             ejected=backend.state is BackendState.EJECTED,
             slowness=backend.slowness,
             rescue_slowness=self.rescue_slowness,
             waited_s=waited_s,
             expected_s=expected_s,
+        )
+        return rescue and (lost or self._elsewhere(life))
+
+    def _elsewhere(self, life: RequestLifetime) -> bool:
+        backends, tried = self.scheduler.backends, life.tried
+        return any(
+            b.backend_id not in tried for m in life.info.models for b in backends.routable(m)
         )
