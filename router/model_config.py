@@ -6,7 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from gpuroute.router.core.model_routes import ModelRoute, ModelRouteError, ModelRoutes
+from gpuroute.router.core.model_routes import (
+    ModelRoute,
+    ModelRouteError,
+    ModelRoutes,
+    split_problem,
+)
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from gpuroute.models import EXPLICIT_FIELDS, ModelShapeConfig, ModelSpec
@@ -45,10 +50,9 @@ class RouterModelConfig(ModelShapeConfig):
     @field_validator("split")
     @classmethod
     def _weights_add_up(cls, split: dict[str, float]) -> dict[str, float]:
-        try:
-            ModelRoutes([ModelRoute("split", tuple(split.items()))])
-        except ModelRouteError as exc:
-            raise ValueError(str(exc).removeprefix("model 'split': ")) from None
+        problem = split_problem(tuple(split.items()))
+        if problem is not None:
+            raise ValueError(problem)
         return split
 
     @field_validator("config_json")

@@ -63,16 +63,25 @@ def split_bucket(model: str, key: str) -> float:
     return int.from_bytes(digest, "big") / 2.0**64
 
 
-def check_split(name: str, split: Iterable[tuple[str, float]]) -> tuple[tuple[str, float], ...]:
-    """The split as a tuple, or ModelRouteError when weights are negative or do not add to 100."""
-    pairs = tuple(split)
+def split_problem(pairs: tuple[tuple[str, float], ...]) -> str | None:
+    """What is wrong with a split (negative weights, a sum other than 100, a version twice),
+    or None (the config's check and the table's say it alike)."""
     if any(weight < 0 for _, weight in pairs):
-        raise ModelRouteError(f"model {name!r}: split weights must be >= 0")
+        return "split weights must be >= 0"
     total = sum(weight for _, weight in pairs)
     if pairs and abs(total - SPLIT_TOTAL) > 1e-6:
-        raise ModelRouteError(f"model {name!r}: split weights add up to {total:g}, not 100")
+        return f"split weights add up to {total:g}, not 100"
     if len({served for served, _ in pairs}) != len(pairs):
-        raise ModelRouteError(f"model {name!r}: a version appears twice in its split")
+        return "a version appears twice in its split"
+    return None
+
+
+def check_split(name: str, split: Iterable[tuple[str, float]]) -> tuple[tuple[str, float], ...]:
+    """The split as a tuple, or ModelRouteError naming the model and what is wrong."""
+    pairs = tuple(split)
+    problem = split_problem(pairs)
+    if problem is not None:
+        raise ModelRouteError(f"model {name!r}: {problem}")
     return pairs
 
 
