@@ -18,13 +18,7 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 from gpuroute.bench.agreement import learned_state
-from gpuroute.bench.live_stats import (
-    MODEL,
-    engine_stats,
-    gpu_shares,
-    summarise,
-    work_utilisation,
-)
+from gpuroute.bench.live_stats import MODEL, served_stats, summarise
 from gpuroute.bench.loadgen import Replay
 from gpuroute.bench.targets import (
     BASELINES,
@@ -235,11 +229,11 @@ async def run_target(
         applied = await faults if faults.done() else []
         faults.cancel()
         summary = summarise(target, results, spec, workload)
-        summary |= gpu_shares(results, pairs)
         if target in spec.policies:
             summary["learned"] = await learned_state(proxy.url)
-        summary |= await engine_stats(engines, replay.elapsed())
-        summary |= work_utilisation(results, workload, pairs, summary["_span_s"], spec.time_scale)
+        summary |= await served_stats(
+            results, workload, pairs, replay.elapsed(), summary["_span_s"], spec.time_scale
+        )
         if outage is not None:
             summary |= await outage
         if spec.faults and target not in BASELINES + EXTRA_BASELINES:

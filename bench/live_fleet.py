@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from gpuroute.bench.agreement import learned_state
 from gpuroute.bench.live import ENGINE_CPU, PROXY_CPU, LiveBenchSpec
-from gpuroute.bench.live_stats import engine_stats, gpu_shares, summarise, work_utilisation
+from gpuroute.bench.live_stats import served_stats, summarise
 from gpuroute.bench.loadgen import Replay, RequestResult
 from gpuroute.bench.targets import BASELINES, BenchError, start_baseline
 from gpuroute.router.core.slo import SloClass, time_per_output_token
@@ -282,15 +282,15 @@ async def run_fleet_target(
         live = LiveBenchSpec(engines=fleet.keys, time_scale=spec.time_scale)
         summary = summarise(target, results, live, workload, met)
         pairs = list(zip(fleet.keys, engines, strict=True))
-        summary |= gpu_shares(results, pairs)
         summary["by_model"] = by_group(results, models, models, met)
         if len(fleet.classes) > 1:
             summary["by_slo_class"] = by_group(results, names, models, met)
         if target in spec.policies:
             summary["learned"] = await learned_state(proxy.url)
-        summary |= await engine_stats(engines, replay.elapsed())
-        span, k = summary["_span_s"], spec.time_scale
-        summary |= work_utilisation(results, workload, pairs, span, k, fleet.profiles)
+        span, elapsed = summary["_span_s"], replay.elapsed()
+        summary |= await served_stats(
+            results, workload, pairs, elapsed, span, spec.time_scale, fleet.profiles
+        )
         return summary
     finally:
         if proxy is not None:

@@ -140,6 +140,23 @@ def work_utilisation(
     }
 
 
+async def served_stats(
+    results: list[RequestResult],
+    workload: Workload,
+    pairs: list[tuple[str, Child]],
+    elapsed_s: float,
+    span_s: float,
+    time_scale: float,
+    profiles: dict[str, GpuTypeProfile] | None = None,
+) -> dict:
+    """What both live runs report of where requests went: each GPU kind's share, each
+    engine's served requests and busy time, and the work utilisation."""
+    out = gpu_shares(results, pairs)
+    out |= await engine_stats([child for _, child in pairs], elapsed_s)
+    out |= work_utilisation(results, workload, pairs, span_s, time_scale, profiles)
+    return out
+
+
 def engine_index(engines: list[tuple[str, Child]]) -> dict[str, int]:
     """Each engine's index by the backend id our router names it by (x-gpuroute-backend)."""
     return {f"127.0.0.1:{child.port}": i for i, (_, child) in enumerate(engines)}

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
-from gpuroute.bench.live import MODEL, LiveBenchSpec, engine_stats, load_workload, summarise
+from gpuroute.bench.live import LiveBenchSpec, load_workload
+from gpuroute.bench.live_stats import MODEL, engine_stats, summarise
 from gpuroute.bench.loadgen import Replay
 from gpuroute.bench.targets import BenchError
 from gpuroute.testbed.consul_dev import HOW_TO_GET_CONSUL, ConsulDev, consul_binary

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from gpuroute.bench.live import MODEL, LiveBenchSpec, engine_stats, load_workload
+from gpuroute.bench.live import LiveBenchSpec, load_workload
+from gpuroute.bench.live_stats import MODEL, engine_stats
 from gpuroute.bench.loadgen import Replay, RequestResult
 from gpuroute.bench.targets import start_router
 from gpuroute.router.quotas import key_digest
