@@ -7,6 +7,7 @@ fleet that runs uniformly slower (the fake engine's time scale) keeps the same r
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 
 from gpuroute.router.core.cost import GpuCostPrior
@@ -57,7 +58,6 @@ class PriorBook:
             self.shapes.setdefault(spec.name, spec)
         self.default_model = default_model
         self.table: dict[str, GpuPriors] = {}
-        self.kinds: dict[str, EngineKind] = {}
         # told of each kind added after construction (the scheduler's and watch's tables)
         self.listeners: list[Callable[[str, GpuPriors], None]] = []
         reference = EngineKind(REFERENCE_GPU, default_model)
@@ -66,7 +66,7 @@ class PriorBook:
         cost, _, _ = kind_priors(self.params(reference))
         self.reference_s = cost.seconds(REFERENCE_PROMPT, REFERENCE_OUTPUT)
         for gpu in self.gpus:  # every type for the default shape, as a one-GPU engine
-            if self._fits(EngineKind(gpu, default_model)):
+            with suppress(ValueError):  # one the shape does not fit on has no priors
                 self.ensure(EngineKind(gpu, default_model))
 
     def params(self, kind: EngineKind) -> EngineParams:
@@ -92,7 +92,6 @@ class PriorBook:
         cost, tpot, latency = kind_priors(self.params(kind))  # ValueError: does not fit
         capacity = self.reference_s / cost.seconds(REFERENCE_PROMPT, REFERENCE_OUTPUT)
         self.table[key] = priors = GpuPriors(cost, capacity, tpot, latency)
-        self.kinds[key] = kind
         for listener in self.listeners:
             listener(key, priors)
         return key
