@@ -61,6 +61,9 @@ class TokenizingEngine:
         for _ in range(completion):  # one token an event, as vLLM streams by default
             await response.write(b'data: {"choices":[{"delta":{"content":" tok"}}]}\n\n')
         await response.write(b'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}\n\n')
+        if (body.get("stream_options") or {}).get("include_usage"):  # as vLLM: a last chunk
+            chunk = {"choices": [], "usage": usage}
+            await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
         await response.write(b"data: [DONE]\n\n")
         self.used.append(prompt + completion)
         return response
@@ -76,7 +79,7 @@ REPLAY = [
     (CHAT, chat("請把這份會議紀錄整理成重點，並列出所有待辦事項與負責人。" * 10)),  # CJK
     (COMPLETIONS, {"model": MODEL, "prompt": list(range(3000)), "max_tokens": 50}),  # ids
     (CHAT, chat("Give me four different openings for a short story.", n=4)),  # n > 1
-    (CHAT, chat("Stream me a poem about routers.", stream=True)),  # a stream, no usage
+    (CHAT, chat("Stream me a poem about routers.", stream=True)),  # a stream
 ]
 
 
@@ -121,6 +124,44 @@ async def replay(base: str, seconds: float, workers: int = 8) -> tuple[float, in
     async with aiohttp.ClientSession() as s:
         await asyncio.gather(*(client(s) for _ in range(workers)))
     return time.monotonic() - started, served
+
+
+def settled(server, tenant: str) -> dict[str, float]:
+    """The router's gpuroute_quota_settled_tokens_total for `tenant`, by direction."""
+    found = {}
+    for family in server.servable.metrics.registry.collect():
+        for sample in family.samples:
+            ours = sample.name == "gpuroute_quota_settled_tokens_total"
+            if ours and sample.labels["tenant"] == tenant:
+                found[sample.labels["direction"]] = sample.value
+    return found
+
+
+@pytest.mark.asyncio
+async def test_a_cjk_stream_is_settled_on_the_usage_chunk_its_client_never_sees(
+    tmp_path,
+) -> None:
+    """The charge at admission is the router's estimate (CJK at a token a character); the
+    engine counts 1.3 tokens a character. The stream's client did not ask for usage: the
+    router asks the engine for it, settles the quota on exactly what it reported, and
+    drops that chunk from what the client receives."""
+    engine = TokenizingEngine()
+    text = "請把這份會議紀錄整理成重點，並列出所有待辦事項與負責人。" * 10
+    body = chat(text, stream=True, max_tokens=20)
+    async with scripted_backend(engine) as url:
+        config = secure_toml(url, auth=keys_section(f"tokens_per_minute = {TPM}"))
+        async with router_server(config, tmp_path) as server:
+            base = f"http://127.0.0.1:{server.port}"
+            async with aiohttp.ClientSession() as s:
+                async with s.post(base + CHAT, json=body, headers=AUTH) as r:
+                    assert r.status == 200, await r.text()
+                    received = (await r.read()).decode()
+            charged = prompt_tokens(body) + 20
+            assert engine.used == [true_prompt(body) + 20]
+            assert engine.used[0] > charged  # the estimate missed tokens
+            assert settled(server, "acme") == {"debt": engine.used[0] - charged}
+    assert '"usage"' not in received and received.count("data: ") == 1 + 20 + 1 + 1
+    assert received.rstrip().endswith("data: [DONE]")
 
 
 @pytest.mark.asyncio
