@@ -13,7 +13,6 @@ import contextlib
 import json
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import aiohttp
@@ -153,16 +152,14 @@ async def test_one_trace_from_the_global_tier_through_the_router_to_the_engine(t
                 ) as answer:
                     assert answer.status == 200, await answer.text()
                     assert answer.headers["x-request-id"] == "trace-live-1"
-            names = {"gpuroute.admission", "gpuroute.pick", "gpuroute.attempt", SERVER_SPAN}
+            router_stages = ("gpuroute.admission", "gpuroute.pick", "gpuroute.attempt")
+            needed = {("gpuroute-global", SERVER_SPAN), ("gpuroute-router", SERVER_SPAN)}
+            needed |= {("gpuroute-router", stage) for stage in router_stages}
 
             async def all_spans_arrived() -> bool:
-                spans = spans_in(out)
-                return names <= {s["name"] for s in spans} and {"gpuroute-global"} <= {
-                    s["service"] for s in spans
-                }
+                return needed <= {(s["service"], s["name"]) for s in spans_in(out)}
 
-            await async_wait_for(all_spans_arrived, 20, "the spans at the collector")
-            time.sleep(0.3)  # anything exported in the same batch lands too
+            await async_wait_for(all_spans_arrived, 20, "every span the chain needs")
     check_chain(spans_in(out), engine)
 
 
