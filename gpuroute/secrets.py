@@ -33,19 +33,25 @@ def read_secret(section: Any, name: str, where: str) -> str | None:
     if inline is not None:
         return inline
     if (path := getattr(section, name + "_file")) is not None:
-        try:
-            value = Path(path).read_text().rstrip("\r\n")
-        except OSError as exc:
-            raise ConfigError(f"{where}.{name}_file: cannot read {path}: {exc.strerror}") from None
-        if not value:
-            raise ConfigError(f"{where}.{name}_file: {path} is empty")
-        return value
+        return read_secret_file(path, f"{where}.{name}_file")
     if (variable := getattr(section, name + "_env")) is not None:
         value = os.environ.get(variable)
         if not value:
             raise ConfigError(f"{where}.{name}_env: environment variable {variable} is not set")
         return value
     return None
+
+
+def read_secret_file(path: str, what: str) -> str:
+    """A secret's one line (trailing newline ignored); ConfigError naming `what` when the
+    file cannot be read or is empty."""
+    try:
+        value = Path(path).read_text().rstrip("\r\n")
+    except OSError as exc:
+        raise ConfigError(f"{what}: cannot read {path}: {exc.strerror}") from None
+    if not value:
+        raise ConfigError(f"{what}: {path} is empty")
+    return value
 
 
 def secret_forms(*names: str) -> Any:
