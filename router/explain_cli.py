@@ -31,12 +31,12 @@ def register(sub) -> None:
     explain.set_defaults(run=_run)
 
 
-def _target(args: argparse.Namespace) -> tuple[str, str | None]:
+def admin_target(args: argparse.Namespace, command: str = "explain") -> tuple[str, str | None]:
     """The admin listener's URL and the admin token (config first, then $GPUROUTE_ADMIN_TOKEN)."""
     token = os.environ.get(TOKEN_ENV)
     if args.config is None:
         if args.admin_url is None:
-            raise SystemExit("gpuroute explain: give --config ROUTER_TOML or --admin-url URL")
+            raise SystemExit(f"gpuroute {command}: give --config ROUTER_TOML or --admin-url URL")
         return args.admin_url.rstrip("/"), token
     from gpuroute.router.config import load_router_config
 
@@ -52,7 +52,7 @@ def _target(args: argparse.Namespace) -> tuple[str, str | None]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    url, token = _target(args)
+    url, token = admin_target(args)
     request = urllib.request.Request(f"{url}/admin/explain/{quote(args.request_id, safe='')}")
     if token:
         request.add_header("Authorization", f"Bearer {token}")
