@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "gpuroute.router.cli",
     "gpuroute.router.explain_cli",
     "gpuroute.router.admin_cli",
+    "gpuroute.router.usage_cli",
     "gpuroute.global_.cli",
     "gpuroute.agent.cli",
     "gpuroute.sim.cli",
@@ -36,7 +37,7 @@ ABOUT = (
 # How `gpuroute --help` groups the commands; one not listed here shows under "Other".
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Run a tier", ("router", "agent", "global")),
-    ("Operate", ("explain", "admin")),
+    ("Operate", ("explain", "admin", "usage")),
     ("Try it on one machine", ("demo", "fake-engine")),
     ("Plan and measure", ("sim", "capacity", "bench")),
     ("Configure and deploy", ("check-config", "tfvars")),

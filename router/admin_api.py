@@ -1,7 +1,7 @@
-"""The operator's write API on the admin listener (behind the admin token where one is
+"""The operator's API on the admin listener (behind the admin token where one is
 configured, on loopback otherwise: gpuroute/admin_guard.py): reload the config, add, drain
-and remove static backends, list, add and revoke API keys, and show the effective config
-with its secrets redacted."""
+and remove static backends, list, add and revoke API keys, show the effective config
+with its secrets redacted, and read the per-tenant usage records."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from aiohttp import web
 from gpuroute.router.admin_keys import KeyNotShared, KeyStore, key_from_body
 from gpuroute.router.config import BackendConfig
 from gpuroute.router.reload import Reloader
+from gpuroute.router.usage_records import UsageRecords
 from pydantic import ValidationError
 
 from gpuroute.config import ConfigError
@@ -52,7 +53,7 @@ async def json_body(request: web.Request) -> dict:
 
 
 class Operator:
-    """Reload, backends and keys of one router process."""
+    """Reload, backends, keys and usage records of one router process."""
 
     def __init__(self, router: RouterApp) -> None:
         self.router = router
@@ -60,6 +61,11 @@ class Operator:
         self.keys = KeyStore(router, router.redis)
         self.reloader.on_keys.append(self.keys.apply)
         self._signalled: set[asyncio.Task] = set()
+        config = router.config
+        self.usage = UsageRecords(
+            config.usage, router.redis, router.metrics, prefix=config.redis.prefix
+        )
+        router.proxy.front.usage = self.usage  # each ended request is recorded there
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post("/admin/reload", self.reload)
@@ -70,13 +76,16 @@ class Operator:
         app.router.add_get("/admin/keys", self.list_keys)
         app.router.add_post("/admin/keys", self.add_key)
         app.router.add_delete("/admin/keys/{sha256}", self.revoke_key)
+        self.usage.add_routes(app)  # GET /admin/usage, POST /admin/usage/flush
 
     async def start(self) -> None:
         await self.keys.start()
+        await self.usage.start()
 
     async def close(self) -> None:
         await self.keys.close()
         await self.reloader.close()
+        await self.usage.close()  # the last flush, before the router closes Redis
 
     def reload_signal(self) -> None:
         """SIGHUP: reload, its error logged (the running config stays)."""

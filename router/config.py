@@ -12,7 +12,7 @@ from gpuroute.router.core.policies import DEFAULT_POLICY, POLICIES
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASS, DEFAULT_SLO_CLASSES, SloClass
 from gpuroute.router.model_config import RouterModelConfig, check_models, shapes
 from gpuroute.router.responses_config import ResponsesConfig
-from gpuroute.router.token_usage import MetricsConfig
+from gpuroute.router.token_usage import MetricsConfig, UsageConfig
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from gpuroute.access_log import AccessLogConfig
@@ -288,6 +288,7 @@ class RouterConfig(AdminAccess, DeclaresGpuTypes):
     access_log: AccessLogConfig = AccessLogConfig()  # one line per answered request
     tracing: TracingConfig = TracingConfig()  # OTLP spans (gpuroute/tracing.py); off
     metrics: MetricsConfig = MetricsConfig()  # label cardinality (router/token_usage.py)
+    usage: UsageConfig = UsageConfig()  # per-tenant usage records (router/usage_records.py)
     backends: list[BackendConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")

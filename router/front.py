@@ -33,6 +33,7 @@ from gpuroute.router.slo_gate import SloGate
 from gpuroute.router.tenant_gate import TenantGate
 from gpuroute.router.token_usage import TokenCounter
 from gpuroute.router.tracing_spans import admission
+from gpuroute.router.usage_records import UsageRecords
 
 from gpuroute.forwarded import TrustedProxies
 from gpuroute.headers import FALLBACK_HEADER, FORWARDED_FOR, interpreted
@@ -99,6 +100,7 @@ class Front:
         self.model_slo = {m.name: m.slo_class for m in config.models if m.slo_class}
         self.responses = responses  # the Responses API's stored conversations, if kept
         self.token_counter = TokenCounter(tenants.metrics, config.metrics)
+        self.usage: UsageRecords | None = None  # per-tenant records; the operator sets it
 
     @admission
     async def admit(self, request: web.Request, route: str, arrival: float) -> Admitted:
@@ -260,7 +262,10 @@ class Front:
         key, api = admitted.key, admitted.parsed.api
         if answer is not None:  # what the engine reported, counted as it said
             prompt, completion = answer.usage()
-            self.token_counter.count(admitted.life.model, key.tenant, prompt or 0, completion or 0)
+            model, prompt, completion = admitted.life.model, prompt or 0, completion or 0
+            self.token_counter.count(model, key.tenant, prompt, completion)
+            if self.usage is not None:  # billing's record: the tenant's real name
+                self.usage.record(key.tenant, model, prompt, completion, answer.status >= 400)
         if key.tokens_per_minute is None or (api is not None and not api.charges):
             return  # read no usage where no quota needs it (the relay's hot path)
         used = 0 if answer is None else answer.used_tokens(admitted.parsed.info.prompt_tokens)

@@ -264,6 +264,21 @@ class RouterMetrics:
             "1 while quotas are enforced through Redis, 0 on local fallback buckets.",
             registry=r,
         )
+        self.usage_flush_failures = Counter(
+            "gpuroute_usage_flush_failures",
+            "Flushes of per-tenant usage records to Redis that failed (kept, sent again).",
+            registry=r,
+        )
+        self.usage_unflushed = Gauge(
+            "gpuroute_usage_unflushed_cells",
+            "Usage record cells (hour, tenant, model) counted here and not yet in Redis.",
+            registry=r,
+        )
+        self.usage_dropped = Counter(
+            "gpuroute_usage_dropped_cells",
+            "Usage record cells dropped before reaching Redis: older than retention_days.",
+            registry=r,
+        )
 
         # the children every request touches
         self.requests_by = Children(self.requests)

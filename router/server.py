@@ -120,7 +120,7 @@ class RouterApp:
         self._probes: dict[str, asyncio.Task] = {}
         self._region_server = None
         self.shared_load = self._shared_load()
-        self.operator = Operator(self)  # reload, static backends, keys (router/admin_api.py)
+        self.operator = Operator(self)  # reload, backends, keys, usage (router/admin_api.py)
         self.registration: RouterRegistration | None = None
         self.region_port: int | None = None
         listen = config.region.report_listen

@@ -20,6 +20,15 @@ class MetricsConfig(StrictModel):
     max_tenants: int = Field(default=50, ge=0)  # tenants named in labels; the rest: `other`
 
 
+class UsageConfig(StrictModel):
+    """The `[usage]` section: per-tenant usage records for billing (router/usage_records.py)."""
+
+    enabled: bool = True
+    # how often a replica adds what it counted to Redis's hourly records (and on shutdown)
+    flush_interval_s: float = Field(default=5.0, gt=0, le=3600)
+    retention_days: float = Field(default=40.0, gt=0, le=732)  # hours older are dropped
+
+
 class TenantLabels:
     """A tenant's label: its name for the first `limit` tenants seen, else `other`."""
 

@@ -19,6 +19,7 @@ import orjson
 from aiohttp import web
 from gpuroute.router.admin import typical_request
 from gpuroute.router.admin_routes import SPLIT_PATH
+from gpuroute.router.core.usage import rows_of, usage_sums
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
@@ -86,6 +87,13 @@ def merge_backends(views: Sequence[dict | None]) -> dict:
     return body
 
 
+def merge_usage(bodies: Sequence[dict]) -> dict:
+    """Workers' own usage answers (no Redis) summed into one, with the first's window."""
+    rows = [row for body in bodies for row in rows_of(body)]
+    head = {k: v for k, v in bodies[0].items() if k not in ("tenants", "total")}
+    return head | usage_sums(rows)
+
+
 class WorkerAdmin:
     """The parent's admin application. `sockets`: each worker's admin socket; `status`:
     the parent's own gauges (workers up, restarts); `unready`: why the parent itself is
@@ -113,6 +121,8 @@ class WorkerAdmin:
             app.router.add_route(method, path, self.every)
         for path in ("/admin/config", "/admin/keys"):
             app.router.add_get(path, self.first)
+        app.router.add_get("/admin/usage", self.usage)
+        app.router.add_post("/admin/usage/flush", self.every)
         return app
 
     async def ask(
@@ -211,3 +221,24 @@ class WorkerAdmin:
         answers = await self.ask_all("/admin/backends" + query)
         views = [orjson.loads(a[1]) if a and a[0] == 200 else None for a in answers]
         return web.json_response(merge_backends(views))
+
+    async def usage(self, request: web.Request) -> web.Response:
+        """Every worker's counts flushed, then one answer read from Redis; without Redis
+        each worker holds its own record, and their answers are summed."""
+        await self.ask_all("/admin/usage/flush", "POST")
+        query = f"?{request.query_string}" if request.query_string else ""
+        answers = await self.ask_all("/admin/usage" + query)
+        if not answers:
+            return error_response(503, "no worker answered", code="worker_down")
+        for worker, answer in enumerate(answers):
+            if answer is None:
+                message = f"worker {worker} did not answer: its usage would be missing"
+                return error_response(502, message, code="worker_down")
+            if answer[0] != 200:
+                return web.Response(
+                    status=answer[0], body=answer[1], content_type="application/json"
+                )
+        bodies = [orjson.loads(a[1]) for a in answers if a is not None]
+        if bodies[0]["shared"]:
+            return web.json_response(bodies[0])
+        return web.json_response(merge_usage(bodies))
