@@ -10,9 +10,9 @@ from urllib.parse import urlsplit
 from gpuroute.router.auth_config import AuthConfig
 from gpuroute.router.core.policies import DEFAULT_POLICY, POLICIES
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASS, DEFAULT_SLO_CLASSES, SloClass
+from gpuroute.router.metric_labels import MetricsConfig
 from gpuroute.router.model_config import RouterModelConfig, check_models, shapes
 from gpuroute.router.responses_config import ResponsesConfig
-from gpuroute.router.token_usage import MetricsConfig
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from gpuroute.access_log import AccessLogConfig
@@ -287,7 +287,7 @@ class RouterConfig(AdminAccess, DeclaresGpuTypes):
     workers: WorkersConfig = WorkersConfig()
     access_log: AccessLogConfig = AccessLogConfig()  # one line per answered request
     tracing: TracingConfig = TracingConfig()  # OTLP spans (gpuroute/tracing.py); off
-    metrics: MetricsConfig = MetricsConfig()  # label cardinality (router/token_usage.py)
+    metrics: MetricsConfig = MetricsConfig()  # label cardinality (router/metric_labels.py)
     backends: list[BackendConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")
