@@ -78,9 +78,11 @@ class ResponseTally:
     (`content`), which grows with the tokens whatever number an engine packs into one
     event: every event of a stream is the same JSON around its text, so once one event
     shows that skeleton's size, a chunk's text is its size less a skeleton per event (a
-    regex over the first chunks only; the hot path stays arithmetic)."""
+    regex over the first chunks only; the hot path stays arithmetic). `on_text`, while set,
+    is called for each chunk that adds text (a stream's role-only first event does not:
+    its text is empty): how the router times a stream's first token."""
 
-    __slots__ = ("_looks", "bytes", "content", "events", "hold", "skeleton", "tail")
+    __slots__ = ("_looks", "bytes", "content", "events", "hold", "on_text", "skeleton", "tail")
     strip: ClassVar[bool] = False  # True: what the client gets is `outgoing(chunk)`
 
     def __init__(self, *, size_text: bool = False) -> None:
@@ -92,6 +94,7 @@ class ResponseTally:
         self.tail = b""
         self.content = 0
         self.skeleton: int | None = None  # bytes of one event less its text, once seen
+        self.on_text: Callable[[], None] | None = None
         self._looks = SKELETON_LOOKS if size_text else 0
 
     def add(self, chunk: bytes) -> None:
@@ -106,7 +109,11 @@ class ResponseTally:
             self.skeleton = event_skeleton(chunk)
             if self.skeleton is None:
                 return
-        self.content += max(len(chunk) - events * self.skeleton, 0)
+        text = len(chunk) - events * self.skeleton
+        if text > 0:
+            self.content += text
+            if self.on_text is not None:
+                self.on_text()
 
     def outgoing(self, chunk: bytes) -> bytes:
         """What of `chunk` (counted as it came) the client receives (with `strip` only)."""
@@ -146,9 +153,13 @@ class ResponseTally:
         if prompt is not None or completion is not None:
             return (prompt if prompt is not None else prompt_estimate) + (completion or 0)
         if streamed:
-            events = self.output_tokens(streamed=True)
-            return prompt_estimate + max(events, self.content // BYTES_PER_TOKEN)
+            return prompt_estimate + self.estimated_output()
         return None
+
+    def estimated_output(self) -> int:
+        """A stream's output tokens without usage: one an event (less the role, finish and
+        [DONE] events) or 4 bytes of text one, whichever is more."""
+        return max(self.events - 3, 0, self.content // BYTES_PER_TOKEN)
 
 
 def event_skeleton(chunk: bytes) -> int | None:

@@ -12,9 +12,12 @@ from gpuroute.router.core.cost import CostEstimator
 from gpuroute.router.core.health import BackendHealth
 from gpuroute.router.core.latency import LatencyModel
 from gpuroute.router.core.membership import Member
+from gpuroute.router.core.model_routes import ModelRoutes
 from gpuroute.router.core.outlier import OutlierSettings
 from gpuroute.router.core.policies import PolicyOptions, build_policy
 from gpuroute.router.core.scheduler import Scheduler
+from gpuroute.router.metric_labels import ModelLabels
+from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.priors import PriorBook
 
 from gpuroute.config import ConfigError
@@ -79,6 +82,23 @@ def build_scheduler(config: RouterConfig, book: PriorBook, workers: int = 1) -> 
     # a kind first seen at run time (a member that joined) brings its priors
     book.listeners.append(lambda kind, p: scheduler.add_kind(kind, p.cost, p.latency.scaled(scale)))
     return scheduler
+
+
+def router_metrics(
+    config: RouterConfig, scheduler: Scheduler, routes: ModelRoutes, redis: bool
+) -> RouterMetrics:
+    """The router's metrics, watching its backends. Model labels name the models it knows:
+    served by a backend (static or joined) or named in its routes (as reloaded)."""
+    backends = scheduler.backends
+
+    def knows(model: str) -> bool:
+        return backends.serves(model) or model in routes.aliases or model in routes.routes
+
+    metrics = RouterMetrics(ModelLabels(knows, config.metrics.max_models))
+    metrics.watch_backends(backends, scheduler.health, scheduler.latency)
+    metrics.redis_configured.labels("quotas").set(float(redis))
+    metrics.redis_configured.labels("load").set(float(redis and config.redis.share_load))
+    return metrics
 
 
 def member_kind(book: PriorBook) -> Callable[[Member], str]:

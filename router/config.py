@@ -10,9 +10,10 @@ from urllib.parse import urlsplit
 from gpuroute.router.auth_config import AuthConfig
 from gpuroute.router.core.policies import DEFAULT_POLICY, POLICIES
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASS, DEFAULT_SLO_CLASSES, SloClass
+from gpuroute.router.metric_labels import MetricsConfig
 from gpuroute.router.model_config import RouterModelConfig, check_models, shapes
 from gpuroute.router.responses_config import ResponsesConfig
-from gpuroute.router.token_usage import MetricsConfig, UsageConfig
+from gpuroute.router.usage_config import UsageConfig
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from gpuroute.access_log import AccessLogConfig
@@ -125,9 +126,8 @@ class RegionConfig(StrictModel):
     name: str = "local"
     jurisdiction: str | None = None  # what API keys' residency sets may name besides the region
     report_listen: ListenConfig | None = None  # gRPC RegionLoad.WatchRegion
-    # With membership.consul and report_listen set, the router registers as gpuroute-router
-    # in its Consul datacenter under this address (default: the listen host).
-    advertise_address: str | None = None
+    # with membership.consul and report_listen: its gpuroute-router address in Consul
+    advertise_address: str | None = None  # (default: the listen host)
     report_period_s: float = Field(default=0.5, gt=0, le=10)
     saturation_delay_s: float = Field(default=2.0, gt=0)  # work ahead at which it is "full"
     # The key the global tier signs its residency decisions with (gpuroute/residency_decision.py):
@@ -287,7 +287,7 @@ class RouterConfig(AdminAccess, DeclaresGpuTypes):
     workers: WorkersConfig = WorkersConfig()
     access_log: AccessLogConfig = AccessLogConfig()  # one line per answered request
     tracing: TracingConfig = TracingConfig()  # OTLP spans (gpuroute/tracing.py); off
-    metrics: MetricsConfig = MetricsConfig()  # label cardinality (router/token_usage.py)
+    metrics: MetricsConfig = MetricsConfig()  # label cardinality (router/metric_labels.py)
     usage: UsageConfig = UsageConfig()  # per-tenant usage records (router/usage_records.py)
     backends: list[BackendConfig] = Field(default_factory=list)
 

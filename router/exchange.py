@@ -36,6 +36,14 @@ class Answer:
             self._usage = self.tally.reported()
         return self._usage
 
+    def output_tokens(self) -> int:
+        """Its output tokens: the engine's usage, else a stream's estimate (0 for a whole
+        answer without usage)."""
+        completion = self.usage()[1]
+        if completion is not None:
+            return completion
+        return self.tally.estimated_output() if self.streamed else 0
+
     def used_tokens(self, prompt_estimate: int) -> int | None:
         """Tokens it used: the engine's usage, else a stream's estimate; an error answer
         without usage used none; None when a whole answer does not say."""
@@ -61,6 +69,7 @@ class Exchange:
     suspects: list[Backend] = field(default_factory=list)
     dispatched: float = 0.0  # when the current attempt was sent
     first_at: float | None = None  # when its first bytes reached the client
+    first_token_at: float | None = None  # when its first generated text did
     answer: Answer | None = None  # the answer relayed to the client, if one was
     ending: Event = Event.FAIL  # how the request ends, once the attempts are over
     # the body as parsed at admission (None: not JSON, an audio upload); `edited`: it no

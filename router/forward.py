@@ -8,7 +8,6 @@ the core's `Attempts` and `RetryBudget` allow; after them a broken body ends as 
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import random
 import ssl
@@ -30,6 +29,7 @@ from gpuroute.router.decision_log import DecisionLog
 from gpuroute.router.exchange import NO_BACKEND, Answer, Exchange, answer_headers
 from gpuroute.router.health_report import report_health
 from gpuroute.router.metrics import RouterMetrics
+from gpuroute.router.request_metrics import RequestMetrics
 from gpuroute.router.sessions import SessionStore
 from gpuroute.router.slo_gate import SloGate
 from gpuroute.router.tracing_spans import attempt, first_token, pick
@@ -73,6 +73,7 @@ class Forwarder:
         self.engine_allowed = engine_headers
         self.engine_tls = engine_tls  # None: the system's CAs for https engines
         self.scheduler, self.metrics, self.watch = scheduler, metrics, watch
+        self.requests = RequestMetrics(metrics, clock)  # by route and model
         self.expose_backend = expose_backend  # name the backend to clients (tests, benches)
         self.decisions, self.sessions = decisions, sessions
         self.lifetimes = lifetimes
@@ -84,9 +85,6 @@ class Forwarder:
         self.urls: dict[str, str] = {}
         self.session: UpstreamPool | None = None  # to the engines; start() opens it
         self.write_timeout_s: float | None = None  # a client behind this long is cut off
-        # the last completions, for the region report's recent p99s
-        self.recent_ttft: collections.deque[float] = collections.deque(maxlen=2000)
-        self.recent_e2e: collections.deque[float] = collections.deque(maxlen=2000)
 
     async def start(self, limits: LimitsConfig) -> None:
         self.write_timeout_s = limits.client_write_timeout_s
@@ -295,12 +293,12 @@ class Forwarder:
         response = RelayedResponse(status=upstream.status, headers=headers)
         streamed = is_event_stream(upstream)
         tally = exchange.new_tally(streamed)  # a stream's text is timed (BackendWatch)
+        if streamed:
+            self.requests.time_text(exchange, tally)
 
         def first_written() -> None:
             now = exchange.first_at = self.clock()
-            ttft = now - exchange.arrival
-            self.metrics.ttft_by(exchange.route).observe(ttft)
-            self.recent_ttft.append(ttft)
+            self.requests.first_byte(exchange, tally, streamed)
             life.move(Event.FIRST_BYTE)
             first_token()
             self.scheduler.first_token(life, now, now - exchange.dispatched)
@@ -320,6 +318,7 @@ class Forwarder:
             error_event=stream_error_event(exchange.route),
         )
         exchange.answer = Answer(upstream.status, relayed.streamed, tally, backend.backend_id)
+        self.requests.relayed(exchange, backend.backend_id, relayed.end is RelayEnd.COMPLETE)
         if relayed.end is RelayEnd.CLIENT_TOO_SLOW:
             self.metrics.client_write_timeouts.inc()
             log.info("request %s: client behind, cut off", life.request_id)

@@ -41,6 +41,9 @@ from gpuroute.openai_api import Rejection, clip, read_body
 from gpuroute.request_context import REQUEST_ID as LOG_REQUEST_ID
 from gpuroute.tracing import REQUEST_ID  # the `x-request-id` answered (gpuroute/tracing.py)
 
+# the model a request named, for the metrics of one refused before it was admitted
+MODEL_ASKED = web.RequestKey("gpuroute.model_asked", str)
+
 
 async def name_request(request: web.Request, response: web.StreamResponse) -> None:
     """Every answer names its request (`x-request-id`), for `gpuroute explain` and support
@@ -120,6 +123,7 @@ class Front:
             parsed = self._parse(headers, route, raw, request_id, content_type, body)
             parsed.edited = body is not None
             info = parsed.info
+            request[MODEL_ASKED] = info.model  # as asked: aliases are resolved next
             name = self._route_model(info, headers)
             info.slo = self.slo.resolve(key, headers, self.model_slo.get(name))
             info.arrived_at = arrival

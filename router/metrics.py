@@ -5,12 +5,14 @@ from __future__ import annotations
 from gpuroute.router.core.backend import BackendSet
 from gpuroute.router.core.health import BackendHealth
 from gpuroute.router.core.latency import LatencyModel
+from gpuroute.router.metric_labels import ModelLabels
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics import MetricWrapperBase
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
 DECISION_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3)
+TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1)
 
 
 class Children:
@@ -101,28 +103,13 @@ class LatencyModelCollector:
 
 
 class RouterMetrics:
-    def __init__(self) -> None:
+    """The router's metrics. `model_label` bounds every `model` label (router/metric_labels.py;
+    by default every model is `other`)."""
+
+    def __init__(self, model_label: ModelLabels | None = None) -> None:
+        self.model_label = model_label or ModelLabels(lambda _model: False, 0)
         r = self.registry = CollectorRegistry(auto_describe=True)
-        self.requests = Counter(
-            "gpuroute_requests",
-            "Requests answered, by route and status.",
-            ["route", "code"],
-            registry=r,
-        )
-        self.duration = Histogram(
-            "gpuroute_request_duration_seconds",
-            "Arrival to last byte.",
-            ["route"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.ttft = Histogram(
-            "gpuroute_time_to_first_byte_seconds",
-            "Arrival to the first response byte (TTFT for streams).",
-            ["route"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
+        self._request_latencies(r)
         self.decision = Histogram(
             "gpuroute_decision_seconds",
             "Time to pick a backend.",
@@ -171,15 +158,9 @@ class RouterMetrics:
         )
         self.slo_requests = Counter(
             "gpuroute_slo_requests",
-            "Finished requests by SLO class and outcome (met, missed, refused): attainment.",
-            ["slo_class", "outcome"],
-            registry=r,
-        )
-        self.model_requests = Counter(
-            "gpuroute_model_requests",
-            "Finished requests by the model that served them (a split's version, a fallback) "
-            "and SLO outcome (met, missed, refused): attainment per model and version.",
-            ["model", "outcome"],
+            "Finished requests by SLO class, the model that served them (a split's version, "
+            "a fallback) and outcome (met, missed, refused): attainment per class and model.",
+            ["slo_class", "model", "outcome"],
             registry=r,
         )
         self.audio_seconds = Counter(
@@ -279,13 +260,70 @@ class RouterMetrics:
             "Usage record cells dropped before reaching Redis: older than retention_days.",
             registry=r,
         )
+        self.redis_configured = Gauge(
+            "gpuroute_redis_configured",
+            "1 where Redis is configured for what `shared` names: quotas (a Redis URL is "
+            "set) and load (it is, with share_load on).",
+            ["shared"],
+            registry=r,
+        )
 
         # the children every request touches
         self.requests_by = Children(self.requests)
         self.duration_by = Children(self.duration)
         self.ttft_by = Children(self.ttft)
+        self.first_token_by = Children(self.first_token)
+        self.inter_token_by = Children(self.inter_token)
+        self.backend_duration_by = Children(self.backend_duration)
         self.slo_requests_by = Children(self.slo_requests)
-        self.model_requests_by = Children(self.model_requests)
+
+    def _request_latencies(self, r: CollectorRegistry) -> None:
+        """What each answered request is counted and timed in, by route and model."""
+        self.requests = Counter(
+            "gpuroute_requests",
+            "Requests answered, by route, model (the one that served it; refused: the one "
+            "asked for) and status.",
+            ["route", "model", "code"],
+            registry=r,
+        )
+        self.duration = Histogram(
+            "gpuroute_request_duration_seconds",
+            "Arrival to last byte, by route and model.",
+            ["route", "model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "gpuroute_time_to_first_byte_seconds",
+            "Arrival to the first response byte reaching the client, by route and model.",
+            ["route", "model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.first_token = Histogram(
+            "gpuroute_time_to_first_token_seconds",
+            "Arrival to the first generated text reaching the client (TTFT; a stream's "
+            "role-only first event does not count; a whole answer: its first byte).",
+            ["route", "model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.inter_token = Histogram(
+            "gpuroute_inter_token_latency_seconds",
+            "Per stream, the mean time between its output tokens: (its end, which comes with "
+            "the last token - its first token) / (output tokens - 1), observed once at the end "
+            "of each complete stream with 2 or more output tokens, by model.",
+            ["model"],
+            buckets=TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.backend_duration = Histogram(
+            "gpuroute_backend_request_duration_seconds",
+            "Dispatch of the attempt that answered to its last byte, by backend.",
+            ["backend"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
 
     def watch_backends(
         self, backends: BackendSet, health: BackendHealth, latency: LatencyModel | None = None

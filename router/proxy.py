@@ -73,11 +73,8 @@ class Proxy:
             return response
         finally:
             self.active -= 1
-            self.metrics.requests_by(route, str(status)).inc()
             elapsed = self.clock() - arrival
-            self.metrics.duration_by(route).observe(elapsed)
-            if status == 200:
-                self.forwarder.recent_e2e.append(elapsed)
+            self.forwarder.requests.answered(request, route, status, elapsed)
             if self.active == 0:
                 self.idle.set()
             self.access.answered(request, route, status, elapsed)

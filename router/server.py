@@ -16,7 +16,7 @@ from aiohttp import web
 from gpuroute.router.admin_api import Operator
 from gpuroute.router.admin_routes import AdminRoutes
 from gpuroute.router.admission_gate import AdmissionGate
-from gpuroute.router.assemble import build_scheduler, member_kind, prior_book
+from gpuroute.router.assemble import build_scheduler, member_kind, prior_book, router_metrics
 from gpuroute.router.config import RouterConfig
 from gpuroute.router.core.backend import ROUTABLE_STATES, Backend
 from gpuroute.router.core.lifetime import Lifetimes
@@ -27,7 +27,6 @@ from gpuroute.router.decision_log import DecisionLog
 from gpuroute.router.forward import Forwarder
 from gpuroute.router.front import Front, name_request
 from gpuroute.router.membership import Membership
-from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.model_config import model_routes
 from gpuroute.router.proxy import Proxy
 from gpuroute.router.quotas import Quotas
@@ -82,11 +81,8 @@ class RouterApp:
         self.book = prior_book(config)  # priors per engine kind, more as members join
         self.routes = model_routes(config.models)  # aliases, splits, fallbacks
         self.scheduler = build_scheduler(config, self.book, self.workers)
-        self.metrics = RouterMetrics()
-        self.metrics.watch_backends(
-            self.scheduler.backends, self.scheduler.health, self.scheduler.latency
-        )
         self.redis = open_redis(config.redis)  # one client for quotas, sessions, shared load
+        self.metrics = router_metrics(config, self.scheduler, self.routes, self.redis is not None)
         self.responses = ResponsesState.from_config(config, self.redis, self.workers)
         self.gate = AdmissionGate(
             config.admission,
@@ -294,7 +290,7 @@ class RouterApp:
                 self.region_summary,
                 lambda: len(self.gate.queue),
                 self.config.region.report_period_s,
-                lambda: (self.forwarder.recent_ttft, self.forwarder.recent_e2e),
+                lambda: (self.forwarder.requests.recent_ttft, self.forwarder.requests.recent_e2e),
             )
             self._region_server, self.region_port = await start_region_server(
                 service, listen.host, listen.port, self.report_credentials

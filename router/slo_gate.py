@@ -119,8 +119,8 @@ class SloGate:
         tpot = time_per_output_token(first_at, now, tokens)
         met = slo.met(first_at - arrival, tpot, now - arrival)
         outcome = "met" if met else "missed"
-        self.metrics.slo_requests_by(slo.name, outcome).inc()
-        self.metrics.model_requests_by(exchange.life.model, outcome).inc()
+        model = self.metrics.model_label(exchange.life.model)
+        self.metrics.slo_requests_by(slo.name, model, outcome).inc()
         return tpot, met
 
     def wake(self, placed: Iterable[tuple[RequestLifetime, Decision]]) -> None:
@@ -136,8 +136,8 @@ class SloGate:
             self._refuse(shed)
 
     def _refuse(self, refused: Shed) -> None:
-        self.metrics.slo_requests.labels(refused.priority, "refused").inc()
-        self.metrics.model_requests_by(refused.item.info.model, "refused").inc()
+        model = self.metrics.model_label(refused.item.model)
+        self.metrics.slo_requests_by(refused.priority, model, "refused").inc()
         held = refused.item.waiter
         if isinstance(held, _Held):
             held.refused = refused

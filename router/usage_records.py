@@ -35,7 +35,7 @@ from gpuroute.router.core.usage import (
     usage_sums,
 )
 from gpuroute.router.metrics import RouterMetrics
-from gpuroute.router.token_usage import UsageConfig
+from gpuroute.router.usage_config import UsageConfig
 from redis.exceptions import RedisError
 
 from gpuroute.openai_api import error_response

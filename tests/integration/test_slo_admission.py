@@ -6,7 +6,7 @@ from __future__ import annotations
 import aiohttp
 import pytest
 from aiohttp import web
-from support.live import chat_body, router_toml, running_router, scripted_backend
+from support.live import MODEL, chat_body, router_toml, running_router, scripted_backend
 
 from gpuroute.auth import key_digest
 
@@ -72,10 +72,8 @@ async def test_classes_by_key_and_header_and_early_refusal_naming_the_class(tmp_
                     body = await r.json()
                     assert r.status == 400 and body["error"]["code"] == "invalid_slo_class"
             sample = router.metrics.registry.get_sample_value
-            refused = {"slo_class": "instant", "outcome": "refused"}
+            refused = {"slo_class": "instant", "model": MODEL, "outcome": "refused"}
             assert sample("gpuroute_slo_requests_total", refused) == 1
             assert len(router.scheduler.ledger) == 0  # nothing booked for the refused one
-            assert (
-                sample("gpuroute_slo_requests_total", {"slo_class": "standard", "outcome": "met"})
-                >= 3
-            )
+            met = {"slo_class": "standard", "model": MODEL, "outcome": "met"}
+            assert sample("gpuroute_slo_requests_total", met) >= 3

@@ -19,7 +19,7 @@ import pytest
 from aiohttp.test_utils import make_mocked_request
 from gpuroute.router.core.usage import hour_label, hour_of
 from gpuroute.router.metrics import RouterMetrics
-from gpuroute.router.token_usage import UsageConfig
+from gpuroute.router.usage_config import UsageConfig
 from gpuroute.router.usage_records import UsageRecords, field
 from prometheus_client.parser import text_string_to_metric_families
 from support.live import (

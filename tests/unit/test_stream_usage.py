@@ -7,8 +7,8 @@ import orjson
 from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.exchange import Exchange
+from gpuroute.router.metric_labels import TenantLabels
 from gpuroute.router.stream_usage import UsageStrippingTally, ask_usage, without_usage
-from gpuroute.router.token_usage import TenantLabels
 
 CHAT = "/v1/chat/completions"
 ROLE = b'data: {"id":"x","choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n'

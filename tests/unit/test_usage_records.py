@@ -20,7 +20,7 @@ from gpuroute.router.core.usage import (
     usage_sums,
 )
 from gpuroute.router.metrics import RouterMetrics
-from gpuroute.router.token_usage import UsageConfig
+from gpuroute.router.usage_config import UsageConfig
 from gpuroute.router.usage_records import UsageRecords, field, parse_field
 from gpuroute.router.worker_admin import merge_usage
 from redis.exceptions import ConnectionError as RedisConnectionError
