@@ -58,8 +58,9 @@ def fields(
     if ended is not None:
         out.update(admitted_fields(ended.admitted))
         exchange = ended.exchange
-        if exchange is not None and exchange.first_at is not None:
-            out["ttft_ms"] = ms(exchange.first_at - exchange.arrival)
+        first = None if exchange is None else exchange.first_token_at or exchange.first_at
+        if first is not None:  # the first token (a stream whose text is unseen: first byte)
+            out["ttft_ms"] = ms(first - exchange.arrival)
         answer = ended.answer if exchange is None else exchange.answer
         if answer is not None:
             out.update(answer_fields(answer))

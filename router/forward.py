@@ -32,7 +32,7 @@ from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.request_metrics import RequestMetrics
 from gpuroute.router.sessions import SessionStore
 from gpuroute.router.slo_gate import SloGate
-from gpuroute.router.tracing_spans import attempt, first_token, pick
+from gpuroute.router.tracing_spans import attempt, first_byte, pick
 from gpuroute.router.watch import BackendWatch
 
 from gpuroute.headers import ENGINE_HEADERS, FORWARDED_FOR, forwarded_for, pass_on
@@ -300,7 +300,7 @@ class Forwarder:
             now = exchange.first_at = self.clock()
             self.requests.first_byte(exchange, tally, streamed)
             life.move(Event.FIRST_BYTE)
-            first_token()
+            first_byte()
             self.scheduler.first_token(life, now, now - exchange.dispatched)
             self.offer_room()  # its prefill is done: room for held requests
             if streamed:

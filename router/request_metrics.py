@@ -13,6 +13,7 @@ from gpuroute.router.access import ENDED
 from gpuroute.router.exchange import Exchange
 from gpuroute.router.front import MODEL_ASKED
 from gpuroute.router.metrics import RouterMetrics
+from gpuroute.router.tracing_spans import first_token
 
 from gpuroute.relay import ResponseTally
 
@@ -69,7 +70,10 @@ class RequestMetrics:
 
         tally.on_text = text
 
-    def _first_token(self, exchange: Exchange, at: float) -> None:
+    def _first_token(self, exchange: Exchange, at: float, traced: bool = True) -> None:
+        """Timed (`traced`: now, so also an event on the attempt's span)."""
+        if traced:
+            first_token()
         exchange.first_token_at = at
         model = self.label(exchange.life.model)
         self.metrics.first_token_by(exchange.route, model).observe(at - exchange.arrival)
@@ -82,7 +86,7 @@ class RequestMetrics:
         tally's estimate), the mean time between them: its end (engines send the finish,
         usage and [DONE] events with the last token) less its first token, over the gaps."""
         if exchange.first_token_at is None and exchange.first_at is not None:
-            self._first_token(exchange, exchange.first_at)
+            self._first_token(exchange, exchange.first_at, traced=False)
         answer, first = exchange.answer, exchange.first_token_at
         if not complete or answer is None:
             return

@@ -46,8 +46,14 @@ def annotate(event: Mapping[str, Any]) -> None:
     span.add_event(kind, {**{k: v for k, v in flat.items() if k != "gpuroute.policy"}, **rest})
 
 
-def first_token() -> None:
+def first_byte() -> None:
     """The first bytes of an answer reached the client."""
+    if (span := current_span()) is not None:
+        span.add_event("first_byte")
+
+
+def first_token() -> None:
+    """The first generated text reached the client (a whole answer: its first bytes)."""
     if (span := current_span()) is not None:
         span.add_event("first_token")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 
 import aiohttp
 import pytest
@@ -64,7 +65,8 @@ def config(urls: list[str]) -> str:
     return text + f'[[models]]\nname = "{MODEL}"\naliases = ["llama"]\n'
 
 
-async def test_request_metrics_time_tokens_backends_and_bound_models(tmp_path) -> None:
+async def test_request_metrics_time_tokens_backends_and_bound_models(tmp_path, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="gpuroute.access")
     async with contextlib.AsyncExitStack() as stack:
         urls = [await stack.enter_async_context(scripted_backend(engine)) for _ in range(2)]
         router_url, router = await stack.enter_async_context(running_router(config(urls), tmp_path))
@@ -100,6 +102,9 @@ async def test_request_metrics_time_tokens_backends_and_bound_models(tmp_path) -
     # each stream's first token waits ROLE_GAP_S past its first byte (the role event)
     assert token_sum - byte_sum >= STREAMS * (ROLE_GAP_S - 0.01)
     assert byte_sum < STREAMS * ROLE_GAP_S  # the role event went on at once
+    lines = [r for r in caplog.records if r.name == "gpuroute.access" and r.status == 200]
+    streamed_ttft = sorted(r.ttft_ms for r in lines)[-STREAMS:]  # the access log agrees
+    assert len(lines) == STREAMS + WHOLE and min(streamed_ttft) >= 1000 * (ROLE_GAP_S - 0.01)
     itl_sum, itl_count = histogram("gpuroute_inter_token_latency_seconds", model=MODEL)
     assert itl_count == STREAMS
     assert TOKEN_GAP_S - 0.005 <= itl_sum / itl_count < 4 * TOKEN_GAP_S

@@ -178,7 +178,8 @@ def check_chain(spans: list[dict], engine: RecordingEngine) -> None:
     assert pick["gpuroute.chosen"] and pick["gpuroute.reason"]  # the decision's terms
     assert attributes(by[("gpuroute-router", "gpuroute.admission")])["gpuroute.admitted"]
     attempt = by[("gpuroute-router", "gpuroute.attempt")]
-    assert {e["name"] for e in attempt.get("events", [])} >= {"first_token", "stream_end"}
+    events = {e["name"] for e in attempt.get("events", [])}
+    assert events >= {"first_byte", "first_token", "stream_end"}
     [(_, seen, _)] = engine.seen
     got = {k.lower(): v for k, v in seen.items()}
     assert got["traceparent"] == f"00-{TRACE}-{attempt['spanId']}-01"

@@ -4,7 +4,7 @@ proxy core-second against HAProxy's (the engine's core may be what saturates).""
 from __future__ import annotations
 
 import pytest
-from gpuroute.bench.overhead import overhead_rows
+from gpuroute.bench.overhead import observability_cost, overhead_rows
 
 
 def run(rps: float, p50: float, p99: float, cores: float | None = None) -> dict[str, float]:
@@ -30,3 +30,18 @@ def test_rows_compare_each_proxy_with_direct_and_with_haproxy_per_core() -> None
     assert ours["rps_per_core"] == pytest.approx(5050 / 0.99, abs=0.1)
     assert haproxy["rps_per_core"] == pytest.approx(5900 / 0.25, abs=0.1)
     assert ours["per_core_vs_haproxy"] == pytest.approx((5050 / 0.99) / (5900 / 0.25), abs=1e-3)
+
+
+def test_tracing_and_logging_cost_is_on_against_off_from_the_same_rounds() -> None:
+    samples = {}
+    for connections, scale in ((1, 1.0), (32, 10.0)):
+        samples[("direct", connections)] = [run(1000 * scale, 1.0, 2.0)]
+        samples[("haproxy", connections)] = [run(900 * scale, 1.1, 2.2, 0.2)]
+        samples[("gpuroute-quiet", connections)] = [run(800 * scale, 1.2, 2.4, 1.0)]
+        samples[("gpuroute-observed", connections)] = [run(600 * scale, 1.5, 3.0, 1.0)]
+    cost = {c["connections"]: c for c in observability_cost(overhead_rows(samples))}
+    assert sorted(cost) == [1, 32]
+    assert cost[32]["rps_on_vs_off"] == pytest.approx(0.75)
+    assert cost[32]["per_core_on_vs_off"] == pytest.approx(0.75)
+    assert cost[1]["added_p50_ms"] == pytest.approx(0.3)
+    assert cost[1]["added_p99_ms"] == pytest.approx(0.6)
