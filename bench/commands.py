@@ -192,7 +192,7 @@ def _agreement(spec, report: Report, console: Console) -> list[dict]:
 
 
 def _overhead(args: argparse.Namespace, console: Console) -> Report:
-    from gpuroute.bench.overhead import OVERHEAD_COLUMNS, run_overhead
+    from gpuroute.bench.overhead import COST_COLUMNS, OVERHEAD_COLUMNS, run_overhead
     from gpuroute.bench.tables import print_table
 
     report = run_overhead(
@@ -201,6 +201,15 @@ def _overhead(args: argparse.Namespace, console: Console) -> Report:
     )  # fmt: skip
     title = "proxy overhead (tiny non-streamed requests)"
     print_table(console, title, report["rows"], OVERHEAD_COLUMNS)
+    every, sampled = report["observed"]["gpuroute-observed"], report["observed"]["gpuroute-sampled"]
+    title = (
+        "tracing + access log on every request (gpuroute-observed: "
+        f"{every['spans']:,} spans exported, {every['access_lines']:,} access lines) "
+        "and sampled (gpuroute-sampled: 1 trace in 10, the default access log: "
+        f"{sampled['spans']:,} spans, {sampled['access_lines']:,} lines) against both off "
+        "(gpuroute-quiet)"
+    )
+    print_table(console, title, report["observability_cost"], COST_COLUMNS)
     if (scaling := report["scaling"]) is not None:
         from gpuroute.bench.scaling import SCALING_COLUMNS
 

@@ -198,6 +198,11 @@ async def _spanned(
             f"{request.method} {path}", context=parent, kind=trace.SpanKind.SERVER,
             attributes=attributes,
         ) as span:  # fmt: skip
+            if not span.is_recording():  # a trace not sampled: no spans below this one,
+                unsampled: dict[str, str] = {}  # and the next hops told so (flags 00)
+                W3C.inject(unsampled)
+                request[ONWARD] = unsampled
+                TRACER.set(None)  # (the finally's reset restores it)
             response = await handler(request)
             span.set_attribute("http.response.status_code", response.status)
             if response.status >= 500:

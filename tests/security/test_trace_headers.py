@@ -186,3 +186,27 @@ async def test_a_passthrough_engine_gets_an_id_of_its_own_too(tmp_path) -> None:
     assert answer.status == 200 and answer.headers["x-request-id"] == "pt-1"
     seen = {k.lower(): v for k, v in engine.seen[0][1].items()}
     assert re.fullmatch(r"pt-1-0-[0-9a-f]{8}", seen["x-request-id"])
+
+
+async def test_a_trace_not_sampled_records_nothing_and_tells_the_engine_so(tmp_path) -> None:
+    """sample_ratio 0: the client's sampled flag is not trusted, no span is recorded (none
+    below the request's either: they cost the request path for nothing), and the engine
+    gets the same trace with the flag cleared, as its own request id."""
+    engine = RecordingEngine()
+    memory = InMemorySpanExporter()
+    top = '[tracing]\notlp_endpoint = "http://127.0.0.1:9/v1/traces"\nsample_ratio = 0.0'
+    async with scripted_backend(engine) as url:
+        async with router_server(secure_toml(url, top=top), tmp_path) as server:
+            tracing = server.runner.app[TRACING]
+            tracing.stop()
+            tracing.start(exporter=memory)
+            answer = await send_raw(
+                f"http://127.0.0.1:{server.port}", [("traceparent", GOOD)], chat()
+            )
+            tracing.provider.force_flush()
+    assert answer.status == 200
+    assert memory.get_finished_spans() == ()
+    seen = {k.lower(): v for k, v in engine.seen[0][1].items()}
+    version, trace_id, parent, flags = seen["traceparent"].split("-")
+    assert (version, trace_id, flags) == ("00", TRACE, "00") and FRESH_ID.fullmatch(parent)
+    assert seen["x-request-id"].startswith(answer.headers["x-request-id"] + "-0-")

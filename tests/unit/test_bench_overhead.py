@@ -39,9 +39,15 @@ def test_tracing_and_logging_cost_is_on_against_off_from_the_same_rounds() -> No
         samples[("haproxy", connections)] = [run(900 * scale, 1.1, 2.2, 0.2)]
         samples[("gpuroute-quiet", connections)] = [run(800 * scale, 1.2, 2.4, 1.0)]
         samples[("gpuroute-observed", connections)] = [run(600 * scale, 1.5, 3.0, 1.0)]
-    cost = {c["connections"]: c for c in observability_cost(overhead_rows(samples))}
-    assert sorted(cost) == [1, 32]
-    assert cost[32]["rps_on_vs_off"] == pytest.approx(0.75)
-    assert cost[32]["per_core_on_vs_off"] == pytest.approx(0.75)
-    assert cost[1]["added_p50_ms"] == pytest.approx(0.3)
-    assert cost[1]["added_p99_ms"] == pytest.approx(0.6)
+        samples[("gpuroute-sampled", connections)] = [run(760 * scale, 1.25, 2.5, 1.0)]
+    cost = {(c["target"], c["connections"]): c for c in observability_cost(overhead_rows(samples))}
+    assert sorted(cost) == [
+        ("gpuroute-observed", 1), ("gpuroute-observed", 32),
+        ("gpuroute-sampled", 1), ("gpuroute-sampled", 32),
+    ]  # fmt: skip
+    every = cost[("gpuroute-observed", 32)]
+    assert every["rps_on_vs_off"] == pytest.approx(0.75)
+    assert every["per_core_on_vs_off"] == pytest.approx(0.75)
+    assert cost[("gpuroute-observed", 1)]["added_p50_ms"] == pytest.approx(0.3)
+    assert cost[("gpuroute-observed", 1)]["added_p99_ms"] == pytest.approx(0.6)
+    assert cost[("gpuroute-sampled", 32)]["rps_on_vs_off"] == pytest.approx(0.95)
