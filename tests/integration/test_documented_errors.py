@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from support.live import (
+    MODEL,
     async_wait_for,
     chat_body,
     holds,
@@ -123,5 +124,5 @@ async def test_a_router_bug_answers_500_internal_error_and_logs_the_traceback(
                 async with s.post(post, json=chat_body()) as r:
                     assert (r.status, engine.started) == (200, 1)
                 counted = router.metrics.registry.get_sample_value
-                route = {"route": "/v1/chat/completions"}
+                route = {"route": "/v1/chat/completions", "model": MODEL}
                 assert counted("gpuroute_requests_total", route | {"code": "500"}) == 1.0
