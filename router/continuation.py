@@ -19,6 +19,7 @@ import orjson
 from pydantic import Field
 
 from gpuroute.config import StrictModel
+from gpuroute.prompt import estimate_tokens
 
 CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
 ROUTES = frozenset({CHAT, COMPLETIONS})
@@ -61,7 +62,7 @@ class Broken:
     """What the client received of a stream before its engine broke."""
 
     text: str = ""
-    tokens: int = 0  # events that carried text: a token each as engines stream by default
+    tokens: int = 0  # sent so far: events with text, or the text's estimate if more
     head: dict = field(default_factory=dict)  # id, created, model, as the client saw them
     finished: bool = False  # its finish came: only the end of the stream was lost
     tool_calls: bool = False
@@ -71,6 +72,7 @@ def read_broken(chunks: list[bytes], route: str) -> Broken:
     """The events received whole (a torn last one was never relayed: `chunks` is what the
     client got), read for their text, their head and whether they finished."""
     broken = Broken()
+    events = 0
     for event in b"".join(chunks).split(b"\n\n"):
         event = event.strip()
         if not event.startswith(DATA) or event.startswith(DONE):
@@ -87,8 +89,10 @@ def read_broken(chunks: list[bytes], route: str) -> Broken:
             piece = _piece(choice, route, broken)
             if piece:
                 broken.text += piece
-                broken.tokens += 1
+                events += 1
             broken.finished |= choice.get("finish_reason") is not None
+    # a token an event as engines stream by default; more where one packs several
+    broken.tokens = max(events, estimate_tokens(broken.text)) if broken.text else 0
     return broken
 
 
