@@ -82,6 +82,12 @@ class StreamContinuer:
             ["reason", "outcome"],
             registry=forwarder.metrics.registry,
         )
+        self.prefill = Counter(
+            "gpuroute_stream_continuation_prefill_tokens",
+            "Prompt tokens sent to continue broken streams (the prompt and the text so far, "
+            "prefilled again where the stream goes on): the GPU work continuations cost.",
+            registry=forwarder.metrics.registry,
+        )
 
     def record(self, exchange: Exchange, tally: ResponseTally) -> None:
         """Keep the stream's chunks while it may have to be continued."""
@@ -163,6 +169,7 @@ class StreamContinuer:
         """One continuation placed, sent and relayed (None: no backend would take it)."""
         forwarder, life = self.forwarder, exchange.life
         forwarder.loop.continued(life, broken.tokens)
+        self.prefill.inc(life.info.prompt_tokens)
         body = continuation_body(exchange.body or {}, exchange.route, broken)
         while (backend := await forwarder.place(life, None)) is not None:
             body["model"] = life.model  # the model placed (a fallback's, if it came to that)
