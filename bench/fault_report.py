@@ -54,6 +54,7 @@ def fault_report(
             entry["picks_after_first_failure"] = (
                 None if first is None else sum(1 for t, b in picks if b == backend and t > first)
             )
+            entry |= streams_on_killed(results, backend, fault["applied_at_s"])
         else:
             before = [b for t, b in picks if at - FAIR_WINDOW_S <= t < at]
             fair = before.count(backend) / len(before) if before else 0.0
@@ -72,3 +73,49 @@ def fault_report(
             }
         report.append(entry)
     return report
+
+
+def streams_on_killed(results: list[RequestResult], backend: str, at_s: float) -> dict:
+    """The streams in flight on the killed engine when it died (their first bytes came from
+    it, they were sent before and ended after): how many were lost, and the pause the
+    others' clients saw (their longest silence between chunks: the continuation's)."""
+    hit = [
+        r for r in results
+        if r.backend == backend and r.sent_at < at_s < r.sent_at + (r.e2e_s or 0.0)
+    ]  # fmt: skip
+    pauses = sorted(r.max_gap_s for r in hit if r.ok)
+    return {
+        "streams_in_flight": len(hit),
+        "streams_lost": sum(1 for r in hit if not r.ok),
+        "pause_p50_s": _quantile(pauses, 0.5),
+        "pause_p99_s": _quantile(pauses, 0.99),
+    }
+
+
+def _quantile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    return round(values[min(len(values) - 1, int(q * len(values)))], 4)
+
+
+async def continuation_stats(router_url: str) -> dict:
+    """What continuations cost, from the router's /metrics: streams continued, and the
+    prompt tokens prefilled again for them against all the prompt tokens engines reported
+    (gpuroute_tokens_total), as a share of the run's prefill."""
+    import aiohttp
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with aiohttp.ClientSession() as session, session.get(router_url + "/metrics") as r:
+        text = await r.text()
+    continued = prefill = prompt = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "gpuroute_stream_continuations_total":
+                continued += sample.value if sample.labels["outcome"] == "continued" else 0
+            elif sample.name == "gpuroute_stream_continuation_prefill_tokens_total":
+                prefill += sample.value
+            elif sample.name == "gpuroute_tokens_total" and sample.labels["direction"] == "prompt":
+                prompt += sample.value
+    share = prefill / (prompt + prefill) if prompt + prefill else 0.0
+    return {"continued": int(continued), "reprefill_tokens": int(prefill),
+            "reprefill_share": round(share, 5)}  # fmt: skip

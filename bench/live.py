@@ -237,9 +237,7 @@ async def run_target(
         if outage is not None:
             summary |= await outage
         if spec.faults and target not in BASELINES + EXTRA_BASELINES:
-            from gpuroute.bench.fault_report import fault_report
-
-            summary["faults"] = fault_report(proxy.log, applied, pairs, results)
+            summary |= await fault_summary(proxy, applied, pairs, results)
         return summary
     finally:
         if proxy is not None:
@@ -248,6 +246,18 @@ async def run_target(
             child.stop()
         for child in engines:
             child.stop()
+
+
+async def fault_summary(
+    proxy: Child, applied: list[dict], pairs: list[tuple[str, Child]], results: list
+) -> dict:
+    """Our router around the faults: what it did (its decision log) and its continuations."""
+    from gpuroute.bench.fault_report import continuation_stats, fault_report
+
+    return {
+        "faults": fault_report(proxy.log, applied, pairs, results),
+        "continuations": await continuation_stats(proxy.url),
+    }
 
 
 def run_live_bench(spec: LiveBenchSpec, on_target=None) -> dict:

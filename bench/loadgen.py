@@ -37,6 +37,7 @@ class RequestResult:
     backend: str | None = None
     error: str | None = None
     served_model: str | None = None  # our router's x-gpuroute-served-model (a fallback's)
+    max_gap_s: float = 0.0  # a stream's longest silence between two chunks (a continuation's pause)
 
 
 def prompt_for(index: int, tokens: int, blocks: tuple[int, ...] = ()) -> str:
@@ -138,11 +139,14 @@ class Replay:
                 result.backend = response.headers.get(BACKEND_HEADER)
                 result.served_model = response.headers.get(SERVED_MODEL_HEADER)
                 if self.stream:
-                    tail = b""
+                    tail, last = b"", 0.0
                     async for chunk in response.content.iter_any():
+                        now = time.monotonic()
                         if not tail:
-                            result.ttft_s = time.monotonic() - started
-                        tail = (tail + chunk)[-4096:]
+                            result.ttft_s = now - started
+                        else:
+                            result.max_gap_s = max(result.max_gap_s, now - last)
+                        tail, last = (tail + chunk)[-4096:], now
                 else:
                     tail = await response.read()
                     result.ttft_s = time.monotonic() - started

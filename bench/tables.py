@@ -66,6 +66,8 @@ def print_live_notes(console: Console, targets: list[dict]) -> None:
             )
         for fault in target.get("faults", []):
             console.print(f"{target['target']} fault: {fault}")
+        if "continuations" in target:
+            console.print(f"{target['target']} stream continuations: {target['continuations']}")
         if "redis_killed_at_s" in target:
             console.print(
                 f"Redis killed at {target['redis_killed_at_s']} s, restarted at "

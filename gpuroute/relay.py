@@ -82,7 +82,9 @@ class ResponseTally:
     is called for each chunk that adds text (a stream's role-only first event does not:
     its text is empty): how the router times a stream's first token."""
 
-    __slots__ = ("_looks", "bytes", "content", "events", "hold", "on_text", "skeleton", "tail")
+    __slots__ = (
+        "_looks", "bytes", "content", "events", "hold", "kept", "on_text", "skeleton", "tail",
+    )  # fmt: skip
     strip: ClassVar[bool] = False  # True: what the client gets is `outgoing(chunk)`
 
     def __init__(self, *, size_text: bool = False) -> None:
@@ -96,10 +98,14 @@ class ResponseTally:
         self.skeleton: int | None = None  # bytes of one event less its text, once seen
         self.on_text: Callable[[], None] | None = None
         self._looks = SKELETON_LOOKS if size_text else 0
+        # every chunk, for a stream that may have to be continued (router/continuation.py)
+        self.kept: list[bytes] | None = None
 
     def add(self, chunk: bytes) -> None:
         events = chunk.count(b"data: ")
         self.bytes += len(chunk)
+        if self.kept is not None:
+            self.kept.append(chunk)
         self.events += events
         self.tail = (self.tail + chunk)[-TAIL_BYTES:]
         if self.skeleton is None:
@@ -247,13 +253,16 @@ async def relay_body(
     tally: ResponseTally | None = None,
     write_timeout_s: float | None = None,
     error_event: Callable[[str], bytes] | None = None,
+    end_broken: bool = True,
 ) -> Relayed:
     """Relay `upstream`'s body (after `first`, bytes already read) chunk by chunk; `await
     write()` is the backpressure, bounded by `write_timeout_s` while the client is behind
     (ClientWriter). A body that breaks ends as an error the client cannot miss: an SSE
     error event on a stream, else a connection closed without the final chunk. `tally` is
     counted as the body goes (a caller may watch it live). `error_event(message)` is a
-    broken stream's last event in the API's own format (default: OpenAI's, then [DONE])."""
+    broken stream's last event in the API's own format (default: OpenAI's, then [DONE]).
+    Without `end_broken` a broken stream is left open for the caller (who may continue it
+    elsewhere, or end it with `end_truncated`)."""
     tally = ResponseTally() if tally is None else tally
     streamed = is_event_stream(upstream)
     client = ClientWriter(request, response, write_timeout_s)
@@ -279,8 +288,9 @@ async def relay_body(
     if whole:
         return await _end(client, tally, streamed, first)
     ended = await _relay_chunks(
-        request, client, upstream, tally, streamed, broken_message, error_event
-    )
+        request, client, upstream, tally, streamed, broken_message,
+        error_event if end_broken else None, end_broken,
+    )  # fmt: skip
     if ended is not None:
         return ended
     return await _end(client, tally, streamed, tally.flush() if tally.strip else b"")
@@ -312,6 +322,7 @@ async def _relay_chunks(
     streamed: bool,
     broken_message: Callable[[BaseException], str],
     error_event: Callable[[str], bytes] | None = None,
+    end_broken: bool = True,
 ) -> Relayed | None:
     """Chunks until the body ends (None), breaks (the client's deadlines included), or
     the client leaves or falls too far behind (how it ended)."""
@@ -319,7 +330,8 @@ async def _relay_chunks(
         try:
             chunk = await upstream.content.readany()
         except UPSTREAM_ERRORS as exc:
-            await end_truncated(request, client, streamed, broken_message(exc), error_event)
+            if end_broken:
+                await end_truncated(request, client, streamed, broken_message(exc), error_event)
             return Relayed(RelayEnd.UPSTREAM_BROKE, tally, streamed, exc)
         if not chunk:
             return None

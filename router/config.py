@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 from gpuroute.router.auth_config import AuthConfig
+from gpuroute.router.continuation import ContinuationConfig
 from gpuroute.router.core.policies import DEFAULT_POLICY, POLICIES
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASS, DEFAULT_SLO_CLASSES, SloClass
 from gpuroute.router.metric_labels import MetricsConfig
@@ -247,8 +248,7 @@ class RouterConfig(AdminAccess, DeclaresGpuTypes):
     # instead, which is allowed only while that one is bound to loopback.
     admin_listen: ListenConfig = ListenConfig(port=9090)
     admin_on_public_listener: bool = False
-    # Paths other than the OpenAI routes that are forwarded to engines (exact matches),
-    # after the same key, quota and queue checks; none by default.
+    # other paths forwarded to engines (exact), after the key, quota and queue checks
     passthrough_paths: list[str] = Field(default_factory=list)
     # sent to engines as `Authorization: Bearer ...` (clients' keys never are)
     engine_api_key: str | None = None
@@ -257,8 +257,7 @@ class RouterConfig(AdminAccess, DeclaresGpuTypes):
     check_secret_forms = secret_forms("engine_api_key")
     # for https:// engine URLs: the CA to trust and, for mutual TLS, the router's certificate
     engine_tls: ClientTlsConfig = ClientTlsConfig()
-    # headers passed on to engines besides gpuroute/headers.py's ENGINE_HEADERS
-    engine_headers: list[str] = Field(default_factory=list)
+    engine_headers: list[str] = Field(default_factory=list)  # besides headers.ENGINE_HEADERS
     # CIDRs of proxies in front (the global tier, a load balancer) whose X-Forwarded-For
     # names the client; that client, not the proxy, is counted against per-client limits
     trusted_proxies: list[str] = Field(default_factory=list)
@@ -289,6 +288,7 @@ class RouterConfig(AdminAccess, DeclaresGpuTypes):
     tracing: TracingConfig = TracingConfig()  # OTLP spans (gpuroute/tracing.py); off
     metrics: MetricsConfig = MetricsConfig()  # label cardinality (router/metric_labels.py)
     usage: UsageConfig = UsageConfig()  # per-tenant usage records (router/usage_records.py)
+    continuation: ContinuationConfig = ContinuationConfig()  # broken streams go on elsewhere
     backends: list[BackendConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")

@@ -78,6 +78,7 @@ class Exchange:
     body: dict | None = None
     edited: bool = False
     strip_usage: bool = False
+    continuation: bytes | None = None  # what continues a broken stream (StreamContinuer)
     _sent: tuple[str, bytes] | None = None  # the last body serialised, for its model
 
     @property
@@ -97,6 +98,8 @@ class Exchange:
         and nothing was edited, else the parsed body with `model` set (an alias, a split's
         version, a fallback), serialised once per model. A multipart upload goes as it
         came (its model field unchanged)."""
+        if self.continuation is not None:
+            return self.continuation
         body = self.body
         if body is None or (model == self.info.requested and not self.edited):
             return self.raw

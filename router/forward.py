@@ -18,6 +18,7 @@ from aiohttp import web
 from gpuroute.router.api_formats import stream_error_event
 from gpuroute.router.attempt_failure import UpstreamFailed, failure_kind
 from gpuroute.router.config import LimitsConfig
+from gpuroute.router.continuation import ContinuationConfig
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.health import HealthEvents
 from gpuroute.router.core.lifetime import Event, Lifetimes, RequestLifetime
@@ -32,6 +33,7 @@ from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.request_metrics import RequestMetrics
 from gpuroute.router.sessions import SessionStore
 from gpuroute.router.slo_gate import SloGate
+from gpuroute.router.stream_continuer import StreamContinuer
 from gpuroute.router.tracing_spans import attempt, first_byte, pick
 from gpuroute.router.watch import BackendWatch
 
@@ -39,6 +41,7 @@ from gpuroute.headers import ENGINE_HEADERS, FORWARDED_FOR, forwarded_for, pass_
 from gpuroute.openai_api import error_response
 from gpuroute.relay import (
     UPSTREAM_ERRORS,
+    Relayed,
     RelayedResponse,
     RelayEnd,
     is_event_stream,
@@ -68,6 +71,7 @@ class Forwarder:
         engine_key: str | None = None,
         engine_tls: ssl.SSLContext | None = None,
         engine_headers: frozenset[str] = ENGINE_HEADERS,
+        continuation: ContinuationConfig | None = None,
     ) -> None:
         self.engine_key = engine_key
         self.engine_allowed = engine_headers
@@ -82,6 +86,7 @@ class Forwarder:
         self.slo = slo  # classes' attainment; holds predicted misses (predicting policies)
         # the attempts loop the simulator runs too: route, hold, offer room, retry
         self.loop = AttemptLoop(scheduler, self.budget, slo.queue if slo.holds else None)
+        self.continuer = StreamContinuer(self, continuation or ContinuationConfig())
         self.urls: dict[str, str] = {}
         self.session: UpstreamPool | None = None  # to the engines; start() opens it
         self.write_timeout_s: float | None = None  # a client behind this long is cut off
@@ -122,7 +127,7 @@ class Forwarder:
         info, tried = life.info, life.tried
         remembered = await self._remembered(info)
         last = "no backend is available"
-        while (backend := await self._pick(life, remembered)) is not None:
+        while (backend := await self.place(life, remembered)) is not None:
             try:
                 return await self._attempt(exchange, backend, life.attempts)
             except UpstreamFailed as failure:
@@ -149,7 +154,7 @@ class Forwarder:
         return error_response(502, "no backend could answer the request", code="upstream_error")
 
     @pick
-    async def _pick(self, life: RequestLifetime, remembered: str | None) -> Backend | None:
+    async def place(self, life: RequestLifetime, remembered: str | None) -> Backend | None:
         """A booked backend for this attempt (None: none can take it), each decision, hold
         and refusal written to the decision log."""
         info, attempt = life.info, life.attempts.count
@@ -193,10 +198,10 @@ class Forwarder:
         attempts.start(self.budget)
         upstream = None
         try:
-            upstream, first = await self._first_bytes(exchange, backend, expected)
+            upstream, first = await self.first_bytes(exchange, backend, expected)
             return await self._relay(exchange, backend, upstream, first)
         except UpstreamFailed as failure:
-            self._failed(exchange, backend, failure.kind)
+            self.failed_attempt(exchange, backend, failure.kind)
             raise
         except asyncio.CancelledError:
             self._client_gone()
@@ -209,7 +214,7 @@ class Forwarder:
                 else:
                     upstream.close()
 
-    def _failed(self, exchange: Exchange, backend: Backend, kind: FailureKind) -> None:
+    def failed_attempt(self, exchange: Exchange, backend: Backend, kind: FailureKind) -> None:
         life = exchange.life
         self.metrics.upstream_failures.labels(backend.backend_id, kind.value).inc()
         self.decisions.failure(life.info, backend, kind.value, emit=life.sampled)
@@ -242,7 +247,7 @@ class Forwarder:
             return None
         return backend_id if self.has_room(backend_id) else None
 
-    async def _first_bytes(
+    async def first_bytes(
         self, exchange: Exchange, backend: Backend, expected: float
     ) -> tuple[UpstreamResponse, bytes]:
         """Send the request and wait for the first body bytes, which may be the whole answer
@@ -295,6 +300,7 @@ class Forwarder:
         tally = exchange.new_tally(streamed)  # a stream's text is timed (BackendWatch)
         if streamed:
             self.requests.time_text(exchange, tally)
+            self.continuer.record(exchange, tally)
 
         def first_written() -> None:
             now = exchange.first_at = self.clock()
@@ -316,21 +322,28 @@ class Forwarder:
             tally=tally,
             write_timeout_s=self.write_timeout_s,
             error_event=stream_error_event(exchange.route),
+            end_broken=not streamed,  # a stream may go on elsewhere (StreamContinuer)
         )
+        if relayed.end is RelayEnd.UPSTREAM_BROKE:  # judged, continued or ended there
+            relayed, backend = await self.continuer.go_on(exchange, response, backend, relayed)
         exchange.answer = Answer(upstream.status, relayed.streamed, tally, backend.backend_id)
         self.requests.relayed(exchange, backend.backend_id, relayed.end is RelayEnd.COMPLETE)
+        self._ended(exchange, backend, relayed)
+        return response
+
+    def _ended(self, exchange: Exchange, backend: Backend, relayed: Relayed) -> None:
+        """How its answer ended: cut off, left, broken for good, or whole (then judged)."""
+        life = exchange.life
         if relayed.end is RelayEnd.CLIENT_TOO_SLOW:
             self.metrics.client_write_timeouts.inc()
             log.info("request %s: client behind, cut off", life.request_id)
         if relayed.end in (RelayEnd.CLIENT_GONE, RelayEnd.CLIENT_TOO_SLOW):
             exchange.ending = Event.CANCEL
             self._client_gone(counted=relayed.end is RelayEnd.CLIENT_TOO_SLOW)
-            return response
+            return
         if relayed.end is RelayEnd.UPSTREAM_BROKE:
-            assert relayed.error is not None
             exchange.ending = Event.FAIL
-            self._broken_stream(life, backend, relayed.error)
-            return response
+            return
         exchange.ending = Event.FINISH
         self._judge_suspects(exchange)
         output = relayed.tally.output_tokens(relayed.streamed)
@@ -339,7 +352,6 @@ class Forwarder:
         judged = self.slo.judge(exchange, self.clock(), output)
         # 4xx is the client's problem, not the backend's: counted healthy.
         self.settle(life, backend, ok=True, output_tokens=output, latency_ratio=ratio, slo=judged)
-        return response
 
     def _judge_suspects(self, exchange: Exchange) -> None:
         """Another backend answered: the 5xx answers before were theirs after all."""
@@ -347,14 +359,6 @@ class Forwarder:
         for suspect in exchange.suspects:
             self.record_health(self.scheduler.judge(suspect, ok=False, now=now))
         exchange.suspects.clear()
-
-    def _broken_stream(self, life: RequestLifetime, backend: Backend, exc: BaseException) -> None:
-        """The body broke after the client saw its first bytes (relay_body ended it)."""
-        self.metrics.stream_errors.labels(backend.backend_id).inc()
-        self.decisions.failure(life.info, backend, FailureKind.STREAM.value, emit=life.sampled)
-        # a connection that died mid-stream means the engine died; a timeout may not
-        self.settle(life, backend, ok=False, fatal=not isinstance(exc, asyncio.TimeoutError))
-        log.warning("stream from %s broke after first byte: %r", backend.backend_id, exc)
 
     # -- bookkeeping -----------------------------------------------------------------------
     def settle(

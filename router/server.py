@@ -189,6 +189,7 @@ class RouterApp:
             engine_key=read_secret(config, "engine_api_key", "router"),
             engine_tls=client_context(config.engine_tls, "engine_tls"),
             engine_headers=ENGINE_HEADERS | frozenset(config.engine_headers),
+            continuation=config.continuation,
         )
 
     def _membership(self) -> Membership:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from gpuroute.openai_api import error_response
+from gpuroute.prompt import estimate_tokens
 
 if TYPE_CHECKING:
     from gpuroute.testbed.fake_engine import FakeEngine
@@ -168,3 +169,24 @@ async def open_stream(request: web.Request) -> web.StreamResponse:
     )
     await response.prepare(request)
     return response
+
+
+def continuing(body: dict) -> web.Response | None:
+    """vLLM's 400s for a continued assistant turn: with `continue_final_message`, the
+    generation prompt must be turned off (its default, true, is refused too)."""
+    if body.get("continue_final_message") and body.get("add_generation_prompt", True):
+        return error_response(
+            400,
+            "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+        )
+    return None
+
+
+def already_written(body: dict) -> int:
+    """The tokens of the assistant's turn a request continues (`continue_final_message`)."""
+    messages = body.get("messages")
+    if not body.get("continue_final_message") or not isinstance(messages, list) or not messages:
+        return 0
+    last = messages[-1]
+    text = last.get("content") if isinstance(last, dict) else None
+    return estimate_tokens(text) if isinstance(text, str) and text else 0

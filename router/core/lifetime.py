@@ -47,6 +47,7 @@ class Event(enum.StrEnum):
     PLACE = "place"
     FIRST_BYTE = "first_byte"
     ATTEMPT_FAILED = "attempt_failed"  # before any byte reached the client: route again
+    CONTINUE = "continue"  # its engine broke mid-stream: the answer goes on elsewhere
     FINISH = "finish"
     FAIL = "fail"
     REFUSE = "refuse"
@@ -66,7 +67,12 @@ TRANSITIONS: dict[Phase, dict[Event, Phase]] = {
         Event.FINISH: Phase.DONE,
         **_ENDINGS,
     },
-    Phase.STREAMING: {Event.FINISH: Phase.DONE, Event.FAIL: Phase.FAILED, **_ENDINGS},
+    Phase.STREAMING: {
+        Event.FINISH: Phase.DONE,
+        Event.CONTINUE: Phase.ROUTING,
+        Event.FAIL: Phase.FAILED,
+        **_ENDINGS,
+    },
     **{phase: {} for phase in ENDED},
 }
 

@@ -106,6 +106,16 @@ class AttemptLoop:
         """Held requests whose TTFT budget ran out, refused."""
         return list(self.holds.expire(now)) if self.holds is not None else []
 
+    def continued(self, life: RequestLifetime, generated: int) -> None:
+        """Its engine broke mid-stream after `generated` tokens: routed again as a request
+        whose prompt holds them (their prefill redone where it goes on) and whose cap is
+        what is left of it."""
+        life.move(Event.CONTINUE)
+        info = life.info
+        info.prompt_tokens += generated
+        if info.max_tokens is not None:
+            info.max_tokens = max(info.max_tokens - generated, 1)
+
     def failed(self, life: RequestLifetime, kind: FailureKind, rng: random.Random) -> Retry:
         """A failed attempt (before any byte reached the client): may another follow?"""
         attempts = life.attempts

@@ -108,7 +108,12 @@ async def test_connect_error_and_5xx_are_retried_on_another_backend(tmp_path) ->
                 assert sum(retries.labels(k)._value.get() for k in ("refused", "5xx")) >= 2
 
 
+OFF = "enabled = false"
+
+
 async def test_no_retry_after_first_byte_ends_with_an_sse_error_event(tmp_path) -> None:
+    """With continuation off (tests/integration/test_stream_continuation.py has it on), a
+    stream whose engine dies is never sent again: it ends with the error event."""
     attempts = []
 
     async def break_mid_stream(request: web.Request) -> web.StreamResponse:
@@ -122,7 +127,7 @@ async def test_no_retry_after_first_byte_ends_with_an_sse_error_event(tmp_path) 
 
     async with scripted_backend(break_mid_stream) as upstream:
         async with scripted_backend(sse_script) as healthy:
-            config = router_toml([(upstream, "H100"), (healthy, "T4")])
+            config = router_toml([(upstream, "H100"), (healthy, "T4")], continuation=OFF)
             async with (
                 running_router(config, tmp_path) as (url, router),
                 aiohttp.ClientSession() as s,

@@ -1,0 +1,248 @@
+"""A stream whose engine broke mid-answer goes on on another backend (router/continuation.py
+says what is sent and how it is spliced): the broken attempt is judged as any broken
+stream is, the continuation is placed by the scheduler like any request (its prompt now
+holds the text so far, whose prefill is redone there), and its stream is relayed into
+the client's, which never closed. A stream that cannot be continued faithfully, or has
+nowhere to go, ends with the explicit error event as before."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+import orjson
+from aiohttp import web
+from gpuroute.router.api_formats import stream_error_event
+from gpuroute.router.attempt_failure import UpstreamFailed
+from gpuroute.router.continuation import (
+    Broken,
+    ContinuationConfig,
+    Splice,
+    budget_spent,
+    continuation_body,
+    finish_events,
+    read_broken,
+    static_reason,
+)
+from gpuroute.router.core.backend import Backend
+from gpuroute.router.core.lifetime import Event
+from gpuroute.router.core.retry import FailureKind
+from gpuroute.router.exchange import Exchange
+from prometheus_client import Counter
+
+from gpuroute.relay import ClientWriter, Relayed, RelayEnd, ResponseTally, end_truncated, relay_body
+from gpuroute.tracing import REQUEST_ID_HEADER, engine_request_id
+from gpuroute.upstream import UpstreamResponse
+
+if TYPE_CHECKING:
+    from gpuroute.router.forward import Forwarder
+
+log = logging.getLogger("gpuroute.router.continuation")
+BROKEN_MESSAGE = "the backend failed mid-stream"
+
+
+class SplicedContent:
+    """The continuing engine's body as relay_body reads it: rewritten by the splice."""
+
+    __slots__ = ("content", "splice")
+
+    def __init__(self, content, splice: Splice) -> None:
+        self.content, self.splice = content, splice
+
+    async def readany(self) -> bytes:
+        while True:
+            chunk = await self.content.readany()
+            if not chunk:
+                return self.splice.flush()
+            if out := self.splice.feed(chunk):
+                return out
+
+    def at_eof(self) -> bool:
+        return False  # a stream: never relayed as one whole write
+
+
+class SplicedUpstream:
+    __slots__ = ("content", "headers", "status")
+
+    def __init__(self, upstream: UpstreamResponse, splice: Splice) -> None:
+        self.headers, self.status = upstream.headers, upstream.status
+        self.content = SplicedContent(upstream.content, splice)
+
+
+class StreamContinuer:
+    """Continuations for one router's forwarder."""
+
+    def __init__(self, forwarder: Forwarder, config: ContinuationConfig) -> None:
+        self.forwarder, self.config = forwarder, config
+        self.counted = Counter(
+            "gpuroute_stream_continuations",
+            "Streams whose engine broke mid-answer: continued on another backend, or ended "
+            "with the error event and why not (n, logprobs, seed, tool_calls, no_backend, ...).",
+            ["reason", "outcome"],
+            registry=forwarder.metrics.registry,
+        )
+        self.prefill = Counter(
+            "gpuroute_stream_continuation_prefill_tokens",
+            "Prompt tokens sent to continue broken streams (the prompt and the text so far, "
+            "prefilled again where the stream goes on): the GPU work continuations cost.",
+            registry=forwarder.metrics.registry,
+        )
+
+    def record(self, exchange: Exchange, tally: ResponseTally) -> None:
+        """Keep the stream's chunks while it may have to be continued."""
+        if self.config.enabled and static_reason(exchange.route, exchange.body) is None:
+            tally.kept = []
+
+    async def go_on(
+        self, exchange: Exchange, response: web.StreamResponse, backend: Backend, relayed: Relayed
+    ) -> tuple[Relayed, Backend]:
+        """Continue the broken stream `relayed` (from `backend`) until a continuation ends
+        it some other way, or none can go on (then the explicit error ends it). The
+        backend whose stream ended it, and how."""
+        tries = 0
+        while relayed.end is RelayEnd.UPSTREAM_BROKE:
+            if not relayed.streamed:  # a whole answer cut short: relay_body closed it
+                self._judge(exchange, backend, relayed.error)
+                return relayed, backend
+            broken, reason = self._broken(exchange, relayed.tally, tries)
+            if broken is not None and reason in ("finished", "length"):
+                # only its end was lost: ended as the engine would have, a success
+                finish = None if reason == "finished" else "length"
+                end = finish_events(broken, exchange.route, finish)
+                await self._finish(exchange, response, end)
+                self.counted.labels(reason, "ended").inc()
+                return Relayed(RelayEnd.COMPLETE, relayed.tally, True), backend
+            self._judge(exchange, backend, relayed.error)
+            if reason is not None or broken is None:
+                return await self._give_up(exchange, response, relayed, backend, reason)
+            tries += 1
+            went_on = await self._continue(exchange, response, relayed.tally, broken, tries)
+            if went_on is None:
+                return await self._give_up(exchange, response, relayed, backend, "no_backend")
+            relayed, backend = went_on
+            self.counted.labels("engine_broke", "continued").inc()
+        return relayed, backend
+
+    def _judge(self, exchange: Exchange, backend: Backend, exc: BaseException | None) -> None:
+        """The body broke after the client saw its first bytes: the backend's verdict."""
+        forwarder, life = self.forwarder, exchange.life
+        forwarder.metrics.stream_errors.labels(backend.backend_id).inc()
+        forwarder.decisions.failure(life.info, backend, FailureKind.STREAM.value, emit=life.sampled)
+        # a connection that died mid-stream means the engine died; a timeout may not
+        fatal = not isinstance(exc, asyncio.TimeoutError)
+        forwarder.settle(life, backend, ok=False, fatal=fatal)
+        log.warning("stream from %s broke after first byte: %r", backend.backend_id, exc)
+
+    def _broken(
+        self, exchange: Exchange, tally: ResponseTally, tries: int
+    ) -> tuple[Broken | None, str | None]:
+        """What the client had, or why the stream cannot go on."""
+        if not self.config.enabled:
+            return None, "disabled"
+        if (reason := static_reason(exchange.route, exchange.body)) is not None:
+            return None, reason
+        if tally.kept is None or tally.bytes > self.config.max_recorded_bytes:
+            return None, "too_long"
+        if tries >= self.config.max_attempts:
+            return None, "attempts"
+        kept = b"".join(tally.kept)
+        if kept and not kept.endswith(b"\n\n"):
+            return None, "torn_event"  # half an event reached the client: nothing can follow
+        broken = read_broken(tally.kept, exchange.route)
+        if broken.tool_calls:
+            return None, "tool_calls"
+        if broken.finished:
+            return broken, "finished"
+        if budget_spent(exchange.body or {}, broken):
+            return broken, "length"
+        return broken, None
+
+    async def _continue(
+        self,
+        exchange: Exchange,
+        response: web.StreamResponse,
+        tally: ResponseTally,
+        broken: Broken,
+        tries: int,
+    ) -> tuple[Relayed, Backend] | None:
+        """One continuation placed, sent and relayed (None: no backend would take it)."""
+        forwarder, life = self.forwarder, exchange.life
+        forwarder.loop.continued(life, broken.tokens)
+        self.prefill.inc(life.info.prompt_tokens)
+        body = continuation_body(exchange.body or {}, exchange.route, broken)
+        while (backend := await forwarder.place(life, None)) is not None:
+            body["model"] = life.model  # the model placed (a fallback's, if it came to that)
+            exchange.continuation = orjson.dumps(body)
+            rid = engine_request_id(life.request_id, life.attempts.count + tries)
+            exchange.headers[REQUEST_ID_HEADER] = rid
+            expected = forwarder.watch.started(life, backend)
+            exchange.dispatched = forwarder.clock()
+            try:
+                upstream, first = await forwarder.first_bytes(exchange, backend, expected)
+            except UpstreamFailed as failure:
+                forwarder.failed_attempt(exchange, backend, failure.kind)
+                if not forwarder.loop.failed(life, failure.kind, forwarder.rng).go:
+                    return None
+                continue
+            try:
+                relayed = await self._relay(exchange, response, tally, broken, upstream, first)
+                return relayed, backend
+            finally:
+                upstream.release() if upstream.content.at_eof() else upstream.close()
+        return None
+
+    async def _relay(
+        self,
+        exchange: Exchange,
+        response: web.StreamResponse,
+        tally: ResponseTally,
+        broken: Broken,
+        upstream: UpstreamResponse,
+        first: bytes,
+    ) -> Relayed:
+        forwarder, life = self.forwarder, exchange.life
+        splice = Splice(broken)
+
+        def first_written() -> None:
+            now = forwarder.clock()
+            life.move(Event.FIRST_BYTE)
+            forwarder.scheduler.first_token(life, now, now - exchange.dispatched)
+            forwarder.offer_room()
+            forwarder.watch.streaming(life, tally)
+
+        return await relay_body(
+            exchange.request,
+            response,
+            SplicedUpstream(upstream, splice),  # type: ignore[arg-type]
+            first=splice.feed(first),
+            on_first_write=first_written,
+            broken_message=lambda exc: BROKEN_MESSAGE,
+            tally=tally,
+            write_timeout_s=forwarder.write_timeout_s,
+            end_broken=False,
+        )
+
+    async def _finish(self, exchange: Exchange, response: web.StreamResponse, end: bytes) -> None:
+        client = ClientWriter(exchange.request, response, self.forwarder.write_timeout_s)
+        try:
+            await client.write_eof(end)
+        except (ConnectionError, TimeoutError):
+            client.cut_off()
+
+    async def _give_up(
+        self,
+        exchange: Exchange,
+        response: web.StreamResponse,
+        relayed: Relayed,
+        backend: Backend,
+        reason: str | None,
+    ) -> tuple[Relayed, Backend]:
+        """The explicit error event: a truncated answer must never look complete."""
+        reason = reason or "unknown"
+        self.counted.labels(reason, "ended").inc()
+        log.info("request %s: stream not continued (%s)", exchange.life.request_id, reason)
+        client = ClientWriter(exchange.request, response, self.forwarder.write_timeout_s)
+        error_event = stream_error_event(exchange.route)
+        await end_truncated(exchange.request, client, True, BROKEN_MESSAGE, error_event)
+        return relayed, backend

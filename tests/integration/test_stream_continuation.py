@@ -1,0 +1,219 @@
+"""A stream whose engine dies mid-answer goes on on another backend (issue 35 item 1): the
+client's stream keeps its id, gets no second role chunk, one finish and usage for the whole
+answer; the continuation carries the prompt plus the text so far as the assistant's turn
+continued (chat) or appended to the prompt (completions), `max_tokens` less what was sent,
+the sampling parameters kept. What cannot be continued faithfully (n > 1, a seed) or has
+nowhere to go ends with the explicit error event, never a silent truncation."""
+
+from __future__ import annotations
+
+import json
+
+import aiohttp
+import pytest
+from aiohttp import web
+from openai import AsyncOpenAI
+from support.live import (
+    MODEL,
+    STREAM_BROKE,
+    router_toml,
+    running_router,
+    scripted_backend,
+    stream_error,
+)
+
+pytestmark = pytest.mark.asyncio
+BEFORE = [" a1", " a2", " a3"]  # what the first engine streams before it dies
+AFTER = [" b1", " b2"]
+PROMPT_TOKENS = 7
+
+
+def chunk(rid: str, created: int, delta: dict, finish: str | None = None) -> bytes:
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+    event = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": MODEL,
+             "choices": [choice]}  # fmt: skip
+    return b"data: " + json.dumps(event).encode() + b"\n\n"
+
+
+def text_chunk(rid: str, created: int, text: str, finish: str | None = None) -> bytes:
+    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+    event = {"id": rid, "object": "text_completion", "created": created, "model": MODEL,
+             "choices": [choice]}  # fmt: skip
+    return b"data: " + json.dumps(event).encode() + b"\n\n"
+
+
+class DyingThenHealthy:
+    """Every backend runs this: a first request streams BEFORE and dies; a continuation
+    (it says so: the assistant's turn continued, or the text appended to the prompt)
+    streams AFTER, its finish and, when asked, usage as vLLM reports it (its prompt holds
+    the text before)."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict] = []
+
+    async def __call__(self, request: web.Request) -> web.StreamResponse:
+        body = json.loads(await request.read())
+        self.bodies.append(body)
+        chat = "messages" in body
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        continuing = body.get("continue_final_message") or "".join(BEFORE) in str(
+            body.get("prompt")
+        )
+        rid, created = ("cmpl-b", 222) if continuing else ("cmpl-a", 111)
+        if chat:
+            await response.write(chunk(rid, created, {"role": "assistant", "content": ""}))
+        for piece in AFTER if continuing else BEFORE:
+            out = (
+                chunk(rid, created, {"content": piece}) if chat else text_chunk(rid, created, piece)
+            )
+            await response.write(out)
+        if not continuing:
+            request.transport.abort()  # the engine dies with the answer half sent
+            return response
+        end = chunk(rid, created, {}, "stop") if chat else text_chunk(rid, created, "", "stop")
+        if (body.get("stream_options") or {}).get("include_usage"):
+            prompt = PROMPT_TOKENS + len(BEFORE)
+            usage = {"prompt_tokens": prompt, "completion_tokens": len(AFTER),
+                     "total_tokens": prompt + len(AFTER)}  # fmt: skip
+            end += b"data: " + json.dumps({"id": rid, "choices": [], "usage": usage}).encode()
+            end += b"\n\n"
+        await response.write(end + b"data: [DONE]\n\n")
+        return response
+
+
+def events(raw: bytes) -> list[dict]:
+    out = []
+    for event in raw.split(b"\n\n"):
+        if event.startswith(b"data: ") and event != b"data: [DONE]":
+            out.append(json.loads(event.removeprefix(b"data: ")))
+    return out
+
+
+def counted(router, reason: str, outcome: str) -> float:
+    labels = {"reason": reason, "outcome": outcome}
+    return (
+        router.metrics.registry.get_sample_value("gpuroute_stream_continuations_total", labels) or 0
+    )
+
+
+async def test_a_chat_stream_goes_on_on_another_engine_as_one_answer(tmp_path) -> None:
+    engine = DyingThenHealthy()
+    body = {"model": MODEL, "stream": True, "max_tokens": 5, "temperature": 0.7, "stop": ["\n\n"],
+            "stream_options": {"include_usage": True},
+            "messages": [{"role": "user", "content": "count for me"}]}  # fmt: skip
+    async with scripted_backend(engine) as one, scripted_backend(engine) as two:
+        config = router_toml([(one, "H100"), (two, "H100")])
+        async with running_router(config, tmp_path) as (url, router):
+            async with aiohttp.ClientSession() as s:
+                async with s.post(url + "/v1/chat/completions", json=body) as r:
+                    assert r.status == 200
+                    raw = await r.read()
+            assert counted(router, "engine_broke", "continued") == 1
+    assert raw.endswith(b"data: [DONE]\n\n") and b'"error"' not in raw
+    chunks = events(raw)
+    assert {(c["id"], c["created"]) for c in chunks} == {("cmpl-a", 111)}  # one stream
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    assert sum("role" in d for d in deltas) == 1
+    assert "".join(d.get("content") or "" for d in deltas) == "".join(BEFORE + AFTER)
+    finishes = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]]
+    assert [f for f in finishes if f] == ["stop"]
+    assert chunks[-1]["usage"] == {"prompt_tokens": PROMPT_TOKENS, "total_tokens": 12,
+                                   "completion_tokens": len(BEFORE) + len(AFTER)}  # fmt: skip
+    first, second = engine.bodies
+    assert second["messages"] == [*first["messages"],
+                                  {"role": "assistant", "content": "".join(BEFORE)}]  # fmt: skip
+    assert (second["continue_final_message"], second["add_generation_prompt"]) == (True, False)
+    assert second["max_tokens"] == 5 - len(BEFORE)
+    assert (second["temperature"], second["stop"]) == (0.7, ["\n\n"])
+
+
+async def test_the_openai_client_reads_one_complete_answer(tmp_path) -> None:
+    engine = DyingThenHealthy()
+    async with scripted_backend(engine) as one, scripted_backend(engine) as two:
+        async with running_router(router_toml([(one, "H100"), (two, "L4")]), tmp_path) as (url, _):
+            client = AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+            stream = await client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+            pieces, finishes = [], []
+            async for part in stream:
+                if part.choices:
+                    pieces.append(part.choices[0].delta.content or "")
+                    finishes.append(part.choices[0].finish_reason)
+            await client.close()
+    assert "".join(pieces) == "".join(BEFORE + AFTER)
+    assert [f for f in finishes if f] == ["stop"]
+
+
+async def test_a_completions_stream_goes_on_with_the_text_appended(tmp_path) -> None:
+    engine = DyingThenHealthy()
+    body = {"model": MODEL, "prompt": "Once upon a time", "stream": True, "max_tokens": 9}
+    async with scripted_backend(engine) as one, scripted_backend(engine) as two:
+        async with running_router(router_toml([(one, "H100"), (two, "H100")]), tmp_path) as (
+            url,
+            _,
+        ):
+            async with aiohttp.ClientSession() as s:
+                async with s.post(url + "/v1/completions", json=body) as r:
+                    raw = await r.read()
+    texts = [c["choices"][0]["text"] for c in events(raw) if c["choices"]]
+    assert "".join(texts) == "".join(BEFORE + AFTER) and b"usage" not in raw  # not asked for
+    second = engine.bodies[1]
+    assert second["prompt"] == "Once upon a time" + "".join(BEFORE)
+    assert second["max_tokens"] == 9 - len(BEFORE)
+
+
+@pytest.mark.parametrize(
+    ("extra", "reason"), [({"n": 2}, "n"), ({"seed": 7}, "seed"), ({"logprobs": True}, "logprobs")]
+)
+async def test_what_cannot_be_continued_faithfully_ends_with_the_error(
+    tmp_path, extra, reason
+) -> None:
+    engine = DyingThenHealthy()
+    body = {"model": MODEL, "stream": True, "messages": [{"role": "user", "content": "x"}], **extra}
+    async with scripted_backend(engine) as one, scripted_backend(engine) as two:
+        async with running_router(router_toml([(one, "H100"), (two, "H100")]), tmp_path) as (
+            url,
+            router,
+        ):
+            async with aiohttp.ClientSession() as s:
+                async with s.post(url + "/v1/chat/completions", json=body) as r:
+                    raw = await r.read()
+            assert counted(router, reason, "ended") == 1
+    relayed = raw[: raw.rindex(b'data: {"error"')]
+    error = stream_error(raw, relayed)
+    assert error.pop("message") and error == STREAM_BROKE
+    assert len(engine.bodies) == 1  # nothing was sent to continue it
+
+
+async def test_with_nowhere_else_to_go_the_stream_ends_with_the_error(tmp_path) -> None:
+    engine = DyingThenHealthy()
+    async with scripted_backend(engine) as only:
+        async with running_router(router_toml([(only, "H100")]), tmp_path) as (url, router):
+            body = {"model": MODEL, "stream": True, "messages": [{"role": "user", "content": "x"}]}
+            async with aiohttp.ClientSession() as s:
+                async with s.post(url + "/v1/chat/completions", json=body) as r:
+                    raw = await r.read()
+            assert counted(router, "no_backend", "ended") == 1
+    relayed = raw[: raw.rindex(b'data: {"error"')]
+    assert stream_error(raw, relayed)["code"] == "upstream_stream_error"
+
+
+async def test_a_stream_whose_cap_was_spent_ends_with_length_not_a_continuation(tmp_path) -> None:
+    engine = DyingThenHealthy()
+    body = {"model": MODEL, "stream": True, "max_tokens": len(BEFORE),
+            "messages": [{"role": "user", "content": "x"}]}  # fmt: skip
+    async with scripted_backend(engine) as one, scripted_backend(engine) as two:
+        async with running_router(router_toml([(one, "H100"), (two, "H100")]), tmp_path) as (
+            url,
+            router,
+        ):
+            async with aiohttp.ClientSession() as s:
+                async with s.post(url + "/v1/chat/completions", json=body) as r:
+                    raw = await r.read()
+            assert counted(router, "length", "ended") == 1
+    chunks = events(raw)
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert chunks[-1]["id"] == "cmpl-a" and raw.endswith(b"data: [DONE]\n\n")
+    assert len(engine.bodies) == 1
