@@ -83,7 +83,8 @@ class ResponseTally:
     its text is empty): how the router times a stream's first token."""
 
     __slots__ = (
-        "_looks", "bytes", "content", "events", "hold", "kept", "on_text", "skeleton", "tail",
+        "_looks", "bytes", "content", "events", "hold", "keep_up_to", "kept", "on_text",
+        "skeleton", "tail",
     )  # fmt: skip
     strip: ClassVar[bool] = False  # True: what the client gets is `outgoing(chunk)`
 
@@ -98,14 +99,19 @@ class ResponseTally:
         self.skeleton: int | None = None  # bytes of one event less its text, once seen
         self.on_text: Callable[[], None] | None = None
         self._looks = SKELETON_LOOKS if size_text else 0
-        # every chunk, for a stream that may have to be continued (router/continuation.py)
+        # every chunk, for a stream that may have to be continued (router/continuation.py),
+        # while it is no longer than `keep_up_to` bytes
         self.kept: list[bytes] | None = None
+        self.keep_up_to = 0
 
     def add(self, chunk: bytes) -> None:
         events = chunk.count(b"data: ")
         self.bytes += len(chunk)
         if self.kept is not None:
-            self.kept.append(chunk)
+            if self.bytes > self.keep_up_to:
+                self.kept = None  # too long to continue: nothing more is kept
+            else:
+                self.kept.append(chunk)
         self.events += events
         self.tail = (self.tail + chunk)[-TAIL_BYTES:]
         if self.skeleton is None:

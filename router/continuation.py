@@ -44,8 +44,9 @@ def static_reason(route: str, body: dict | None) -> str | None:
         return "route"
     if (body.get("n") or 1) != 1 or (body.get("best_of") or 1) != 1:
         return "n"
-    if body.get("logprobs") or body.get("top_logprobs") or body.get("echo"):
-        return "logprobs"
+    logprobs = (body.get("logprobs"), body.get("top_logprobs"), body.get("prompt_logprobs"))
+    if any(v is not None and v is not False for v in logprobs) or body.get("echo"):
+        return "logprobs"  # (completions' logprobs 0 asks for them too)
     if any(body.get(name) for name in GUIDED):
         return "guided_decoding"
     if body.get("seed") is not None:
@@ -66,6 +67,8 @@ class Broken:
     head: dict = field(default_factory=dict)  # id, created, model, as the client saw them
     finished: bool = False  # its finish came: only the end of the stream was lost
     tool_calls: bool = False
+    reasoning: bool = False  # reasoning text streamed apart from the answer
+    unread: bool = False  # an event that is not JSON data: its text cannot be known
 
 
 def read_broken(chunks: list[bytes], route: str) -> Broken:
@@ -75,13 +78,14 @@ def read_broken(chunks: list[bytes], route: str) -> Broken:
     events = 0
     for event in b"".join(chunks).split(b"\n\n"):
         event = event.strip()
-        if not event.startswith(DATA) or event.startswith(DONE):
-            continue
+        if not event or event.startswith((b":", DONE)):
+            continue  # a comment (a keep-alive), the end
         try:
-            chunk = orjson.loads(event[len(DATA) :])
+            chunk = orjson.loads(event[len(DATA) :]) if event.startswith(DATA) else None
         except orjson.JSONDecodeError:
-            continue
+            chunk = None
         if not isinstance(chunk, dict):
+            broken.unread = True
             continue
         if not broken.head:
             broken.head = {k: chunk[k] for k in ("id", "created", "model") if k in chunk}
@@ -102,6 +106,8 @@ def _piece(choice: dict, route: str, broken: Broken) -> str:
     delta = choice.get("delta") or {}
     if delta.get("tool_calls"):
         broken.tool_calls = True
+    if delta.get("reasoning_content") or delta.get("reasoning"):
+        broken.reasoning = True
     content = delta.get("content")
     return content if isinstance(content, str) else ""
 
@@ -114,7 +120,11 @@ def continuation_body(body: dict, route: str, broken: Broken) -> dict:
         messages = out["messages"]
         last = messages[-1] if messages else None
         if out.get("continue_final_message") and isinstance(last, dict):
-            last["content"] = str(last.get("content") or "") + broken.text
+            content = last.get("content")
+            if isinstance(content, list):  # content parts: the text goes on as one more
+                content.append({"type": "text", "text": broken.text})
+            else:
+                last["content"] = (content or "") + broken.text
         else:
             messages.append({"role": "assistant", "content": broken.text})
         out["continue_final_message"], out["add_generation_prompt"] = True, False

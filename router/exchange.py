@@ -79,6 +79,8 @@ class Exchange:
     edited: bool = False
     strip_usage: bool = False
     continuation: bytes | None = None  # what continues a broken stream (StreamContinuer)
+    # a continued stream: when its continuation's first bytes came, and the tokens before
+    resumed: tuple[float, int] | None = None
     _sent: tuple[str, bytes] | None = None  # the last body serialised, for its model
 
     @property
@@ -92,6 +94,13 @@ class Exchange:
             return UsageStrippingTally()
         turn = self.request.get(TURN) if self.route == RESPONSES else None
         return ResponseTally(size_text=streamed) if turn is None else turn.tally(streamed)
+
+    def engine_share(self, output: int) -> tuple[float | None, int]:
+        """What the engine that finished it did, to judge that engine by: from its first
+        bytes, its own tokens (of a continued stream, the continuation's alone)."""
+        if self.resumed is None:
+            return self.first_at, output
+        return self.resumed[0], max(output - self.resumed[1], 0)
 
     def body_for(self, model: str) -> bytes:
         """The body to send for `model`: as it came when that is the model the client named

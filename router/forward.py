@@ -324,9 +324,10 @@ class Forwarder:
             error_event=stream_error_event(exchange.route),
             end_broken=not streamed,  # a stream may go on elsewhere (StreamContinuer)
         )
+        exchange.answer = Answer(upstream.status, relayed.streamed, tally, backend.backend_id)
         if relayed.end is RelayEnd.UPSTREAM_BROKE:  # judged, continued or ended there
             relayed, backend = await self.continuer.go_on(exchange, response, backend, relayed)
-        exchange.answer = Answer(upstream.status, relayed.streamed, tally, backend.backend_id)
+            exchange.answer = Answer(upstream.status, relayed.streamed, tally, backend.backend_id)
         self.requests.relayed(exchange, backend.backend_id, relayed.end is RelayEnd.COMPLETE)
         self._ended(exchange, backend, relayed)
         return response
@@ -347,11 +348,12 @@ class Forwarder:
         exchange.ending = Event.FINISH
         self._judge_suspects(exchange)
         output = relayed.tally.output_tokens(relayed.streamed)
-        decode_from = exchange.first_at if relayed.streamed else None
-        ratio = self.watch.succeeded(life, output, decode_from)
-        judged = self.slo.judge(exchange, self.clock(), output)
+        decode_from, own = exchange.engine_share(output)  # a continuation: its share alone
+        ratio = self.watch.succeeded(life, own, decode_from if relayed.streamed else None)
+        judged = self.slo.judge(exchange, self.clock(), output)  # as the client saw it
         # 4xx is the client's problem, not the backend's: counted healthy.
-        self.settle(life, backend, ok=True, output_tokens=output, latency_ratio=ratio, slo=judged)
+        slo = judged if exchange.resumed is None else None  # the client's view, not the engine's
+        self.settle(life, backend, ok=True, output_tokens=own, latency_ratio=ratio, slo=slo)
 
     def _judge_suspects(self, exchange: Exchange) -> None:
         """Another backend answered: the 5xx answers before were theirs after all."""

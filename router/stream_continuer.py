@@ -31,7 +31,15 @@ from gpuroute.router.core.retry import FailureKind
 from gpuroute.router.exchange import Exchange
 from prometheus_client import Counter
 
-from gpuroute.relay import ClientWriter, Relayed, RelayEnd, ResponseTally, end_truncated, relay_body
+from gpuroute.relay import (
+    ClientWriter,
+    Relayed,
+    RelayEnd,
+    ResponseTally,
+    end_truncated,
+    is_event_stream,
+    relay_body,
+)
 from gpuroute.tracing import REQUEST_ID_HEADER, engine_request_id
 from gpuroute.upstream import UpstreamResponse
 
@@ -40,6 +48,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gpuroute.router.continuation")
 BROKEN_MESSAGE = "the backend failed mid-stream"
+
+
+class Refused(Exception):
+    """The backend placed to continue a stream answered with an error, not a stream."""
 
 
 class SplicedContent:
@@ -92,7 +104,7 @@ class StreamContinuer:
     def record(self, exchange: Exchange, tally: ResponseTally) -> None:
         """Keep the stream's chunks while it may have to be continued."""
         if self.config.enabled and static_reason(exchange.route, exchange.body) is None:
-            tally.kept = []
+            tally.kept, tally.keep_up_to = [], self.config.max_recorded_bytes
 
     async def go_on(
         self, exchange: Exchange, response: web.StreamResponse, backend: Backend, relayed: Relayed
@@ -117,7 +129,10 @@ class StreamContinuer:
             if reason is not None or broken is None:
                 return await self._give_up(exchange, response, relayed, backend, reason)
             tries += 1
-            went_on = await self._continue(exchange, response, relayed.tally, broken, tries)
+            try:
+                went_on = await self._continue(exchange, response, relayed.tally, broken, tries)
+            except Refused:
+                return await self._give_up(exchange, response, relayed, backend, "refused")
             if went_on is None:
                 return await self._give_up(exchange, response, relayed, backend, "no_backend")
             relayed, backend = went_on
@@ -150,6 +165,10 @@ class StreamContinuer:
         if kept and not kept.endswith(b"\n\n"):
             return None, "torn_event"  # half an event reached the client: nothing can follow
         broken = read_broken(tally.kept, exchange.route)
+        if broken.unread:
+            return None, "unreadable"  # events it cannot tell the text of: no faithful splice
+        if broken.reasoning:
+            return None, "reasoning"
         if broken.tool_calls:
             return None, "tool_calls"
         if broken.finished:
@@ -168,7 +187,8 @@ class StreamContinuer:
     ) -> tuple[Relayed, Backend] | None:
         """One continuation placed, sent and relayed (None: no backend would take it)."""
         forwarder, life = self.forwarder, exchange.life
-        forwarder.loop.continued(life, broken.tokens)
+        before = 0 if exchange.resumed is None else exchange.resumed[1]
+        forwarder.loop.continued(life, broken.tokens - before)  # what its prompt lacks yet
         self.prefill.inc(life.info.prompt_tokens)
         body = continuation_body(exchange.body or {}, exchange.route, broken)
         while (backend := await forwarder.place(life, None)) is not None:
@@ -185,6 +205,11 @@ class StreamContinuer:
                 if not forwarder.loop.failed(life, failure.kind, forwarder.rng).go:
                     return None
                 continue
+            if upstream.status >= 400 or not is_event_stream(upstream):
+                upstream.close()  # its engine refused it (a context too long, say): healthy
+                forwarder.watch.forget(life)
+                forwarder.settle(life, backend, ok=True)
+                raise Refused(f"status {upstream.status}")
             try:
                 relayed = await self._relay(exchange, response, tally, broken, upstream, first)
                 return relayed, backend
@@ -206,6 +231,7 @@ class StreamContinuer:
 
         def first_written() -> None:
             now = forwarder.clock()
+            exchange.resumed = (now, broken.tokens)  # its engine is judged on what follows
             life.move(Event.FIRST_BYTE)
             forwarder.scheduler.first_token(life, now, now - exchange.dispatched)
             forwarder.offer_room()

@@ -217,3 +217,73 @@ async def test_a_stream_whose_cap_was_spent_ends_with_length_not_a_continuation(
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
     assert chunks[-1]["id"] == "cmpl-a" and raw.endswith(b"data: [DONE]\n\n")
     assert len(engine.bodies) == 1
+
+
+class RefusesTheContinuation(DyingThenHealthy):
+    """As vLLM when the prompt plus the text so far no longer fits its context: a 400."""
+
+    async def __call__(self, request: web.Request) -> web.StreamResponse:
+        body = json.loads(await request.read())
+        if body.get("continue_final_message"):
+            self.bodies.append(body)
+            error = {"message": "too long", "type": "BadRequestError", "code": 400}
+            return web.json_response({"error": error}, status=400)
+        return await super().__call__(request)
+
+
+async def test_a_continuation_refused_by_its_engine_ends_with_the_error(tmp_path) -> None:
+    engine = RefusesTheContinuation()
+    body = {"model": MODEL, "stream": True, "messages": [{"role": "user", "content": "x"}]}
+    async with scripted_backend(engine) as one, scripted_backend(engine) as two:
+        async with running_router(router_toml([(one, "H100"), (two, "H100")]), tmp_path) as (
+            url,
+            router,
+        ):
+            async with aiohttp.ClientSession() as s:
+                async with s.post(url + "/v1/chat/completions", json=body) as r:
+                    raw = await r.read()
+            assert counted(router, "refused", "ended") == 1
+    relayed = raw[: raw.rindex(b'data: {"error"')]
+    assert stream_error(raw, relayed)["code"] == "upstream_stream_error"  # never spliced
+    assert b"too long" not in raw and len(engine.bodies) == 2
+
+
+class DiesTwice(DyingThenHealthy):
+    """The first continuation dies after one more token; the second completes."""
+
+    async def __call__(self, request: web.Request) -> web.StreamResponse:
+        body = json.loads(await request.read())
+        self.bodies.append(body)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        turn = len(self.bodies)
+        await response.write(chunk(f"c{turn}", turn, {"role": "assistant", "content": ""}))
+        for piece in {1: BEFORE, 2: [" c1"], 3: AFTER}[turn]:
+            await response.write(chunk(f"c{turn}", turn, {"content": piece}))
+        if turn < 3:
+            request.transport.abort()
+            return response
+        await response.write(chunk("c3", 3, {}, "stop") + b"data: [DONE]\n\n")
+        return response
+
+
+async def test_a_second_break_goes_on_from_all_the_text_so_far(tmp_path) -> None:
+    engine = DiesTwice()
+    body = {"model": MODEL, "stream": True, "max_tokens": 10,
+            "messages": [{"role": "user", "content": "x"}]}  # fmt: skip
+    async with (
+        scripted_backend(engine) as one, scripted_backend(engine) as two,
+        scripted_backend(engine) as three,
+    ):  # fmt: skip
+        backends = [(one, "H100"), (two, "H100"), (three, "H100")]
+        async with running_router(router_toml(backends), tmp_path) as (url, router):
+            async with aiohttp.ClientSession() as s:
+                async with s.post(url + "/v1/chat/completions", json=body) as r:
+                    raw = await r.read()
+            assert counted(router, "engine_broke", "continued") == 2
+    chunks = events(raw)
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == "".join([*BEFORE, " c1", *AFTER]) and {c["id"] for c in chunks} == {"c1"}
+    third = engine.bodies[2]
+    assert third["messages"][-1] == {"role": "assistant", "content": "".join([*BEFORE, " c1"])}
+    assert third["max_tokens"] == 10 - len(BEFORE) - 1  # counted once, not again

@@ -121,3 +121,34 @@ def test_the_splice_reads_the_same_however_the_stream_is_cut(cuts) -> None:
     assert all((c["id"], c["created"], c["model"]) == ("a", 1, "m") for c in chunks)
     assert [c["choices"][0]["delta"] for c in chunks if c["choices"]] == [{"content": " more"}, {}]
     assert chunks[-1]["usage"] == {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+
+
+def test_what_cannot_be_read_or_is_reasoning_is_marked() -> None:
+    assert read_broken([b"event: message\ndata: {}\n\n"], CHAT).unread  # not `data:` alone
+    assert read_broken([b"data: {not json\n\n"], CHAT).unread
+    quiet = read_broken([b": keep-alive\n\n", event({"content": "x"})], CHAT)
+    assert not quiet.unread and quiet.text == "x"
+    assert read_broken([event({"reasoning_content": "hmm"})], CHAT).reasoning
+    assert static_reason(COMPLETIONS, {"model": "m", "prompt": "p", "logprobs": 0}) == "logprobs"
+    assert static_reason(CHAT, {**CHAT_BODY, "logprobs": False}) is None
+
+
+def test_a_turn_in_content_parts_goes_on_as_one_more_part() -> None:
+    parts = [{"type": "text", "text": "Once"}]
+    body = {**CHAT_BODY, "continue_final_message": True, "add_generation_prompt": False,
+            "messages": [{"role": "assistant", "content": parts}]}  # fmt: skip
+    out = continuation_body(body, CHAT, Broken(text=" upon", tokens=1))
+    assert out["messages"][-1]["content"] == [*parts, {"type": "text", "text": " upon"}]
+    assert body["messages"][-1]["content"] == parts
+
+
+def test_a_stream_is_kept_only_while_it_is_short_enough() -> None:
+    from gpuroute.relay import ResponseTally
+
+    tally = ResponseTally(size_text=True)
+    tally.kept, tally.keep_up_to = [], 10
+    tally.add(b"12345")
+    tally.add(b"67890")
+    assert tally.kept == [b"12345", b"67890"]
+    tally.add(b"x")
+    assert tally.kept is None  # past the limit: nothing more kept, it cannot be continued
