@@ -97,6 +97,18 @@ def counted(router, reason: str, outcome: str) -> float:
     )
 
 
+async def through_two(engine, body: dict, tmp_path, path: str = "/v1/chat/completions"):
+    """`body` sent to a router in front of two backends both running `engine`: what the
+    client received, and the router (its metrics)."""
+    async with scripted_backend(engine) as one, scripted_backend(engine) as two:
+        config = router_toml([(one, "H100"), (two, "H100")])
+        async with running_router(config, tmp_path) as (url, router):
+            async with aiohttp.ClientSession() as s:
+                async with s.post(url + path, json=body) as r:
+                    assert r.status == 200
+                    return await r.read(), router
+
+
 async def test_a_chat_stream_goes_on_on_another_engine_as_one_answer(tmp_path) -> None:
     engine = DyingThenHealthy()
     body = {"model": MODEL, "stream": True, "max_tokens": 5, "temperature": 0.7, "stop": ["\n\n"],
@@ -172,15 +184,8 @@ async def test_what_cannot_be_continued_faithfully_ends_with_the_error(
 ) -> None:
     engine = DyingThenHealthy()
     body = {"model": MODEL, "stream": True, "messages": [{"role": "user", "content": "x"}], **extra}
-    async with scripted_backend(engine) as one, scripted_backend(engine) as two:
-        async with running_router(router_toml([(one, "H100"), (two, "H100")]), tmp_path) as (
-            url,
-            router,
-        ):
-            async with aiohttp.ClientSession() as s:
-                async with s.post(url + "/v1/chat/completions", json=body) as r:
-                    raw = await r.read()
-            assert counted(router, reason, "ended") == 1
+    raw, router = await through_two(engine, body, tmp_path)
+    assert counted(router, reason, "ended") == 1
     relayed = raw[: raw.rindex(b'data: {"error"')]
     error = stream_error(raw, relayed)
     assert error.pop("message") and error == STREAM_BROKE
@@ -204,15 +209,8 @@ async def test_a_stream_whose_cap_was_spent_ends_with_length_not_a_continuation(
     engine = DyingThenHealthy()
     body = {"model": MODEL, "stream": True, "max_tokens": len(BEFORE),
             "messages": [{"role": "user", "content": "x"}]}  # fmt: skip
-    async with scripted_backend(engine) as one, scripted_backend(engine) as two:
-        async with running_router(router_toml([(one, "H100"), (two, "H100")]), tmp_path) as (
-            url,
-            router,
-        ):
-            async with aiohttp.ClientSession() as s:
-                async with s.post(url + "/v1/chat/completions", json=body) as r:
-                    raw = await r.read()
-            assert counted(router, "length", "ended") == 1
+    raw, router = await through_two(engine, body, tmp_path)
+    assert counted(router, "length", "ended") == 1
     chunks = events(raw)
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
     assert chunks[-1]["id"] == "cmpl-a" and raw.endswith(b"data: [DONE]\n\n")
@@ -234,15 +232,8 @@ class RefusesTheContinuation(DyingThenHealthy):
 async def test_a_continuation_refused_by_its_engine_ends_with_the_error(tmp_path) -> None:
     engine = RefusesTheContinuation()
     body = {"model": MODEL, "stream": True, "messages": [{"role": "user", "content": "x"}]}
-    async with scripted_backend(engine) as one, scripted_backend(engine) as two:
-        async with running_router(router_toml([(one, "H100"), (two, "H100")]), tmp_path) as (
-            url,
-            router,
-        ):
-            async with aiohttp.ClientSession() as s:
-                async with s.post(url + "/v1/chat/completions", json=body) as r:
-                    raw = await r.read()
-            assert counted(router, "refused", "ended") == 1
+    raw, router = await through_two(engine, body, tmp_path)
+    assert counted(router, "refused", "ended") == 1
     relayed = raw[: raw.rindex(b'data: {"error"')]
     assert stream_error(raw, relayed)["code"] == "upstream_stream_error"  # never spliced
     assert b"too long" not in raw and len(engine.bodies) == 2
