@@ -106,31 +106,37 @@ async def test_a_malformed_tracestate_is_dropped_and_a_good_one_kept(tmp_path) -
     assert seen["tracestate"] == "congo=t61rcWkgMzE"
 
 
-async def test_with_tracing_on_a_forged_context_starts_a_new_trace(tmp_path) -> None:
-    """With spans recorded (an in-memory exporter), a malformed parent is not adopted: the
-    router's request span is a root of a trace of its own, and the engine's parent is the
-    attempt span of that trace."""
+async def _traced(tmp_path, traceparent: str, tracing_toml: str = ""):
+    """One chat request carrying `traceparent` through a router whose spans go to an
+    in-memory exporter: (the answer, the spans, the engine's headers by lowercase name)."""
     engine = RecordingEngine()
     memory = InMemorySpanExporter()
-    top = '[tracing]\notlp_endpoint = "http://127.0.0.1:9/v1/traces"'
+    top = '[tracing]\notlp_endpoint = "http://127.0.0.1:9/v1/traces"\n' + tracing_toml
     async with scripted_backend(engine) as url:
         async with router_server(secure_toml(url, top=top), tmp_path) as server:
             tracing = server.runner.app[TRACING]
             tracing.stop()
             tracing.start(exporter=memory)
-            bad = BAD_PARENTS[0]
             answer = await send_raw(
-                f"http://127.0.0.1:{server.port}", [("traceparent", bad)], chat()
+                f"http://127.0.0.1:{server.port}", [("traceparent", traceparent)], chat()
             )
             tracing.provider.force_flush()
+    seen = {k.lower(): v for k, v in engine.seen[0][1].items()}
+    return answer, memory.get_finished_spans(), seen
+
+
+async def test_with_tracing_on_a_forged_context_starts_a_new_trace(tmp_path) -> None:
+    """With spans recorded (an in-memory exporter), a malformed parent is not adopted: the
+    router's request span is a root of a trace of its own, and the engine's parent is the
+    attempt span of that trace."""
+    answer, finished, seen = await _traced(tmp_path, BAD_PARENTS[0])
     assert answer.status == 200
-    spans = {s.name: s for s in memory.get_finished_spans()}
+    spans = {s.name: s for s in finished}
     root = spans["POST /v1/chat/completions"]
     assert root.parent is None
     attempt = spans["gpuroute.attempt"]
     trace_id = f"{root.context.trace_id:032x}"
-    engine_parent = {k.lower(): v for k, v in engine.seen[0][1].items()}["traceparent"]
-    assert engine_parent.split("-")[1:3] == [trace_id, f"{attempt.context.span_id:016x}"]
+    assert seen["traceparent"].split("-")[1:3] == [trace_id, f"{attempt.context.span_id:016x}"]
 
 
 async def test_the_global_tier_replaces_them_too_and_passes_a_valid_id_on(tmp_path) -> None:
@@ -192,21 +198,9 @@ async def test_a_trace_not_sampled_records_nothing_and_tells_the_engine_so(tmp_p
     """sample_ratio 0: the client's sampled flag is not trusted, no span is recorded (none
     below the request's either: they cost the request path for nothing), and the engine
     gets the same trace with the flag cleared, as its own request id."""
-    engine = RecordingEngine()
-    memory = InMemorySpanExporter()
-    top = '[tracing]\notlp_endpoint = "http://127.0.0.1:9/v1/traces"\nsample_ratio = 0.0'
-    async with scripted_backend(engine) as url:
-        async with router_server(secure_toml(url, top=top), tmp_path) as server:
-            tracing = server.runner.app[TRACING]
-            tracing.stop()
-            tracing.start(exporter=memory)
-            answer = await send_raw(
-                f"http://127.0.0.1:{server.port}", [("traceparent", GOOD)], chat()
-            )
-            tracing.provider.force_flush()
+    answer, finished, seen = await _traced(tmp_path, GOOD, "sample_ratio = 0.0")
     assert answer.status == 200
-    assert memory.get_finished_spans() == ()
-    seen = {k.lower(): v for k, v in engine.seen[0][1].items()}
+    assert finished == ()
     version, trace_id, parent, flags = seen["traceparent"].split("-")
     assert (version, trace_id, flags) == ("00", TRACE, "00") and FRESH_ID.fullmatch(parent)
     assert seen["x-request-id"].startswith(answer.headers["x-request-id"] + "-0-")
