@@ -15,7 +15,6 @@ from aiohttp import web
 from gpuroute.router.admin_keys import KeyNotShared, KeyStore, key_from_body
 from gpuroute.router.config import BackendConfig
 from gpuroute.router.reload import Reloader
-from gpuroute.router.usage_records import UsageRecords
 from pydantic import ValidationError
 
 from gpuroute.config import ConfigError
@@ -61,11 +60,7 @@ class Operator:
         self.keys = KeyStore(router, router.redis)
         self.reloader.on_keys.append(self.keys.apply)
         self._signalled: set[asyncio.Task] = set()
-        config = router.config
-        self.usage = UsageRecords(
-            config.usage, router.redis, router.metrics, prefix=config.redis.prefix
-        )
-        router.proxy.front.usage = self.usage  # each ended request is recorded there
+        self.usage = router.usage  # per-tenant records: read, flushed and closed here
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post("/admin/reload", self.reload)

@@ -88,6 +88,7 @@ class Front:
         with_prefix_blocks: bool,
         routes: ModelRoutes | None = None,
         responses: ResponsesState | None = None,
+        usage: UsageRecords | None = None,
     ) -> None:
         self.config, self.backends = config, backends
         self.lifetimes = lifetimes
@@ -103,7 +104,7 @@ class Front:
         self.model_slo = {m.name: m.slo_class for m in config.models if m.slo_class}
         self.responses = responses  # the Responses API's stored conversations, if kept
         self.token_counter = TokenCounter(tenants.metrics, config.metrics)
-        self.usage: UsageRecords | None = None  # per-tenant records; the operator sets it
+        self.usage = usage  # per-tenant usage records for billing (None: usage.enabled off)
 
     @admission
     async def admit(self, request: web.Request, route: str, arrival: float) -> Admitted:
@@ -265,11 +266,12 @@ class Front:
         self.close(admitted.life, ending)
         key, api = admitted.key, admitted.parsed.api
         if answer is not None:  # what the engine reported, counted as it said
-            prompt, completion = answer.usage()
-            model, prompt, completion = admitted.life.model, prompt or 0, completion or 0
-            self.token_counter.count(model, key.tenant, prompt, completion)
+            model, (prompt, completion) = admitted.life.model, answer.usage()
+            if prompt is not None or completion is not None:
+                self.token_counter.count(model, key.tenant, prompt or 0, completion or 0)
             if self.usage is not None:  # billing's record: the tenant's real name
-                self.usage.record(key.tenant, model, prompt, completion, answer.status >= 400)
+                failed = answer.status >= 400
+                self.usage.record(key.tenant, model, prompt or 0, completion or 0, failed)
         if key.tokens_per_minute is None or (api is not None and not api.charges):
             return  # read no usage where no quota needs it (the relay's hot path)
         used = 0 if answer is None else answer.used_tokens(admitted.parsed.info.prompt_tokens)

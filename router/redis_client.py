@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 from gpuroute.router.config import RedisConfig
+from redis.exceptions import RedisError
 
 from gpuroute.secrets import read_secret
+
+# what a Redis call raises when Redis is down, slow or refusing (callers fall back or keep)
+REDIS_ERRORS = (RedisError, OSError, TimeoutError)
 
 
 def open_redis(config: RedisConfig) -> aioredis.Redis | None:

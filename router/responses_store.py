@@ -21,15 +21,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from gpuroute.router.redis_client import REDIS_ERRORS
 from gpuroute.router.responses_config import ResponsesConfig
 from gpuroute.router.responses_redis import RedisResponses
-from redis.exceptions import RedisError
 
 log = logging.getLogger("gpuroute.router.responses")
 # what an engine's response id looks like (vLLM: resp_ and 32 hex digits); anything else
 # is no id of ours: unknown, and never a Redis key
 RESPONSE_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
-REDIS_ERRORS = (RedisError, OSError, TimeoutError)
 
 
 class StoreUnavailable(Exception):

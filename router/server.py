@@ -40,6 +40,7 @@ from gpuroute.router.sessions import SessionStore
 from gpuroute.router.shared_load import RedisBoard, SharedLoad, prefix_index_of
 from gpuroute.router.slo_gate import SloGate
 from gpuroute.router.tenant_gate import TenantGate
+from gpuroute.router.usage_records import UsageRecords
 from gpuroute.router.watch import BackendWatch
 from gpuroute.router.worker_board import MemoryBoard
 from gpuroute.router.workers import WorkerRole
@@ -84,6 +85,7 @@ class RouterApp:
         self.redis = open_redis(config.redis)  # one client for quotas, sessions, shared load
         self.metrics = router_metrics(config, self.scheduler, self.routes, self.redis is not None)
         self.responses = ResponsesState.from_config(config, self.redis, self.workers)
+        self.usage = UsageRecords.from_config(config, self.redis, self.metrics)
         self.gate = AdmissionGate(
             config.admission,
             self.scheduler.backends,
@@ -143,6 +145,7 @@ class RouterApp:
             with_prefix_blocks="prefix_blocks" in self.scheduler.policy.needs,
             routes=self.routes,
             responses=self.responses,
+            usage=self.usage if config.usage.enabled else None,
         )
 
     def _quotas(self) -> Quotas:

@@ -14,7 +14,6 @@ record, per replica. `GET /admin/usage` flushes this replica's counts, then sums
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import math
@@ -24,6 +23,7 @@ from collections.abc import Callable, Mapping
 
 import redis.asyncio as aioredis
 from aiohttp import web
+from gpuroute.router.config import RouterConfig
 from gpuroute.router.core.usage import (
     MEASURES,
     Row,
@@ -35,13 +35,13 @@ from gpuroute.router.core.usage import (
     usage_sums,
 )
 from gpuroute.router.metrics import RouterMetrics
+from gpuroute.router.redis_client import REDIS_ERRORS
 from gpuroute.router.usage_config import UsageConfig
-from redis.exceptions import RedisError
 
 from gpuroute.openai_api import error_response
+from gpuroute.runtime import BackgroundLoop
 
 log = logging.getLogger("gpuroute.router.usage")
-REDIS_ERRORS = (RedisError, OSError, TimeoutError)
 BATCH_CELLS = 500  # cells per script call: Redis runs a script alone, keep each one short
 MARKER_TTL_S = 86_400  # how long a batch's marker outlives it (a lost answer's retry window)
 # KEYS[1]: the batch's marker; KEYS[2..n]: the hours' hashes. ARGV[1]: the marker's TTL;
@@ -111,9 +111,15 @@ class UsageRecords:
         self.in_doubt: tuple[str, UsageHours] | None = None  # sent, answer not (yet) seen
         self._script = redis.register_script(FLUSH_LUA) if redis is not None else None
         self._lock = asyncio.Lock()
-        self._task: asyncio.Task | None = None
+        self._loop = BackgroundLoop()  # the periodic flush
         self.failing = False
         metrics.usage_unflushed.set_function(lambda: self.unflushed)
+
+    @classmethod
+    def from_config(
+        cls, config: RouterConfig, redis: aioredis.Redis | None, metrics: RouterMetrics
+    ) -> UsageRecords:
+        return cls(config.usage, redis, metrics, prefix=config.redis.prefix)
 
     @property
     def shared(self) -> bool:
@@ -127,8 +133,8 @@ class UsageRecords:
 
     def record(self, tenant: str, model: str, prompt: int, completion: int, error: bool) -> None:
         """A request that got an answer (passthrough paths, which name no model, are not
-        recorded)."""
-        if self.config.enabled and model:
+        recorded). Only called where `usage.enabled` (the front holds none otherwise)."""
+        if model:
             self.counted.record(self.wall(), tenant, model, prompt, completion, error)
 
     def key(self, hour: int) -> str:
@@ -150,10 +156,11 @@ class UsageRecords:
     async def flush(self) -> None:
         """Everything counted here added to Redis, in batches; a Redis error is raised with
         the counts kept (the batch in doubt is sent again, under its marker, first)."""
-        self.prune()
         if self._script is None:
+            self.prune()
             return
         async with self._lock:
+            self.prune()  # (not while another flush sends the batch in doubt)
             while True:
                 if self.in_doubt is None:
                     batch = self.counted.take(self.batch_cells)
@@ -201,22 +208,19 @@ class UsageRecords:
             for hour in window.hours():
                 pipe.hgetall(self.key(hour))
             hashes = await pipe.execute()
-        rows: list[Row] = []
-        for fields in hashes:
-            cells: dict[tuple[str, str], list[int]] = {}
-            for raw, value in fields.items():
-                if (parsed := parse_field(raw)) is not None:
-                    tenant, model, measure = parsed
-                    counts = cells.setdefault((tenant, model), [0] * len(MEASURES))
-                    counts[MEASURES.index(measure)] += int(value)
-            rows += [(tenant, model, counts) for (tenant, model), counts in cells.items()]
+        rows: list[Row] = []  # a row per field: usage_sums adds them up
+        for raw, value in (item for fields in hashes for item in fields.items()):
+            if (parsed := parse_field(raw)) is not None:
+                tenant, model, measure = parsed
+                counts = [0] * len(MEASURES)
+                counts[MEASURES.index(measure)] = int(value)
+                rows.append((tenant, model, counts))
         return rows
 
     async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._loop())
+        self._loop.start(self._flushing())
 
-    async def _loop(self) -> None:
+    async def _flushing(self) -> None:
         while True:
             await asyncio.sleep(self.config.flush_interval_s)  # a period
             await self.flush_logged()
@@ -224,11 +228,7 @@ class UsageRecords:
     async def close(self) -> None:
         """The loop stopped and a last flush (a drain, a shutdown): nothing counted here is
         left behind unless Redis is down."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._loop.stop()
         if not await self.flush_logged():
             log.error("usage records: %d cells not flushed at shutdown, lost", self.unflushed)
 

@@ -66,11 +66,6 @@ class UsageHours:
         """One request that ended at `now`, with the tokens its engine reported."""
         self.add(hour_of(now), tenant, model, (1, int(error), prompt, completion))
 
-    def merge(self, other: UsageHours) -> None:
-        for hour, cells in other.hours.items():
-            for (tenant, model), counts in cells.items():
-                self.add(hour, tenant, model, counts)
-
     def take(self, limit: int) -> UsageHours:
         """Up to `limit` cells moved out, oldest hours first (one bounded flush to Redis)."""
         taken = UsageHours()
