@@ -12,7 +12,9 @@ from typing import Any
 from urllib.parse import quote
 
 from gpuroute.router import admin_show as show
-from gpuroute.router.admin_client import AdminCallFailed, AdminListener, add_arguments
+from gpuroute.router.admin_client import add_arguments, run_call
+
+from gpuroute.secrets import read_secret_file
 
 # what a subcommand asks the admin API: method, path, JSON body
 Call = tuple[str, str, dict | None]
@@ -65,15 +67,8 @@ def register(sub) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    listener = AdminListener.from_arguments(args)
-    method, path, body = args.request(args)
-    try:
-        answer = listener.call(method, path, body)
-    except AdminCallFailed as exc:
-        print(f"gpuroute {args.what}: {exc}", file=sys.stderr)
-        return 1
-    print(show.as_json(answer) if args.json else args.show(answer))
-    return 0
+    shown = show.as_json if args.json else args.show
+    return run_call(args, args.what, args.request(args), lambda answer: print(shown(answer)))
 
 
 def _fields(args: argparse.Namespace) -> dict:
@@ -164,16 +159,11 @@ def _digest(args: argparse.Namespace) -> str:
 
 
 def _read_key(path: str, what: str) -> str:
-    try:
-        if path != "-":
-            with open(path) as file:
-                key = file.read()
-        else:
-            key = getpass.getpass("API key: ") if sys.stdin.isatty() else sys.stdin.read()
-    except OSError as exc:
-        raise SystemExit(
-            f"gpuroute {what}: --key-file: cannot read {path}: {exc.strerror}"
-        ) from None
+    """The key from a file (read_secret_file), or from stdin for `-` (not echoed on a
+    terminal)."""
+    if path != "-":
+        return read_secret_file(path, "--key-file")
+    key = getpass.getpass("API key: ") if sys.stdin.isatty() else sys.stdin.read()
     if not (key := key.rstrip("\r\n")):
         raise SystemExit(f"gpuroute {what}: --key-file: {path} holds no key")
     return key

@@ -7,8 +7,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,3 +99,20 @@ def error_message(exc: urllib.error.HTTPError) -> str:
     except (ValueError, AttributeError):
         error = None
     return error.get("message", exc.reason) if isinstance(error, dict) else str(exc.reason)
+
+
+def run_call(
+    args: argparse.Namespace,
+    command: str,
+    call: tuple[str, str, dict | None],
+    show: Callable[[Any], None],
+) -> int:
+    """One admin call as a command makes it (`call`: method, path, body): its answer
+    shown, or the router's refusal (or the unreachable listener) on stderr and exit 1."""
+    try:
+        answer = AdminListener.from_arguments(args).call(*call)
+    except AdminCallFailed as exc:
+        print(f"gpuroute {command}: {exc}", file=sys.stderr)
+        return 1
+    show(answer)
+    return 0

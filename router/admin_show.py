@@ -13,7 +13,7 @@ KEY_COLUMNS = ("sha256", "tenant", "source", "limits")
 
 
 def as_json(answer: Any) -> str:
-    return json.dumps(answer, indent=2)
+    return json.dumps(answer, indent=2, ensure_ascii=False)
 
 
 def table(rows: Sequence[dict], columns: Sequence[str]) -> str:

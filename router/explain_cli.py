@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 from urllib.parse import quote
 
-from gpuroute.router.admin_client import AdminCallFailed, AdminListener, add_arguments
+from gpuroute.router.admin_client import add_arguments, run_call
 
 
 def register(sub) -> None:
@@ -24,15 +23,13 @@ def register(sub) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    listener = AdminListener.from_arguments(args)
-    try:
-        body = listener.call("GET", f"/admin/explain/{quote(args.request_id, safe='')}")
-    except AdminCallFailed as exc:
-        print(f"gpuroute explain: {exc}", file=sys.stderr)
-        return 1
-    events = body["events"]
-    print(json.dumps(events, indent=2) if args.json else describe(events))
-    return 0
+    path = f"/admin/explain/{quote(args.request_id, safe='')}"
+
+    def show(body: dict) -> None:
+        events = body["events"]
+        print(json.dumps(events, indent=2) if args.json else describe(events))
+
+    return run_call(args, "explain", ("GET", path, None), show)
 
 
 def describe(events: list[dict[str, Any]]) -> str:

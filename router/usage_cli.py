@@ -5,11 +5,10 @@ listener: with Redis, any one replica answers for all of them)."""
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from urllib.parse import urlencode
 
-from gpuroute.router.admin_client import AdminCallFailed, AdminListener, add_arguments
+from gpuroute.router.admin_client import add_arguments, run_call
+from gpuroute.router.admin_show import as_json
 
 COLUMNS = (
     ("requests", "requests"),
@@ -36,19 +35,10 @@ def register(sub) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    listener = AdminListener.from_arguments(args)
     query = {"since": args.since, "until": args.until, "tenant": args.tenant, "model": args.model}
     params = urlencode({k: v for k, v in query.items() if v is not None})
-    try:
-        body = listener.call("GET", f"/admin/usage?{params}")
-    except AdminCallFailed as exc:
-        print(f"gpuroute usage: {exc}", file=sys.stderr)
-        return 1
-    if args.json:
-        print(json.dumps(body, indent=2, ensure_ascii=False))
-    else:
-        print_usage(body)
-    return 0
+    show = (lambda body: print(as_json(body))) if args.json else print_usage
+    return run_call(args, "usage", ("GET", f"/admin/usage?{params}", None), show)
 
 
 def print_usage(body: dict) -> None:
@@ -70,9 +60,8 @@ def print_usage(body: dict) -> None:
 
     for tenant, sums in body["tenants"].items():
         models = list(sums["models"].items())
-        for i, (model, counts) in enumerate(models):
-            last = i == len(models) - 1 and len(models) == 1
-            table.add_row(Text(tenant), Text(model), *cells(counts), end_section=last)
+        for model, counts in models:
+            table.add_row(Text(tenant), Text(model), *cells(counts), end_section=len(models) == 1)
         if len(models) > 1:
             table.add_row(Text(tenant), Text("all", style="italic"), *cells(sums), end_section=True)
     table.add_row(Text("total", style="bold"), "", *cells(body["total"]))

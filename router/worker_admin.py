@@ -159,19 +159,11 @@ class WorkerAdmin:
         """A change told to every worker (a split, a reload, a backend, a key); 502 unless
         each one took it (the change is then partial: send it again), or the first
         refusal."""
-        path = request.path
-        answers = await self.ask_all(path, request.method, await request.read())
-        for worker, answer in enumerate(answers):
-            if answer is None:
-                message = f"worker {worker} did not answer; send the change again"
-                return error_response(502, message, code="worker_down")
-            if answer[0] >= 300:
-                return web.Response(
-                    status=answer[0], body=answer[1], content_type="application/json"
-                )
-        first = answers[0]
-        assert first is not None
-        return web.Response(status=first[0], body=first[1], content_type="application/json")
+        answers = await self.ask_all(request.path, request.method, await request.read())
+        if refused := first_refusal(answers, 502, "did not answer; send the change again"):
+            return refused
+        status, body = answers[0]  # type: ignore[misc]
+        return web.Response(status=status, body=body, content_type="application/json")
 
     async def reload_all(self) -> None:
         """SIGHUP to the parent: every worker re-reads the file; refusals are logged."""
@@ -186,13 +178,8 @@ class WorkerAdmin:
         if (why := self.unready()) is not None:
             return error_response(503, why, code=why)
         answers = await self.ask_all("/readyz")
-        for worker, answer in enumerate(answers):
-            if answer is None:
-                return error_response(503, f"worker {worker} is down", code="worker_down")
-            if answer[0] != 200:
-                return web.Response(
-                    status=answer[0], body=answer[1], content_type="application/json"
-                )
+        if refused := first_refusal(answers, 503, "is down"):
+            return refused
         first = orjson.loads(answers[0][1])  # every worker answered 200
         return web.json_response({**first, "workers": len(answers)})
 
@@ -223,22 +210,34 @@ class WorkerAdmin:
         return web.json_response(merge_backends(views))
 
     async def usage(self, request: web.Request) -> web.Response:
-        """Every worker's counts flushed, then one answer read from Redis; without Redis
-        each worker holds its own record, and their answers are summed."""
-        await self.ask_all("/admin/usage/flush", "POST")
-        query = f"?{request.query_string}" if request.query_string else ""
-        answers = await self.ask_all("/admin/usage" + query)
-        if not answers:
-            return error_response(503, "no worker answered", code="worker_down")
-        for worker, answer in enumerate(answers):
-            if answer is None:
-                message = f"worker {worker} did not answer: its usage would be missing"
-                return error_response(502, message, code="worker_down")
-            if answer[0] != 200:
-                return web.Response(
-                    status=answer[0], body=answer[1], content_type="application/json"
-                )
+        """Every worker's counts flushed; then, with Redis, one worker reads the shared
+        record for all, and without it each holds its own, and their answers are summed."""
+        flushed = await self.ask_all("/admin/usage/flush", "POST")
+        if refused := first_refusal(flushed, 502, "did not flush: its usage would be missing"):
+            return refused
+        shared = orjson.loads(flushed[0][1])["shared"]  # type: ignore[index]
+        query = f"/admin/usage?{request.query_string}"
+        if shared:  # every worker reads the same record: one is asked
+            answers = [await self.ask(self.sockets()[0], query)]
+        else:
+            answers = await self.ask_all(query)
+        if refused := first_refusal(answers, 502, "did not answer: its usage would be missing"):
+            return refused
         bodies = [orjson.loads(a[1]) for a in answers if a is not None]
-        if bodies[0]["shared"]:
-            return web.json_response(bodies[0])
-        return web.json_response(merge_usage(bodies))
+        return web.json_response(bodies[0] if shared else merge_usage(bodies))
+
+
+def first_refusal(
+    answers: list[tuple[int, bytes] | None], status: int, missing: str
+) -> web.Response | None:
+    """None when every worker answered below 300; else the first worker's refusal as it
+    came, or `status` naming the first worker that did not answer (`missing`: why it
+    matters)."""
+    if not answers:
+        return error_response(status, "no worker answered", code="worker_down")
+    for worker, answer in enumerate(answers):
+        if answer is None:
+            return error_response(status, f"worker {worker} {missing}", code="worker_down")
+        if answer[0] >= 300:
+            return web.Response(status=answer[0], body=answer[1], content_type="application/json")
+    return None

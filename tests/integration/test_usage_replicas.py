@@ -4,7 +4,7 @@ one, a batch whose answer was lost is not counted twice, shutting down flushes. 
 router replicas sharing Redis, behind which two tenants and keyless callers send requests
 to fake engines: `/admin/usage` on one replica, and `gpuroute usage --json` against it,
 give each tenant exactly the usage the engines reported, summed over both replicas. And
-the parent of two workers without Redis sums its workers' records."""
+the parent of two workers answers for both, with Redis and without."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ async def test_flushes_reach_redis_once_after_a_failure_and_a_lost_answer(tmp_pa
         usage.record(ODD, "m", 3, 1, True)
         assert not await usage.flush_logged() and usage.unflushed == 2
         server.start()
-        usage.record("acme", "m", 5, 5, False)  # merged into what waits
+        usage.record("acme", "m", 5, 5, False)  # counted since: it goes with the batch in doubt
         assert await usage.flush_logged() and usage.unflushed == 0
         key = f"t:usage:{hour_label(hour)}"
         stored = {k.decode(): int(v) for k, v in (await r.hgetall(key)).items()}
@@ -197,8 +197,10 @@ async def test_one_replica_answers_the_sum_over_both_and_the_cli_prints_it(tmp_p
             urls = [f"http://127.0.0.1:{x.port}" for x in (a, b)]
             expected = await drive(urls)
             admin = f"http://127.0.0.1:{a.admin_port}"
-            await asyncio.sleep(0.6)  # B's flush loop (every 0.2 s) has run since
             async with aiohttp.ClientSession() as s:
+                flush_b = f"http://127.0.0.1:{b.admin_port}/admin/usage/flush"
+                async with s.post(flush_b, headers=auth) as r:  # A reads what B counted
+                    assert r.status == 200 and (await r.json())["shared"] is True
                 async with s.get(admin + "/admin/usage", params={"since": "2h"}) as r:
                     assert r.status == 401  # the admin token is asked for
                 async with s.get(admin + "/admin/usage?since=2h", headers=auth) as r:
@@ -236,13 +238,18 @@ def post_json(url: str, body: dict) -> dict:
         return json.load(response)
 
 
-def test_the_parent_of_workers_sums_their_records_without_redis(tmp_path) -> None:
+@pytest.mark.parametrize("shared", [False, True], ids=["own-records", "redis"])
+def test_the_parent_of_workers_answers_for_all_of_them(tmp_path, request, shared) -> None:
     """Without Redis each worker keeps its own record: the one admin listener asks each
-    and answers their sum."""
+    and answers their sum. With Redis every worker flushes, and one reads the record all
+    of them wrote."""
     requests = 20
+    extra = {"redis": f'url = "{request.getfixturevalue("redis").url}"'} if shared else {}
     with fake_engines(("L4", 0.02)) as (engine,):
         port, admin_port = free_port(), free_port()
-        config = router_toml([(engine.url, "L4")], port=port, admin_listen=f"port = {admin_port}")
+        config = router_toml(
+            [(engine.url, "L4")], port=port, admin_listen=f"port = {admin_port}", **extra
+        )
         path = tmp_path / "router.toml"
         path.write_text(config.replace(ROUTER_ON_LOOPBACK, ""))
         with (tmp_path / "router.log").open("wb") as log:
@@ -271,7 +278,7 @@ def test_the_parent_of_workers_sums_their_records_without_redis(tmp_path) -> Non
         if s.name == "gpuroute_tokens_total" and s.value > 0
     }
     assert served == {"0", "1"}  # both workers' records in the sum
-    assert body["shared"] is False
+    assert body["shared"] is shared
     assert body["tenants"]["anonymous"]["models"][MODEL] == {
         "requests": requests, "errors": 0, "prompt_tokens": prompt, "completion_tokens": completion
     }  # fmt: skip
