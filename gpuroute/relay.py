@@ -141,15 +141,6 @@ class ResponseTally:
         completion = COMPLETION_TOKENS.findall(self.tail)
         return (int(prompt[-1]) if prompt else None, int(completion[-1]) if completion else None)
 
-    def output_tokens(self, streamed: bool) -> int:
-        """Usage's completion_tokens when present, else one token per content event."""
-        completion = self.reported()[1]
-        if completion is not None:
-            return completion
-        if streamed:
-            return max(0, self.events - 3)  # role, finish and [DONE] carry no tokens
-        return 0
-
     def used_tokens(
         self,
         streamed: bool,

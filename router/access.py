@@ -79,12 +79,10 @@ def admitted_fields(admitted: Admitted) -> dict[str, Any]:
 
 def answer_fields(answer: Answer) -> dict[str, Any]:
     """Tokens as the engine's usage reports them (prompt: the estimate without one;
-    completion: one a streamed event without one), and the backend that answered."""
+    completion: a stream's estimate without one), and the backend that answered."""
     out: dict[str, Any] = {"backend": answer.backend}
     prompt, completion = answer.usage()
     if prompt is not None:
         out["prompt_tokens"] = prompt
-    if completion is None:  # one a streamed event
-        completion = answer.tally.output_tokens(answer.streamed)
-    out["completion_tokens"] = completion
+    out["completion_tokens"] = completion if completion is not None else answer.output_tokens()
     return out

@@ -347,7 +347,7 @@ class Forwarder:
             return
         exchange.ending = Event.FINISH
         self._judge_suspects(exchange)
-        output = relayed.tally.output_tokens(relayed.streamed)
+        output = exchange.answer.output_tokens() if exchange.answer else 0
         decode_from, own = exchange.engine_share(output)  # a continuation: its share alone
         ratio = self.watch.succeeded(life, own, decode_from if relayed.streamed else None)
         judged = self.slo.judge(exchange, self.clock(), output)  # as the client saw it

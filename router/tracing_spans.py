@@ -140,7 +140,7 @@ def ended(span: trace.Span, exchange: Any, status: int) -> None:
     """The attempt's answer: its status and how the stream ended, with its tokens."""
     span.set_attribute("http.response.status_code", status)
     answer = exchange.answer
-    tokens = 0 if answer is None else answer.tally.output_tokens(answer.streamed)
+    tokens = 0 if answer is None else answer.output_tokens()
     ending = str(exchange.ending)
     span.add_event("stream_end", {"gpuroute.output_tokens": tokens, "gpuroute.ending": ending})
     span.set_attribute("gpuroute.output_tokens", tokens)

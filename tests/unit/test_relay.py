@@ -31,14 +31,14 @@ def test_tally_reads_usage_or_counts_token_events() -> None:
         b"data: [DONE]\n\n",
     ):
         with_usage.add(chunk)
-    assert with_usage.output_tokens(streamed=True) == 17
+    assert with_usage.reported() == (None, 17)
     events = ResponseTally()
     for _ in range(10):  # role, 7 content chunks, finish, [DONE]
         events.add(b'data: {"x": 1}\n\n')
-    assert events.output_tokens(streamed=True) == 7 and events.bytes == 160
+    assert events.estimated_output() == 7 and events.bytes == 160
     body = ResponseTally()
     body.add(b'{"usage": {"prompt_tokens": 3, "completion_tokens": 5}}')
-    assert body.output_tokens(streamed=False) == 5
+    assert body.reported() == (3, 5)
 
 
 def _text_event(text: bytes, finish: bytes = b"null") -> bytes:
