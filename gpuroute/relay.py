@@ -101,7 +101,7 @@ class ResponseTally:
         self._looks = SKELETON_LOOKS if size_text else 0
         # every chunk, for a stream that may have to be continued (router/continuation.py),
         # while it is no longer than `keep_up_to` bytes
-        self.kept: list[bytes] | None = None
+        self.kept: bytearray | None = None
         self.keep_up_to = 0
 
     def add(self, chunk: bytes) -> None:
@@ -111,7 +111,7 @@ class ResponseTally:
             if self.bytes > self.keep_up_to:
                 self.kept = None  # too long to continue: nothing more is kept
             else:
-                self.kept.append(chunk)
+                self.kept += chunk
         self.events += events
         self.tail = (self.tail + chunk)[-TAIL_BYTES:]
         if self.skeleton is None:
@@ -283,14 +283,15 @@ async def relay_body(
     if on_first_write is not None:
         on_first_write()
     if whole:
-        return await _end(client, tally, streamed, first)
-    ended = await _relay_chunks(
-        request, client, upstream, tally, streamed, broken_message,
-        error_event if end_broken else None, end_broken,
-    )  # fmt: skip
-    if ended is not None:
-        return ended
-    return await _end(client, tally, streamed, tally.flush() if tally.strip else b"")
+        return await end(client, tally, streamed, first)
+    ended = await _relay_chunks(client, upstream, tally, streamed)
+    if ended is None:
+        return await end(client, tally, streamed, tally.flush() if tally.strip else b"")
+    if ended.end is RelayEnd.UPSTREAM_BROKE and end_broken:
+        assert ended.error is not None
+        message = broken_message(ended.error)
+        await end_truncated(request, client, streamed, message, error_event)
+    return ended
 
 
 async def _held(tally: ResponseTally) -> None:
@@ -299,9 +300,10 @@ async def _held(tally: ResponseTally) -> None:
     await hold
 
 
-async def _end(
+async def end(
     client: ClientWriter, tally: ResponseTally, streamed: bool, last: bytes = b""
 ) -> Relayed:
+    """The body's last bytes and its end (a client gone or too slow by then: said so)."""
     try:
         await client.write_eof(last)
     except ConnectionError:
@@ -312,14 +314,7 @@ async def _end(
 
 
 async def _relay_chunks(
-    request: web.Request,
-    client: ClientWriter,
-    upstream: UpstreamResponse,
-    tally: ResponseTally,
-    streamed: bool,
-    broken_message: Callable[[BaseException], str],
-    error_event: Callable[[str], bytes] | None = None,
-    end_broken: bool = True,
+    client: ClientWriter, upstream: UpstreamResponse, tally: ResponseTally, streamed: bool
 ) -> Relayed | None:
     """Chunks until the body ends (None), breaks (the client's deadlines included), or
     the client leaves or falls too far behind (how it ended)."""
@@ -327,8 +322,6 @@ async def _relay_chunks(
         try:
             chunk = await upstream.content.readany()
         except UPSTREAM_ERRORS as exc:
-            if end_broken:
-                await end_truncated(request, client, streamed, broken_message(exc), error_event)
             return Relayed(RelayEnd.UPSTREAM_BROKE, tally, streamed, exc)
         if not chunk:
             return None

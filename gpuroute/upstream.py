@@ -67,11 +67,16 @@ class UpstreamResponse:
     async def __aenter__(self) -> UpstreamResponse:
         return self
 
-    async def __aexit__(self, *_exc: object) -> None:
+    def finish(self) -> None:
+        """Done with it: its connection back to the pool when the body was read to its
+        end, else closed (a connection with a body left in it cannot be reused)."""
         if self.content.at_eof():
             self.release()
         else:
             self.close()
+
+    async def __aexit__(self, *_exc: object) -> None:
+        self.finish()
 
 
 class Connection(asyncio.Protocol):

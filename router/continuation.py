@@ -19,6 +19,7 @@ import orjson
 from pydantic import Field
 
 from gpuroute.config import StrictModel
+from gpuroute.openai_api import SSE_DONE, sse_event
 from gpuroute.prompt import estimate_tokens
 
 CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
@@ -26,7 +27,7 @@ ROUTES = frozenset({CHAT, COMPLETIONS})
 # request fields whose answer a continuation cannot reproduce, each with its reason
 GUIDED = ("response_format", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
           "structured_outputs", "guided_decoding_backend")  # fmt: skip
-DATA, DONE = b"data: ", b"data: [DONE]"
+DATA, DONE = b"data: ", SSE_DONE.strip()
 
 
 class ContinuationConfig(StrictModel):
@@ -71,12 +72,12 @@ class Broken:
     unread: bool = False  # an event that is not JSON data: its text cannot be known
 
 
-def read_broken(chunks: list[bytes], route: str) -> Broken:
-    """The events received whole (a torn last one was never relayed: `chunks` is what the
-    client got), read for their text, their head and whether they finished."""
+def read_broken(stream: bytes, route: str) -> Broken:
+    """The events the client received (`stream`, whole events), read for their text, their
+    head and whether they finished."""
     broken = Broken()
     events = 0
-    for event in b"".join(chunks).split(b"\n\n"):
+    for event in stream.split(b"\n\n"):
         event = event.strip()
         if not event or event.startswith((b":", DONE)):
             continue  # a comment (a keep-alive), the end
@@ -151,12 +152,11 @@ def finish_events(broken: Broken, route: str, reason: str | None) -> bytes:
     """The end of a stream whose engine broke after its last token: a final chunk with
     `reason` as its finish (None: its finish came already), then [DONE]."""
     if reason is None:
-        return DONE + b"\n\n"
+        return SSE_DONE
     choice = {"index": 0, "finish_reason": reason}
     choice.update({"text": ""} if route == COMPLETIONS else {"delta": {}})
     kind = "text_completion" if route == COMPLETIONS else "chat.completion.chunk"
-    chunk = {**broken.head, "object": kind, "choices": [choice]}
-    return DATA + orjson.dumps(chunk) + b"\n\n" + DONE + b"\n\n"
+    return sse_event({**broken.head, "object": kind, "choices": [choice]}) + SSE_DONE
 
 
 class Splice:

@@ -79,8 +79,7 @@ class Forwarder:
         self.scheduler, self.metrics, self.watch = scheduler, metrics, watch
         self.requests = RequestMetrics(metrics, clock)  # by route and model
         self.expose_backend = expose_backend  # name the backend to clients (tests, benches)
-        self.decisions, self.sessions = decisions, sessions
-        self.lifetimes = lifetimes
+        self.decisions, self.sessions, self.lifetimes = decisions, sessions, lifetimes
         self.has_room, self.clock, self.rng = has_room, clock, rng
         self.budget = lifetimes.budget  # requests in flight and retries running
         self.slo = slo  # classes' attainment; holds predicted misses (predicting policies)
@@ -93,8 +92,7 @@ class Forwarder:
 
     async def start(self, limits: LimitsConfig) -> None:
         self.write_timeout_s = limits.client_write_timeout_s
-        # A proxy's client: no cookie jar (a cookie one engine set must never ride on another
-        # client's request), bodies passed on as they came (no decompression).
+        # no cookie jar (one engine's cookie never rides on another client's request)
         self.session = UpstreamPool(
             connect_timeout_s=limits.connect_timeout_s,
             first_byte_timeout_s=limits.first_byte_timeout_s,
@@ -132,14 +130,8 @@ class Forwarder:
                 return await self._attempt(exchange, backend, life.attempts)
             except UpstreamFailed as failure:
                 last = f"backend {backend.backend_id}: {failure}"
-                retry = self.loop.failed(life, failure.kind, self.rng)
-                if retry.verdict is Verdict.BUDGET_EXHAUSTED:
-                    self.metrics.retry_budget_exhausted.inc()
-                if not retry.go:
+                if not await self.retry_after(life, failure.kind):
                     break
-                self.metrics.retries.labels(failure.kind.value).inc()
-                if retry.delay_s:
-                    await asyncio.sleep(retry.delay_s)  # jittered backoff, not a synchronisation
         exchange.ending = Event.FAIL
         if not tried:
             self.decisions.refused(
@@ -152,6 +144,17 @@ class Forwarder:
             info.request_id, 502, "upstream_error", last, info, emit=life.sampled
         )
         return error_response(502, "no backend could answer the request", code="upstream_error")
+
+    async def retry_after(self, life: RequestLifetime, kind: FailureKind) -> bool:
+        """After a failed attempt: whether another may follow (after its backoff), counted."""
+        retry = self.loop.failed(life, kind, self.rng)
+        if retry.verdict is Verdict.BUDGET_EXHAUSTED:
+            self.metrics.retry_budget_exhausted.inc()
+        if retry.go:
+            self.metrics.retries.labels(kind.value).inc()
+            if retry.delay_s:
+                await asyncio.sleep(retry.delay_s)  # jittered backoff, not a synchronisation
+        return retry.go
 
     @pick
     async def place(self, life: RequestLifetime, remembered: str | None) -> Backend | None:
@@ -209,10 +212,7 @@ class Forwarder:
         finally:
             attempts.end(self.budget)
             if upstream is not None:
-                if upstream.content.at_eof():
-                    upstream.release()  # the connection goes back to the pool
-                else:
-                    upstream.close()
+                upstream.finish()
 
     def failed_attempt(self, exchange: Exchange, backend: Backend, kind: FailureKind) -> None:
         life = exchange.life

@@ -36,6 +36,7 @@ from gpuroute.relay import (
     Relayed,
     RelayEnd,
     ResponseTally,
+    end,
     end_truncated,
     is_event_stream,
     relay_body,
@@ -70,15 +71,15 @@ class SplicedContent:
             if out := self.splice.feed(chunk):
                 return out
 
-    def at_eof(self) -> bool:
-        return False  # a stream: never relayed as one whole write
-
 
 class SplicedUpstream:
-    __slots__ = ("content", "headers", "status")
+    """The continuing engine's answer as relay_body reads a stream: its headers, its body
+    spliced."""
+
+    __slots__ = ("content", "headers")
 
     def __init__(self, upstream: UpstreamResponse, splice: Splice) -> None:
-        self.headers, self.status = upstream.headers, upstream.status
+        self.headers = upstream.headers
         self.content = SplicedContent(upstream.content, splice)
 
 
@@ -104,7 +105,7 @@ class StreamContinuer:
     def record(self, exchange: Exchange, tally: ResponseTally) -> None:
         """Keep the stream's chunks while it may have to be continued."""
         if self.config.enabled and static_reason(exchange.route, exchange.body) is None:
-            tally.kept, tally.keep_up_to = [], self.config.max_recorded_bytes
+            tally.kept, tally.keep_up_to = bytearray(), self.config.max_recorded_bytes
 
     async def go_on(
         self, exchange: Exchange, response: web.StreamResponse, backend: Backend, relayed: Relayed
@@ -117,17 +118,15 @@ class StreamContinuer:
             if not relayed.streamed:  # a whole answer cut short: relay_body closed it
                 self._judge(exchange, backend, relayed.error)
                 return relayed, backend
-            broken, reason = self._broken(exchange, relayed.tally, tries)
-            if broken is not None and reason in ("finished", "length"):
-                # only its end was lost: ended as the engine would have, a success
-                finish = None if reason == "finished" else "length"
-                end = finish_events(broken, exchange.route, finish)
-                await self._finish(exchange, response, end)
-                self.counted.labels(reason, "ended").inc()
-                return Relayed(RelayEnd.COMPLETE, relayed.tally, True), backend
+            broken = self._read(relayed.tally, exchange.route)
+            if broken is not None and (
+                broken.finished or budget_spent(exchange.body or {}, broken)
+            ):
+                return await self._finish(exchange, response, relayed.tally, broken), backend
             self._judge(exchange, backend, relayed.error)
-            if reason is not None or broken is None:
+            if (reason := self._why_not(exchange, relayed.tally, broken, tries)) is not None:
                 return await self._give_up(exchange, response, relayed, backend, reason)
+            assert broken is not None
             tries += 1
             try:
                 went_on = await self._continue(exchange, response, relayed.tally, broken, tries)
@@ -149,33 +148,34 @@ class StreamContinuer:
         forwarder.settle(life, backend, ok=False, fatal=fatal)
         log.warning("stream from %s broke after first byte: %r", backend.backend_id, exc)
 
-    def _broken(
-        self, exchange: Exchange, tally: ResponseTally, tries: int
-    ) -> tuple[Broken | None, str | None]:
-        """What the client had, or why the stream cannot go on."""
+    @staticmethod
+    def _read(tally: ResponseTally, route: str) -> Broken | None:
+        """What the client received, read back (None: it was not kept, or half an event
+        reached the client, after which nothing can follow)."""
+        kept = tally.kept
+        if not kept or not kept.endswith(b"\n\n"):
+            return None
+        return read_broken(bytes(kept), route)
+
+    def _why_not(
+        self, exchange: Exchange, tally: ResponseTally, broken: Broken | None, tries: int
+    ) -> str | None:
+        """Why the stream cannot go on faithfully (None: it can)."""
         if not self.config.enabled:
-            return None, "disabled"
+            return "disabled"
         if (reason := static_reason(exchange.route, exchange.body)) is not None:
-            return None, reason
-        if tally.kept is None or tally.bytes > self.config.max_recorded_bytes:
-            return None, "too_long"
+            return reason
+        if broken is None:
+            return "too_long" if tally.kept is None else "torn_event"
         if tries >= self.config.max_attempts:
-            return None, "attempts"
-        kept = b"".join(tally.kept)
-        if kept and not kept.endswith(b"\n\n"):
-            return None, "torn_event"  # half an event reached the client: nothing can follow
-        broken = read_broken(tally.kept, exchange.route)
+            return "attempts"
         if broken.unread:
-            return None, "unreadable"  # events it cannot tell the text of: no faithful splice
+            return "unreadable"  # events it cannot tell the text of: no faithful splice
         if broken.reasoning:
-            return None, "reasoning"
+            return "reasoning"
         if broken.tool_calls:
-            return None, "tool_calls"
-        if broken.finished:
-            return broken, "finished"
-        if budget_spent(exchange.body or {}, broken):
-            return broken, "length"
-        return broken, None
+            return "tool_calls"
+        return None
 
     async def _continue(
         self,
@@ -189,7 +189,6 @@ class StreamContinuer:
         forwarder, life = self.forwarder, exchange.life
         before = 0 if exchange.resumed is None else exchange.resumed[1]
         forwarder.loop.continued(life, broken.tokens - before)  # what its prompt lacks yet
-        self.prefill.inc(life.info.prompt_tokens)
         body = continuation_body(exchange.body or {}, exchange.route, broken)
         while (backend := await forwarder.place(life, None)) is not None:
             body["model"] = life.model  # the model placed (a fallback's, if it came to that)
@@ -198,24 +197,40 @@ class StreamContinuer:
             exchange.headers[REQUEST_ID_HEADER] = rid
             expected = forwarder.watch.started(life, backend)
             exchange.dispatched = forwarder.clock()
+            life.attempts.start(forwarder.budget)  # a retry counts against the budget
             try:
-                upstream, first = await forwarder.first_bytes(exchange, backend, expected)
+                return await self._send(exchange, response, tally, broken, backend, expected)
             except UpstreamFailed as failure:
                 forwarder.failed_attempt(exchange, backend, failure.kind)
-                if not forwarder.loop.failed(life, failure.kind, forwarder.rng).go:
+                if not await forwarder.retry_after(life, failure.kind):
                     return None
-                continue
-            if upstream.status >= 400 or not is_event_stream(upstream):
-                upstream.close()  # its engine refused it (a context too long, say): healthy
-                forwarder.watch.forget(life)
-                forwarder.settle(life, backend, ok=True)
-                raise Refused(f"status {upstream.status}")
-            try:
-                relayed = await self._relay(exchange, response, tally, broken, upstream, first)
-                return relayed, backend
             finally:
-                upstream.release() if upstream.content.at_eof() else upstream.close()
+                life.attempts.end(forwarder.budget)
         return None
+
+    async def _send(
+        self,
+        exchange: Exchange,
+        response: web.StreamResponse,
+        tally: ResponseTally,
+        broken: Broken,
+        backend: Backend,
+        expected: float,
+    ) -> tuple[Relayed, Backend]:
+        """The continuation sent to `backend` and its stream spliced into the client's;
+        Refused when its engine answers with an error instead of a stream."""
+        forwarder, life = self.forwarder, exchange.life
+        upstream, first = await forwarder.first_bytes(exchange, backend, expected)
+        self.prefill.inc(life.info.prompt_tokens)  # its prefill is done again there
+        if upstream.status >= 400 or not is_event_stream(upstream):
+            upstream.close()  # its engine refused it (a context too long, say): healthy
+            forwarder.watch.forget(life)
+            forwarder.settle(life, backend, ok=True)
+            raise Refused(f"status {upstream.status}")
+        try:
+            return await self._relay(exchange, response, tally, broken, upstream, first), backend
+        finally:
+            upstream.finish()
 
     async def _relay(
         self,
@@ -249,12 +264,16 @@ class StreamContinuer:
             end_broken=False,
         )
 
-    async def _finish(self, exchange: Exchange, response: web.StreamResponse, end: bytes) -> None:
+    async def _finish(
+        self, exchange: Exchange, response: web.StreamResponse, tally: ResponseTally, broken: Broken
+    ) -> Relayed:
+        """A stream whose engine broke after its last token: its finish (`length` where its
+        cap was spent and none came) and [DONE], as the engine would have ended it."""
+        reason = "finished" if broken.finished else "length"
+        self.counted.labels(reason, "ended").inc()
+        last = finish_events(broken, exchange.route, None if broken.finished else "length")
         client = ClientWriter(exchange.request, response, self.forwarder.write_timeout_s)
-        try:
-            await client.write_eof(end)
-        except (ConnectionError, TimeoutError):
-            client.cut_off()
+        return await end(client, tally, True, last)
 
     async def _give_up(
         self,

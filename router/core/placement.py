@@ -9,6 +9,7 @@ held requests whose TTFT budget ran out. The caller sends, waits and parks
 
 from __future__ import annotations
 
+import copy
 import enum
 import random
 from collections.abc import Iterator
@@ -111,7 +112,8 @@ class AttemptLoop:
         whose prompt holds them (their prefill redone where it goes on) and whose cap is
         what is left of it."""
         life.move(Event.CONTINUE)
-        info = life.info
+        # its own copy: the request as admitted (its quota charge, its access line) stays
+        life.info = info = copy.copy(life.info)
         info.prompt_tokens += generated
         if info.max_tokens is not None:
             info.max_tokens = max(info.max_tokens - generated, 1)

@@ -63,13 +63,16 @@ class Attempts:
     backoff; `failed()` records why the last one failed (a rescue is not the request's
     fault, so it does not use up an attempt, nor the budget)."""
 
-    __slots__ = ("allowed", "count", "last_failure", "settings")
+    __slots__ = ("allowed", "count", "last_failure", "running", "settings")
 
     def __init__(self, settings: RetrySettings) -> None:
         self.settings = settings
         self.count = 0  # attempts started
         self.allowed = settings.max_attempts
         self.last_failure: FailureKind | None = None
+        # the attempts started and not ended, innermost last, each whether it is a retry
+        # (a stream's continuation runs inside the attempt whose stream broke)
+        self.running: list[bool] = []
 
     def next(self, budget: RetryBudget, rng: random.Random) -> tuple[Verdict, float]:
         """May another attempt start, and after how many seconds of backoff?"""
@@ -86,12 +89,13 @@ class Attempts:
     def start(self, budget: RetryBudget) -> None:
         """An attempt begins; a retry counts against `budget` until `end()`."""
         self.count += 1
-        if self.count > 1:
+        self.running.append(self.count > 1)
+        if self.running[-1]:
             budget.active_retries += 1
 
     def end(self, budget: RetryBudget) -> None:
-        """The attempt `start()` began is over (served, failed or moved)."""
-        if self.count > 1:
+        """The attempt `start()` began last is over (served, failed or moved)."""
+        if self.running.pop():
             budget.active_retries -= 1
 
     def failed(self, kind: FailureKind) -> bool:

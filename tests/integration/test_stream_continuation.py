@@ -22,6 +22,8 @@ from support.live import (
     stream_error,
 )
 
+from gpuroute.prompt import prompt_tokens
+
 pytestmark = pytest.mark.asyncio
 BEFORE = [" a1", " a2", " a3"]  # what the first engine streams before it dies
 AFTER = [" b1", " b2"]
@@ -272,9 +274,38 @@ async def test_a_second_break_goes_on_from_all_the_text_so_far(tmp_path) -> None
                 async with s.post(url + "/v1/chat/completions", json=body) as r:
                     raw = await r.read()
             assert counted(router, "engine_broke", "continued") == 2
+            prefilled = router.metrics.registry.get_sample_value(
+                "gpuroute_stream_continuation_prefill_tokens_total"
+            )
+    # each continuation prefills the prompt and the text before its break, counted once
+    assert prefilled == (prompt_tokens(body) + len(BEFORE)) + (prompt_tokens(body) + 4)
     chunks = events(raw)
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
     assert text == "".join([*BEFORE, " c1", *AFTER]) and {c["id"] for c in chunks} == {"c1"}
     third = engine.bodies[2]
     assert third["messages"][-1] == {"role": "assistant", "content": "".join([*BEFORE, " c1"])}
-    assert third["max_tokens"] == 10 - len(BEFORE) - 1  # counted once, not again
+    assert third["max_tokens"] == 10 - len(BEFORE) - 1
+
+
+class DiesAfterItsFinish(DyingThenHealthy):
+    """Its finish is sent, then it dies before [DONE]: only the end of the stream is lost."""
+
+    async def __call__(self, request: web.Request) -> web.StreamResponse:
+        self.bodies.append(json.loads(await request.read()))
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for piece in BEFORE:
+            await response.write(chunk("cmpl-a", 111, {"content": piece}))
+        await response.write(chunk("cmpl-a", 111, {}, "stop"))
+        request.transport.abort()
+        return response
+
+
+async def test_a_stream_whose_finish_came_ends_with_done_not_a_continuation(tmp_path) -> None:
+    engine = DiesAfterItsFinish()
+    body = {"model": MODEL, "stream": True, "messages": [{"role": "user", "content": "x"}]}
+    raw, router = await through_two(engine, body, tmp_path)
+    assert counted(router, "finished", "ended") == 1 and len(engine.bodies) == 1
+    assert raw.endswith(b"data: [DONE]\n\n") and b'"error"' not in raw
+    finishes = [c["choices"][0]["finish_reason"] for c in events(raw) if c["choices"]]
+    assert [f for f in finishes if f] == ["stop"]  # its own finish, once

@@ -53,16 +53,16 @@ def test_what_cannot_be_continued_says_why(route, body, reason) -> None:
 def test_the_text_tokens_and_head_of_what_the_client_received() -> None:
     chunks = [event({"role": "assistant", "content": ""}), event({"content": "Hel"}) + event(
         {"content": "lo"}), event({"content": ", world"})]  # fmt: skip
-    broken = read_broken(chunks, CHAT)
+    broken = read_broken(b"".join(chunks), CHAT)
     assert broken.text == "Hello, world"
     assert broken.tokens == 3  # an event each (the text's estimate is no more)
     assert broken.head == {"id": "a", "created": 1, "model": "m"}
     assert not broken.finished and not broken.tool_calls
-    packed = read_broken([event({"content": " tok" * 10})], CHAT)
+    packed = read_broken(event({"content": " tok" * 10}), CHAT)
     assert packed.tokens == 10  # one event holding ten tokens' text
-    tool = read_broken([event({"tool_calls": [{"index": 0}]})], CHAT)
+    tool = read_broken(event({"tool_calls": [{"index": 0}]}), CHAT)
     assert tool.tool_calls
-    done = read_broken([event(text="x"), event(text="", finish="stop")], COMPLETIONS)
+    done = read_broken(event(text="x") + event(text="", finish="stop"), COMPLETIONS)
     assert done.finished and done.text == "x"
 
 
@@ -124,11 +124,11 @@ def test_the_splice_reads_the_same_however_the_stream_is_cut(cuts) -> None:
 
 
 def test_what_cannot_be_read_or_is_reasoning_is_marked() -> None:
-    assert read_broken([b"event: message\ndata: {}\n\n"], CHAT).unread  # not `data:` alone
-    assert read_broken([b"data: {not json\n\n"], CHAT).unread
-    quiet = read_broken([b": keep-alive\n\n", event({"content": "x"})], CHAT)
+    assert read_broken(b"event: message\ndata: {}\n\n", CHAT).unread  # not `data:` alone
+    assert read_broken(b"data: {not json\n\n", CHAT).unread
+    quiet = read_broken(b": keep-alive\n\n" + event({"content": "x"}), CHAT)
     assert not quiet.unread and quiet.text == "x"
-    assert read_broken([event({"reasoning_content": "hmm"})], CHAT).reasoning
+    assert read_broken(event({"reasoning_content": "hmm"}), CHAT).reasoning
     assert static_reason(COMPLETIONS, {"model": "m", "prompt": "p", "logprobs": 0}) == "logprobs"
     assert static_reason(CHAT, {**CHAT_BODY, "logprobs": False}) is None
 
@@ -146,9 +146,31 @@ def test_a_stream_is_kept_only_while_it_is_short_enough() -> None:
     from gpuroute.relay import ResponseTally
 
     tally = ResponseTally(size_text=True)
-    tally.kept, tally.keep_up_to = [], 10
+    tally.kept, tally.keep_up_to = bytearray(), 10
     tally.add(b"12345")
     tally.add(b"67890")
-    assert tally.kept == [b"12345", b"67890"]
+    assert tally.kept == b"1234567890"
     tally.add(b"x")
     assert tally.kept is None  # past the limit: nothing more kept, it cannot be continued
+
+
+def test_a_continuation_is_placed_with_the_text_in_its_prompt_the_admitted_request_unchanged():
+    from gpuroute.router.core import Backend, BackendSet, Scheduler
+    from gpuroute.router.core.lifetime import Event, Phase, RequestLifetime
+    from gpuroute.router.core.placement import AttemptLoop
+    from gpuroute.router.core.policies import build_policy
+    from gpuroute.router.core.request import RequestInfo
+    from gpuroute.router.core.retry import RetryBudget, RetrySettings
+
+    scheduler = Scheduler(
+        BackendSet([Backend("a", "H100", ("m",))]), build_policy("least_outstanding_work")
+    )
+    loop = AttemptLoop(scheduler, RetryBudget(RetrySettings()), None)
+    admitted = RequestInfo("r", "m", 100, 50)
+    life = RequestLifetime(admitted)
+    for event in (Event.ADMIT, Event.PLACE, Event.FIRST_BYTE):
+        life.move(event)
+    loop.continued(life, 20)
+    assert life.phase is Phase.ROUTING
+    assert (life.info.prompt_tokens, life.info.max_tokens) == (120, 30)
+    assert (admitted.prompt_tokens, admitted.max_tokens) == (100, 50)  # what was charged
