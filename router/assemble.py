@@ -16,7 +16,7 @@ from gpuroute.router.core.model_routes import ModelRoutes
 from gpuroute.router.core.outlier import OutlierSettings
 from gpuroute.router.core.policies import PolicyOptions, build_policy
 from gpuroute.router.core.scheduler import Scheduler
-from gpuroute.router.metric_labels import ModelLabels
+from gpuroute.router.metric_labels import BoundedLabels
 from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.priors import PriorBook
 
@@ -94,7 +94,10 @@ def router_metrics(
     def knows(model: str) -> bool:
         return backends.serves(model) or model in routes.aliases or model in routes.routes
 
-    metrics = RouterMetrics(ModelLabels(knows, config.metrics.max_models))
+    bounds = config.metrics
+    metrics = RouterMetrics(
+        BoundedLabels(bounds.max_models, knows), BoundedLabels(bounds.max_tenants)
+    )
     metrics.watch_backends(backends, scheduler.health, scheduler.latency)
     metrics.redis_configured.labels("quotas").set(float(redis))
     metrics.redis_configured.labels("load").set(float(redis and config.redis.share_load))

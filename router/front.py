@@ -103,7 +103,7 @@ class Front:
         self.routes = routes or ModelRoutes()  # aliases, splits, fallbacks ([[models]])
         self.model_slo = {m.name: m.slo_class for m in config.models if m.slo_class}
         self.responses = responses  # the Responses API's stored conversations, if kept
-        self.token_counter = TokenCounter(tenants.metrics, config.metrics)
+        self.token_counter = TokenCounter(tenants.metrics)
         self.usage = usage  # per-tenant usage records for billing (None: usage.enabled off)
 
     @admission
@@ -142,7 +142,8 @@ class Front:
             raise
         life.sampled = sampled
         if parsed.audio_s is not None:  # audio is metered in seconds
-            self.tenants.metrics.audio_seconds.labels(key.tenant).inc(parsed.audio_s)
+            metrics = self.tenants.metrics
+            metrics.audio_seconds.labels(metrics.tenant_label(key.tenant)).inc(parsed.audio_s)
         return Admitted(parsed, raw, headers, key, tokens, life)
 
     async def _read(self, request: web.Request) -> tuple[Mapping[str, str], KeyPolicy, bytes]:

@@ -22,40 +22,23 @@ class MetricsConfig(StrictModel):
     max_models: int = Field(default=100, ge=0)  # known models named in labels; the rest: `other`
 
 
-class TenantLabels:
-    """A tenant's label: its name for the first `limit` tenants seen, else `other`."""
-
-    __slots__ = ("limit", "named")
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.named: set[str] = set()
-
-    def __call__(self, tenant: str) -> str:
-        if tenant in self.named:
-            return tenant
-        if len(self.named) < self.limit and tenant != OTHER:
-            self.named.add(tenant)
-            return tenant
-        return OTHER
-
-
-class ModelLabels:
-    """A model's label: its name when `knows` it, for the first `limit` such names seen;
-    "" for a request refused before it named one; else `other`. A name once named stays
-    (one set lookup on the request path); an unknown one is asked about again, so a model
-    that joins later is named from then on."""
+class BoundedLabels:
+    """A label's value: the name itself for the first `limit` names seen (where `knows` is
+    given, only names it knows: a client's made-up model is never one), "" as it is, and
+    anything else `other`. A name once named stays (one set lookup on the request path); an
+    unknown one is asked about again, so a model that joins later is named from then on."""
 
     __slots__ = ("knows", "limit", "named")
 
-    def __init__(self, knows: Callable[[str], bool], limit: int) -> None:
+    def __init__(self, limit: int, knows: Callable[[str], bool] | None = None) -> None:
         self.knows, self.limit = knows, limit
         self.named: set[str] = set()
 
-    def __call__(self, model: str) -> str:
-        if model in self.named or not model:
-            return model
-        if len(self.named) < self.limit and model != OTHER and self.knows(model):
-            self.named.add(model)
-            return model
+    def __call__(self, name: str) -> str:
+        if name in self.named or not name:
+            return name
+        room = len(self.named) < self.limit and name != OTHER
+        if room and (self.knows is None or self.knows(name)):
+            self.named.add(name)
+            return name
         return OTHER

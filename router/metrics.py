@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpuroute.router.core.backend import BackendSet
 from gpuroute.router.core.health import BackendHealth
 from gpuroute.router.core.latency import LatencyModel
-from gpuroute.router.metric_labels import ModelLabels
+from gpuroute.router.metric_labels import BoundedLabels, MetricsConfig
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics import MetricWrapperBase
@@ -103,11 +103,17 @@ class LatencyModelCollector:
 
 
 class RouterMetrics:
-    """The router's metrics. `model_label` bounds every `model` label (router/metric_labels.py;
-    by default every model is `other`)."""
+    """The router's metrics. `model_label` bounds every `model` label and `tenant_label`
+    every `tenant` label (router/metric_labels.py; by default every model is `other`, and
+    the first [metrics] max_tenants tenants are named)."""
 
-    def __init__(self, model_label: ModelLabels | None = None) -> None:
-        self.model_label = model_label or ModelLabels(lambda _model: False, 0)
+    def __init__(
+        self, model_label: BoundedLabels | None = None, tenant_label: BoundedLabels | None = None
+    ) -> None:
+        self.model_label, self.tenant_label = (
+            model_label or BoundedLabels(0),
+            tenant_label or BoundedLabels(MetricsConfig().max_tenants),
+        )
         r = self.registry = CollectorRegistry(auto_describe=True)
         self._request_latencies(r)
         self.decision = Histogram(

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 from gpuroute.router.access import ENDED
+from gpuroute.router.core.slo import time_per_output_token
 from gpuroute.router.exchange import Exchange
 from gpuroute.router.front import MODEL_ASKED
 from gpuroute.router.metrics import RouterMetrics
@@ -94,7 +95,6 @@ class RequestMetrics:
         self.metrics.backend_duration_by(backend_id).observe(now - exchange.dispatched)
         if not answer.streamed or first is None:
             return
-        tokens = answer.output_tokens()
-        if tokens >= 2:
-            itl = (now - first) / (tokens - 1)
+        itl = time_per_output_token(first, now, answer.output_tokens())
+        if itl is not None:  # 2 tokens or more
             self.metrics.inter_token_by(self.label(exchange.life.model)).observe(itl)

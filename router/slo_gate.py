@@ -112,8 +112,10 @@ class SloGate:
     def judge(
         self, exchange: Exchange, now: float, tokens: int
     ) -> tuple[float | None, bool] | None:
-        """A served request's TPOT and whether it met its class (counted per class)."""
-        slo, first_at, arrival = exchange.info.slo, exchange.first_at, exchange.arrival
+        """A served request's TPOT and whether it met its class (counted per class), timed
+        from its first token (a stream's first text, not the role chunk before it)."""
+        slo, arrival = exchange.info.slo, exchange.arrival
+        first_at = exchange.first_token_at or exchange.first_at
         if slo is None or first_at is None:
             return None
         tpot = time_per_output_token(first_at, now, tokens)

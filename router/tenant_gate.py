@@ -40,7 +40,7 @@ class TenantGate:
             return self.quotas.identify(headers)
         except AuthError as exc:
             if exc.status == 403:
-                self.metrics.residency_refusals.labels(exc.tenant).inc()
+                self.metrics.residency_refusals.labels(self.metrics.tenant_label(exc.tenant)).inc()
             raise Rejection(exc.status, exc.message, code=exc.code) from None
 
     async def charge(
@@ -65,7 +65,8 @@ class TenantGate:
             raise
         if not verdict.allowed:
             self.release(life)
-            self.metrics.quota_refusals.labels(key.tenant, verdict.limit).inc()
+            tenant = self.metrics.tenant_label(key.tenant)
+            self.metrics.quota_refusals.labels(tenant, verdict.limit).inc()
             raise Rejection(
                 429,
                 f"rate limit reached for {key.tenant}: {verdict.limit} per minute",
@@ -78,7 +79,8 @@ class TenantGate:
         if cap is None:
             return
         if self.in_flight[key.tenant] >= cap:
-            self.metrics.quota_refusals.labels(key.tenant, "in_flight").inc()
+            tenant = self.metrics.tenant_label(key.tenant)
+            self.metrics.quota_refusals.labels(tenant, "in_flight").inc()
             raise Rejection(
                 429,
                 f"{key.tenant} has {cap} requests in flight, its limit",
@@ -94,7 +96,8 @@ class TenantGate:
         if not tokens or key.tokens_per_minute is None:
             return
         direction = "debt" if tokens > 0 else "refund"
-        self.metrics.quota_settled_tokens.labels(key.tenant, direction).inc(abs(tokens))
+        tenant = self.metrics.tenant_label(key.tenant)
+        self.metrics.quota_settled_tokens.labels(tenant, direction).inc(abs(tokens))
         task = asyncio.get_running_loop().create_task(self.quotas.settle(key, tokens))
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)

@@ -5,7 +5,6 @@ bounded as every label is (router/metric_labels.py), so the series stay few."""
 
 from __future__ import annotations
 
-from gpuroute.router.metric_labels import MetricsConfig, TenantLabels
 from gpuroute.router.metrics import Children, RouterMetrics
 from prometheus_client import Counter
 
@@ -13,9 +12,8 @@ from prometheus_client import Counter
 class TokenCounter:
     """`gpuroute_tokens_total`, in the router's registry."""
 
-    def __init__(self, metrics: RouterMetrics, config: MetricsConfig) -> None:
-        self.tenant_label = TenantLabels(config.max_tenants)
-        self.model_label = metrics.model_label
+    def __init__(self, metrics: RouterMetrics) -> None:
+        self.tenant_label, self.model_label = metrics.tenant_label, metrics.model_label
         self.tokens = Counter(
             "gpuroute_tokens",
             "Tokens as the engines' usage reports them, by served model and tenant (beyond "

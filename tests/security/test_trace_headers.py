@@ -108,7 +108,8 @@ async def test_a_malformed_tracestate_is_dropped_and_a_good_one_kept(tmp_path) -
 
 async def _traced(tmp_path, traceparent: str, tracing_toml: str = ""):
     """One chat request carrying `traceparent` through a router whose spans go to an
-    in-memory exporter: (the answer, the spans, the engine's headers by lowercase name)."""
+    in-memory exporter: (the answer, the spans, the engine's headers by lowercase name, the
+    spans started)."""
     engine = RecordingEngine()
     memory = InMemorySpanExporter()
     top = '[tracing]\notlp_endpoint = "http://127.0.0.1:9/v1/traces"\n' + tracing_toml
@@ -117,20 +118,32 @@ async def _traced(tmp_path, traceparent: str, tracing_toml: str = ""):
             tracing = server.runner.app[TRACING]
             tracing.stop()
             tracing.start(exporter=memory)
+            tracing.tracer = counting = CountingTracer(tracing.tracer)
             answer = await send_raw(
                 f"http://127.0.0.1:{server.port}", [("traceparent", traceparent)], chat()
             )
             tracing.provider.force_flush()
     seen = {k.lower(): v for k, v in engine.seen[0][1].items()}
-    return answer, memory.get_finished_spans(), seen
+    return answer, memory.get_finished_spans(), seen, counting.started
+
+
+class CountingTracer:
+    """The SDK's tracer, counting the spans the router starts (recorded or not)."""
+
+    def __init__(self, tracer) -> None:
+        self.tracer, self.started = tracer, 0
+
+    def start_as_current_span(self, *args, **kwargs):
+        self.started += 1
+        return self.tracer.start_as_current_span(*args, **kwargs)
 
 
 async def test_with_tracing_on_a_forged_context_starts_a_new_trace(tmp_path) -> None:
     """With spans recorded (an in-memory exporter), a malformed parent is not adopted: the
     router's request span is a root of a trace of its own, and the engine's parent is the
     attempt span of that trace."""
-    answer, finished, seen = await _traced(tmp_path, BAD_PARENTS[0])
-    assert answer.status == 200
+    answer, finished, seen, started = await _traced(tmp_path, BAD_PARENTS[0])
+    assert answer.status == 200 and started == len(finished)  # each span it started, kept
     spans = {s.name: s for s in finished}
     root = spans["POST /v1/chat/completions"]
     assert root.parent is None
@@ -198,9 +211,9 @@ async def test_a_trace_not_sampled_records_nothing_and_tells_the_engine_so(tmp_p
     """sample_ratio 0: the client's sampled flag is not trusted, no span is recorded (none
     below the request's either: they cost the request path for nothing), and the engine
     gets the same trace with the flag cleared, as its own request id."""
-    answer, finished, seen = await _traced(tmp_path, GOOD, "sample_ratio = 0.0")
+    answer, finished, seen, started = await _traced(tmp_path, GOOD, "sample_ratio = 0.0")
     assert answer.status == 200
-    assert finished == ()
+    assert finished == () and started == 1  # the request's span alone, not recorded
     version, trace_id, parent, flags = seen["traceparent"].split("-")
     assert (version, trace_id, flags) == ("00", TRACE, "00") and FRESH_ID.fullmatch(parent)
     assert seen["x-request-id"].startswith(answer.headers["x-request-id"] + "-0-")

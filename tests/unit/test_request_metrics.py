@@ -9,7 +9,7 @@ import pytest
 from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.exchange import Answer, Exchange
-from gpuroute.router.metric_labels import OTHER, ModelLabels
+from gpuroute.router.metric_labels import OTHER, BoundedLabels
 from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.request_metrics import RequestMetrics
 
@@ -33,7 +33,7 @@ class Clock:
 
 
 def setup(model: str = "m") -> tuple[RouterMetrics, RequestMetrics, Exchange, Clock]:
-    metrics = RouterMetrics(ModelLabels(lambda name: name == "m", 10))
+    metrics = RouterMetrics(BoundedLabels(10, lambda name: name == "m"))
     clock = Clock()
     life = RequestLifetime(RequestInfo(1, model, 7))
     exchange = Exchange(None, life, b"", CHAT, 0.0, {})  # type: ignore[arg-type]
@@ -159,9 +159,11 @@ def test_model_labels_name_known_models_up_to_the_limit() -> None:
         asked.append(model)
         return model in known
 
-    label = ModelLabels(knows, 2)
+    label = BoundedLabels(2, knows)
     assert [label(m) for m in ("a", "x", "b", "c", "a", "")] == ["a", OTHER, "b", OTHER, "a", ""]
     assert label(OTHER) == OTHER  # a model named `other` is not told apart
     assert asked.count("a") == 1  # named once, then a set lookup
-    known.add("x")  # a model that joined later is named from then on (within the limit)
-    assert ModelLabels(knows, 5)("x") == "x"
+    later = BoundedLabels(5, knows)
+    assert later("y") == OTHER
+    known.add("y")  # a model that joined later is named from then on (within the limit)
+    assert later("y") == "y"

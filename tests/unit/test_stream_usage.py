@@ -7,7 +7,7 @@ import orjson
 from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.exchange import Exchange
-from gpuroute.router.metric_labels import TenantLabels
+from gpuroute.router.metric_labels import BoundedLabels
 from gpuroute.router.stream_usage import UsageStrippingTally, ask_usage, without_usage
 
 CHAT = "/v1/chat/completions"
@@ -87,7 +87,7 @@ def test_an_unframed_stream_is_never_held() -> None:
 
 
 def test_tenants_beyond_the_limit_fold_into_other() -> None:
-    labels = TenantLabels(2)
+    labels = BoundedLabels(2)
     assert [labels(t) for t in ("a", "b", "c", "a", "other", "d")] == [
         "a", "b", "other", "a", "other", "other"
     ]  # fmt: skip
