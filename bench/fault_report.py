@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from gpuroute.bench.live_stats import q
 from gpuroute.bench.loadgen import RequestResult
 from gpuroute.testbed.processes import Child
 
@@ -83,19 +84,13 @@ def streams_on_killed(results: list[RequestResult], backend: str, at_s: float) -
         r for r in results
         if r.backend == backend and r.sent_at < at_s < r.sent_at + (r.e2e_s or 0.0)
     ]  # fmt: skip
-    pauses = sorted(r.max_gap_s for r in hit if r.ok)
+    pauses = [r.max_gap_s for r in hit if r.ok]
     return {
         "streams_in_flight": len(hit),
         "streams_lost": sum(1 for r in hit if not r.ok),
-        "pause_p50_s": _quantile(pauses, 0.5),
-        "pause_p99_s": _quantile(pauses, 0.99),
+        "pause_p50_s": q(pauses, 50) if pauses else None,
+        "pause_p99_s": q(pauses, 99) if pauses else None,
     }
-
-
-def _quantile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    return round(values[min(len(values) - 1, int(q * len(values)))], 4)
 
 
 async def continuation_stats(router_url: str) -> dict:

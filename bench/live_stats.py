@@ -21,6 +21,12 @@ from gpuroute.gpus import GPU_SPECS
 from gpuroute.models import MODELS
 from gpuroute.roofline import EngineParams
 
+
+def q(values, p: float) -> float:
+    """The `p`th percentile, as every live figure reports it (numpy's, interpolated)."""
+    return round(float(np.percentile(values, p)), 4)
+
+
 if TYPE_CHECKING:
     from gpuroute.bench.live import LiveBenchSpec
 
@@ -52,9 +58,6 @@ def summarise(
             continue
         tpot = (r.e2e_s - r.ttft_s) / max(r.output_tokens - 1, 1)
         good += r.ttft_s <= spec.slo_ttft_s * scale and tpot <= spec.slo_tpot_s * scale
-
-    def q(values: np.ndarray, p: float) -> float:
-        return round(float(np.percentile(values, p)), 4)
 
     return {
         "target": target,

@@ -210,7 +210,7 @@ def start_proxies(
     other_python: Path | None,
     sinks: dict[str, str],
 ) -> dict[str, Child]:
-    """Ours three ways (bench docstring; also behind TLS, given a CA; another version of
+    """Ours four ways (bench docstring; also behind TLS, given a CA; another version of
     ours, given its interpreter) and the baselines, each on the proxy core."""
     pairs, proxies = [("H100", engine)], {}
     if other_python is not None and not os.access(other_python, os.X_OK):
