@@ -99,7 +99,7 @@ class ResponseTally:
         self.skeleton: int | None = None  # bytes of one event less its text, once seen
         self.on_text: Callable[[], None] | None = None
         self._looks = SKELETON_LOOKS if size_text else 0
-        # every chunk, for a stream that may have to be continued (router/continuation.py),
+        # every chunk, for a stream that may have to be continued (gpuroute/continuation.py),
         # while it is no longer than `keep_up_to` bytes
         self.kept: bytearray | None = None
         self.keep_up_to = 0

@@ -8,7 +8,6 @@ from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 from gpuroute.router.auth_config import AuthConfig
-from gpuroute.router.continuation import ContinuationConfig
 from gpuroute.router.core.policies import DEFAULT_POLICY, POLICIES
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASS, DEFAULT_SLO_CLASSES, SloClass
 from gpuroute.router.metric_labels import MetricsConfig
@@ -27,6 +26,7 @@ from gpuroute.config import (
     known_name,
     load_toml_model,
 )
+from gpuroute.continuation import ContinuationConfig
 from gpuroute.gpus import DeclaresGpuTypes, GpuTypeName
 from gpuroute.headers import engine_header
 from gpuroute.models import MODELS, ModelSpec

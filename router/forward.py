@@ -18,7 +18,6 @@ from aiohttp import web
 from gpuroute.router.api_formats import stream_error_event
 from gpuroute.router.attempt_failure import UpstreamFailed, failure_kind
 from gpuroute.router.config import LimitsConfig
-from gpuroute.router.continuation import ContinuationConfig
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.health import HealthEvents
 from gpuroute.router.core.lifetime import Event, Lifetimes, RequestLifetime
@@ -37,6 +36,7 @@ from gpuroute.router.stream_continuer import StreamContinuer
 from gpuroute.router.tracing_spans import attempt, first_byte, pick
 from gpuroute.router.watch import BackendWatch
 
+from gpuroute.continuation import ContinuationConfig
 from gpuroute.headers import ENGINE_HEADERS, FORWARDED_FOR, forwarded_for, pass_on
 from gpuroute.openai_api import error_response
 from gpuroute.relay import (

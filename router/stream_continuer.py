@@ -1,4 +1,4 @@
-"""A stream whose engine broke mid-answer goes on on another backend (router/continuation.py
+"""A stream whose engine broke mid-answer goes on on another backend (gpuroute/continuation.py
 says what is sent and how it is spliced): the broken attempt is judged as any broken
 stream is, the continuation is placed by the scheduler like any request (its prompt now
 holds the text so far, whose prefill is redone there), and its stream is relayed into
@@ -15,7 +15,13 @@ import orjson
 from aiohttp import web
 from gpuroute.router.api_formats import stream_error_event
 from gpuroute.router.attempt_failure import UpstreamFailed
-from gpuroute.router.continuation import (
+from gpuroute.router.core.backend import Backend
+from gpuroute.router.core.lifetime import Event
+from gpuroute.router.core.retry import FailureKind
+from gpuroute.router.exchange import Exchange
+from prometheus_client import Counter
+
+from gpuroute.continuation import (
     Broken,
     ContinuationConfig,
     Splice,
@@ -25,12 +31,6 @@ from gpuroute.router.continuation import (
     read_broken,
     static_reason,
 )
-from gpuroute.router.core.backend import Backend
-from gpuroute.router.core.lifetime import Event
-from gpuroute.router.core.retry import FailureKind
-from gpuroute.router.exchange import Exchange
-from prometheus_client import Counter
-
 from gpuroute.relay import (
     ClientWriter,
     Relayed,

@@ -1,4 +1,4 @@
-"""What a broken stream's continuation is made of (router/continuation.py): the reasons a
+"""What a broken stream's continuation is made of (gpuroute/continuation.py): the reasons a
 request cannot be continued, the text and tokens it had, the request that continues it,
 and the splice that makes the new stream read as the rest of the first."""
 
@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from gpuroute.router.continuation import (
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpuroute.continuation import (
     CHAT,
     COMPLETIONS,
     Broken,
@@ -18,8 +21,6 @@ from gpuroute.router.continuation import (
     read_broken,
     static_reason,
 )
-from hypothesis import given
-from hypothesis import strategies as st
 
 
 def event(delta: dict | None = None, *, text: str | None = None, finish=None, **top) -> bytes:
