@@ -6,9 +6,12 @@ first one (Dynamo's migration, done at the router).
 The continuation resends the prompt plus the text so far: for chat as the assistant's
 turn continued (`continue_final_message: true, add_generation_prompt: false`, which vLLM
 and SGLang take), for completions as prompt + text; `max_tokens` less what was sent, the
-sampling parameters and stop sequences kept. The client then sees one stream: the same
-id, created and model, no second role chunk, one finish, and usage (where it asked for
-usage) that covers the whole answer."""
+sampling parameters and stop sequences kept. Where the engine streamed its token ids
+(vLLM's `return_token_ids`, asked for on the client's behalf: `ask_token_ids`), the count
+of tokens sent is exact, and a completions prompt goes on as ids (the prompt's and the
+answer's), so nothing is tokenized again; chat takes no token-id prompt, so its text is.
+The client then sees one stream: the same id, created and model, no second role chunk,
+one finish, and usage (where it asked for usage) that covers the whole answer."""
 
 from __future__ import annotations
 
@@ -28,6 +31,14 @@ ROUTES = frozenset({CHAT, COMPLETIONS})
 GUIDED = ("response_format", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
           "structured_outputs", "guided_decoding_backend")  # fmt: skip
 DATA, DONE = b"data: ", SSE_DONE.strip()
+# what a chat request says that a completion from the chat's token ids does not take
+CHAT_ONLY = frozenset({
+    "messages", "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call",
+    "chat_template", "chat_template_kwargs", "add_generation_prompt", "continue_final_message",
+    "documents", "reasoning_effort", "include_reasoning", "max_completion_tokens",
+    "modalities", "audio", "mm_processor_kwargs", "media_io_kwargs", "prediction", "store",
+    "metadata", "web_search_options",
+})  # fmt: skip
 
 
 class ContinuationConfig(StrictModel):
@@ -37,6 +48,9 @@ class ContinuationConfig(StrictModel):
     max_attempts: int = Field(default=2, ge=1, le=10)  # continuations of one stream
     # what is kept of a stream to continue it; a longer answer ends with the explicit error
     max_recorded_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    # ask engines to stream their token ids (vLLM's `return_token_ids`, stripped from what
+    # a client that did not ask receives): exact counts, token-id continuations
+    token_ids: bool = True
 
 
 def static_reason(route: str, body: dict | None) -> str | None:
@@ -70,6 +84,9 @@ class Broken:
     tool_calls: bool = False
     reasoning: bool = False  # reasoning text streamed apart from the answer
     unread: bool = False  # an event that is not JSON data: its text cannot be known
+    prompt_ids: list[int] | None = None  # the prompt as the engine tokenized it
+    # the answer's token ids, where every event with text carried them (None: not all did)
+    token_ids: list[int] | None = field(default_factory=list)
 
 
 def read_broken(stream: bytes, route: str) -> Broken:
@@ -90,15 +107,42 @@ def read_broken(stream: bytes, route: str) -> Broken:
             continue
         if not broken.head:
             broken.head = {k: chunk[k] for k in ("id", "created", "model") if k in chunk}
+        _prompt_ids(chunk, broken)
         for choice in chunk.get("choices") or ():
             piece = _piece(choice, route, broken)
             if piece:
                 broken.text += piece
                 events += 1
+            _answer_ids(choice, bool(piece), broken)
             broken.finished |= choice.get("finish_reason") is not None
-    # a token an event as engines stream by default; more where one packs several
-    broken.tokens = max(events, estimate_tokens(broken.text)) if broken.text else 0
+    if broken.token_ids is not None and (broken.token_ids or not broken.text):
+        broken.tokens = len(broken.token_ids)  # as the engine counted them
+    else:  # a token an event as engines stream by default; more where one packs several
+        broken.token_ids = None
+        broken.tokens = max(events, estimate_tokens(broken.text)) if broken.text else 0
     return broken
+
+
+def _prompt_ids(chunk: dict, broken: Broken) -> None:
+    """The prompt's ids from the first event that has them (chat: the chunk; completions:
+    its choice)."""
+    if broken.prompt_ids is not None:
+        return
+    ids = chunk.get("prompt_token_ids")
+    if ids is None and (choices := chunk.get("choices")) and isinstance(choices[0], dict):
+        ids = choices[0].get("prompt_token_ids")
+    if isinstance(ids, list) and all(isinstance(i, int) for i in ids):
+        broken.prompt_ids = ids
+
+
+def _answer_ids(choice: dict, has_text: bool, broken: Broken) -> None:
+    ids = choice.get("token_ids")
+    if broken.token_ids is None:
+        return
+    if isinstance(ids, list) and all(isinstance(i, int) for i in ids):
+        broken.token_ids += ids
+    elif has_text:
+        broken.token_ids = None  # text without its ids: the count is the text's
 
 
 def _piece(choice: dict, route: str, broken: Broken) -> str:
@@ -113,24 +157,46 @@ def _piece(choice: dict, route: str, broken: Broken) -> str:
     return content if isinstance(content, str) else ""
 
 
+def sent_as(route: str, body: dict, broken: Broken) -> str:
+    """The route a continuation goes to: a chat whose prompt and answer came as token ids
+    goes on as a completion from those ids (chat takes no token-id prompt; the chat
+    template is in the prompt's ids), unless the ids may not say it all (images, tools)."""
+    if route != CHAT or broken.prompt_ids is None or broken.token_ids is None:
+        return route
+    if any(body.get(name) for name in ("tools", "functions")):
+        return route  # a tool call later in the answer is parsed only by the chat API
+    return COMPLETIONS if all(_text_only(m) for m in body.get("messages") or ()) else route
+
+
+def _text_only(message: object) -> bool:
+    content = message.get("content") if isinstance(message, dict) else None
+    if content is None or isinstance(content, str):
+        return True
+    return isinstance(content, list) and all(
+        isinstance(p, dict) and p.get("type") == "text" for p in content
+    )
+
+
 def continuation_body(body: dict, route: str, broken: Broken) -> dict:
-    """The request that continues `body` from `broken`'s text (usage asked for: the splice
-    makes it cover the whole answer)."""
-    out = copy.deepcopy(body)
-    if route == CHAT:
-        messages = out["messages"]
-        last = messages[-1] if messages else None
-        if out.get("continue_final_message") and isinstance(last, dict):
-            content = last.get("content")
-            if isinstance(content, list):  # content parts: the text goes on as one more
-                content.append({"type": "text", "text": broken.text})
-            else:
-                last["content"] = (content or "") + broken.text
-        else:
-            messages.append({"role": "assistant", "content": broken.text})
-        out["continue_final_message"], out["add_generation_prompt"] = True, False
+    """The request that continues `body` from `broken`'s text, for the route `sent_as`
+    says (usage asked for: the splice makes it cover the whole answer)."""
+    exact = broken.prompt_ids is not None and broken.token_ids is not None
+    if sent_as(route, body, broken) != route:
+        out = {k: v for k, v in body.items() if k not in CHAT_ONLY}
+        cap = body.get("max_completion_tokens", body.get("max_tokens"))
+        out.pop("max_tokens", None)
+        if isinstance(cap, int):
+            out["max_tokens"] = cap
+        out["prompt"] = broken.prompt_ids + broken.token_ids  # type: ignore[operator]
+    elif route == CHAT:
+        out = copy.deepcopy(body)
+        _continue_turn(out, broken.text)
     else:
-        out["prompt"] = out["prompt"] + broken.text
+        out = copy.deepcopy(body)
+        if exact:  # nothing tokenized again
+            out["prompt"] = broken.prompt_ids + broken.token_ids  # type: ignore[operator]
+        else:
+            out["prompt"] = out["prompt"] + broken.text
     for cap in ("max_tokens", "max_completion_tokens"):
         if isinstance(out.get(cap), int):
             out[cap] = max(out[cap] - broken.tokens, 1)
@@ -139,6 +205,30 @@ def continuation_body(body: dict, route: str, broken: Broken) -> dict:
     out["stream"] = True
     out["stream_options"] = {**(out.get("stream_options") or {}), "include_usage": True}
     return out
+
+
+def _continue_turn(out: dict, text: str) -> None:
+    """The assistant's turn continued with `text` (vLLM's and SGLang's continue_final_message)."""
+    messages = out["messages"]
+    last = messages[-1] if messages else None
+    if out.get("continue_final_message") and isinstance(last, dict):
+        content = last.get("content")
+        if isinstance(content, list):  # content parts: the text goes on as one more
+            content.append({"type": "text", "text": text})
+        else:
+            last["content"] = (content or "") + text
+    else:
+        messages.append({"role": "assistant", "content": text})
+    out["continue_final_message"], out["add_generation_prompt"] = True, False
+
+
+def ask_token_ids(body: dict | None) -> bool:
+    """Ask the engine to stream its token ids; True: the client did not ask, so they are
+    stripped from what it receives."""
+    if body is None or body.get("return_token_ids") is True:
+        return False
+    body["return_token_ids"] = True
+    return True
 
 
 def budget_spent(body: dict, broken: Broken) -> bool:
@@ -162,12 +252,15 @@ def finish_events(broken: Broken, route: str, reason: str | None) -> bytes:
 class Splice:
     """Rewrites the continuing engine's stream as the rest of the first one: its events
     carry the first stream's id, created and model; its role chunk is dropped; its usage
-    counts the tokens sent before the break as completion, not prompt."""
+    counts the tokens sent before the break as completion, not prompt. A chat continued
+    as a completion (`as_chat`) has its chunks read back as chat chunks."""
 
-    __slots__ = ("before", "head", "partial", "role_seen")
+    __slots__ = ("as_chat", "before", "head", "partial", "prompt", "role_seen")
 
-    def __init__(self, broken: Broken) -> None:
-        self.head, self.before = broken.head, broken.tokens
+    def __init__(self, broken: Broken, as_chat: bool = False) -> None:
+        self.head, self.before, self.as_chat = broken.head, broken.tokens, as_chat
+        # the client's prompt, as the engine counted it (None: known only less `before`)
+        self.prompt = None if broken.prompt_ids is None else len(broken.prompt_ids)
         self.partial = b""
         self.role_seen = False
 
@@ -201,6 +294,15 @@ class Splice:
         if not isinstance(chunk, dict):
             return text + b"\n\n"
         chunk.update(self.head)
+        chunk.pop("prompt_token_ids", None)  # the continuation's: prompt and text so far
+        for choice in chunk.get("choices") or ():
+            if isinstance(choice, dict):
+                choice.pop("prompt_token_ids", None)
+                if self.as_chat and "text" in choice:
+                    text = choice.pop("text")
+                    choice["delta"] = {"content": text} if text else {}
+        if self.as_chat:
+            chunk["object"] = "chat.completion.chunk"
         if not self._without_role(chunk):
             return b""
         if isinstance(usage := chunk.get("usage"), dict):
@@ -224,6 +326,8 @@ class Splice:
     def _whole_usage(self, usage: dict) -> None:
         prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
         if isinstance(prompt, int) and isinstance(completion, int):
-            usage["prompt_tokens"] = max(prompt - self.before, 0)
+            usage["prompt_tokens"] = (
+                self.prompt if self.prompt is not None else max(prompt - self.before, 0)
+            )
             usage["completion_tokens"] = completion + self.before
             usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]

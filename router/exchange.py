@@ -11,7 +11,7 @@ from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.lifetime import Event, RequestLifetime
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.responses_state import RESPONSES, TURN
-from gpuroute.router.stream_usage import UsageStrippingTally
+from gpuroute.router.stream_usage import StrippingTally
 
 from gpuroute.headers import SERVED_MODEL_HEADER
 from gpuroute.relay import RESPONSE_DROP, ResponseTally, forward_headers
@@ -78,7 +78,9 @@ class Exchange:
     body: dict | None = None
     edited: bool = False
     strip_usage: bool = False
+    strip_token_ids: bool = False  # asked for to continue it exactly (gpuroute/continuation.py)
     continuation: bytes | None = None  # what continues a broken stream (StreamContinuer)
+    continuation_route: str | None = None  # where it goes (a chat may go on as a completion)
     # a continued stream: when its continuation's first bytes came, and the tokens before
     resumed: tuple[float, int] | None = None
     _sent: tuple[str, bytes] | None = None  # the last body serialised, for its model
@@ -87,11 +89,16 @@ class Exchange:
     def info(self) -> RequestInfo:
         return self.life.info
 
+    @property
+    def target(self) -> str:
+        """The engine path: the client's, unless its continuation goes on elsewhere."""
+        return self.continuation_route or self.request.path_qs
+
     def new_tally(self, streamed: bool) -> ResponseTally:
         """What counts an attempt's answer (a Responses turn's also reads the response to
         store: router/responses_state.py)."""
-        if self.strip_usage and streamed:
-            return UsageStrippingTally()
+        if (self.strip_usage or self.strip_token_ids) and streamed:
+            return StrippingTally(usage=self.strip_usage, token_ids=self.strip_token_ids)
         turn = self.request.get(TURN) if self.route == RESPONSES else None
         return ResponseTally(size_text=streamed) if turn is None else turn.tally(streamed)
 

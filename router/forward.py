@@ -255,7 +255,7 @@ class Forwarder:
         failure, or by a rescue (BackendWatch.rescue) when its backend turned bad meanwhile."""
         assert self.session is not None
         life = exchange.life
-        base, target = self.urls[backend.backend_id], exchange.request.path_qs
+        base, target = self.urls[backend.backend_id], exchange.target
         self.watch.waiting(life)
         upstream = None
         try:

@@ -25,10 +25,12 @@ from gpuroute.continuation import (
     Broken,
     ContinuationConfig,
     Splice,
+    ask_token_ids,
     budget_spent,
     continuation_body,
     finish_events,
     read_broken,
+    sent_as,
     static_reason,
 )
 from gpuroute.relay import (
@@ -101,6 +103,13 @@ class StreamContinuer:
             "prefilled again where the stream goes on): the GPU work continuations cost.",
             registry=forwarder.metrics.registry,
         )
+
+    def ask_token_ids(self, route: str, stream: bool, body: dict | None) -> bool:
+        """Ask the engine for a stream's token ids where it may have to be continued (True:
+        the client did not ask, so they are stripped from what it receives)."""
+        if not (stream and self.config.enabled and self.config.token_ids):
+            return False
+        return static_reason(route, body) is None and ask_token_ids(body)
 
     def record(self, exchange: Exchange, tally: ResponseTally) -> None:
         """Keep the stream's chunks while it may have to be continued."""
@@ -190,6 +199,7 @@ class StreamContinuer:
         before = 0 if exchange.resumed is None else exchange.resumed[1]
         forwarder.loop.continued(life, broken.tokens - before)  # what its prompt lacks yet
         body = continuation_body(exchange.body or {}, exchange.route, broken)
+        exchange.continuation_route = sent_as(exchange.route, exchange.body or {}, broken)
         while (backend := await forwarder.place(life, None)) is not None:
             body["model"] = life.model  # the model placed (a fallback's, if it came to that)
             exchange.continuation = orjson.dumps(body)
@@ -242,7 +252,7 @@ class StreamContinuer:
         first: bytes,
     ) -> Relayed:
         forwarder, life = self.forwarder, exchange.life
-        splice = Splice(broken)
+        splice = Splice(broken, as_chat=exchange.continuation_route != exchange.route)
 
         def first_written() -> None:
             now = forwarder.clock()

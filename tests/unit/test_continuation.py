@@ -15,16 +15,20 @@ from gpuroute.continuation import (
     COMPLETIONS,
     Broken,
     Splice,
+    ask_token_ids,
     budget_spent,
     continuation_body,
     finish_events,
     read_broken,
+    sent_as,
     static_reason,
 )
 
 
-def event(delta: dict | None = None, *, text: str | None = None, finish=None, **top) -> bytes:
-    choice = {"index": 0, "finish_reason": finish}
+def event(
+    delta: dict | None = None, *, text: str | None = None, finish=None, ids=None, **top
+) -> bytes:
+    choice = {"index": 0, "finish_reason": finish} | ({"token_ids": ids} if ids else {})
     choice.update({"text": text} if text is not None else {"delta": delta or {}})
     body = {"id": "a", "created": 1, "model": "m", "choices": [choice], **top}
     return b"data: " + json.dumps(body).encode() + b"\n\n"
@@ -175,3 +179,84 @@ def test_a_continuation_is_placed_with_the_text_in_its_prompt_the_admitted_reque
     assert life.phase is Phase.ROUTING
     assert (life.info.prompt_tokens, life.info.max_tokens) == (120, 30)
     assert (admitted.prompt_tokens, admitted.max_tokens) == (100, 50)  # what was charged
+
+
+IDS_STREAM = (
+    event({"role": "assistant", "content": ""}, prompt_token_ids=[5, 6, 7, 8])
+    + event({"content": "H"}, ids=[72])
+    + event({}, ids=[195])
+    + event({"content": "\u00e9!"}, ids=[169, 33])
+)
+
+
+def test_streamed_token_ids_make_the_count_exact() -> None:
+    """A token with no text of its own (half a character) is counted; two in one event are
+    two: four tokens, where events with text (2) or the text's estimate would say less."""
+    broken = read_broken(IDS_STREAM, CHAT)
+    assert (broken.text, broken.tokens) == ("H\u00e9!", 4)
+    assert broken.prompt_ids == [5, 6, 7, 8] and broken.token_ids == [72, 195, 169, 33]
+    body = continuation_body({**CHAT_BODY, "max_completion_tokens": 10, "top_k": 3}, CHAT, broken)
+    assert sent_as(CHAT, CHAT_BODY, broken) == COMPLETIONS  # chat takes no token-id prompt
+    usage = {"include_usage": True}
+    assert body == {"model": "m", "prompt": [5, 6, 7, 8, 72, 195, 169, 33], "max_tokens": 6,
+                    "top_k": 3, "stream": True, "stream_options": usage}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{"tools": [{"type": "function", "function": {"name": "f"}}]},
+     {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}],
+)  # fmt: skip
+def test_a_chat_with_tools_or_images_goes_on_from_its_text(extra) -> None:
+    """Its ids may not say it all (an image's placeholders), or its answer needs the chat
+    API (a tool call later on): the turn goes on as text."""
+    body = {**CHAT_BODY, **extra}
+    out = continuation_body(body, CHAT, read_broken(IDS_STREAM, CHAT))
+    assert sent_as(CHAT, body, read_broken(IDS_STREAM, CHAT)) == CHAT
+    assert out["messages"][-1] == {"role": "assistant", "content": "H\u00e9!"}
+
+
+def test_a_completion_read_back_as_the_chat_it_continues() -> None:
+    broken = Broken(tokens=2, head={"id": "a", "created": 1, "model": "m"}, prompt_ids=[1, 2])
+    new = (b'data: {"id":"b","object":"text_completion","choices":[{"index":0,"text":"lo",'
+           b'"token_ids":[1],"prompt_token_ids":[1,2,3],"finish_reason":null}]}\n\n'
+           + event(text="", finish="length"))  # fmt: skip
+    out = [json.loads(e[6:]) for e in Splice(broken, as_chat=True).feed(new).split(b"\n\n") if e]
+    assert [c["object"] for c in out] == ["chat.completion.chunk"] * 2
+    assert [c["choices"][0] for c in out] == [
+        {"index": 0, "delta": {"content": "lo"}, "token_ids": [1], "finish_reason": None},
+        {"index": 0, "delta": {}, "finish_reason": "length"},
+    ]
+
+
+def test_a_completion_goes_on_as_token_ids_when_every_token_came_with_its_id() -> None:
+    first = event(text="ab", ids=[97, 98]).replace(
+        b'"index": 0', b'"index": 0, "prompt_token_ids": [1, 2]'
+    )
+    broken = read_broken(first + event(text="c", ids=[99]), COMPLETIONS)
+    body = continuation_body({"model": "m", "prompt": "xy", "max_tokens": 5}, COMPLETIONS, broken)
+    assert (body["prompt"], body["max_tokens"]) == ([1, 2, 97, 98, 99], 2)
+
+
+def test_text_without_its_ids_falls_back_to_the_texts_count() -> None:
+    broken = read_broken(IDS_STREAM + event({"content": "zz"}), CHAT)
+    assert broken.token_ids is None and broken.tokens == 3  # events with text
+    completion = read_broken(event(text="ab", prompt_token_ids=[1]), COMPLETIONS)
+    assert completion.token_ids is None  # the engine ignored return_token_ids
+    body = continuation_body({"model": "m", "prompt": "xy"}, COMPLETIONS, completion)
+    assert body["prompt"] == "xyab"
+
+
+def test_the_splice_drops_the_continuations_prompt_ids_and_counts_the_clients_prompt() -> None:
+    broken = Broken(text="x" * 12, tokens=3, head={"id": "a"}, prompt_ids=[1] * 9)
+    usage = b'data: {"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":2}}\n\n'
+    new = event({"role": "assistant", "content": ""}, prompt_token_ids=[1] * 12) + usage
+    out = [json.loads(e[6:]) for e in Splice(broken).feed(new).split(b"\n\n") if e]
+    assert all("prompt_token_ids" not in chunk for chunk in out)
+    assert out[-1]["usage"] == {"prompt_tokens": 9, "completion_tokens": 5, "total_tokens": 14}
+
+
+def test_token_ids_are_asked_for_once_and_stripped_only_where_the_client_did_not_ask() -> None:
+    body = {"model": "m", "messages": []}
+    assert ask_token_ids(body) and body["return_token_ids"] is True
+    assert not ask_token_ids(body)  # the client asked: it gets them

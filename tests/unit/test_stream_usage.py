@@ -8,7 +8,9 @@ from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.exchange import Exchange
 from gpuroute.router.metric_labels import BoundedLabels
-from gpuroute.router.stream_usage import UsageStrippingTally, ask_usage, without_usage
+from gpuroute.router.stream_usage import StrippingTally, ask_usage, without_usage
+from hypothesis import given
+from hypothesis import strategies as st
 
 CHAT = "/v1/chat/completions"
 ROLE = b'data: {"id":"x","choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n'
@@ -70,7 +72,7 @@ def test_without_usage_drops_only_the_usage_only_event() -> None:
 
 def test_the_tally_counts_what_it_strips_however_chunks_split() -> None:
     for size in (1, 5, 17, 64, len(STREAM)):
-        tally = UsageStrippingTally()
+        tally = StrippingTally()
         sent = b""
         for i in range(0, len(STREAM), size):
             chunk = STREAM[i : i + size]
@@ -82,7 +84,7 @@ def test_the_tally_counts_what_it_strips_however_chunks_split() -> None:
 
 
 def test_an_unframed_stream_is_never_held() -> None:
-    tally = UsageStrippingTally()
+    tally = StrippingTally()
     assert tally.outgoing(b"data: {") == b"data: {"
 
 
@@ -94,9 +96,36 @@ def test_tenants_beyond_the_limit_fold_into_other() -> None:
 
 
 def test_reported_usage_reads_the_tail() -> None:
-    tally = UsageStrippingTally()
+    tally = StrippingTally()
     tally.add(STREAM)
     assert tally.reported() == (7, 2)
-    tally = UsageStrippingTally()
+    tally = StrippingTally()
     tally.add(ROLE + TOKEN + DONE)
     assert tally.reported() == (None, None)
+
+
+IDS = (b'data: {"id":"x","choices":[{"index":0,"delta":{"role":"assistant","content":""}}],'
+       b'"prompt_token_ids":[1, 2,3]}\n\n'
+       b'data: {"id":"x","choices":[{"index":0,"delta":{"content":" tok"},"token_ids":[9]}]}\n\n'
+       b'data: {"id":"x","choices":[{"index":0,"text":"a","prompt_token_ids":null,'
+       b'"token_ids":[]}]}\n\n')  # fmt: skip
+IDS_STRIPPED = (b'data: {"id":"x","choices":[{"index":0,"delta":{"role":"assistant",'
+                b'"content":""}}]}\n\n'
+                b'data: {"id":"x","choices":[{"index":0,"delta":{"content":" tok"}}]}\n\n'
+                b'data: {"id":"x","choices":[{"index":0,"text":"a"}]}\n\n')  # fmt: skip
+
+
+@given(st.lists(st.integers(min_value=0, max_value=len(IDS + USAGE + DONE)), max_size=6))
+def test_token_ids_asked_for_the_client_are_stripped_however_chunks_split(cuts) -> None:
+    stream = IDS + USAGE + DONE
+    for usage in (True, False):
+        tally = StrippingTally(usage=usage, token_ids=True)
+        tally.kept, tally.keep_up_to = bytearray(), 1 << 20
+        sent, start = b"", 0
+        for cut in [*sorted(cuts), len(stream)]:
+            tally.add(stream[start:cut])
+            sent += tally.outgoing(stream[start:cut])
+            start = cut
+        sent += tally.flush()
+        assert sent == IDS_STRIPPED + (b"" if usage else USAGE) + DONE
+        assert tally.kept == stream  # what a continuation reads keeps them
