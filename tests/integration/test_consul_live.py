@@ -147,6 +147,32 @@ async def test_engine_sigkill_no_new_requests_after_first_failure_and_no_client_
     assert clients.failed == []
 
 
+async def test_a_host_pulled_without_a_drain_loses_no_stream(consul, tmp_path) -> None:
+    """Engine and agent SIGKILLed together, streams in flight: each goes on elsewhere
+    (continuation), and Consul's verdict, which comes seconds later, never puts the host
+    back in rotation meanwhile."""
+    async with discovered_fleet(consul, tmp_path, ("p1", "p2"), ("H100", "H100")) as f:
+        async with Clients(f.url, workers=6, stream=True, max_tokens=200) as clients:
+            await async_wait_for(holds(lambda: clients.first_to("p2") is not None), 10, "p2 used")
+            f.engines[1].kill()
+            f.agents[1].stop()  # SIGKILL: no deregistration, no drain
+            await async_wait_for(lambda: _not_routable(f.session, f.url, "p2"), 15, "p2 out")
+            states: set[str | None] = set()
+
+            async def consul_says_critical() -> bool:
+                states.add(await state_of(f.session, f.url, "p2"))
+                return check_status(consul, "p2") in ("critical", None)
+
+            await async_wait_for(consul_says_critical, 30, "Consul's verdict")
+            continued = _metric(f.router, "gpuroute_stream_continuations", reason="engine_broke",
+                                outcome="continued")  # fmt: skip
+        print(f"\npulled host: {len(clients.results)} streams, {continued:.0f} continued, "
+              f"router states until Consul's verdict {states}")  # fmt: skip
+        assert continued >= 1  # streams were in flight on the host pulled
+        assert clients.failed == []
+        assert not states & {"ready", "warming"}  # the router's verdict stood
+
+
 async def test_drain_sends_nothing_new_and_finishes_every_stream(consul, tmp_path) -> None:
     async with discovered_fleet(consul, tmp_path, ("d1", "d2"), ("H100", "H100")) as f:
         async with Clients(f.url, workers=6, stream=True, max_tokens=200) as clients:
