@@ -115,9 +115,12 @@ class RegionAttempts:
         log.warning("every compliant region failed; last: %s", last_error)
         return error_response(502, "every compliant region failed to answer", code="upstream_error")
 
-    async def send(self, fwd: Forwarding, region: str, body: bytes) -> UpstreamResponse | str:
-        """One attempt in `region`, with a fresh residency decision (its own nonce): its
-        answer below 500, else what failed (the region judged where it was its fault)."""
+    async def send(
+        self, fwd: Forwarding, region: str, body: bytes, target: str | None = None
+    ) -> UpstreamResponse | str:
+        """One attempt in `region` (to `target`, default the client's path), with a fresh
+        residency decision (its own nonce): its answer below 500, else what failed (the
+        region judged where it was its fault)."""
         base = self.feeds.feeds[region].url
         if base is None:
             return f"{region}: no router known"
@@ -125,9 +128,8 @@ class RegionAttempts:
         if self.decision_key is not None:
             fwd.headers[DECISION_HEADER] = self._sign(fwd)
         try:
-            upstream = await self.session.request(
-                "POST", base, fwd.request.path_qs, body, fwd.headers
-            )
+            target = target or fwd.request.path_qs
+            upstream = await self.session.request("POST", base, target, body, fwd.headers)
         except UPSTREAM_ERRORS as exc:
             self.feeds.forwarded(region, False)
             return f"{region}: {type(exc).__name__}"

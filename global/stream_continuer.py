@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import orjson
 from aiohttp import web
 
-from gpuroute.continuation import Broken, continuation_body
+from gpuroute.continuation import Broken, Splice, continuation_body
 from gpuroute.continuation_relay import BrokenStream, Refused
 from gpuroute.relay import Relayed, ResponseTally, is_event_stream
 
@@ -74,7 +74,7 @@ class RegionStream(BrokenStream):
             self.region = region
             attempts.metrics.requests.labels(region, "continuation").inc()
             try:
-                return await self.relay(upstream, tally, broken)
+                return await self.relay(upstream, tally, Splice(broken))
             finally:
                 upstream.release()
         return None

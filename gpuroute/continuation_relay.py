@@ -14,16 +14,13 @@ from typing import ClassVar
 from aiohttp import web
 
 from gpuroute.continuation import (
-    END,
-    FINISH,
     Broken,
     ContinuationConfig,
     Splice,
-    Verdict,
     finish_events,
-    judge,
     static_reason,
 )
+from gpuroute.continuation_verdict import END, FINISH, Verdict, judge
 from gpuroute.relay import (
     ClientWriter,
     Relayed,
@@ -146,13 +143,12 @@ class BrokenStream(ABC):
         self,
         upstream: UpstreamResponse,
         tally: ResponseTally,
-        broken: Broken,
+        splice: Splice,
         first: bytes = b"",
         on_first_write: Callable[[], None] | None = None,
     ) -> Relayed:
-        """The continuing upstream's stream spliced into the client's, left open if it
-        breaks too (the loop judges it)."""
-        splice = Splice(broken)
+        """The continuing upstream's stream spliced (`splice`, of the broken stream) into
+        the client's, left open if it breaks too (the loop judges it)."""
         return await relay_body(
             self.request,
             self.response,

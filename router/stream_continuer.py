@@ -21,7 +21,7 @@ from gpuroute.router.core.retry import FailureKind
 from gpuroute.router.exchange import Exchange
 from prometheus_client import Counter
 
-from gpuroute.continuation import Broken, ContinuationConfig, continuation_body
+from gpuroute.continuation import Broken, ContinuationConfig, Splice, continuation_body
 from gpuroute.continuation_relay import BrokenStream, Refused, record
 from gpuroute.relay import Relayed, ResponseTally, is_event_stream
 from gpuroute.tracing import REQUEST_ID_HEADER, engine_request_id
@@ -167,4 +167,4 @@ class BackendStream(BrokenStream):
             forwarder.offer_room()
             forwarder.watch.streaming(life, tally)
 
-        return await self.relay(upstream, tally, broken, first, first_written)
+        return await self.relay(upstream, tally, Splice(broken), first, first_written)

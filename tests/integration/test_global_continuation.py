@@ -19,11 +19,11 @@ from aiohttp import web
 from support.broken_streams import (
     AFTER,
     BEFORE,
-    PROMPT_TOKENS,
     DyingThenHealthy,
     RefusesTheContinuation,
+    assert_one_answer,
+    chat_text,
     chunk,
-    events,
 )
 from support.global_tier import global_over
 from support.live import MODEL, STREAM_BROKE, scripted_backend, stream_error
@@ -59,12 +59,6 @@ async def stream(url: str, body: dict, **headers: str) -> bytes:
             return await r.read()
 
 
-def text(raw: bytes) -> str:
-    """The answer's text as a chat client reads it."""
-    return "".join(c["choices"][0]["delta"].get("content") or "" for c in events(raw)
-                   if c["choices"])  # fmt: skip
-
-
 def counted(app, reason: str, outcome: str) -> float:
     labels = {"reason": reason, "outcome": outcome}
     registry = app.metrics.registry
@@ -82,20 +76,7 @@ async def test_a_stream_whose_region_breaks_goes_on_in_another_as_one_answer(tmp
         raw = await stream(url, CHAT, **FIRST)
         assert counted(app, "region_broke", "continued") == 1
         assert (served(app, "eu-west", "hint"), served(app, "us-east", "continuation")) == (1, 1)
-    assert raw.endswith(b"data: [DONE]\n\n") and b'"error"' not in raw
-    chunks = events(raw)
-    assert {(c["id"], c["created"]) for c in chunks} == {("cmpl-a", 111)}  # one stream
-    assert sum("role" in c["choices"][0]["delta"] for c in chunks if c["choices"]) == 1
-    assert text(raw) == "".join(BEFORE + AFTER)
-    finishes = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]]
-    assert [f for f in finishes if f] == ["stop"]
-    assert chunks[-1]["usage"] == {"prompt_tokens": PROMPT_TOKENS, "total_tokens": 12,
-                                   "completion_tokens": len(BEFORE) + len(AFTER)}  # fmt: skip
-    first, second = engine.bodies
-    assert second["messages"] == [*first["messages"],
-                                  {"role": "assistant", "content": "".join(BEFORE)}]  # fmt: skip
-    assert (second["continue_final_message"], second["add_generation_prompt"]) == (True, False)
-    assert second["max_tokens"] == CHAT["max_tokens"] - len(BEFORE)
+    assert_one_answer(raw, engine, CHAT["max_tokens"])
     # each attempt its own decision (a router accepts a nonce once), anywhere allowed
     decisions = [verify(h[DECISION_HEADER], DECISION_KEY.encode(), time.time())
                  for h in engine.headers]  # fmt: skip
@@ -123,7 +104,7 @@ async def test_a_region_silent_past_the_idle_limit_is_continued_elsewhere(tmp_pa
     async with regions(tmp_path, silent, healthy, limits) as (url, app):
         raw = await stream(url, CHAT, **FIRST)
         assert counted(app, "region_broke", "continued") == 1
-    assert text(raw) == "".join(BEFORE + AFTER) and raw.endswith(b"data: [DONE]\n\n")
+    assert chat_text(raw) == "".join(BEFORE + AFTER) and raw.endswith(b"data: [DONE]\n\n")
     assert len(silent.bodies) == 1 and len(healthy.bodies) == 1
     assert healthy.bodies[0]["messages"][-1] == {"role": "assistant", "content": "".join(BEFORE)}
 
@@ -162,7 +143,7 @@ async def test_what_cannot_be_continued_faithfully_ends_with_the_error(
         assert counted(app, reason, "ended") == 1
     relayed = raw[: raw.rindex(b'data: {"error"')]
     assert stream_error(raw, relayed)["code"] == "upstream_stream_error"
-    assert text(relayed) == "".join(BEFORE) and elsewhere.bodies == []
+    assert chat_text(relayed) == "".join(BEFORE) and elsewhere.bodies == []
 
 
 async def test_a_continuation_the_next_region_refuses_ends_with_the_error(tmp_path) -> None:

@@ -89,3 +89,30 @@ class RefusesTheContinuation(DyingThenHealthy):
             error = {"message": "too long", "type": "BadRequestError", "code": 400}
             return web.json_response({"error": error}, status=400)
         return await super().__call__(request)
+
+
+def chat_text(raw: bytes) -> str:
+    """A chat stream's text as a client reads it."""
+    return "".join(c["choices"][0]["delta"].get("content") or "" for c in events(raw)
+                   if c["choices"])  # fmt: skip
+
+
+def assert_one_answer(raw: bytes, engine: DyingThenHealthy, max_tokens: int) -> None:
+    """`raw` (a chat stream with usage asked for, whose first upstream died after BEFORE)
+    reads as one answer: one id and created, one role chunk, BEFORE then AFTER, one finish,
+    usage for all of it; the continuation (the second body `engine` got) continued the
+    assistant's turn with `max_tokens` less what was sent."""
+    assert raw.endswith(b"data: [DONE]\n\n") and b'"error"' not in raw
+    chunks = events(raw)
+    assert {(c["id"], c["created"]) for c in chunks} == {("cmpl-a", 111)}  # one stream
+    assert sum("role" in c["choices"][0]["delta"] for c in chunks if c["choices"]) == 1
+    assert chat_text(raw) == "".join(BEFORE + AFTER)
+    finishes = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]]
+    assert [f for f in finishes if f] == ["stop"]
+    assert chunks[-1]["usage"] == {"prompt_tokens": PROMPT_TOKENS, "total_tokens": 12,
+                                   "completion_tokens": len(BEFORE) + len(AFTER)}  # fmt: skip
+    first, second = engine.bodies
+    assert second["messages"] == [*first["messages"],
+                                  {"role": "assistant", "content": "".join(BEFORE)}]  # fmt: skip
+    assert (second["continue_final_message"], second["add_generation_prompt"]) == (True, False)
+    assert second["max_tokens"] == max_tokens - len(BEFORE)

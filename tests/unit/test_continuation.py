@@ -13,16 +13,11 @@ from hypothesis import strategies as st
 from gpuroute.continuation import (
     CHAT,
     COMPLETIONS,
-    CONTINUE,
-    END,
-    FINISH,
     Broken,
-    ContinuationConfig,
     Splice,
     budget_spent,
     continuation_body,
     finish_events,
-    judge,
     read_broken,
     static_reason,
 )
@@ -54,35 +49,6 @@ CHAT_BODY = {"model": "m", "messages": [{"role": "user", "content": "q"}], "stre
 )
 def test_what_cannot_be_continued_says_why(route, body, reason) -> None:
     assert static_reason(route, body) == reason
-
-
-ON, OFF = ContinuationConfig(), ContinuationConfig(enabled=False)
-SENT = event({"role": "assistant", "content": ""}) + event({"content": "Hel"})
-
-
-@pytest.mark.parametrize(
-    ("config", "body", "kept", "tries", "verdict"),
-    [
-        (ON, CHAT_BODY, SENT, 0, (CONTINUE, None)),
-        (ON, CHAT_BODY, SENT + event(finish="stop"), 2, (FINISH, "finished")),  # before tries
-        (ON, {**CHAT_BODY, "max_tokens": 1}, SENT, 0, (FINISH, "length")),
-        (ON, {**CHAT_BODY, "n": 2}, SENT + event(finish="stop"), 0, (FINISH, "finished")),
-        (ON, {**CHAT_BODY, "n": 2}, SENT, 0, (END, "n")),
-        (OFF, CHAT_BODY, None, 0, (END, "disabled")),
-        (ON, CHAT_BODY, None, 0, (END, "too_long")),
-        (ON, CHAT_BODY, SENT[:-1], 0, (END, "torn_event")),
-        (ON, CHAT_BODY, SENT, 2, (END, "attempts")),
-        (ON, CHAT_BODY, SENT + b"data: {oops\n\n", 0, (END, "unreadable")),
-        (ON, CHAT_BODY, SENT + event({"reasoning_content": "hm"}), 0, (END, "reasoning")),
-        (ON, CHAT_BODY, SENT + event({"tool_calls": [{"index": 0}]}), 0, (END, "tool_calls")),
-    ],
-)
-def test_the_verdict_on_a_broken_stream(config, body, kept, tries, verdict) -> None:
-    """Its finish or its spent cap first, then whether it may go on, and why not."""
-    got = judge(config, CHAT, body, None if kept is None else bytearray(kept), tries)
-    assert (got.action, got.reason) == verdict
-    if got.action == CONTINUE:
-        assert got.broken is not None and got.broken.text == "Hel"
 
 
 def test_the_text_tokens_and_head_of_what_the_client_received() -> None:
