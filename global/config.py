@@ -21,6 +21,7 @@ from gpuroute.config import (
     known_name,
     load_toml_model,
 )
+from gpuroute.continuation import ContinuationConfig
 from gpuroute.regions import FleetConfig, load_fleet
 from gpuroute.residency_decision import DEFAULT_TTL_S, MAX_TTL_S
 from gpuroute.secrets import secret_forms
@@ -116,6 +117,8 @@ class GlobalConfig(AdminAccess):
     router_tls: ClientTlsConfig = ClientTlsConfig()
     report_tls: ClientTlsConfig | None = None  # (m)TLS to the routers' region reports
     tracing: TracingConfig = TracingConfig()  # OTLP spans (gpuroute/tracing.py); off
+    # a stream whose region breaks mid-answer goes on in another allowed region
+    continuation: ContinuationConfig = ContinuationConfig()
 
     @model_validator(mode="after")
     def _admin_placement(self) -> GlobalConfig:

@@ -30,3 +30,9 @@ class GlobalMetrics:
             "Streams cut off because their client fell behind past limits.client_write_timeout_s.",
             registry=r,
         )
+        self.continuations = Counter(
+            "gpuroute_global_stream_continuations",
+            "Streams whose region broke mid-answer: continued in another allowed region, or "
+            "ended with the error event and why not (n, seed, no_region, ...).",
+            ["reason", "outcome"], registry=r,
+        )  # fmt: skip

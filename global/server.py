@@ -1,9 +1,9 @@
 """`gpuroute global --config FILE`: one OpenAI-compatible endpoint for the world.
 
 Per request: place the client (GeoIP), work out what residency allows, let the policy pick
-a region, forward to that region's router and relay the response chunk by chunk. Failures
-before the first byte move on to the next region of the decision's order (compliant regions
-only, by construction); after it, a stream ends with an SSE error event."""
+a region, then forward to that region's router and relay the answer
+(global/region_attempts.py: the next region of the decision's order before the first byte,
+another allowed region after it for a stream that can go on)."""
 
 from __future__ import annotations
 
@@ -20,12 +20,12 @@ from gpuroute.global_.access import ASKED, install_access_log
 from gpuroute.global_.client import ClientLocator
 from gpuroute.global_.config import GlobalConfig, load_global_config
 from gpuroute.global_.core.policy import GlobalDecision, GlobalPolicy, GlobalRequest
-from gpuroute.global_.core.region_health import region_failed
-from gpuroute.global_.core.residency import ANY, Allowed, ResidencyError, ResidencyRules
+from gpuroute.global_.core.residency import ResidencyError, ResidencyRules
 from gpuroute.global_.core.spillover import Spillover, SpillSettings
 from gpuroute.global_.discovery import RouterDiscovery
 from gpuroute.global_.feeds import RegionFeeds
 from gpuroute.global_.metrics import GlobalMetrics
+from gpuroute.global_.region_attempts import REGION_HEADER, Forwarding, RegionAttempts
 from gpuroute.global_.tracing_spans import global_decision
 from prometheus_client import generate_latest
 
@@ -33,7 +33,7 @@ from gpuroute import runtime
 from gpuroute.admin_guard import admin_guards
 from gpuroute.anthropic_errors import ANTHROPIC_ROUTES, anthropic_errors
 from gpuroute.auth import AuthError, client_key, key_digest
-from gpuroute.headers import FORWARDED_FOR, interpreted, router_headers
+from gpuroute.headers import FORWARDED_FOR, interpreted
 from gpuroute.openai_api import (
     API_ROUTES,
     Rejection,
@@ -45,25 +45,14 @@ from gpuroute.openai_api import (
     request_model,
 )
 from gpuroute.regions import FleetConfig
-from gpuroute.relay import (
-    RESPONSE_DROP,
-    UPSTREAM_ERRORS,
-    RelayedResponse,
-    RelayEnd,
-    forward_headers,
-    relay_body,
-)
-from gpuroute.residency_decision import HEADER as DECISION_HEADER
-from gpuroute.residency_decision import sign
 from gpuroute.secrets import read_secret
 from gpuroute.serving import DrainingServer
 from gpuroute.tls import client_context
-from gpuroute.tracing import install, onward
-from gpuroute.upstream import UpstreamPool, UpstreamResponse
+from gpuroute.tracing import install
+from gpuroute.upstream import UpstreamPool
 
 log = logging.getLogger("gpuroute.global")
 decision_log = logging.getLogger("gpuroute.global.decisions")
-REGION_HEADER = "x-gpuroute-region"
 RESIDENCY_HEADER = "x-gpuroute-residency"
 TENANT_HEADER = "x-gpuroute-tenant"  # named by an authenticating gateway in trusted_proxies
 
@@ -93,6 +82,7 @@ class GlobalApp:
             else None
         )
         self.session: UpstreamPool | None = None
+        self.attempts: RegionAttempts | None = None  # once the session is open
         self.draining = False
         self.active = 0
         self.idle = asyncio.Event()
@@ -144,6 +134,10 @@ class GlobalApp:
             tls=self.router_tls,
             keepalive_s=10.0,
         )
+        self.attempts = RegionAttempts(
+            self.session, self.feeds, self.policy, self.metrics,
+            config=self.config, decision_key=self.decision_key, rng=self.rng,
+        )  # fmt: skip
         await self.feeds.start()
         if self.discovery is not None:
             self.discovery.start()
@@ -211,23 +205,27 @@ class GlobalApp:
             headers = interpreted(request.headers.items())
             # who is asking comes before the body: a keyless 8 MB body is refused unread
             tenant = self.tenant(headers, request.remote)
-            body, model = await self._read(request)
+            body, model, parsed = await self._read(request)
             request[ASKED] = (tenant, model)  # for its access-log line
-            decision, allowed = self._decide(request, headers, tenant, model)
-            global_decision(decision, allowed, tenant)
+            asked, decision = self._decide(request, headers, tenant, model)
+            global_decision(decision, asked.allowed, tenant)
         except Rejection as rejection:
             return rejection.response()
-        return await self._attempt_regions(request, headers, body, decision, allowed)
+        assert self.attempts is not None
+        fwd = Forwarding(request, headers, body, parsed, asked, decision)
+        return await self.attempts.forward(fwd)
 
-    async def _read(self, request: web.Request) -> tuple[bytes, str]:
-        """The raw body and the model it names."""
+    async def _read(self, request: web.Request) -> tuple[bytes, str, dict | None]:
+        """The raw body, the model it names and the JSON body (None: an upload)."""
         body = await read_body(request, self.config.limits)
-        return body, request_model(request.path, body, request.headers.get("Content-Type"))
+        model, parsed = request_model(request.path, body, request.headers.get("Content-Type"))
+        return body, model, parsed
 
     def _decide(
         self, request: web.Request, headers: Mapping[str, str], tenant: str | None, model: str
-    ) -> tuple[GlobalDecision, Allowed]:
-        """Residency first (fail closed), then the policy's ranking of compliant regions."""
+    ) -> tuple[GlobalRequest, GlobalDecision]:
+        """Residency first (fail closed), then the policy's ranking of compliant regions:
+        what the policy was asked, and its decision."""
         place = self.locator.place(request.remote, headers.get(FORWARDED_FOR))
         try:
             allowed = self.rules.allowed(
@@ -235,10 +233,8 @@ class GlobalApp:
             )
         except ResidencyError as exc:
             raise Rejection(400, str(exc), param=RESIDENCY_HEADER) from None
-        hint = headers.get(REGION_HEADER)
-        decision = self.policy.decide(
-            GlobalRequest(model, allowed, place.location, hint), self.feeds.views, self.rng
-        )
+        asked = GlobalRequest(model, allowed, place.location, headers.get(REGION_HEADER))
+        decision = self.policy.decide(asked, self.feeds.views, self.rng)
         if self.rng.random() < self.config.decision_log_sample:
             decision_log.info(
                 orjson.dumps(
@@ -260,106 +256,7 @@ class GlobalApp:
                 code=decision.reason,
                 headers={"Retry-After": "1"} if decision.reason == "no_region_up" else None,
             )
-        return decision, allowed
-
-    async def _attempt_regions(
-        self,
-        request: web.Request,
-        read: Mapping[str, str],
-        body: bytes,
-        decision: GlobalDecision,
-        allowed: Allowed,
-    ) -> web.StreamResponse:
-        """Forward to the decision's regions in order until one answers below 500 (only
-        compliant regions are in the order, by construction). A router gets the headers it
-        reads, never a caller's forwarding or decision headers: ours replace them."""
-        assert self.session is not None
-        headers = router_headers(request.headers.items(), read, request.remote) | onward(request)
-        last_error = "no attempt"
-        for attempt, region in enumerate(decision.order):
-            if attempt:
-                self.metrics.retries.labels(decision.order[attempt - 1], region).inc()
-            base = self.feeds.feeds[region].url
-            if base is None:
-                continue
-            if self.decision_key is not None:  # a fresh nonce for every attempt
-                headers[DECISION_HEADER] = self._sign(allowed, read)
-            try:
-                upstream = await self.session.request("POST", base, request.path_qs, body, headers)
-            except UPSTREAM_ERRORS as exc:
-                last_error = f"{region}: {type(exc).__name__}"
-                self.feeds.forwarded(region, False)
-                continue
-            if upstream.status >= 500:
-                last_error = f"{region}: HTTP {upstream.status}"
-                if region_failed(upstream.status, await self._refusal(upstream)):
-                    self.feeds.forwarded(region, False)
-                upstream.release()
-                continue
-            streamed = upstream.headers.get("content-type", "").startswith("text/event-stream")
-            whole: bytes | None = None
-            if not streamed:  # one JSON document: read it all, so a region that dies
-                try:  # before finishing it is just another failed attempt
-                    whole = await upstream.read()
-                except UPSTREAM_ERRORS as exc:
-                    last_error = f"{region}: {type(exc).__name__} in the body"
-                    upstream.release()
-                    self.feeds.forwarded(region, False)
-                    continue
-            reason = decision.reason if attempt == 0 else "failover"
-            self.metrics.requests.labels(region, reason).inc()
-            if whole is not None:
-                return self._whole(upstream, region, whole)
-            return await self._relay(request, upstream, region)
-        log.warning("every compliant region failed; last: %s", last_error)
-        return error_response(502, "every compliant region failed to answer", code="upstream_error")
-
-    @staticmethod
-    async def _refusal(upstream: UpstreamResponse) -> bytes:
-        """A 503's body (a router's refusal says why; read within a second), else none."""
-        if upstream.status != 503:
-            return b""
-        with contextlib.suppress(*UPSTREAM_ERRORS, TimeoutError):
-            async with asyncio.timeout(1.0):
-                return await upstream.read()
-        return b""
-
-    def _sign(self, allowed: Allowed, read: Mapping[str, str]) -> str:
-        """This request's decision, bound to its key (parsed already: it was valid)."""
-        assert self.decision_key is not None
-        places = None if allowed.jurisdictions is ANY else allowed.jurisdictions
-        api_key = client_key(read)
-        ttl = self.config.residency.decision_ttl_s
-        return sign(places, self.decision_key, time.time(), api_key=api_key, ttl_s=ttl)
-
-    def _whole(self, upstream: UpstreamResponse, region: str, body: bytes) -> web.Response:
-        headers = forward_headers(upstream.headers.items(), RESPONSE_DROP)
-        headers[REGION_HEADER] = region
-        self.feeds.forwarded(region, True)
-        upstream.release()
-        return web.Response(status=upstream.status, body=body, headers=headers)
-
-    async def _relay(
-        self, request: web.Request, upstream: UpstreamResponse, region: str
-    ) -> web.StreamResponse:
-        response = RelayedResponse(status=upstream.status)
-        response.headers.update(forward_headers(upstream.headers.items(), RESPONSE_DROP))
-        response.headers[REGION_HEADER] = region
-        try:
-            relayed = await relay_body(
-                request,
-                response,
-                upstream,
-                broken_message=lambda exc: f"region {region} failed mid-stream",
-                write_timeout_s=self.config.limits.client_write_timeout_s,
-            )
-        finally:
-            upstream.release()
-        if relayed.end is RelayEnd.CLIENT_TOO_SLOW:
-            self.metrics.client_write_timeouts.inc()
-        elif relayed.end is not RelayEnd.CLIENT_GONE:
-            self.feeds.forwarded(region, relayed.end is RelayEnd.COMPLETE)
-        return response
+        return asked, decision
 
     # -- admin ------------------------------------------------------------------------------------
     async def models(self, request: web.Request) -> web.Response:

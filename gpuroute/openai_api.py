@@ -148,13 +148,13 @@ def sse_error(status: int, message: str, *, code: str) -> bytes:
     return sse_event(error_body(status, message, code=code))
 
 
-def request_model(path: str, body: bytes, content_type: str | None) -> str:
+def request_model(path: str, body: bytes, content_type: str | None) -> tuple[str, dict | None]:
     """The model a request body names, as the global tier reads it before choosing a
     region: the JSON body's `model`, or an audio upload's `model` form field; Rejection
-    (400) otherwise."""
+    (400) otherwise. With it, the JSON body (None: an upload)."""
     if path.startswith("/v1/audio/"):
         try:
-            return parse_audio_form(body, content_type or "").model
+            return parse_audio_form(body, content_type or "").model, None
         except AudioError as exc:
             raise Rejection(400, exc.message, param=exc.param) from None
     try:
@@ -163,4 +163,4 @@ def request_model(path: str, body: bytes, content_type: str | None) -> str:
         raise Rejection(400, "body is not valid JSON") from None
     if not isinstance(parsed, dict) or not isinstance(parsed.get("model"), str):
         raise Rejection(400, "'model' is required and must be a string", param="model")
-    return parsed["model"]
+    return parsed["model"], parsed

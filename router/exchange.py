@@ -11,10 +11,10 @@ from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.lifetime import Event, RequestLifetime
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.responses_state import RESPONSES, TURN
-from gpuroute.router.stream_usage import StrippingTally
 
 from gpuroute.headers import SERVED_MODEL_HEADER
 from gpuroute.relay import RESPONSE_DROP, ResponseTally, forward_headers
+from gpuroute.relay_strip import StrippingTally
 
 NO_BACKEND = "no healthy backend can serve this model now"
 

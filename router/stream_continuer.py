@@ -26,23 +26,12 @@ from gpuroute.continuation import (
     ContinuationConfig,
     Splice,
     ask_token_ids,
-    budget_spent,
     continuation_body,
-    finish_events,
-    read_broken,
     sent_as,
     static_reason,
 )
-from gpuroute.relay import (
-    ClientWriter,
-    Relayed,
-    RelayEnd,
-    ResponseTally,
-    end,
-    end_truncated,
-    is_event_stream,
-    relay_body,
-)
+from gpuroute.continuation_relay import BrokenStream, Refused, record
+from gpuroute.relay import Relayed, ResponseTally, is_event_stream
 from gpuroute.tracing import REQUEST_ID_HEADER, engine_request_id
 from gpuroute.upstream import UpstreamResponse
 
@@ -51,38 +40,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gpuroute.router.continuation")
 BROKEN_MESSAGE = "the backend failed mid-stream"
-
-
-class Refused(Exception):
-    """The backend placed to continue a stream answered with an error, not a stream."""
-
-
-class SplicedContent:
-    """The continuing engine's body as relay_body reads it: rewritten by the splice."""
-
-    __slots__ = ("content", "splice")
-
-    def __init__(self, content, splice: Splice) -> None:
-        self.content, self.splice = content, splice
-
-    async def readany(self) -> bytes:
-        while True:
-            chunk = await self.content.readany()
-            if not chunk:
-                return self.splice.flush()
-            if out := self.splice.feed(chunk):
-                return out
-
-
-class SplicedUpstream:
-    """The continuing engine's answer as relay_body reads a stream: its headers, its body
-    spliced."""
-
-    __slots__ = ("content", "headers")
-
-    def __init__(self, upstream: UpstreamResponse, splice: Splice) -> None:
-        self.headers = upstream.headers
-        self.content = SplicedContent(upstream.content, splice)
 
 
 class StreamContinuer:
@@ -113,8 +70,7 @@ class StreamContinuer:
 
     def record(self, exchange: Exchange, tally: ResponseTally) -> None:
         """Keep the stream's chunks while it may have to be continued."""
-        if self.config.enabled and static_reason(exchange.route, exchange.body) is None:
-            tally.kept, tally.keep_up_to = bytearray(), self.config.max_recorded_bytes
+        record(self.config, exchange.route, exchange.body, tally)
 
     async def go_on(
         self, exchange: Exchange, response: web.StreamResponse, backend: Backend, relayed: Relayed
@@ -122,80 +78,55 @@ class StreamContinuer:
         """Continue the broken stream `relayed` (from `backend`) until a continuation ends
         it some other way, or none can go on (then the explicit error ends it). The
         backend whose stream ended it, and how."""
-        tries = 0
-        while relayed.end is RelayEnd.UPSTREAM_BROKE:
-            if not relayed.streamed:  # a whole answer cut short: relay_body closed it
-                self._judge(exchange, backend, relayed.error)
-                return relayed, backend
-            broken = self._read(relayed.tally, exchange.route)
-            if broken is not None and (
-                broken.finished or budget_spent(exchange.body or {}, broken)
-            ):
-                return await self._finish(exchange, response, relayed.tally, broken), backend
-            self._judge(exchange, backend, relayed.error)
-            if (reason := self._why_not(exchange, relayed.tally, broken, tries)) is not None:
-                return await self._give_up(exchange, response, relayed, backend, reason)
-            assert broken is not None
-            tries += 1
-            try:
-                went_on = await self._continue(exchange, response, relayed.tally, broken, tries)
-            except Refused:
-                return await self._give_up(exchange, response, relayed, backend, "refused")
-            if went_on is None:
-                return await self._give_up(exchange, response, relayed, backend, "no_backend")
-            relayed, backend = went_on
-            self.counted.labels("engine_broke", "continued").inc()
-        return relayed, backend
+        stream = BackendStream(self, exchange, response, backend)
+        return await stream.carry_on(relayed), stream.backend
 
-    def _judge(self, exchange: Exchange, backend: Backend, exc: BaseException | None) -> None:
+
+class BackendStream(BrokenStream):
+    """A stream whose engine broke, continued on another backend the scheduler places."""
+
+    NOWHERE, BROKE = "no_backend", "engine_broke"
+
+    def __init__(
+        self,
+        continuer: StreamContinuer,
+        exchange: Exchange,
+        response: web.StreamResponse,
+        backend: Backend,
+    ) -> None:
+        forwarder = continuer.forwarder
+        super().__init__(
+            exchange.request,
+            response,
+            exchange.route,
+            exchange.body,
+            continuer.config,
+            forwarder.write_timeout_s,
+            stream_error_event(exchange.route),
+        )
+        self.continuer, self.forwarder = continuer, forwarder
+        self.exchange, self.backend = exchange, backend
+
+    def count(self, reason: str, outcome: str) -> None:
+        self.continuer.counted.labels(reason, outcome).inc()
+
+    def message(self) -> str:
+        return BROKEN_MESSAGE
+
+    def broke(self, error: BaseException | None) -> None:
         """The body broke after the client saw its first bytes: the backend's verdict."""
-        forwarder, life = self.forwarder, exchange.life
+        forwarder, life, backend = self.forwarder, self.exchange.life, self.backend
         forwarder.metrics.stream_errors.labels(backend.backend_id).inc()
         forwarder.decisions.failure(life.info, backend, FailureKind.STREAM.value, emit=life.sampled)
         # a connection that died mid-stream means the engine died; a timeout may not
-        fatal = not isinstance(exc, asyncio.TimeoutError)
+        fatal = not isinstance(error, asyncio.TimeoutError)
         forwarder.settle(life, backend, ok=False, fatal=fatal)
-        log.warning("stream from %s broke after first byte: %r", backend.backend_id, exc)
+        log.warning("stream from %s broke after first byte: %r", backend.backend_id, error)
 
-    @staticmethod
-    def _read(tally: ResponseTally, route: str) -> Broken | None:
-        """What the client received, read back (None: it was not kept, or half an event
-        reached the client, after which nothing can follow)."""
-        kept = tally.kept
-        if not kept or not kept.endswith(b"\n\n"):
-            return None
-        return read_broken(bytes(kept), route)
-
-    def _why_not(
-        self, exchange: Exchange, tally: ResponseTally, broken: Broken | None, tries: int
-    ) -> str | None:
-        """Why the stream cannot go on faithfully (None: it can)."""
-        if not self.config.enabled:
-            return "disabled"
-        if (reason := static_reason(exchange.route, exchange.body)) is not None:
-            return reason
-        if broken is None:
-            return "too_long" if tally.kept is None else "torn_event"
-        if tries >= self.config.max_attempts:
-            return "attempts"
-        if broken.unread:
-            return "unreadable"  # events it cannot tell the text of: no faithful splice
-        if broken.reasoning:
-            return "reasoning"
-        if broken.tool_calls:
-            return "tool_calls"
-        return None
-
-    async def _continue(
-        self,
-        exchange: Exchange,
-        response: web.StreamResponse,
-        tally: ResponseTally,
-        broken: Broken,
-        tries: int,
-    ) -> tuple[Relayed, Backend] | None:
+    async def attempt(self, tally: ResponseTally, broken: Broken, tries: int) -> Relayed | None:
         """One continuation placed, sent and relayed (None: no backend would take it)."""
-        forwarder, life = self.forwarder, exchange.life
+        forwarder, exchange = self.forwarder, self.exchange
+        life = exchange.life
         before = 0 if exchange.resumed is None else exchange.resumed[1]
         forwarder.loop.continued(life, broken.tokens - before)  # what its prompt lacks yet
         body = continuation_body(exchange.body or {}, exchange.route, broken)
@@ -209,7 +140,7 @@ class StreamContinuer:
             exchange.dispatched = forwarder.clock()
             life.attempts.start(forwarder.budget)  # a retry counts against the budget
             try:
-                return await self._send(exchange, response, tally, broken, backend, expected)
+                return await self._send(tally, broken, backend, expected)
             except UpstreamFailed as failure:
                 forwarder.failed_attempt(exchange, backend, failure.kind)
                 if not await forwarder.retry_after(life, failure.kind):
@@ -219,40 +150,30 @@ class StreamContinuer:
         return None
 
     async def _send(
-        self,
-        exchange: Exchange,
-        response: web.StreamResponse,
-        tally: ResponseTally,
-        broken: Broken,
-        backend: Backend,
-        expected: float,
-    ) -> tuple[Relayed, Backend]:
+        self, tally: ResponseTally, broken: Broken, backend: Backend, expected: float
+    ) -> Relayed:
         """The continuation sent to `backend` and its stream spliced into the client's;
         Refused when its engine answers with an error instead of a stream."""
-        forwarder, life = self.forwarder, exchange.life
+        forwarder, exchange = self.forwarder, self.exchange
+        life = exchange.life
         upstream, first = await forwarder.first_bytes(exchange, backend, expected)
-        self.prefill.inc(life.info.prompt_tokens)  # its prefill is done again there
+        self.continuer.prefill.inc(life.info.prompt_tokens)  # its prefill is done again there
         if upstream.status >= 400 or not is_event_stream(upstream):
             upstream.close()  # its engine refused it (a context too long, say): healthy
             forwarder.watch.forget(life)
             forwarder.settle(life, backend, ok=True)
             raise Refused(f"status {upstream.status}")
+        self.backend = backend
         try:
-            return await self._relay(exchange, response, tally, broken, upstream, first), backend
+            return await self._relay(upstream, tally, broken, first)
         finally:
             upstream.finish()
 
     async def _relay(
-        self,
-        exchange: Exchange,
-        response: web.StreamResponse,
-        tally: ResponseTally,
-        broken: Broken,
-        upstream: UpstreamResponse,
-        first: bytes,
+        self, upstream: UpstreamResponse, tally: ResponseTally, broken: Broken, first: bytes
     ) -> Relayed:
-        forwarder, life = self.forwarder, exchange.life
-        splice = Splice(broken, as_chat=exchange.continuation_route != exchange.route)
+        forwarder, exchange = self.forwarder, self.exchange
+        life = exchange.life
 
         def first_written() -> None:
             now = forwarder.clock()
@@ -262,42 +183,5 @@ class StreamContinuer:
             forwarder.offer_room()
             forwarder.watch.streaming(life, tally)
 
-        return await relay_body(
-            exchange.request,
-            response,
-            SplicedUpstream(upstream, splice),  # type: ignore[arg-type]
-            first=splice.feed(first),
-            on_first_write=first_written,
-            broken_message=lambda exc: BROKEN_MESSAGE,
-            tally=tally,
-            write_timeout_s=forwarder.write_timeout_s,
-            end_broken=False,
-        )
-
-    async def _finish(
-        self, exchange: Exchange, response: web.StreamResponse, tally: ResponseTally, broken: Broken
-    ) -> Relayed:
-        """A stream whose engine broke after its last token: its finish (`length` where its
-        cap was spent and none came) and [DONE], as the engine would have ended it."""
-        reason = "finished" if broken.finished else "length"
-        self.counted.labels(reason, "ended").inc()
-        last = finish_events(broken, exchange.route, None if broken.finished else "length")
-        client = ClientWriter(exchange.request, response, self.forwarder.write_timeout_s)
-        return await end(client, tally, True, last)
-
-    async def _give_up(
-        self,
-        exchange: Exchange,
-        response: web.StreamResponse,
-        relayed: Relayed,
-        backend: Backend,
-        reason: str | None,
-    ) -> tuple[Relayed, Backend]:
-        """The explicit error event: a truncated answer must never look complete."""
-        reason = reason or "unknown"
-        self.counted.labels(reason, "ended").inc()
-        log.info("request %s: stream not continued (%s)", exchange.life.request_id, reason)
-        client = ClientWriter(exchange.request, response, self.forwarder.write_timeout_s)
-        error_event = stream_error_event(exchange.route)
-        await end_truncated(exchange.request, client, True, BROKEN_MESSAGE, error_event)
-        return relayed, backend
+        splice = Splice(broken, as_chat=exchange.continuation_route != exchange.route)
+        return await self.relay(upstream, tally, splice, first, first_written)

@@ -8,24 +8,15 @@ one without residency that forbids fallback spills to us-east. The global tier p
 from __future__ import annotations
 
 import contextlib
-import signal
-import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 import pytest
 from gpuroute.global_.config import load_global_config
 from gpuroute.global_.server import REGION_HEADER, GlobalApp, GlobalServer
-from gpuroute.testbed.loopback import GLOBAL_ON_LOOPBACK, ROUTER_ON_LOOPBACK
-from support.live import (
-    FakeEngineProcess,
-    async_wait_for,
-    free_ports,
-    gpuroute_cmd,
-    http_ok,
-    wait_for,
-)
+from gpuroute.testbed.loopback import GLOBAL_ON_LOOPBACK
+from support.global_tier import RegionRouter, router_process
+from support.live import FakeEngineProcess, async_wait_for
 from support.paths import REPO
 
 from gpuroute.auth import key_digest
@@ -34,21 +25,6 @@ from gpuroute.headers import FALLBACK_HEADER, SERVED_MODEL_HEADER
 pytestmark = pytest.mark.asyncio
 EU_KEY = "sk-acme-eu"
 HEAVY = '[[models]]\nname = "heavy"\naliases = ["chat"]\n'
-
-
-def region_toml(region: str, ports: list[int], backends: dict[str, str], models: str) -> str:
-    """A region's router: its listener, its report stream, its engines (served name: URL)."""
-    port, report = ports
-    lines = [
-        ROUTER_ON_LOOPBACK + f"tick_s = 0.05\n[listen]\nport = {port}",
-        f'[region]\nname = "{region}"\nreport_period_s = 0.1\n'
-        f"[region.report_listen]\nport = {report}",
-        # a refused connection takes the engine out at once, as in the other live tests
-        *(f'[[backends]]\nurl = "{url}"\ngpu = "H100"\nmodels = ["{name}"]'
-          for name, url in backends.items()),
-        models,
-    ]  # fmt: skip
-    return "\n".join(lines) + "\n"
 
 
 def global_toml(regions: dict[str, tuple[str, int]]) -> str:
@@ -64,29 +40,12 @@ def global_toml(regions: dict[str, tuple[str, int]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-@dataclass
-class Region:
-    url: str
-    report_port: int
-    proc: subprocess.Popen
-
-
-@contextlib.contextmanager
 def region_router(tmp_path: Path, region: str, backends: dict[str, str], models: str):
-    ports = free_ports(2)
-    path = tmp_path / f"router-{region}.toml"
-    path.write_text(region_toml(region, ports, backends, models))
-    with (tmp_path / f"router-{region}.log").open("wb") as log:
-        proc = subprocess.Popen(
-            gpuroute_cmd("router", "--config", str(path)), stdout=subprocess.DEVNULL, stderr=log
-        )
-    url = f"http://127.0.0.1:{ports[0]}"
-    try:
-        wait_for(lambda: http_ok(url + "/healthz"), 20, f"router {region}")
-        yield Region(url, ports[1], proc)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
+    """A region's router (a refused connection takes an engine out at once, as in the
+    other live tests) over its engines (served name: URL)."""
+    rest = "".join(f'[[backends]]\nurl = "{url}"\ngpu = "H100"\nmodels = ["{name}"]\n'
+                   for name, url in backends.items())  # fmt: skip
+    return router_process(tmp_path, region, rest + models)
 
 
 @contextlib.asynccontextmanager
@@ -113,7 +72,7 @@ async def two_regions(tmp_path: Path):
             engine.stop()
 
 
-async def _global_tier(tmp_path: Path, regions: dict[str, Region]):
+async def _global_tier(tmp_path: Path, regions: dict[str, RegionRouter]):
     (tmp_path / "regions.toml").write_text((REPO / "regions.example.toml").read_text())
     routers = {name: (r.url, r.report_port) for name, r in regions.items()}
     (tmp_path / "global.toml").write_text(global_toml(routers))

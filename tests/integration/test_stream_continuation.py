@@ -13,6 +13,15 @@ import aiohttp
 import pytest
 from aiohttp import web
 from openai import AsyncOpenAI
+from support.broken_streams import (
+    AFTER,
+    BEFORE,
+    DyingThenHealthy,
+    RefusesTheContinuation,
+    assert_one_answer,
+    chunk,
+    events,
+)
 from support.live import (
     MODEL,
     STREAM_BROKE,
@@ -25,71 +34,6 @@ from support.live import (
 from gpuroute.prompt import prompt_tokens
 
 pytestmark = pytest.mark.asyncio
-BEFORE = [" a1", " a2", " a3"]  # what the first engine streams before it dies
-AFTER = [" b1", " b2"]
-PROMPT_TOKENS = 7
-
-
-def chunk(rid: str, created: int, delta: dict, finish: str | None = None) -> bytes:
-    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-    event = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": MODEL,
-             "choices": [choice]}  # fmt: skip
-    return b"data: " + json.dumps(event).encode() + b"\n\n"
-
-
-def text_chunk(rid: str, created: int, text: str, finish: str | None = None) -> bytes:
-    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
-    event = {"id": rid, "object": "text_completion", "created": created, "model": MODEL,
-             "choices": [choice]}  # fmt: skip
-    return b"data: " + json.dumps(event).encode() + b"\n\n"
-
-
-class DyingThenHealthy:
-    """Every backend runs this: a first request streams BEFORE and dies; a continuation
-    (it says so: the assistant's turn continued, or the text appended to the prompt)
-    streams AFTER, its finish and, when asked, usage as vLLM reports it (its prompt holds
-    the text before)."""
-
-    def __init__(self) -> None:
-        self.bodies: list[dict] = []
-
-    async def __call__(self, request: web.Request) -> web.StreamResponse:
-        body = json.loads(await request.read())
-        self.bodies.append(body)
-        chat = "messages" in body
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        continuing = body.get("continue_final_message") or "".join(BEFORE) in str(
-            body.get("prompt")
-        )
-        rid, created = ("cmpl-b", 222) if continuing else ("cmpl-a", 111)
-        if chat:
-            await response.write(chunk(rid, created, {"role": "assistant", "content": ""}))
-        for piece in AFTER if continuing else BEFORE:
-            out = (
-                chunk(rid, created, {"content": piece}) if chat else text_chunk(rid, created, piece)
-            )
-            await response.write(out)
-        if not continuing:
-            request.transport.abort()  # the engine dies with the answer half sent
-            return response
-        end = chunk(rid, created, {}, "stop") if chat else text_chunk(rid, created, "", "stop")
-        if (body.get("stream_options") or {}).get("include_usage"):
-            prompt = PROMPT_TOKENS + len(BEFORE)
-            usage = {"prompt_tokens": prompt, "completion_tokens": len(AFTER),
-                     "total_tokens": prompt + len(AFTER)}  # fmt: skip
-            end += b"data: " + json.dumps({"id": rid, "choices": [], "usage": usage}).encode()
-            end += b"\n\n"
-        await response.write(end + b"data: [DONE]\n\n")
-        return response
-
-
-def events(raw: bytes) -> list[dict]:
-    out = []
-    for event in raw.split(b"\n\n"):
-        if event.startswith(b"data: ") and event != b"data: [DONE]":
-            out.append(json.loads(event.removeprefix(b"data: ")))
-    return out
 
 
 def counted(router, reason: str, outcome: str) -> float:
@@ -124,21 +68,8 @@ async def test_a_chat_stream_goes_on_on_another_engine_as_one_answer(tmp_path) -
                     assert r.status == 200
                     raw = await r.read()
             assert counted(router, "engine_broke", "continued") == 1
-    assert raw.endswith(b"data: [DONE]\n\n") and b'"error"' not in raw
-    chunks = events(raw)
-    assert {(c["id"], c["created"]) for c in chunks} == {("cmpl-a", 111)}  # one stream
-    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
-    assert sum("role" in d for d in deltas) == 1
-    assert "".join(d.get("content") or "" for d in deltas) == "".join(BEFORE + AFTER)
-    finishes = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]]
-    assert [f for f in finishes if f] == ["stop"]
-    assert chunks[-1]["usage"] == {"prompt_tokens": PROMPT_TOKENS, "total_tokens": 12,
-                                   "completion_tokens": len(BEFORE) + len(AFTER)}  # fmt: skip
-    first, second = engine.bodies
-    assert second["messages"] == [*first["messages"],
-                                  {"role": "assistant", "content": "".join(BEFORE)}]  # fmt: skip
-    assert (second["continue_final_message"], second["add_generation_prompt"]) == (True, False)
-    assert second["max_tokens"] == 5 - len(BEFORE)
+    assert_one_answer(raw, engine, max_tokens=5)
+    second = engine.bodies[1]
     assert (second["temperature"], second["stop"]) == (0.7, ["\n\n"])
 
 
@@ -217,18 +148,6 @@ async def test_a_stream_whose_cap_was_spent_ends_with_length_not_a_continuation(
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
     assert chunks[-1]["id"] == "cmpl-a" and raw.endswith(b"data: [DONE]\n\n")
     assert len(engine.bodies) == 1
-
-
-class RefusesTheContinuation(DyingThenHealthy):
-    """As vLLM when the prompt plus the text so far no longer fits its context: a 400."""
-
-    async def __call__(self, request: web.Request) -> web.StreamResponse:
-        body = json.loads(await request.read())
-        if body.get("continue_final_message"):
-            self.bodies.append(body)
-            error = {"message": "too long", "type": "BadRequestError", "code": 400}
-            return web.json_response({"error": error}, status=400)
-        return await super().__call__(request)
 
 
 async def test_a_continuation_refused_by_its_engine_ends_with_the_error(tmp_path) -> None:

@@ -3,15 +3,74 @@
 from __future__ import annotations
 
 import contextlib
+import signal
+import subprocess
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 from gpuroute.global_.config import load_global_config
 from gpuroute.global_.server import GlobalApp, GlobalServer
-from gpuroute.testbed.loopback import GLOBAL_ON_LOOPBACK
+from gpuroute.testbed.loopback import GLOBAL_ON_LOOPBACK, ROUTER_ON_LOOPBACK
 
 from gpuroute.proto import load_pb2
-from support.live import MODEL, free_port
+from support.live import MODEL, free_port, free_ports, gpuroute_cmd, http_ok, wait_for
 from support.paths import REPO
+
+
+@dataclass
+class RegionRouter:
+    """A region's router as a child process, so an outage can be a SIGKILL."""
+
+    url: str
+    report_port: int  # its RegionLoad stream
+    proc: subprocess.Popen
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+
+@contextlib.contextmanager
+def router_process(tmp_path: Path, region: str, rest: str, region_lines: str = ""):
+    """`gpuroute router` for `region` on free loopback ports, streaming region reports:
+    `rest` is its TOML after the [region] section (backends, models), `region_lines` more
+    lines of that section. Its log is router-{region}.log in `tmp_path`. A port taken
+    between choosing it and binding it (other tests run beside this one) is chosen again,
+    twice at most."""
+    for _ in range(3):
+        router = _start_router(tmp_path, region, rest, region_lines)
+        if router is not None:
+            break
+    else:
+        raise AssertionError((tmp_path / f"router-{region}.log").read_text()[-2000:])
+    try:
+        yield router
+    finally:
+        router.kill()
+
+
+def _start_router(tmp_path: Path, region: str, rest: str, region_lines: str) -> RegionRouter | None:
+    """The router up (None: it exited, its log says why)."""
+    port, report = free_ports(2)
+    path = tmp_path / f"router-{region}.toml"
+    path.write_text(
+        ROUTER_ON_LOOPBACK + f"tick_s = 0.05\n[listen]\nport = {port}\n"
+        f'[region]\nname = "{region}"\nreport_period_s = 0.1\n{region_lines}'
+        f"[region.report_listen]\nport = {report}\n{rest}"
+    )
+    with (tmp_path / f"router-{region}.log").open("wb") as log:
+        proc = subprocess.Popen(
+            gpuroute_cmd("router", "--config", str(path)), stdout=subprocess.DEVNULL, stderr=log
+        )
+    router = RegionRouter(f"http://127.0.0.1:{port}", report, proc)
+    try:
+        wait_for(lambda: proc.poll() is not None or http_ok(router.url + "/healthz"), 20, region)
+    except BaseException:
+        router.kill()
+        raise
+    return router if proc.poll() is None else None
 
 
 @contextlib.asynccontextmanager

@@ -10,7 +10,7 @@ import random
 import time
 
 import pytest
-from gpuroute.global_.config import load_global_config
+from gpuroute.global_.config import GlobalConfig, load_global_config
 from support.paths import REPO
 
 from gpuroute.config import ConfigError
@@ -30,6 +30,8 @@ def test_example_global_config_loads() -> None:
     config, _fleet, rules = load_global_config(REPO / "global.example.toml")
     assert config.policy == "ours" and len(config.endpoints) == 3
     assert rules.jurisdictions == {"us", "eu", "jp"} and rules.tenants["acme-eu"] == {"eu"}
+    assert config.continuation == GlobalConfig().continuation  # the default, shown
+    assert GlobalConfig().continuation.enabled  # on unless turned off
 
 
 @pytest.mark.parametrize(
@@ -46,6 +48,8 @@ def test_example_global_config_loads() -> None:
          "residency.api_keys: abc...: expected a lowercase sha256"),
         (BASE + 'trusted_proxies = ["10.0.0.0/33"]\n' + ENDPOINT, "trusted_proxies[0]: "),
         (BASE + 'policy = "fastest"\n' + ENDPOINT, "policy: unknown global policy"),
+        (BASE + "[continuation]\nmax_attempts = 0\n" + ENDPOINT, "continuation.max_attempts"),
+        (BASE + "[continuation]\nenable = true\n" + ENDPOINT, "continuation.enable"),
     ],
 )  # fmt: skip
 def test_bad_global_config_names_file_and_key(tmp_path, text, message) -> None:

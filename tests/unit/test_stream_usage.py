@@ -8,9 +8,11 @@ from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.exchange import Exchange
 from gpuroute.router.metric_labels import BoundedLabels
-from gpuroute.router.stream_usage import StrippingTally, ask_usage, without_usage
+from gpuroute.router.stream_usage import ask_usage
 from hypothesis import given
 from hypothesis import strategies as st
+
+from gpuroute.relay_strip import StrippingTally, without_usage
 
 CHAT = "/v1/chat/completions"
 ROLE = b'data: {"id":"x","choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n'
