@@ -77,7 +77,7 @@ class RegionStream(BrokenStream):
             self.region = region
             attempts.metrics.requests.labels(region, "continuation").inc()
             try:
-                splice = Splice(broken, as_chat=target is not None)
+                splice = Splice(broken, as_chat=target is not None, body=fwd.parsed)
                 return await self.relay(upstream, tally, splice)
             finally:
                 upstream.release()

@@ -22,6 +22,7 @@ import orjson
 from pydantic import Field
 
 from gpuroute.config import StrictModel
+from gpuroute.continuation_seam import SeamWatch, stop_strings
 from gpuroute.openai_api import SSE_DONE, sse_event
 from gpuroute.prompt import estimate_tokens
 
@@ -89,9 +90,10 @@ class Broken:
     token_ids: list[int] | None = field(default_factory=list)
 
 
-def read_broken(stream: bytes, route: str) -> Broken:
+def read_broken(stream: bytes, route: str, ids: bool = True) -> Broken:
     """The events the client received (`stream`, whole events), read for their text, their
-    head and whether they finished."""
+    head and whether they finished; without `ids`, the answer's token ids are not trusted
+    (its text lags them: gpuroute/continuation_seam.py `holds_back`)."""
     broken = Broken()
     events = 0
     for event in stream.split(b"\n\n"):
@@ -115,7 +117,7 @@ def read_broken(stream: bytes, route: str) -> Broken:
                 events += 1
             _answer_ids(choice, bool(piece), broken)
             broken.finished |= choice.get("finish_reason") is not None
-    if broken.token_ids is not None and (broken.token_ids or not broken.text):
+    if ids and broken.token_ids is not None and (broken.token_ids or not broken.text):
         broken.tokens = len(broken.token_ids)  # as the engine counted them
     else:  # a token an event as engines stream by default; more where one packs several
         broken.token_ids = None
@@ -255,31 +257,41 @@ class Splice:
     counts the tokens sent before the break as completion, not prompt. A chat continued
     as a completion (`as_chat`) has its chunks read back as chat chunks."""
 
-    __slots__ = ("as_chat", "before", "head", "partial", "prompt", "role_seen")
+    __slots__ = ("as_chat", "before", "ended", "head", "partial", "prompt", "role_seen", "seam",
+                 "sent")  # fmt: skip
 
-    def __init__(self, broken: Broken, as_chat: bool = False) -> None:
+    def __init__(self, broken: Broken, as_chat: bool = False, body: dict | None = None) -> None:
         self.head, self.before, self.as_chat = broken.head, broken.tokens, as_chat
         # the client's prompt, as the engine counted it (None: known only less `before`)
         self.prompt = None if broken.prompt_ids is None else len(broken.prompt_ids)
         self.partial = b""
         self.role_seen = False
+        # a stop string across the seam ends the answer here (the engine cannot see it)
+        self.seam = SeamWatch(body, broken.text) if body and stop_strings(body) else None
+        self.sent = 0  # the continuation's tokens relayed
+        self.ended = False  # by the seam: what follows is dropped, the upstream closed
 
     def feed(self, data: bytes) -> bytes:
         """The whole events of `data` (after what was held back) rewritten; a torn last
         event is held until its end comes."""
+        if self.ended:
+            return b""
         data = self.partial + data
         cut = data.rfind(b"\n\n")
         if cut < 0:
             self.partial = data
             return b""
         self.partial = data[cut + 2 :]
-        events = (self._event(e) for e in data[: cut + 2].split(b"\n\n"))
-        return b"".join(e for e in events if e)
+        out = b""
+        for event in data[: cut + 2].split(b"\n\n"):
+            if not self.ended:
+                out += self._event(event)
+        return out
 
     def flush(self) -> bytes:
         """What was held back when the stream ended (an unterminated last event)."""
         held, self.partial = self.partial, b""
-        return self._event(held) if held.strip() else b""
+        return self._event(held) if held.strip() and not self.ended else b""
 
     def _event(self, event: bytes) -> bytes:
         text = event.strip()
@@ -307,7 +319,35 @@ class Splice:
             return b""
         if isinstance(usage := chunk.get("usage"), dict):
             self._whole_usage(usage)
-        return DATA + orjson.dumps(chunk) + b"\n\n"
+        ending = self._through_seam(chunk)
+        return DATA + orjson.dumps(chunk) + b"\n\n" + ending
+
+    def _through_seam(self, chunk: dict) -> bytes:
+        """Counts the chunk's tokens; where a stop string completes across the seam, its
+        text up to there, finished `stop`, then usage (the prompt known) and [DONE]."""
+        choice = next((c for c in chunk.get("choices") or () if isinstance(c, dict)), None)
+        if choice is None:
+            return b""
+        holder = choice.get("delta") if isinstance(choice.get("delta"), dict) else choice
+        piece = holder.get("content" if holder is not choice else "text")
+        ids = choice.get("token_ids")
+        self.sent += len(ids) if isinstance(ids, list) else int(bool(piece))
+        if self.seam is None or not isinstance(piece, str) or not self.seam.open:
+            return b""
+        kept, stop = self.seam.feed(piece)
+        if stop is None:
+            return b""
+        holder["content" if holder is not choice else "text"] = kept
+        choice.pop("token_ids", None)  # (they may run past the stop)
+        choice["finish_reason"], choice["stop_reason"] = "stop", stop
+        self.ended = True
+        if self.prompt is None:
+            return SSE_DONE  # no usage the router could vouch for
+        completion = self.before + self.sent
+        usage = {"prompt_tokens": self.prompt, "completion_tokens": completion,
+                 "total_tokens": self.prompt + completion}  # fmt: skip
+        return sse_event({**self.head, "object": chunk.get("object"), "choices": [],
+                          "usage": usage}) + SSE_DONE  # fmt: skip
 
     def _without_role(self, chunk: dict) -> bool:
         """The continuing engine's first delta less its role; False: nothing else in it."""

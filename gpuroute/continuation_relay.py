@@ -54,12 +54,13 @@ class SplicedContent:
         self.content, self.splice = content, splice
 
     async def readany(self) -> bytes:
-        while True:
+        while not self.splice.ended:  # (ended by a stop string across the seam: no more)
             chunk = await self.content.readany()
             if not chunk:
                 return self.splice.flush()
             if out := self.splice.feed(chunk):
                 return out
+        return b""
 
 
 class SplicedUpstream:

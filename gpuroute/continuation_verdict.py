@@ -13,6 +13,7 @@ from gpuroute.continuation import (
     read_broken,
     static_reason,
 )
+from gpuroute.continuation_seam import holds_back
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +36,10 @@ def judge(
     """The verdict on a broken stream: `kept` is what its client received (None: not kept,
     or too long to keep), `tries` the continuations it had already. Its finish, or its cap
     spent, comes before whether it could go on."""
-    broken = read_broken(bytes(kept), route) if kept and kept.endswith(b"\n\n") else None
+    broken = None
+    if kept and kept.endswith(b"\n\n"):  # (else half an event reached the client)
+        # where its text lags its ids (stop strings held back), it goes on from its text
+        broken = read_broken(bytes(kept), route, ids=not holds_back(body or {}))
     if broken is not None and (broken.finished or budget_spent(body or {}, broken)):
         return Verdict(FINISH, "finished" if broken.finished else "length", broken)
     reason = _why_not(config, route, body, kept, broken, tries)

@@ -183,5 +183,6 @@ class BackendStream(BrokenStream):
             forwarder.offer_room()
             forwarder.watch.streaming(life, tally)
 
-        splice = Splice(broken, as_chat=exchange.continuation_route != exchange.route)
+        as_chat = exchange.continuation_route != exchange.route
+        splice = Splice(broken, as_chat=as_chat, body=exchange.body)
         return await self.relay(upstream, tally, splice, first, first_written)

@@ -228,3 +228,20 @@ async def test_a_stream_whose_finish_came_ends_with_done_not_a_continuation(tmp_
     assert raw.endswith(b"data: [DONE]\n\n") and b'"error"' not in raw
     finishes = [c["choices"][0]["finish_reason"] for c in events(raw) if c["choices"]]
     assert [f for f in finishes if f] == ["stop"]  # its own finish, once
+
+
+async def test_a_stop_string_across_the_seam_ends_the_answer_where_one_engine_would_have(
+    tmp_path,
+) -> None:
+    """ " a3" ends the first engine's text, " b1" begins the continuation's: "3 b" spans the
+    break, which no engine sees. The answer ends there, `stop`, the rest never relayed."""
+    engine = DyingThenHealthy()
+    usage = {"include_usage": True}
+    body = {"model": MODEL, "stream": True, "stop": ["3 b"], "stream_options": usage,
+            "messages": [{"role": "user", "content": "count for me"}]}  # fmt: skip
+    raw, _router = await through_two(engine, body, tmp_path)
+    chunks = events(raw)
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == "".join(BEFORE)  # its "3" was relayed before the break; " b" never is
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "stop"
+    assert raw.endswith(b"data: [DONE]\n\n") and b" b1" not in raw and b" b2" not in raw

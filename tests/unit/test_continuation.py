@@ -260,3 +260,32 @@ def test_token_ids_are_asked_for_once_and_stripped_only_where_the_client_did_not
     body = {"model": "m", "messages": []}
     assert ask_token_ids(body) and body["return_token_ids"] is True
     assert not ask_token_ids(body)  # the client asked: it gets them
+
+
+def test_a_stop_string_across_the_seam_finishes_the_answer_there() -> None:
+    """The text before the break ends in "\\n"; the continuation's first "\\n" completes the
+    stop string "\\n\\n", which its engine cannot see: the answer ends there, `stop`, with
+    usage for the whole answer, and nothing of the continuation after it is relayed."""
+    broken = Broken(text="one\n", tokens=2, head={"id": "a"}, prompt_ids=[1] * 5)
+    splice = Splice(broken, body={"stop": ["\n\n"], "messages": []})
+    new = event({"content": "\nmore"}, ids=[10, 11]) + event({"content": " text"}, ids=[12])
+    out = splice.feed(new) + splice.feed(event({}, finish="length")) + splice.flush()
+    events = [e for e in out.split(b"\n\n") if e]
+    assert events[-1] == b"data: [DONE]" and splice.ended
+    chunks = [json.loads(e[6:]) for e in events[:-1]]
+    assert chunks[0]["choices"][0] == {"index": 0, "delta": {"content": ""},
+                                       "finish_reason": "stop", "stop_reason": "\n\n"}  # fmt: skip
+    assert chunks[1]["usage"] == {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}
+    assert len(chunks) == 2
+
+
+def test_a_stream_whose_text_lags_its_ids_goes_on_from_its_text() -> None:
+    """vLLM holds back what a stop string could begin: the ids the client has run past its
+    text, so they are not trusted (the count is the text's, the prompt text)."""
+    stream = event(text="ab", ids=[97, 98, 99]).replace(
+        b'"index": 0', b'"index": 0, "prompt_token_ids": [1]'
+    )
+    broken = read_broken(stream, COMPLETIONS, ids=False)
+    assert broken.token_ids is None and broken.prompt_ids == [1] and broken.tokens == 1
+    body = continuation_body({"model": "m", "prompt": "x", "stop": ["cd"]}, COMPLETIONS, broken)
+    assert body["prompt"] == "xab"
