@@ -8,7 +8,7 @@ import os
 import msgpack
 import pytest
 from gpuroute.router.auth_config import AuthConfig
-from gpuroute.router.config import RedisConfig
+from gpuroute.router.redis_config import RedisConfig
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.policies.prefix_affinity import PrefixIndex
 from gpuroute.router.quotas import Quotas
