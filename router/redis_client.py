@@ -9,17 +9,22 @@ dead primary is dropped, so after a failover every user reaches the promoted rep
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import math
 import ssl
+import time
 from typing import Any
 
 import redis.asyncio as aioredis
 from gpuroute.router.redis_config import RedisConfig, RedisSentinelConfig
-from redis.asyncio.sentinel import Sentinel
+from redis.asyncio.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool
 from redis.exceptions import RedisError
 
 from gpuroute.secrets import read_secret
 from gpuroute.tls import ClientTlsConfig, client_context
 
+log = logging.getLogger("gpuroute.router.redis")
 # what a Redis call raises when Redis is down, slow or refusing (callers fall back or keep)
 REDIS_ERRORS = (RedisError, OSError, TimeoutError)
 
@@ -30,6 +35,53 @@ class SentinelRedis(aioredis.Redis):
     async def aclose(self, close_connection_pool: bool | None = None) -> None:
         await super().aclose(close_connection_pool)
         await self.connection_pool.sentinel_manager.aclose()
+
+
+class NewestSentinels(Sentinel):
+    """Asks every sentinel at once and believes the newest configuration epoch: after a
+    failover the others learn of it only from the leader's hello messages (up to 2 s), and
+    redis-py's first answer may name the demoted primary for that long."""
+
+    async def discover_master(self, service_name: str) -> tuple[str, int]:
+        answers = await asyncio.gather(
+            *(s.sentinel_masters() for s in self.sentinels), return_exceptions=True
+        )
+        states = [a.get(service_name) for a in answers if isinstance(a, dict)]
+        valid = [s for s in states if s and self.check_master_state(s, service_name)]
+        if not valid:
+            errors = ", ".join(repr(a) for a in answers if isinstance(a, BaseException))
+            raise MasterNotFoundError(f"No master found for {service_name!r}: {errors}")
+        newest = max(valid, key=lambda state: state["config-epoch"])
+        return newest["ip"], newest["port"]
+
+
+class PrimaryFollowingPool(SentinelConnectionPool):
+    """redis-py's pool asks the sentinels only when it opens a connection, so pooled ones
+    stay with a primary that a forced failover demoted, which accepts writes until Sentinel
+    reconfigures it (seconds) and then drops them in its resync. This one asks at most
+    every `recheck_s` and closes every connection to a primary that is no longer one."""
+
+    def __init__(self, service_name: str, sentinel_manager: NewestSentinels, **kwargs: Any) -> None:
+        self.recheck_s: float = kwargs.pop("recheck_s")
+        super().__init__(service_name, sentinel_manager, **kwargs)
+        self._checked = -math.inf
+
+    async def get_connection(self, *_deprecated: Any, **_options: Any) -> Any:
+        now = time.monotonic()
+        if now - self._checked >= self.recheck_s:
+            self._checked = now
+            await self._recheck()
+        return await super().get_connection()
+
+    async def _recheck(self) -> None:
+        before = self.master_address
+        try:
+            after = await self.get_master_address()  # closes idle connections if it moved
+        except REDIS_ERRORS:
+            return  # the command that follows meets the same error and is told
+        if before is not None and after != before:
+            log.warning("Redis primary moved from %s:%s to %s:%s", *before, *after)
+            await self.disconnect(inuse_connections=True)
 
 
 def open_redis(config: RedisConfig) -> aioredis.Redis | None:
@@ -49,7 +101,7 @@ def _through_sentinel(
 ) -> aioredis.Redis:
     tls = _tls(sentinel.tls, "redis.sentinel.tls")
     where = "redis.sentinel"
-    manager = Sentinel(
+    manager = NewestSentinels(
         sentinel.hosts(),
         min_other_sentinels=sentinel.min_other_sentinels,
         sentinel_kwargs={
@@ -64,7 +116,12 @@ def _through_sentinel(
         username=sentinel.username,
         password=read_secret(sentinel, "password", where),
     )
-    return manager.master_for(sentinel.service, redis_class=SentinelRedis)
+    return manager.master_for(
+        sentinel.service,
+        redis_class=SentinelRedis,
+        connection_pool_class=PrimaryFollowingPool,
+        recheck_s=sentinel.recheck_s,
+    )
 
 
 def _tls(tls: ClientTlsConfig | None, where: str) -> dict[str, Any]:

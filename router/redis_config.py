@@ -44,6 +44,9 @@ class RedisSentinelConfig(StrictModel):
     check_secret_forms = secret_forms("password", "sentinel_password")
     # sentinels whose view counts: at least this many peers seen (0: any sentinel's answer)
     min_other_sentinels: int = Field(default=0, ge=0)
+    # how often the sentinels are asked whether the primary moved: a primary demoted by a
+    # forced failover keeps taking writes (lost when it resyncs) until it is reconfigured
+    recheck_s: float = Field(default=1.0, gt=0, le=60)
     # set (even empty: the system's roots): TLS to the sentinels and to Redis, verified
     tls: ClientTlsConfig | None = None
 

@@ -16,7 +16,9 @@ from support.redis_server import redis_binary
 from gpuroute.testbed.ports import free_port
 
 SERVICE = "gpuroute"
-DOWN_AFTER_MS = 1000  # a primary silent this long is subjectively down (test-sized)
+# a primary silent this long is subjectively down: short for a test, yet not so short that
+# a sentinel starved on a loaded 2-core machine fails over a primary that is up (1 s did)
+DOWN_AFTER_MS = 3000
 FAILOVER_TIMEOUT_MS = 10_000
 
 
@@ -134,12 +136,14 @@ class SentinelDeployment:
 
     def kill_primary(self) -> None:
         """SIGKILL the primary, wait for the sentinels to promote the replica, then start
-        the old primary again empty: the sentinels turn it into the new one's replica."""
+        the old primary again as the new one's replica. Without persistence it comes back
+        empty: started as a primary, a failover could promote it and empty every copy
+        (Redis's replication docs warn of this), so an operator restarts it as a replica."""
         old, new = self.primary, self.replica
         old.kill()
         self._wait_promoted(new)
         self.primary, self.replica = new, old
-        self._data_node(old)
+        self._data_node(old, "--replicaof", "127.0.0.1", str(new.port))
         self._wait_replicating(old, new)
         wait(self._sentinels_agree, "the sentinels to see the restarted node as replica")
 
