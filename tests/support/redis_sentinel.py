@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import redis
-from support.redis_server import redis_binary
-
 from gpuroute.testbed.ports import free_port
+
+from support.redis_server import redis_binary
 
 SERVICE = "gpuroute"
 # a primary silent this long is subjectively down: short for a test, yet not so short that
