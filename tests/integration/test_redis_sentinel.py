@@ -13,11 +13,16 @@ import time
 
 import aiohttp
 import pytest
+from gpuroute.router.redis_client import REDIS_ERRORS, open_redis
+from gpuroute.router.redis_config import RedisConfig, RedisSentinelConfig
 from gpuroute.router.request_parse import session_key
+from gpuroute.testbed.certs import LocalCA
+from support import components
 from support.live import MODEL, async_wait_for, fake_engines, router_server
-from support.redis_sentinel import SentinelDeployment
+from support.redis_sentinel import Security, SentinelDeployment
 
 from gpuroute.auth import key_digest
+from gpuroute.tls import ClientTlsConfig
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 LOAD, METERED, FRESH, NEW = "sk-load", "sk-metered", "sk-fresh", "sk-added"
@@ -194,3 +199,44 @@ async def usage_of(s, urls: list[str], tenant: str) -> int:
     async with s.get(urls[0] + "/admin/usage?since=1h") as r:
         assert r.status == 200
         return (await r.json())["tenants"].get(tenant, {}).get("requests", 0)
+
+
+async def test_tls_and_passwords_through_sentinel_follow_a_failover(tmp_path, monkeypatch) -> None:
+    """Sentinels and data nodes that listen on TLS only and ask for passwords: the router's
+    client verifies both against the CA, authenticates to both, and follows a failover."""
+    components.redis()
+    components.binary("openssl")
+    (tmp_path / "redis.pass").write_text("data-secret\n")
+    monkeypatch.setenv("TEST_SENTINEL_PASSWORD", "sentinel-secret")
+    ca = LocalCA(tmp_path)
+    security = Security(ca, password="data-secret", sentinel_password="sentinel-secret")
+    deployment = SentinelDeployment(tmp_path, security)
+    sentinel = RedisSentinelConfig(
+        addresses=deployment.addresses,
+        password_file=str(tmp_path / "redis.pass"),
+        sentinel_password_env="TEST_SENTINEL_PASSWORD",
+        tls=ClientTlsConfig(ca_file=str(ca.ca_file)),
+    )
+    client = open_redis(RedisConfig(sentinel=sentinel, timeout_s=2.0))
+    assert client is not None
+    try:
+        deployment.start()
+        assert await client.set("before", "1")
+        old = deployment.primary.port
+        await asyncio.to_thread(deployment.failover)
+        assert deployment.primary.port != old
+        await async_wait_for(lambda: wrote_to(client, deployment), 10, "a write on the new one")
+        assert deployment.primary.client.get("before") == "1"
+        assert deployment.primary.client.info("replication")["role"] == "master"
+    finally:
+        await client.aclose()
+        deployment.stop()
+
+
+async def wrote_to(client, deployment: SentinelDeployment) -> bool:
+    """A write through the router's client lands on the deployment's current primary."""
+    try:
+        await client.set("after", deployment.primary.port)
+    except REDIS_ERRORS:
+        return False  # a connection to the demoted primary, closed on this error
+    return deployment.primary.client.get("after") == str(deployment.primary.port)

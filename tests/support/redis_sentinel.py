@@ -1,6 +1,7 @@
 """A real Redis Sentinel deployment on free loopback ports, for tests: one primary, one
-replica and three sentinels (Debian's redis-server; `--sentinel` runs it as a sentinel).
-Every step waits on what Redis reports (INFO replication, SENTINEL MASTER,
+replica and three sentinels (Debian's redis-server; `--sentinel` runs it as a sentinel),
+in plaintext or, given a CA, with TLS only (replication and sentinels too), and with
+passwords when given. Every step waits on what Redis reports (INFO replication, SENTINEL MASTER,
 get-master-addr-by-name), never on time."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 
 import redis
+from gpuroute.testbed.certs import LocalCA
 from gpuroute.testbed.ports import free_port
 
 from support.redis_server import redis_binary
@@ -22,14 +24,42 @@ DOWN_AFTER_MS = 3000
 FAILOVER_TIMEOUT_MS = 10_000
 
 
+class Security:
+    """TLS (a CA issues every node's certificate) and passwords, or neither."""
+
+    def __init__(
+        self, ca: LocalCA | None = None, password: str | None = None, sentinel_password=None
+    ) -> None:
+        self.ca, self.password, self.sentinel_password = ca, password, sentinel_password
+        self.cert = ca.issue("redis") if ca is not None else None
+
+    def listen(self, port: int) -> list[tuple[str, str]]:
+        """A node's listening directives as (name, value): TLS only when there is a CA."""
+        if self.ca is None or self.cert is None:
+            return [("port", str(port))]
+        cert, key = self.cert
+        return [
+            ("port", "0"), ("tls-port", str(port)), ("tls-cert-file", str(cert)),
+            ("tls-key-file", str(key)), ("tls-ca-cert-file", str(self.ca.ca_file)),
+            ("tls-replication", "yes"), ("tls-auth-clients", "no"),
+        ]  # fmt: skip
+
+    def client(self, port: int, password: str | None) -> redis.Redis:
+        tls = {"ssl": True, "ssl_ca_certs": str(self.ca.ca_file)} if self.ca else {}
+        return redis.Redis(
+            port=port, socket_timeout=2, decode_responses=True, password=password, **tls
+        )
+
+
 class RedisNode:
     """One redis-server (a data node or a sentinel) with its log in `workdir`."""
 
-    def __init__(self, workdir: Path, name: str, port: int | None = None) -> None:
+    def __init__(self, workdir: Path, name: str, security: Security, sentinel: bool) -> None:
         self.workdir, self.name = workdir, name
-        self.port = port or free_port()
+        self.port = free_port()
         self.proc: subprocess.Popen | None = None
-        self.client = redis.Redis(port=self.port, socket_timeout=2, decode_responses=True)
+        password = security.sentinel_password if sentinel else security.password
+        self.client = security.client(self.port, password)
 
     def start(self, *args: str) -> None:
         log = (self.workdir / f"{self.name}.log").open("ab")
@@ -58,11 +88,13 @@ class RedisNode:
 class SentinelDeployment:
     """Start with `start()`; `primary` and `replica` swap on each failover."""
 
-    def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
-        self.primary = RedisNode(workdir, "redis-a")
-        self.replica = RedisNode(workdir, "redis-b")
-        self.sentinels = [RedisNode(workdir, f"sentinel-{i}") for i in range(3)]
+    def __init__(self, workdir: Path, security: Security | None = None) -> None:
+        self.workdir, self.security = workdir, security or Security()
+        self.primary = RedisNode(workdir, "redis-a", self.security, False)
+        self.replica = RedisNode(workdir, "redis-b", self.security, False)
+        self.sentinels = [
+            RedisNode(workdir, f"sentinel-{i}", self.security, True) for i in range(3)
+        ]
 
     @property
     def addresses(self) -> list[str]:
@@ -74,20 +106,33 @@ class SentinelDeployment:
         self._wait_replicating(self.replica, self.primary)
         for sentinel in self.sentinels:
             conf = self.workdir / f"{sentinel.name}.conf"
-            conf.write_text(
-                f"port {sentinel.port}\nbind 127.0.0.1\ndir {self.workdir}\n"
-                f"sentinel monitor {SERVICE} 127.0.0.1 {self.primary.port} 2\n"
-                f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}\n"
-                f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}\n"
-            )  # a sentinel rewrites its config, so each has its own file
+            conf.write_text("\n".join([*self._sentinel_conf(sentinel), ""]))
+            # a sentinel rewrites its config, so each has its own file
             sentinel.start(str(conf), "--sentinel")
         wait(self._sentinels_agree, "3 sentinels that see each other and the replica")
 
+    def _sentinel_conf(self, sentinel: RedisNode) -> list[str]:
+        listen = [f"{name} {value}" for name, value in self.security.listen(sentinel.port)]
+        lines = [*listen, "bind 127.0.0.1", f"dir {self.workdir}",
+                 f"sentinel monitor {SERVICE} 127.0.0.1 {self.primary.port} 2",
+                 f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}",
+                 f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}"]  # fmt: skip
+        if self.security.password:
+            lines.append(f"sentinel auth-pass {SERVICE} {self.security.password}")
+        if self.security.sentinel_password:  # its own, which its peers must give too
+            lines.append(f"requirepass {self.security.sentinel_password}")
+            lines.append(f"sentinel sentinel-pass {self.security.sentinel_password}")
+        return lines
+
     def _data_node(self, node: RedisNode, *extra: str) -> None:
+        listen = [arg for n, v in self.security.listen(node.port) for arg in (f"--{n}", v)]
+        auth = self.security.password
         node.start(
-            "--port", str(node.port), "--bind", "127.0.0.1", "--save", "",
-            "--appendonly", "no", "--dir", str(self.workdir),
-            "--dbfilename", f"{node.name}.rdb", "--repl-diskless-sync-delay", "0", *extra,
+            *listen,
+            "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            "--dir", str(self.workdir), "--dbfilename", f"{node.name}.rdb",
+            "--repl-diskless-sync-delay", "0",
+            *(("--requirepass", auth, "--masterauth", auth) if auth else ()), *extra,
         )  # fmt: skip
 
     def _sentinels_agree(self) -> bool:
