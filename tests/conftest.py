@@ -77,13 +77,14 @@ def redis(tmp_path):
 
 
 @pytest.fixture
-def sentinel(tmp_path):
+def sentinel(tmp_path, request):
     """A real primary, replica and three sentinels on free loopback ports
-    (tests/support/redis_sentinel.py)."""
+    (tests/support/redis_sentinel.py); parametrized indirectly: the primary's
+    min-replicas-to-write."""
     from support.redis_sentinel import SentinelDeployment
 
     components.redis()
-    deployment = SentinelDeployment(tmp_path)
+    deployment = SentinelDeployment(tmp_path, min_replicas=getattr(request, "param", 0))
     try:
         deployment.start()
         yield deployment

@@ -88,8 +88,13 @@ class RedisNode:
 class SentinelDeployment:
     """Start with `start()`; `primary` and `replica` swap on each failover."""
 
-    def __init__(self, workdir: Path, security: Security | None = None) -> None:
+    def __init__(
+        self, workdir: Path, security: Security | None = None, min_replicas: int = 0
+    ) -> None:
+        """`min_replicas`: the data nodes' min-replicas-to-write (a primary without that
+        many replicas refuses writes instead of taking writes a failover would drop)."""
         self.workdir, self.security = workdir, security or Security()
+        self.min_replicas = min_replicas
         self.primary = RedisNode(workdir, "redis-a", self.security, False)
         self.replica = RedisNode(workdir, "redis-b", self.security, False)
         self.sentinels = [
@@ -132,6 +137,7 @@ class SentinelDeployment:
             "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
             "--dir", str(self.workdir), "--dbfilename", f"{node.name}.rdb",
             "--repl-diskless-sync-delay", "0",
+            "--min-replicas-to-write", str(self.min_replicas), "--min-replicas-max-lag", "2",
             *(("--requirepass", auth, "--masterauth", auth) if auth else ()), *extra,
         )  # fmt: skip
 
