@@ -12,6 +12,7 @@ from gpuroute.router.core.policies import DEFAULT_POLICY, POLICIES
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASS, DEFAULT_SLO_CLASSES, SloClass
 from gpuroute.router.metric_labels import MetricsConfig
 from gpuroute.router.model_config import RouterModelConfig, check_models, shapes
+from gpuroute.router.redis_config import RedisConfig
 from gpuroute.router.responses_config import ResponsesConfig
 from gpuroute.router.usage_config import UsageConfig
 from pydantic import AfterValidator, Field, field_validator, model_validator
@@ -204,28 +205,6 @@ class SloConfig(StrictModel):
         if self.default_class not in names:
             raise ValueError(f"slo.default_class {self.default_class!r} is not one of {names}")
         return self
-
-
-class RedisConfig(StrictModel):
-    # e.g. redis://127.0.0.1:6379/0, or rediss://:password@host:6380/0 with TLS; the URL
-    # holds the password, so url_file and url_env are its secret forms; unset: per replica
-    url: str | None = None
-    url_file: str | None = None
-    url_env: str | None = None
-    check_secret_forms = secret_forms("url")
-
-    @property
-    def configured(self) -> bool:
-        return any(v is not None for v in (self.url, self.url_file, self.url_env))
-
-    prefix: str = "gpuroute"
-    timeout_s: float = Field(default=0.05, gt=0)  # per call; beyond it, fall back
-    retry_s: float = Field(default=1.0, gt=0)  # after a failure, local buckets this long
-    local_fraction: float = Field(default=1.0, gt=0, le=1)  # of each quota, per replica, while down
-    share_load: bool = True  # publish and read replicas' outstanding work (needs url)
-    publish_interval_s: float = Field(default=0.1, gt=0)
-    pick_among: int = Field(default=2, ge=1)  # least outstanding work: random among best k
-    session_ttl_s: float = Field(default=1800.0, ge=0)  # session -> backend memory (0 = off)
 
 
 class WorkersConfig(StrictModel):

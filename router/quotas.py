@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 from gpuroute.router.auth_config import AuthConfig
-from gpuroute.router.config import RedisConfig, RegionConfig
+from gpuroute.router.config import RegionConfig
 from gpuroute.router.core.token_bucket import Take, TokenBucket, per_minute
+from gpuroute.router.redis_config import RedisConfig
 from redis.exceptions import RedisError
 
 from gpuroute.auth import AuthError, client_key, key_digest

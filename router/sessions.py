@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 
 import redis.asyncio as aioredis
-from gpuroute.router.config import RedisConfig
+from gpuroute.router.redis_config import RedisConfig
 from redis.exceptions import RedisError
 
 log = logging.getLogger("gpuroute.router.sessions")

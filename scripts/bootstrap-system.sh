@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # System packages the benchmarks and their smoke tests use: HAProxy and NGINX (baselines),
-# wrk (overhead benchmark), redis-server (shared state between router replicas), openssl (the
+# wrk (overhead benchmark), redis-server (shared state between router replicas; the same
+# binary runs the Sentinel tests' sentinels with `--sentinel`, so Debian's redis-sentinel package,
+# only a service unit around it, is not needed), openssl (the
 # certificates of the TLS tests, the secure demo and bench overhead --tls), prometheus and
 # promtool (tests/system/test_observability.py: deploy/observability's rules and dashboard
 # against a real Prometheus). Installs what is

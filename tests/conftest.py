@@ -77,6 +77,22 @@ def redis(tmp_path):
 
 
 @pytest.fixture
+def sentinel(tmp_path, request):
+    """A real primary, replica and three sentinels on free loopback ports
+    (tests/support/redis_sentinel.py); parametrized indirectly: the primary's
+    min-replicas-to-write."""
+    from support.redis_sentinel import SentinelDeployment
+
+    components.redis()
+    deployment = SentinelDeployment(tmp_path, min_replicas=getattr(request, "param", 0))
+    try:
+        deployment.start()
+        yield deployment
+    finally:
+        deployment.stop()
+
+
+@pytest.fixture
 def consul(tmp_path):
     """A real `consul agent -dev` on free loopback ports (testbed/consul_dev.py)."""
     from gpuroute.testbed.consul_dev import ConsulDev

@@ -8,10 +8,10 @@ import os
 import msgpack
 import pytest
 from gpuroute.router.auth_config import AuthConfig
-from gpuroute.router.config import RedisConfig
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.policies.prefix_affinity import PrefixIndex
 from gpuroute.router.quotas import Quotas
+from gpuroute.router.redis_config import RedisConfig
 from gpuroute.router.shared_load import PREFIXES_KEY, SharedLoad
 from gpuroute.router.worker_admin import merge_backends, merge_metrics
 from gpuroute.router.worker_board import (
