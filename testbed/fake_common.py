@@ -182,8 +182,18 @@ def continuing(body: dict) -> web.Response | None:
     return None
 
 
+# the id of the fake's one output token (" tok": four ASCII characters, one id; the same
+# as testbed/fake_tokenize.py's encode gives it)
+TOKEN_ID = int.from_bytes(b"\x01 tok", "big")
+
+
 def already_written(body: dict) -> int:
-    """The tokens of the assistant's turn a request continues (`continue_final_message`)."""
+    """The tokens of the answer a request continues: the assistant's turn it continues
+    (`continue_final_message`), or the fake's output tokens ending a token-id prompt (a
+    continuation from ids: the prompt's and the answer's)."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        return next((i for i, t in enumerate(reversed(prompt)) if t != TOKEN_ID), len(prompt))
     messages = body.get("messages")
     if not body.get("continue_final_message") or not isinstance(messages, list) or not messages:
         return 0

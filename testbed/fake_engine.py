@@ -268,7 +268,7 @@ class FakeEngine:
             options = body.get("stream_options") or {}
             include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
             return await self._stream(
-                request, live, kind, rid, prompt, output, finish, include_usage
+                request, live, kind, rid, prompt, output, finish, include_usage, body
             )
         try:
             await live.done
@@ -291,6 +291,7 @@ class FakeEngine:
         output: int,
         finish: str,
         include_usage: bool,
+        body: dict,
     ) -> web.StreamResponse:
         assert self.engine is not None
         engine, name, created = self.engine, self.name, self.created
@@ -298,18 +299,22 @@ class FakeEngine:
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
 
+        ids = payloads.StreamedIds.asked(body, prompt)  # vLLM's return_token_ids
+
         def chunk(n: int, end: str | None = None) -> bytes:
             text = payloads.tokens_text(n)
             if kind == "chat":
-                return sse_event(payloads.chat_chunk(rid, created, name, {"content": text}, end))
-            return sse_event(payloads.completion_chunk(rid, created, name, text, end))
+                data = payloads.chat_chunk(rid, created, name, {"content": text}, end)
+            else:
+                data = payloads.completion_chunk(rid, created, name, text, end)
+            return sse_event(ids.add(data, n) if ids else data)
 
         try:
             await live.first_token
             await response.prepare(request)
             if kind == "chat":
-                role = {"role": "assistant", "content": ""}
-                await response.write(sse_event(payloads.chat_chunk(rid, created, name, role)))
+                role = payloads.chat_chunk(rid, created, name, {"role": "assistant", "content": ""})
+                await response.write(sse_event(ids.add(role, 0) if ids else role))
             await self.stream_tokens(response, chunk, live, output)
             await response.write(chunk(0, finish))
             if include_usage:

@@ -6,6 +6,9 @@ import hashlib
 import struct
 from typing import Any
 
+from gpuroute.testbed.fake_common import TOKEN_ID
+from gpuroute.testbed.fake_tokenize import encode
+
 TOKEN_TEXT = " tok"  # four characters: one token by the 4-characters rule (gpuroute.prompt)
 
 
@@ -199,3 +202,39 @@ def anthropic_message(
             "content": [{"type": "text", "text": text}], "model": model,
             "stop_reason": anthropic_stop_reason(finish),
             "usage": {"input_tokens": prompt, "output_tokens": output}}  # fmt: skip
+
+
+class StreamedIds:
+    """vLLM's `return_token_ids` on a stream: each choice's token ids, and the prompt's in the
+    first event (chat: the chunk's; completions: its choice's). A text prompt's ids are
+    the fake tokenizer's, padded or cut to the count the fake reports for it."""
+
+    __slots__ = ("prompt_ids",)
+
+    def __init__(self, prompt_ids: list[int] | None) -> None:
+        self.prompt_ids = prompt_ids  # until the first event has carried them
+
+    @classmethod
+    def asked(cls, body: dict, prompt: int) -> StreamedIds | None:
+        if body.get("return_token_ids") is not True:
+            return None
+        given = body.get("prompt")
+        if isinstance(given, list) and all(isinstance(t, int) for t in given):
+            return cls(list(given))
+        text = given if isinstance(given, str) else prompt_of_messages(body.get("messages"))
+        return cls((encode(text) + [0] * prompt)[:prompt])
+
+    def add(self, chunk: dict[str, Any], n: int) -> dict[str, Any]:
+        choice = chunk["choices"][0]
+        choice["token_ids"] = [TOKEN_ID] * n
+        if self.prompt_ids is not None:
+            holder = chunk if "delta" in choice else choice
+            holder["prompt_token_ids"], self.prompt_ids = self.prompt_ids, None
+        return chunk
+
+
+def prompt_of_messages(messages: object) -> str:
+    if not isinstance(messages, list):
+        return ""
+    parts = (m.get("content") for m in messages if isinstance(m, dict))
+    return "".join(p for p in parts if isinstance(p, str))

@@ -186,6 +186,30 @@ def test_streams_are_framed_alike(engines, usage) -> None:
     assert kinds == {"fake": expected, "vllm": expected}
 
 
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/completions"])
+def test_streamed_token_ids_come_where_vllm_puts_them(engines, route) -> None:
+    """`return_token_ids` (what a continuation is made from): the prompt's ids once, in the
+    first event (chat: on the chunk; completions: on its choice), as many as its prompt
+    tokens; every token's id on its choice (chat: a chunk even for a token without text)."""
+
+    def body(model: str) -> dict:
+        b = {"model": model, "max_tokens": 6, "stream": True, "ignore_eos": True,
+             "return_token_ids": True, "stream_options": {"include_usage": True}}  # fmt: skip
+        chat = {"messages": [{"role": "user", "content": "hi there"}]}
+        return b | (chat if route == "/v1/chat/completions" else {"prompt": "hi there"})
+
+    for name, (status, _, raw) in both(engines, route, body).items():
+        chunks = [d for _, d in sse_events(raw.decode()) if isinstance(d, dict)]
+        choices = [c["choices"][0] for c in chunks if c["choices"]]
+        holders = chunks if route == "/v1/chat/completions" else choices
+        prompt_ids = [h.get("prompt_token_ids") for h in holders]
+        assert status == 200 and isinstance(prompt_ids[0], list), name
+        assert not any(prompt_ids[1:]), name  # once
+        assert len(prompt_ids[0]) == chunks[-1]["usage"]["prompt_tokens"], name
+        ids = [t for c in choices for t in c.get("token_ids") or []]
+        assert len(ids) == 6 and all(isinstance(t, int) for t in ids), name
+
+
 ERROR_CASES = {
     "unknown model": (lambda m: {"model": "no-such-model", "messages": []}, 404, "model"),
     "messages not a list": (lambda m: {"model": m, "messages": "hi"}, 400, None),
