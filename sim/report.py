@@ -26,6 +26,10 @@ class RunOutcomes:
     retries: int = 0
     slo_class: list[int] = field(default_factory=list)  # index into the scenario's classes
     model: list[int] = field(default_factory=list)  # index into the workload's models
+    continued: int = 0  # times a stream went on elsewhere after its attempt ended mid-answer
+    lost: int = 0  # streams that ended failed after their client had part of an answer
+    reprefill_tokens: int = 0  # prompt tokens sent to continue streams (prompt + so far)
+    reprefill_work: float = 0.0  # GPU capacity-seconds their uncached prefill cost
 
     @classmethod
     def pending(cls, n: int) -> RunOutcomes:
@@ -42,6 +46,14 @@ class PolicyReport:
     rejected: int
     failed: int
     retries: int
+    # streams whose engine broke mid-answer (or that were moved): continuations made, and
+    # streams that ended truncated; the prompt tokens continuations sent (the original
+    # prompt and the text so far) as a share of the workload's, and the GPU work their
+    # prefill cost as a share of all served work
+    streams_continued: int
+    streams_lost: int
+    reprefill_share: float
+    reprefill_work_share: float
     ttft_p50_s: float
     ttft_p99_s: float
     e2e_p50_s: float
@@ -122,6 +134,10 @@ def summarise(
         rejected=int((status == REJECTED).sum()),
         failed=int((status == FAILED).sum()),
         retries=run.retries,
+        streams_continued=run.continued,
+        streams_lost=run.lost,
+        reprefill_share=_r(run.reprefill_tokens / max(int(workload.prompts.sum()), 1), 5),
+        reprefill_work_share=_r(run.reprefill_work / sum(work) if sum(work) > 0 else 0.0, 5),
         ttft_p50_s=pct(ttft, 50),
         ttft_p99_s=pct(ttft, 99),
         e2e_p50_s=pct(e2e, 50),
@@ -252,10 +268,21 @@ TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 # shown after "prefix hit" when the scenario has LoRA adapters
 ADAPTER_COLUMN = ("adapter_loads", "LoRA loads", "{:,}")
+# shown after "fail" when a stream broke mid-answer in some run
+STREAM_COLUMNS = (
+    ("streams_continued", "cont", "{:,}"),
+    ("streams_lost", "lost", "{:,}"),
+    ("reprefill_share", "re-prefill", "{:.2%}"),
+)
 
 
 def table_columns(rows: list[dict[str, object]]) -> tuple[tuple[str, str, str], ...]:
-    """The table's columns: the adapter loads only where adapters are in play."""
-    if not any("adapter_loads" in row for row in rows):
-        return TABLE_COLUMNS
-    return (*TABLE_COLUMNS[:-1], ADAPTER_COLUMN, TABLE_COLUMNS[-1])
+    """The table's columns: continuations where a stream broke, the adapter loads where
+    adapters are in play."""
+    columns = TABLE_COLUMNS
+    if any(row.get("streams_continued") or row.get("streams_lost") for row in rows):
+        after = [key for key, _, _ in columns].index("failed") + 1
+        columns = (*columns[:after], *STREAM_COLUMNS, *columns[after:])
+    if any("adapter_loads" in row for row in rows):
+        columns = (*columns[:-1], ADAPTER_COLUMN, columns[-1])
+    return columns

@@ -18,6 +18,7 @@ from gpuroute.sim.workloads import PROFILES
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from gpuroute.config import ConfigError, StrictModel, known_name, read_toml, validate
+from gpuroute.continuation import ContinuationConfig
 from gpuroute.gpus import DeclaresGpuTypes, GpuTypeName
 from gpuroute.models import DEFAULT_MODEL, MODELS, ModelSpec
 from gpuroute.roofline import EngineKind
@@ -166,6 +167,9 @@ class Scenario(DeclaresGpuTypes):
     slo: SloSection = SloSection()
     router: RouterSection = RouterSection()
     faults: list[Fault] = Field(default_factory=list)
+    # the live router's [continuation]: a stream whose engine breaks mid-answer goes on
+    # elsewhere (enabled, max_attempts; max_recorded_bytes is not simulated)
+    continuation: ContinuationConfig = ContinuationConfig()
     prefix_caching: bool = True
     chunked_prefill: bool = True
     lora: LoraSection | None = None  # LoRA adapters (sim/adapters.py)

@@ -1,0 +1,80 @@
+"""The simulator continues a stream whose engine crashed mid-answer as the live router does
+(AttemptLoop.continued: prompt + tokens so far, what is left of the output), or, with
+[continuation] off, counts it failed and lost."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from gpuroute.sim.report import FAILED, OK
+from gpuroute.sim.scenario import load_scenario
+from gpuroute.sim.simulator import FleetSimulator
+
+CRASH_AT_S = 6.0
+FLEET = f"""
+name = "crash"
+seed = 3
+[workload]
+profile = "chat"
+rate_rps = 15
+max_requests = 200
+[[gpus]]
+type = "H100"
+count = 3
+[router]
+policies = ["least_outstanding_work"]
+[[faults]]
+at_s = {CRASH_AT_S}
+kind = "crash"
+gpu = 0
+"""
+
+
+def replay(tmp_path: Path, extra: str = "", faults: bool = True):
+    text = FLEET if faults else FLEET[: FLEET.index("[[faults]]")]
+    path = tmp_path / "crash.toml"
+    path.write_text(text + extra)
+    return FleetSimulator(load_scenario(path)).replay("least_outstanding_work")
+
+
+def streaming_at_crash(tmp_path: Path) -> set[int]:
+    """The streams gpu 0 was sending at the crash, read off a run without it (the runs are
+    the same up to then)."""
+    _, run = replay(tmp_path, faults=False)
+    out, crash = run.outcomes, run.arrivals[0] + CRASH_AT_S
+    return {
+        rid
+        for rid in range(run.n)
+        if out.served_by[rid] == 0 and run.arrivals[rid] + out.ttft[rid] < crash < out.finish[rid]
+    }
+
+
+def test_a_crash_continues_every_stream_under_way_elsewhere(tmp_path) -> None:
+    under_way = streaming_at_crash(tmp_path)
+    assert len(under_way) >= 3  # the scenario puts several streams on gpu 0 then
+    _, clean = replay(tmp_path, faults=False)
+    report, run = replay(tmp_path)
+    assert (report.streams_continued, report.streams_lost, report.failed) == (len(under_way), 0, 0)
+    assert report.completed == report.requests == 200
+    assert all(run.outcomes.status[rid] == OK for rid in under_way)
+    for rid in under_way:  # the client's TTFT stays its first one; the answer went on elsewhere
+        assert run.outcomes.ttft[rid] == clean.outcomes.ttft[rid]
+        assert run.outcomes.served_by[rid] != 0
+    # each continuation prefilled its prompt and at least its first token again, never its
+    # whole answer
+    prompts = sum(run.prompts[rid] for rid in under_way)
+    outputs = sum(run.outputs[rid] for rid in under_way)
+    resent = round(report.reprefill_share * sum(run.prompts), 0)
+    assert prompts + len(under_way) <= resent < prompts + outputs
+    assert 0 < report.reprefill_work_share < 1
+
+
+def test_with_continuation_off_the_streams_fail(tmp_path) -> None:
+    under_way = streaming_at_crash(tmp_path)
+    report, run = replay(tmp_path, "[continuation]\nenabled = false\n")
+    assert (report.streams_continued, report.streams_lost) == (0, len(under_way))
+    assert report.failed == len(under_way)
+    assert {r for r in range(run.n) if run.outcomes.status[r] == FAILED} == under_way
+    assert report.reprefill_share == report.reprefill_work_share == 0.0
+    assert all(math.isnan(run.outcomes.ttft[rid]) for rid in under_way)
