@@ -12,6 +12,7 @@ from gpuroute.router.core.policies import DEFAULT_POLICY, POLICIES
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASS, DEFAULT_SLO_CLASSES, SloClass
 from gpuroute.router.metric_labels import MetricsConfig
 from gpuroute.router.model_config import RouterModelConfig, check_models, shapes
+from gpuroute.router.rebalance_config import RouterRebalanceConfig
 from gpuroute.router.responses_config import ResponsesConfig
 from gpuroute.router.usage_config import UsageConfig
 from pydantic import AfterValidator, Field, field_validator, model_validator
@@ -289,6 +290,7 @@ class RouterConfig(AdminAccess, DeclaresGpuTypes):
     metrics: MetricsConfig = MetricsConfig()  # label cardinality (router/metric_labels.py)
     usage: UsageConfig = UsageConfig()  # per-tenant usage records (router/usage_records.py)
     continuation: ContinuationConfig = ContinuationConfig()  # broken streams go on elsewhere
+    rebalance: RouterRebalanceConfig = RouterRebalanceConfig()  # simulated only (off)
     backends: list[BackendConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")

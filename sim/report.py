@@ -27,6 +27,7 @@ class RunOutcomes:
     slo_class: list[int] = field(default_factory=list)  # index into the scenario's classes
     model: list[int] = field(default_factory=list)  # index into the workload's models
     continued: int = 0  # times a stream went on elsewhere after its attempt ended mid-answer
+    moved: int = 0  # of them, the rebalancer's moves
     lost: int = 0  # streams that ended failed after their client had part of an answer
     reprefill_tokens: int = 0  # prompt tokens sent to continue streams (prompt + so far)
     reprefill_work: float = 0.0  # GPU capacity-seconds their uncached prefill cost
@@ -51,6 +52,7 @@ class PolicyReport:
     # prompt and the text so far) as a share of the workload's, and the GPU work their
     # prefill cost as a share of all served work
     streams_continued: int
+    streams_moved: int
     streams_lost: int
     reprefill_share: float
     reprefill_work_share: float
@@ -135,6 +137,7 @@ def summarise(
         failed=int((status == FAILED).sum()),
         retries=run.retries,
         streams_continued=run.continued,
+        streams_moved=run.moved,
         streams_lost=run.lost,
         reprefill_share=_r(run.reprefill_tokens / max(int(workload.prompts.sum()), 1), 5),
         reprefill_work_share=_r(run.reprefill_work / sum(work) if sum(work) > 0 else 0.0, 5),

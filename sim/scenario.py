@@ -11,6 +11,7 @@ from gpuroute.router.core.policies import resolve_policy_name
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASS, SloClass
 from gpuroute.router.model_config import RouterModelConfig, check_models
 from gpuroute.router.model_config import shapes as model_shapes
+from gpuroute.router.rebalance_config import RebalanceConfig
 from gpuroute.sim.adapters import LoraSection
 from gpuroute.sim.global_scenario import GlobalSection
 from gpuroute.sim.traces import TRACE_FORMATS
@@ -170,6 +171,8 @@ class Scenario(DeclaresGpuTypes):
     # the live router's [continuation]: a stream whose engine breaks mid-answer goes on
     # elsewhere (enabled, max_attempts; max_recorded_bytes is not simulated)
     continuation: ContinuationConfig = ContinuationConfig()
+    # the router's [rebalance]: streams predicted to miss their TPOT move (off by default)
+    rebalance: RebalanceConfig = RebalanceConfig()
     prefix_caching: bool = True
     chunked_prefill: bool = True
     lora: LoraSection | None = None  # LoRA adapters (sim/adapters.py)

@@ -19,12 +19,14 @@ from gpuroute.router.core.latency import LatencyModel
 from gpuroute.router.core.latency_prior import LatencyPrior
 from gpuroute.router.core.lifetime import Event, Lifetimes, RequestLifetime
 from gpuroute.router.core.placement import AttemptLoop, Step
+from gpuroute.router.core.rebalance import Rebalancer
 from gpuroute.router.core.retry import FailureKind, RetrySettings
 from gpuroute.router.core.scheduler import Outcome
 from gpuroute.router.core.slo import SloClasses, time_per_output_token
 from gpuroute.router.core.slo_admission import HoldQueue
 from gpuroute.router.core.watching import Watcher
 from gpuroute.sim.adapters import LoraEngine, assign_adapters, build_engines
+from gpuroute.sim.continuing import StreamBreaks
 from gpuroute.sim.engine_model import EngineRequest
 from gpuroute.sim.events import EventHeap, run_events
 from gpuroute.sim.fleet import (
@@ -47,7 +49,7 @@ from gpuroute.sim.report import (
     summarise,
 )
 from gpuroute.sim.scenario import LoadedScenario
-from gpuroute.sim.watch import Resumed, SimWatch, attempt_of, gpu_paces, resumed_of
+from gpuroute.sim.watch import SimWatch, attempt_of, gpu_paces, resumed_of
 from gpuroute.sim.workloads import Workload
 
 TICK, FAULT, RETRY = -1, -2, -3
@@ -94,8 +96,9 @@ class FleetSimulator:
         return report, run
 
 
-class RegionalRun:
-    """One policy's run over the fleet: arrivals, engine events, ticks, faults, retries."""
+class RegionalRun(StreamBreaks):
+    """One policy's run over the fleet: arrivals, engine events, ticks, faults, retries
+    (streams that end mid-answer: sim/continuing.py)."""
 
     def __init__(
         self, sim: FleetSimulator, policy_name: str, progress: Callable[[int], None] | None
@@ -153,6 +156,11 @@ class RegionalRun:
         self.engine_profiles = [profiles[t] for t in gpu_types]
         self.faults = sorted(scenario.faults, key=lambda f: f.at_s)
         self.heap = EventHeap(len(self.engines))
+        self.rebalancer = (
+            Rebalancer(self.scheduler, scenario.rebalance.settings())
+            if scenario.rebalance.enabled
+            else None
+        )
 
     def run(self) -> None:
         start = self.arrivals[0] if self.n else 0.0
@@ -203,6 +211,7 @@ class RegionalRun:
             self.scheduler.tick(now)
             for life in self.watch.tick(now):
                 self.rescue(life, now)
+            self.rebalance(now)
             for refusal in self.loop.expire(now):
                 self.end(refusal.item, REJECTED)
             if arrivals_left or len(self.lifetimes):  # held and backing-off ones too
@@ -221,10 +230,10 @@ class RegionalRun:
             engine.residency_changed = False
 
     # -- a request's attempts --------------------------------------------------------------
-    def dispatch(self, life: RequestLifetime, now: float) -> None:
+    def dispatch(self, life: RequestLifetime, now: float, prefer: str | None = None) -> None:
         """Route it (the live router's loop): send it, hold it, or end it."""
         while True:
-            placement = self.loop.route(life, now, self.rng)
+            placement = self.loop.route(life, now, self.rng, prefer)
             for refusal in placement.refused:
                 self.end(refusal.item, REJECTED)
             if placement.step is Step.NONE:
@@ -322,50 +331,6 @@ class RegionalRun:
             run.reprefill_work += request_work(self.engine_profiles[e], uncached, 0)
         life.attempts.end(self.budget)
         self.end(life, OK)
-
-    def apply_fault(self, fault, now: float) -> None:
-        engine = self.engines[fault.gpu]
-        if fault.kind == "slow":
-            engine.set_slowdown(fault.factor, now)
-        elif fault.kind == "recover":
-            engine.set_slowdown(1.0, now)
-            engine.recover(now)
-        else:
-            for req in engine.crash(now):
-                self.crashed(req, fault.gpu, now)
-            self.offer_room(now)
-        self.reschedule(fault.gpu)
-
-    def crashed(self, req: EngineRequest, e: int, now: float) -> None:
-        life = self.lifetimes.get(req.rid)
-        if life is None:
-            return
-        life.attempts.end(self.budget)
-        self.watch.ended(life)
-        self.scheduler.finish(life, Outcome(False, fatal=True), now)
-        if req.first_token_at >= 0:  # the stream broke under its client
-            self.go_on(life, self.engines[e].tokens_generated(req, now), req.first_token_at, now)
-            return
-        # Nothing reached the client (from this attempt): the router retries elsewhere.
-        if self.may_retry(life, FailureKind.CONNECTION, now):
-            self.dispatch(life, now)
-
-    def go_on(self, life: RequestLifetime, generated: int, first: float, now: float) -> None:
-        """A stream whose attempt ended after `generated` tokens goes on elsewhere (the live
-        StreamContinuer's way), or ends failed where continuation is off or spent."""
-        before = resumed_of(life)
-        resumed = Resumed(first, generated) if before is None else before
-        if before is not None:
-            resumed.delivered += generated
-        life.shell = resumed
-        config = self.scenario.continuation
-        if not config.enabled or resumed.continuations >= config.max_attempts:
-            self.end(life, FAILED)
-            return
-        resumed.continuations += 1
-        self.outcomes.continued += 1
-        self.loop.continued(life, generated)
-        self.dispatch(life, now)
 
     def rescue(self, life: RequestLifetime, now: float) -> None:
         """Move an attempt still waiting for its first token off a backend that turned bad

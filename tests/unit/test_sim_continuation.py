@@ -78,3 +78,49 @@ def test_with_continuation_off_the_streams_fail(tmp_path) -> None:
     assert {r for r in range(run.n) if run.outcomes.status[r] == FAILED} == under_way
     assert report.reprefill_share == report.reprefill_work_share == 0.0
     assert all(math.isnan(run.outcomes.ttft[rid]) for rid in under_way)
+
+
+SLOWED = """
+name = "slowed"
+seed = 5
+[workload]
+profile = "chat"
+rate_rps = 12
+max_requests = 400
+[[gpus]]
+type = "H100"
+count = 3
+[slo]
+ttft_s = 2.0
+tpot_s = 0.02
+[router]
+policies = ["default"]
+[[faults]]
+at_s = 8
+kind = "slow"
+gpu = 0
+factor = 6
+"""
+
+
+def slowed(tmp_path: Path, extra: str = ""):
+    path = tmp_path / "slowed.toml"
+    path.write_text(SLOWED + extra)
+    return FleetSimulator(load_scenario(path)).replay("default")
+
+
+def test_rebalancing_moves_streams_through_the_continuation(tmp_path) -> None:
+    """An H100 slowed 6x at 8 s (seen by the watch's slowness): streams there predicted to
+    miss their TPOT move to the other two."""
+    report, _ = slowed(tmp_path, "[rebalance]\nenabled = true\n")
+    assert report.streams_moved > 0
+    assert report.streams_continued == report.streams_moved  # no crash: every one a move
+    assert (report.streams_lost, report.failed) == (0, 0)
+    assert report.reprefill_share > 0
+    off, _ = slowed(tmp_path)
+    assert (off.streams_moved, off.streams_continued, off.reprefill_share) == (0, 0, 0.0)
+    # streams that decoded 6x slow under a 0.02 s TPOT finish in time elsewhere
+    assert report.slo_attainment > off.slo_attainment
+    # continuation off: nothing can be moved (a move is a continuation)
+    report, _ = slowed(tmp_path, "[rebalance]\nenabled = true\n[continuation]\nenabled = false\n")
+    assert report.streams_moved == 0
