@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 from urllib.parse import urlsplit
 
 from gpuroute.router.auth_config import AuthConfig
@@ -15,6 +15,7 @@ from gpuroute.router.model_config import RouterModelConfig, check_models, shapes
 from gpuroute.router.rebalance_config import RouterRebalanceConfig
 from gpuroute.router.responses_config import ResponsesConfig
 from gpuroute.router.usage_config import UsageConfig
+from gpuroute.router.workers_config import WorkersConfig
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from gpuroute.access_log import AccessLogConfig
@@ -227,19 +228,6 @@ class RedisConfig(StrictModel):
     publish_interval_s: float = Field(default=0.1, gt=0)
     pick_among: int = Field(default=2, ge=1)  # least outstanding work: random among best k
     session_ttl_s: float = Field(default=1800.0, ge=0)  # session -> backend memory (0 = off)
-
-
-class WorkersConfig(StrictModel):
-    # processes serving the public port together (SO_REUSEPORT); "auto": one per usable core
-    count: int | Literal["auto"] = Field(default=1)
-    share_interval_s: float = Field(default=0.02, gt=0)  # outstanding work between them
-
-    @field_validator("count")
-    @classmethod
-    def _positive(cls, count: int | str) -> int | str:
-        if isinstance(count, int) and not 1 <= count <= 256:
-            raise ValueError('expected 1 to 256, or "auto"')
-        return count
 
 
 class RouterConfig(AdminAccess, DeclaresGpuTypes):

@@ -11,13 +11,20 @@ from typing import TYPE_CHECKING
 from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.core.rebalance import Move, Rebalancer, RunningStream
 from gpuroute.router.core.retry import FailureKind
-from gpuroute.router.core.scheduler import Outcome
+from gpuroute.router.core.scheduler import Outcome, Scheduler
 from gpuroute.sim.engine_model import EngineRequest
 from gpuroute.sim.report import FAILED
 from gpuroute.sim.watch import Resumed, attempt_of, resumed_of
 
 if TYPE_CHECKING:
+    from gpuroute.sim.scenario import Scenario
     from gpuroute.sim.simulator import RegionalRun
+
+
+def rebalancer_for(scenario: Scenario, scheduler: Scheduler) -> Rebalancer | None:
+    """The scenario's [rebalance], on its run's scheduler (None: off)."""
+    config = scenario.rebalance
+    return Rebalancer(scheduler, config.settings()) if config.enabled else None
 
 
 class StreamBreaks:

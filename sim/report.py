@@ -99,6 +99,10 @@ def _r(value: float, digits: int = 4) -> float:
     return round(float(value), digits) if np.isfinite(value) else float("nan")
 
 
+def percentile(values: np.ndarray, q: float) -> float:
+    return _r(np.percentile(values, q)) if len(values) else float("nan")
+
+
 def summarise(
     policy: str,
     scenario: Scenario,
@@ -125,10 +129,7 @@ def summarise(
     good = met_slo(classes, class_of[ok], ttft, tpot, e2e)
     util = np.asarray(work) / duration
     busy = np.asarray([e.busy_s for e in engines]) / duration
-
-    def pct(values: np.ndarray, q: float) -> float:
-        return _r(np.percentile(values, q)) if len(values) else float("nan")
-
+    pct = percentile
     return PolicyReport(
         policy=policy,
         requests=len(status),
@@ -136,11 +137,7 @@ def summarise(
         rejected=int((status == REJECTED).sum()),
         failed=int((status == FAILED).sum()),
         retries=run.retries,
-        streams_continued=run.continued,
-        streams_moved=run.moved,
-        streams_lost=run.lost,
-        reprefill_share=_r(run.reprefill_tokens / max(int(workload.prompts.sum()), 1), 5),
-        reprefill_work_share=_r(run.reprefill_work / sum(work) if sum(work) > 0 else 0.0, 5),
+        **continuations(run, workload, work),
         ttft_p50_s=pct(ttft, 50),
         ttft_p99_s=pct(ttft, 99),
         e2e_p50_s=pct(e2e, 50),
@@ -164,6 +161,17 @@ def summarise(
         by_model=by_model(scenario, run, engines, ok, good),
         adapter_loads=adapter_loads(engines),
     )
+
+
+def continuations(run: RunOutcomes, workload: Workload, work: list[float]) -> dict[str, float]:
+    """Streams continued (moved, of them) and lost; what their re-prefill cost."""
+    return {
+        "streams_continued": run.continued,
+        "streams_moved": run.moved,
+        "streams_lost": run.lost,
+        "reprefill_share": _r(run.reprefill_tokens / max(int(workload.prompts.sum()), 1), 5),
+        "reprefill_work_share": _r(run.reprefill_work / sum(work) if sum(work) > 0 else 0.0, 5),
+    }
 
 
 def prefix_hit_rate(engines: list[EngineModel]) -> float:

@@ -19,14 +19,13 @@ from gpuroute.router.core.latency import LatencyModel
 from gpuroute.router.core.latency_prior import LatencyPrior
 from gpuroute.router.core.lifetime import Event, Lifetimes, RequestLifetime
 from gpuroute.router.core.placement import AttemptLoop, Step
-from gpuroute.router.core.rebalance import Rebalancer
 from gpuroute.router.core.retry import FailureKind, RetrySettings
 from gpuroute.router.core.scheduler import Outcome
 from gpuroute.router.core.slo import SloClasses, time_per_output_token
 from gpuroute.router.core.slo_admission import HoldQueue
 from gpuroute.router.core.watching import Watcher
 from gpuroute.sim.adapters import LoraEngine, assign_adapters, build_engines
-from gpuroute.sim.continuing import StreamBreaks
+from gpuroute.sim.continuing import StreamBreaks, rebalancer_for
 from gpuroute.sim.engine_model import EngineRequest
 from gpuroute.sim.events import EventHeap, run_events
 from gpuroute.sim.fleet import (
@@ -156,11 +155,7 @@ class RegionalRun(StreamBreaks):
         self.engine_profiles = [profiles[t] for t in gpu_types]
         self.faults = sorted(scenario.faults, key=lambda f: f.at_s)
         self.heap = EventHeap(len(self.engines))
-        self.rebalancer = (
-            Rebalancer(self.scheduler, scenario.rebalance.settings())
-            if scenario.rebalance.enabled
-            else None
-        )
+        self.rebalancer = rebalancer_for(scenario, self.scheduler)
 
     def run(self) -> None:
         start = self.arrivals[0] if self.n else 0.0
