@@ -124,3 +124,14 @@ def test_rebalancing_moves_streams_through_the_continuation(tmp_path) -> None:
     # continuation off: nothing can be moved (a move is a continuation)
     report, _ = slowed(tmp_path, "[rebalance]\nenabled = true\n[continuation]\nenabled = false\n")
     assert report.streams_moved == 0
+
+
+def test_max_attempts_bounds_the_continuations_of_one_stream(tmp_path) -> None:
+    """gpu 1 crashes too, soon after gpu 0: streams continued there from gpu 0 break again.
+    With one continuation each they are lost; with two they go on a second time."""
+    second = f'[[faults]]\nat_s = {CRASH_AT_S + 0.5}\nkind = "crash"\ngpu = 1\n'
+    once, _ = replay(tmp_path, second + "[continuation]\nmax_attempts = 1\n")
+    twice, _ = replay(tmp_path, second + "[continuation]\nmax_attempts = 2\n")
+    assert once.streams_lost > 0 and once.failed == once.streams_lost
+    assert twice.streams_lost == 0
+    assert twice.streams_continued == once.streams_continued + once.streams_lost
