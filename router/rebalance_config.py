@@ -12,8 +12,9 @@ from gpuroute.config import StrictModel
 class RebalanceConfig(StrictModel):
     enabled: bool = False
     max_moves_per_tick: int = Field(default=2, ge=1, le=64)
-    # a move's predicted saving over its pause (the re-prefill and the queue there)
-    min_gain: float = Field(default=2.0, ge=1.0)
+    # a move's predicted saving over its cost (its pause: the queue and the re-prefill
+    # there; and the stall that prefill adds to the streams running there)
+    min_gain: float = Field(default=4.0, ge=1.0)
     min_tokens_left: int = Field(default=32, ge=1)  # shorter rests are not worth a prefill
 
     def settings(self) -> RebalanceSettings:

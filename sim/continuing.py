@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from gpuroute.router.core.lifetime import RequestLifetime
-from gpuroute.router.core.rebalance import Move, Rebalancer, RunningStream
+from gpuroute.router.core.rebalance import Move, Rebalancer, RunningStream, expected_left
 from gpuroute.router.core.retry import FailureKind
 from gpuroute.router.core.scheduler import Outcome, Scheduler
 from gpuroute.sim.engine_model import EngineRequest
@@ -111,7 +111,7 @@ class StreamBreaks:
                 self.backends[attempt.engine],
                 first,
                 generated + (resumed.delivered if resumed else 0),
-                max(expected - generated, 0.0),
+                expected_left(expected, generated),
                 life.info.prompt_tokens + generated,
             )
 
