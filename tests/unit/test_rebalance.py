@@ -11,6 +11,7 @@ from gpuroute.router.core.rebalance import (
     Rebalancer,
     RebalanceSettings,
     RunningStream,
+    expected_left,
     whole_tpot,
 )
 from gpuroute.router.core.slo import SloClass
@@ -113,3 +114,28 @@ def test_without_a_latency_model_nothing_moves() -> None:
     assert (
         Rebalancer(scheduler, RebalanceSettings()).plan([stream(scheduler, 1, slo, 900)], NOW) == []
     )
+
+
+def test_the_stall_its_prefill_adds_on_a_busy_target_counts_against_a_move() -> None:
+    """Its re-prefill stalls every stream on the target: past some number of them the move
+    costs more than it saves, though it would still meet its own TPOT there."""
+    scheduler, slo = slowed_pair()
+    latency, target = scheduler.latency, scheduler.backends.get("b1")
+    assert latency is not None
+    here = latency.decode_tpot(scheduler.backends.get("b0"), NOW)
+    moving = stream(scheduler, 1, slo, 900, context=4000)
+    rebalancer = Rebalancer(scheduler, RebalanceSettings(min_gain=4.0))
+    there = latency.predict(target, 4000, 4000, 900, NOW)
+    most = int((900 * (here - there.tpot_s) / 4.0 - there.ttft_s) / there.interference_s)
+    assert most > 0
+    for in_flight, moves in ((most, 1), (most + 1, 0)):
+        target.in_flight = in_flight
+        there = latency.predict(target, 4000, 4000, 900, NOW)
+        assert whole_tpot(moving, NOW, there.ttft_s, there.tpot_s) <= slo.tpot_s
+        assert len(rebalancer.plan([moving], NOW)) == moves
+
+
+def test_a_streams_tokens_left_are_guessed_conservatively() -> None:
+    assert expected_left(500, 100) == 100  # no more than came so far
+    assert expected_left(500, 400) == 100  # the booking's guess less what came
+    assert expected_left(500, 600) == 0  # past its guess: nothing to count on
