@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from gpuroute.sim.report import FAILED, OK
+from gpuroute.sim.report import FAILED, OK, table_columns
 from gpuroute.sim.scenario import load_scenario
 from gpuroute.sim.simulator import FleetSimulator
 
@@ -135,3 +135,12 @@ def test_max_attempts_bounds_the_continuations_of_one_stream(tmp_path) -> None:
     assert once.streams_lost > 0 and once.failed == once.streams_lost
     assert twice.streams_lost == 0
     assert twice.streams_continued == once.streams_continued + once.streams_lost
+
+
+def test_the_table_shows_continuations_only_where_a_stream_broke() -> None:
+    quiet = {"streams_continued": 0, "streams_lost": 0}
+    keys = [key for key, _, _ in table_columns([quiet])]
+    assert "streams_continued" not in keys and "reprefill_share" not in keys
+    keys = [key for key, _, _ in table_columns([quiet, {**quiet, "streams_lost": 3}])]
+    after = keys.index("failed")
+    assert keys[after + 1 : after + 4] == ["streams_continued", "streams_lost", "reprefill_share"]
