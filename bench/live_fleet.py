@@ -35,9 +35,9 @@ from gpuroute.sim.fleet import (
     expand_kinds,
     fleet_capacity_rps,
 )
+from gpuroute.sim.prepare import prepare_workload
 from gpuroute.sim.run import resolve_scenario
 from gpuroute.sim.scenario import LoadedScenario, Scenario
-from gpuroute.sim.simulator import prepare_workload
 from gpuroute.sim.traces import TraceError
 from gpuroute.sim.workloads import Workload
 from gpuroute.testbed.loopback import ROUTER_ON_LOOPBACK

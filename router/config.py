@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 from urllib.parse import urlsplit
 
 from gpuroute.router.auth_config import AuthConfig
@@ -12,9 +12,11 @@ from gpuroute.router.core.policies import DEFAULT_POLICY, POLICIES
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASS, DEFAULT_SLO_CLASSES, SloClass
 from gpuroute.router.metric_labels import MetricsConfig
 from gpuroute.router.model_config import RouterModelConfig, check_models, shapes
+from gpuroute.router.rebalance_config import RouterRebalanceConfig
 from gpuroute.router.redis_config import RedisConfig
 from gpuroute.router.responses_config import ResponsesConfig
 from gpuroute.router.usage_config import UsageConfig
+from gpuroute.router.workers_config import WorkersConfig
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from gpuroute.access_log import AccessLogConfig
@@ -207,19 +209,6 @@ class SloConfig(StrictModel):
         return self
 
 
-class WorkersConfig(StrictModel):
-    # processes serving the public port together (SO_REUSEPORT); "auto": one per usable core
-    count: int | Literal["auto"] = Field(default=1)
-    share_interval_s: float = Field(default=0.02, gt=0)  # outstanding work between them
-
-    @field_validator("count")
-    @classmethod
-    def _positive(cls, count: int | str) -> int | str:
-        if isinstance(count, int) and not 1 <= count <= 256:
-            raise ValueError('expected 1 to 256, or "auto"')
-        return count
-
-
 class RouterConfig(AdminAccess, DeclaresGpuTypes):
     listen: ListenConfig = ListenConfig()
     # /metrics and /admin/* (which show the fleet's topology) live on this listener, by
@@ -268,6 +257,7 @@ class RouterConfig(AdminAccess, DeclaresGpuTypes):
     metrics: MetricsConfig = MetricsConfig()  # label cardinality (router/metric_labels.py)
     usage: UsageConfig = UsageConfig()  # per-tenant usage records (router/usage_records.py)
     continuation: ContinuationConfig = ContinuationConfig()  # broken streams go on elsewhere
+    rebalance: RouterRebalanceConfig = RouterRebalanceConfig()  # simulated only (off)
     backends: list[BackendConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")

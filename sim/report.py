@@ -26,6 +26,11 @@ class RunOutcomes:
     retries: int = 0
     slo_class: list[int] = field(default_factory=list)  # index into the scenario's classes
     model: list[int] = field(default_factory=list)  # index into the workload's models
+    continued: int = 0  # times a stream went on elsewhere after its attempt ended mid-answer
+    moved: int = 0  # of them, the rebalancer's moves
+    lost: int = 0  # streams that ended failed after their client had part of an answer
+    reprefill_tokens: int = 0  # prompt tokens sent to continue streams (prompt + so far)
+    reprefill_work: float = 0.0  # GPU capacity-seconds their uncached prefill cost
 
     @classmethod
     def pending(cls, n: int) -> RunOutcomes:
@@ -42,6 +47,15 @@ class PolicyReport:
     rejected: int
     failed: int
     retries: int
+    # streams whose engine broke mid-answer (or that were moved): continuations made, and
+    # streams that ended truncated; the prompt tokens continuations sent (the original
+    # prompt and the text so far) as a share of the workload's, and the GPU work their
+    # prefill cost as a share of all served work
+    streams_continued: int
+    streams_moved: int
+    streams_lost: int
+    reprefill_share: float
+    reprefill_work_share: float
     ttft_p50_s: float
     ttft_p99_s: float
     e2e_p50_s: float
@@ -85,6 +99,10 @@ def _r(value: float, digits: int = 4) -> float:
     return round(float(value), digits) if np.isfinite(value) else float("nan")
 
 
+def percentile(values: np.ndarray, q: float) -> float:
+    return _r(np.percentile(values, q)) if len(values) else float("nan")
+
+
 def summarise(
     policy: str,
     scenario: Scenario,
@@ -111,10 +129,7 @@ def summarise(
     good = met_slo(classes, class_of[ok], ttft, tpot, e2e)
     util = np.asarray(work) / duration
     busy = np.asarray([e.busy_s for e in engines]) / duration
-
-    def pct(values: np.ndarray, q: float) -> float:
-        return _r(np.percentile(values, q)) if len(values) else float("nan")
-
+    pct = percentile
     return PolicyReport(
         policy=policy,
         requests=len(status),
@@ -122,6 +137,7 @@ def summarise(
         rejected=int((status == REJECTED).sum()),
         failed=int((status == FAILED).sum()),
         retries=run.retries,
+        **continuations(run, workload, work),
         ttft_p50_s=pct(ttft, 50),
         ttft_p99_s=pct(ttft, 99),
         e2e_p50_s=pct(e2e, 50),
@@ -145,6 +161,17 @@ def summarise(
         by_model=by_model(scenario, run, engines, ok, good),
         adapter_loads=adapter_loads(engines),
     )
+
+
+def continuations(run: RunOutcomes, workload: Workload, work: list[float]) -> dict[str, float]:
+    """Streams continued (moved, of them) and lost; what their re-prefill cost."""
+    return {
+        "streams_continued": run.continued,
+        "streams_moved": run.moved,
+        "streams_lost": run.lost,
+        "reprefill_share": _r(run.reprefill_tokens / max(int(workload.prompts.sum()), 1), 5),
+        "reprefill_work_share": _r(run.reprefill_work / sum(work) if sum(work) > 0 else 0.0, 5),
+    }
 
 
 def prefix_hit_rate(engines: list[EngineModel]) -> float:
@@ -252,10 +279,21 @@ TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 # shown after "prefix hit" when the scenario has LoRA adapters
 ADAPTER_COLUMN = ("adapter_loads", "LoRA loads", "{:,}")
+# shown after "fail" when a stream broke mid-answer in some run
+STREAM_COLUMNS = (
+    ("streams_continued", "cont", "{:,}"),
+    ("streams_lost", "lost", "{:,}"),
+    ("reprefill_share", "re-prefill", "{:.2%}"),
+)
 
 
 def table_columns(rows: list[dict[str, object]]) -> tuple[tuple[str, str, str], ...]:
-    """The table's columns: the adapter loads only where adapters are in play."""
-    if not any("adapter_loads" in row for row in rows):
-        return TABLE_COLUMNS
-    return (*TABLE_COLUMNS[:-1], ADAPTER_COLUMN, TABLE_COLUMNS[-1])
+    """The table's columns: continuations where a stream broke, the adapter loads where
+    adapters are in play."""
+    columns = TABLE_COLUMNS
+    if any(row.get("streams_continued") or row.get("streams_lost") for row in rows):
+        after = [key for key, _, _ in columns].index("failed") + 1
+        columns = (*columns[:after], *STREAM_COLUMNS, *columns[after:])
+    if any("adapter_loads" in row for row in rows):
+        columns = (*columns[:-1], ADAPTER_COLUMN, columns[-1])
+    return columns

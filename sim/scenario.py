@@ -11,6 +11,7 @@ from gpuroute.router.core.policies import resolve_policy_name
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASS, SloClass
 from gpuroute.router.model_config import RouterModelConfig, check_models
 from gpuroute.router.model_config import shapes as model_shapes
+from gpuroute.router.rebalance_config import RebalanceConfig
 from gpuroute.sim.adapters import LoraSection
 from gpuroute.sim.global_scenario import GlobalSection
 from gpuroute.sim.traces import TRACE_FORMATS
@@ -18,6 +19,7 @@ from gpuroute.sim.workloads import PROFILES
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from gpuroute.config import ConfigError, StrictModel, known_name, read_toml, validate
+from gpuroute.continuation import ContinuationConfig
 from gpuroute.gpus import DeclaresGpuTypes, GpuTypeName
 from gpuroute.models import DEFAULT_MODEL, MODELS, ModelSpec
 from gpuroute.roofline import EngineKind
@@ -166,6 +168,11 @@ class Scenario(DeclaresGpuTypes):
     slo: SloSection = SloSection()
     router: RouterSection = RouterSection()
     faults: list[Fault] = Field(default_factory=list)
+    # the live router's [continuation]: a stream whose engine breaks mid-answer goes on
+    # elsewhere (enabled, max_attempts; max_recorded_bytes is not simulated)
+    continuation: ContinuationConfig = ContinuationConfig()
+    # the router's [rebalance]: streams predicted to miss their TPOT move (off by default)
+    rebalance: RebalanceConfig = RebalanceConfig()
     prefix_caching: bool = True
     chunked_prefill: bool = True
     lora: LoraSection | None = None  # LoRA adapters (sim/adapters.py)

@@ -3,8 +3,10 @@
 Arrivals go through `Scheduler.route` exactly as in the live router; engines are
 EngineModel instances; completions go back through `Scheduler.finish` at end-of-stream.
 A request that fails before its first token is retried on another backend as the live
-router's own core objects allow (`Attempts`, `RetryBudget`, with their backoff); one that
-fails mid-stream counts as failed."""
+router's own core objects allow (`Attempts`, `RetryBudget`, with their backoff); one whose
+engine breaks mid-stream goes on elsewhere as the live router continues it
+(`AttemptLoop.continued`: prompt + tokens so far, prefilled again there), or, where it
+cannot, counts as failed and lost."""
 
 from __future__ import annotations
 
@@ -17,13 +19,13 @@ from gpuroute.router.core.latency import LatencyModel
 from gpuroute.router.core.latency_prior import LatencyPrior
 from gpuroute.router.core.lifetime import Event, Lifetimes, RequestLifetime
 from gpuroute.router.core.placement import AttemptLoop, Step
-from gpuroute.router.core.policies import PolicyOptions, build_policy
 from gpuroute.router.core.retry import FailureKind, RetrySettings
 from gpuroute.router.core.scheduler import Outcome
 from gpuroute.router.core.slo import SloClasses, time_per_output_token
 from gpuroute.router.core.slo_admission import HoldQueue
 from gpuroute.router.core.watching import Watcher
 from gpuroute.sim.adapters import LoraEngine, assign_adapters, build_engines
+from gpuroute.sim.continuing import StreamBreaks, rebalancer_for
 from gpuroute.sim.engine_model import EngineRequest
 from gpuroute.sim.events import EventHeap, run_events
 from gpuroute.sim.fleet import (
@@ -33,10 +35,10 @@ from gpuroute.sim.fleet import (
     expand_gpus,
     expand_kinds,
     fleet_capacity_rps,
-    profile_gpu_types,
     request_work,
     sim_backends,
 )
+from gpuroute.sim.prepare import build_policy_for, prepare_workload
 from gpuroute.sim.report import (
     FAILED,
     OK,
@@ -46,48 +48,10 @@ from gpuroute.sim.report import (
     summarise,
 )
 from gpuroute.sim.scenario import LoadedScenario
-from gpuroute.sim.traces import read_trace
-from gpuroute.sim.watch import SimWatch, attempt_of, gpu_paces
-from gpuroute.sim.workloads import Workload, synthetic
+from gpuroute.sim.watch import SimWatch, attempt_of, gpu_paces, resumed_of
+from gpuroute.sim.workloads import Workload
 
 TICK, FAULT, RETRY = -1, -2, -3
-
-
-def prepare_workload(loaded: LoadedScenario) -> tuple[Workload, dict[str, GpuTypeProfile], float]:
-    """The scenario's request stream at its target rate, the GPU profiles and that rate."""
-    scenario = loaded.scenario
-    spec = scenario.workload
-    if spec.profile is not None:
-        assert spec.max_requests is not None  # the scenario validator guarantees it
-        workload = synthetic(spec.profile, spec.max_requests, 1.0, scenario.seed)
-    else:
-        path = loaded.trace_path()
-        assert path is not None and spec.format is not None
-        workload = read_trace(path, spec.format, scenario.seed)
-        if spec.max_requests is not None:
-            workload = workload.head(spec.max_requests)
-    profiles = profile_gpu_types(scenario, workload)
-    natural = (len(workload) - 1) / workload.span_s if workload.span_s > 0 else 1.0
-    if spec.target_utilization is not None:
-        rate = spec.target_utilization * fleet_capacity_rps(scenario, profiles)
-    elif spec.rate_scale is not None:
-        rate = natural * spec.rate_scale
-    else:
-        assert spec.rate_rps is not None
-        rate = spec.rate_rps
-    return workload.rescaled(rate / natural), profiles, rate
-
-
-def build_policy_for(name: str, loaded: LoadedScenario):
-    router = loaded.scenario.router
-    options = PolicyOptions(
-        router.full_scan_max,
-        router.choices,
-        gpu_prices=router.gpu_prices or None,
-        cost_weight=router.cost_weight,
-        slo_margin=router.slo_margin,
-    )
-    return build_policy(name, options)
 
 
 class FleetSimulator:
@@ -131,8 +95,9 @@ class FleetSimulator:
         return report, run
 
 
-class RegionalRun:
-    """One policy's run over the fleet: arrivals, engine events, ticks, faults, retries."""
+class RegionalRun(StreamBreaks):
+    """One policy's run over the fleet: arrivals, engine events, ticks, faults, retries
+    (streams that end mid-answer: sim/continuing.py)."""
 
     def __init__(
         self, sim: FleetSimulator, policy_name: str, progress: Callable[[int], None] | None
@@ -190,6 +155,7 @@ class RegionalRun:
         self.engine_profiles = [profiles[t] for t in gpu_types]
         self.faults = sorted(scenario.faults, key=lambda f: f.at_s)
         self.heap = EventHeap(len(self.engines))
+        self.rebalancer = rebalancer_for(scenario, self.scheduler)
 
     def run(self) -> None:
         start = self.arrivals[0] if self.n else 0.0
@@ -240,6 +206,7 @@ class RegionalRun:
             self.scheduler.tick(now)
             for life in self.watch.tick(now):
                 self.rescue(life, now)
+            self.rebalance(now)
             for refusal in self.loop.expire(now):
                 self.end(refusal.item, REJECTED)
             if arrivals_left or len(self.lifetimes):  # held and backing-off ones too
@@ -258,10 +225,10 @@ class RegionalRun:
             engine.residency_changed = False
 
     # -- a request's attempts --------------------------------------------------------------
-    def dispatch(self, life: RequestLifetime, now: float) -> None:
+    def dispatch(self, life: RequestLifetime, now: float, prefer: str | None = None) -> None:
         """Route it (the live router's loop): send it, hold it, or end it."""
         while True:
-            placement = self.loop.route(life, now, self.rng)
+            placement = self.loop.route(life, now, self.rng, prefer)
             for refusal in placement.refused:
                 self.end(refusal.item, REJECTED)
             if placement.step is Step.NONE:
@@ -287,18 +254,23 @@ class RegionalRun:
         """Hand a booked request to its engine; False when it must be routed again now."""
         rid = life.request_id
         e = self.index_of[decision.backend.backend_id]
-        prompt, output = self.prompts[rid], self.outputs[rid]
+        resumed = resumed_of(life)
+        # a continuation's prompt holds what its client had; its output is what is left
+        output = self.outputs[rid] - (resumed.delivered if resumed else 0)
+        prompt = life.info.prompt_tokens
         req = EngineRequest(
             rid, prompt, output, self.arrivals[rid], self.blocks[rid], self.adapters[rid]
         )
         if not self.engines[e].fits(req):
             self.scheduler.release(life)
-            self.end(life, REJECTED)
+            self.end(life, REJECTED if resumed is None else FAILED)
             return True
         life.attempts.start(self.budget)
         if self.engines[e].submit(req, now):
             self.watch.sent(life, e, req, now)
             self.reschedule(e)
+            if resumed is not None:
+                self.outcomes.reprefill_tokens += prompt  # as the live counter counts it
             return True
         # Engine down: connection refused before any byte; retry elsewhere if allowed.
         life.attempts.end(self.budget)
@@ -321,6 +293,8 @@ class RegionalRun:
     def end(self, life: RequestLifetime, status: int) -> None:
         """The request is over (served, failed or refused): it leaves the router's books."""
         self.outcomes.status[life.request_id] = status
+        if status == FAILED and resumed_of(life) is not None:
+            self.outcomes.lost += 1  # its client had part of an answer: a truncated one
         ending = {OK: Event.FINISH, FAILED: Event.FAIL}.get(status, Event.REFUSE)
         self.lifetimes.close(life, ending)
 
@@ -328,52 +302,30 @@ class RegionalRun:
         rid = req.rid
         life = self.lifetimes.get(rid)
         assert life is not None
-        tpot = time_per_output_token(req.first_token_at, now, req.output_tokens)
-        outcome = Outcome(
+        resumed = resumed_of(life)
+        # the client's view: its first token, the whole answer (a continuation's pause in it)
+        first = req.first_token_at if resumed is None else resumed.first_token_at
+        tpot = time_per_output_token(first, now, self.outputs[rid])
+        met = life.info.slo.met(first - req.arrival, tpot, now - req.arrival)
+        outcome = Outcome(  # a continuation's engine is judged on its own part (as live)
             True,
             req.output_tokens,
             req.prompt_tokens,
             latency_ratio=self.watch.succeeded(life, req, now),
-            tpot_s=tpot,
-            met_slo=life.info.slo.met(req.first_token_at - req.arrival, tpot, now - req.arrival),
+            tpot_s=tpot if resumed is None else None,
+            met_slo=met if resumed is None else None,
         )
         self.scheduler.finish(life, outcome, now)
         run = self.outcomes
-        run.ttft[rid] = req.first_token_at - req.arrival
+        run.ttft[rid] = first - req.arrival
         run.finish[rid] = now
         run.served_by[rid] = e
-        self.work[e] += request_work(
-            self.engine_profiles[e], req.prompt_tokens - req.cached_tokens, req.output_tokens
-        )
+        uncached = req.prompt_tokens - req.cached_tokens
+        self.work[e] += request_work(self.engine_profiles[e], uncached, req.output_tokens)
+        if resumed is not None:
+            run.reprefill_work += request_work(self.engine_profiles[e], uncached, 0)
         life.attempts.end(self.budget)
         self.end(life, OK)
-
-    def apply_fault(self, fault, now: float) -> None:
-        engine = self.engines[fault.gpu]
-        if fault.kind == "slow":
-            engine.set_slowdown(fault.factor, now)
-        elif fault.kind == "recover":
-            engine.set_slowdown(1.0, now)
-            engine.recover(now)
-        else:
-            for req in engine.crash(now):
-                self.crashed(req, now)
-            self.offer_room(now)
-        self.reschedule(fault.gpu)
-
-    def crashed(self, req: EngineRequest, now: float) -> None:
-        life = self.lifetimes.get(req.rid)
-        if life is None:
-            return
-        life.attempts.end(self.budget)
-        self.watch.ended(life)
-        self.scheduler.finish(life, Outcome(False, fatal=True), now)
-        if req.first_token_at >= 0:
-            self.end(life, FAILED)  # the stream broke under its client
-            return
-        # Nothing reached the client yet: the router retries elsewhere.
-        if self.may_retry(life, FailureKind.CONNECTION, now):
-            self.dispatch(life, now)
 
     def rescue(self, life: RequestLifetime, now: float) -> None:
         """Move an attempt still waiting for its first token off a backend that turned bad

@@ -195,6 +195,19 @@ class LatencyModel:
         overhead = self.overhead_s.get(gpu_type, 0.0)
         return Prediction(overhead + wait + prefill, tpot, prefill, excess)
 
+    def decode_tpot(self, backend: Backend, now: float) -> float:
+        """The TPOT its running streams decode at now: a step of its batch (no more than
+        the engine runs at once) over the context booked there, stretched by prefill
+        interference, its GPU type's learned ratio and its own slowness."""
+        prior = self.priors.get(backend.gpu_type, self.slowest)
+        state = self._load.get(backend.backend_id)
+        ctx = state.ctx_tokens if state is not None else 0.0
+        interference = self._share(state, now) if state is not None else 0.0
+        batch = max(min(backend.in_flight, prior.max_num_seqs), 1)
+        step = prior.decode_step_s(batch, ctx)
+        ratio = self.tpot_ratio.get(backend.gpu_type, 1.0)
+        return step / (1.0 - interference) * ratio * backend.slowness
+
     def book(
         self,
         backend: Backend,

@@ -46,6 +46,7 @@ def test_example_config_matches_the_defaults_and_builds_a_router() -> None:
         ("[slo]\ngpu_prices = { B300 = 3.0 }\n" + BACKEND, "slo.gpu_prices", "unknown GPU type"),
         ('[slo]\ndefault_class = "gold"\n' + BACKEND, "slo", "default_class 'gold'"),
         ("[slo]\nprior_scale = 0\n" + BACKEND, "slo.prior_scale", "must be > 0"),
+        ("[rebalance]\nenabled = true\n" + BACKEND, "rebalance", "does not move streams yet"),
         ("", "(top level)", "list [[backends]] or set membership.consul"),
         (
             '[membership]\nconsul = "http://127.0.0.1:8500"\nwait_s = 0\n',
