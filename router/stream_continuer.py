@@ -19,6 +19,7 @@ from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.lifetime import Event
 from gpuroute.router.core.retry import FailureKind
 from gpuroute.router.exchange import Exchange
+from gpuroute.router.tracing_spans import continuation
 from prometheus_client import Counter
 
 from gpuroute.continuation import (
@@ -123,6 +124,7 @@ class BackendStream(BrokenStream):
         forwarder.settle(life, backend, ok=False, fatal=fatal)
         log.warning("stream from %s broke after first byte: %r", backend.backend_id, error)
 
+    @continuation
     async def attempt(self, tally: ResponseTally, broken: Broken, tries: int) -> Relayed | None:
         """One continuation placed, sent and relayed (None: no backend would take it)."""
         forwarder, exchange = self.forwarder, self.exchange

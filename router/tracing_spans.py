@@ -1,8 +1,10 @@
 """The router's spans, under the request span gpuroute/tracing.py opens: admission (let in,
 or refused and why), each pick (the chosen backend and the decision's terms, from the
-decision log's event), and each attempt (backend, status, failure kind; its first token an
-event, the end of its stream with the tokens relayed). Each attempt's engine gets its own
-`x-request-id` and, where spans record, a traceparent whose parent is the attempt's span.
+decision log's event), each attempt (backend, status, failure kind; its first token an
+event, the end of its stream with the tokens relayed), and each continuation of a stream
+whose engine broke (the tokens it had, where it went on, how that ended). Each attempt's
+engine gets its own `x-request-id` and, where spans record, a traceparent whose parent is
+the attempt's span (a continuation's engine: the continuation's).
 
 Tracing off (no tracer in the request's context), each wrapper costs a ContextVar read."""
 
@@ -132,6 +134,38 @@ def attempt(fn: F) -> F:
                 raise
             ended(span, exchange, response.status)
             return response
+
+    return wrapper  # type: ignore[return-value]
+
+
+def continuation(fn: F) -> F:
+    """BackendStream.attempt in its span (CLIENT): one continuation of a broken stream, the
+    parent of its engine's trace."""
+
+    @functools.wraps(fn)
+    async def wrapper(self: Any, tally: Any, broken: Any, tries: int) -> Any:
+        tracer = TRACER.get()
+        if tracer is None:
+            return await fn(self, tally, broken, tries)
+        attributes = {"gpuroute.continuation": tries, "gpuroute.tokens_before": broken.tokens,
+                      "gpuroute.token_exact": broken.token_ids is not None}  # fmt: skip
+        with tracer.start_as_current_span(
+            "gpuroute.continuation", kind=trace.SpanKind.CLIENT, attributes=attributes,
+            record_exception=False,
+        ) as span:  # fmt: skip
+            self.exchange.headers.pop("tracestate", None)
+            W3C.inject(self.exchange.headers)
+            try:
+                relayed = await fn(self, tally, broken, tries)
+            except Exception as exc:  # refused by its engine: the loop ends the stream
+                span.set_status(trace.StatusCode.ERROR, repr(exc))
+                raise
+            if relayed is None:
+                span.set_attribute("gpuroute.outcome", "no_backend")
+                return None
+            span.set_attributes({"gpuroute.backend": self.backend.backend_id,
+                                 "gpuroute.outcome": relayed.end.value})  # fmt: skip
+            return relayed
 
     return wrapper  # type: ignore[return-value]
 

@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from openai import AsyncOpenAI
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from support.broken_streams import (
     AFTER,
     BEFORE,
@@ -25,6 +26,7 @@ from support.broken_streams import (
 from support.live import (
     MODEL,
     STREAM_BROKE,
+    router_server,
     router_toml,
     running_router,
     scripted_backend,
@@ -32,6 +34,7 @@ from support.live import (
 )
 
 from gpuroute.prompt import prompt_tokens
+from gpuroute.tracing import TRACING
 
 pytestmark = pytest.mark.asyncio
 
@@ -245,3 +248,33 @@ async def test_a_stop_string_across_the_seam_ends_the_answer_where_one_engine_wo
     assert text == "".join(BEFORE)  # its "3" was relayed before the break; " b" never is
     assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "stop"
     assert raw.endswith(b"data: [DONE]\n\n") and b" b1" not in raw and b" b2" not in raw
+
+
+async def test_each_continuation_is_a_span_and_its_engines_parent(tmp_path) -> None:
+    engine = DyingThenHealthy()
+    memory = InMemorySpanExporter()
+    usage = {"include_usage": True}
+    body = {"model": MODEL, "stream": True, "max_tokens": 5, "stream_options": usage,
+            "messages": [{"role": "user", "content": "count for me"}]}  # fmt: skip
+    async with scripted_backend(engine) as one, scripted_backend(engine) as two:
+        config = router_toml([(one, "H100"), (two, "H100")],
+                             tracing='otlp_endpoint = "http://127.0.0.1:9/v1/traces"')  # fmt: skip
+        async with router_server(config, tmp_path) as server:
+            tracing = server.runner.app[TRACING]
+            tracing.stop()
+            tracing.start(exporter=memory)
+            async with aiohttp.ClientSession() as s:
+                url = f"http://127.0.0.1:{server.port}/v1/chat/completions"
+                async with s.post(url, json=body) as r:
+                    raw = await r.read()
+            tracing.provider.force_flush()
+    assert_one_answer(raw, engine, max_tokens=5)
+    spans = {s.name: s for s in memory.get_finished_spans()}
+    went_on, first = spans["gpuroute.continuation"], spans["gpuroute.attempt"]
+    assert went_on.parent.span_id == first.context.span_id  # under the attempt that broke
+    attributes = dict(went_on.attributes)
+    assert attributes["gpuroute.tokens_before"] == len(BEFORE)
+    assert attributes["gpuroute.outcome"] == "complete" and attributes["gpuroute.continuation"] == 1
+    assert attributes["gpuroute.backend"] != first.attributes["gpuroute.backend"]
+    parent = engine.headers[1]["traceparent"].split("-")[2]  # the continuation's engine
+    assert parent == format(went_on.context.span_id, "016x")
