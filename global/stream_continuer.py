@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 from aiohttp import web
+from gpuroute.global_.tracing_spans import continuation_event
 
 from gpuroute.continuation import Broken, Splice, continuation_body, sent_as
 from gpuroute.continuation_relay import BrokenStream, Refused
@@ -76,9 +77,11 @@ class RegionStream(BrokenStream):
                 raise Refused(f"{region}: status {upstream.status}")
             self.region = region
             attempts.metrics.requests.labels(region, "continuation").inc()
+            continuation_event(tries, broken.tokens, region)
             try:
                 splice = Splice(broken, as_chat=target is not None, body=fwd.parsed)
                 return await self.relay(upstream, tally, splice)
             finally:
                 upstream.release()
+        continuation_event(tries, broken.tokens, None)
         return None

@@ -16,6 +16,7 @@ import time
 import aiohttp
 import pytest
 from aiohttp import web
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from support.broken_streams import (
     AFTER,
     BEFORE,
@@ -154,3 +155,18 @@ async def test_a_continuation_the_next_region_refuses_ends_with_the_error(tmp_pa
     relayed = raw[: raw.rindex(b'data: {"error"')]
     assert stream_error(raw, relayed)["code"] == "upstream_stream_error"  # never spliced
     assert b"too long" not in raw and len(refusing.bodies) == 1
+
+
+async def test_a_continuation_is_an_event_of_the_global_tiers_span(tmp_path) -> None:
+    engine, spans = DyingThenHealthy(), InMemorySpanExporter()
+    tracing = '[tracing]\notlp_endpoint = "http://127.0.0.1:9/v1/traces"\n'
+    async with scripted_backend(engine) as eu, scripted_backend(engine) as us:
+        routers = {"eu-west": eu, "us-east": us}
+        async with global_over(tmp_path, routers, tracing + RESIDENCY, spans) as (url, _app):
+            raw = await stream(url, CHAT, **FIRST)
+    assert_one_answer(raw, engine, CHAT["max_tokens"])
+    (span,) = spans.get_finished_spans()
+    (went_on,) = [e for e in span.events if e.name == "continuation"]
+    assert dict(went_on.attributes) == {"gpuroute.continuation": 1,
+                                        "gpuroute.tokens_before": len(BEFORE),
+                                        "gpuroute.region": "us-east"}  # fmt: skip

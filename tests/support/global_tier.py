@@ -14,6 +14,7 @@ from gpuroute.global_.server import GlobalApp, GlobalServer
 from gpuroute.testbed.loopback import GLOBAL_ON_LOOPBACK, ROUTER_ON_LOOPBACK
 
 from gpuroute.proto import load_pb2
+from gpuroute.tracing import TRACING
 from support.live import MODEL, free_port, free_ports, gpuroute_cmd, http_ok, wait_for
 from support.paths import REPO
 
@@ -81,10 +82,11 @@ async def global_tier(tmp_path, region_url: str, extra: str = ""):
 
 
 @contextlib.asynccontextmanager
-async def global_over(tmp_path, routers: dict[str, str], extra: str = ""):
+async def global_over(tmp_path, routers: dict[str, str], extra: str = "", spans=None):
     """The global tier in front of regions (of regions.example.toml) whose routers are at
     the URLs given; each region is made up by feeding it a report directly (no gRPC
-    stream), and stays up for the test. `extra`: more TOML, top-level keys first."""
+    stream), and stays up for the test. `extra`: more TOML, top-level keys first; `spans`:
+    an in-memory exporter its spans go to (with `[tracing]` in `extra`), flushed at the end."""
     (tmp_path / "regions.toml").write_text((REPO / "regions.example.toml").read_text())
     endpoints = "".join(
         f'[[endpoints]]\nregion = "{region}"\nurl = "{url}"\nreport = "127.0.0.1:{free_port()}"\n'
@@ -105,7 +107,13 @@ async def global_over(tmp_path, routers: dict[str, str], extra: str = ""):
         app.feeds.on_report(region, report)
     app.feeds.tick()
     assert sorted(v.name for v in app.feeds.views if v.up) == sorted(routers)
+    if spans is not None:
+        tracing = server.runner.app[TRACING]
+        tracing.stop()
+        tracing.start(exporter=spans)
     try:
         yield f"http://127.0.0.1:{server.port}", app
     finally:
+        if spans is not None:
+            tracing.provider.force_flush()
         await server.drain(timeout=2.0)
