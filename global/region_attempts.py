@@ -61,7 +61,9 @@ class Forwarding:
     decision: GlobalDecision
     headers: dict[str, str] = field(default_factory=dict)  # what every attempt sends
     tried: list[str] = field(default_factory=list)
+    continuable: bool = False  # a stream that may go on in another region if its region breaks
     strip_token_ids: bool = False  # asked for to continue it exactly, not by the client
+    strip_usage: bool = False  # a continuation asks for usage; this client did not
 
     @property
     def route(self) -> str:
@@ -93,7 +95,7 @@ class RegionAttempts:
         request, order = fwd.request, fwd.decision.order
         fwd.headers = router_headers(request.headers.items(), fwd.read, request.remote)
         fwd.headers |= onward(request)
-        self._ask_token_ids(fwd)
+        self._prepare_continuation(fwd)
         last_error = "no attempt"
         for attempt, region in enumerate(order):
             if attempt:
@@ -144,13 +146,19 @@ class RegionAttempts:
             return f"{region}: HTTP {upstream.status}"
         return upstream
 
-    def _ask_token_ids(self, fwd: Forwarding) -> None:
+    def _prepare_continuation(self, fwd: Forwarding) -> None:
         """A stream that may be continued asks its region for its token ids (the router
-        passes vLLM's through), so a continuation elsewhere is token-exact."""
+        passes vLLM's through), so a continuation elsewhere is token-exact; a continuation
+        asks for usage, which a client that did not ask must not receive."""
         config, parsed = self.continuation, fwd.parsed
-        if not (config.enabled and config.token_ids and parsed and parsed.get("stream") is True):
+        if not (config.enabled and parsed and parsed.get("stream") is True):
             return
-        if static_reason(fwd.route, parsed) is None and ask_token_ids(parsed):
+        fwd.continuable = static_reason(fwd.route, parsed) is None
+        if not fwd.continuable:
+            return
+        options = parsed.get("stream_options")
+        fwd.strip_usage = not (isinstance(options, dict) and options.get("include_usage") is True)
+        if config.token_ids and ask_token_ids(parsed):
             fwd.body, fwd.strip_token_ids = orjson.dumps(parsed), True
 
     def regions_left(self, fwd: Forwarding) -> tuple[str, ...]:
@@ -193,9 +201,9 @@ class RegionAttempts:
         response = RelayedResponse(status=upstream.status)
         response.headers.update(forward_headers(upstream.headers.items(), RESPONSE_DROP))
         response.headers[REGION_HEADER] = region
-        tally = (
-            StrippingTally(usage=False, token_ids=True) if fwd.strip_token_ids else ResponseTally()
-        )
+        tally = ResponseTally()
+        if fwd.continuable:  # held in whole events: a region's error event breaks it
+            tally = StrippingTally(usage=fwd.strip_usage, token_ids=fwd.strip_token_ids)
         record(self.continuation, fwd.route, fwd.parsed, tally)
         try:
             relayed = await relay_body(

@@ -14,8 +14,9 @@ import orjson
 from aiohttp import web
 from gpuroute.global_.tracing_spans import continuation_event
 
-from gpuroute.continuation import Broken, Splice, continuation_body, sent_as
+from gpuroute.continuation import Broken, continuation_body, sent_as
 from gpuroute.continuation_relay import BrokenStream, Refused
+from gpuroute.continuation_splice import Splice
 from gpuroute.relay import Relayed, ResponseTally, is_event_stream
 
 if TYPE_CHECKING:

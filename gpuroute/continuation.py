@@ -22,7 +22,6 @@ import orjson
 from pydantic import Field
 
 from gpuroute.config import StrictModel
-from gpuroute.continuation_seam import SeamWatch, stop_strings
 from gpuroute.openai_api import SSE_DONE, sse_event
 from gpuroute.prompt import estimate_tokens
 
@@ -32,6 +31,7 @@ ROUTES = frozenset({CHAT, COMPLETIONS})
 GUIDED = ("response_format", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
           "structured_outputs", "guided_decoding_backend")  # fmt: skip
 DATA, DONE = b"data: ", SSE_DONE.strip()
+LOGPROBS = ("logprobs", "top_logprobs")
 # what a chat request says that a completion from the chat's token ids does not take
 CHAT_ONLY = frozenset({
     "messages", "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call",
@@ -67,11 +67,17 @@ def static_reason(route: str, body: dict | None) -> str | None:
         return "guided_decoding"
     if body.get("seed") is not None:
         return "seed"
-    if route == COMPLETIONS and not isinstance(body.get("prompt"), str):
-        return "prompt_not_text"  # token ids or a batch: the text cannot be appended
+    if route == COMPLETIONS and not (isinstance(body.get("prompt"), str) or id_prompt(body)):
+        return "prompt_not_text"  # a batch: no one text to go on from
     if route == CHAT and not isinstance(body.get("messages"), list):
         return "route"
     return None
+
+
+def id_prompt(body: dict) -> bool:
+    """A completions prompt of token ids: it goes on only from the answer's ids."""
+    prompt = body.get("prompt")
+    return isinstance(prompt, list) and bool(prompt) and all(type(t) is int for t in prompt)
 
 
 @dataclass(slots=True)
@@ -80,6 +86,8 @@ class Broken:
 
     text: str = ""
     tokens: int = 0  # sent so far: events with text, or the text's estimate if more
+    events: int = 0  # events with text: no more tokens than were sent
+    usage: bool = False  # its usage chunk came
     head: dict = field(default_factory=dict)  # id, created, model, as the client saw them
     finished: bool = False  # its finish came: only the end of the stream was lost
     tool_calls: bool = False
@@ -110,6 +118,7 @@ def read_broken(stream: bytes, route: str, ids: bool = True) -> Broken:
         if not broken.head:
             broken.head = {k: chunk[k] for k in ("id", "created", "model") if k in chunk}
         _prompt_ids(chunk, broken)
+        broken.usage |= isinstance(chunk.get("usage"), dict)
         for choice in chunk.get("choices") or ():
             piece = _piece(choice, route, broken)
             if piece:
@@ -117,6 +126,7 @@ def read_broken(stream: bytes, route: str, ids: bool = True) -> Broken:
                 events += 1
             _answer_ids(choice, bool(piece), broken)
             broken.finished |= choice.get("finish_reason") is not None
+    broken.events = events
     if ids and broken.token_ids is not None and (broken.token_ids or not broken.text):
         broken.tokens = len(broken.token_ids)  # as the engine counted them
     else:  # a token an event as engines stream by default; more where one packs several
@@ -184,10 +194,10 @@ def continuation_body(body: dict, route: str, broken: Broken) -> dict:
     says (usage asked for: the splice makes it cover the whole answer)."""
     exact = broken.prompt_ids is not None and broken.token_ids is not None
     if sent_as(route, body, broken) != route:
-        out = {k: v for k, v in body.items() if k not in CHAT_ONLY}
-        cap = body.get("max_completion_tokens", body.get("max_tokens"))
+        # (a chat's logprobs false or top_logprobs 0 would ask a completion for logprobs)
+        out = {k: v for k, v in body.items() if k not in CHAT_ONLY and k not in LOGPROBS}
         out.pop("max_tokens", None)
-        if isinstance(cap, int):
+        if (cap := output_cap(body)) is not None:
             out["max_tokens"] = cap
         out["prompt"] = broken.prompt_ids + broken.token_ids  # type: ignore[operator]
     elif route == CHAT:
@@ -235,139 +245,29 @@ def ask_token_ids(body: dict | None) -> bool:
 
 def budget_spent(body: dict, broken: Broken) -> bool:
     """Its cap reached before the break: the answer is whole but for its finish."""
-    caps = [body.get(cap) for cap in ("max_completion_tokens", "max_tokens")]
-    cap = next((c for c in caps if isinstance(c, int)), None)
-    return cap is not None and broken.tokens >= cap
+    cap = output_cap(body)
+    sure = broken.tokens if broken.token_ids is not None else broken.events  # (no more)
+    return cap is not None and sure >= cap
+
+
+def output_cap(body: dict) -> int | None:
+    """The request's cap on output tokens (`max_completion_tokens` first, as engines read it)."""
+    caps = (body.get("max_completion_tokens"), body.get("max_tokens"))
+    return next((c for c in caps if isinstance(c, int)), None)
 
 
 def finish_events(broken: Broken, route: str, reason: str | None) -> bytes:
     """The end of a stream whose engine broke after its last token: a final chunk with
     `reason` as its finish (None: its finish came already), then [DONE]."""
-    if reason is None:
-        return SSE_DONE
-    choice = {"index": 0, "finish_reason": reason}
-    choice.update({"text": ""} if route == COMPLETIONS else {"delta": {}})
     kind = "text_completion" if route == COMPLETIONS else "chat.completion.chunk"
-    return sse_event({**broken.head, "object": kind, "choices": [choice]}) + SSE_DONE
-
-
-class Splice:
-    """Rewrites the continuing engine's stream as the rest of the first one: its events
-    carry the first stream's id, created and model; its role chunk is dropped; its usage
-    counts the tokens sent before the break as completion, not prompt. A chat continued
-    as a completion (`as_chat`) has its chunks read back as chat chunks."""
-
-    __slots__ = ("as_chat", "before", "ended", "head", "partial", "prompt", "role_seen", "seam",
-                 "sent")  # fmt: skip
-
-    def __init__(self, broken: Broken, as_chat: bool = False, body: dict | None = None) -> None:
-        self.head, self.before, self.as_chat = broken.head, broken.tokens, as_chat
-        # the client's prompt, as the engine counted it (None: known only less `before`)
-        self.prompt = None if broken.prompt_ids is None else len(broken.prompt_ids)
-        self.partial = b""
-        self.role_seen = False
-        # a stop string across the seam ends the answer here (the engine cannot see it)
-        self.seam = SeamWatch(body, broken.text) if body and stop_strings(body) else None
-        self.sent = 0  # the continuation's tokens relayed
-        self.ended = False  # by the seam: what follows is dropped, the upstream closed
-
-    def feed(self, data: bytes) -> bytes:
-        """The whole events of `data` (after what was held back) rewritten; a torn last
-        event is held until its end comes."""
-        if self.ended:
-            return b""
-        data = self.partial + data
-        cut = data.rfind(b"\n\n")
-        if cut < 0:
-            self.partial = data
-            return b""
-        self.partial = data[cut + 2 :]
-        out = b""
-        for event in data[: cut + 2].split(b"\n\n"):
-            if not self.ended:
-                out += self._event(event)
-        return out
-
-    def flush(self) -> bytes:
-        """What was held back when the stream ended (an unterminated last event)."""
-        held, self.partial = self.partial, b""
-        return self._event(held) if held.strip() and not self.ended else b""
-
-    def _event(self, event: bytes) -> bytes:
-        text = event.strip()
-        if not text:
-            return b""
-        if not text.startswith(DATA) or text.startswith(DONE):
-            return text + b"\n\n"
-        try:
-            chunk = orjson.loads(text[len(DATA) :])
-        except orjson.JSONDecodeError:
-            return text + b"\n\n"
-        if not isinstance(chunk, dict):
-            return text + b"\n\n"
-        chunk.update(self.head)
-        chunk.pop("prompt_token_ids", None)  # the continuation's: prompt and text so far
-        for choice in chunk.get("choices") or ():
-            if isinstance(choice, dict):
-                choice.pop("prompt_token_ids", None)
-                if self.as_chat and "text" in choice:
-                    text = choice.pop("text")
-                    choice["delta"] = {"content": text} if text else {}
-        if self.as_chat:
-            chunk["object"] = "chat.completion.chunk"
-        if not self._without_role(chunk):
-            return b""
-        if isinstance(usage := chunk.get("usage"), dict):
-            self._whole_usage(usage)
-        ending = self._through_seam(chunk)
-        return DATA + orjson.dumps(chunk) + b"\n\n" + ending
-
-    def _through_seam(self, chunk: dict) -> bytes:
-        """Counts the chunk's tokens; where a stop string completes across the seam, its
-        text up to there, finished `stop`, then usage (the prompt known) and [DONE]."""
-        choice = next((c for c in chunk.get("choices") or () if isinstance(c, dict)), None)
-        if choice is None:
-            return b""
-        holder = choice.get("delta") if isinstance(choice.get("delta"), dict) else choice
-        piece = holder.get("content" if holder is not choice else "text")
-        ids = choice.get("token_ids")
-        self.sent += len(ids) if isinstance(ids, list) else int(bool(piece))
-        if self.seam is None or not isinstance(piece, str) or not self.seam.open:
-            return b""
-        kept, stop = self.seam.feed(piece)
-        if stop is None:
-            return b""
-        holder["content" if holder is not choice else "text"] = kept
-        choice.pop("token_ids", None)  # (they may run past the stop)
-        choice["finish_reason"], choice["stop_reason"] = "stop", stop
-        self.ended = True
-        if self.prompt is None:
-            return SSE_DONE  # no usage the router could vouch for
-        completion = self.before + self.sent
-        usage = {"prompt_tokens": self.prompt, "completion_tokens": completion,
-                 "total_tokens": self.prompt + completion}  # fmt: skip
-        return sse_event({**self.head, "object": chunk.get("object"), "choices": [],
-                          "usage": usage}) + SSE_DONE  # fmt: skip
-
-    def _without_role(self, chunk: dict) -> bool:
-        """The continuing engine's first delta less its role; False: nothing else in it."""
-        if self.role_seen:
-            return True
-        for choice in chunk.get("choices") or ():
-            delta = choice.get("delta")
-            if isinstance(delta, dict) and "role" in delta:
-                self.role_seen = True
-                del delta["role"]
-                empty = not delta.get("content") and len(delta) <= 1
-                if empty and choice.get("finish_reason") is None and not chunk.get("usage"):
-                    return False
-        return True
-
-    def _whole_usage(self, usage: dict) -> None:
-        prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-        if isinstance(prompt, int) and isinstance(completion, int):
-            usage["prompt_tokens"] = (
-                self.prompt if self.prompt is not None else max(prompt - self.before, 0)
-            )
-            usage["completion_tokens"] = completion + self.before
-            usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+    last = b""
+    if reason is not None:
+        choice = {"index": 0, "finish_reason": reason}
+        choice.update({"text": ""} if route == COMPLETIONS else {"delta": {}})
+        last = sse_event({**broken.head, "object": kind, "choices": [choice]})
+    if not broken.usage and broken.prompt_ids is not None and broken.token_ids is not None:
+        prompt, completion = len(broken.prompt_ids), len(broken.token_ids)  # as counted
+        usage = {"prompt_tokens": prompt, "completion_tokens": completion,
+                 "total_tokens": prompt + completion}  # fmt: skip
+        last += sse_event({**broken.head, "object": kind, "choices": [], "usage": usage})
+    return last + SSE_DONE

@@ -16,10 +16,10 @@ from aiohttp import web
 from gpuroute.continuation import (
     Broken,
     ContinuationConfig,
-    Splice,
     finish_events,
     static_reason,
 )
+from gpuroute.continuation_splice import Splice
 from gpuroute.continuation_verdict import END, FINISH, Verdict, judge
 from gpuroute.relay import (
     ClientWriter,
@@ -123,6 +123,7 @@ class BrokenStream(ABC):
                 self.broke(relayed.error)
                 return relayed
             verdict = judge(self.config, self.route, self.body, relayed.tally.kept, tries)
+            relayed.tally.engine_error = None  # (an engine's error event: held back, judged)
             if verdict.action == FINISH:
                 return await self._finish(relayed.tally, verdict)
             self.broke(relayed.error)

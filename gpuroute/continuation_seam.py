@@ -28,9 +28,11 @@ def holds_back(body: dict) -> bool:
 
 
 class SeamWatch:
-    """Reads the continuation's first characters against the text before the break."""
+    """Reads the continuation's first characters against the text before the break, holding
+    back what a stop string begun before it could still take (as vLLM holds back the text a
+    stop string could begin), at most the longest stop string's length less one."""
 
-    __slots__ = ("include", "new", "stops", "tail", "width")
+    __slots__ = ("done", "held", "include", "new", "stops", "tail", "width")
 
     def __init__(self, body: dict, text_before: str) -> None:
         self.stops = stop_strings(body)
@@ -38,27 +40,57 @@ class SeamWatch:
         self.width = max((len(s) for s in self.stops), default=1) - 1
         self.tail = text_before[-self.width :] if self.width else ""
         self.new = ""  # the continuation's text while a stop string could still span
+        self.held = ""  # the end of `new`, not yet relayed
+        self.done = not self.tail  # nothing can span the break any more
 
     @property
     def open(self) -> bool:
-        return bool(self.tail) and len(self.new) < self.width
+        return not self.done
 
     def feed(self, piece: str) -> tuple[str, str | None]:
-        """What of `piece` (the continuation's next text) the client gets, and the stop
-        string that completed across the seam (None: none did; the engine watches the rest)."""
-        if not self.open or not piece:
+        """What the client gets now of the continuation's text (`piece`, after what was
+        held), and the stop string that completed across the break (None: none did; once
+        none can, the engine watches the rest)."""
+        if self.done or not piece:
             return piece, None
-        start = len(self.tail) + len(self.new)  # where `piece` begins in the window
-        window = self.tail + self.new + piece
+        relayed_to = len(self.tail) + len(self.new) - len(self.held)  # in the window
         self.new += piece
+        window = self.tail + self.new
+        stop = self._spanning(window)
+        if stop is not None:
+            at, matched = stop
+            end = at + len(matched) if self.include else at
+            self.done, self.held = True, ""
+            return window[relayed_to:end] if end > relayed_to else "", matched
+        self.held = window[relayed_to:]
+        if len(self.new) < self.width and self._may_span(window):
+            return "", None
+        return self.release(), None
+
+    def release(self) -> str:
+        """What is held, now no stop string can take it (its stream ended, or went past)."""
+        out, self.held, self.done = self.held, "", True
+        return out
+
+    def _spanning(self, window: str) -> tuple[int, str] | None:
+        """The earliest completed stop string that began before the break."""
         best: tuple[int, str] | None = None
         for stop in self.stops:
             at = window.find(stop, max(len(self.tail) - len(stop) + 1, 0))
-            spans = 0 <= at < len(self.tail)  # begun before the break, ended after it
-            if spans and (best is None or at + len(stop) < best[0] + len(best[1])):
+            if 0 <= at < len(self.tail) and (best is None or at + len(stop) < sum_end(best)):
                 best = (at, stop)
-        if best is None:
-            return piece, None
-        at, stop = best
-        end = at + len(stop) if self.include else at
-        return window[start:end] if end > start else "", stop
+        return best
+
+    def _may_span(self, window: str) -> bool:
+        """Whether a stop string begun before the break could still complete."""
+        for stop in self.stops:
+            for at in range(max(len(self.tail) - len(stop) + 1, 0), len(self.tail)):
+                rest = window[at:]
+                if len(rest) < len(stop) and stop.startswith(rest):
+                    return True
+        return False
+
+
+def sum_end(found: tuple[int, str]) -> int:
+    """Where a found stop string ends."""
+    return found[0] + len(found[1])

@@ -10,6 +10,7 @@ from gpuroute.continuation import (
     Broken,
     ContinuationConfig,
     budget_spent,
+    id_prompt,
     read_broken,
     static_reason,
 )
@@ -61,6 +62,8 @@ def _why_not(
         return reason
     if broken is None:  # not kept, or half an event reached the client: nothing can follow
         return "too_long" if kept is None else "torn_event"
+    if broken.token_ids is None and id_prompt(body or {}):
+        return "prompt_not_text"  # a token-id prompt goes on only from the answer's ids
     if tries >= config.max_attempts:
         return "attempts"
     if broken.unread:

@@ -83,8 +83,8 @@ class ResponseTally:
     its text is empty): how the router times a stream's first token."""
 
     __slots__ = (
-        "_looks", "bytes", "content", "events", "hold", "keep_up_to", "kept", "on_text",
-        "skeleton", "tail",
+        "_looks", "bytes", "content", "engine_error", "events", "hold", "keep_up_to", "kept",
+        "on_text", "skeleton", "tail",
     )  # fmt: skip
     strip: ClassVar[bool] = False  # True: what the client gets is `outgoing(chunk)`
 
@@ -103,6 +103,9 @@ class ResponseTally:
         # while it is no longer than `keep_up_to` bytes
         self.kept: bytearray | None = None
         self.keep_up_to = 0
+        # the error event an engine ended a kept stream with: held back, the stream broken
+        # (an outgoing that holds whole events catches it: gpuroute/relay_strip.py)
+        self.engine_error: bytes | None = None
 
     def add(self, chunk: bytes) -> None:
         events = chunk.count(b"data: ")
@@ -177,6 +180,10 @@ def event_skeleton(chunk: bytes) -> int | None:
 def is_event_stream(upstream: UpstreamResponse) -> bool:
     """An SSE body (counted in events) rather than one JSON document."""
     return upstream.headers.get("content-type", "").startswith("text/event-stream")
+
+
+class EngineErrorEvent(Exception):
+    """The engine ended its stream with an error event (its generation failed)."""
 
 
 class RelayEnd(enum.Enum):
@@ -284,7 +291,11 @@ async def relay_body(
         on_first_write()
     if whole:
         return await end(client, tally, streamed, first)
-    ended = await _relay_chunks(client, upstream, tally, streamed)
+    ended: Relayed | None = None
+    if tally.engine_error is not None:  # (in its first bytes)
+        ended = Relayed(RelayEnd.UPSTREAM_BROKE, tally, streamed, EngineErrorEvent())
+    else:
+        ended = await _relay_chunks(client, upstream, tally, streamed)
     if ended is None:
         return await end(client, tally, streamed, tally.flush() if tally.strip else b"")
     if ended.end is RelayEnd.UPSTREAM_BROKE and end_broken:
@@ -330,14 +341,17 @@ async def _relay_chunks(
             await _held(tally)
         if tally.strip:
             chunk = tally.outgoing(chunk)
-            if not chunk:
+            if not chunk and tally.engine_error is None:
                 continue
         try:
-            await client.write(chunk)
+            if chunk:
+                await client.write(chunk)
         except ConnectionError:
             return _client_gone(client.response, tally, streamed)
         except TimeoutError:
             return _too_slow(client, tally, streamed)
+        if tally.engine_error is not None:  # the engine ended it with an error event
+            return Relayed(RelayEnd.UPSTREAM_BROKE, tally, streamed, EngineErrorEvent())
 
 
 def _too_slow(client: ClientWriter, tally: ResponseTally, streamed: bool) -> Relayed:

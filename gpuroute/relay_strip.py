@@ -14,6 +14,9 @@ USAGE_ONLY = re.compile(rb'"choices"\s*:\s*\[\s*\]')
 HOLD_LIMIT = 4096  # an unfinished event held back at most (a usage chunk is far smaller)
 # ... and where token ids are dropped (a first event's prompt ids: 8 bytes a token at most)
 IDS_HOLD_LIMIT = 1024 * 1024
+# an engine's error event (vLLM's when a generation fails mid-stream): an event's first line
+ERROR_EVENT = b'{"error"'
+ERROR_AT = re.compile(rb'(?:^|\n\n)(data: \{"error")')
 TOKEN_IDS = re.compile(rb',\s*"(?:prompt_)?token_ids"\s*:\s*(?:\[[\d,\s]*\]|null)')
 
 
@@ -36,9 +39,13 @@ class StrippingTally(ResponseTally):
     without what the router asked for on its behalf: the usage chunk (`usage`), the token
     ids (`token_ids`). An event split across chunks is held back until its end arrives (a
     client can do nothing with half an event), never more than the hold limit, and only
-    once the stream is seen framed with blank lines."""
+    once the stream is seen framed with blank lines (with `token_ids`, the first event is
+    held for its prompt ids; a stream framed with CRLF passes as it comes). Events whole, an
+    engine's error event ends a stream that is kept to be continued: held back, the stream
+    broken (`engine_error`)."""
 
-    __slots__ = ("_framed", "_hold_limit", "_newline", "_partial", "_token_ids", "_usage")
+    __slots__ = ("_framed", "_hold_limit", "_newline", "_partial", "_passing", "_token_ids",
+                 "_usage")  # fmt: skip
     strip = True
 
     def __init__(self, *, usage: bool = True, token_ids: bool = False) -> None:
@@ -48,17 +55,25 @@ class StrippingTally(ResponseTally):
         self._partial = b""
         self._framed = False  # a blank line seen: events can be told apart
         self._newline = False  # what went before ended in a newline (not yet framed)
+        self._passing = False  # framed otherwise (CRLF): relayed as it comes
 
     def outgoing(self, chunk: bytes) -> bytes:
+        if self.engine_error is not None:
+            return b""  # (what followed it: [DONE])
         if not self._framed and not self._token_ids:  # ids come in the first event
             if b"\n\n" not in (b"\n" + chunk if self._newline else chunk):
                 self._newline = chunk.endswith(b"\n")
                 return chunk
             self._framed = True
+        if self._passing:
+            return chunk
         data = self._partial + chunk if self._partial else chunk
         cut = data.rfind(b"\n\n") + 2
-        if cut == 1:  # no event ends here (none yet: held only as long as a usage chunk)
-            if len(data) > (self._hold_limit if self._framed else HOLD_LIMIT):
+        if cut == 1:  # no event ends here
+            if not self._framed and b"\r\n\r\n" in data:
+                self._passing, self._partial = True, b""
+                return data
+            if len(data) > self._hold_limit:
                 self._partial = b""
                 return data
             self._partial = data
@@ -69,11 +84,25 @@ class StrippingTally(ResponseTally):
             self._partial, data = data[cut:], data[:cut]
         else:
             self._partial = b""
-        return self._stripped(data)
+        return self._stripped(self._before_error(data))
 
     def flush(self) -> bytes:
         data, self._partial = self._partial, b""
-        return self._stripped(data)
+        return self._stripped(data) if self.engine_error is None else b""
+
+    def _before_error(self, data: bytes) -> bytes:
+        """`data` up to an engine's error event, where the stream is kept to go on (what is
+        kept then ends before it, as what the client received does)."""
+        if self.kept is None or ERROR_EVENT not in data:
+            return data
+        found = ERROR_AT.search(data)
+        if found is None:
+            return data
+        at = found.start(1)
+        self.engine_error = data[at:]
+        del self.kept[len(self.kept) - (len(data) - at) - len(self._partial) :]
+        self._partial = b""
+        return data[:at]
 
     def _stripped(self, data: bytes) -> bytes:
         if self._usage:

@@ -12,6 +12,7 @@ from gpuroute.router.core.lifetime import Event, RequestLifetime
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.responses_state import RESPONSES, TURN
 
+from gpuroute.continuation import ROUTES
 from gpuroute.headers import SERVED_MODEL_HEADER
 from gpuroute.relay import RESPONSE_DROP, ResponseTally, forward_headers
 from gpuroute.relay_strip import StrippingTally
@@ -97,7 +98,9 @@ class Exchange:
     def new_tally(self, streamed: bool) -> ResponseTally:
         """What counts an attempt's answer (a Responses turn's also reads the response to
         store: router/responses_state.py)."""
-        if (self.strip_usage or self.strip_token_ids) and streamed:
+        # (a stream that may be continued is held in whole events, so that an engine's
+        # error event breaks it instead of reaching the client)
+        if streamed and (self.strip_usage or self.strip_token_ids or self.route in ROUTES):
             return StrippingTally(usage=self.strip_usage, token_ids=self.strip_token_ids)
         turn = self.request.get(TURN) if self.route == RESPONSES else None
         return ResponseTally(size_text=streamed) if turn is None else turn.tally(streamed)

@@ -25,13 +25,13 @@ from prometheus_client import Counter
 from gpuroute.continuation import (
     Broken,
     ContinuationConfig,
-    Splice,
     ask_token_ids,
     continuation_body,
     sent_as,
     static_reason,
 )
 from gpuroute.continuation_relay import BrokenStream, Refused, record
+from gpuroute.continuation_splice import Splice
 from gpuroute.relay import Relayed, ResponseTally, is_event_stream
 from gpuroute.tracing import REQUEST_ID_HEADER, engine_request_id
 from gpuroute.upstream import UpstreamResponse

@@ -170,3 +170,18 @@ async def test_a_continuation_is_an_event_of_the_global_tiers_span(tmp_path) -> 
     assert dict(went_on.attributes) == {"gpuroute.continuation": 1,
                                         "gpuroute.tokens_before": len(BEFORE),
                                         "gpuroute.region": "us-east"}  # fmt: skip
+
+
+@pytest.mark.parametrize("error_event", [False, True])
+async def test_a_client_that_did_not_ask_for_usage_gets_none(tmp_path, error_event) -> None:
+    """The continuation asks its region for usage (to splice the whole answer's); the
+    global tier strips it for a client that did not ask. A region whose router ended the
+    stream with an error event (no backend left there, say) is continued as a broken one."""
+    engine = DyingThenHealthy(error_event=error_event)
+    body = {k: v for k, v in CHAT.items() if k != "stream_options"}
+    async with regions(tmp_path, engine, engine, RESIDENCY) as (url, app):
+        raw = await stream(url, body, **FIRST)
+        assert counted(app, "region_broke", "continued") == 1
+    assert engine.bodies[1]["stream_options"] == {"include_usage": True}
+    assert chat_text(raw) == "".join(BEFORE + AFTER)
+    assert b'"usage"' not in raw and b'"error"' not in raw

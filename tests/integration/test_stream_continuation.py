@@ -20,6 +20,7 @@ from support.broken_streams import (
     DyingThenHealthy,
     RefusesTheContinuation,
     assert_one_answer,
+    chat_text,
     chunk,
     events,
 )
@@ -278,3 +279,21 @@ async def test_each_continuation_is_a_span_and_its_engines_parent(tmp_path) -> N
     assert attributes["gpuroute.backend"] != first.attributes["gpuroute.backend"]
     parent = engine.headers[1]["traceparent"].split("-")[2]  # the continuation's engine
     assert parent == format(went_on.context.span_id, "016x")
+
+
+@pytest.mark.parametrize("usage", [True, False])
+async def test_an_engines_error_event_is_continued_not_relayed(tmp_path, usage) -> None:
+    """vLLM ends a stream whose engine core failed with an error event, then [DONE]: the
+    stream goes on elsewhere as if its connection had died; the error never reaches the
+    client (asking for usage or not, which decides whether the router strips it)."""
+    engine = DyingThenHealthy(error_event=True)
+    body = {"model": MODEL, "stream": True, "max_tokens": 5,
+            "messages": [{"role": "user", "content": "count for me"}]}  # fmt: skip
+    if usage:
+        body["stream_options"] = {"include_usage": True}
+    raw, router = await through_two(engine, body, tmp_path)
+    assert b'"error"' not in raw and counted(router, "engine_broke", "continued") == 1
+    if usage:
+        assert_one_answer(raw, engine, max_tokens=5)
+    else:
+        assert chat_text(raw) == "".join(BEFORE + AFTER) and b'"usage"' not in raw

@@ -10,6 +10,7 @@ import json
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
+import aiohttp
 import pytest
 from gpuroute.testbed.real_vllm import VllmOptions, start_vllm
 from openai import AsyncOpenAI
@@ -74,7 +75,7 @@ async def continued(url: str, engines, route: str, body: dict) -> tuple[list, li
 async def test_a_stream_whose_vllm_dies_is_finished_by_another_token_for_token(
     three_vllms, tmp_path
 ) -> None:
-    """A completion (continued from a token-id prompt) and a chat (from its text), each
+    """A completion and a chat (each continued from token ids: the chat as a completion), each
     killed mid-stream in turn: both read as the same request run whole."""
     prompt = "the answer is"
     chat = {"messages": [{"role": "user", "content": prompt}]}
@@ -82,6 +83,12 @@ async def test_a_stream_whose_vllm_dies_is_finished_by_another_token_for_token(
     references = {route: whole(three_vllms[0].url, route, b) for route, b in bodies.items()}
     config = router_toml([(e.url, "L4") for e in three_vllms], model=SERVED)  # names backends
     async with running_router(config, tmp_path) as (url, _):
+        async with aiohttp.ClientSession() as s:  # the router asks vLLM for ids; this
+            plain = {"model": SERVED, "stream": True, "max_tokens": 8, **chat}  # client did not
+            async with s.post(url + "/v1/chat/completions", json=plain) as r:
+                raw = await r.read()
+        assert raw.endswith(b"data: [DONE]\n\n") and b"token_ids" not in raw
+        assert b'"usage"' not in raw
         for route, body in bodies.items():
             pieces, ids, finishes, usage = await continued(url, three_vllms, route, body)
             reference = references[route]

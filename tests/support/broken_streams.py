@@ -29,13 +29,21 @@ def text_chunk(rid: str, created: int, text: str, finish: str | None = None) -> 
     return b"data: " + json.dumps(event).encode() + b"\n\n"
 
 
+VLLM_ERROR_EVENT = (b'data: {"error": {"object": "error", "message": "EngineCore '
+                    b'encountered an issue", "type": "InternalServerError", "param": null, '
+                    b'"code": 500}}\n\n')  # fmt: skip
+
+
 class DyingThenHealthy:
     """Every backend runs this: a first request streams BEFORE and dies; a continuation
     (it says so: the assistant's turn continued, or the text appended to the prompt)
     streams AFTER, its finish and, when asked, usage as vLLM reports it (its prompt holds
     the text before)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, error_event: bool = False) -> None:
+        # True: the first stream ends with vLLM's error event and [DONE] (its engine core
+        # failed, its API server lives on) instead of its connection dying
+        self.error_event = error_event
         self.bodies: list[dict] = []
         self.headers: list[dict[str, str]] = []  # each request's, in order
 
@@ -57,6 +65,9 @@ class DyingThenHealthy:
                 chunk(rid, created, {"content": piece}) if chat else text_chunk(rid, created, piece)
             )
             await response.write(out)
+        if not continuing and self.error_event:
+            await response.write(VLLM_ERROR_EVENT + b"data: [DONE]\n\n")
+            return response
         if not continuing:
             request.transport.abort()  # the engine dies with the answer half sent
             return response

@@ -14,7 +14,6 @@ from gpuroute.continuation import (
     CHAT,
     COMPLETIONS,
     Broken,
-    Splice,
     ask_token_ids,
     budget_spent,
     continuation_body,
@@ -23,6 +22,7 @@ from gpuroute.continuation import (
     sent_as,
     static_reason,
 )
+from gpuroute.continuation_splice import Splice
 
 
 def event(
@@ -45,7 +45,8 @@ CHAT_BODY = {"model": "m", "messages": [{"role": "user", "content": "q"}], "stre
         (CHAT, {**CHAT_BODY, "top_logprobs": 2}, "logprobs"),
         (CHAT, {**CHAT_BODY, "response_format": {"type": "json_object"}}, "guided_decoding"),
         (CHAT, {**CHAT_BODY, "seed": 0}, "seed"),
-        (COMPLETIONS, {"model": "m", "prompt": [1, 2, 3]}, "prompt_not_text"),
+        (COMPLETIONS, {"model": "m", "prompt": ["a batch", "of two"]}, "prompt_not_text"),
+        (COMPLETIONS, {"model": "m", "prompt": [1, 2, 3]}, None),  # from the answer's ids
         (COMPLETIONS, {"model": "m", "prompt": "p", "echo": True}, "logprobs"),
         ("/v1/embeddings", {"model": "m", "input": "x"}, "route"),
         (CHAT, None, "route"),
@@ -289,3 +290,31 @@ def test_a_stream_whose_text_lags_its_ids_goes_on_from_its_text() -> None:
     assert broken.token_ids is None and broken.prompt_ids == [1] and broken.tokens == 1
     body = continuation_body({"model": "m", "prompt": "x", "stop": ["cd"]}, COMPLETIONS, broken)
     assert body["prompt"] == "xab"
+
+
+def test_a_chat_as_a_completion_keeps_its_cap_and_asks_no_logprobs() -> None:
+    """`max_completion_tokens` null falls back to `max_tokens`; a chat's `logprobs: false`
+    would read as `logprobs: 0` to the completions API, which returns them."""
+    body = {**CHAT_BODY, "max_completion_tokens": None, "max_tokens": 50, "logprobs": False,
+            "top_logprobs": 0}  # fmt: skip
+    out = continuation_body(body, CHAT, read_broken(IDS_STREAM, CHAT))
+    assert out["max_tokens"] == 46 and "logprobs" not in out and "top_logprobs" not in out
+
+
+def test_a_finish_that_came_without_its_usage_gets_usage_from_the_ids() -> None:
+    broken = read_broken(IDS_STREAM + event({}, finish="stop"), CHAT)
+    events = [e for e in finish_events(broken, CHAT, None).split(b"\n\n") if e]
+    usage = json.loads(events[0][6:])["usage"]
+    assert usage == {"prompt_tokens": 4, "completion_tokens": 4, "total_tokens": 8}
+    assert events[1] == b"data: [DONE]"
+    text_only = read_broken(event({"content": "x"}, finish="stop"), CHAT)
+    assert finish_events(text_only, CHAT, None) == b"data: [DONE]\n\n"  # no count to vouch for
+
+
+def test_text_held_at_the_seam_is_released_when_the_engine_finishes() -> None:
+    """ "the E" then "N" could be the stop string "END": held; the engine then finishes, so
+    it goes out with the finish."""
+    splice = Splice(Broken(text="the E", tokens=2, head={"id": "a"}), body={"stop": ["END"]})
+    out = splice.feed(event({"content": "N"}) + event({}, finish="stop"))
+    chunks = [json.loads(e[6:]) for e in out.split(b"\n\n") if e]
+    assert [c["choices"][0]["delta"] for c in chunks] == [{"content": ""}, {"content": "N"}]

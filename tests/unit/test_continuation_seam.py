@@ -25,7 +25,8 @@ def test_stop_strings_are_read_as_engines_read_them() -> None:
     [
         ({"stop": "\n\n"}, "para one\n", ["\nnext"], [""], "\n\n"),
         ({"stop": "\n\n", "include_stop_str_in_output": True}, "one\n", ["\nnext"], ["\n"], "\n\n"),
-        ({"stop": ["END"]}, "the E", ["N", "D and more"], ["N", ""], "END"),
+        ({"stop": ["END"]}, "the E", ["N", "D and more"], ["", ""], "END"),  # "N" held back
+        ({"stop": ["END"]}, "the E", ["N", "o"], ["", "No"], None),  # released: not a stop
         ({"stop": ["END"], "include_stop_str_in_output": True}, "E", ["ND!"], ["ND"], "END"),
         ({"stop": ["END"]}, "the E", ["nd", "END"], ["nd", "END"], None),  # the engine's own
         ({"stop": ["abc", "xab"]}, "xa", ["bc"], [""], "xab"),  # the earliest completed wins
@@ -44,7 +45,8 @@ def test_a_stop_string_across_the_seam_ends_the_answer(body, before, pieces, rel
        st.lists(st.integers(1, 4), max_size=6))  # fmt: skip
 def test_the_seam_stops_where_one_engine_would_have(before, after, cuts) -> None:
     """Against a whole-text reference: the first stop string that ends after the seam and
-    begins before it is found however the continuation's text is cut into pieces."""
+    begins before it is found however the continuation's text is cut into pieces, and the
+    client gets none of it (what a stop string might take is held until it cannot)."""
     body = {"stop": ["\n\n", "aba"]}
     pieces, rest = [], after
     for n in cuts:
@@ -52,8 +54,15 @@ def test_the_seam_stops_where_one_engine_would_have(before, after, cuts) -> None
         rest = rest[n:]
     pieces = [p for p in [*pieces, rest] if p]
     seam = SeamWatch(body, before)
-    found = next((s for s in (seam.feed(p)[1] for p in pieces) if s), None)
+    relayed, found = "", None
+    for piece in pieces:  # (a stop ends the answer: the splice reads no further)
+        text, found = seam.feed(piece)
+        relayed += text
+        if found:
+            break
+    relayed += seam.release()
     whole, cut = before + after, len(before)
     spans = [(whole.find(s, max(cut - len(s) + 1, 0)), s) for s in body["stop"]]
     spans = [(at + len(s), s) for at, s in spans if 0 <= at < cut and before]
     assert found == (min(spans)[1] if spans else None)
+    assert relayed == ("" if spans else after)  # nothing of a stop string, nor after it

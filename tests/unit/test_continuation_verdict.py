@@ -45,3 +45,29 @@ def test_the_verdict_on_a_broken_stream(config, body, kept, tries, verdict) -> N
     assert (got.action, got.reason) == verdict
     if got.action == CONTINUE:
         assert got.broken is not None and got.broken.text == "Hel"
+
+
+def test_a_cap_is_spent_only_when_the_tokens_surely_reached_it() -> None:
+    """Without token ids (stop strings: the text lags them) the count is the events with
+    text: 90 of them, five characters each, under a cap of 100 go on, though the text's
+    estimate (113) says more. Ending it `length` would cut the answer short."""
+    sent = b"".join(event({"content": "abcde"}) for _ in range(90))
+    body = {**CHAT_BODY, "max_tokens": 100, "stop": ["zz"]}
+    got = judge(ON, CHAT, body, bytearray(sent), 0)
+    assert (got.action, got.broken.events, got.broken.tokens) == (CONTINUE, 90, 113)
+
+
+def test_a_token_id_prompt_goes_on_only_from_the_answers_ids() -> None:
+    from gpuroute.continuation import COMPLETIONS, continuation_body
+
+    first = {"id": "a", "choices": [{"index": 0, "text": "ab", "prompt_token_ids": [5, 6],
+                                     "token_ids": [97, 98], "finish_reason": None}]}  # fmt: skip
+    body = {"model": "m", "prompt": [5, 6], "max_tokens": 9, "stream": True}
+    with_ids = b"data: " + json.dumps(first).encode() + b"\n\n"
+    got = judge(ON, COMPLETIONS, body, bytearray(with_ids), 0)
+    assert got.action == CONTINUE
+    assert continuation_body(body, COMPLETIONS, got.broken)["prompt"] == [5, 6, 97, 98]
+    del first["choices"][0]["token_ids"]
+    without = b"data: " + json.dumps(first).encode() + b"\n\n"
+    got = judge(ON, COMPLETIONS, body, bytearray(without), 0)
+    assert (got.action, got.reason) == (END, "prompt_not_text")

@@ -131,3 +131,42 @@ def test_token_ids_asked_for_the_client_are_stripped_however_chunks_split(cuts) 
         sent += tally.flush()
         assert sent == IDS_STRIPPED + (b"" if usage else USAGE) + DONE
         assert tally.kept == stream  # what a continuation reads keeps them
+
+
+def test_a_long_first_event_is_held_whole_for_its_prompt_ids() -> None:
+    """A 2,000-token prompt's ids (about 14 KB) arriving in 5,000-byte reads: stripped."""
+    ids = b",".join(b"123456" for _ in range(2000))
+    first = (b'data: {"id":"x","choices":[{"index":0,"delta":{"role":"assistant"}}],'
+             b'"prompt_token_ids":[' + ids + b"]}\n\n")  # fmt: skip
+    tally, sent = StrippingTally(usage=False, token_ids=True), b""
+    for i in range(0, len(first), 5000):
+        tally.add(first[i : i + 5000])
+        sent += tally.outgoing(first[i : i + 5000])
+    assert sent == b'data: {"id":"x","choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n'
+
+
+def test_a_stream_framed_with_crlf_passes_as_it_comes() -> None:
+    tally = StrippingTally(usage=False, token_ids=True)
+    crlf = b'data: {"id":"x","choices":[],"token_ids":[1]}\r\n\r\n'
+    assert tally.outgoing(crlf) == crlf and tally.outgoing(b"data: more") == b"data: more"
+
+
+ERROR = b'data: {"error": {"message": "engine died", "code": 500}}\n\n'
+
+
+def test_an_engines_error_event_breaks_a_kept_stream_and_never_reaches_the_client() -> None:
+    for usage in (True, False):
+        tally = StrippingTally(usage=usage)
+        tally.kept, tally.keep_up_to = bytearray(), 1 << 20
+        stream, cut, sent = ROLE + TOKEN + ERROR + DONE, len(ROLE) + 5, b""
+        for piece in (stream[:cut], stream[cut:]):  # the error comes with what precedes it
+            tally.add(piece)
+            sent += tally.outgoing(piece)
+        assert sent == ROLE + TOKEN and tally.engine_error == ERROR + DONE
+        assert tally.kept == ROLE + TOKEN  # what a continuation goes on from
+        assert tally.outgoing(b"data: late\n\n") == b"" and tally.flush() == b""
+
+
+def test_an_error_event_in_a_stream_that_is_not_kept_is_relayed() -> None:
+    tally = StrippingTally(usage=False)
+    assert tally.outgoing(TOKEN + ERROR) == TOKEN + ERROR and tally.engine_error is None
