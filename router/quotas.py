@@ -218,15 +218,22 @@ class Quotas:
         now = self.clock()
         if self._settle is not None and now >= self._down_until:
             try:
-                await self._settle(
+                left_milli = await self._settle(
                     keys=[f"{self.prefix}:quota:{bucket}"], args=[rate / 1000.0, burst, tokens]
                 )
+                self._mirror(bucket, rate, burst, now, left_milli / 1000.0)
                 return
             except (RedisError, OSError, TimeoutError) as exc:
                 self._down_until = now + self.retry_s
                 log.warning("Redis unavailable (%s): quota settled locally", exc)
                 self._mode(False)
         self._local_bucket(bucket, rate, burst, now).settle(now, tokens)
+
+    def _mirror(self, bucket: str, rate: float, burst: float, now: float, left: float) -> None:
+        """The local bucket follows what Redis said was left (its part of it), so a fallback
+        starts where the shared bucket was, not full: an outage or a failover adds no burst."""
+        local = self._local_bucket(bucket, rate, burst, now)
+        local.tokens, local.stamp = min(local.burst, left * self.local_fraction), now
 
     def _local_bucket(self, bucket: str, rate: float, burst: float, now: float) -> TokenBucket:
         local = self._local.get(bucket)
@@ -244,6 +251,7 @@ class Quotas:
                     keys=[f"{self.prefix}:quota:{bucket}"], args=[rate / 1000.0, burst, cost]
                 )
                 self._mode(True)
+                self._mirror(bucket, rate, burst, now, tokens_milli / 1000.0)
                 return Take(bool(allowed), tokens_milli / 1000.0, retry_ms / 1000.0), True
             except (RedisError, OSError, TimeoutError) as exc:
                 self._down_until = now + self.retry_s
