@@ -24,6 +24,7 @@ def register(sub) -> None:
     sim.add_argument("--quiet", action="store_true", help="no progress bar and no table")
     sim.set_defaults(run=_run)
     register_capacity(sub)
+    register_plan(sub)
 
 
 def register_capacity(sub) -> None:
@@ -52,6 +53,74 @@ def register_capacity(sub) -> None:
     cap.add_argument("--plot", metavar="PNG", help="plot attainment against load (matplotlib)")
     cap.add_argument("--quiet", action="store_true", help="no progress bar and no table")
     cap.set_defaults(run=_run_capacity)
+
+
+def register_plan(sub) -> None:
+    plan = sub.add_parser(
+        "plan",
+        help="the cheapest fleet of given GPU types that meets the SLO at a peak (simulated)",
+    )
+    plan.add_argument(
+        "--scenario", metavar="FILE", help="scenario TOML or built-in name (default: the demo)"
+    )
+    plan.add_argument(
+        "--gpu",
+        action="append",
+        metavar="TYPE[:tpN]",
+        help="a GPU type to plan with, built-in or the scenario's [[gpu_types]], priced "
+        "(repeatable; e.g. --gpu H100 --gpu L4 --gpu H200:tp4)",
+    )
+    plan.add_argument(
+        "--peak-rps",
+        type=float,
+        metavar="R",
+        help="the planned peak in req/s (default: the scenario's own rate)",
+    )
+    plan.add_argument(
+        "--budget", type=float, metavar="USD", help="$/hour the fleet may cost (exit 3 over it)"
+    )
+    plan.add_argument(
+        "--attainment",
+        type=float,
+        default=0.9,
+        metavar="FRACTION",
+        help="share of requests that must meet their SLO (default 0.9)",
+    )
+    plan.add_argument(
+        "--max-backends", type=int, default=64, metavar="N", help="per model pool (default 64)"
+    )
+    plan.add_argument(
+        "--max-runs",
+        type=int,
+        default=40,
+        metavar="N",
+        help="simulator runs per pool's search for a mix (default 40)",
+    )
+    plan.add_argument("--json", metavar="OUT", help="write the plan as JSON to OUT ('-' = stdout)")
+    plan.add_argument("--plot", metavar="PNG", help="plot the mixes tried: SLO met against cost")
+    plan.add_argument("--quiet", action="store_true", help="no table")
+    plan.set_defaults(run=_run_plan)
+
+
+def _run_plan(args: argparse.Namespace) -> int:
+    from gpuroute.sim.plan import PlanLimits
+    from gpuroute.sim.plan_report import run_plan
+
+    if args.max_backends < 1 or args.max_runs < 1:
+        from gpuroute.config import ConfigError
+
+        raise ConfigError("--max-backends and --max-runs must be at least 1")
+    limits = PlanLimits(args.attainment, args.max_backends, args.max_runs)
+    return run_plan(
+        args.scenario,
+        args.gpu,
+        peak_rps=args.peak_rps,
+        budget=args.budget,
+        limits=limits,
+        json_out=args.json,
+        plot_out=args.plot,
+        quiet=args.quiet,
+    )
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -1,0 +1,336 @@
+"""`gpuroute plan`: the cheapest fleet of the given GPU types that meets a scenario's SLO at
+a planned peak, found and checked in the simulator with the router's default policy.
+
+Per model pool (each model of the workload, offered its share of the peak): first the
+roofline rules out what no count of GPUs can serve (sim/plan_check.py); then each usable
+type's SLO capacity per backend is measured by `CapacitySearch` on a homogeneous pool sized
+for the peak; the mixes whose estimated capacity covers the pool's peak are tried in order of
+cost, each verified by a simulator run at the peak, and the first that meets the target is
+trimmed (one backend less of a type, scarcest first, while it still meets). The result is a
+fleet from which removing any one backend misses. Runs are capped; all is deterministic
+(the scenario's seed). The whole fleet is then run once more at the peak, as it would serve."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from gpuroute.sim.capacity import CapacitySearch
+from gpuroute.sim.fleet import GpuTypeProfile, profile_gpu_type
+from gpuroute.sim.plan_check import GpuOption, PlanError, engine_params, usable_options
+from gpuroute.sim.prepare import prepare_workload
+from gpuroute.sim.report import PolicyReport
+from gpuroute.sim.scenario import GpuGroup, LoadedScenario, Scenario
+from gpuroute.sim.simulator import FleetSimulator
+from gpuroute.sim.workloads import Workload
+
+POLICY = "default"
+CAPACITY_ITERATIONS = 5  # bisection steps of each type's per-backend capacity (±1.5 %)
+MOST_MIXES = 200_000  # mixes enumerated per pool at most (before sorting by cost)
+
+Mix = tuple[int, ...]  # backends per option, in the options' order
+
+
+@dataclass(frozen=True, slots=True)
+class PlanLimits:
+    attainment: float = 0.9
+    max_backends: int = 64  # per pool
+    max_runs: int = 40  # simulator runs per pool's mix search (capacity searches apart)
+
+
+@dataclass(slots=True)
+class PoolPlan:
+    model: str
+    peak_rps: float
+    backends: dict[str, int]  # option label -> count
+    cost_per_hour: float
+    attainment: float  # the pool alone at its peak
+    meets: bool
+    capacity_per_backend_rps: dict[str, float]
+    without_one: dict[str, float]  # attainment with one backend of a type less
+    runs: int
+    notes: list[str] = field(default_factory=list)
+    # every mix the search ran at the peak: (backends, cost per hour, attainment)
+    tried: list[tuple[dict[str, int], float, float]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class FleetPlan:
+    scenario: str
+    peak_rps: float
+    attainment_target: float
+    pools: list[PoolPlan]
+    cost_per_hour: float
+    cost_per_million_tokens: float  # prompt and output tokens served at the peak
+    cost_per_million_output_tokens: float
+    attainment: float  # the whole fleet at the peak
+    meets: bool
+    scarcest: str | None  # the type of which the fleet has fewest backends
+    attainment_without_one_scarcest: float | None
+    budget_per_hour: float | None = None
+    within_budget: bool = True
+    by_model: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+class Planner:
+    """Plans one scenario's fleet; every simulator run is remembered by its fleet."""
+
+    def __init__(
+        self, loaded: LoadedScenario, options: list[GpuOption], limits: PlanLimits
+    ) -> None:
+        if loaded.scenario.global_ is not None:
+            raise PlanError(f"{loaded.source}: plan sizes one region; drop [global]")
+        self.loaded, self.options, self.limits = loaded, options, limits
+        self.scenario = loaded.scenario.model_copy(update={"faults": []})
+        self.workload, _, self.base_rate = prepare_workload(loaded)
+        self._profiles: dict[tuple[str, str], GpuTypeProfile] = {}
+        self._runs: dict[tuple[str, Mix, float], PolicyReport] = {}
+
+    def profile(self, option: GpuOption, model: str) -> GpuTypeProfile:
+        key = (option.label, model)
+        if key not in self._profiles:
+            params = engine_params(self.scenario, option, model)
+            self._profiles[key] = profile_gpu_type(params, self.workload)
+        return self._profiles[key]
+
+    def fleet(self, pools: dict[str, dict[GpuOption, int]], default: str) -> Scenario:
+        """The scenario with these pools as its [[gpus]] (and `default` as its model)."""
+        groups = [
+            GpuGroup(type=o.gpu, count=n, model=model, tensor_parallel=o.tp)
+            for model, mix in pools.items()
+            for o, n in mix.items()
+            if n > 0
+        ]
+        return self.scenario.model_copy(update={"gpus": groups})
+
+    def simulator(self, scenario: Scenario, rate: float) -> FleetSimulator:
+        default = scenario.workload.model
+        profiles = {
+            g.kind(default).key(default): self.profile(
+                next(o for o in self.options if o.gpu == g.type and o.tp == g.tensor_parallel),
+                g.model or default,
+            )
+            for g in scenario.gpus
+        }
+        loaded = LoadedScenario(scenario, self.loaded.base_dir, self.loaded.source)
+        workload = self.workload.rescaled(rate / self.base_rate)
+        return FleetSimulator(loaded, (workload, profiles, rate))
+
+    def pool_scenario(self, model: str, mix: dict[GpuOption, int]) -> Scenario:
+        """A scenario of one model's pool alone, its traffic that model's only."""
+        workload = self.scenario.workload.model_copy(update={"model": model, "models": {}})
+        models = [m.model_copy(update={"fallback": []}) for m in self.scenario.models]
+        alone = self.scenario.model_copy(update={"workload": workload, "models": models})
+        groups = [
+            GpuGroup(type=o.gpu, count=n, model=model, tensor_parallel=o.tp)
+            for o, n in mix.items()
+            if n > 0
+        ]
+        return alone.model_copy(update={"gpus": groups})
+
+    def run_pool(self, model: str, options: list[GpuOption], mix: Mix, rate: float) -> float:
+        key = (model, mix, round(rate, 6))
+        if key not in self._runs:
+            scenario = self.pool_scenario(model, dict(zip(options, mix, strict=True)))
+            self._runs[key] = self.simulator(scenario, rate).run(POLICY)
+        return self._runs[key].slo_attainment
+
+    def per_backend_rps(self, model: str, option: GpuOption, peak: float) -> float:
+        """SLO capacity per backend of `option` in a homogeneous pool sized for `peak`."""
+        saturated = self.profile(option, model).capacity_rps
+        count = min(self.limits.max_backends, max(1, math.ceil(peak / saturated)))
+        base = self.simulator(self.pool_scenario(model, {option: count}), peak)
+        search = CapacitySearch(base, POLICY, self.limits.attainment)
+        utilization = search.capacity(CAPACITY_ITERATIONS)
+        return utilization * saturated
+
+    def plan_pool(self, model: str, peak: float) -> PoolPlan:
+        options, notes = usable_options(
+            self.scenario, self.options, model, self.workload, self.limits.attainment
+        )
+        rates = [self.per_backend_rps(model, o, peak) for o in options]
+        if not any(rates):
+            raise PlanError(
+                f"model {model!r}: no backend of {', '.join(o.label for o in options)} meets "
+                f"the SLO at {self.limits.attainment:.0%} even at light load"
+            )
+        search = MixSearch(self, model, options, rates, peak)
+        mix = search.cheapest()
+        return PoolPlan(
+            model=model,
+            peak_rps=round(peak, 3),
+            backends={o.label: n for o, n in zip(options, mix, strict=True) if n},
+            cost_per_hour=round(cost_of(options, mix), 4),
+            attainment=self.run_pool(model, options, mix, peak),
+            meets=search.meets(mix),
+            capacity_per_backend_rps={
+                o.label: round(r, 3) for o, r in zip(options, rates, strict=True)
+            },
+            without_one=search.without_one(mix),
+            runs=search.runs,
+            notes=notes,
+            tried=self.tried(model, options, peak),
+        )
+
+    def tried(
+        self, model: str, options: list[GpuOption], peak: float
+    ) -> list[tuple[dict[str, int], float, float]]:
+        rows = [
+            ({o.label: n for o, n in zip(options, mix, strict=True) if n},
+             round(cost_of(options, mix), 4), report.slo_attainment)
+            for (m, mix, rate), report in self._runs.items()
+            if m == model and rate == round(peak, 6)
+        ]  # fmt: skip
+        return sorted(rows, key=lambda row: (row[1], row[2]))
+
+
+def cost_of(options: list[GpuOption], mix: Mix) -> float:
+    return sum(o.price_per_hour * n for o, n in zip(options, mix, strict=True))
+
+
+class MixSearch:
+    """One pool's mixes in order of cost, each checked in the simulator at the peak."""
+
+    def __init__(
+        self,
+        planner: Planner,
+        model: str,
+        options: list[GpuOption],
+        rates: list[float],
+        peak: float,
+    ) -> None:
+        self.planner, self.model, self.options = planner, model, options
+        self.rates, self.peak = rates, peak
+        self.runs = 0
+
+    def meets(self, mix: Mix) -> bool:
+        if sum(mix) == 0:
+            return False
+        self.runs += 1
+        attainment = self.planner.run_pool(self.model, self.options, mix, self.peak)
+        return attainment >= self.planner.limits.attainment
+
+    def candidates(self) -> list[Mix]:
+        """Mixes whose estimated SLO capacity covers the peak, cheapest first."""
+        most = self.planner.limits.max_backends
+        ranges = [
+            range(min(most, math.ceil(self.peak / r) + 1) + 1) if r > 0 else range(1)
+            for r in self.rates
+        ]
+        found = []
+        for mix in itertools.islice(itertools.product(*ranges), MOST_MIXES):
+            if 0 < sum(mix) <= most and np.dot(mix, self.rates) >= self.peak:
+                found.append(mix)
+        return sorted(found, key=lambda m: (cost_of(self.options, m), -np.dot(m, self.rates), m))
+
+    def cheapest(self) -> Mix:
+        """The first candidate that meets, trimmed; PlanError when the run cap comes first."""
+        for mix in self.candidates():
+            if self.runs >= self.planner.limits.max_runs:
+                break
+            if self.meets(mix):
+                return self.trim(mix)
+        raise PlanError(
+            f"model {self.model!r}: no mix of {', '.join(o.label for o in self.options)} up to "
+            f"{self.planner.limits.max_backends} backends met the SLO at {self.peak:.1f} req/s "
+            f"within {self.planner.limits.max_runs} simulator runs"
+        )
+
+    def trim(self, mix: Mix) -> Mix:
+        """One backend less of a type while the pool still meets: scarcest, dearest first."""
+        while True:
+            order = sorted(
+                (i for i, n in enumerate(mix) if n),
+                key=lambda i: (mix[i], -self.options[i].price_per_hour),
+            )
+            for i in order:
+                fewer = (*mix[:i], mix[i] - 1, *mix[i + 1 :])
+                if self.meets(fewer):
+                    mix = fewer
+                    break
+            else:
+                return mix
+
+    def without_one(self, mix: Mix) -> dict[str, float]:
+        out = {}
+        for i, n in enumerate(mix):
+            if n:
+                fewer = (*mix[:i], n - 1, *mix[i + 1 :])
+                attainment = (
+                    self.planner.run_pool(self.model, self.options, fewer, self.peak)
+                    if sum(fewer)
+                    else 0.0
+                )
+                out[self.options[i].label] = attainment
+        return out
+
+
+def token_costs(workload: Workload, peak: float, cost: float) -> tuple[float, float]:
+    """$ per million tokens (prompt and output) and per million output tokens at the peak."""
+    per_hour = peak * 3600
+    tokens = per_hour * float(np.mean(workload.prompts + workload.outputs))
+    outputs = per_hour * float(np.mean(workload.outputs))
+    return round(cost / tokens * 1e6, 4), round(cost / outputs * 1e6, 4)
+
+
+def plan_fleet(
+    loaded: LoadedScenario,
+    options: list[GpuOption],
+    limits: PlanLimits,
+    peak_rps: float | None = None,
+    budget_per_hour: float | None = None,
+) -> FleetPlan:
+    """The cheapest fleet meeting the SLO at the peak (the scenario's own rate by default),
+    pool by pool, then run whole at the peak and once more with one backend of its scarcest
+    type less."""
+    planner = Planner(loaded, options, limits)
+    peak = peak_rps if peak_rps is not None else planner.base_rate
+    mix = planner.scenario.model_mix()
+    pools = [planner.plan_pool(model, peak * share) for model, share in mix.items()]
+    chosen = {
+        p.model: {o: p.backends.get(o.label, 0) for o in options if p.backends.get(o.label)}
+        for p in pools
+    }
+    default = planner.scenario.workload.model
+    report = planner.simulator(planner.fleet(chosen, default), peak).run(POLICY)
+    scarcest, without = _without_scarcest(planner, chosen, default, peak)
+    cost = sum(p.cost_per_hour for p in pools)
+    per_token, per_output = token_costs(planner.workload, peak, cost)
+    return FleetPlan(
+        scenario=planner.scenario.name,
+        peak_rps=round(peak, 3),
+        attainment_target=limits.attainment,
+        pools=pools,
+        cost_per_hour=round(cost, 4),
+        cost_per_million_tokens=per_token,
+        cost_per_million_output_tokens=per_output,
+        attainment=report.slo_attainment,
+        meets=report.slo_attainment >= limits.attainment,
+        scarcest=scarcest,
+        attainment_without_one_scarcest=without,
+        budget_per_hour=budget_per_hour,
+        within_budget=budget_per_hour is None or cost <= budget_per_hour + 1e-9,
+        by_model=report.by_model,
+    )
+
+
+def _without_scarcest(
+    planner: Planner, chosen: dict[str, dict[GpuOption, int]], default: str, peak: float
+) -> tuple[str | None, float | None]:
+    """The whole fleet at the peak with one backend less of the type it has fewest of."""
+    totals: dict[GpuOption, int] = {}
+    for mix in chosen.values():
+        for option, n in mix.items():
+            totals[option] = totals.get(option, 0) + n
+    if not totals:
+        return None, None
+    scarce = min(totals, key=lambda o: (totals[o], -o.price_per_hour, o.label))
+    pool = max((m for m in chosen if chosen[m].get(scarce)), key=lambda m: chosen[m][scarce])
+    fewer = {m: dict(mix) for m, mix in chosen.items()}
+    fewer[pool][scarce] -= 1
+    if not any(fewer[pool].values()):
+        return scarce.label, 0.0  # the pool is gone: its model's requests all fail
+    report = planner.simulator(planner.fleet(fewer, default), peak).run(POLICY)
+    return scarce.label, report.slo_attainment

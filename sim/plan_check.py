@@ -1,0 +1,139 @@
+"""`gpuroute plan`'s first question, answered from the roofline before any simulation: which
+GPU types can serve each model at all, and which SLO classes are out of reach on them.
+
+A type cannot serve a model whose weights leave no KV cache on it. An SLO class is out of
+reach on a type when a request alone on an idle engine already misses it: the prompt at the
+attainment quantile (so more than 1 − target of the class's requests are longer) takes
+longer to prefill than the class's TTFT bound, or one decode step of a batch of one takes
+longer than its TPOT bound. Load only makes both worse, so no count of such GPUs helps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from gpuroute.router.core.latency_prior import LatencyPrior
+from gpuroute.router.core.slo import SloClass
+from gpuroute.sim.scenario import Scenario
+from gpuroute.sim.workloads import Workload
+
+from gpuroute.config import ConfigError
+from gpuroute.roofline import EngineParams
+
+
+class PlanError(ConfigError):
+    """No fleet of the given GPU types can meet the SLO: the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuOption:
+    """A candidate backend: one engine of `tp` GPUs of one type, at its price per hour."""
+
+    gpu: str
+    tp: int
+    price_per_hour: float  # of the whole engine (tp GPUs)
+
+    @property
+    def label(self) -> str:
+        return self.gpu + (f"-tp{self.tp}" if self.tp > 1 else "")
+
+
+def parse_gpu_options(specs: list[str], scenario: Scenario) -> list[GpuOption]:
+    """`H100`, `H200:tp4`: each a GPU type of the scenario's catalog (built-in or
+    [[gpu_types]]) with a price; errors name the option."""
+    catalog = scenario.gpu_catalog()
+    options = []
+    for spec in specs:
+        name, _, tp_text = spec.partition(":")
+        try:
+            catalog.check(name)
+        except ValueError as exc:
+            raise ConfigError(f"--gpu {spec}: {exc}") from None
+        tp = 1
+        if tp_text:
+            if not (tp_text.startswith("tp") and tp_text[2:].isdigit() and int(tp_text[2:]) >= 1):
+                raise ConfigError(f"--gpu {spec}: write TYPE or TYPE:tpN (e.g. H100:tp4)")
+            tp = int(tp_text[2:])
+        price = catalog[name].price_per_hour
+        if price is None:
+            raise ConfigError(f"--gpu {spec}: no price; set price_per_hour in its [[gpu_types]]")
+        options.append(GpuOption(name, tp, price * tp))
+    if len({o.label for o in options}) != len(options):
+        raise ConfigError("--gpu: each type once")
+    return options
+
+
+def engine_params(scenario: Scenario, option: GpuOption, model: str) -> EngineParams:
+    """The roofline engine; ValueError when the model does not fit (the message says so)."""
+    return EngineParams(
+        scenario.gpu_catalog()[option.gpu],
+        scenario.shapes()[model],
+        tp=option.tp,
+        chunked_prefill=scenario.chunked_prefill,
+        name=option.label,
+    )
+
+
+def unreachable(
+    params: EngineParams, slo: SloClass, workload: Workload, attainment: float
+) -> str | None:
+    """Why `slo` cannot be met on this engine even idle, or None when it can."""
+    prior = LatencyPrior.from_engine(params)
+    prompt = float(np.quantile(workload.prompts, attainment))
+    step = prior.decode_step_s(1, prompt)
+    ttft, _ = prior.prefill_s(prompt, step)
+    if ttft > slo.ttft_s:
+        return (
+            f"TTFT bound {slo.ttft_s:g} s is below one {prompt:,.0f}-token prefill "
+            f"({ttft:.3g} s, the prompt at the {attainment:.0%} quantile) on an idle engine"
+        )
+    if step > slo.tpot_s:
+        return (
+            f"TPOT bound {slo.tpot_s:g} s is below one decode step alone ({step:.3g} s, "
+            f"reading {params.model.weight_total_bytes / 1e9:.0f} GB of weights)"
+        )
+    return None
+
+
+def usable_options(
+    scenario: Scenario, options: list[GpuOption], model: str, workload: Workload, target: float
+) -> tuple[list[GpuOption], list[str]]:
+    """The options that can serve `model` and every SLO class reachable anywhere, and the
+    reasons each other one was left out. Raises PlanError when none can."""
+    classes, shares = scenario.slo.slo_classes(), scenario.slo.shares()
+    reasons: dict[str, list[str]] = {}
+    for option in options:
+        try:
+            params = engine_params(scenario, option, model)
+        except ValueError as exc:
+            reasons[option.label] = [str(exc)]
+            continue
+        for slo in classes:
+            why = unreachable(params, slo, workload, target)
+            if why is not None:
+                reasons.setdefault(option.label, []).append(f"SLO class {slo.name!r}: {why}")
+    fit = [o for o in options if not any("does not fit" in r for r in reasons.get(o.label, []))]
+    lost = [
+        (slo, share)
+        for slo, share in zip(classes, shares, strict=True)
+        if fit and all(any(f"{slo.name!r}" in r for r in reasons.get(o.label, [])) for o in fit)
+    ]
+    if not fit or sum(share for _, share in lost) > 1 - target + 1e-9:
+        detail = "; ".join(f"{label}: {', '.join(why)}" for label, why in reasons.items())
+        raise PlanError(
+            f"no fleet of {', '.join(o.label for o in options)} can serve model {model!r} "
+            f"at {target:.0%} attainment: {detail}"
+        )
+    lost_names = {f"{slo.name!r}" for slo, _ in lost}
+    usable = [
+        o for o in fit if all(any(n in r for n in lost_names) for r in reasons.get(o.label, []))
+    ]
+    if not usable:  # every fitting type misses some class the others reach
+        usable = fit
+    kept = {o.label for o in usable}
+    notes = [
+        f"{label} left out for {model}: {'; '.join(why)}"
+        for label, why in reasons.items()
+        if label not in kept
+    ]
+    return usable, notes

@@ -1,0 +1,161 @@
+"""`gpuroute plan`: the planned fleet meets the SLO at the peak in the simulator and one
+backend less of its scarcest type misses; what no fleet can serve is refused with the
+reason, before any search. The simulator is deterministic (the scenario's seed), so the
+fleets and attainments are exact."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from gpuroute.sim.plan import PlanLimits, plan_fleet
+from gpuroute.sim.plan_check import PlanError, parse_gpu_options
+from gpuroute.sim.scenario import load_scenario
+
+from gpuroute.cli import main
+from gpuroute.config import ConfigError
+
+SCENARIO = """
+name = "plan-test"
+seed = 3
+{gpu_types}
+[workload]
+profile = "chat"
+rate_rps = 20.0
+max_requests = 1500
+model = "{model}"
+
+[[gpus]]
+type = "{gpu}"
+count = 1
+tensor_parallel = {tp}
+
+[slo]
+{slo}
+"""
+
+
+def scenario(
+    tmp_path: Path,
+    *,
+    slo: str = "ttft_s = 2.0\ntpot_s = 0.1",
+    model: str = "llama-3.1-8b",
+    tp: int = 1,
+    gpu_types: str = "",
+    gpu: str = "H100",
+):
+    path = tmp_path / "plan.toml"
+    text = SCENARIO.format(slo=slo, model=model, tp=tp, gpu_types=gpu_types, gpu=gpu)
+    path.write_text(text)
+    return load_scenario(path)
+
+
+def test_planned_fleet_meets_at_peak_and_one_less_misses(tmp_path: Path) -> None:
+    loaded = scenario(tmp_path)
+    options = parse_gpu_options(["H100", "A100", "L4"], loaded.scenario)
+    plan = plan_fleet(loaded, options, PlanLimits(attainment=0.9), peak_rps=70.0)
+    (pool,) = plan.pools
+    # H100 carries ~28 req/s per backend at $4/h, A100 ~8 at $2.5/h, L4 ~1.7 at $0.7/h:
+    # three H100s are the cheapest mix whose capacity covers 70 req/s, and two miss
+    assert pool.backends == {"H100": 3}
+    assert plan.cost_per_hour == 12.0
+    assert plan.meets and plan.attainment >= 0.9
+    assert plan.scarcest == "H100"
+    assert plan.attainment_without_one_scarcest is not None
+    assert plan.attainment_without_one_scarcest < 0.9
+    assert pool.without_one == {"H100": plan.attainment_without_one_scarcest}
+    # every mix tried that is cheaper than the plan missed the target
+    assert all(a < 0.9 for _, cost, a in pool.tried if cost < plan.cost_per_hour)
+    assert pool.runs <= PlanLimits().max_runs
+    # $/hour over the tokens the peak brings in an hour, prompt and output
+    assert 0 < plan.cost_per_million_tokens < plan.cost_per_million_output_tokens
+
+
+def test_plan_is_deterministic_and_within_budget(tmp_path: Path) -> None:
+    loaded = scenario(tmp_path)
+    options = parse_gpu_options(["H100", "L4"], loaded.scenario)
+    first = plan_fleet(loaded, options, PlanLimits(), peak_rps=20.0, budget_per_hour=4.0)
+    again = plan_fleet(loaded, options, PlanLimits(), peak_rps=20.0, budget_per_hour=3.0)
+    assert first.pools[0].backends == again.pools[0].backends == {"H100": 1}
+    assert first.attainment == again.attainment
+    assert first.within_budget and not again.within_budget
+
+
+def test_ttft_below_one_prefill_is_refused_naming_class_and_gpu(tmp_path: Path) -> None:
+    slo = (
+        '[[slo.classes]]\nname = "instant"\nttft_s = 0.001\ntpot_s = 0.1\nshare = 0.5\n'
+        '[[slo.classes]]\nname = "batch"\nttft_s = 30.0\ntpot_s = 1.0\nshare = 0.5'
+    )
+    loaded = scenario(tmp_path, slo=slo)
+    options = parse_gpu_options(["H100", "L4"], loaded.scenario)
+    started = time.monotonic()
+    with pytest.raises(PlanError) as caught:
+        plan_fleet(loaded, options, PlanLimits(), peak_rps=50.0)
+    assert time.monotonic() - started < 10  # answered from the roofline, no search
+    message = str(caught.value)
+    assert "model 'llama-3.1-8b'" in message
+    assert "H100: SLO class 'instant': TTFT bound 0.001 s is below one" in message
+    assert "L4: SLO class 'instant'" in message
+    assert "'batch'" not in message
+
+
+def test_class_within_the_target_share_does_not_block(tmp_path: Path) -> None:
+    """A class out of reach everywhere but 5 % of traffic leaves 0.9 attainment possible."""
+    slo = (
+        '[[slo.classes]]\nname = "instant"\nttft_s = 0.001\ntpot_s = 0.1\nshare = 0.05\n'
+        '[[slo.classes]]\nname = "chat"\nttft_s = 2.0\ntpot_s = 0.1\nshare = 0.95'
+    )
+    loaded = scenario(tmp_path, slo=slo)
+    options = parse_gpu_options(["H100"], loaded.scenario)
+    plan = plan_fleet(loaded, options, PlanLimits(attainment=0.9), peak_rps=20.0)
+    assert plan.pools[0].backends == {"H100": 1}
+    assert 0.9 <= plan.attainment <= 0.95 + 1e-9
+
+
+def test_model_that_fits_no_gpu_is_refused(tmp_path: Path) -> None:
+    loaded = scenario(tmp_path, model="llama-3.1-405b", gpu="H200", tp=8)
+    options = parse_gpu_options(["L4", "H100"], loaded.scenario)
+    with pytest.raises(PlanError) as caught:
+        plan_fleet(loaded, options, PlanLimits(), peak_rps=5.0)
+    message = str(caught.value)
+    assert "model 'llama-3.1-405b'" in message
+    assert "L4: model llama-3.1-405b does not fit on L4" in message
+    assert "H100: model llama-3.1-405b does not fit on H100" in message
+
+
+def test_tpot_below_one_decode_step_is_refused(tmp_path: Path) -> None:
+    loaded = scenario(tmp_path, model="llama-3.1-70b", tp=4, slo="ttft_s = 5.0\ntpot_s = 0.002")
+    options = parse_gpu_options(["H100:tp4"], loaded.scenario)
+    with pytest.raises(PlanError, match=r"H100-tp4: SLO class 'standard': TPOT bound 0.002 s"):
+        plan_fleet(loaded, options, PlanLimits(), peak_rps=5.0)
+
+
+def test_gpu_options_are_checked(tmp_path: Path) -> None:
+    unpriced = (
+        '[[gpu_types]]\nname = "X1"\nmemory_gb = 80\nmemory_bandwidth_tbs = 2\nfp16_tflops = 500\n'
+    )
+    loaded = scenario(tmp_path, gpu_types=unpriced)
+    assert parse_gpu_options(["H100:tp2"], loaded.scenario)[0].price_per_hour == 8.0
+    for spec, error in (
+        ("Z9", "--gpu Z9:"),
+        ("H100:4", "write TYPE or TYPE:tpN"),
+        ("X1", "--gpu X1: no price; set price_per_hour"),
+    ):
+        with pytest.raises(ConfigError, match=error):
+            parse_gpu_options([spec], loaded.scenario)
+
+
+def test_cli_writes_the_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = scenario(tmp_path).source
+    out = tmp_path / "plan.json"
+    args = ["plan", "--scenario", path, "--gpu", "H100", "--peak-rps", "20"]
+    assert main([*args, "--json", str(out), "--budget", "5"]) == 0
+    plan = json.loads(out.read_text())
+    assert plan["pools"][0]["backends"] == {"H100": 1}
+    assert plan["cost_per_hour"] == 4.0 and plan["meets"] is True
+    assert "1×H100" in capsys.readouterr().out
+    assert main([*args, "--quiet", "--budget", "3"]) == 3  # over budget
+    assert main(["plan", "--scenario", path]) == 2  # no --gpu
+    assert "--gpu: name at least one GPU type" in capsys.readouterr().err
