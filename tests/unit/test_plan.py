@@ -159,3 +159,33 @@ def test_cli_writes_the_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert main([*args, "--quiet", "--budget", "3"]) == 3  # over budget
     assert main(["plan", "--scenario", path]) == 2  # no --gpu
     assert "--gpu: name at least one GPU type" in capsys.readouterr().err
+
+
+def test_two_model_pools_are_planned_each_and_run_together(tmp_path: Path) -> None:
+    path = tmp_path / "two.toml"
+    path.write_text(
+        'name = "two"\nseed = 5\n[workload]\nprofile = "chat"\nrate_rps = 10.0\n'
+        'max_requests = 1000\nmodel = "llama-3.1-8b"\n'
+        'models = { "llama-3.1-8b" = 0.7, "llama-3.1-70b" = 0.3 }\n'
+        '[[gpus]]\ntype = "H100"\ncount = 1\n'
+        '[[gpus]]\ntype = "H100"\ncount = 1\nmodel = "llama-3.1-70b"\ntensor_parallel = 2\n'
+    )
+    loaded = load_scenario(path)
+    options = parse_gpu_options(["L4", "H100:tp2"], loaded.scenario)
+    plan = plan_fleet(loaded, options, PlanLimits(), peak_rps=30.0)
+    small, large = plan.pools
+    assert (small.model, small.peak_rps) == ("llama-3.1-8b", 21.0)
+    assert (large.model, large.peak_rps) == ("llama-3.1-70b", 9.0)
+    # an H100 pair carries ~47 req/s of the 8B at the SLO, an L4 ~1.7: the 8B pool's
+    # 21 req/s would take 13 L4s ($9.1/h), one pair ($8/h) is cheaper
+    assert small.backends == {"H100-tp2": 1}
+    assert large.backends == {"H100-tp2": 2}
+    assert large.notes == [
+        "L4 left out for llama-3.1-70b: model llama-3.1-70b does not fit on L4 (24 GB): "
+        "-149394 tokens of KV cache left"
+    ]
+    assert plan.cost_per_hour == small.cost_per_hour + large.cost_per_hour
+    assert plan.meets and set(plan.by_model) == {"llama-3.1-8b", "llama-3.1-70b"}
+    assert plan.attainment_without_one_scarcest is not None
+    assert plan.attainment_without_one_scarcest < 0.9
+    assert plan.scarcest == "H100-tp2"
