@@ -27,27 +27,32 @@ def register(sub) -> None:
     register_plan(sub)
 
 
+def scenario_and_target(parser: argparse.ArgumentParser) -> None:
+    """`--scenario` and `--attainment`, as `capacity` and `plan` read them."""
+    parser.add_argument(
+        "--scenario", metavar="FILE", help="scenario TOML or built-in name (default: the demo)"
+    )
+    parser.add_argument(
+        "--attainment",
+        type=float,
+        default=0.9,
+        metavar="FRACTION",
+        help="share of requests that must meet their SLO (default 0.9)",
+    )
+
+
 def register_capacity(sub) -> None:
     cap = sub.add_parser(
         "capacity",
         help="SLO capacity of a fleet per policy: the highest load at which the SLO holds",
     )
-    cap.add_argument(
-        "--scenario", metavar="FILE", help="scenario TOML or built-in name (default: the demo)"
-    )
+    scenario_and_target(cap)
     cap.add_argument(
         "--policy",
         action="append",
         metavar="NAME",
         help="policy to size (repeatable; 'default' = the router's default policy; "
         "default: the scenario's [router] policies)",
-    )
-    cap.add_argument(
-        "--attainment",
-        type=float,
-        default=0.9,
-        metavar="FRACTION",
-        help="share of requests that must meet their SLO (default 0.9)",
     )
     cap.add_argument("--json", metavar="OUT", help="write results as JSON to OUT ('-' = stdout)")
     cap.add_argument("--plot", metavar="PNG", help="plot attainment against load (matplotlib)")
@@ -60,9 +65,7 @@ def register_plan(sub) -> None:
         "plan",
         help="the cheapest fleet of given GPU types that meets the SLO at a peak (simulated)",
     )
-    plan.add_argument(
-        "--scenario", metavar="FILE", help="scenario TOML or built-in name (default: the demo)"
-    )
+    scenario_and_target(plan)
     plan.add_argument(
         "--gpu",
         action="append",
@@ -78,13 +81,6 @@ def register_plan(sub) -> None:
     )
     plan.add_argument(
         "--budget", type=float, metavar="USD", help="$/hour the fleet may cost (exit 3 over it)"
-    )
-    plan.add_argument(
-        "--attainment",
-        type=float,
-        default=0.9,
-        metavar="FRACTION",
-        help="share of requests that must meet their SLO (default 0.9)",
     )
     plan.add_argument(
         "--max-backends", type=int, default=64, metavar="N", help="per model pool (default 64)"
