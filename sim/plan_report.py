@@ -120,8 +120,8 @@ def plot_plan(plan: FleetPlan, out: str) -> None:
             axis.annotate(_backends(counts), (cost, attainment), fontsize=7, xytext=(4, -10),
                           textcoords="offset points")  # fmt: skip
     axis.axhline(plan.attainment_target, color="grey", linestyle="--", linewidth=1)
-    axis.set_xlabel("fleet cost ($/hour)")
-    axis.set_ylabel(f"SLO attainment at {plan.peak_rps:g} req/s")
+    axis.set_xlabel("pool cost ($/hour)")
+    axis.set_ylabel("pool SLO attainment at its share of the peak")
     axis.set_ylim(0, 1.05)
     axis.grid(True, alpha=0.3)
     axis.legend(loc="lower right")

@@ -5,6 +5,7 @@ fleets and attainments are exact."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import time
 from pathlib import Path
@@ -157,6 +158,10 @@ def test_cli_writes_the_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert plan["cost_per_hour"] == 4.0 and plan["meets"] is True
     assert "1×H100" in capsys.readouterr().out
     assert main([*args, "--quiet", "--budget", "3"]) == 3  # over budget
+    if importlib.util.find_spec("matplotlib") is not None:  # optional: only --plot needs it
+        png = tmp_path / "plan.png"
+        assert main([*args, "--quiet", "--plot", str(png)]) == 0
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["plan", "--scenario", path]) == 2  # no --gpu
     assert "--gpu: name at least one GPU type" in capsys.readouterr().err
 
