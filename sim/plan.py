@@ -12,25 +12,20 @@ fleet from which removing any one backend misses. Runs are capped; all is determ
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
 from gpuroute.sim.capacity import CapacitySearch
 from gpuroute.sim.fleet import GpuTypeProfile, profile_gpu_type
 from gpuroute.sim.plan_check import GpuOption, PlanError, engine_params, usable_options
+from gpuroute.sim.plan_search import Mix, MixSearch, cost_of, token_costs
 from gpuroute.sim.prepare import prepare_workload
 from gpuroute.sim.report import PolicyReport
 from gpuroute.sim.scenario import GpuGroup, LoadedScenario, Scenario
 from gpuroute.sim.simulator import FleetSimulator
-from gpuroute.sim.workloads import Workload
 
 POLICY = "default"
 CAPACITY_ITERATIONS = 5  # bisection steps of each type's per-backend capacity (±1.5 %)
-MOST_MIXES = 200_000  # mixes enumerated per pool at most (before sorting by cost)
-
-Mix = tuple[int, ...]  # backends per option, in the options' order
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +67,15 @@ class FleetPlan:
     budget_per_hour: float | None = None
     within_budget: bool = True
     by_model: dict[str, dict[str, float]] = field(default_factory=dict)
+    # over budget: what the budget buys instead (most estimated capacity), run at the peak
+    budget_fleet: BudgetFleet | None = None
+
+
+@dataclass(slots=True)
+class BudgetFleet:
+    backends: dict[str, dict[str, int]]  # model -> option label -> count
+    cost_per_hour: float
+    attainment: float
 
 
 class Planner:
@@ -87,6 +91,7 @@ class Planner:
         self.workload, _, self.base_rate = prepare_workload(loaded)
         self._profiles: dict[tuple[str, str], GpuTypeProfile] = {}
         self._runs: dict[tuple[str, Mix, float], PolicyReport] = {}
+        self.searches: dict[str, MixSearch] = {}
 
     def profile(self, option: GpuOption, model: str) -> GpuTypeProfile:
         key = (option.label, model)
@@ -156,7 +161,7 @@ class Planner:
                 f"model {model!r}: no backend of {', '.join(o.label for o in options)} meets "
                 f"the SLO at {self.limits.attainment:.0%} even at light load"
             )
-        search = MixSearch(self, model, options, rates, peak)
+        search = self.searches[model] = MixSearch(self, model, options, rates, peak)
         mix = search.cheapest()
         return PoolPlan(
             model=model,
@@ -186,95 +191,6 @@ class Planner:
         return sorted(rows, key=lambda row: (row[1], row[2]))
 
 
-def cost_of(options: list[GpuOption], mix: Mix) -> float:
-    return sum(o.price_per_hour * n for o, n in zip(options, mix, strict=True))
-
-
-class MixSearch:
-    """One pool's mixes in order of cost, each checked in the simulator at the peak."""
-
-    def __init__(
-        self,
-        planner: Planner,
-        model: str,
-        options: list[GpuOption],
-        rates: list[float],
-        peak: float,
-    ) -> None:
-        self.planner, self.model, self.options = planner, model, options
-        self.rates, self.peak = rates, peak
-        self.runs = 0
-
-    def meets(self, mix: Mix) -> bool:
-        if sum(mix) == 0:
-            return False
-        self.runs += 1
-        attainment = self.planner.run_pool(self.model, self.options, mix, self.peak)
-        return attainment >= self.planner.limits.attainment
-
-    def candidates(self) -> list[Mix]:
-        """Mixes whose estimated SLO capacity covers the peak, cheapest first."""
-        most = self.planner.limits.max_backends
-        ranges = [
-            range(min(most, math.ceil(self.peak / r) + 1) + 1) if r > 0 else range(1)
-            for r in self.rates
-        ]
-        found = []
-        for mix in itertools.islice(itertools.product(*ranges), MOST_MIXES):
-            if 0 < sum(mix) <= most and np.dot(mix, self.rates) >= self.peak:
-                found.append(mix)
-        return sorted(found, key=lambda m: (cost_of(self.options, m), -np.dot(m, self.rates), m))
-
-    def cheapest(self) -> Mix:
-        """The first candidate that meets, trimmed; PlanError when the run cap comes first."""
-        for mix in self.candidates():
-            if self.runs >= self.planner.limits.max_runs:
-                break
-            if self.meets(mix):
-                return self.trim(mix)
-        raise PlanError(
-            f"model {self.model!r}: no mix of {', '.join(o.label for o in self.options)} up to "
-            f"{self.planner.limits.max_backends} backends met the SLO at {self.peak:.1f} req/s "
-            f"within {self.planner.limits.max_runs} simulator runs"
-        )
-
-    def trim(self, mix: Mix) -> Mix:
-        """One backend less of a type while the pool still meets: scarcest, dearest first."""
-        while True:
-            order = sorted(
-                (i for i, n in enumerate(mix) if n),
-                key=lambda i: (mix[i], -self.options[i].price_per_hour),
-            )
-            for i in order:
-                fewer = (*mix[:i], mix[i] - 1, *mix[i + 1 :])
-                if self.meets(fewer):
-                    mix = fewer
-                    break
-            else:
-                return mix
-
-    def without_one(self, mix: Mix) -> dict[str, float]:
-        out = {}
-        for i, n in enumerate(mix):
-            if n:
-                fewer = (*mix[:i], n - 1, *mix[i + 1 :])
-                attainment = (
-                    self.planner.run_pool(self.model, self.options, fewer, self.peak)
-                    if sum(fewer)
-                    else 0.0
-                )
-                out[self.options[i].label] = attainment
-        return out
-
-
-def token_costs(workload: Workload, peak: float, cost: float) -> tuple[float, float]:
-    """$ per million tokens (prompt and output) and per million output tokens at the peak."""
-    per_hour = peak * 3600
-    tokens = per_hour * float(np.mean(workload.prompts + workload.outputs))
-    outputs = per_hour * float(np.mean(workload.outputs))
-    return round(cost / tokens * 1e6, 4), round(cost / outputs * 1e6, 4)
-
-
 def plan_fleet(
     loaded: LoadedScenario,
     options: list[GpuOption],
@@ -298,6 +214,7 @@ def plan_fleet(
     scarcest, without = _without_scarcest(planner, chosen, default, peak)
     cost = sum(p.cost_per_hour for p in pools)
     per_token, per_output = token_costs(planner.workload, peak, cost)
+    within = budget_per_hour is None or cost <= budget_per_hour + 1e-9
     return FleetPlan(
         scenario=planner.scenario.name,
         peak_rps=round(peak, 3),
@@ -311,8 +228,35 @@ def plan_fleet(
         scarcest=scarcest,
         attainment_without_one_scarcest=without,
         budget_per_hour=budget_per_hour,
-        within_budget=budget_per_hour is None or cost <= budget_per_hour + 1e-9,
+        within_budget=within,
         by_model=report.by_model,
+        budget_fleet=None if within else _budget_fleet(planner, pools, budget_per_hour, peak),
+    )
+
+
+def _budget_fleet(
+    planner: Planner, pools: list[PoolPlan], budget: float | None, peak: float
+) -> BudgetFleet | None:
+    """The budget shared among the pools as their cheapest plans share the cost; each pool
+    the mix with the most estimated capacity in its share; the fleet run at the peak. None
+    when a pool's share buys no backend."""
+    assert budget is not None
+    total = sum(p.cost_per_hour for p in pools)
+    chosen: dict[str, dict[GpuOption, int]] = {}
+    for pool in pools:
+        search = planner.searches[pool.model]
+        mix = search.best_within(budget * pool.cost_per_hour / total)
+        if mix is None:
+            return None
+        chosen[pool.model] = {o: n for o, n in zip(search.options, mix, strict=True) if n}
+    default = planner.scenario.workload.model
+    report = planner.simulator(planner.fleet(chosen, default), peak).run(POLICY)
+    return BudgetFleet(
+        backends={m: {o.label: n for o, n in mix.items()} for m, mix in chosen.items()},
+        cost_per_hour=round(
+            sum(o.price_per_hour * n for m in chosen.values() for o, n in m.items()), 4
+        ),
+        attainment=report.slo_attainment,
     )
 
 

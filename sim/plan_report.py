@@ -103,6 +103,15 @@ def print_plan(plan: FleetPlan) -> None:
             f"[bold]over budget[/]: ${plan.cost_per_hour:.2f}/hour > "
             f"${plan.budget_per_hour:.2f}/hour; no cheaper fleet of these types meets the SLO"
         )
+        best = plan.budget_fleet
+        if best is None:
+            console.print("the budget buys no backend of some pool")
+        else:
+            fleet = "; ".join(f"{m}: {_backends(b)}" for m, b in best.backends.items())
+            console.print(
+                f"the most the budget buys: {fleet} (${best.cost_per_hour:.2f}/hour), "
+                f"SLO met {best.attainment:.3f} at the peak"
+            )
 
 
 def plot_plan(plan: FleetPlan, out: str) -> None:

@@ -81,7 +81,13 @@ def test_plan_is_deterministic_and_within_budget(tmp_path: Path) -> None:
     again = plan_fleet(loaded, options, PlanLimits(), peak_rps=20.0, budget_per_hour=3.0)
     assert first.pools[0].backends == again.pools[0].backends == {"H100": 1}
     assert first.attainment == again.attainment
-    assert first.within_budget and not again.within_budget
+    assert first.within_budget and first.budget_fleet is None
+    assert not again.within_budget
+    # $3/hour buys four L4s (~1.7 req/s each at the SLO): far short of 20 req/s
+    assert again.budget_fleet is not None
+    assert again.budget_fleet.backends == {"llama-3.1-8b": {"L4": 4}}
+    assert again.budget_fleet.cost_per_hour == 2.8
+    assert again.budget_fleet.attainment < 0.9
 
 
 def test_ttft_below_one_prefill_is_refused_naming_class_and_gpu(tmp_path: Path) -> None:
