@@ -168,8 +168,8 @@ class Planner:
             peak_rps=round(peak, 3),
             backends={o.label: n for o, n in zip(options, mix, strict=True) if n},
             cost_per_hour=round(cost_of(options, mix), 4),
-            attainment=self.run_pool(model, options, mix, peak),
-            meets=search.meets(mix),
+            attainment=(attainment := self.run_pool(model, options, mix, peak)),
+            meets=attainment >= self.limits.attainment,
             capacity_per_backend_rps={
                 o.label: round(r, 3) for o, r in zip(options, rates, strict=True)
             },

@@ -72,8 +72,9 @@ class MixSearch:
         )
 
     def trim(self, mix: Mix) -> Mix:
-        """One backend less of a type while the pool still meets: scarcest, dearest first."""
-        while True:
+        """One backend less of a type while the pool still meets (scarcest, dearest first) and
+        runs are left."""
+        while self.runs < self.planner.limits.max_runs:
             order = sorted(
                 (i for i, n in enumerate(mix) if n),
                 key=lambda i: (mix[i], -self.options[i].price_per_hour),
@@ -85,6 +86,7 @@ class MixSearch:
                     break
             else:
                 return mix
+        return mix
 
     def without_one(self, mix: Mix) -> dict[str, float]:
         out = {}

@@ -121,6 +121,13 @@ def test_class_within_the_target_share_does_not_block(tmp_path: Path) -> None:
     assert 0.9 <= plan.attainment <= 0.95 + 1e-9
 
 
+def test_search_is_bounded_by_fleet_size(tmp_path: Path) -> None:
+    loaded = scenario(tmp_path)
+    options = parse_gpu_options(["L4"], loaded.scenario)
+    with pytest.raises(PlanError, match=r"no mix of L4 up to 5 backends met the SLO at 20.0"):
+        plan_fleet(loaded, options, PlanLimits(max_backends=5), peak_rps=20.0)
+
+
 def test_model_that_fits_no_gpu_is_refused(tmp_path: Path) -> None:
     loaded = scenario(tmp_path, model="llama-3.1-405b", gpu="H200", tp=8)
     options = parse_gpu_options(["L4", "H100"], loaded.scenario)
