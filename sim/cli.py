@@ -71,7 +71,8 @@ def register_plan(sub) -> None:
         action="append",
         metavar="TYPE[:tpN]",
         help="a GPU type to plan with, built-in or the scenario's [[gpu_types]], priced "
-        "(repeatable; e.g. --gpu H100 --gpu L4 --gpu H200:tp4)",
+        "(repeatable; e.g. --gpu H100 --gpu L4 --gpu H200:tp4; default: the types of the "
+        "scenario's [[gpus]])",
     )
     plan.add_argument(
         "--peak-rps",

@@ -8,6 +8,7 @@ from dataclasses import asdict
 from gpuroute.sim.plan import FleetPlan, PlanLimits, plan_fleet
 from gpuroute.sim.plan_check import parse_gpu_options
 from gpuroute.sim.run import resolve_scenario, write_json
+from gpuroute.sim.scenario import GpuGroup
 from gpuroute.sim.traces import TraceError
 from rich.console import Console
 
@@ -40,8 +41,8 @@ def run_plan(
     quiet: bool,
 ) -> int:
     loaded = resolve_scenario(scenario_path)
-    if not gpus:
-        raise ConfigError("--gpu: name at least one GPU type to plan with")
+    if not gpus:  # the types the scenario's fleet has, each once
+        gpus = list(dict.fromkeys(_option_spec(g) for g in loaded.scenario.gpus))
     if not 0 < limits.attainment <= 1:
         raise ConfigError("--attainment must be in (0, 1]")
     if (peak_rps is not None and peak_rps <= 0) or (budget is not None and budget <= 0):
@@ -62,6 +63,10 @@ def run_plan(
     if plot_out:
         plot_plan(plan, plot_out)
     return 0 if plan.within_budget else OVER_BUDGET
+
+
+def _option_spec(group: GpuGroup) -> str:
+    return group.type + (f":tp{group.tensor_parallel}" if group.tensor_parallel > 1 else "")
 
 
 def _backends(counts: dict[str, int]) -> str:

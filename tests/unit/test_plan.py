@@ -175,8 +175,11 @@ def test_cli_writes_the_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         png = tmp_path / "plan.png"
         assert main([*args, "--quiet", "--plot", str(png)]) == 0
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert main(["plan", "--scenario", path]) == 2  # no --gpu
-    assert "--gpu: name at least one GPU type" in capsys.readouterr().err
+    assert main(["plan", "--scenario", path, "--gpu", "H100:x"]) == 2
+    assert "--gpu H100:x: write TYPE or TYPE:tpN" in capsys.readouterr().err
+    # no --gpu: the scenario's own types (its one H100)
+    assert main(["plan", "--scenario", path, "--quiet", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["pools"][0]["capacity_per_backend_rps"].keys() == {"H100"}
 
 
 def test_two_model_pools_are_planned_each_and_run_together(tmp_path: Path) -> None:
