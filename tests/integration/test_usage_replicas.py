@@ -41,6 +41,10 @@ from support.token_replay import replay_bodies
 
 from gpuroute.auth import key_digest
 
+# each call bounded well inside the test's own timeout, so a call that hangs (seen once
+# under a loaded full suite) fails naming itself
+CALL_TIMEOUT = aiohttp.ClientTimeout(total=60)
+
 ODD = 'beta "β":\x1fcorp'  # a tenant name with quotes, a colon and the unit separator
 KEYS = {"sk-acme": "acme", "sk-beta": ODD}
 TOKEN = "usage-admin-token"
@@ -163,7 +167,7 @@ async def drive(urls: list[str]) -> dict[str, list[int]]:
     callers = [*KEYS.items(), (None, "anonymous")]
     jobs = [(urls[i % 2], callers[(i // 2) % 3], bodies[i]) for i in range(len(bodies))]
     expected = {tenant: [0, 0, 0] for _, tenant in callers}
-    async with aiohttp.ClientSession() as s:
+    async with aiohttp.ClientSession(timeout=CALL_TIMEOUT) as s:
 
         async def one(url, caller, item) -> None:
             key, tenant = caller
@@ -197,7 +201,7 @@ async def test_one_replica_answers_the_sum_over_both_and_the_cli_prints_it(tmp_p
             urls = [f"http://127.0.0.1:{x.port}" for x in (a, b)]
             expected = await drive(urls)
             admin = f"http://127.0.0.1:{a.admin_port}"
-            async with aiohttp.ClientSession() as s:
+            async with aiohttp.ClientSession(timeout=CALL_TIMEOUT) as s:
                 flush_b = f"http://127.0.0.1:{b.admin_port}/admin/usage/flush"
                 async with s.post(flush_b, headers=auth) as r:  # A reads what B counted
                     assert r.status == 200 and (await r.json())["shared"] is True
