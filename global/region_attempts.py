@@ -24,8 +24,8 @@ from gpuroute.global_.metrics import GlobalMetrics
 from gpuroute.global_.stream_continuer import RegionStream
 
 from gpuroute.auth import client_key
-from gpuroute.continuation import ContinuationConfig, ask_token_ids, static_reason
-from gpuroute.continuation_relay import record
+from gpuroute.continuation import ContinuationConfig, prepare
+from gpuroute.continuation_relay import keep
 from gpuroute.headers import router_headers
 from gpuroute.openai_api import error_response
 from gpuroute.relay import (
@@ -38,7 +38,7 @@ from gpuroute.relay import (
     is_event_stream,
     relay_body,
 )
-from gpuroute.relay_strip import StrippingTally
+from gpuroute.relay_strip import StrippingTally, usage_asked
 from gpuroute.residency_decision import HEADER as DECISION_HEADER
 from gpuroute.residency_decision import sign
 from gpuroute.tracing import onward
@@ -150,16 +150,12 @@ class RegionAttempts:
         """A stream that may be continued asks its region for its token ids (the router
         passes vLLM's through), so a continuation elsewhere is token-exact; a continuation
         asks for usage, which a client that did not ask must not receive."""
-        config, parsed = self.continuation, fwd.parsed
-        if not (config.enabled and parsed and parsed.get("stream") is True):
-            return
-        fwd.continuable = static_reason(fwd.route, parsed) is None
-        if not fwd.continuable:
-            return
-        options = parsed.get("stream_options")
-        fwd.strip_usage = not (isinstance(options, dict) and options.get("include_usage") is True)
-        if config.token_ids and ask_token_ids(parsed):
-            fwd.body, fwd.strip_token_ids = orjson.dumps(parsed), True
+        parsed = fwd.parsed
+        stream = parsed is not None and parsed.get("stream") is True
+        fwd.continuable, fwd.strip_token_ids = prepare(self.continuation, fwd.route, stream, parsed)
+        if fwd.strip_token_ids:
+            fwd.body = orjson.dumps(parsed)
+        fwd.strip_usage = fwd.continuable and not usage_asked(parsed or {})
 
     def regions_left(self, fwd: Forwarding) -> tuple[str, ...]:
         """Where a broken stream may go on: the policy's ranking now, over the regions its
@@ -204,7 +200,7 @@ class RegionAttempts:
         tally = ResponseTally()
         if fwd.continuable:  # held in whole events: a region's error event breaks it
             tally = StrippingTally(usage=fwd.strip_usage, token_ids=fwd.strip_token_ids)
-        record(self.continuation, fwd.route, fwd.parsed, tally)
+            keep(self.continuation, tally)
         try:
             relayed = await relay_body(
                 fwd.request,

@@ -1,7 +1,7 @@
 """What a stream whose engine broke mid-answer needs to go on elsewhere: whether it can be
-continued faithfully (and if not, why), the text it had when it broke, the request that
-continues it, and the splice that makes the new engine's stream read as the rest of the
-first one (Dynamo's migration, done at the router).
+continued faithfully (and if not, why), the text it had when it broke, and the request that
+continues it (Dynamo's migration, done at the router; gpuroute/continuation_splice.py makes
+the new engine's stream read as the rest of the first one).
 
 The continuation resends the prompt plus the text so far: for chat as the assistant's
 turn continued (`continue_final_message: true, add_generation_prompt: false`, which vLLM
@@ -97,6 +97,11 @@ class Broken:
     # the answer's token ids, where every event with text carried them (None: not all did)
     token_ids: list[int] | None = field(default_factory=list)
 
+    @property
+    def exact(self) -> bool:
+        """The prompt's and the answer's token ids are both known: it goes on from ids."""
+        return self.prompt_ids is not None and self.token_ids is not None
+
 
 def read_broken(stream: bytes, route: str, ids: bool = True) -> Broken:
     """The events the client received (`stream`, whole events), read for their text, their
@@ -173,7 +178,7 @@ def sent_as(route: str, body: dict, broken: Broken) -> str:
     """The route a continuation goes to: a chat whose prompt and answer came as token ids
     goes on as a completion from those ids (chat takes no token-id prompt; the chat
     template is in the prompt's ids), unless the ids may not say it all (images, tools)."""
-    if route != CHAT or broken.prompt_ids is None or broken.token_ids is None:
+    if route != CHAT or not broken.exact:
         return route
     if any(body.get(name) for name in ("tools", "functions")):
         return route  # a tool call later in the answer is parsed only by the chat API
@@ -192,7 +197,6 @@ def _text_only(message: object) -> bool:
 def continuation_body(body: dict, route: str, broken: Broken) -> dict:
     """The request that continues `body` from `broken`'s text, for the route `sent_as`
     says (usage asked for: the splice makes it cover the whole answer)."""
-    exact = broken.prompt_ids is not None and broken.token_ids is not None
     if sent_as(route, body, broken) != route:
         # (a chat's logprobs false or top_logprobs 0 would ask a completion for logprobs)
         out = {k: v for k, v in body.items() if k not in CHAT_ONLY and k not in LOGPROBS}
@@ -205,7 +209,7 @@ def continuation_body(body: dict, route: str, broken: Broken) -> dict:
         _continue_turn(out, broken.text)
     else:
         out = copy.deepcopy(body)
-        if exact:  # nothing tokenized again
+        if broken.exact:  # nothing tokenized again
             out["prompt"] = broken.prompt_ids + broken.token_ids  # type: ignore[operator]
         else:
             out["prompt"] = out["prompt"] + broken.text
@@ -232,6 +236,17 @@ def _continue_turn(out: dict, text: str) -> None:
     else:
         messages.append({"role": "assistant", "content": text})
     out["continue_final_message"], out["add_generation_prompt"] = True, False
+
+
+def prepare(
+    config: ContinuationConfig, route: str, stream: bool, body: dict | None
+) -> tuple[bool, bool]:
+    """Whether a request's stream may be continued (kept as it goes: judged once, here),
+    and whether its token ids were asked for on its client's behalf (stripped from what it
+    receives)."""
+    if not (stream and config.enabled and static_reason(route, body) is None):
+        return False, False
+    return True, config.token_ids and ask_token_ids(body)
 
 
 def ask_token_ids(body: dict | None) -> bool:
@@ -265,9 +280,18 @@ def finish_events(broken: Broken, route: str, reason: str | None) -> bytes:
         choice = {"index": 0, "finish_reason": reason}
         choice.update({"text": ""} if route == COMPLETIONS else {"delta": {}})
         last = sse_event({**broken.head, "object": kind, "choices": [choice]})
-    if not broken.usage and broken.prompt_ids is not None and broken.token_ids is not None:
-        prompt, completion = len(broken.prompt_ids), len(broken.token_ids)  # as counted
-        usage = {"prompt_tokens": prompt, "completion_tokens": completion,
-                 "total_tokens": prompt + completion}  # fmt: skip
-        last += sse_event({**broken.head, "object": kind, "choices": [], "usage": usage})
+    if not broken.usage and broken.exact:  # as the engine counted them
+        counts = len(broken.prompt_ids or ()), len(broken.token_ids or ())
+        last += usage_event(broken.head, kind, *counts)
     return last + SSE_DONE
+
+
+def usage_of(prompt: int, completion: int) -> dict[str, int]:
+    """OpenAI's usage object."""
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion}  # fmt: skip
+
+
+def usage_event(head: dict, kind: object, prompt: int, completion: int) -> bytes:
+    """A usage-only chunk (no choices), as engines end a stream that asked for usage."""
+    return sse_event({**head, "object": kind, "choices": [], "usage": usage_of(prompt, completion)})

@@ -17,7 +17,6 @@ from gpuroute.continuation import (
     Broken,
     ContinuationConfig,
     finish_events,
-    static_reason,
 )
 from gpuroute.continuation_splice import Splice
 from gpuroute.continuation_verdict import END, FINISH, Verdict, judge
@@ -39,10 +38,10 @@ class Refused(Exception):
     """The upstream placed to continue a stream answered with an error, not a stream."""
 
 
-def record(config: ContinuationConfig, route: str, body: dict | None, tally: ResponseTally) -> None:
-    """Keep a stream's chunks while it may have to be continued."""
-    if config.enabled and static_reason(route, body) is None:
-        tally.kept, tally.keep_up_to = bytearray(), config.max_recorded_bytes
+def keep(config: ContinuationConfig, tally: ResponseTally) -> None:
+    """Keep a continuable stream's chunks (gpuroute/continuation.py `prepare`) while it is
+    short enough to go on from."""
+    tally.kept, tally.keep_up_to = bytearray(), config.max_recorded_bytes
 
 
 class SplicedContent:

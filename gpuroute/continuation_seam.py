@@ -43,10 +43,6 @@ class SeamWatch:
         self.held = ""  # the end of `new`, not yet relayed
         self.done = not self.tail  # nothing can span the break any more
 
-    @property
-    def open(self) -> bool:
-        return not self.done
-
     def feed(self, piece: str) -> tuple[str, str | None]:
         """What the client gets now of the continuation's text (`piece`, after what was
         held), and the stop string that completed across the break (None: none did; once
@@ -74,12 +70,12 @@ class SeamWatch:
 
     def _spanning(self, window: str) -> tuple[int, str] | None:
         """The earliest completed stop string that began before the break."""
-        best: tuple[int, str] | None = None
+        found = []  # (where it ends, where it begins, it), in the stop list's order
         for stop in self.stops:
             at = window.find(stop, max(len(self.tail) - len(stop) + 1, 0))
-            if 0 <= at < len(self.tail) and (best is None or at + len(stop) < sum_end(best)):
-                best = (at, stop)
-        return best
+            if 0 <= at < len(self.tail):
+                found.append((at + len(stop), at, stop))
+        return min(found, key=lambda f: f[0])[1:] if found else None  # (ties: list order)
 
     def _may_span(self, window: str) -> bool:
         """Whether a stop string begun before the break could still complete."""
@@ -89,8 +85,3 @@ class SeamWatch:
                 if len(rest) < len(stop) and stop.startswith(rest):
                     return True
         return False
-
-
-def sum_end(found: tuple[int, str]) -> int:
-    """Where a found stop string ends."""
-    return found[0] + len(found[1])

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import orjson
 
-from gpuroute.continuation import DATA, DONE, Broken
+from gpuroute.continuation import DATA, DONE, Broken, usage_event, usage_of
 from gpuroute.continuation_seam import SeamWatch, stop_strings
-from gpuroute.openai_api import SSE_DONE, sse_event
+from gpuroute.openai_api import SSE_DONE
 
 
 class Splice:
@@ -27,7 +27,7 @@ class Splice:
         self.role_seen = False
         # a stop string across the seam ends the answer here (the engine cannot see it)
         self.seam = SeamWatch(body, broken.text) if body and stop_strings(body) else None
-        self.sent = 0  # the continuation's tokens relayed
+        self.sent = 0  # the continuation's tokens relayed while the seam was open
         self.ended = False  # by the seam: what follows is dropped, the upstream closed
 
     def feed(self, data: bytes) -> bytes:
@@ -43,8 +43,9 @@ class Splice:
         self.partial = data[cut + 2 :]
         out = b""
         for event in data[: cut + 2].split(b"\n\n"):
-            if not self.ended:
-                out += self._event(event)
+            out += self._event(event)
+            if self.ended:
+                break  # (a stop string across the seam: nothing after it)
         return out
 
     def flush(self) -> bytes:
@@ -86,15 +87,13 @@ class Splice:
         some back); where a stop string completes across the seam, its text up to there,
         finished `stop`, then usage (the prompt known) and [DONE]."""
         choice = next((c for c in chunk.get("choices") or () if isinstance(c, dict)), None)
-        if choice is None:
+        if self.seam is None or self.seam.done or choice is None:
             return b""
         holder = choice.get("delta") if isinstance(choice.get("delta"), dict) else choice
         key = "content" if holder is not choice else "text"
         piece = holder.get(key)
-        ids = choice.get("token_ids")
+        ids = choice.get("token_ids")  # (counted while the seam may still end the answer)
         self.sent += len(ids) if isinstance(ids, list) else int(bool(piece))
-        if self.seam is None or not self.seam.open:
-            return b""
         text, stop = self.seam.feed(piece) if isinstance(piece, str) else ("", None)
         if stop is None and choice.get("finish_reason") is not None:
             text += self.seam.release()  # its engine finished within the seam
@@ -107,11 +106,8 @@ class Splice:
         self.ended = True
         if self.prompt is None:
             return SSE_DONE  # no usage the router could vouch for
-        completion = self.before + self.sent
-        usage = {"prompt_tokens": self.prompt, "completion_tokens": completion,
-                 "total_tokens": self.prompt + completion}  # fmt: skip
-        return sse_event({**self.head, "object": chunk.get("object"), "choices": [],
-                          "usage": usage}) + SSE_DONE  # fmt: skip
+        kind = chunk.get("object")
+        return usage_event(self.head, kind, self.prompt, self.before + self.sent) + SSE_DONE
 
     def _without_role(self, chunk: dict) -> bool:
         """The continuing engine's first delta less its role; False: nothing else in it."""
@@ -130,8 +126,5 @@ class Splice:
     def _whole_usage(self, usage: dict) -> None:
         prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
         if isinstance(prompt, int) and isinstance(completion, int):
-            usage["prompt_tokens"] = (
-                self.prompt if self.prompt is not None else max(prompt - self.before, 0)
-            )
-            usage["completion_tokens"] = completion + self.before
-            usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+            asked = self.prompt if self.prompt is not None else max(prompt - self.before, 0)
+            usage.update(usage_of(asked, completion + self.before))

@@ -291,11 +291,7 @@ async def relay_body(
         on_first_write()
     if whole:
         return await end(client, tally, streamed, first)
-    ended: Relayed | None = None
-    if tally.engine_error is not None:  # (in its first bytes)
-        ended = Relayed(RelayEnd.UPSTREAM_BROKE, tally, streamed, EngineErrorEvent())
-    else:
-        ended = await _relay_chunks(client, upstream, tally, streamed)
+    ended = await _relay_chunks(client, upstream, tally, streamed)
     if ended is None:
         return await end(client, tally, streamed, tally.flush() if tally.strip else b"")
     if ended.end is RelayEnd.UPSTREAM_BROKE and end_broken:
@@ -328,8 +324,9 @@ async def _relay_chunks(
     client: ClientWriter, upstream: UpstreamResponse, tally: ResponseTally, streamed: bool
 ) -> Relayed | None:
     """Chunks until the body ends (None), breaks (the client's deadlines included), or
-    the client leaves or falls too far behind (how it ended)."""
-    while True:
+    the client leaves or falls too far behind (how it ended). An engine's error event,
+    held back by the tally, breaks it (gpuroute/relay_strip.py)."""
+    while tally.engine_error is None:
         try:
             chunk = await upstream.content.readany()
         except UPSTREAM_ERRORS as exc:
@@ -341,17 +338,15 @@ async def _relay_chunks(
             await _held(tally)
         if tally.strip:
             chunk = tally.outgoing(chunk)
-            if not chunk and tally.engine_error is None:
+            if not chunk:
                 continue
         try:
-            if chunk:
-                await client.write(chunk)
+            await client.write(chunk)
         except ConnectionError:
             return _client_gone(client.response, tally, streamed)
         except TimeoutError:
             return _too_slow(client, tally, streamed)
-        if tally.engine_error is not None:  # the engine ended it with an error event
-            return Relayed(RelayEnd.UPSTREAM_BROKE, tally, streamed, EngineErrorEvent())
+    return Relayed(RelayEnd.UPSTREAM_BROKE, tally, streamed, EngineErrorEvent())
 
 
 def _too_slow(client: ClientWriter, tally: ResponseTally, streamed: bool) -> Relayed:

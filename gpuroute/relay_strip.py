@@ -20,6 +20,12 @@ ERROR_AT = re.compile(rb'(?:^|\n\n)(data: \{"error")')
 TOKEN_IDS = re.compile(rb',\s*"(?:prompt_)?token_ids"\s*:\s*(?:\[[\d,\s]*\]|null)')
 
 
+def usage_asked(body: dict) -> bool:
+    """The client asked for a stream's usage chunk (`stream_options.include_usage`)."""
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
 def without_usage(data: bytes) -> bytes:
     """`data` (whole SSE events) less its usage-only events."""
     if b'"usage"' not in data:

@@ -12,7 +12,6 @@ from gpuroute.router.core.lifetime import Event, RequestLifetime
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.responses_state import RESPONSES, TURN
 
-from gpuroute.continuation import ROUTES
 from gpuroute.headers import SERVED_MODEL_HEADER
 from gpuroute.relay import RESPONSE_DROP, ResponseTally, forward_headers
 from gpuroute.relay_strip import StrippingTally
@@ -80,6 +79,7 @@ class Exchange:
     edited: bool = False
     strip_usage: bool = False
     strip_token_ids: bool = False  # asked for to continue it exactly (gpuroute/continuation.py)
+    continuable: bool = False  # a stream that may go on elsewhere if its engine breaks
     continuation: bytes | None = None  # what continues a broken stream (StreamContinuer)
     continuation_route: str | None = None  # where it goes (a chat may go on as a completion)
     # a continued stream: when its continuation's first bytes came, and the tokens before
@@ -100,7 +100,7 @@ class Exchange:
         store: router/responses_state.py)."""
         # (a stream that may be continued is held in whole events, so that an engine's
         # error event breaks it instead of reaching the client)
-        if streamed and (self.strip_usage or self.strip_token_ids or self.route in ROUTES):
+        if streamed and (self.strip_usage or self.continuable):
             return StrippingTally(usage=self.strip_usage, token_ids=self.strip_token_ids)
         turn = self.request.get(TURN) if self.route == RESPONSES else None
         return ResponseTally(size_text=streamed) if turn is None else turn.tally(streamed)

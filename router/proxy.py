@@ -91,10 +91,11 @@ class Proxy:
             headers = self.forwarder.engine_headers(request, admitted.headers)
             parsed = admitted.parsed
             strip = ask_usage(route, parsed.stream, parsed.body)
-            ids = self.forwarder.continuer.ask_token_ids(route, parsed.stream, parsed.body)
+            continuable, ids = self.forwarder.continuer.prepare(route, parsed.stream, parsed.body)
             exchange = Exchange(request, life, admitted.raw, route, arrival, headers,
                                 body=parsed.body, edited=strip or ids or parsed.edited,
-                                strip_usage=strip, strip_token_ids=ids)  # fmt: skip
+                                strip_usage=strip, strip_token_ids=ids,
+                                continuable=continuable)  # fmt: skip
             response = await self.forwarder.attempts(exchange)
             ending = exchange.ending
             return response

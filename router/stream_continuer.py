@@ -25,12 +25,11 @@ from prometheus_client import Counter
 from gpuroute.continuation import (
     Broken,
     ContinuationConfig,
-    ask_token_ids,
     continuation_body,
+    prepare,
     sent_as,
-    static_reason,
 )
-from gpuroute.continuation_relay import BrokenStream, Refused, record
+from gpuroute.continuation_relay import BrokenStream, Refused, keep
 from gpuroute.continuation_splice import Splice
 from gpuroute.relay import Relayed, ResponseTally, is_event_stream
 from gpuroute.tracing import REQUEST_ID_HEADER, engine_request_id
@@ -62,16 +61,15 @@ class StreamContinuer:
             registry=forwarder.metrics.registry,
         )
 
-    def ask_token_ids(self, route: str, stream: bool, body: dict | None) -> bool:
-        """Ask the engine for a stream's token ids where it may have to be continued (True:
-        the client did not ask, so they are stripped from what it receives)."""
-        if not (stream and self.config.enabled and self.config.token_ids):
-            return False
-        return static_reason(route, body) is None and ask_token_ids(body)
+    def prepare(self, route: str, stream: bool, body: dict | None) -> tuple[bool, bool]:
+        """Whether the stream may be continued, and whether its token ids were asked for on
+        its client's behalf (gpuroute/continuation.py `prepare`)."""
+        return prepare(self.config, route, stream, body)
 
     def record(self, exchange: Exchange, tally: ResponseTally) -> None:
         """Keep the stream's chunks while it may have to be continued."""
-        record(self.config, exchange.route, exchange.body, tally)
+        if exchange.continuable:
+            keep(self.config, tally)
 
     async def go_on(
         self, exchange: Exchange, response: web.StreamResponse, backend: Backend, relayed: Relayed

@@ -6,6 +6,8 @@ and dropped from what the client receives (gpuroute/relay_strip.py `StrippingTal
 
 from __future__ import annotations
 
+from gpuroute.relay_strip import usage_asked
+
 USAGE_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions"})
 
 
@@ -16,11 +18,9 @@ def ask_usage(route: str, stream: bool, body: dict | None) -> bool:
     if not stream or body is None or route not in USAGE_ROUTES:
         return False
     options = body.get("stream_options")
-    if options is None:
-        options = {}
-    elif not isinstance(options, dict):
+    if options is not None and not isinstance(options, dict):
         return False  # the engine answers it as the client wrote it
-    if options.get("include_usage") is True:
+    if usage_asked(body):
         return False  # asked for: relayed as it comes
-    body["stream_options"] = {**options, "include_usage": True}
+    body["stream_options"] = {**(options or {}), "include_usage": True}
     return True
