@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING
 import redis.asyncio as aioredis
 from gpuroute.router.auth_config import ApiKeyConfig
 from gpuroute.router.quotas import Quotas
-from redis.exceptions import RedisError
+from gpuroute.router.redis_client import REDIS_ERRORS
 
 if TYPE_CHECKING:
     from gpuroute.router.server import RouterApp
 
 log = logging.getLogger("gpuroute.router.keys")
-SYNC_ERRORS = (RedisError, OSError, TimeoutError, ValueError)
+SYNC_ERRORS = (*REDIS_ERRORS, ValueError)
 
 
 class KeyNotShared(Exception):

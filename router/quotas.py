@@ -20,8 +20,8 @@ import redis.asyncio as aioredis
 from gpuroute.router.auth_config import AuthConfig
 from gpuroute.router.config import RegionConfig
 from gpuroute.router.core.token_bucket import Take, TokenBucket, per_minute
+from gpuroute.router.redis_client import REDIS_ERRORS
 from gpuroute.router.redis_config import RedisConfig
-from redis.exceptions import RedisError
 
 from gpuroute.auth import AuthError, client_key, key_digest
 
@@ -223,7 +223,7 @@ class Quotas:
                 )
                 self._mirror(bucket, rate, burst, now, left_milli / 1000.0)
                 return
-            except (RedisError, OSError, TimeoutError) as exc:
+            except REDIS_ERRORS as exc:
                 self._down_until = now + self.retry_s
                 log.warning("Redis unavailable (%s): quota settled locally", exc)
                 self._mode(False)
@@ -232,8 +232,7 @@ class Quotas:
     def _mirror(self, bucket: str, rate: float, burst: float, now: float, left: float) -> None:
         """The local bucket follows what Redis said was left (its part of it), so a fallback
         starts where the shared bucket was, not full: an outage or a failover adds no burst."""
-        local = self._local_bucket(bucket, rate, burst, now)
-        local.tokens, local.stamp = min(local.burst, left * self.local_fraction), now
+        self._local_bucket(bucket, rate, burst, now).follow(now, left * self.local_fraction)
 
     def _local_bucket(self, bucket: str, rate: float, burst: float, now: float) -> TokenBucket:
         local = self._local.get(bucket)
@@ -253,7 +252,7 @@ class Quotas:
                 self._mode(True)
                 self._mirror(bucket, rate, burst, now, tokens_milli / 1000.0)
                 return Take(bool(allowed), tokens_milli / 1000.0, retry_ms / 1000.0), True
-            except (RedisError, OSError, TimeoutError) as exc:
+            except REDIS_ERRORS as exc:
                 self._down_until = now + self.retry_s
                 log.warning(
                     "Redis unavailable (%s): local quota buckets for %.0f s", exc, self.retry_s

@@ -10,6 +10,7 @@ dead primary is dropped, so after a failover every user reaches the promoted rep
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import ssl
@@ -33,6 +34,7 @@ class SentinelRedis(aioredis.Redis):
     """The primary's client; closing it also closes its connections to the sentinels."""
 
     async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        await self.connection_pool.stop_checking()
         await super().aclose(close_connection_pool)
         await self.connection_pool.sentinel_manager.aclose()
 
@@ -58,30 +60,42 @@ class NewestSentinels(Sentinel):
 class PrimaryFollowingPool(SentinelConnectionPool):
     """redis-py's pool asks the sentinels only when it opens a connection, so pooled ones
     stay with a primary that a forced failover demoted, which accepts writes until Sentinel
-    reconfigures it (seconds) and then drops them in its resync. This one asks at most
-    every `recheck_s` and closes every connection to a primary that is no longer one."""
+    reconfigures it (seconds) and then drops them in its resync. This one also asks at most
+    every `recheck_s`, in the background (no command waits for the sentinels), and whoever
+    learns that the primary moved (a recheck, or a connection being opened) closes every
+    connection to the old one, those in use too."""
 
     def __init__(self, service_name: str, sentinel_manager: NewestSentinels, **kwargs: Any) -> None:
         self.recheck_s: float = kwargs.pop("recheck_s")
         super().__init__(service_name, sentinel_manager, **kwargs)
         self._checked = -math.inf
+        self._check: asyncio.Task | None = None
 
     async def get_connection(self, *_deprecated: Any, **_options: Any) -> Any:
         now = time.monotonic()
-        if now - self._checked >= self.recheck_s:
+        idle = self._check is None or self._check.done()
+        if idle and now - self._checked >= self.recheck_s:
             self._checked = now
-            await self._recheck()
+            self._check = asyncio.get_running_loop().create_task(self._recheck())
         return await super().get_connection()
 
-    async def _recheck(self) -> None:
+    async def get_master_address(self) -> Any:
         before = self.master_address
-        try:
-            after = await self.get_master_address()  # closes idle connections if it moved
-        except REDIS_ERRORS:
-            return  # the command that follows meets the same error and is told
+        after = await super().get_master_address()  # (it closes only idle connections)
         if before is not None and after != before:
             log.warning("Redis primary moved from %s:%s to %s:%s", *before, *after)
             await self.disconnect(inuse_connections=True)
+        return after
+
+    async def _recheck(self) -> None:
+        with contextlib.suppress(*REDIS_ERRORS):  # (the next command meets it and is told)
+            await self.get_master_address()
+
+    async def stop_checking(self) -> None:
+        if self._check is not None and not self._check.done():
+            self._check.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._check
 
 
 def open_redis(config: RedisConfig) -> aioredis.Redis | None:

@@ -82,21 +82,22 @@ class RedisConfig(StrictModel):
 
     @property
     def configured(self) -> bool:
-        url = (self.url, self.url_file, self.url_env)
-        return self.sentinel is not None or any(v is not None for v in url)
+        return self.sentinel is not None or bool(self._urls_set())
+
+    def _urls_set(self) -> list[str]:
+        return [n for n in ("url", "url_file", "url_env") if getattr(self, n) is not None]
 
     @model_validator(mode="after")
     def _one_way(self) -> RedisConfig:
-        url = [n for n in ("url", "url_file", "url_env") if getattr(self, n) is not None]
-        if url and self.sentinel is not None:
-            raise ValueError(f"set {url[0]} or [redis.sentinel], not both")
+        if (urls := self._urls_set()) and self.sentinel is not None:
+            raise ValueError(f"set {urls[0]} or [redis.sentinel], not both")
         return self
 
     prefix: str = "gpuroute"
     timeout_s: float = Field(default=0.05, gt=0)  # per call; beyond it, fall back
     retry_s: float = Field(default=1.0, gt=0)  # after a failure, local buckets this long
     local_fraction: float = Field(default=1.0, gt=0, le=1)  # of each quota, per replica, while down
-    share_load: bool = True  # publish and read replicas' outstanding work (needs url)
+    share_load: bool = True  # publish and read replicas' outstanding work (needs url or sentinel)
     publish_interval_s: float = Field(default=0.1, gt=0)
     pick_among: int = Field(default=2, ge=1)  # least outstanding work: random among best k
     session_ttl_s: float = Field(default=1800.0, ge=0)  # session -> backend memory (0 = off)

@@ -16,7 +16,7 @@ from typing import NoReturn
 import redis.asyncio as aioredis
 from gpuroute.router.core.replay import ReplayGuard
 from gpuroute.router.metrics import RouterMetrics
-from redis.exceptions import RedisError
+from gpuroute.router.redis_client import REDIS_ERRORS
 
 from gpuroute.auth import AuthError, client_key
 from gpuroute.openai_api import Rejection
@@ -94,7 +94,7 @@ class ResidencyGate:
             fresh = await self.redis.set(
                 f"{self.prefix}:decision:{decision.nonce}", b"1", nx=True, px=ttl_ms
             )
-        except (RedisError, OSError, TimeoutError) as exc:
+        except REDIS_ERRORS as exc:
             self._redis_down_until = now + self.retry_s
             log.warning("residency decisions: Redis unavailable (%s); checked here only", exc)
             return True

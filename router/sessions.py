@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable
 
 import redis.asyncio as aioredis
+from gpuroute.router.redis_client import REDIS_ERRORS
 from gpuroute.router.redis_config import RedisConfig
-from redis.exceptions import RedisError
 
 log = logging.getLogger("gpuroute.router.sessions")
 
@@ -51,7 +51,7 @@ class SessionStore:
             return None
         try:
             value = await self.redis.get(self._key(session))
-        except (RedisError, OSError, TimeoutError) as exc:
+        except REDIS_ERRORS as exc:
             self._failed(exc)
             return None
         if value is None:
@@ -63,7 +63,7 @@ class SessionStore:
             return
         try:
             await self.redis.set(self._key(session), backend_id, px=self.ttl_ms)
-        except (RedisError, OSError, TimeoutError) as exc:
+        except REDIS_ERRORS as exc:
             self._failed(exc)
 
     def _failed(self, exc: BaseException) -> None:

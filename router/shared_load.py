@@ -26,7 +26,7 @@ import msgpack
 import redis.asyncio as aioredis
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.policies.prefix_affinity import PrefixIndex
-from redis.exceptions import RedisError
+from gpuroute.router.redis_client import REDIS_ERRORS
 
 from gpuroute.runtime import BackgroundLoop
 
@@ -140,7 +140,7 @@ class SharedLoad:
             try:
                 await self.sync()
                 self._health(True)
-            except (RedisError, OSError, TimeoutError, ValueError) as exc:
+            except (*REDIS_ERRORS, ValueError) as exc:
                 if self.healthy:
                     log.warning("shared load unavailable (%s); ledger alone", exc)
                 self._health(False)

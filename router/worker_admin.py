@@ -223,7 +223,7 @@ class WorkerAdmin:
             answers = await self.ask_all(query)
         if refused := first_refusal(answers, 502, "did not answer: its usage would be missing"):
             return refused
-        bodies = [orjson.loads(a[1]) for a in answers if a is not None]
+        bodies = [orjson.loads(a[1]) for a in answers]  # (every worker answered)
         return web.json_response(bodies[0] if shared else merge_usage(bodies))
 
 

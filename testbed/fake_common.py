@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from gpuroute.openai_api import error_response
-from gpuroute.prompt import estimate_tokens
 
 if TYPE_CHECKING:
     from gpuroute.testbed.fake_engine import FakeEngine
@@ -180,23 +179,3 @@ def continuing(body: dict) -> web.Response | None:
             "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
         )
     return None
-
-
-# the id of the fake's one output token (" tok": four ASCII characters, one id; the same
-# as testbed/fake_tokenize.py's encode gives it)
-TOKEN_ID = int.from_bytes(b"\x01 tok", "big")
-
-
-def already_written(body: dict) -> int:
-    """The tokens of the answer a request continues: the assistant's turn it continues
-    (`continue_final_message`), or the fake's output tokens ending a token-id prompt (a
-    continuation from ids: the prompt's and the answer's)."""
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-        return next((i for i, t in enumerate(reversed(prompt)) if t != TOKEN_ID), len(prompt))
-    messages = body.get("messages")
-    if not body.get("continue_final_message") or not isinstance(messages, list) or not messages:
-        return 0
-    last = messages[-1]
-    text = last.get("content") if isinstance(last, dict) else None
-    return estimate_tokens(text) if isinstance(text, str) and text else 0

@@ -24,7 +24,7 @@ from typing import Any
 from aiohttp import web
 from gpuroute.testbed import fake_payloads as payloads
 from gpuroute.testbed.fake_apis import api_routes
-from gpuroute.testbed.fake_common import already_written, continuing
+from gpuroute.testbed.fake_common import continuing
 from gpuroute.testbed.fake_engine_config import FakeEngineConfig
 from gpuroute.testbed.fake_gpu import SimulatedGpu
 from gpuroute.testbed.fake_metrics import counter, gauge, vllm_families
@@ -255,7 +255,7 @@ class FakeEngine:
             return refused
         wanted = request.headers.get(OUTPUT_HEADER)
         output = int(wanted) if wanted and wanted.isdigit() else self.config.default_output_tokens
-        output -= already_written(body)  # a continued answer generates what is left of it
+        output -= payloads.already_written(body)  # a continued answer generates what is left of it
         finish = "stop"
         if isinstance(cap, int) and cap > 0 and cap <= output:
             output, finish = cap, "length"

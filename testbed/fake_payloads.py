@@ -6,10 +6,13 @@ import hashlib
 import struct
 from typing import Any
 
-from gpuroute.testbed.fake_common import TOKEN_ID
-from gpuroute.testbed.fake_tokenize import encode
+from gpuroute.testbed.fake_tokenize import encode, message_ids
+
+from gpuroute.continuation import id_prompt
+from gpuroute.prompt import estimate_tokens
 
 TOKEN_TEXT = " tok"  # four characters: one token by the 4-characters rule (gpuroute.prompt)
+(TOKEN_ID,) = encode(TOKEN_TEXT)  # its id, as the fake's /tokenize gives it
 
 
 def tokens_text(n: int) -> str:
@@ -218,11 +221,11 @@ class StreamedIds:
     def asked(cls, body: dict, prompt: int) -> StreamedIds | None:
         if body.get("return_token_ids") is not True:
             return None
-        given = body.get("prompt")
-        if isinstance(given, list) and all(isinstance(t, int) for t in given):
-            return cls(list(given))
-        text = given if isinstance(given, str) else prompt_of_messages(body.get("messages"))
-        return cls((encode(text) + [0] * prompt)[:prompt])
+        if id_prompt(body):
+            return cls(list(body["prompt"]))
+        given, messages = body.get("prompt"), body.get("messages")
+        ids = encode(given) if isinstance(given, str) else message_ids(messages or []) or []
+        return cls((ids + [0] * prompt)[:prompt])
 
     def add(self, chunk: dict[str, Any], n: int) -> dict[str, Any]:
         choice = chunk["choices"][0]
@@ -233,8 +236,16 @@ class StreamedIds:
         return chunk
 
 
-def prompt_of_messages(messages: object) -> str:
-    if not isinstance(messages, list):
-        return ""
-    parts = (m.get("content") for m in messages if isinstance(m, dict))
-    return "".join(p for p in parts if isinstance(p, str))
+def already_written(body: dict) -> int:
+    """The tokens of the answer a request continues: the assistant's turn it continues
+    (`continue_final_message`), or the fake's output tokens ending a token-id prompt (a
+    continuation from ids: the prompt's and the answer's)."""
+    if id_prompt(body):
+        prompt = body["prompt"]
+        return next((i for i, t in enumerate(reversed(prompt)) if t != TOKEN_ID), len(prompt))
+    messages = body.get("messages")
+    if not body.get("continue_final_message") or not isinstance(messages, list) or not messages:
+        return 0
+    last = messages[-1]
+    text = last.get("content") if isinstance(last, dict) else None
+    return estimate_tokens(text) if isinstance(text, str) and text else 0

@@ -36,6 +36,10 @@ class TokenBucket:
             return Take(True, self.tokens, 0.0)
         return Take(False, self.tokens, (cost - self.tokens) / self.rate_per_s)
 
+    def follow(self, now: float, tokens: float) -> None:
+        """Take the level another bucket of the same quota reported (no more than full)."""
+        self.tokens, self.stamp = min(self.burst, tokens), now
+
     def settle(self, now: float, cost: float) -> None:
         """Apply `cost` after the fact (negative gives back), whatever is left: the bucket
         may go into debt, and then refuses until it has refilled past it."""

@@ -21,6 +21,7 @@ from support.live import (
     async_wait_for,
     backends_state,
     chat_body,
+    counter,
     fake_engines,
     get_json,
     holds,
@@ -129,7 +130,7 @@ async def test_engine_sigkill_no_new_requests_after_first_failure_and_no_client_
             )
             critical_at = time.monotonic() - killed_at
             await asyncio.sleep(0.5)  # traffic keeps flowing: a load window
-            refused = _metric(f.router, "gpuroute_upstream_failures", backend="k2", kind="refused")
+            refused = counter(f.router, "gpuroute_upstream_failures", backend="k2", kind="refused")
             # the engine comes back on the same port: the agent and the router follow
             restarted_at = time.monotonic()
             f.engines[1] = FakeEngineProcess("H100", port=f.engines[1].port)
@@ -164,7 +165,7 @@ async def test_a_host_pulled_without_a_drain_loses_no_stream(consul, tmp_path) -
                 return check_status(consul, "p2") in ("critical", None)
 
             await async_wait_for(consul_says_critical, 30, "Consul's verdict")
-            continued = _metric(f.router, "gpuroute_stream_continuations", reason="engine_broke",
+            continued = counter(f.router, "gpuroute_stream_continuations", reason="engine_broke",
                                 outcome="continued")  # fmt: skip
         print(f"\npulled host: {len(clients.results)} streams, {continued:.0f} continued, "
               f"router states until Consul's verdict {states}")  # fmt: skip
@@ -289,8 +290,3 @@ async def _state_is(session, url: str, backend: str, state: str) -> bool:
 async def _stale(session, url: str, stale: bool) -> bool:
     async with session.get(url + "/admin/backends") as response:
         return (await response.json())["membership"]["stale"] is stale
-
-
-def _metric(router, name: str, **labels: str) -> float:
-    value = router.metrics.registry.get_sample_value(name + "_total", labels)
-    return value or 0.0

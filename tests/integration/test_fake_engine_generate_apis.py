@@ -261,3 +261,33 @@ async def test_the_official_clients_read_every_answer(store) -> None:
         assert final.content[0].text == " tok" * 3 and final.usage.output_tokens == 3
         with pytest.raises(anthropic.NotFoundError):
             await claude.messages.create(model="nope", max_tokens=3, messages=[])
+
+
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/completions"])
+async def test_streamed_token_ids_spell_the_text_and_the_prompt_as_tokenize_does(route) -> None:
+    """`return_token_ids` (what a continuation goes on from): the answer's ids decode to
+    the streamed text, the prompt's are what /tokenize gives (a chat's: each message's
+    text in turn, parts too), and a token-id prompt ending in the fake's own output goes
+    on with what is left of its answer."""
+    from gpuroute.testbed.fake_tokenize import decode, message_ids
+
+    chat = [{"role": "system", "content": "ab"},
+            {"role": "user", "content": [{"type": "text", "text": "cd efgh"}]}]  # fmt: skip
+    given = {"messages": chat} if route == "/v1/chat/completions" else {"prompt": "cd efgh"}
+    body = {"model": MODEL, "stream": True, "return_token_ids": True} | given
+    async with fake_engine_app() as fake:
+        status, _, text = await fake.raw(route, json=body)
+        chunks = [d for _, d in sse_events(text) if isinstance(d, dict)]
+        choices = [c["choices"][0] for c in chunks if c["choices"]]
+        holder = chunks[0] if route == "/v1/chat/completions" else choices[0]
+        ids = [t for c in choices for t in c.get("token_ids") or []]
+        pieces = [c.get("text") or (c.get("delta") or {}).get("content") or "" for c in choices]
+        assert status == 200 and len(ids) > 2 and decode(ids) == "".join(pieces)
+        if route == "/v1/chat/completions":
+            assert holder["prompt_token_ids"] == message_ids(chat)
+        else:
+            _, tokenized = await fake.post("/tokenize", {"model": MODEL, "prompt": "cd efgh"})
+            assert holder["prompt_token_ids"] == tokenized["tokens"]
+        onward = {"model": MODEL, "prompt": holder["prompt_token_ids"] + ids[:2]}
+        _, answer = await fake.post("/v1/completions", onward)
+    assert answer["usage"]["completion_tokens"] == len(ids) - 2  # what was left of it

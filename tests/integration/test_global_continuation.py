@@ -27,7 +27,7 @@ from support.broken_streams import (
     chunk,
 )
 from support.global_tier import global_over
-from support.live import MODEL, STREAM_BROKE, scripted_backend, stream_error
+from support.live import MODEL, STREAM_BROKE, counter, scripted_backend, stream_error
 
 from gpuroute.auth import key_digest
 from gpuroute.residency_decision import HEADER as DECISION_HEADER
@@ -61,14 +61,11 @@ async def stream(url: str, body: dict, **headers: str) -> bytes:
 
 
 def counted(app, reason: str, outcome: str) -> float:
-    labels = {"reason": reason, "outcome": outcome}
-    registry = app.metrics.registry
-    return registry.get_sample_value("gpuroute_global_stream_continuations_total", labels) or 0
+    return counter(app, "gpuroute_global_stream_continuations", reason=reason, outcome=outcome)
 
 
 def served(app, region: str, reason: str) -> float:
-    labels = {"region": region, "reason": reason}
-    return app.metrics.registry.get_sample_value("gpuroute_global_requests_total", labels) or 0
+    return counter(app, "gpuroute_global_requests", region=region, reason=reason)
 
 
 async def test_a_stream_whose_region_breaks_goes_on_in_another_as_one_answer(tmp_path) -> None:

@@ -17,7 +17,14 @@ from openai import APIError, AsyncOpenAI
 from prometheus_client.parser import text_string_to_metric_families
 from support.broken_streams import events
 from support.global_tier import global_over, router_process
-from support.live import MODEL, STREAM_BROKE, FakeEngineProcess, async_wait_for, holds
+from support.live import (
+    MODEL,
+    STREAM_BROKE,
+    FakeEngineProcess,
+    async_wait_for,
+    counter,
+    holds,
+)
 from support.live import stream_error as error_of
 
 from gpuroute.auth import key_digest
@@ -139,9 +146,7 @@ async def engine_requests(engine: FakeEngineProcess) -> float:
 
 
 def counted(app, reason: str, outcome: str) -> float:
-    labels = {"reason": reason, "outcome": outcome}
-    registry = app.metrics.registry
-    return registry.get_sample_value("gpuroute_global_stream_continuations_total", labels) or 0
+    return counter(app, "gpuroute_global_stream_continuations", reason=reason, outcome=outcome)
 
 
 async def test_streams_on_a_killed_regions_router_all_complete_elsewhere(tmp_path) -> None:
@@ -191,10 +196,9 @@ async def test_a_stream_that_cannot_go_on_ends_with_the_error_and_goes_nowhere(
             raw, other = await asyncio.gather(stopped, control)
         assert (counted(app, reason, "ended"), counted(app, "region_broke", "continued")) == (1, 1)
         assert await engine_requests(engines["us-east"]) == 1
-        in_us = app.metrics.registry.get_sample_value(
-            "gpuroute_global_requests_total", {"region": "us-east", "reason": "continuation"}
+        assert (
+            counter(app, "gpuroute_global_requests", region="us-east", reason="continuation") == 1
         )
-        assert in_us == 1
     assert whole_raw(other)
     relayed = raw[: raw.rindex(b'data: {"error"')]
     error = error_of(raw, relayed)

@@ -142,7 +142,9 @@ async def test_two_routers_follow_a_failover_and_a_killed_primary(
     if sentinel.min_replicas:  # the demoted primary refused what it would have dropped
         assert loaded == len(load.statuses)
     else:  # what it took after the promotion is gone; nothing is counted twice
-        assert loaded <= len(load.statuses)
+        # (only what the demoted primary took before the routers learnt of the move: about
+        # 10 % of this load measured, 270-312 of ~3,000)
+        assert 0.8 * len(load.statuses) <= loaded <= len(load.statuses)
     # Each router admits at most the quota's rate while it shares the bucket and its
     # local part of it while it falls back, so both together at most twice the rate; the
     # local buckets start where the shared one was (no burst: it was spent before).

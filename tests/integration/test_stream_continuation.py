@@ -27,6 +27,7 @@ from support.broken_streams import (
 from support.live import (
     MODEL,
     STREAM_BROKE,
+    counter,
     router_server,
     router_toml,
     running_router,
@@ -41,10 +42,7 @@ pytestmark = pytest.mark.asyncio
 
 
 def counted(router, reason: str, outcome: str) -> float:
-    labels = {"reason": reason, "outcome": outcome}
-    return (
-        router.metrics.registry.get_sample_value("gpuroute_stream_continuations_total", labels) or 0
-    )
+    return counter(router, "gpuroute_stream_continuations", reason=reason, outcome=outcome)
 
 
 async def through_two(engine, body: dict, tmp_path, path: str = "/v1/chat/completions"):
@@ -197,9 +195,7 @@ async def test_a_second_break_goes_on_from_all_the_text_so_far(tmp_path) -> None
                 async with s.post(url + "/v1/chat/completions", json=body) as r:
                     raw = await r.read()
             assert counted(router, "engine_broke", "continued") == 2
-            prefilled = router.metrics.registry.get_sample_value(
-                "gpuroute_stream_continuation_prefill_tokens_total"
-            )
+            prefilled = counter(router, "gpuroute_stream_continuation_prefill_tokens")
     # each continuation prefills the prompt and the text before its break, counted once
     assert prefilled == (prompt_tokens(body) + len(BEFORE)) + (prompt_tokens(body) + 4)
     chunks = events(raw)

@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 from gpuroute.testbed.real_vllm import VllmOptions, start_vllm
 from openai import AsyncOpenAI
-from support.live import router_toml, running_router
+from support.live import counter, router_toml, running_router
 from support.real_engine import SERVED, need_vllm
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.real_engine]
@@ -82,15 +82,18 @@ async def test_a_stream_whose_vllm_dies_is_finished_by_another_token_for_token(
     bodies = {"/v1/completions": {"prompt": prompt}, "/v1/chat/completions": chat}
     references = {route: whole(three_vllms[0].url, route, b) for route, b in bodies.items()}
     config = router_toml([(e.url, "L4") for e in three_vllms], model=SERVED)  # names backends
-    async with running_router(config, tmp_path) as (url, _):
+    async with running_router(config, tmp_path) as (url, router):
         async with aiohttp.ClientSession() as s:  # the router asks vLLM for ids; this
             plain = {"model": SERVED, "stream": True, "max_tokens": 8, **chat}  # client did not
             async with s.post(url + "/v1/chat/completions", json=plain) as r:
                 raw = await r.read()
         assert raw.endswith(b"data: [DONE]\n\n") and b"token_ids" not in raw
         assert b'"usage"' not in raw
-        for route, body in bodies.items():
+        for went_on, (route, body) in enumerate(bodies.items(), 1):
             pieces, ids, finishes, usage = await continued(url, three_vllms, route, body)
+            # (its engine died with the answer under way: the rest came from another)
+            assert counter(router, "gpuroute_stream_continuations", reason="engine_broke",
+                           outcome="continued") == went_on  # fmt: skip
             reference = references[route]
             text = reference.get("text") or reference["message"]["content"]
             print(f"\n{route}: {len(pieces)} chunks, {len(ids)} token ids, usage {usage}")

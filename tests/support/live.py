@@ -169,6 +169,12 @@ def membership_toml(consul: str) -> str:
     )
 
 
+def counter(app, name: str, **labels: str) -> float:
+    """A counter of a router's or global tier's (`app.metrics`) registry: `name` without
+    its `_total`; 0 where the labels were never counted."""
+    return app.metrics.registry.get_sample_value(name + "_total", labels) or 0.0
+
+
 def chat_body(text: str = "hello", *, stream: bool = False, max_tokens: int | None = 8) -> dict:
     body: dict = {"model": MODEL, "messages": [{"role": "user", "content": text}], "stream": stream}
     if max_tokens is not None:

@@ -31,6 +31,16 @@ def test_a_settled_cost_may_leave_a_debt_that_refills_before_anything_passes() -
     assert b.tokens == 100.0
 
 
+def test_a_bucket_follows_the_level_another_reported_then_refills_from_it() -> None:
+    """A router's local bucket takes what the shared one had left (a spent quota stays
+    spent through an outage), never more than its own burst."""
+    b = TokenBucket(rate_per_s=1.0, burst=10.0, now=0.0)
+    b.follow(5.0, 0.5)
+    assert not b.take(5.0).allowed and b.take(5.5).allowed
+    b.follow(6.0, 99.0)
+    assert b.tokens == 10.0
+
+
 def test_per_minute_limits() -> None:
     assert per_minute(120) == (2.0, 120.0)
 
