@@ -191,7 +191,7 @@ class LatencyModel:
         slow = backend.slowness
         ratio = self.ttft_ratio.get(gpu_type, 1.0)
         prefill, excess = prefill * ratio * slow, excess * ratio
-        tpot = step / (1.0 - interference) * self.tpot_ratio.get(gpu_type, 1.0) * slow
+        tpot = self._stretched(step, backend, interference)
         overhead = self.overhead_s.get(gpu_type, 0.0)
         return Prediction(overhead + wait + prefill, tpot, prefill, excess)
 
@@ -202,9 +202,13 @@ class LatencyModel:
         prior = self.priors.get(backend.gpu_type, self.slowest)
         state = self._load.get(backend.backend_id)
         ctx = state.ctx_tokens if state is not None else 0.0
-        interference = self._share(state, now) if state is not None else 0.0
         batch = max(min(backend.in_flight, prior.max_num_seqs), 1)
         step = prior.decode_step_s(batch, ctx)
+        return self._stretched(step, backend, self.interference(backend.backend_id, now))
+
+    def _stretched(self, step: float, backend: Backend, interference: float) -> float:
+        """A decode step as `backend` takes it: stretched by prefill interference, its GPU
+        type's learned TPOT ratio and its own slowness."""
         ratio = self.tpot_ratio.get(backend.gpu_type, 1.0)
         return step / (1.0 - interference) * ratio * backend.slowness
 

@@ -23,6 +23,7 @@ from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.latency import LatencyModel
 from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.core.scheduler import Scheduler
+from gpuroute.router.core.slo import time_per_output_token
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,9 +64,9 @@ def expected_left(expected_output: float, generated: int) -> float:
 def whole_tpot(stream: RunningStream, now: float, pause_s: float, tpot_s: float) -> float:
     """Its whole answer's TPOT (as its SLO counts it) if the rest comes at `tpot_s` after
     `pause_s`."""
-    tokens = stream.delivered + stream.output_left
-    rest = now - stream.first_token_at + pause_s + stream.output_left * tpot_s
-    return rest / max(tokens - 1, 1)
+    end = now + pause_s + stream.output_left * tpot_s
+    tokens = stream.delivered + stream.output_left  # (more than 1: min_tokens_left)
+    return time_per_output_token(stream.first_token_at, end, tokens) or 0.0
 
 
 class Rebalancer:

@@ -34,7 +34,7 @@ class SloClass:
         return self.e2e_s is None or e2e_s <= self.e2e_s
 
 
-def time_per_output_token(first_token_at: float, end: float, output_tokens: int) -> float | None:
+def time_per_output_token(first_token_at: float, end: float, output_tokens: float) -> float | None:
     """TPOT as SLOs count it: the time after the first token over the tokens after it
     (None for a one-token answer)."""
     if output_tokens <= 1:
