@@ -8,17 +8,26 @@ from pydantic import Field, model_validator
 
 from gpuroute.config import StrictModel
 
+CORE = RebalanceSettings()  # the core's defaults
+
 
 class RebalanceConfig(StrictModel):
+    """The core's RebalanceSettings as a config section (its defaults are the core's)."""
+
     enabled: bool = False
-    max_moves_per_tick: int = Field(default=2, ge=1, le=64)
+    max_moves_per_tick: int = Field(default=CORE.max_moves, ge=1, le=64)
     # a move's predicted saving over its cost (its pause: the queue and the re-prefill
     # there; and the stall that prefill adds to the streams running there)
-    min_gain: float = Field(default=4.0, ge=1.0)
-    min_tokens_left: int = Field(default=32, ge=1)  # shorter rests are not worth a prefill
+    min_gain: float = Field(default=CORE.min_gain, ge=1.0)
+    # shorter rests are not worth a prefill
+    min_tokens_left: int = Field(default=int(CORE.min_tokens_left), ge=1)
 
     def settings(self) -> RebalanceSettings:
-        return RebalanceSettings(self.max_moves_per_tick, self.min_gain, self.min_tokens_left)
+        return RebalanceSettings(
+            max_moves=self.max_moves_per_tick,
+            min_gain=self.min_gain,
+            min_tokens_left=self.min_tokens_left,
+        )
 
 
 class RouterRebalanceConfig(RebalanceConfig):

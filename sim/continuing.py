@@ -67,10 +67,8 @@ class StreamBreaks:
     ) -> None:
         """A stream whose attempt ended after `generated` tokens goes on elsewhere (the live
         StreamContinuer's way), or ends failed where continuation is off or spent."""
-        before = resumed_of(life)
-        resumed = Resumed(first, generated) if before is None else before
-        if before is not None:
-            resumed.delivered += generated
+        resumed = resumed_of(life) or Resumed(first, 0)
+        resumed.delivered += generated
         life.shell = resumed
         config = self.scenario.continuation
         if not config.enabled or resumed.continuations >= config.max_attempts:
@@ -86,16 +84,16 @@ class StreamBreaks:
         """The router's tick: the streams the rebalancer moves, moved."""
         if self.rebalancer is None:
             return
-        for move in self.rebalancer.plan(self.running_streams(now), now):
+        moves = self.rebalancer.plan(self.running_streams(now), now)
+        for move in moves:
             self.move(move, now)
-        self.offer_room(now)
+        if moves:  # (their bookings released: as on every release)
+            self.offer_room(now)
 
     def running_streams(self: RegionalRun, now: float) -> Iterator[RunningStream]:
         """Each stream under way that may still be continued, as the live router would see
         it (the engine model counts the tokens its relay would have)."""
-        config = self.scenario.continuation
-        if not config.enabled:
-            return
+        config = self.scenario.continuation  # (enabled: the scenario refuses moves without)
         for life in list(self.lifetimes):
             attempt = attempt_of(life)
             if attempt is None or attempt.req.first_token_at < 0 or life.latency is None:

@@ -100,15 +100,9 @@ class Planner:
             self._profiles[key] = profile_gpu_type(params, self.workload)
         return self._profiles[key]
 
-    def fleet(self, pools: dict[str, dict[GpuOption, int]], default: str) -> Scenario:
-        """The scenario with these pools as its [[gpus]] (and `default` as its model)."""
-        groups = [
-            GpuGroup(type=o.gpu, count=n, model=model, tensor_parallel=o.tp)
-            for model, mix in pools.items()
-            for o, n in mix.items()
-            if n > 0
-        ]
-        return self.scenario.model_copy(update={"gpus": groups})
+    def fleet(self, pools: dict[str, dict[GpuOption, int]]) -> Scenario:
+        """The scenario with these pools as its [[gpus]]."""
+        return self.scenario.model_copy(update={"gpus": gpu_groups(pools)})
 
     def simulator(self, scenario: Scenario, rate: float) -> FleetSimulator:
         default = scenario.workload.model
@@ -127,13 +121,8 @@ class Planner:
         """A scenario of one model's pool alone, its traffic that model's only."""
         workload = self.scenario.workload.model_copy(update={"model": model, "models": {}})
         models = [m.model_copy(update={"fallback": []}) for m in self.scenario.models]
-        alone = self.scenario.model_copy(update={"workload": workload, "models": models})
-        groups = [
-            GpuGroup(type=o.gpu, count=n, model=model, tensor_parallel=o.tp)
-            for o, n in mix.items()
-            if n > 0
-        ]
-        return alone.model_copy(update={"gpus": groups})
+        update = {"workload": workload, "models": models, "gpus": gpu_groups({model: mix})}
+        return self.scenario.model_copy(update=update)
 
     def run_pool(self, model: str, options: list[GpuOption], mix: Mix, rate: float) -> float:
         key = (model, mix, round(rate, 6))
@@ -209,9 +198,8 @@ def plan_fleet(
         p.model: {o: p.backends.get(o.label, 0) for o in options if p.backends.get(o.label)}
         for p in pools
     }
-    default = planner.scenario.workload.model
-    report = planner.simulator(planner.fleet(chosen, default), peak).run(POLICY)
-    scarcest, without = _without_scarcest(planner, chosen, default, peak)
+    report = planner.simulator(planner.fleet(chosen), peak).run(POLICY)
+    scarcest, without = _without_scarcest(planner, chosen, peak)
     cost = sum(p.cost_per_hour for p in pools)
     per_token, per_output = token_costs(planner.workload, peak, cost)
     within = budget_per_hour is None or cost <= budget_per_hour + 1e-9
@@ -249,8 +237,7 @@ def _budget_fleet(
         if mix is None:
             return None
         chosen[pool.model] = {o: n for o, n in zip(search.options, mix, strict=True) if n}
-    default = planner.scenario.workload.model
-    report = planner.simulator(planner.fleet(chosen, default), peak).run(POLICY)
+    report = planner.simulator(planner.fleet(chosen), peak).run(POLICY)
     return BudgetFleet(
         backends={m: {o.label: n for o, n in mix.items()} for m, mix in chosen.items()},
         cost_per_hour=round(
@@ -261,7 +248,7 @@ def _budget_fleet(
 
 
 def _without_scarcest(
-    planner: Planner, chosen: dict[str, dict[GpuOption, int]], default: str, peak: float
+    planner: Planner, chosen: dict[str, dict[GpuOption, int]], peak: float
 ) -> tuple[str | None, float | None]:
     """The whole fleet at the peak with one backend less of the type it has fewest of."""
     totals: dict[GpuOption, int] = {}
@@ -276,5 +263,15 @@ def _without_scarcest(
     fewer[pool][scarce] -= 1
     if not any(fewer[pool].values()):
         return scarce.label, 0.0  # the pool is gone: its model's requests all fail
-    report = planner.simulator(planner.fleet(fewer, default), peak).run(POLICY)
+    report = planner.simulator(planner.fleet(fewer), peak).run(POLICY)
     return scarce.label, report.slo_attainment
+
+
+def gpu_groups(pools: dict[str, dict[GpuOption, int]]) -> list[GpuGroup]:
+    """The [[gpus]] of a fleet: each model's pool, a group per GPU type in it."""
+    return [
+        GpuGroup(type=o.gpu, count=n, model=model, tensor_parallel=o.tp)
+        for model, mix in pools.items()
+        for o, n in mix.items()
+        if n > 0
+    ]

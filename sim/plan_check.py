@@ -101,22 +101,26 @@ def usable_options(
     """The options that can serve `model` and every SLO class reachable anywhere, and the
     reasons each other one was left out. Raises PlanError when none can."""
     classes, shares = scenario.slo.slo_classes(), scenario.slo.shares()
-    reasons: dict[str, list[str]] = {}
+    reasons: dict[str, list[str]] = {}  # what the answer says, per GPU type left out
+    no_fit: set[str] = set()
+    misses: dict[str, set[str]] = {}  # the SLO classes each type cannot reach
     for option in options:
         try:
             params = engine_params(scenario, option, model)
         except ValueError as exc:
+            no_fit.add(option.label)
             reasons[option.label] = [str(exc)]
             continue
         for slo in classes:
             why = unreachable(params, slo, workload, target)
             if why is not None:
+                misses.setdefault(option.label, set()).add(slo.name)
                 reasons.setdefault(option.label, []).append(f"SLO class {slo.name!r}: {why}")
-    fit = [o for o in options if not any("does not fit" in r for r in reasons.get(o.label, []))]
+    fit = [o for o in options if o.label not in no_fit]
     lost = [
         (slo, share)
         for slo, share in zip(classes, shares, strict=True)
-        if fit and all(any(f"{slo.name!r}" in r for r in reasons.get(o.label, [])) for o in fit)
+        if fit and all(slo.name in misses.get(o.label, ()) for o in fit)
     ]
     if not fit or sum(share for _, share in lost) > 1 - target + 1e-9:
         detail = "; ".join(f"{label}: {', '.join(why)}" for label, why in reasons.items())
@@ -124,10 +128,8 @@ def usable_options(
             f"no fleet of {', '.join(o.label for o in options)} can serve model {model!r} "
             f"at {target:.0%} attainment: {detail}"
         )
-    lost_names = {f"{slo.name!r}" for slo, _ in lost}
-    usable = [
-        o for o in fit if all(any(n in r for n in lost_names) for r in reasons.get(o.label, []))
-    ]
+    lost_names = {slo.name for slo, _ in lost}
+    usable = [o for o in fit if misses.get(o.label, set()) <= lost_names]
     if not usable:  # every fitting type misses some class the others reach
         usable = fit
     kept = {o.label for o in usable}

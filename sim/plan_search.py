@@ -19,6 +19,11 @@ MOST_MIXES = 200_000  # mixes enumerated per pool at most (before sorting)
 Mix = tuple[int, ...]  # backends per option, in the options' order
 
 
+def one_less(mix: Mix, i: int) -> Mix:
+    """`mix` with one backend less of its `i`th type."""
+    return (*mix[:i], mix[i] - 1, *mix[i + 1 :])
+
+
 def cost_of(options: list[GpuOption], mix: Mix) -> float:
     return sum(o.price_per_hour * n for o, n in zip(options, mix, strict=True))
 
@@ -80,7 +85,9 @@ class MixSearch:
                 key=lambda i: (mix[i], -self.options[i].price_per_hour),
             )
             for i in order:
-                fewer = (*mix[:i], mix[i] - 1, *mix[i + 1 :])
+                if self.runs >= self.planner.limits.max_runs:
+                    return mix  # (the cap holds inside a round too)
+                fewer = one_less(mix, i)
                 if self.meets(fewer):
                     mix = fewer
                     break
@@ -92,7 +99,7 @@ class MixSearch:
         out = {}
         for i, n in enumerate(mix):
             if n:
-                fewer = (*mix[:i], n - 1, *mix[i + 1 :])
+                fewer = one_less(mix, i)
                 attainment = (
                     self.planner.run_pool(self.model, self.options, fewer, self.peak)
                     if sum(fewer)

@@ -194,6 +194,14 @@ class Scenario(DeclaresGpuTypes):
         return dict(self.workload.models) or {self.workload.model: 1.0}
 
     @model_validator(mode="after")
+    def _moves_need_continuation(self) -> Scenario:
+        if self.rebalance.enabled and not self.continuation.enabled:
+            raise ValueError(
+                "rebalance.enabled needs continuation.enabled: a move is a continuation"
+            )
+        return self
+
+    @model_validator(mode="after")
     def models_known_and_served(self) -> Scenario:
         for i, m in enumerate(self.models):
             for key in ("aliases", "split", "slo_class"):

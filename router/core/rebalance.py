@@ -56,8 +56,8 @@ class RebalanceSettings:
 def expected_left(expected_output: float, generated: int) -> float:
     """The tokens a stream is still expected to produce, conservatively: its booking's
     guess less what came, and no more than came so far. The guess, made before any token,
-    is a mean: against a stream under way it overestimates the rest (3x in the median on
-    synthetic-prefix-mixed), and every move then looked three times as worth its pause."""
+    is a mean: against a stream under way it overestimates the rest, and moves then looked
+    more worth their pause than they were (docs/benchmarks.md, "Rebalancing")."""
     return min(max(expected_output - generated, 0.0), float(generated))
 
 

@@ -16,7 +16,14 @@ import pytest
 from openai import APIError, AsyncOpenAI
 from prometheus_client.parser import text_string_to_metric_families
 from support.broken_streams import events
-from support.global_tier import global_over, router_process
+from support.global_tier import (
+    DECISION_KEY,
+    EU_KEY,
+    FIRST,
+    RESIDENCY,
+    global_over,
+    router_process,
+)
 from support.live import (
     MODEL,
     STREAM_BROKE,
@@ -27,20 +34,11 @@ from support.live import (
 )
 from support.live import stream_error as error_of
 
-from gpuroute.auth import key_digest
-
 pytestmark = pytest.mark.asyncio
-DECISION_KEY = "between-the-tiers"
-EU_KEY = "sk-acme-eu"
 JURISDICTION = {"eu-west": "eu", "us-east": "us"}
-RESIDENCY = (
-    '[residency]\ntenants = { acme-eu = ["eu"] }\nallow_anonymous = true\n'
-    f'api_keys = {{ "{key_digest(EU_KEY)}" = "acme-eu" }}\ndecision_key = "{DECISION_KEY}"\n'
-)
 TOKENS = 60  # each answer: 60 events of " tok", one every 50 ms (3 s)
 ENGINE = ("--token-interval-ms", "50", "--default-output-tokens", "1000")
 ANSWER = " tok" * TOKENS
-FIRST = {"x-gpuroute-region": "eu-west"}  # where every stream starts
 STARTED = 3  # events a stream has before the kill
 
 

@@ -11,10 +11,8 @@ import re
 
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from support.live import router_server, scripted_backend
+from support.live import router_server, scripted_backend, spans_to
 from support_security import RecordingEngine, chat, secure_toml, send_raw
-
-from gpuroute.tracing import TRACING
 
 pytestmark = pytest.mark.asyncio
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -115,14 +113,11 @@ async def _traced(tmp_path, traceparent: str, tracing_toml: str = ""):
     top = '[tracing]\notlp_endpoint = "http://127.0.0.1:9/v1/traces"\n' + tracing_toml
     async with scripted_backend(engine) as url:
         async with router_server(secure_toml(url, top=top), tmp_path) as server:
-            tracing = server.runner.app[TRACING]
-            tracing.stop()
-            tracing.start(exporter=memory)
-            tracing.tracer = counting = CountingTracer(tracing.tracer)
-            answer = await send_raw(
-                f"http://127.0.0.1:{server.port}", [("traceparent", traceparent)], chat()
-            )
-            tracing.provider.force_flush()
+            with spans_to(server, memory) as tracing:
+                tracing.tracer = counting = CountingTracer(tracing.tracer)
+                answer = await send_raw(
+                    f"http://127.0.0.1:{server.port}", [("traceparent", traceparent)], chat()
+                )
     seen = {k.lower(): v for k, v in engine.seen[0][1].items()}
     return answer, memory.get_finished_spans(), seen, counting.started
 

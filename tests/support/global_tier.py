@@ -10,13 +10,31 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuroute.global_.config import load_global_config
+from gpuroute.global_.region_attempts import REGION_HEADER
 from gpuroute.global_.server import GlobalApp, GlobalServer
 from gpuroute.testbed.loopback import GLOBAL_ON_LOOPBACK, ROUTER_ON_LOOPBACK
 
+from gpuroute.auth import key_digest
 from gpuroute.proto import load_pb2
-from gpuroute.tracing import TRACING
-from support.live import MODEL, free_port, free_ports, gpuroute_cmd, http_ok, wait_for
+from support.live import (
+    MODEL,
+    free_port,
+    free_ports,
+    gpuroute_cmd,
+    http_ok,
+    spans_to,
+    wait_for,
+)
 from support.paths import REPO
+
+# an EU-only tenant and the key between the tiers, as the continuation tests configure them
+DECISION_KEY = "between-the-tiers"
+EU_KEY = "sk-acme-eu"
+RESIDENCY = (
+    '[residency]\ntenants = { acme-eu = ["eu"] }\nallow_anonymous = true\n'
+    f'api_keys = {{ "{key_digest(EU_KEY)}" = "acme-eu" }}\ndecision_key = "{DECISION_KEY}"\n'
+)
+FIRST = {REGION_HEADER: "eu-west"}  # where every stream starts
 
 
 @dataclass
@@ -107,13 +125,8 @@ async def global_over(tmp_path, routers: dict[str, str], extra: str = "", spans=
         app.feeds.on_report(region, report)
     app.feeds.tick()
     assert sorted(v.name for v in app.feeds.views if v.up) == sorted(routers)
-    if spans is not None:
-        tracing = server.runner.app[TRACING]
-        tracing.stop()
-        tracing.start(exporter=spans)
     try:
-        yield f"http://127.0.0.1:{server.port}", app
+        with spans_to(server, spans) if spans is not None else contextlib.nullcontext():
+            yield f"http://127.0.0.1:{server.port}", app
     finally:
-        if spans is not None:
-            tracing.provider.force_flush()
         await server.drain(timeout=2.0)

@@ -175,6 +175,21 @@ def counter(app, name: str, **labels: str) -> float:
     return app.metrics.registry.get_sample_value(name + "_total", labels) or 0.0
 
 
+@contextlib.contextmanager
+def spans_to(server, exporter) -> Iterator:
+    """A started tier's spans (`server.runner`, its [tracing] set) sent to `exporter`
+    instead of its collector, flushed at the end; yields its tracing (to wrap the tracer)."""
+    from gpuroute.tracing import TRACING
+
+    tracing = server.runner.app[TRACING]
+    tracing.stop()
+    tracing.start(exporter=exporter)
+    try:
+        yield tracing
+    finally:
+        tracing.provider.force_flush()
+
+
 def chat_body(text: str = "hello", *, stream: bool = False, max_tokens: int | None = 8) -> dict:
     body: dict = {"model": MODEL, "messages": [{"role": "user", "content": text}], "stream": stream}
     if max_tokens is not None:

@@ -257,7 +257,7 @@ def test_the_splice_drops_the_continuations_prompt_ids_and_counts_the_clients_pr
     assert out[-1]["usage"] == {"prompt_tokens": 9, "completion_tokens": 5, "total_tokens": 14}
 
 
-def test_token_ids_are_asked_for_once_and_stripped_only_where_the_client_did_not_ask() -> None:
+def test_token_ids_are_asked_for_once_and_said_to_be_stripped_where_the_client_did_not() -> None:
     body = {"model": "m", "messages": []}
     assert ask_token_ids(body) and body["return_token_ids"] is True
     assert not ask_token_ids(body)  # the client asked: it gets them

@@ -7,9 +7,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
 from gpuroute.sim.report import FAILED, OK, table_columns
 from gpuroute.sim.scenario import load_scenario
 from gpuroute.sim.simulator import FleetSimulator
+
+from gpuroute.config import ConfigError
 
 CRASH_AT_S = 6.0
 FLEET = f"""
@@ -121,9 +124,9 @@ def test_rebalancing_moves_streams_through_the_continuation(tmp_path) -> None:
     assert (off.streams_moved, off.streams_continued, off.reprefill_share) == (0, 0, 0.0)
     # streams that decoded 6x slow under a 0.02 s TPOT finish in time elsewhere
     assert report.slo_attainment > off.slo_attainment
-    # continuation off: nothing can be moved (a move is a continuation)
-    report, _ = slowed(tmp_path, "[rebalance]\nenabled = true\n[continuation]\nenabled = false\n")
-    assert report.streams_moved == 0
+    # continuation off: a move is a continuation, so asking for moves is refused, not ignored
+    with pytest.raises(ConfigError, match=r"rebalance\.enabled needs continuation\.enabled"):
+        slowed(tmp_path, "[rebalance]\nenabled = true\n[continuation]\nenabled = false\n")
 
 
 def test_max_attempts_bounds_the_continuations_of_one_stream(tmp_path) -> None:
