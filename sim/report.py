@@ -129,7 +129,6 @@ def summarise(
     good = met_slo(classes, class_of[ok], ttft, tpot, e2e)
     util = np.asarray(work) / duration
     busy = np.asarray([e.busy_s for e in engines]) / duration
-    pct = percentile
     return PolicyReport(
         policy=policy,
         requests=len(status),
@@ -138,12 +137,12 @@ def summarise(
         failed=int((status == FAILED).sum()),
         retries=run.retries,
         **continuations(run, workload, work),
-        ttft_p50_s=pct(ttft, 50),
-        ttft_p99_s=pct(ttft, 99),
-        e2e_p50_s=pct(e2e, 50),
-        e2e_p99_s=pct(e2e, 99),
-        tpot_p50_s=pct(tpot, 50),
-        tpot_p99_s=pct(tpot, 99),
+        ttft_p50_s=percentile(ttft, 50),
+        ttft_p99_s=percentile(ttft, 99),
+        e2e_p50_s=percentile(e2e, 50),
+        e2e_p99_s=percentile(e2e, 99),
+        tpot_p50_s=percentile(tpot, 50),
+        tpot_p99_s=percentile(tpot, 99),
         throughput_rps=_r(ok.sum() / duration),
         output_tokens_per_s=_r(outputs.sum() / duration, 1),
         goodput_rps=_r(good.sum() / offered_window_s(arrivals)),
@@ -255,8 +254,8 @@ def by_gpu_type(
         mine = types == name
         out[name] = {
             "request_share": _r(mine.sum() / max(len(e2e), 1)),
-            "e2e_p99_s": _r(np.percentile(e2e[mine], 99)) if mine.any() else float("nan"),
-            "tpot_p50_s": _r(np.percentile(tpot[mine], 50)) if mine.any() else float("nan"),
+            "e2e_p99_s": percentile(e2e[mine], 99),
+            "tpot_p50_s": percentile(tpot[mine], 50),
         }
     return out
 
