@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from support.broken_streams import (
     AFTER,
     BEFORE,
+    BOUNDED,
     DyingThenHealthy,
     RefusesTheContinuation,
     assert_one_answer,
@@ -33,8 +34,6 @@ from gpuroute.residency_decision import HEADER as DECISION_HEADER
 from gpuroute.residency_decision import verify
 
 pytestmark = pytest.mark.asyncio
-# a stream that should have gone on but hangs fails in seconds, naming its call
-BOUNDED = aiohttp.ClientTimeout(total=20)
 CHAT = {"model": MODEL, "stream": True, "max_tokens": 5, "stream_options": {"include_usage": True},
         "messages": [{"role": "user", "content": "count for me"}]}  # fmt: skip
 

@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from support.broken_streams import (
     AFTER,
     BEFORE,
+    BOUNDED,
     DyingThenHealthy,
     RefusesTheContinuation,
     assert_one_answer,
@@ -39,8 +40,6 @@ from support.live import (
 from gpuroute.prompt import prompt_tokens
 
 pytestmark = pytest.mark.asyncio
-# a stream that should have gone on but hangs fails in seconds, naming its call
-BOUNDED = aiohttp.ClientTimeout(total=20)
 
 
 def counted(router, reason: str, outcome: str) -> float:

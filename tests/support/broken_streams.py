@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 
+import aiohttp
 from aiohttp import web
 
 from support.live import MODEL
 
+# a client's call: a stream that should have gone on but hangs fails in seconds, naming it
+BOUNDED = aiohttp.ClientTimeout(total=20)
 BEFORE = [" a1", " a2", " a3"]  # what the first engine streams before it dies
 AFTER = [" b1", " b2"]
 PROMPT_TOKENS = 7
