@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from gpuroute.router.core.policies import PolicyOptions, build_policy
+from gpuroute.sim.daily import change_clock
 from gpuroute.sim.fleet import GpuTypeProfile, fleet_capacity_rps, profile_gpu_types
 from gpuroute.sim.scenario import LoadedScenario
 from gpuroute.sim.traces import read_trace
@@ -15,8 +16,13 @@ def prepare_workload(loaded: LoadedScenario) -> tuple[Workload, dict[str, GpuTyp
     scenario = loaded.scenario
     spec = scenario.workload
     if spec.profile is not None:
-        assert spec.max_requests is not None  # the scenario validator guarantees it
-        workload = synthetic(spec.profile, spec.max_requests, 1.0, scenario.seed)
+        count = spec.max_requests or 0
+        if spec.daily is not None:  # as many as the day takes (at most max_requests)
+            day = _peak_rate(loaded, None)
+            needed = int(spec.daily.expected_requests(day) * 1.05) + 200 if day else 0
+            count = min(count, needed) if count else needed
+        assert count, "the scenario validator requires max_requests or a daily span"
+        workload = synthetic(spec.profile, count, 1.0, scenario.seed)
     else:
         path = loaded.trace_path()
         assert path is not None and spec.format is not None
@@ -25,14 +31,24 @@ def prepare_workload(loaded: LoadedScenario) -> tuple[Workload, dict[str, GpuTyp
             workload = workload.head(spec.max_requests)
     profiles = profile_gpu_types(scenario, workload)
     natural = (len(workload) - 1) / workload.span_s if workload.span_s > 0 else 1.0
-    if spec.target_utilization is not None:
-        rate = spec.target_utilization * fleet_capacity_rps(scenario, profiles)
-    elif spec.rate_scale is not None:
-        rate = natural * spec.rate_scale
-    else:
-        assert spec.rate_rps is not None
-        rate = spec.rate_rps
-    return workload.rescaled(rate / natural), profiles, rate
+    rate = _peak_rate(loaded, profiles) or natural * (spec.rate_scale or 1.0)
+    workload = workload.rescaled(rate / natural)
+    if spec.daily is not None:
+        arrivals = change_clock(workload.arrivals, spec.daily)
+        workload = workload.head(len(arrivals))
+        workload.arrivals = arrivals
+    return workload, profiles, rate
+
+
+def _peak_rate(loaded: LoadedScenario, profiles: dict[str, GpuTypeProfile] | None) -> float:
+    """The scenario's rate in req/s where it names one (`rate_rps`, or `target_utilization`
+    once the GPU types are profiled); 0 where it scales a trace's own rate."""
+    spec = loaded.scenario.workload
+    if spec.rate_rps is not None:
+        return spec.rate_rps
+    if spec.target_utilization is not None and profiles is not None:
+        return spec.target_utilization * fleet_capacity_rps(loaded.scenario, profiles)
+    return 0.0
 
 
 def build_policy_for(name: str, loaded: LoadedScenario):

@@ -85,6 +85,8 @@ class PolicyReport:
     # LoRA adapters loaded into engine slots, all engines together (None: no adapters,
     # and the key is left out of the JSON)
     adapter_loads: int | None = None
+    # GPU-hours and cost over the run (every engine on, or the scaling pools' on-time)
+    fleet: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
         out = asdict(self)
@@ -156,7 +158,7 @@ def summarise(
         sim_duration_s=_r(duration, 2),
         sim_wall_s=_r(wall_s, 2),
         by_gpu_type=by_gpu_type(np.asarray(run.served_by)[ok], engines, e2e, tpot),
-        by_slo_class=by_slo_class(classes, class_of, ok, good),
+        by_slo_class=by_slo_class(classes, class_of, ok, good, ttft),
         by_model=by_model(scenario, run, engines, ok, good),
         adapter_loads=adapter_loads(engines),
     )
@@ -205,7 +207,7 @@ def met_slo(classes, class_of: np.ndarray, ttft: np.ndarray, tpot: np.ndarray, e
     return (ttft <= ttft_cap) & (tpot <= tpot_cap) & (e2e <= e2e_cap)
 
 
-def by_slo_class(classes, class_of: np.ndarray, ok: np.ndarray, good: np.ndarray):
+def by_slo_class(classes, class_of: np.ndarray, ok: np.ndarray, good: np.ndarray, ttft):
     served_class = class_of[ok]
     out = {}
     for k, slo in enumerate(classes):
@@ -216,6 +218,7 @@ def by_slo_class(classes, class_of: np.ndarray, ok: np.ndarray, good: np.ndarray
             "request_share": _r(count / max(len(class_of), 1)),
             "attainment": _r(met / count) if count else float("nan"),
             "refused": int((mine & ~ok).sum()),
+            "ttft_p99_s": percentile(ttft[served_class == k], 99),
         }
     return out
 

@@ -13,7 +13,9 @@ from gpuroute.router.model_config import RouterModelConfig, check_models
 from gpuroute.router.model_config import shapes as model_shapes
 from gpuroute.router.rebalance_config import RebalanceConfig
 from gpuroute.sim.adapters import LoraSection
+from gpuroute.sim.daily import DailySection
 from gpuroute.sim.global_scenario import GlobalSection
+from gpuroute.sim.scaling import ScenarioAutoscale
 from gpuroute.sim.traces import TRACE_FORMATS
 from gpuroute.sim.workloads import PROFILES
 from pydantic import AfterValidator, Field, field_validator, model_validator
@@ -41,6 +43,8 @@ class WorkloadSection(StrictModel):
     # several models' traffic: model -> share of requests (adding up to 1); `model` names
     # the default one (the engines of a [[gpus]] group without `model` serve it)
     models: dict[str, Annotated[float, Field(gt=0, le=1)]] = Field(default_factory=dict)
+    # the rate moves through a day (its peak is the rate above), with flash crowds on top
+    daily: DailySection | None = None
 
     @model_validator(mode="after")
     def one_source_one_rate(self) -> WorkloadSection:
@@ -50,8 +54,11 @@ class WorkloadSection(StrictModel):
             raise ValueError(
                 f"`format` is required with `trace` (one of {', '.join(TRACE_FORMATS)})"
             )
-        if self.profile is not None and self.max_requests is None:
-            raise ValueError("`max_requests` is required with `profile`")
+        if self.profile is not None and self.max_requests is None and self.daily is None:
+            raise ValueError("`max_requests` is required with `profile` (or a `daily` span)")
+        spanned = self.daily is not None and self.profile is not None
+        if spanned and not self.max_requests and self.rate_rps is None:
+            raise ValueError("a `daily` profile without `max_requests` needs `rate_rps`")
         rates = [
             n
             for n in ("target_utilization", "rate_scale", "rate_rps")
@@ -173,6 +180,8 @@ class Scenario(DeclaresGpuTypes):
     continuation: ContinuationConfig = ContinuationConfig()
     # the router's [rebalance]: streams predicted to miss their TPOT move (off by default)
     rebalance: RebalanceConfig = RebalanceConfig()
+    # pools that grow and shrink (sim/scaling.py): the router's [autoscale] plus boot times
+    autoscale: ScenarioAutoscale = ScenarioAutoscale()
     prefix_caching: bool = True
     chunked_prefill: bool = True
     lora: LoraSection | None = None  # LoRA adapters (sim/adapters.py)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from gpuroute.router.core import BackendSet, CostEstimator, RequestInfo, Scheduler
 from gpuroute.router.core.latency import LatencyModel
@@ -47,6 +48,7 @@ from gpuroute.sim.report import (
     RunOutcomes,
     summarise,
 )
+from gpuroute.sim.scaling import BOOTED, SCALE, ScalingFleet, fixed_fleet_hours
 from gpuroute.sim.scenario import LoadedScenario
 from gpuroute.sim.watch import SimWatch, attempt_of, gpu_paces, resumed_of
 from gpuroute.sim.workloads import Workload
@@ -92,7 +94,7 @@ class FleetSimulator:
             run.work,
             wall_s=time.perf_counter() - started,
         )
-        return report, run
+        return replace(report, fleet=run.fleet_hours(report.sim_duration_s)), run
 
 
 class RegionalRun(StreamBreaks):
@@ -104,6 +106,7 @@ class RegionalRun(StreamBreaks):
     ) -> None:
         scenario, profiles, gpu_types = sim.scenario, sim.profiles, sim.gpu_types
         self.scenario, self.progress = scenario, progress
+        self.peak_rps = sim.rate_rps  # the workload's rate (a daily shape's peak)
         self.engines = build_engines(
             [profiles[t].params for t in gpu_types], scenario.lora, scenario.prefix_caching
         )
@@ -126,10 +129,8 @@ class RegionalRun(StreamBreaks):
         # the live router's retry defaults; a close releases the request's bookings
         self.lifetimes = Lifetimes(RetrySettings(), self.scheduler)
         self.budget = self.lifetimes.budget
-        # the live router's attempts loop (router/core/placement.py)
-        self.loop = AttemptLoop(
-            self.scheduler, self.budget, self.held if self.hold_misses else None
-        )
+        self.scaling: ScalingFleet | None = None
+        self.loop = self.attempt_loop()
         # and its watch: expected durations, slowness, rescues (router/core/watching.py)
         watcher = Watcher(self.scheduler, gpu_paces(profiles), scenario.router.rescue_slowness)
         self.watch = SimWatch(
@@ -157,9 +158,25 @@ class RegionalRun(StreamBreaks):
         self.heap = EventHeap(len(self.engines))
         self.rebalancer = rebalancer_for(scenario, self.scheduler)
 
+    def attempt_loop(self) -> AttemptLoop:
+        """The live router's attempts loop (router/core/placement.py), with the warm
+        standby of the scaling pools where the scenario's pools scale."""
+        autoscale, daily = self.scenario.autoscale, self.scenario.workload.daily
+        if autoscale.enabled:
+            self.scaling = ScalingFleet(self, autoscale, daily.day_s if daily else None)
+        return AttemptLoop(
+            self.scheduler,
+            self.budget,
+            self.held if self.hold_misses else None,
+            self.scaling.standby if self.scaling else None,
+        )
+
     def run(self) -> None:
         start = self.arrivals[0] if self.n else 0.0
         self.heap.push(start, TICK)
+        if self.scaling is not None:
+            self.scaling.start(start)
+            self.scaling.seed_history(start)
         for k, fault in enumerate(self.faults):
             self.heap.push(start + fault.at_s, FAULT, k)
         run_events(self.heap, self.arrivals, self.arrive, self.on_event)
@@ -183,25 +200,15 @@ class RegionalRun(StreamBreaks):
         )
         life = self.lifetimes.open(info)
         life.move(Event.ADMIT)
+        if self.scaling is not None:
+            self.scaling.sizer.arrive(model, now)
         self.dispatch(life, now)
         if self.progress is not None and (i + 1) % max(self.n // 100, 1) == 0:
             self.progress(i + 1)
 
     def on_event(self, now: float, kind: int, payload: int, arrivals_left: bool) -> None:
         if kind >= 0:
-            engine = self.engines[kind]
-            finished = engine.on_event(now)
-            assert engine.first_tokens is not None  # built with report_first_tokens
-            for req in engine.first_tokens:
-                life = self.lifetimes.get(req.rid)
-                if life is not None:
-                    life.move(Event.FIRST_BYTE)
-                    self.scheduler.first_token(life, now, now - req.submitted_at)
-            engine.first_tokens.clear()
-            for req in finished:
-                self.complete(req, kind, now)
-            self.reschedule(kind)
-            self.offer_room(now)
+            self.engine_event(kind, now)
         elif kind == TICK:
             self.scheduler.tick(now)
             for life in self.watch.tick(now):
@@ -213,8 +220,35 @@ class RegionalRun(StreamBreaks):
                 self.heap.push(now + self.scenario.router.health_tick_s, TICK)
         elif kind == FAULT:
             self.apply_fault(self.faults[payload], now)
+        elif kind in (SCALE, BOOTED):
+            assert self.scaling is not None
+            self.scaling.on_event(kind, payload, now, arrivals_left or bool(len(self.lifetimes)))
         elif (life := self.lifetimes.get(payload)) is not None:  # RETRY after its backoff
             self.dispatch(life, now)
+
+    def engine_event(self, e: int, now: float) -> None:
+        engine = self.engines[e]
+        finished = engine.on_event(now)
+        assert engine.first_tokens is not None  # built with report_first_tokens
+        for req in engine.first_tokens:
+            life = self.lifetimes.get(req.rid)
+            if life is not None:
+                life.move(Event.FIRST_BYTE)
+                self.scheduler.first_token(life, now, now - req.submitted_at)
+        engine.first_tokens.clear()
+        for req in finished:
+            self.complete(req, e, now)
+        self.reschedule(e)
+        if self.scaling is not None and finished:
+            self.scaling.finished(e, now)
+        self.offer_room(now)
+
+    def fleet_hours(self, duration_s: float) -> dict[str, float]:
+        """GPU-hours and cost over the run (from the first arrival, `duration_s` long)."""
+        start = self.arrivals[0] if self.n else 0.0
+        if self.scaling is None:
+            return fixed_fleet_hours(self, start, start + duration_s)
+        return self.scaling.close(start + duration_s)
 
     def reschedule(self, e: int) -> None:
         engine = self.engines[e]
@@ -235,6 +269,8 @@ class RegionalRun(StreamBreaks):
                 self.end(life, FAILED if life.tried else REJECTED)
                 return
             if placement.step is Step.HOLD:
+                if self.scaling is not None:
+                    self.scaling.sizer.held(life.info.model)
                 return
             if self.send(life, placement.decision, now):
                 return
@@ -316,6 +352,8 @@ class RegionalRun(StreamBreaks):
             met_slo=met if resumed is None else None,
         )
         self.scheduler.finish(life, outcome, now)
+        if self.scaling is not None:
+            self.scaling.sizer.served(life.info.model, req.prompt_tokens, req.output_tokens)
         run = self.outcomes
         run.ttft[rid] = first - req.arrival
         run.finish[rid] = now

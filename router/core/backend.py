@@ -16,6 +16,7 @@ class BackendState(enum.Enum):
     WARMING = "warming"  # slow start after join or un-ejection: capacity ramps up
     DRAINING = "draining"  # finishes what it has, gets nothing new
     EJECTED = "ejected"  # taken out by outlier detection or an open breaker
+    STANDBY = "standby"  # warm, model loaded, out of rotation until brought in
 
 
 ROUTABLE_STATES = frozenset({BackendState.READY, BackendState.WARMING})

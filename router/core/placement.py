@@ -21,6 +21,7 @@ from gpuroute.router.core.policies.base import PickTrace
 from gpuroute.router.core.retry import FailureKind, RetryBudget, Verdict
 from gpuroute.router.core.scheduler import Decision, Scheduler
 from gpuroute.router.core.slo_admission import OFFERS_PER_EVENT, HoldQueue
+from gpuroute.router.core.standby import StandbyRotation
 
 
 class Step(enum.Enum):
@@ -54,9 +55,11 @@ class AttemptLoop:
         scheduler: Scheduler,
         budget: RetryBudget,
         holds: HoldQueue | None,
+        standby: StandbyRotation | None = None,
     ) -> None:
         self.scheduler, self.budget = scheduler, budget
         self.holds = holds  # None: predicted misses are sent (no SLO-aware admission)
+        self.standby = standby  # warm backends brought in before a request would wait
 
     def route(
         self,
@@ -68,12 +71,23 @@ class AttemptLoop:
     ) -> Placement:
         hold = self.holds is not None and not life.tried and life.info.holds
         decision = self.scheduler.route(life, now, rng, prefer, trace=trace, hold_misses=hold)
+        if (decision is None or not decision.booked) and self._promoted(life, now):
+            # a warm standby backend came in: it may take the request now (one per
+            # request: one that would miss even there does not bring in the whole pool)
+            decision = self.scheduler.route(life, now, rng, prefer, trace=trace, hold_misses=hold)
         if decision is None:
             return Placement(Step.NONE)
         if not decision.booked:
             return Placement(Step.HOLD, decision, self._hold(life, now))
         self.sent(life, decision)
         return Placement(Step.SEND, decision)
+
+    def _promoted(self, life: RequestLifetime, now: float) -> bool:
+        """No backend in rotation would serve it in time (or at all): bring in a warm
+        standby one for its model, if there is one (before it waits or is refused)."""
+        if self.standby is None:
+            return False
+        return self.standby.promote(life.info.model, now) is not None
 
     def sent(self, life: RequestLifetime, decision: Decision) -> None:
         life.move(Event.PLACE)

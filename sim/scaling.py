@@ -1,0 +1,249 @@
+"""Pools that grow and shrink in the simulator: the router's own sizing (FleetSizer, with
+its seasonal model and warm standby) drives an executor that plays the autoscaling group.
+
+Each model pool's engines are the scenario's [[gpus]] serving it, in order: the most the
+group may run. An engine off is out of the router's backend set and costs nothing. A pool
+short of its active size takes its warm standby into service at once (a warm pool), then
+boots engines: each joins after `boot_s + model_load_s`, in slow start, or as standby
+while the active size is met. A pool over its size stops booting ones first, then its
+standby, then drains active ones (least busy first): they take nothing new and power off
+once empty, so scale-in loses no request. GPU-hours count every engine from its boot to
+its power-off."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+from gpuroute.router.autoscale_config import AutoscaleConfig
+from gpuroute.router.core.autoscale import AutoscaleSettings, PoolSize
+from gpuroute.router.core.backend import ROUTABLE_STATES, BackendState
+from gpuroute.router.core.fleet_sizer import FleetSizer
+from gpuroute.router.core.seasonal import SeasonalSettings
+from gpuroute.router.core.standby import PROMOTED, StandbyRotation
+from pydantic import Field
+
+if TYPE_CHECKING:
+    from gpuroute.sim.simulator import RegionalRun
+
+SCALE, BOOTED = -4, -5  # event kinds (sim/simulator.py's are -1 to -3)
+IN_SERVICE = "autoscale: in service"
+TO_STANDBY = "autoscale: warm standby"
+SCALE_IN = "autoscale: scale-in"
+
+
+class ScenarioAutoscale(AutoscaleConfig):
+    """A scenario's `[autoscale]`: the router's section (off unless enabled here) and what
+    the simulator must know of the machines."""
+
+    enabled: bool = False
+    boot_s: float = Field(default=120.0, ge=0)  # instance start to a running engine
+    model_load_s: float = Field(default=60.0, ge=0)  # weights onto the GPU
+    lead_time_s: float | None = Field(default=None, ge=0)  # default: boot_s + model_load_s
+    initial_backends: int | None = Field(default=None, ge=0)  # default: min_backends
+    # whole days of arrivals the seasonal model has seen before the run (drawn from the
+    # workload's daily shape; a router keeps its own)
+    history_days: int = Field(default=2, ge=0, le=28)
+
+    def lead(self) -> float:
+        return self.boot_s + self.model_load_s if self.lead_time_s is None else self.lead_time_s
+
+    def settings(self, lead_time_s: float | None = None) -> AutoscaleSettings:
+        return super().settings(self.lead() if lead_time_s is None else lead_time_s)
+
+
+class ScalingFleet:
+    """The executor: the run's engines switched on and off to follow the sizer."""
+
+    def __init__(self, run: RegionalRun, config: ScenarioAutoscale, season_s: float | None):
+        self.run, self.config = run, config
+        seasonal = None
+        if config.seasonal.enabled and season_s is not None:
+            c = config.seasonal
+            seasonal = SeasonalSettings(
+                season_s, c.buckets_per_season, c.min_seasons, c.max_seasons
+            )
+        self.standby = StandbyRotation(run.scheduler.backends, config.release_after_s)
+        tpot = min(c.tpot_s for c in run.classes)
+        self.sizer = FleetSizer(
+            run.scheduler,
+            config.settings(),
+            tpot_s=tpot,
+            capacity_rps=config.capacity_rps,
+            seasonal=seasonal,
+            standby=self.standby,
+        )
+        self.pools: dict[str, list[int]] = {}  # model -> its engines, in [[gpus]] order
+        for e, backend in enumerate(run.backends):
+            self.pools.setdefault(next(iter(backend.models)), []).append(e)
+        self.booting: dict[int, float] = {}  # engine -> when it joins
+        self.on_since: dict[int, float] = {}  # engines powered (booting, standby, serving)
+        self.gpu_seconds = 0.0
+        self.cost = 0.0
+        self.timeline: list[tuple[float, str, int, int]] = []  # (t, pool, active, standby)
+
+    # -- start -------------------------------------------------------------------------------
+    def start(self, now: float) -> None:
+        """Every pool at its first size: `initial_backends` active, its standby warm."""
+        c, backends = self.config, self.run.scheduler.backends
+        initial = c.min_backends if c.initial_backends is None else c.initial_backends
+        for engines in self.pools.values():
+            for k, e in enumerate(engines):
+                backend = self.run.backends[e]
+                if k < initial:
+                    self.on_since[e] = now
+                elif k < initial + c.standby_backends:
+                    self.on_since[e] = now
+                    backends.set_state(backend, BackendState.STANDBY, now, TO_STANDBY)
+                else:
+                    backends.remove(backend.backend_id)
+        self.run.heap.push(now, SCALE)
+
+    def seed_history(self, start: float) -> None:
+        """The seasonal model's history: `history_days` earlier days of the workload's
+        daily shape (its flash crowds left out), drawn as Poisson counts at its rate, as
+        the router would have counted them; each pool gets its share of the models' mix."""
+        daily = self.run.scenario.workload.daily
+        if self.sizer.seasonal is None or daily is None or not self.config.history_days:
+            return
+        plain = daily.model_copy(update={"crowds": []})
+        span = self.config.history_days * daily.day_s
+        grid = np.arange(0.0, span, 1.0)
+        rng = np.random.default_rng(self.run.scenario.seed ^ 0x5EA5)
+        counts = rng.poisson(plain.relative_rate(grid) * self.run.peak_rps)
+        mix = self.run.scenario.model_mix()
+        for model, share in mix.items():
+            if model not in self.pools:
+                continue
+            history = self.sizer.history_of(model)
+            for t, count in zip(grid[counts > 0], counts[counts > 0], strict=True):
+                history.arrive(start - span + float(t), float(count) * share)
+
+    # -- events ------------------------------------------------------------------------------
+    def on_event(self, kind: int, payload: int, now: float, more: bool) -> None:
+        if kind == SCALE:
+            self.tick(now, more)
+        else:
+            self.booted(payload, now)
+
+    def tick(self, now: float, more: bool) -> None:
+        sizes = self.sizer.tick(now)
+        for pool, engines in self.pools.items():
+            size = sizes.get(pool)
+            if size is not None:
+                self.follow(pool, engines, size, now)
+        if more:
+            self.run.heap.push(now + self.config.interval_s, SCALE)
+
+    def booted(self, e: int, now: float) -> None:
+        if self.booting.pop(e, None) is None:
+            return  # cancelled while it booted
+        pool = next(iter(self.run.backends[e].models))
+        engines = self.pools[pool]
+        size = self.sizer.scaler.last(pool)
+        active = len(self._in_rotation(engines))
+        backend = self.run.backends[e]
+        self.run.engines[e].recover(now)
+        self.run.scheduler.backends.add(backend, now, warm=True)
+        if size is not None and active >= size.active:
+            self.run.scheduler.backends.set_state(backend, BackendState.STANDBY, now, TO_STANDBY)
+        self.run.offer_room(now)
+
+    def finished(self, e: int, now: float) -> None:
+        """A request left engine `e`: a draining one powers off once empty."""
+        backend = self.run.backends[e]
+        if backend.reason == SCALE_IN and backend.in_flight == 0 and e in self.on_since:
+            self._power_off(e, now)
+
+    # -- following the sizer -----------------------------------------------------------------
+    def follow(self, pool: str, engines: list[int], size: PoolSize, now: float) -> None:
+        backends = self.run.scheduler.backends
+        rotation = self._in_rotation(engines)
+        standby = self._standby(engines)
+        for e in standby[: max(size.active - len(rotation), 0)]:  # the warm pool goes in
+            backends.set_state(self.run.backends[e], BackendState.READY, now, IN_SERVICE)
+        rotation, standby = self._in_rotation(engines), self._standby(engines)
+        powered = len(rotation) + len(standby) + len(self.booting.keys() & set(engines))
+        if powered < size.desired:
+            self._boot(engines, size.desired - powered, now)
+        elif powered > size.desired:
+            self._shed(engines, powered - size.desired, size, now)
+        active, warm = len(self._in_rotation(engines)), len(self._standby(engines))
+        self.timeline.append((now, pool, active, warm))
+
+    def _in_rotation(self, engines: list[int]) -> list[int]:
+        backends = self.run.scheduler.backends
+        return [
+            e
+            for e in engines
+            if self.run.backends[e].backend_id in backends
+            and self.run.backends[e].state in ROUTABLE_STATES
+        ]
+
+    def _standby(self, engines: list[int]) -> list[int]:
+        backends = self.run.scheduler.backends
+        return [
+            e
+            for e in engines
+            if self.run.backends[e].backend_id in backends
+            and self.run.backends[e].state is BackendState.STANDBY
+        ]
+
+    def _boot(self, engines: list[int], count: int, now: float) -> None:
+        off = [e for e in engines if e not in self.on_since]
+        for e in off[:count]:
+            self.on_since[e] = now
+            self.booting[e] = now + self.config.boot_s + self.config.model_load_s
+            self.run.heap.push(self.booting[e], BOOTED, e)
+
+    def _shed(self, engines: list[int], count: int, size: PoolSize, now: float) -> None:
+        for e in sorted(self.booting.keys() & set(engines), key=self.booting.get, reverse=True):
+            if count == 0:
+                return
+            del self.booting[e]
+            self._account(e, now)
+            count -= 1
+        surplus_standby = len(self._standby(engines)) - size.standby
+        for e in self._standby(engines)[::-1][: max(min(surplus_standby, count), 0)]:
+            self._power_off(e, now)
+            count -= 1
+        rotation = self._in_rotation(engines)
+        extra = min(count, len(rotation) - size.active)
+        victims = sorted(rotation, key=lambda e: (self.run.backends[e].in_flight, -e))[:extra]
+        for e in victims:
+            backend = self.run.backends[e]
+            self.run.scheduler.backends.set_state(backend, BackendState.DRAINING, now, SCALE_IN)
+            self.finished(e, now)
+
+    def _power_off(self, e: int, now: float) -> None:
+        backend = self.run.backends[e]
+        if backend.backend_id in self.run.scheduler.backends:
+            self.run.scheduler.backends.remove(backend.backend_id)
+        self.run.engines[e].crash(now)  # empty: nothing is lost, its caches go
+        self._account(e, now)
+
+    def _account(self, e: int, now: float) -> None:
+        since = self.on_since.pop(e)
+        profile = self.run.engine_profiles[e]
+        gpus = self.run.backends[e].gpus
+        hours = (now - since) * gpus / 3600.0
+        self.gpu_seconds += (now - since) * gpus
+        self.cost += hours * (profile.params.gpu.price_per_hour or 0.0)
+
+    def close(self, end: float) -> dict[str, float]:
+        """GPU-hours and cost until `end` (every engine still on powered off then)."""
+        for e in list(self.on_since):
+            self._account(e, end)
+        return {"gpu_hours": self.gpu_seconds / 3600.0, "cost_usd": self.cost}
+
+
+def fixed_fleet_hours(run: RegionalRun, start: float, end: float) -> dict[str, float]:
+    """The same figures for a fleet whose every engine runs from `start` to `end`."""
+    hours = (end - start) / 3600.0
+    gpus = np.array([b.gpus for b in run.backends], dtype=float)
+    prices = np.array([p.params.gpu.price_per_hour or 0.0 for p in run.engine_profiles])
+    cost = float((gpus * prices).sum() * hours)
+    return {"gpu_hours": float(gpus.sum() * hours), "cost_usd": cost}
+
+
+__all__ = ["BOOTED", "PROMOTED", "SCALE", "ScalingFleet", "ScenarioAutoscale"]
