@@ -133,16 +133,26 @@ def test_validate_where_providers_can_be_installed(terraform, module, tmp_path) 
     tf(terraform, "validate", "-no-color", cwd=work)
 
 
+def apply_offline(binary: str, work: Path, variables: dict) -> dict:
+    """Apply a provider-free module with these variables; its outputs."""
+    (work / "test.tfvars.json").write_text(json.dumps(variables))
+    tf(binary, "init", "-backend=false", "-input=false", cwd=work)
+    tf(binary, "apply", "-auto-approve", "-input=false", "-var-file=test.tfvars.json", cwd=work)
+    return json.loads(tf(binary, "output", "-json", cwd=work).stdout)
+
+
+def example_plan(binary: str, tmp_path: Path) -> dict:
+    """`gpuroute tfvars regions.example.toml` fed to fleet-plan, applied offline."""
+    regions = json.loads(render_tfvars(REPO / "regions.example.toml"))["regions"]
+    return apply_offline(
+        binary, copy_module(TF / "modules" / "fleet-plan", tmp_path), {"regions": regions}
+    )
+
+
 def test_tfvars_for_the_example_flow_through_the_plan_module(terraform, tmp_path) -> None:
     """`gpuroute tfvars regions.example.toml` fed to the pure module, applied offline:
     every region gets 3 Consul servers in distinct AZs and non-overlapping addresses."""
-    work = copy_module(TF / "modules" / "fleet-plan", tmp_path)
-    (work / "fleet.tfvars.json").write_text(
-        json.dumps({"regions": json.loads(render_tfvars(REPO / "regions.example.toml"))["regions"]})
-    )
-    tf(terraform, "init", "-backend=false", "-input=false", cwd=work)
-    tf(terraform, "apply", "-auto-approve", "-input=false", "-var-file=fleet.tfvars.json", cwd=work)
-    out = json.loads(tf(terraform, "output", "-json", cwd=work).stdout)
+    out = example_plan(terraform, tmp_path)
     servers = out["consul_servers"]["value"]
     assert set(servers) == {"us-east", "eu-west", "ap-northeast"}
     for region, members in servers.items():
@@ -152,6 +162,25 @@ def test_tfvars_for_the_example_flow_through_the_plan_module(terraform, tmp_path
     ]  # fmt: skip
     assert out["failover_order"]["value"]["eu-west"] == ["us-east", "ap-northeast"]
     assert len(out["federation_pairs"]["value"]) == 3
+
+
+def test_the_example_pools_pass_the_autoscaling_module(terraform, tmp_path) -> None:
+    """fleet-plan's node groups for the example, fed to gpu-autoscaling as modules/region
+    feeds them: the autoscaling pool gets its bounds, warm pool and policy; the others stay
+    fixed at their host count."""
+    groups = example_plan(terraform, tmp_path)["gpu_node_groups"]["value"]
+    work = copy_module(TF / "modules" / "gpu-autoscaling", tmp_path)
+    out = apply_offline(terraform, work, {"node_groups": groups, "drain": {"timeout_s": 60}})
+    scaled = out["groups"]["value"]
+    l4 = scaled["eu-west/l4-1"]
+    assert (l4["min_size"], l4["desired_capacity"], l4["max_size"]) == (4, 8, 16)
+    assert l4["warm_pool"]["min_size"] == 2 and l4["warm_pool"]["pool_state"] == "Running"
+    assert l4["scaling_policy"]["desired"]["dimensions"] == {"pool": "l4-1"}
+    fixed = {k: g for k, g in scaled.items() if k != "eu-west/l4-1"}
+    assert fixed and all(
+        g["min_size"] == g["max_size"] == g["desired_capacity"] for g in fixed.values()
+    )
+    assert all(g["scaling_policy"] is None and g["warm_pool"] is None for g in fixed.values())
 
 
 # -- HCL invariants --------------------------------------------------------------------------
@@ -277,8 +306,9 @@ def test_tfvars_for_the_example_regions_file() -> None:
     assert regions["ap-northeast"]["neighbours"] == ["eu-west", "us-east"]
     assert regions["eu-west"]["gpu_pools"] == [
         {"gpu": "A100", "count": 8, "models": ["llama-3.1-8b"]},
-        {"gpu": "L4", "count": 8, "models": ["llama-3.1-8b"]},
-    ]
+        {"gpu": "L4", "count": 8, "models": ["llama-3.1-8b"],
+         "min_hosts": 4, "max_hosts": 16, "standby_hosts": 2},
+    ]  # fmt: skip
 
 
 def test_tfvars_cli_writes_json(capsys) -> None:
@@ -293,6 +323,10 @@ REGION = '[[regions]]\nname = "{name}"\njurisdiction = "us"\nlocation = {{ lat =
 
 def region(name: str, deploy: str = 'deploy = { aws_region = "us-east-1" }\n') -> str:
     return REGION.format(name=name) + deploy
+
+
+def pool(keys: str) -> str:
+    return '[[regions.gpu_pools]]\ngpu = "L4"\ncount = 2\nmodels = ["m"]\n' + keys
 
 
 @pytest.mark.parametrize(
@@ -311,6 +345,15 @@ def region(name: str, deploy: str = 'deploy = { aws_region = "us-east-1" }\n') -
          "regions[0].deploy.aws_region: String should match pattern"),
         (region("aa", 'deploy = { aws_region = "us-east-1", azs = ["x", "y"] }\n'),
          "regions[0].deploy.azs: List should have at least 3 items"),
+        (region("aa") + pool("min_hosts = 4\nmax_hosts = 2\n"),
+         "regions[0].gpu_pools[0]: min_hosts (4) is above max_hosts (2)"),
+        (region("aa") + pool("min_hosts = 1\nmax_hosts = 3\nstandby_hosts = 3\n"),
+         "regions[0].gpu_pools[0]: standby_hosts (3) is more than the group can grow by "
+         "(max_hosts - min_hosts = 2)"),
+        (region("aa") + pool("standby_hosts = 1\n"),
+         "regions[0].gpu_pools[0]: standby_hosts needs min_hosts or max_hosts"),
+        (region("aa") + pool("min_hosts = 0\nmax_hosts = 2\n"),
+         "regions[0].gpu_pools[0].min_hosts: must be >= 1"),
     ],
 )  # fmt: skip
 def test_tfvars_rejects_a_bad_regions_file_naming_file_and_key(tmp_path, text, message) -> None:
