@@ -5,22 +5,27 @@ from __future__ import annotations
 
 import configparser
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import hcl2
 import pytest
-from support import components
+from support.paths import REPO
+from support.terraform import (
+    TF,
+    apply_offline,
+    copy_module,
+    heredocs,
+    parsed,
+    rendered_templates,
+    resources,
+    tf,
+)
 
 from gpuroute.config import ConfigError
 from gpuroute.tfvars import fleet_tfvars, render_tfvars
 
-REPO = Path(__file__).resolve().parents[2]
-TF = REPO / "deploy" / "terraform"
 PURE_MODULES = [TF / "modules" / "fleet-plan", TF / "tests" / "templates"]
 AWS_MODULES = [
     TF / "modules" / "region",
@@ -33,41 +38,6 @@ PROTECTED_PORTS = {8300, 8301, 8302, 8500, 8501, 8502, 8503, 8600, 7070, 7071, 9
 WORLD = ("0.0.0.0/0", "::/0")
 # `terraform init` may download providers, and each terraform command may take 300 s
 pytestmark = pytest.mark.timeout(900)
-
-
-@pytest.fixture(scope="module")
-def terraform() -> str:
-    """`make test` provides it (scripts/build-terraform.sh); a missing one is a failure,
-    unless outside `make test` this machine cannot build one either (a skip)."""
-    found = subprocess.run(
-        [str(REPO / "scripts" / "build-terraform.sh")], capture_output=True, text=True
-    )
-    if found.returncode != 0:
-        if shutil.which("go") is None:
-            components.missing(f"no terraform and no Go to build OpenTofu: {found.stderr.strip()}")
-        pytest.fail(f"scripts/build-terraform.sh failed: {found.stderr.strip()}")
-    return found.stdout.strip().splitlines()[-1]
-
-
-def tf(binary: str, *args: str, cwd: Path, check: bool | int = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TF_CLI_CONFIG_FILE": "/dev/null", "TF_IN_AUTOMATION": "1"}
-    result = subprocess.run(
-        [binary, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=300
-    )
-    if check and result.returncode != 0:
-        pytest.fail(f"{binary} {' '.join(args)} in {cwd}:\n{result.stdout}\n{result.stderr}")
-    return result
-
-
-def copy_module(src: Path, tmp_path: Path) -> Path:
-    """Run Terraform on a copy (init writes .terraform/ and a lock file), keeping relative
-    paths to the templates and systemd units valid."""
-    dst = tmp_path / "repo"
-    if not dst.exists():
-        shutil.copytree(REPO / "deploy", dst / "deploy")
-        for name in ("regions.example.toml", "requirements.lock"):
-            shutil.copy(REPO / name, dst / name)
-    return dst / src.relative_to(REPO)
 
 
 # -- Terraform CLI ---------------------------------------------------------------------------
@@ -83,23 +53,14 @@ def test_terraform_test_on_provider_free_modules(terraform, module, tmp_path) ->
     assert "0 failed" in result.stdout and " passed" in result.stdout
 
 
-def heredocs(script: str) -> dict[str, str]:
-    """The files a user-data script writes with `cat > /etc/gpuroute/NAME <<...TOML`."""
-    found = re.findall(r"cat > /etc/gpuroute/(\S+) <<'?TOML'?\n(.*?)\nTOML\n", script, re.S)
-    return dict(found)
-
-
 def test_every_rendered_config_passes_check_config(terraform, tmp_path) -> None:
     """Each template, rendered with the example's variables, writes TOML that the process it
     starts accepts: the global tier's config once carried the router's [membership] and
     crash-looped, and routers set no report_listen, so discovery found nothing."""
-    work = copy_module(TF / "tests" / "templates", tmp_path)
-    tf(terraform, "init", "-backend=false", "-input=false", cwd=work)
-    tf(terraform, "apply", "-auto-approve", "-input=false", cwd=work)
-    out = json.loads(tf(terraform, "output", "-json", cwd=work).stdout)
+    scripts = rendered_templates(terraform, tmp_path)
     kinds = {"router": "router", "global": "global", "gpu_node": "agent"}
     for output, kind in kinds.items():
-        files = heredocs(out[output]["value"])
+        files = heredocs(scripts[output])
         config_dir = tmp_path / output
         config_dir.mkdir()
         for name, text in files.items():
@@ -131,14 +92,6 @@ def test_validate_where_providers_can_be_installed(terraform, module, tmp_path) 
         print(f"\n{module.name}: terraform validate skipped, providers not installable: {reason}")
         pytest.skip(f"providers cannot be installed here ({reason})")
     tf(terraform, "validate", "-no-color", cwd=work)
-
-
-def apply_offline(binary: str, work: Path, variables: dict) -> dict:
-    """Apply a provider-free module with these variables; its outputs."""
-    (work / "test.tfvars.json").write_text(json.dumps(variables))
-    tf(binary, "init", "-backend=false", "-input=false", cwd=work)
-    tf(binary, "apply", "-auto-approve", "-input=false", "-var-file=test.tfvars.json", cwd=work)
-    return json.loads(tf(binary, "output", "-json", cwd=work).stdout)
 
 
 def example_plan(binary: str, tmp_path: Path) -> dict:
@@ -184,37 +137,6 @@ def test_the_example_pools_pass_the_autoscaling_module(terraform, tmp_path) -> N
 
 
 # -- HCL invariants --------------------------------------------------------------------------
-def unquote(value):
-    """python-hcl2 keeps HCL's quotes on names and string literals; drop them (and its
-    block markers) so the checks read like the source."""
-    if isinstance(value, dict):
-        return {unquote(k): unquote(v) for k, v in value.items() if k != "__is_block__"}
-    if isinstance(value, list):
-        return [unquote(v) for v in value]
-    if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] == '"':
-        return value[1:-1]
-    return value
-
-
-def parsed(module: Path) -> dict[str, list]:
-    blocks: dict[str, list] = {}
-    for path in sorted(module.glob("*.tf")):
-        with path.open() as fh:
-            for kind, items in unquote(hcl2.load(fh)).items():
-                blocks.setdefault(kind, []).extend(items)
-    return blocks
-
-
-def resources(module: Path, kind: str) -> dict[str, dict]:
-    return {
-        name: body
-        for block in parsed(module).get("resource", [])
-        for rtype, named in block.items()
-        if rtype == kind
-        for name, body in named.items()
-    }
-
-
 @pytest.mark.parametrize("module", ALL_MODULES, ids=lambda p: p.name)
 def test_every_variable_has_a_description_and_a_type(module) -> None:
     for block in parsed(module).get("variable", []):
