@@ -26,7 +26,11 @@ from support.terraform import (
 from gpuroute.config import ConfigError
 from gpuroute.tfvars import fleet_tfvars, render_tfvars
 
-PURE_MODULES = [TF / "modules" / "fleet-plan", TF / "tests" / "templates"]
+PURE_MODULES = [
+    TF / "modules" / "fleet-plan",
+    TF / "modules" / "gpu-autoscaling",
+    TF / "tests" / "templates",
+]
 AWS_MODULES = [
     TF / "modules" / "region",
     TF / "modules" / "global",

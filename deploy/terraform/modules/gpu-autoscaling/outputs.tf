@@ -42,6 +42,11 @@ output "groups" {
   }
 }
 
+output "metric" {
+  description = "The metric the policies follow, as the routers' CloudWatch agent publishes it: namespace, name, and its one dimension."
+  value       = { namespace = var.metric_namespace, name = local.metric_name, dimension = "pool" }
+}
+
 output "enabled_metrics" {
   description = "Group metrics every GPU auto-scaling group publishes (1-minute granularity); the policy reads GroupInServiceInstances."
   value       = local.enabled_metrics

@@ -76,6 +76,11 @@ run "the_policy_follows_the_routers_desired_backends" {
   }
 
   assert {
+    condition     = output.metric == { namespace = "gpuroute", name = "gpuroute_pool_desired_backends", dimension = "pool" }
+    error_message = "the routers' CloudWatch agent publishes the metric the policies read"
+  }
+
+  assert {
     condition     = output.groups["eu-west/l4-1"].scaling_policy.desired.dimensions == { pool = "l4-1" } && output.groups["eu-west/l4-1"].scaling_policy.estimated_instance_warmup == 600
     error_message = "each group tracks its own pool"
   }
