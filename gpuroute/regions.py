@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from gpuroute.config import StrictModel, load_toml_model
 from gpuroute.gpus import DeclaresGpuTypes, GpuTypeName
@@ -22,13 +22,38 @@ class Location(StrictModel):
 
 
 class GpuPool(StrictModel):
-    """A group of identical GPU hosts in one region serving the same models."""
+    """A group of identical GPU hosts in one region serving the same models.
+
+    The `*_hosts` keys size the pool's auto-scaling group in hosts (`gpuroute tfvars` only):
+    `count` in whole hosts is its size at creation, and the bounds default to it. Checks that
+    need the host count (the GPU's instance type) are Terraform's."""
 
     gpu: GpuTypeName
     count: int = Field(ge=0, le=100_000)
     models: list[str] = Field(min_length=1)
     zone: str | None = None
     capacity_weight: float | None = Field(default=None, gt=0)
+    min_hosts: int | None = Field(default=None, ge=1)  # the policy cannot scale out from zero
+    max_hosts: int | None = Field(default=None, ge=1)
+    standby_hosts: int = Field(default=0, ge=0)  # warm hosts, ready to join the group
+
+    @model_validator(mode="after")
+    def bounds_in_order(self) -> GpuPool:
+        low, high, standby = self.min_hosts, self.max_hosts, self.standby_hosts
+        if low is None and high is None and standby:
+            raise ValueError(
+                "standby_hosts needs min_hosts or max_hosts: without them the group stays at "
+                "its host count and never grows"
+            )
+        if low is not None and high is not None:
+            if low > high:
+                raise ValueError(f"min_hosts ({low}) is above max_hosts ({high})")
+            if standby > high - low:
+                raise ValueError(
+                    f"standby_hosts ({standby}) is more than the group can grow by "
+                    f"(max_hosts - min_hosts = {high - low}): those hosts would never serve"
+                )
+        return self
 
 
 AwsRegion = Annotated[str, Field(pattern=r"^[a-z]{2}(-gov)?-[a-z]+-[0-9]$")]

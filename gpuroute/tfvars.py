@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuroute.config import ConfigError
-from gpuroute.regions import FleetConfig, Location, load_fleet
+from gpuroute.regions import FleetConfig, GpuPool, Location, load_fleet
 
 EARTH_RADIUS_KM = 6371.0
 
@@ -63,13 +63,22 @@ def fleet_tfvars(fleet: FleetConfig, path: Path | str) -> dict[str, Any]:
             "azs": d.azs or [f"{d.aws_region}{z}" for z in "abc"],
             "federate": d.federate,
             "neighbours": [o.name for o in others],
-            "gpu_pools": [
-                {"gpu": p.gpu, "count": p.count, "models": p.models}
-                | ({"zone": p.zone} if p.zone else {})
-                for p in region.gpu_pools
-            ],
+            "gpu_pools": [pool_tfvars(p) for p in region.gpu_pools],
         }
     return {"regions": regions, "global_regions": list(fleet.deploy.global_regions)}
+
+
+def pool_tfvars(pool: GpuPool) -> dict[str, Any]:
+    """A GPU pool as fleet-plan reads it; unset optional keys stay out (Terraform's defaults:
+    bounds at the host count, no standby)."""
+    out: dict[str, Any] = {"gpu": pool.gpu, "count": pool.count, "models": pool.models}
+    optional = {
+        "zone": pool.zone,
+        "min_hosts": pool.min_hosts,
+        "max_hosts": pool.max_hosts,
+        "standby_hosts": pool.standby_hosts,
+    }
+    return out | {key: value for key, value in optional.items() if value}
 
 
 def render_tfvars(path: Path | str) -> str:

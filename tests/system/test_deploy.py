@@ -5,23 +5,32 @@ from __future__ import annotations
 
 import configparser
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import hcl2
 import pytest
-from support import components
+from support.paths import REPO
+from support.terraform import (
+    TF,
+    apply_offline,
+    copy_module,
+    heredocs,
+    parsed,
+    rendered_templates,
+    resources,
+    tf,
+)
 
 from gpuroute.config import ConfigError
 from gpuroute.tfvars import fleet_tfvars, render_tfvars
 
-REPO = Path(__file__).resolve().parents[2]
-TF = REPO / "deploy" / "terraform"
-PURE_MODULES = [TF / "modules" / "fleet-plan", TF / "tests" / "templates"]
+PURE_MODULES = [
+    TF / "modules" / "fleet-plan",
+    TF / "modules" / "gpu-autoscaling",
+    TF / "tests" / "templates",
+]
 AWS_MODULES = [
     TF / "modules" / "region",
     TF / "modules" / "global",
@@ -33,41 +42,6 @@ PROTECTED_PORTS = {8300, 8301, 8302, 8500, 8501, 8502, 8503, 8600, 7070, 7071, 9
 WORLD = ("0.0.0.0/0", "::/0")
 # `terraform init` may download providers, and each terraform command may take 300 s
 pytestmark = pytest.mark.timeout(900)
-
-
-@pytest.fixture(scope="module")
-def terraform() -> str:
-    """`make test` provides it (scripts/build-terraform.sh); a missing one is a failure,
-    unless outside `make test` this machine cannot build one either (a skip)."""
-    found = subprocess.run(
-        [str(REPO / "scripts" / "build-terraform.sh")], capture_output=True, text=True
-    )
-    if found.returncode != 0:
-        if shutil.which("go") is None:
-            components.missing(f"no terraform and no Go to build OpenTofu: {found.stderr.strip()}")
-        pytest.fail(f"scripts/build-terraform.sh failed: {found.stderr.strip()}")
-    return found.stdout.strip().splitlines()[-1]
-
-
-def tf(binary: str, *args: str, cwd: Path, check: bool | int = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TF_CLI_CONFIG_FILE": "/dev/null", "TF_IN_AUTOMATION": "1"}
-    result = subprocess.run(
-        [binary, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=300
-    )
-    if check and result.returncode != 0:
-        pytest.fail(f"{binary} {' '.join(args)} in {cwd}:\n{result.stdout}\n{result.stderr}")
-    return result
-
-
-def copy_module(src: Path, tmp_path: Path) -> Path:
-    """Run Terraform on a copy (init writes .terraform/ and a lock file), keeping relative
-    paths to the templates and systemd units valid."""
-    dst = tmp_path / "repo"
-    if not dst.exists():
-        shutil.copytree(REPO / "deploy", dst / "deploy")
-        for name in ("regions.example.toml", "requirements.lock"):
-            shutil.copy(REPO / name, dst / name)
-    return dst / src.relative_to(REPO)
 
 
 # -- Terraform CLI ---------------------------------------------------------------------------
@@ -83,23 +57,14 @@ def test_terraform_test_on_provider_free_modules(terraform, module, tmp_path) ->
     assert "0 failed" in result.stdout and " passed" in result.stdout
 
 
-def heredocs(script: str) -> dict[str, str]:
-    """The files a user-data script writes with `cat > /etc/gpuroute/NAME <<...TOML`."""
-    found = re.findall(r"cat > /etc/gpuroute/(\S+) <<'?TOML'?\n(.*?)\nTOML\n", script, re.S)
-    return dict(found)
-
-
 def test_every_rendered_config_passes_check_config(terraform, tmp_path) -> None:
     """Each template, rendered with the example's variables, writes TOML that the process it
     starts accepts: the global tier's config once carried the router's [membership] and
     crash-looped, and routers set no report_listen, so discovery found nothing."""
-    work = copy_module(TF / "tests" / "templates", tmp_path)
-    tf(terraform, "init", "-backend=false", "-input=false", cwd=work)
-    tf(terraform, "apply", "-auto-approve", "-input=false", cwd=work)
-    out = json.loads(tf(terraform, "output", "-json", cwd=work).stdout)
+    scripts = rendered_templates(terraform, tmp_path)
     kinds = {"router": "router", "global": "global", "gpu_node": "agent"}
     for output, kind in kinds.items():
-        files = heredocs(out[output]["value"])
+        files = heredocs(scripts[output])
         config_dir = tmp_path / output
         config_dir.mkdir()
         for name, text in files.items():
@@ -133,16 +98,18 @@ def test_validate_where_providers_can_be_installed(terraform, module, tmp_path) 
     tf(terraform, "validate", "-no-color", cwd=work)
 
 
+def example_plan(binary: str, tmp_path: Path) -> dict:
+    """`gpuroute tfvars regions.example.toml` fed to fleet-plan, applied offline."""
+    regions = json.loads(render_tfvars(REPO / "regions.example.toml"))["regions"]
+    return apply_offline(
+        binary, copy_module(TF / "modules" / "fleet-plan", tmp_path), {"regions": regions}
+    )
+
+
 def test_tfvars_for_the_example_flow_through_the_plan_module(terraform, tmp_path) -> None:
     """`gpuroute tfvars regions.example.toml` fed to the pure module, applied offline:
     every region gets 3 Consul servers in distinct AZs and non-overlapping addresses."""
-    work = copy_module(TF / "modules" / "fleet-plan", tmp_path)
-    (work / "fleet.tfvars.json").write_text(
-        json.dumps({"regions": json.loads(render_tfvars(REPO / "regions.example.toml"))["regions"]})
-    )
-    tf(terraform, "init", "-backend=false", "-input=false", cwd=work)
-    tf(terraform, "apply", "-auto-approve", "-input=false", "-var-file=fleet.tfvars.json", cwd=work)
-    out = json.loads(tf(terraform, "output", "-json", cwd=work).stdout)
+    out = example_plan(terraform, tmp_path)
     servers = out["consul_servers"]["value"]
     assert set(servers) == {"us-east", "eu-west", "ap-northeast"}
     for region, members in servers.items():
@@ -154,38 +121,26 @@ def test_tfvars_for_the_example_flow_through_the_plan_module(terraform, tmp_path
     assert len(out["federation_pairs"]["value"]) == 3
 
 
+def test_the_example_pools_pass_the_autoscaling_module(terraform, tmp_path) -> None:
+    """fleet-plan's node groups for the example, fed to gpu-autoscaling as modules/region
+    feeds them: the autoscaling pool gets its bounds, warm pool and policy; the others stay
+    fixed at their host count."""
+    groups = example_plan(terraform, tmp_path)["gpu_node_groups"]["value"]
+    work = copy_module(TF / "modules" / "gpu-autoscaling", tmp_path)
+    out = apply_offline(terraform, work, {"node_groups": groups, "drain": {"timeout_s": 60}})
+    scaled = out["groups"]["value"]
+    l4 = scaled["eu-west/l4-1"]
+    assert (l4["min_size"], l4["desired_capacity"], l4["max_size"]) == (4, 8, 16)
+    assert l4["warm_pool"]["min_size"] == 2 and l4["warm_pool"]["pool_state"] == "Running"
+    assert l4["scaling_policy"]["desired"]["dimensions"] == {"pool": "l4-1"}
+    fixed = {k: g for k, g in scaled.items() if k != "eu-west/l4-1"}
+    assert fixed and all(
+        g["min_size"] == g["max_size"] == g["desired_capacity"] for g in fixed.values()
+    )
+    assert all(g["scaling_policy"] is None and g["warm_pool"] is None for g in fixed.values())
+
+
 # -- HCL invariants --------------------------------------------------------------------------
-def unquote(value):
-    """python-hcl2 keeps HCL's quotes on names and string literals; drop them (and its
-    block markers) so the checks read like the source."""
-    if isinstance(value, dict):
-        return {unquote(k): unquote(v) for k, v in value.items() if k != "__is_block__"}
-    if isinstance(value, list):
-        return [unquote(v) for v in value]
-    if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] == '"':
-        return value[1:-1]
-    return value
-
-
-def parsed(module: Path) -> dict[str, list]:
-    blocks: dict[str, list] = {}
-    for path in sorted(module.glob("*.tf")):
-        with path.open() as fh:
-            for kind, items in unquote(hcl2.load(fh)).items():
-                blocks.setdefault(kind, []).extend(items)
-    return blocks
-
-
-def resources(module: Path, kind: str) -> dict[str, dict]:
-    return {
-        name: body
-        for block in parsed(module).get("resource", [])
-        for rtype, named in block.items()
-        if rtype == kind
-        for name, body in named.items()
-    }
-
-
 @pytest.mark.parametrize("module", ALL_MODULES, ids=lambda p: p.name)
 def test_every_variable_has_a_description_and_a_type(module) -> None:
     for block in parsed(module).get("variable", []):
@@ -277,8 +232,9 @@ def test_tfvars_for_the_example_regions_file() -> None:
     assert regions["ap-northeast"]["neighbours"] == ["eu-west", "us-east"]
     assert regions["eu-west"]["gpu_pools"] == [
         {"gpu": "A100", "count": 8, "models": ["llama-3.1-8b"]},
-        {"gpu": "L4", "count": 8, "models": ["llama-3.1-8b"]},
-    ]
+        {"gpu": "L4", "count": 8, "models": ["llama-3.1-8b"],
+         "min_hosts": 4, "max_hosts": 16, "standby_hosts": 2},
+    ]  # fmt: skip
 
 
 def test_tfvars_cli_writes_json(capsys) -> None:
@@ -293,6 +249,10 @@ REGION = '[[regions]]\nname = "{name}"\njurisdiction = "us"\nlocation = {{ lat =
 
 def region(name: str, deploy: str = 'deploy = { aws_region = "us-east-1" }\n') -> str:
     return REGION.format(name=name) + deploy
+
+
+def pool(keys: str) -> str:
+    return '[[regions.gpu_pools]]\ngpu = "L4"\ncount = 2\nmodels = ["m"]\n' + keys
 
 
 @pytest.mark.parametrize(
@@ -311,6 +271,15 @@ def region(name: str, deploy: str = 'deploy = { aws_region = "us-east-1" }\n') -
          "regions[0].deploy.aws_region: String should match pattern"),
         (region("aa", 'deploy = { aws_region = "us-east-1", azs = ["x", "y"] }\n'),
          "regions[0].deploy.azs: List should have at least 3 items"),
+        (region("aa") + pool("min_hosts = 4\nmax_hosts = 2\n"),
+         "regions[0].gpu_pools[0]: min_hosts (4) is above max_hosts (2)"),
+        (region("aa") + pool("min_hosts = 1\nmax_hosts = 3\nstandby_hosts = 3\n"),
+         "regions[0].gpu_pools[0]: standby_hosts (3) is more than the group can grow by "
+         "(max_hosts - min_hosts = 2)"),
+        (region("aa") + pool("standby_hosts = 1\n"),
+         "regions[0].gpu_pools[0]: standby_hosts needs min_hosts or max_hosts"),
+        (region("aa") + pool("min_hosts = 0\nmax_hosts = 2\n"),
+         "regions[0].gpu_pools[0].min_hosts: must be >= 1"),
     ],
 )  # fmt: skip
 def test_tfvars_rejects_a_bad_regions_file_naming_file_and_key(tmp_path, text, message) -> None:

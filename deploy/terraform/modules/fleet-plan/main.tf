@@ -48,6 +48,9 @@ locals {
         capacity      = local.instance_types[p.gpu].weight * local.instance_types[p.gpu].gpus
         models        = p.models
         az            = p.zone != null ? p.zone : r.azs[i % length(r.azs)]
+        min_hosts     = p.min_hosts
+        max_hosts     = p.max_hosts
+        standby_hosts = p.standby_hosts
       } if p.count > 0
     }
   ]...)

@@ -37,6 +37,6 @@ output "federation_pairs" {
 }
 
 output "gpu_node_groups" {
-  description = "One node group per GPU pool: region, instance type, host count (GPUs rounded up to whole instances), models, AZ."
+  description = "One node group per GPU pool: region, instance type, host count (GPUs rounded up to whole instances: the size at creation), models, AZ, and the autoscaling bounds and warm standby in hosts (null bounds = the host count)."
   value       = local.gpu_node_groups
 }

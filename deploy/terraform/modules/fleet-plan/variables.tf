@@ -12,6 +12,10 @@ variable "regions" {
       count  = number
       models = list(string)
       zone   = optional(string)
+      # in hosts; null = hosts (a fixed group); modules/gpu-autoscaling checks them
+      min_hosts     = optional(number)
+      max_hosts     = optional(number)
+      standby_hosts = optional(number, 0)
     }))
   }))
 

@@ -1,5 +1,14 @@
-# One auto-scaling group per GPU pool. Each host runs the engine, a Consul client agent and
-# `gpuroute agent` as systemd services (user-data installs them).
+# One auto-scaling group per GPU pool. Each host runs the engine, a Consul client agent,
+# `gpuroute agent` and its lifecycle watcher as systemd services (user-data installs them).
+# How each group scales is modules/gpu-autoscaling's (provider-free, `terraform test`ed);
+# the drain hook and the scaling policies are in autoscaling.tf.
+
+module "autoscaling" {
+  source      = "../gpu-autoscaling"
+  node_groups = var.gpu_node_groups
+  # the agent's drain_grace_s is its default (1 s): agent.toml below does not set it
+  drain = { timeout_s = var.drain_timeout_s }
+}
 
 resource "aws_launch_template" "gpu" {
   for_each               = var.gpu_node_groups
@@ -29,28 +38,51 @@ resource "aws_launch_template" "gpu" {
     requirements_lock = file("${path.module}/../../../../requirements.lock")
     drain_timeout_s   = var.drain_timeout_s
     agent_unit        = file("${path.module}/../../../systemd/gpuroute-agent.service")
+    lifecycle_hook    = module.autoscaling.lifecycle_hook.name
+    lifecycle_watcher = file("${path.module}/files/gpuroute-lifecycle.sh")
   })))
 
   tag_specifications {
     resource_type = "instance"
-    tags          = merge(local.tags, { Name = "gpuroute-${var.name}-${each.value.gpu}", "gpuroute:role" = "gpu" })
+    tags = merge(local.tags, {
+      Name            = "gpuroute-${var.name}-${each.value.gpu}"
+      "gpuroute:role" = "gpu"
+      "gpuroute:pool" = module.autoscaling.groups[each.key].pool
+    })
   }
 }
 
 resource "aws_autoscaling_group" "gpu" {
   for_each            = var.gpu_node_groups
   name_prefix         = "gpuroute-${var.name}-${replace(each.key, "/", "-")}-"
-  min_size            = each.value.hosts
-  max_size            = each.value.hosts
-  desired_capacity    = each.value.hosts
+  min_size            = module.autoscaling.groups[each.key].min_size
+  max_size            = module.autoscaling.groups[each.key].max_size
+  desired_capacity    = module.autoscaling.groups[each.key].desired_capacity
   vpc_zone_identifier = [aws_subnet.private[index(var.azs, each.value.az)].id]
+  # the policy divides the pool's desired backends by GroupInServiceInstances
+  enabled_metrics     = module.autoscaling.enabled_metrics
+  metrics_granularity = "1Minute"
 
   launch_template {
     id      = aws_launch_template.gpu[each.key].id
     version = aws_launch_template.gpu[each.key].latest_version
   }
 
-  # An instance leaving the group gets SIGTERM through systemd: the agent drains first.
+  # Standby hosts: running, engine loaded, agent in standby (the lifecycle watcher).
+  dynamic "warm_pool" {
+    for_each = module.autoscaling.groups[each.key].warm_pool[*]
+    content {
+      pool_state                  = warm_pool.value.pool_state
+      min_size                    = warm_pool.value.min_size
+      max_group_prepared_capacity = warm_pool.value.max_group_prepared_capacity
+      instance_reuse_policy {
+        reuse_on_scale_in = warm_pool.value.reuse_on_scale_in
+      }
+    }
+  }
+
+  # A host leaving the group waits in the drain hook (autoscaling.tf) until its agent has
+  # drained; systemd's SIGTERM drains it again on the way down.
   instance_refresh {
     strategy = "Rolling"
     preferences {
@@ -66,5 +98,11 @@ resource "aws_autoscaling_group" "gpu" {
       value               = tag.value
       propagate_at_launch = true
     }
+  }
+
+  lifecycle {
+    # hosts is the size at creation; then the scaling policy owns the desired capacity
+    # (AWS moves it into new bounds when min or max change)
+    ignore_changes = [desired_capacity]
   }
 }

@@ -1,5 +1,6 @@
 # One role per kind of host: each may describe instances (Consul's cloud auto-join) and read
-# its own secrets from SSM (secrets.tf), nothing else.
+# its own secrets from SSM (secrets.tf); beyond that, GPU hosts complete their group's drain
+# hook and regional routers write the desired-backends metric, nothing else.
 data "aws_iam_policy_document" "assume" {
   statement {
     actions = ["sts:AssumeRole"]
@@ -21,6 +22,26 @@ data "aws_iam_policy_document" "host" {
   statement {
     actions   = ["ssm:GetParameter"]
     resources = [for name in each.value : aws_ssm_parameter.secret[name].arn]
+  }
+
+  # GPU hosts: the lifecycle watcher completes the drain hook of this region's GPU groups
+  # (it finds its group from the instance's aws:autoscaling:groupName tag, ec2:DescribeTags)
+  dynamic "statement" {
+    for_each = each.key == "gpu" && length(var.gpu_node_groups) > 0 ? [1] : []
+    content {
+      actions   = ["autoscaling:CompleteLifecycleAction"]
+      resources = [for g in aws_autoscaling_group.gpu : g.arn]
+    }
+  }
+
+  # Regional routers: the CloudWatch agent sends the desired-backends metric as embedded
+  # metric format logs (CloudWatch Logs, not PutMetricData) to its one log group
+  dynamic "statement" {
+    for_each = each.key == "regional" ? [1] : []
+    content {
+      actions   = ["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"]
+      resources = [aws_cloudwatch_log_group.router_metrics.arn, "${aws_cloudwatch_log_group.router_metrics.arn}:*"]
+    }
   }
 }
 

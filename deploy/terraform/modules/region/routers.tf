@@ -40,6 +40,10 @@ resource "aws_launch_template" "router" {
     # the global tier's hosts (this VPC and its peers) forward clients to the routers
     trusted_proxies = concat([var.vpc_cidr], var.wan_peer_cidrs)
     unit            = file("${path.module}/../../../systemd/gpuroute-${each.value.command}.service")
+    # regional routers publish the GPU groups' scaling metric (the global tier does not)
+    metrics_log_group        = aws_cloudwatch_log_group.router_metrics.name
+    metric_namespace         = module.autoscaling.metric.namespace
+    cloudwatch_agent_version = var.cloudwatch_agent_version
   })))
 
   lifecycle {
@@ -53,6 +57,14 @@ resource "aws_launch_template" "router" {
     resource_type = "instance"
     tags          = merge(local.tags, { Name = "gpuroute-${var.name}-${each.key}-router", "gpuroute:role" = "${each.key}-router" })
   }
+}
+
+# The regional routers' CloudWatch agent writes gpuroute_pool_desired_backends here as
+# embedded metric format logs; CloudWatch extracts the metric the GPU groups' policies read.
+resource "aws_cloudwatch_log_group" "router_metrics" {
+  name              = "/gpuroute/${var.name}/router-metrics"
+  retention_in_days = 7
+  tags              = local.tags
 }
 
 resource "aws_lb" "router" {

@@ -147,7 +147,7 @@ variable "wan_peer_cidrs" {
 }
 
 variable "gpu_node_groups" {
-  description = "This region's GPU node groups (fleet-plan output gpu_node_groups filtered to the region)."
+  description = "This region's GPU node groups (fleet-plan output gpu_node_groups filtered to the region). hosts is each group's size at creation; min_hosts and max_hosts (default hosts) bound it, and above min a policy follows the routers' desired backends; standby_hosts wait warm (modules/gpu-autoscaling checks them)."
   type = map(object({
     region        = string
     gpu           = string
@@ -158,8 +158,22 @@ variable "gpu_node_groups" {
     capacity      = number
     models        = list(string)
     az            = string
+    min_hosts     = optional(number)
+    max_hosts     = optional(number)
+    standby_hosts = optional(number, 0)
   }))
   default = {}
+}
+
+variable "cloudwatch_agent_version" {
+  description = "CloudWatch agent release on the regional routers (it publishes the routers' desired backends per pool for the GPU groups' scaling policies); `latest`, or a version to pin. Its package is verified against AWS's signing key either way."
+  type        = string
+  default     = "latest"
+
+  validation {
+    condition     = can(regex("^(latest|[0-9][0-9a-z.]*)$", var.cloudwatch_agent_version))
+    error_message = "cloudwatch_agent_version is `latest` or a release version (digits, dots, lowercase letters)."
+  }
 }
 
 variable "engine" {

@@ -9,6 +9,7 @@ variable "drain_timeout_s" {
 
 locals {
   templates = "${path.module}/../../modules/region/templates"
+  files     = "${path.module}/../../modules/region/files"
   common = {
     datacenter     = "eu-west"
     auto_join      = "provider=aws tag_key=gpuroute-consul tag_value=gpuroute-consul-eu-west"
@@ -43,6 +44,8 @@ output "gpu_node" {
     requirements_lock = file("${path.module}/../../../../requirements.lock")
     drain_timeout_s   = var.drain_timeout_s
     agent_unit        = file("${path.module}/../../../systemd/gpuroute-agent.service")
+    lifecycle_hook    = "gpuroute-drain"
+    lifecycle_watcher = file("${local.files}/gpuroute-lifecycle.sh")
   }))
 }
 
@@ -61,6 +64,10 @@ locals {
     ]
     regions_toml    = file("${path.module}/../../../../regions.example.toml")
     trusted_proxies = ["10.65.0.0/16", "10.64.0.0/16"]
+    # the regional routers' CloudWatch agent
+    metrics_log_group        = "/gpuroute/eu-west/router-metrics"
+    metric_namespace         = "gpuroute"
+    cloudwatch_agent_version = "latest"
   })
 }
 

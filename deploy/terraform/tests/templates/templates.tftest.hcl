@@ -146,3 +146,56 @@ run "the_global_tier_refuses_keys_it_does_not_list" {
     error_message = "the global tier holds every key, so an unknown one is refused before its body is read"
   }
 }
+
+run "gpu_nodes_follow_their_autoscaling_lifecycle" {
+  command = plan
+
+  assert {
+    condition     = strcontains(output.gpu_node, "Warmed:Running) agent standby ;;") && strcontains(output.gpu_node, "InService) agent activate ;;") && strcontains(output.gpu_node, "autoscaling/target-lifecycle-state")
+    error_message = "the lifecycle watcher puts a warm-pool host's agent in standby and activates it in service, from IMDS"
+  }
+
+  assert {
+    condition     = strcontains(output.gpu_node, "Environment=LIFECYCLE_HOOK=gpuroute-drain") && strcontains(output.gpu_node, "--lifecycle-action-result CONTINUE --lifecycle-hook-name \"$HOOK\"")
+    error_message = "a leaving host drains, then completes the drain hook"
+  }
+
+  assert {
+    condition     = strcontains(output.gpu_node, "systemctl enable --now inference-engine gpuroute-agent gpuroute-lifecycle") && strcontains(output.gpu_node, "User=gpuroute")
+    error_message = "the watcher runs as a service, unprivileged"
+  }
+
+  assert {
+    condition     = !strcontains(output.gpu_node, "standby =")
+    error_message = "agent.toml has no standby key: the watcher tells the agent"
+  }
+}
+
+run "routers_publish_the_desired_backends_to_cloudwatch" {
+  command = plan
+
+  assert {
+    condition     = strcontains(output.router, "\"regex\": \"gpuroute_pool_desired_backends\", \"action\": \"keep\"") && strcontains(output.router, "\"dimensions\": [[\"pool\"]]")
+    error_message = "the CloudWatch agent keeps the desired-backends metric alone, by pool"
+  }
+
+  assert {
+    condition     = strcontains(output.router, "\"credentials_file\": \"/etc/gpuroute/admin-token\"") && strcontains(output.router, "\"targets\": [\"127.0.0.1:9090\"]")
+    error_message = "it scrapes the admin listener's /metrics with the admin token"
+  }
+
+  assert {
+    condition     = strcontains(output.router, "\"metric_namespace\": \"gpuroute\"") && strcontains(output.router, "\"log_group_name\": \"/gpuroute/eu-west/router-metrics\"")
+    error_message = "into the namespace the policies read, through the router-metrics log group"
+  }
+
+  assert {
+    condition     = strcontains(output.router, "937616F3450B7D806CBD9725D58167303B789C72") && strcontains(output.router, "gpg --batch --verify amazon-cloudwatch-agent.deb.sig amazon-cloudwatch-agent.deb")
+    error_message = "the agent's package is verified against AWS's pinned signing key"
+  }
+
+  assert {
+    condition     = !strcontains(output.global, "amazon-cloudwatch-agent")
+    error_message = "the global tier exports no pool sizes"
+  }
+}

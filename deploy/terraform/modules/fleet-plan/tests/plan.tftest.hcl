@@ -10,7 +10,7 @@ variables {
       neighbours   = ["eu-west", "ap-northeast"]
       gpu_pools = [
         { gpu = "H100", count = 4, models = ["llama-3.1-8b"] },
-        { gpu = "L4", count = 3, models = ["llama-3.1-8b"], zone = "us-east-1c" },
+        { gpu = "L4", count = 3, models = ["llama-3.1-8b"], zone = "us-east-1c", min_hosts = 2, max_hosts = 8, standby_hosts = 1 },
       ]
     }
     eu-west = {
@@ -101,6 +101,16 @@ run "gpu_pools_become_node_groups" {
   assert {
     condition     = output.gpu_node_groups["us-east/l4-1"].az == "us-east-1c" && output.gpu_node_groups["us-east/l4-1"].hosts == 3
     error_message = "an explicit zone wins; L4 hosts carry one GPU"
+  }
+
+  assert {
+    condition     = output.gpu_node_groups["us-east/l4-1"].min_hosts == 2 && output.gpu_node_groups["us-east/l4-1"].max_hosts == 8 && output.gpu_node_groups["us-east/l4-1"].standby_hosts == 1
+    error_message = "autoscaling bounds and standby hosts pass through to the node group"
+  }
+
+  assert {
+    condition     = output.gpu_node_groups["eu-west/a100-0"].min_hosts == null && output.gpu_node_groups["eu-west/a100-0"].max_hosts == null && output.gpu_node_groups["eu-west/a100-0"].standby_hosts == 0
+    error_message = "a pool without bounds stays a fixed group (modules/gpu-autoscaling: min = max = hosts)"
   }
 }
 

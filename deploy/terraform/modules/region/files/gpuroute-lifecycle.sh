@@ -1,0 +1,75 @@
+#!/bin/bash
+# gpuroute-lifecycle: keeps the node agent in step with this host's Auto Scaling lifecycle
+# state (IMDSv2 autoscaling/target-lifecycle-state), polled every POLL_S seconds:
+#   Warmed:Running  the host waits in the warm pool, engine loaded: the agent stands by
+#   InService       the host serves in the group: the agent is active
+#   Terminated      the host is leaving: the agent drains, then the terminating lifecycle
+#                   hook (LIFECYCLE_HOOK) is completed with CONTINUE and the instance goes
+# Each state is acted on once; an action that fails is tried again at the next poll.
+# `--once` polls once and exits (tests). modules/region installs it as a systemd service.
+set -uo pipefail
+
+IMDS="${IMDS:-http://169.254.169.254}"
+GPUROUTE="${GPUROUTE:-/opt/gpuroute/bin/gpuroute}"
+AGENT_CONFIG="${AGENT_CONFIG:-/etc/gpuroute/agent.toml}"
+STATE_FILE="${STATE_FILE:-/run/gpuroute-lifecycle/state}"
+POLL_S="${POLL_S:-5}"
+HOOK="${LIFECYCLE_HOOK:?LIFECYCLE_HOOK must name the terminating lifecycle hook}"
+
+log() { echo "gpuroute-lifecycle: $*" >&2; }
+
+imds() {
+    local token
+    token="$(curl -fsS -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' "$IMDS/latest/api/token")" &&
+        curl -fsS -H "X-aws-ec2-metadata-token: $token" "$IMDS/latest/meta-data/$1"
+}
+
+agent() { "$GPUROUTE" agent "$1" --config "$AGENT_CONFIG"; }
+
+complete_hook() {
+    local region instance group
+    region="$(imds placement/region)" && instance="$(imds instance-id)" || return 1
+    # the group's name is on the instance as a tag (the role may already describe tags)
+    group="$(aws ec2 describe-tags --region "$region" --output text --query 'Tags[0].Value' \
+        --filters "Name=resource-id,Values=$instance" 'Name=key,Values=aws:autoscaling:groupName')" ||
+        return 1
+    aws autoscaling complete-lifecycle-action --region "$region" \
+        --lifecycle-action-result CONTINUE --lifecycle-hook-name "$HOOK" \
+        --auto-scaling-group-name "$group" --instance-id "$instance"
+}
+
+act() {
+    case "$1" in
+        Warmed:Running) agent standby ;;
+        InService) agent activate ;;
+        Terminated)
+            # a failed drain still lets the host go: stopping the agent (SIGTERM) drains too
+            agent drain || log "drain failed; the agent drains again when it is stopped"
+            complete_hook
+            ;;
+        *) true ;; # Pending, Warmed:Pending, Detached, ...: nothing to do
+    esac
+}
+
+step() {
+    local state last
+    state="$(imds autoscaling/target-lifecycle-state)" || return 0 # not in a group (yet)
+    last="$(cat "$STATE_FILE" 2>/dev/null)"
+    [ "$state" = "$last" ] && return 0
+    log "${last:-boot} -> $state"
+    if act "$state"; then
+        echo "$state" >"$STATE_FILE"
+    else
+        log "$state: action failed, trying again"
+    fi
+}
+
+mkdir -p "$(dirname "$STATE_FILE")"
+if [ "${1:-}" = "--once" ]; then
+    step
+    exit 0
+fi
+while true; do
+    step
+    sleep "$POLL_S"
+done

@@ -1,0 +1,108 @@
+"""Terraform for the deployment tests: the CLI (`scripts/build-terraform.sh`), running it on a
+copy of a module, and reading modules' HCL with python-hcl2 for invariant checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import hcl2
+import pytest
+
+from support import components
+from support.paths import REPO
+
+TF = REPO / "deploy" / "terraform"
+
+
+def find_terraform() -> str:
+    """`make test` provides it (scripts/build-terraform.sh); a missing one is a failure,
+    unless outside `make test` this machine cannot build one either (a skip)."""
+    found = subprocess.run(
+        [str(REPO / "scripts" / "build-terraform.sh")], capture_output=True, text=True
+    )
+    if found.returncode != 0:
+        if shutil.which("go") is None:
+            components.missing(f"no terraform and no Go to build OpenTofu: {found.stderr.strip()}")
+        pytest.fail(f"scripts/build-terraform.sh failed: {found.stderr.strip()}")
+    return found.stdout.strip().splitlines()[-1]
+
+
+def tf(binary: str, *args: str, cwd: Path, check: bool | int = True) -> subprocess.CompletedProcess:
+    """Run Terraform without the user's CLI config; a failure fails the test (unless not
+    `check`) with both streams."""
+    env = {**os.environ, "TF_CLI_CONFIG_FILE": "/dev/null", "TF_IN_AUTOMATION": "1"}
+    result = subprocess.run(
+        [binary, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=300
+    )
+    if check and result.returncode != 0:
+        pytest.fail(f"{binary} {' '.join(args)} in {cwd}:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def copy_module(src: Path, tmp_path: Path) -> Path:
+    """Run Terraform on a copy (init writes .terraform/ and a lock file), keeping relative
+    paths to the templates and systemd units valid."""
+    dst = tmp_path / "repo"
+    if not dst.exists():
+        shutil.copytree(REPO / "deploy", dst / "deploy")
+        for name in ("regions.example.toml", "requirements.lock"):
+            shutil.copy(REPO / name, dst / name)
+    return dst / src.relative_to(REPO)
+
+
+def apply_offline(binary: str, work: Path, variables: dict) -> dict:
+    """Apply a provider-free module with these variables; its outputs."""
+    (work / "test.tfvars.json").write_text(json.dumps(variables))
+    tf(binary, "init", "-backend=false", "-input=false", cwd=work)
+    tf(binary, "apply", "-auto-approve", "-input=false", "-var-file=test.tfvars.json", cwd=work)
+    return json.loads(tf(binary, "output", "-json", cwd=work).stdout)
+
+
+def rendered_templates(binary: str, tmp_path: Path) -> dict[str, str]:
+    """The region module's user-data scripts, rendered offline by tests/templates."""
+    out = apply_offline(binary, copy_module(TF / "tests" / "templates", tmp_path), {})
+    return {name: output["value"] for name, output in out.items()}
+
+
+def heredocs(script: str) -> dict[str, str]:
+    """The files a user-data script writes with `cat > /etc/gpuroute/NAME <<...TOML`."""
+    found = re.findall(r"cat > /etc/gpuroute/(\S+) <<'?TOML'?\n(.*?)\nTOML\n", script, re.S)
+    return dict(found)
+
+
+def unquote(value):
+    """python-hcl2 keeps HCL's quotes on names and string literals; drop them (and its
+    block markers) so the checks read like the source."""
+    if isinstance(value, dict):
+        return {unquote(k): unquote(v) for k, v in value.items() if k != "__is_block__"}
+    if isinstance(value, list):
+        return [unquote(v) for v in value]
+    if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] == '"':
+        return value[1:-1]
+    return value
+
+
+def parsed(module: Path) -> dict[str, list]:
+    """Every top-level block of a module's .tf files, by kind (resource, variable, ...)."""
+    blocks: dict[str, list] = {}
+    for path in sorted(module.glob("*.tf")):
+        with path.open() as fh:
+            for kind, items in unquote(hcl2.load(fh)).items():
+                blocks.setdefault(kind, []).extend(items)
+    return blocks
+
+
+def resources(module: Path, kind: str) -> dict[str, dict]:
+    """A module's resources of one type, by name."""
+    return {
+        name: body
+        for block in parsed(module).get("resource", [])
+        for rtype, named in block.items()
+        if rtype == kind
+        for name, body in named.items()
+    }
