@@ -26,6 +26,7 @@ from gpuroute.router.core.retry import RetrySettings
 from gpuroute.router.decision_log import DecisionLog
 from gpuroute.router.forward import Forwarder
 from gpuroute.router.front import Front, name_request
+from gpuroute.router.health_probes import HealthProbes
 from gpuroute.router.membership import Membership
 from gpuroute.router.model_config import model_routes
 from gpuroute.router.proxy import Proxy
@@ -115,7 +116,7 @@ class RouterApp:
         self.membership = self._membership() if config.membership.consul else None
         self.draining = False
         self._ticker: asyncio.Task | None = None
-        self._probes: dict[str, asyncio.Task] = {}
+        self.probes = HealthProbes(config, self.scheduler, self.forwarder, self.clock)
         self._region_server = None
         self.shared_load = self._shared_load()
         self.operator = Operator(self)  # reload, backends, keys, usage (router/admin_api.py)
@@ -317,8 +318,7 @@ class RouterApp:
         self.registration.start()
 
     async def _cleanup(self, _app: web.Application) -> None:
-        for task in self._probes.values():
-            task.cancel()
+        self.probes.close()
         if self.membership is not None:
             await self.membership.close()
         if self.registration is not None:
@@ -343,7 +343,7 @@ class RouterApp:
             await asyncio.sleep(self.config.tick_s)  # a period, not a synchronisation
             now = self.clock()
             self.forwarder.record_health(self.scheduler.tick(now))
-            self._start_probes()
+            self.probes.start()
             self.watch.refresh()
             if moved := self.watch.rescue():
                 log.warning("moved %d requests off ejected or slow backends", moved)
@@ -352,28 +352,6 @@ class RouterApp:
                 self.membership.tick()
             self.gate.expire()
             self.gate.dispatch()
-
-    def _start_probes(self) -> None:
-        """Half-open breakers are decided by health checks, never by clients' requests."""
-        for backend_id in self.scheduler.health.half_open:
-            task = self._probes.get(backend_id)
-            if task is None or task.done():
-                self._probes[backend_id] = asyncio.create_task(self._probe(backend_id))
-
-    async def _probe(self, backend_id: str) -> None:
-        backend = self.scheduler.backends.get(backend_id)
-        session = self.forwarder.session
-        assert session is not None
-        base, path = self.forwarder.urls[backend_id], self.config.health_check_path
-        try:
-            async with asyncio.timeout(self.config.limits.connect_timeout_s + 2):
-                async with await session.request("GET", base, path) as response:
-                    ok = response.status == 200
-                    await response.read()  # read to the end: the connection is reused
-        except (TimeoutError, OSError, ValueError):
-            ok = False
-        if backend_id in self.scheduler.health.half_open:
-            self.forwarder.record_health(self.scheduler.health.record(backend, ok, self.clock()))
 
     # -- admin -----------------------------------------------------------------------------
     async def models(self, request: web.Request) -> web.Response:
