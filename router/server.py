@@ -17,6 +17,7 @@ from gpuroute.router.admin_api import Operator
 from gpuroute.router.admin_routes import AdminRoutes
 from gpuroute.router.admission_gate import AdmissionGate
 from gpuroute.router.assemble import build_scheduler, member_kind, prior_book, router_metrics
+from gpuroute.router.autoscaler import Autoscaler, PoolCollector
 from gpuroute.router.config import RouterConfig
 from gpuroute.router.core.backend import ROUTABLE_STATES, Backend
 from gpuroute.router.core.lifetime import Lifetimes
@@ -85,6 +86,9 @@ class RouterApp:
         self.scheduler = build_scheduler(config, self.book, self.workers)
         self.redis = open_redis(config.redis)  # one client for quotas, sessions, shared load
         self.metrics = router_metrics(config, self.scheduler, self.routes, self.redis is not None)
+        # pools sized and warm standby brought in and sent back (router/autoscaler.py)
+        self.autoscaler = Autoscaler(config.autoscale, self.scheduler, config.slo)
+        self.metrics.registry.register(PoolCollector(self.autoscaler))
         self.responses = ResponsesState.from_config(config, self.redis, self.workers)
         self.usage = UsageRecords.from_config(config, self.redis, self.metrics)
         self.gate = AdmissionGate(
@@ -97,16 +101,15 @@ class RouterApp:
         self.lifetimes = Lifetimes(  # the requests in flight, each with its bookings
             RetrySettings(**config.retry.model_dump(exclude={"rescue_slowness"})), self.scheduler
         )
-        self.watch = BackendWatch(
-            self.scheduler,
-            self.book.table,
-            self.clock,
-            config.retry.rescue_slowness,
-            self.lifetimes,
-        )
-        self.book.listeners.append(self.watch.add_kind)  # a kind first seen as a member joins
+        self.watch = self._watch()
         # a predicting policy's misses are held; every policy's attainment is counted
-        self.slo = SloGate(config.slo, self.metrics, self.clock, holds=self.scheduler.predicts_slo)
+        self.slo = SloGate(
+            config.slo,
+            self.metrics,
+            self.clock,
+            holds=self.scheduler.predicts_slo,
+            on_hold=self.autoscaler.held,
+        )
         self.decisions = DecisionLog(
             config.decision_log_sample, config.policy, keep=config.decision_log_keep
         )
@@ -126,6 +129,15 @@ class RouterApp:
         self.report_credentials = server_credentials(
             None if listen is None else listen.tls, "region.report_listen.tls"
         )
+
+    def _watch(self) -> BackendWatch:
+        """Requests waiting on an ejected, lost or very slow backend, moved elsewhere."""
+        retry = self.config.retry
+        watch = BackendWatch(
+            self.scheduler, self.book.table, self.clock, retry.rescue_slowness, self.lifetimes
+        )
+        self.book.listeners.append(watch.add_kind)  # a kind first seen as a member joins
+        return watch
 
     def _front(self) -> Front:
         config = self.config
@@ -147,6 +159,7 @@ class RouterApp:
             routes=self.routes,
             responses=self.responses,
             usage=self.usage if config.usage.enabled else None,
+            autoscaler=self.autoscaler,
         )
 
     def _quotas(self) -> Quotas:
@@ -194,6 +207,7 @@ class RouterApp:
             engine_tls=client_context(config.engine_tls, "engine_tls"),
             engine_headers=ENGINE_HEADERS | frozenset(config.engine_headers),
             continuation=config.continuation,
+            standby=self.autoscaler.standby,
         )
 
     def _membership(self) -> Membership:
@@ -226,13 +240,16 @@ class RouterApp:
             interval = self.config.workers.share_interval_s
         else:
             return None  # one process alone: nothing to share
-        return SharedLoad(
+        shared = SharedLoad(
             board,
             lambda: self.scheduler.backends,
             interval_s=interval,
             on_health=lambda ok: self.metrics.shared_load_healthy.set(float(ok)),
             prefixes=lambda: prefix_index_of(self.scheduler.policy),
+            arrivals=lambda: self.autoscaler.own,
         )
+        self.autoscaler.peers = lambda: shared.peer_arrivals  # replicas size on one rate
+        return shared
 
     def app(self) -> web.Application:
         """The public application: the OpenAI API, health, allow-listed passthrough paths, and
@@ -305,6 +322,7 @@ class RouterApp:
         if self.shared_load is not None:
             self.shared_load.start()
         self._ticker = asyncio.create_task(self._tick_loop())
+        self.autoscaler.start()
         await self.operator.start()
 
     def listening(self, port: int, admin_port: int | None) -> None:
@@ -327,6 +345,7 @@ class RouterApp:
             await self.shared_load.close()
         if self._region_server is not None:
             await self._region_server.stop(0.5)
+        await self.autoscaler.close()
         if self._ticker is not None:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
