@@ -276,11 +276,12 @@ def agent_toml(
     **overrides: str,
 ) -> str:
     """A node agent's config for `engine` (its `url`; its `gpu` unless given), registering
-    with the Consul agent at `consul`."""
+    with the Consul agent at `consul`; `overrides` are top-level keys as TOML values."""
     top = {
         "id": f'"{agent_id}"',
         "drain_grace_s": overrides.pop("drain_grace_s", "0.5"),
         "drain_timeout_s": overrides.pop("drain_timeout_s", "30"),
+        **overrides,
     }
     lines = [f"{k} = {v}" for k, v in top.items()]
     lines += [
@@ -307,7 +308,7 @@ class AgentProcess:
         )
 
     def drain(self, action: str = "drain") -> subprocess.CompletedProcess:
-        """`gpuroute agent drain` (or `undrain`) against this agent."""
+        """`gpuroute agent drain` (or `undrain`, `standby`, `activate`) against this agent."""
         return subprocess.run(
             gpuroute_cmd("agent", action, "--config", str(self.path)),
             capture_output=True,
