@@ -4,9 +4,10 @@ its answer as `gpuroute_pool_*` gauges and `GET /admin/autoscale`. The simulator
 the same core (sim/scaling.py), so the two size pools alike.
 
 One clock feeds the sizer: wall time, because the seasonal model's buckets are aligned to
-days; arrivals and ticks both read it, so the rate windows agree. Standby backends are
-promoted by the attempts loop on the router's monotonic clock (it stamps only
-`state_since`, which no rule reads for STANDBY or a promoted READY).
+days; arrivals and ticks both read it, so the rate windows agree. The attempts loop
+promotes standby backends on the router's monotonic clock and the tick sends them back on
+wall time: both stamp only `state_since`, which no rule reads for STANDBY or a promoted
+READY.
 
 Replicas agree on one region-wide rate: each shares its own smoothed per-pool rate on the
 shared-load board (router/shared_load.py), and a tick sizes with its own plus its fresh
@@ -114,9 +115,16 @@ class Autoscaler:
         await self._loop.stop()
 
     async def _run(self) -> None:
-        if self.sizer.seasonal is not None:  # statsmodels takes ~1 s to import: not on the loop
-            await asyncio.to_thread(importlib.import_module, "statsmodels.tsa.holtwinters")
+        seasonal = self.sizer.seasonal
+        # statsmodels takes ~1.5 s to import: in a thread, and only once a seasonal model
+        # could be fitted (`min_seasons` counted), not on every start
+        fit_from = None
+        if seasonal is not None:
+            fit_from = self.wall() + seasonal.min_seasons * seasonal.season_s - seasonal.bucket_s
         while True:
+            if fit_from is not None and self.wall() >= fit_from:
+                await asyncio.to_thread(importlib.import_module, "statsmodels.tsa.holtwinters")
+                fit_from = None
             try:
                 self.tick()
             except Exception:  # a bug here must not stop sizing for good: logged, next tick
