@@ -92,6 +92,7 @@ class Autoscaler:
         self.own: dict[str, float] = {}  # this router's rates at the last tick (shared)
         self.sizes: dict[str, PoolSize] = {}
         self._loop = BackgroundLoop()
+        self._counted = (0, 0)  # promotions and releases logged so far
 
     # -- what the router sees ------------------------------------------------------------------
     def arrived(self, model: str) -> None:
@@ -134,15 +135,21 @@ class Autoscaler:
     def tick(self) -> dict[str, PoolSize]:
         """Size every pool now, with the region's rates where peers share theirs."""
         now = self.wall()
-        released_before = self.standby.releases
         self.own = self.sizer.own_rates(now)
         peers = self.peers()
         region = None
         if peers is not None:
             region = {pool: rate + peers.get(pool, 0.0) for pool, rate in self.own.items()}
         self.sizes = self.sizer.tick(now, region)
-        if (released := self.standby.releases - released_before) > 0:
-            log.info("%d promoted standby backends went back (pools quiet)", released)
+        counts = self.standby.promotions, self.standby.releases
+        promoted, released = counts[0] - self._counted[0], counts[1] - self._counted[1]
+        self._counted = counts
+        if promoted or released:
+            log.info(
+                "standby backends brought in since the last tick: %d; sent back (pools quiet): %d; "
+                "in now on this router's say-so: %s",
+                promoted, released, ", ".join(self.standby.promoted()) or "none",
+            )  # fmt: skip
         return self.sizes
 
     # -- what it shows -------------------------------------------------------------------------
