@@ -15,6 +15,7 @@ from support.live import (
     MODEL,
     async_wait_for,
     chat_body,
+    router_replicas,
     router_server,
     router_toml,
     scripted_backend,
@@ -108,13 +109,7 @@ async def test_two_replicas_sharing_redis_export_the_same_desired_size(tmp_path,
     shared = f'url = "{redis.url}"\nshare_load = true\npublish_interval_s = 0.05'
     async with scripted_backend(engine) as backend:
         text = router_toml([(backend, "H100")], autoscale=AUTOSCALE, redis=shared)
-        (tmp_path / "a").mkdir()
-        (tmp_path / "b").mkdir()
-        async with (
-            router_server(text, tmp_path / "a") as a,
-            router_server(text, tmp_path / "b") as b,
-            aiohttp.ClientSession() as s,
-        ):
+        async with router_replicas(text, tmp_path) as (a, b), aiohttp.ClientSession() as s:
             admins = [f"http://127.0.0.1:{r.port}" for r in (a, b)]
             sizes: list[dict | None] = []
 

@@ -247,6 +247,19 @@ async def router_server(config_text: str, tmp_dir, *, seed: int = 0, rng=None):
 
 
 @contextlib.asynccontextmanager
+async def router_replicas(config_text: str, tmp_dir, count: int = 2):
+    """`count` in-process RouterServers of one config (replicas), each with its own folder
+    under `tmp_dir`; yields them, started."""
+    async with contextlib.AsyncExitStack() as stack:
+        servers = []
+        for i in range(count):
+            folder = tmp_dir / f"replica-{i}"
+            folder.mkdir()
+            servers.append(await stack.enter_async_context(router_server(config_text, folder)))
+        yield servers
+
+
+@contextlib.asynccontextmanager
 async def scripted_backend(handler):
     """An in-process aiohttp server whose every POST is answered by `handler`."""
     from aiohttp import web
