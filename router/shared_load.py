@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import time
 import uuid
@@ -63,7 +64,7 @@ def merge_arrivals(shares: Iterable[dict | None]) -> dict[str, float]:
         if not isinstance(rates, dict):
             continue
         for pool, rate in rates.items():
-            if isinstance(pool, str) and isinstance(rate, (int, float)) and rate >= 0:
+            if isinstance(pool, str) and isinstance(rate, (int, float)) and 0 <= rate < math.inf:
                 total[pool] = total.get(pool, 0.0) + float(rate)
     return total
 

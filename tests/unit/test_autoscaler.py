@@ -102,7 +102,7 @@ def test_peers_arrivals_are_summed_and_old_or_garbled_peers_add_nothing() -> Non
         msgpack.packb({"b1": 1.0, ARRIVALS_KEY: {MODEL: 2.5, "m2": 1}}),
         msgpack.packb({"b1": 2.0}),  # a peer of an older version
         msgpack.packb({ARRIVALS_KEY: [1, 2]}),
-        msgpack.packb({ARRIVALS_KEY: {MODEL: "fast", "m2": -1.0, "m3": 0.5}}),
+        msgpack.packb({ARRIVALS_KEY: {MODEL: "fast", "m2": -1.0, "m3": 0.5, "m4": math.inf}}),
         None,
         b"\xc1",
     ]
