@@ -102,7 +102,8 @@ def test_the_lead_time_sizes_for_the_demand_a_new_backend_will_meet() -> None:
         s.result = size  # type: ignore[attr-defined]
     assert early.result.active > late.result.active  # type: ignore[attr-defined]
     assert early.result.forecast_rps == pytest.approx(  # type: ignore[attr-defined]
-        late.result.forecast_rps + 100 * 0.2, rel=0.15  # type: ignore[attr-defined]
+        late.result.forecast_rps + 100 * 0.2,
+        rel=0.15,  # type: ignore[attr-defined]
     )
 
 
