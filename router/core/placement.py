@@ -60,6 +60,7 @@ class AttemptLoop:
         self.scheduler, self.budget = scheduler, budget
         self.holds = holds  # None: predicted misses are sent (no SLO-aware admission)
         self.standby = standby  # warm backends brought in before a request would wait
+        self._pressed: dict[int, float] = {}  # class rank -> until when one was held
 
     def route(
         self,
@@ -70,9 +71,7 @@ class AttemptLoop:
         trace: PickTrace | None = None,
     ) -> Placement:
         hold = self.holds is not None and not life.tried and life.info.holds
-        # a more important request waiting for room gets it first: this one waits too
-        slo = life.info.slo
-        defer = hold and slo is not None and self.holds.waiting_before(slo)  # type: ignore[union-attr]
+        defer = hold and self._behind(life, now)
         decision = self.scheduler.route(
             life, now, rng, prefer, trace=trace, hold_misses=hold, defer=defer
         )
@@ -88,6 +87,18 @@ class AttemptLoop:
             return Placement(Step.HOLD, decision, self._hold(life, now))
         self.sent(life, decision)
         return Placement(Step.SEND, decision)
+
+    def _behind(self, life: RequestLifetime, now: float) -> bool:
+        """Whether a more important class is held, or was within its TTFT budget: the room
+        that frees is its first, and an engine queue this request would deepen (engines
+        serve first come, first served) is one it would wait behind. So this one waits in
+        the hold queue, where a more important request overtakes it, while its own budget
+        lasts."""
+        slo = life.info.slo
+        if slo is None or self.holds is None:
+            return False
+        rank = self.holds.rank(slo.name)
+        return any(until > now for r, until in self._pressed.items() if r < rank)
 
     def _promoted(self, life: RequestLifetime, now: float) -> bool:
         """No backend in rotation would serve it in time (or at all): bring in a warm
@@ -106,6 +117,8 @@ class AttemptLoop:
         assert info.slo is not None and info.arrived_at is not None
         if life.phase is not Phase.HELD:
             life.move(Event.HOLD)
+        rank = self.holds.rank(info.slo.name)
+        self._pressed[rank] = max(self._pressed.get(rank, now), now + info.slo.ttft_s)
         return tuple(self.holds.hold(life, info.slo, info.arrived_at, now))
 
     def offer_room(
@@ -113,16 +126,24 @@ class AttemptLoop:
     ) -> Iterator[tuple[RequestLifetime, Decision]]:
         """Room may have freed: the first few held requests (most important first) routed
         again; each now booked leaves the hold queue and comes back to be sent (before the
-        next is routed: a send that fails at once changes what the next one sees)."""
+        next is routed: a send that fails at once changes what the next one sees). Once
+        one finds no room, no less important one is offered any."""
         if not self.holds:
             return
+        unplaced: int | None = None  # the most important class that found no room
         for life in self.holds.peek(OFFERS_PER_EVENT):
+            assert life.info.slo is not None  # held requests have a class
+            rank = self.holds.rank(life.info.slo.name)
+            if unplaced is not None and rank > unplaced:
+                return  # the room it did not find is not for less important ones either
             trace = PickTrace() if traced else None
             decision = self.scheduler.route(life, now, rng, trace=trace, hold_misses=True)
             if decision is not None and decision.booked:
                 self.holds.take(life, now)
                 self.sent(life, decision)
                 yield life, decision
+            elif unplaced is None:
+                unplaced = rank
 
     def expire(self, now: float) -> list[Shed]:
         """Held requests whose TTFT budget ran out, refused."""

@@ -272,7 +272,9 @@ class Scheduler:
                 now,
             )
         if outcome.met_slo is not None:
-            self.policy.observe_slo(life.needed, outcome.met_slo, backend, now)
+            slo = life.info.slo
+            name = slo.name if slo is not None else ""
+            self.policy.observe_slo(life.needed, outcome.met_slo, backend, now, name)
         life.work = life.latency = life.needed = None
         if outcome.ok and outcome.output_tokens:
             self.estimator.observe_output(

@@ -310,5 +310,9 @@ def test_a_less_important_request_waits_behind_a_held_more_important_one() -> No
     assert placement.step is Step.HOLD and placement.decision is not None
     assert not placement.decision.booked  # it waits its turn (the next shows it fits)
     assert loop.holds is not None and loop.holds.remove(interactive)
-    fresh = admitted(RequestInfo(4, "m", 200, 16, slo=batch_class, arrived_at=0.0))
-    assert loop.route(fresh, 0.0, random.Random(0)).step is Step.SEND
+    # the interactive class was held within its TTFT budget (0.5 s): the engine queue a
+    # batch request would deepen is one an interactive arrival may wait behind
+    fresh = admitted(RequestInfo(4, "m", 200, 16, slo=batch_class, arrived_at=0.4))
+    assert loop.route(fresh, 0.4, random.Random(0)).step is Step.HOLD
+    fresh = admitted(RequestInfo(5, "m", 200, 16, slo=batch_class, arrived_at=0.6))
+    assert loop.route(fresh, 0.6, random.Random(0)).step is Step.SEND

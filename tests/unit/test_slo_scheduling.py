@@ -11,6 +11,7 @@ from gpuroute.router.core import Backend, BackendSet, CostEstimator, RequestInfo
 from gpuroute.router.core.latency import LatencyModel
 from gpuroute.router.core.latency_prior import LatencyPrior
 from gpuroute.router.core.policies import DEFAULT_POLICY, build_policy
+from gpuroute.router.core.policies.slo_aware import margin_key
 from gpuroute.router.core.scheduler import Outcome
 from gpuroute.router.core.slo import (
     DEFAULT_SLO_CLASSES,
@@ -298,12 +299,14 @@ def test_met_verdicts_tighten_and_loosen_the_margin() -> None:
 def test_scheduler_feeds_slo_verdicts_to_the_policy() -> None:
     sched = scheduler("H100")
     margins = sched.policy.margins
-    start = margins.of("H100", 0.0)
+    key = margin_key("H100", STANDARD.name)  # a GPU type's margin for one class
+    start = margins.of(key, 0.0)
     served_one = life(request(1, 100))
     decision = sched.route(served_one, 0.0, random.Random(1))
     assert decision is not None
     sched.finish(served_one, Outcome(True, 10, 100, met_slo=False), 0.0)
-    assert margins.of("H100", 0.0) == pytest.approx(start - 0.01 * 0.95)
+    assert margins.of(key, 0.0) == pytest.approx(start - 0.01 * 0.95)
+    assert margins.of(margin_key("H100", "interactive"), 0.0) == start  # its own margin
 
 
 def test_one_gpu_types_misses_leave_the_others_margin_alone() -> None:
@@ -355,18 +358,20 @@ def test_a_miss_admitted_under_a_looser_margin_does_not_tighten_it_further() -> 
     under the margin of before misses all at once, and counting those misses again drove
     the margin to its floor and refused what the tightened margin would serve in time."""
     sched = scheduler("H100")
+    (h100,) = sched.backends
     margins = sched.policy.margins
+    key = margin_key("H100", NEEDS_0_6.name)
     early = life(request(1, 100, NEEDS_0_6))
     admitted_early = sched.route(early, 0.0, random.Random(1))
     assert admitted_early is not None and admitted_early.fits
-    for rid in range(2, 42):  # misses that needed little: the margin tightens past 0.6
-        served(sched, rid, request(rid, 100), met=False)
-    tightened = margins.of("H100", 0.0)
+    for _ in range(40):  # misses of its class that needed little: the margin passes 0.6
+        sched.policy.observe_slo(0.1, False, h100, 0.0, NEEDS_0_6.name)
+    tightened = margins.of(key, 0.0)
     assert tightened == pytest.approx(0.9 - 40 * 0.01 * 0.95)
     sched.finish(early, Outcome(True, 10, 100, met_slo=False), 0.0)
-    assert margins.of("H100", 0.0) == tightened
-    served(sched, 42, request(42, 100), met=False)  # one the margin still admits does
-    assert margins.of("H100", 0.0) == pytest.approx(tightened - 0.01 * 0.95)
+    assert margins.of(key, 0.0) == tightened
+    sched.policy.observe_slo(0.5, False, h100, 0.0, NEEDS_0_6.name)  # one it still admits
+    assert margins.of(key, 0.0) == pytest.approx(tightened - 0.01 * 0.95)
 
 
 def test_hits_far_inside_the_margin_do_not_loosen_it() -> None:
@@ -377,9 +382,9 @@ def test_hits_far_inside_the_margin_do_not_loosen_it() -> None:
     margins = sched.policy.margins
     for rid in range(1, 21):
         served(sched, rid, request(rid, 100), met=True)
-    assert margins.of("H100", 0.0) == 0.9
+    assert margins.of(margin_key("H100", STANDARD.name), 0.0) == 0.9
     served(sched, 21, request(21, 100, NEEDS_0_85), met=True)
-    assert margins.of("H100", 0.0) == pytest.approx(0.9 + 0.01 * 0.05)
+    assert margins.of(margin_key("H100", NEEDS_0_85.name), 0.0) == pytest.approx(0.9 + 0.01 * 0.05)
 
 
 def test_slow_gpus_missing_their_slo_do_not_close_the_fast_ones() -> None:
@@ -394,7 +399,7 @@ def test_slow_gpus_missing_their_slo_do_not_close_the_fast_ones() -> None:
         decision = sched.route(on_l4, 0.0, random.Random(rid))
         assert decision is not None and decision.backend is l4
         sched.finish(on_l4, Outcome(True, 10, 100, met_slo=False), 0.0)
-    assert sched.policy.margins.of("L4", 0.0) == pytest.approx(0.3)
+    assert sched.policy.margins.of(margin_key("L4", STANDARD.name), 0.0) == pytest.approx(0.3)
     tight = SloClass("tight", ttft_s=2.0, tpot_s=0.008)
     info = request(1000, 100, tight)
     share = sched.policy.score(sched.context(info, 0.0, random.Random(0)), h100)

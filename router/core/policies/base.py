@@ -175,9 +175,11 @@ class Policy(Protocol):
         """The number the policy ranks by (lower is better), for the decision log."""
         ...
 
-    def observe_slo(self, needed: float | None, met: bool, backend: Backend, now: float) -> None:
-        """A request it placed ended, meeting its SLO or not (`needed`: the margin it
-        needed to be placed)."""
+    def observe_slo(
+        self, needed: float | None, met: bool, backend: Backend, now: float, slo: str = ""
+    ) -> None:
+        """A request of SLO class `slo` it placed ended, meeting its SLO or not (`needed`:
+        the margin it needed to be placed)."""
         ...
 
 
@@ -194,7 +196,9 @@ class PolicyBase:
     def placed(self, ctx: PickContext, backend: Backend, *, preferred: bool) -> Verdict:
         return Verdict(backend, preferred=preferred)
 
-    def observe_slo(self, needed: float | None, met: bool, backend: Backend, now: float) -> None:
+    def observe_slo(
+        self, needed: float | None, met: bool, backend: Backend, now: float, slo: str = ""
+    ) -> None:
         return None
 
 

@@ -158,7 +158,8 @@ class SloAware(PolicyBase):
         for b, p in rows:
             margin = margins.get(b.gpu_type)
             if margin is None:
-                margin = margins[b.gpu_type] = self.margins.of(b.gpu_type, now)
+                key = margin_key(b.gpu_type, slo.name)
+                margin = margins[b.gpu_type] = self.margins.of(key, now)
             ttft_bound, tpot_bound = slo.ttft_s * margin - waited, slo.tpot_s * margin
             if p.ttft_s <= ttft_bound and p.tpot_s <= tpot_bound:
                 fits[b] = p
@@ -237,8 +238,12 @@ class SloAware(PolicyBase):
             ctx.trace.margin = round(needed, 4)
         return Verdict(backend, prediction, fits=True, preferred=preferred, needed=needed)
 
-    def observe_slo(self, needed: float | None, met: bool, backend: Backend, now: float) -> None:
-        """A request this policy placed on `backend` finished, meeting its SLO or not
+    def observe_slo(
+        self, needed: float | None, met: bool, backend: Backend, now: float, slo: str = ""
+    ) -> None:
+        """A request of class `slo` this policy placed on `backend` finished (its margin is
+        its GPU type's for that class: a loose class's hits must not loosen a tight
+        class's predictions, nor its misses close a type to it), meeting its SLO or not
         (`needed`: the margin it needed to be placed, which its lifetime kept; None when it
         was sent as a predicted miss). Only verdicts near the margin move it:
         - a miss it has already been tightened past (the request needed a looser margin
@@ -249,13 +254,14 @@ class SloAware(PolicyBase):
         - a hit far inside it (needing less than HIT_NEAR of it) loosens nothing: a calm
           spell says nothing about requests near the bound, and its hits wound the margin
           up to its ceiling, so the next burst was admitted at predictions that missed."""
+        key = margin_key(backend.gpu_type, slo)
         if needed is not None:
-            margin = self.margins.of(backend.gpu_type, now)
+            margin = self.margins.of(key, now)
             already_excluded = not met and needed > margin
             far_inside = met and needed < HIT_NEAR * margin
             if already_excluded or far_inside:
                 return
-        self.margins.observe(backend.gpu_type, met, now)
+        self.margins.observe(key, met, now)
 
     def score(self, ctx: PickContext, backend: Backend) -> float | None:
         """The larger predicted fraction of its SLO there (what the filter compares), with
@@ -264,6 +270,11 @@ class SloAware(PolicyBase):
         matched = self.index.matches(blocks) if blocks else {}
         ((_, p),) = self.predictions(ctx, [backend], matched)
         return share_of_slo(p, ctx.slo)
+
+
+def margin_key(gpu_type: str, slo: str) -> str:
+    """What a margin is kept by: a GPU type, for one SLO class."""
+    return f"{gpu_type}|{slo}" if slo else gpu_type
 
 
 def needed_margin(p: Prediction, slo: SloClass, waited: float) -> float:
