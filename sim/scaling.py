@@ -19,6 +19,7 @@ from gpuroute.router.autoscale_config import AutoscaleConfig
 from gpuroute.router.core.autoscale import AutoscaleSettings, PoolSize
 from gpuroute.router.core.backend import ROUTABLE_STATES, BackendState
 from gpuroute.router.core.fleet_sizer import FleetSizer
+from gpuroute.router.core.scale_targets import PoolTarget, follow_plan
 from gpuroute.router.core.seasonal import SeasonalSettings
 from gpuroute.router.core.standby import PROMOTED, StandbyRotation
 from pydantic import Field
@@ -157,17 +158,26 @@ class ScalingFleet:
 
     # -- following the sizer -----------------------------------------------------------------
     def follow(self, pool: str, engines: list[int], size: PoolSize, now: float) -> None:
+        """One step toward the pool's size, as an autoscaling group takes it (follow_plan)."""
         backends = self.run.scheduler.backends
-        rotation = self._in_rotation(engines)
-        standby = self._standby(engines)
-        for e in standby[: max(size.active - len(rotation), 0)]:  # the warm pool goes in
-            backends.set_state(self.run.backends[e], BackendState.READY, now, IN_SERVICE)
         rotation, standby = self._in_rotation(engines), self._standby(engines)
-        powered = len(rotation) + len(standby) + len(self.booting.keys() & set(engines))
-        if powered < size.desired:
-            self._boot(engines, size.desired - powered, now)
-        elif powered > size.desired:
-            self._shed(engines, powered - size.desired, size, now)
+        booting = self.booting.keys() & set(engines)
+        plan = follow_plan(
+            len(rotation), len(standby), len(booting), PoolTarget(size.active, size.standby)
+        )
+        for e in standby[: plan.activate]:  # the warm pool goes in
+            backends.set_state(self.run.backends[e], BackendState.READY, now, IN_SERVICE)
+        self._boot(engines, plan.boot, now)
+        for e in sorted(booting, key=self.booting.get, reverse=True)[: plan.cancel]:
+            del self.booting[e]
+            self._account(e, now)
+        for e in standby[plan.activate :][::-1][: plan.stop_standby]:
+            self._power_off(e, now)
+        rotation = self._in_rotation(engines)
+        least_busy = sorted(rotation, key=lambda e: (self.run.backends[e].in_flight, -e))
+        for e in least_busy[: plan.drain]:
+            backends.set_state(self.run.backends[e], BackendState.DRAINING, now, SCALE_IN)
+            self.finished(e, now)
         active, warm = len(self._in_rotation(engines)), len(self._standby(engines))
         self.timeline.append((now, pool, active, warm))
 
@@ -195,25 +205,6 @@ class ScalingFleet:
             self.on_since[e] = now
             self.booting[e] = now + self.config.boot_s + self.config.model_load_s
             self.run.heap.push(self.booting[e], BOOTED, e)
-
-    def _shed(self, engines: list[int], count: int, size: PoolSize, now: float) -> None:
-        for e in sorted(self.booting.keys() & set(engines), key=self.booting.get, reverse=True):
-            if count == 0:
-                return
-            del self.booting[e]
-            self._account(e, now)
-            count -= 1
-        surplus_standby = len(self._standby(engines)) - size.standby
-        for e in self._standby(engines)[::-1][: max(min(surplus_standby, count), 0)]:
-            self._power_off(e, now)
-            count -= 1
-        rotation = self._in_rotation(engines)
-        extra = min(count, len(rotation) - size.active)
-        victims = sorted(rotation, key=lambda e: (self.run.backends[e].in_flight, -e))[:extra]
-        for e in victims:
-            backend = self.run.backends[e]
-            self.run.scheduler.backends.set_state(backend, BackendState.DRAINING, now, SCALE_IN)
-            self.finished(e, now)
 
     def _power_off(self, e: int, now: float) -> None:
         backend = self.run.backends[e]
