@@ -7,8 +7,9 @@ short of its active size takes its warm standby into service at once (a warm poo
 boots engines: each joins after `boot_s + model_load_s`, in slow start, or as standby
 while the active size is met. A pool over its size stops booting ones first, then its
 standby, then drains active ones (least busy first): they take nothing new and power off
-once empty, so scale-in loses no request. GPU-hours count every engine from its boot to
-its power-off."""
+once empty, so scale-in loses no request. An active engine beyond the size goes back to
+standby while standby is short (router/core/scale_targets.py follow_plan). GPU-hours
+count every engine from its boot to its power-off."""
 
 from __future__ import annotations
 
@@ -167,15 +168,17 @@ class ScalingFleet:
         )
         for e in standby[: plan.activate]:  # the warm pool goes in
             backends.set_state(self.run.backends[e], BackendState.READY, now, IN_SERVICE)
+        rotation = self._in_rotation(engines)
+        least_busy = sorted(rotation, key=lambda e: (self.run.backends[e].in_flight, -e))
+        for e in least_busy[: plan.to_standby]:  # they finish what they have
+            backends.set_state(self.run.backends[e], BackendState.STANDBY, now, TO_STANDBY)
         self._boot(engines, plan.boot, now)
         for e in sorted(booting, key=self.booting.get, reverse=True)[: plan.cancel]:
             del self.booting[e]
             self._account(e, now)
         for e in standby[plan.activate :][::-1][: plan.stop_standby]:
             self._power_off(e, now)
-        rotation = self._in_rotation(engines)
-        least_busy = sorted(rotation, key=lambda e: (self.run.backends[e].in_flight, -e))
-        for e in least_busy[: plan.drain]:
+        for e in least_busy[plan.to_standby :][: plan.drain]:
             backends.set_state(self.run.backends[e], BackendState.DRAINING, now, SCALE_IN)
             self.finished(e, now)
         active, warm = len(self._in_rotation(engines)), len(self._standby(engines))

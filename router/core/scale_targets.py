@@ -6,10 +6,11 @@ that lags never shrinks the pool). A router that stops answering keeps its last 
 `stale_after_s`, so an unreachable router cannot shrink a pool either. The executor is
 called at the first answer and then only when a size changes, and again after it failed.
 
-`follow_plan` is what an autoscaling group does with one pool's target: its warm standby
-goes into service first, then new hosts boot; scale-in stops booting hosts first, then
-surplus standby, then drains active ones (the simulator's pools, sim/scaling.py, and the
-local executor, testbed/local_scaler.py)."""
+`follow_plan` is how an executor follows one pool's target: its warm standby goes into
+service first, then new hosts boot; scale-in stops booting hosts first, then surplus
+standby, then drains active ones; an active host beyond the target goes back to standby
+while standby is short (the simulator's pools, sim/scaling.py, and the local executor,
+testbed/local_scaler.py)."""
 
 from __future__ import annotations
 
@@ -144,6 +145,7 @@ class FollowPlan:
     """What one pool's hosts do to meet its target (counts; the caller picks which)."""
 
     activate: int = 0  # standby hosts into service
+    to_standby: int = 0  # active hosts back to standby (they finish what they have)
     boot: int = 0  # new hosts to start
     cancel: int = 0  # booting hosts to stop (the last to be ready first)
     stop_standby: int = 0  # standby hosts to stop at once
@@ -151,19 +153,20 @@ class FollowPlan:
 
 
 def follow_plan(active: int, standby: int, booting: int, target: PoolTarget) -> FollowPlan:
-    """An autoscaling group's step toward `target` from its hosts in service, in standby and
-    booting: standby in first, then boot; scale-in cancels boots, then stops surplus
-    standby, then drains active hosts. Active hosts beyond the target while standby is
-    short stay active (a group never sends one back to its warm pool)."""
+    """One step toward `target` from the pool's hosts in service, in standby and booting:
+    standby goes into service first, surplus active hosts refill a short standby, then
+    new hosts boot; scale-in cancels boots, then stops surplus standby, then drains active
+    hosts. After the step the hosts powered (booting included) are the target's."""
     activate = min(standby, max(target.active - active, 0))
-    active, standby = active + activate, standby - activate
+    to_standby = max(min(active - target.active, target.standby - standby), 0)
+    active, standby = active + activate - to_standby, standby - activate + to_standby
     powered = active + standby + booting
     if powered <= target.desired:
-        return FollowPlan(activate=activate, boot=target.desired - powered)
+        return FollowPlan(activate, to_standby, boot=target.desired - powered)
     surplus = powered - target.desired
     cancel = min(booting, surplus)
     surplus -= cancel
     stop_standby = max(min(standby - target.standby, surplus), 0)
     surplus -= stop_standby
     drain = max(min(surplus, active - target.active), 0)
-    return FollowPlan(activate, 0, cancel, stop_standby, drain)
+    return FollowPlan(activate, to_standby, 0, cancel, stop_standby, drain)

@@ -114,11 +114,12 @@ def test_a_scaler_needs_a_router_and_a_stale_bound() -> None:
         ((3, 1, 2), (2, 1), FollowPlan(cancel=2, drain=1)),  # boots go first
         ((3, 2, 0), (3, 1), FollowPlan(stop_standby=1)),
         ((4, 2, 0), (1, 1), FollowPlan(stop_standby=1, drain=3)),
-        ((3, 0, 0), (2, 1), FollowPlan()),  # an active host is never sent back to standby
+        ((3, 0, 0), (2, 1), FollowPlan(to_standby=1)),  # an active host refills standby
+        ((4, 0, 0), (1, 1), FollowPlan(to_standby=1, drain=2)),
         ((0, 3, 0), (1, 0), FollowPlan(activate=1, stop_standby=2)),
     ],
 )
-def test_a_group_follows_its_target_as_the_simulator_does(
+def test_a_pool_follows_its_target_in_one_step(
     hosts: tuple[int, int, int], target: tuple[int, int], plan: FollowPlan
 ) -> None:
     assert follow_plan(*hosts, PoolTarget(*target)) == plan
@@ -128,19 +129,18 @@ counts = st.integers(0, 12)
 
 
 @given(counts, counts, counts, counts, counts)
-def test_one_step_reaches_the_target_unless_only_active_hosts_are_over(
+def test_one_step_reaches_the_target_and_never_both_grows_and_shrinks(
     active: int, standby: int, booting: int, want_active: int, want_standby: int
 ) -> None:
     target = PoolTarget(want_active, want_standby)
     plan = follow_plan(active, standby, booting, target)
-    after_active = active + plan.activate - plan.drain
-    after_standby = standby - plan.activate - plan.stop_standby
+    after_active = active + plan.activate - plan.to_standby - plan.drain
+    after_standby = standby - plan.activate + plan.to_standby - plan.stop_standby
     after_booting = booting - plan.cancel + plan.boot
     assert min(after_active, after_standby, after_booting) >= 0
-    powered = after_active + after_standby + after_booting
-    if powered != target.desired:  # active beyond the target, standby short: kept
-        assert powered > target.desired and after_active > want_active
-        assert after_booting == 0 and after_standby <= want_standby
+    assert after_active + after_standby + after_booting == target.desired
+    assert after_active <= want_active or after_standby == want_standby
     assert not (plan.boot and (plan.cancel or plan.stop_standby or plan.drain))
+    assert not (plan.activate and plan.to_standby)
     if plan.boot:  # never boot while a standby host could go in
         assert after_standby == 0 or active + plan.activate >= want_active
