@@ -65,6 +65,7 @@ class LocalHost:
     admin_port: int = 0
     engine: Child | None = None
     agent: Child | None = None
+    joins_as: Role | None = None  # ACTIVE or STANDBY once booted, while its processes start
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -162,8 +163,12 @@ class LocalFleet:
         booting = [h for h in hosts if h.role is Role.BOOTING]
         plan = follow_plan(len(active), len(standby), len(booting), target)
         for host in standby[: plan.activate]:
+            self._spawn(self._turn(host, Role.ACTIVE, host.role))
             host.role = Role.ACTIVE
-            self._spawn(self._activate(host))
+        ranked = await self._least_busy(active) if plan.to_standby or plan.drain else []
+        for host in ranked[: plan.to_standby]:
+            self._spawn(self._turn(host, Role.STANDBY, host.role))
+            host.role = Role.STANDBY
         room = self.settings.max_hosts - len(self.hosts)
         if plan.boot > room:
             log.warning("local executor: %s wants %d more hosts, room for %d (max_hosts)",
@@ -178,10 +183,9 @@ class LocalFleet:
         for host in standby[plan.activate :][::-1][: plan.stop_standby]:
             self._leave(host, "standby stopped")
             self._spawn(self._stop(host))
-        if plan.drain:
-            for host in (await self._least_busy(active))[: plan.drain]:
-                self._leave(host, "draining")
-                self._spawn(self._drain(host))
+        for host in ranked[plan.to_standby :][: plan.drain]:
+            self._leave(host, "draining")
+            self._spawn(self._drain(host))
 
     def _new_host(self, pool: str) -> LocalHost:
         self._count += 1
@@ -211,8 +215,12 @@ class LocalFleet:
             self._forget(host)
             return
         target = self.targets.get(host.pool)
-        active = sum(h.pool == host.pool and h.role is Role.ACTIVE for h in self.hosts)
-        await self._run_host(host, standby=target is not None and active >= target.active)
+        active = sum(
+            h.pool == host.pool and Role.ACTIVE in (h.role, h.joins_as) for h in self.hosts
+        )
+        standby = target is not None and active >= target.active
+        host.joins_as = Role.STANDBY if standby else Role.ACTIVE  # counted by the next boot
+        await self._run_host(host, standby=standby)
         if host.cancelled.is_set():  # cancelled while its processes started
             await self._stop(host)
 
@@ -271,15 +279,19 @@ class LocalFleet:
                 raise aiohttp.ClientError(f"{action}: {response.status} {answer}")
             return answer
 
-    async def _activate(self, host: LocalHost) -> None:
+    async def _turn(self, host: LocalHost, role: Role, before: Role) -> None:
+        """Into service (`activate`) or back to standby (`standby`: it finishes what it
+        has), counted as `role` from now on; if the agent does not turn it, it is `before`
+        again and the next follow tries again."""
+        action = "activate" if role is Role.ACTIVE else "standby"
         try:
-            await self._admin(host, "activate", 10)
+            await self._admin(host, action, 10)
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            log.error("local executor: %s did not activate (%s); retried", host.id, exc)
-            if host.role is Role.ACTIVE:
-                host.role = Role.STANDBY  # the next follow takes it in again
+            log.error("local executor: %s %s: %s; tried again", host.id, action, exc)
+            if host.role is role:
+                host.role = before
             return
-        self._event(host, "activated")
+        self._event(host, "activated" if role is Role.ACTIVE else "back to standby")
 
     async def _least_busy(self, hosts: list[LocalHost]) -> list[LocalHost]:
         async def busy(host: LocalHost) -> float:

@@ -1,7 +1,8 @@
 """The local executor (testbed/local_scaler.py) against a real Consul: hosts (a fake engine
 and its real agent, each a process) boot after their delay and register, standby hosts go
-into service before new ones boot, surplus standby stops at once, surplus active hosts are
-drained before they stop and deregister, and `max_hosts` bounds them all."""
+into service before new ones boot, surplus standby stops at once, an active host refills a
+short standby, surplus active hosts are drained before they stop and deregister, and
+`max_hosts` bounds them all."""
 
 from __future__ import annotations
 
@@ -102,6 +103,19 @@ async def test_standby_goes_into_service_first_and_surplus_standby_stops(consul,
         await local.apply({POOL: PoolTarget(2, 0)})
         assert local.census(POOL)["standby"] == 0 and local.census(POOL)["leaving"] == 1
         await async_wait_for(holds(lambda: len(local.hosts) == 2), 60, "standby stopped")
-        assert "activated" in [what for _, _, what in local.events]
+        await local.apply({POOL: PoolTarget(1, 1)})  # an active host refills the standby
+        assert local.census(POOL) | {"leaving": 0} == {
+            "booting": 0,
+            "active": 1,
+            "standby": 1,
+            "leaving": 0,
+        }
+        await async_wait_for(
+            holds(lambda: sum(h["meta"].get("standby") == "true"
+                              for h in registered(consul.address).values()) == 1),
+            30, "the host back in standby in Consul",
+        )  # fmt: skip
+        whats = [what for _, _, what in local.events]
+        assert "activated" in whats and "back to standby" in whats
     finally:
         await local.close()
