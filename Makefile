@@ -17,6 +17,7 @@ demo: $(STAMP)
 	$(BIN)/gpuroute demo
 	$(BIN)/gpuroute demo --global
 	$(BIN)/gpuroute demo --global --secure
+	$(BIN)/gpuroute demo --autoscale
 	$(BIN)/gpuroute sim
 
 # The components below are installed once (the first run takes ~15-25 min, most of it vLLM and
