@@ -1,4 +1,5 @@
-"""The agent's admin listener: status and metrics to read, drain and undrain to act.
+"""The agent's admin listener: status and metrics to read; drain, undrain, standby and
+activate to act.
 
 Acting takes a host out of (or back into) the fleet, so POST needs the configured admin
 token (`Authorization: Bearer ...`); with none configured, only callers on loopback may
@@ -8,7 +9,9 @@ enough against a browser on the same host: a page may POST a form (`text/plain`)
 cross-origin page cannot send without CORS, and nothing here grants it), must carry no
 `Origin` (browsers send it; `gpuroute agent drain` does not), and, without a token, must
 name a loopback host. A drain asked for here leaves the process running, in maintenance,
-until `undrain`; only SIGTERM drains and exits. `request_admin` is the CLI's side of it."""
+until `undrain`; only SIGTERM drains and exits. `standby` takes the host out of the
+routers' rotation as a warm standby (Meta `standby`), `activate` puts it back.
+`request_admin` is the CLI's side of it."""
 
 from __future__ import annotations
 
@@ -36,10 +39,12 @@ class AgentAdmin:
         metrics: Callable[[], bytes],
         drain: Callable[[], Awaitable[dict]],
         undrain: Callable[[], Awaitable[dict]],
+        standby: Callable[[bool], dict],
     ) -> None:
         self.token = token
         self.status, self.metrics = status, metrics
         self._drain, self._undrain = drain, undrain
+        self._standby = standby  # True: stand by (out of rotation); False: active
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -48,6 +53,8 @@ class AgentAdmin:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_post("/drain", self._drain_endpoint)
         app.router.add_post("/undrain", self._undrain_endpoint)
+        app.router.add_post("/standby", self._standby_endpoint)
+        app.router.add_post("/activate", self._standby_endpoint)
         return app
 
     def refusal(self, request: web.Request) -> web.Response | None:
@@ -93,6 +100,11 @@ class AgentAdmin:
             return refused
         return web.json_response(await self._undrain())
 
+    async def _standby_endpoint(self, request: web.Request) -> web.Response:
+        if (refused := self.refusal(request)) is not None:
+            return refused
+        return web.json_response(self._standby(request.path == "/standby"))
+
 
 def host_name(host: str) -> str:
     """The name in a Host header, without its port (`[::1]:7071` -> `::1`)."""
@@ -102,8 +114,8 @@ def host_name(host: str) -> str:
 
 
 def request_admin(path: str, action: str, timeout_s: float | None = None) -> int:
-    """`gpuroute agent drain|undrain --config FILE`: ask the running agent (with its admin
-    token, when one is configured) and wait for its answer."""
+    """`gpuroute agent drain|undrain|standby|activate --config FILE`: ask the running
+    agent (with its admin token, when one is configured) and wait for its answer."""
     try:
         config = load_agent_config(path)
         token = read_secret(config, "admin_token", "agent")

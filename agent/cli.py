@@ -1,4 +1,4 @@
-"""`gpuroute agent [run|drain|undrain] --config FILE`."""
+"""`gpuroute agent [run|drain|undrain|standby|activate] --config FILE`."""
 
 from __future__ import annotations
 
@@ -8,8 +8,15 @@ from gpuroute import log_flags
 
 
 def register(sub) -> None:
-    agent = sub.add_parser("agent", help="run the node agent; drain or undrain a running one")
-    agent.add_argument("action", nargs="?", choices=["run", "drain", "undrain"], default="run")
+    agent = sub.add_parser(
+        "agent", help="run the node agent; drain, undrain, stand by or activate a running one"
+    )
+    agent.add_argument(
+        "action",
+        nargs="?",
+        choices=["run", "drain", "undrain", "standby", "activate"],
+        default="run",
+    )
     agent.add_argument("--config", required=True, metavar="FILE", help="agent TOML")
     log_flags.add_arguments(agent)
     agent.set_defaults(run=_run)

@@ -135,6 +135,9 @@ class AgentConfig(DeclaresGpuTypes):
     heartbeat_s: float = Field(default=0.25, gt=0, le=5)
     drain_timeout_s: float = Field(default=60.0, ge=0)
     drain_grace_s: float = Field(default=1.0, ge=0)  # routers see the drain within this
+    # start as a warm standby: registered (Meta standby = "true"), model loaded, out of the
+    # routers' rotation until a router brings it in or `gpuroute agent activate`
+    standby: bool = False
     # Bearer token for the admin's POST /drain and /undrain. Without one, those answer only
     # callers on loopback, and the admin listener may not leave loopback.
     admin_token: str | None = None

@@ -36,7 +36,11 @@ def config_facts(config: AgentConfig) -> EngineFacts:
 
 
 def service_definition(
-    config: AgentConfig, load_port: int, status: str, engine_facts: EngineFacts | None = None
+    config: AgentConfig,
+    load_port: int,
+    status: str,
+    engine_facts: EngineFacts | None = None,
+    standby: bool = False,
 ) -> dict:
     engine, c = config.engine, config.consul
     known = engine_facts or config_facts(config)
@@ -62,6 +66,8 @@ def service_definition(
         meta["lora_adapters"] = ",".join(adapters)
     if engine.capacity is not None:
         meta["capacity"] = f"{engine.capacity:g}"
+    if standby:  # warm, out of rotation: routers bring it in for a burst (router/core/standby.py)
+        meta["standby"] = "true"
     return {
         "ID": config.service_id,
         "Name": c.service,
@@ -93,6 +99,8 @@ class Registration:
         status: Callable[[], tuple[str, str]],
         engine_facts: Callable[[], EngineFacts] | None = None,
         ready: asyncio.Event | None = None,
+        *,
+        standby: Callable[[], bool] = lambda: False,
     ) -> None:
         self.config = config
         self.client = client
@@ -100,6 +108,7 @@ class Registration:
         self.status = status  # current (Consul status, output)
         self.engine_facts = engine_facts or (lambda: config_facts(config))
         self.ready = ready  # registering waits for it (what the engine serves is known)
+        self.standby = standby  # whether the host stands by now (Meta standby)
         self.registered = False
         self.consul_up = False
         self.writes = 0  # registrations and check updates that changed status
@@ -110,10 +119,11 @@ class Registration:
 
     def definition(self) -> dict[str, Any]:
         status, _output = self.status()
-        return service_definition(self.config, self.load_port, status, self.engine_facts())
+        facts = self.engine_facts()
+        return service_definition(self.config, self.load_port, status, facts, self.standby())
 
     def refresh(self) -> None:
-        """Register again soon: the Meta changed (models, context length, degrees)."""
+        """Register again soon: the Meta changed (models, context length, degrees, standby)."""
         self._stale = True
         self.changed.set()
 

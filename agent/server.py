@@ -27,8 +27,8 @@ from gpuroute.agent.load_stream import (
     LoadSample,
     start_load_server,
 )
+from gpuroute.agent.metrics import AgentMetrics
 from gpuroute.agent.registration import Registration
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from gpuroute import runtime
 from gpuroute.consul_client import ConsulClient, ConsulUnavailable
@@ -70,34 +70,9 @@ class Agent:
         self._grpc = None
         self._admin: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.m_health = Gauge(
-            "gpuroute_agent_health",
-            "1 for the current health state.",
-            ["state"],
-            registry=self.registry,
-        )
-        self.m_transitions = Counter(
-            "gpuroute_agent_health_transitions_total",
-            "Health transitions.",
-            ["to"],
-            registry=self.registry,
-        )
-        self.m_consul_up = Gauge(
-            "gpuroute_agent_consul_up",
-            "Whether the last Consul call worked.",
-            registry=self.registry,
-        )
-        self.m_watchers = Gauge(
-            "gpuroute_agent_load_watchers",
-            "Routers streaming this agent's load.",
-            registry=self.registry,
-        )
-        self.m_scrape_errors = Counter(
-            "gpuroute_agent_engine_scrape_errors_total",
-            "Failed engine /metrics scrapes.",
-            registry=self.registry,
-        )
+        self.metrics = AgentMetrics()
+        self.standby = config.standby  # warm, out of rotation (Meta standby) until activated
+        self.metrics.standby.set(float(self.standby))
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -120,6 +95,7 @@ class Agent:
                 self._consul_status,
                 lambda: self.engine_info.facts,
                 self.engine_info.known,
+                standby=lambda: self.standby,
             )
             self._tasks.append(asyncio.create_task(self.registration.run()))
         self._tasks.append(asyncio.create_task(self._sample_loop()))
@@ -196,9 +172,9 @@ class Agent:
 
     async def _on_transition(self, new: Health, reason: str) -> None:
         log.info("health -> %s (%s)", new.value, reason)
-        self.m_transitions.labels(new.value).inc()
+        self.metrics.transitions.labels(new.value).inc()
         for state in Health:
-            self.m_health.labels(state.value).set(float(state is new))
+            self.metrics.health.labels(state.value).set(float(state is new))
         await self.broadcaster.set_health(new.value)
         if self.registration is not None:
             self.registration.changed.set()
@@ -228,9 +204,9 @@ class Agent:
                     max_loras=self.engine_load.max_loras or 0,
                 )
             )
-            self.m_watchers.set(self.broadcaster.watchers)
+            self.metrics.watchers.set(self.broadcaster.watchers)
             if self.registration is not None:
-                self.m_consul_up.set(float(self.registration.consul_up))
+                self.metrics.consul_up.set(float(self.registration.consul_up))
             elapsed = time.monotonic() - started
             await asyncio.sleep(max(0.0, self.config.telemetry.interval_s - elapsed))
 
@@ -243,7 +219,7 @@ class Agent:
                 text = await response.text()
             return parse_engine_metrics(text, self.config.engine.kind)
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
-            self.m_scrape_errors.inc()
+            self.metrics.scrape_errors.inc()
             return None
 
     # -- drain ----------------------------------------------------------------------------------
@@ -280,6 +256,17 @@ class Agent:
             self.registration.refresh()  # what the engine served may have changed meanwhile
         log.info("undrained: %s", self.health.state.value)
         return {"undrained": True, "health": self.health.state.value}
+
+    def set_standby(self, on: bool) -> dict:
+        """Stand by (`on`: warm, out of the routers' rotation, Meta `standby`), or be active
+        again: registered again with the new Meta (a draining host registers on undrain)."""
+        changed, self.standby = on != self.standby, on
+        self.metrics.standby.set(float(on))
+        if changed:
+            log.info("standby -> %s", on)
+            if self.registration is not None and self.health.state is not Health.DRAINING:
+                self.registration.refresh()
+        return {"standby": on, "changed": changed, "health": self.health.state.value}
 
     async def _drain(self, exit_after: bool) -> dict:
         self._exit_after_drain = exit_after
@@ -321,9 +308,10 @@ class Agent:
         admin = AgentAdmin(
             self.admin_token,
             self.status,
-            lambda: generate_latest(self.registry),
+            self.metrics.render,
             lambda: self.drain(exit_after=False),
             self.undrain,
+            self.set_standby,
         )
         self._admin = web.AppRunner(admin.app(), access_log=None)
         await self._admin.setup()
@@ -338,6 +326,7 @@ class Agent:
             "id": self.config.service_id,
             "health": self.health.state.value,
             "reason": self.health.reason,
+            "standby": self.standby,
             "engine": {
                 "ok": self.engine_ok,
                 "running": e.running,

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from gpuroute.router.server import RouterApp
 
 SPLIT_PATH = "/admin/models/{name}/split"
+AUTOSCALE_PATH = "/admin/autoscale"
 
 
 def describe_models(routes: ModelRoutes, backends: BackendSet) -> dict:
@@ -51,6 +52,7 @@ class AdminRoutes:
         app.router.add_get("/admin/backends", self.backends)
         app.router.add_get("/admin/explain/{request_id}", self.explain)
         app.router.add_get("/admin/models", self.models)
+        app.router.add_get(AUTOSCALE_PATH, self.autoscale)
         app.router.add_put(SPLIT_PATH, self.put_split)
         self.router.operator.add_routes(app)  # reload, backends, keys, config
 
@@ -72,6 +74,14 @@ class AdminRoutes:
         return web.json_response(
             describe_backends(r.scheduler, r.config, r.membership, r.clock(), typical)
         )
+
+    async def autoscale(self, _request: web.Request) -> web.Response:
+        """Each pool's desired size and why (`gpuroute scale` follows it)."""
+        autoscaler = self.router.autoscaler
+        if not autoscaler.config.enabled:
+            message = "autoscale.enabled is false: this router does not size its pools"
+            return error_response(404, message, code="autoscale_disabled")
+        return web.json_response(autoscaler.describe())
 
     async def models(self, _request: web.Request) -> web.Response:
         return web.json_response(describe_models(self.routes, self.router.scheduler.backends))

@@ -8,6 +8,7 @@ from typing import Annotated
 from urllib.parse import urlsplit
 
 from gpuroute.router.auth_config import AuthConfig
+from gpuroute.router.autoscale_config import AutoscaleConfig
 from gpuroute.router.core.policies import DEFAULT_POLICY, POLICIES
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASS, DEFAULT_SLO_CLASSES, SloClass
 from gpuroute.router.metric_labels import MetricsConfig
@@ -258,6 +259,7 @@ class RouterConfig(AdminAccess, DeclaresGpuTypes):
     usage: UsageConfig = UsageConfig()  # per-tenant usage records (router/usage_records.py)
     continuation: ContinuationConfig = ContinuationConfig()  # broken streams go on elsewhere
     rebalance: RouterRebalanceConfig = RouterRebalanceConfig()  # simulated only (off)
+    autoscale: AutoscaleConfig = AutoscaleConfig()  # pools' desired sizes, warm standby
     backends: list[BackendConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")

@@ -25,6 +25,7 @@ from gpuroute.router.core.placement import AttemptLoop, Step
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.core.retry import Attempts, FailureKind, Verdict
 from gpuroute.router.core.scheduler import Outcome, Scheduler
+from gpuroute.router.core.standby import StandbyRotation
 from gpuroute.router.decision_log import DecisionLog
 from gpuroute.router.exchange import NO_BACKEND, Answer, Exchange, answer_headers
 from gpuroute.router.health_report import report_health
@@ -72,9 +73,9 @@ class Forwarder:
         engine_tls: ssl.SSLContext | None = None,
         engine_headers: frozenset[str] = ENGINE_HEADERS,
         continuation: ContinuationConfig | None = None,
+        standby: StandbyRotation | None = None,
     ) -> None:
-        self.engine_key = engine_key
-        self.engine_allowed = engine_headers
+        self.engine_key, self.engine_allowed = engine_key, engine_headers
         self.engine_tls = engine_tls  # None: the system's CAs for https engines
         self.scheduler, self.metrics, self.watch = scheduler, metrics, watch
         self.requests = RequestMetrics(metrics, clock)  # by route and model
@@ -83,8 +84,8 @@ class Forwarder:
         self.has_room, self.clock, self.rng = has_room, clock, rng
         self.budget = lifetimes.budget  # requests in flight and retries running
         self.slo = slo  # classes' attainment; holds predicted misses (predicting policies)
-        # the attempts loop the simulator runs too: route, hold, offer room, retry
-        self.loop = AttemptLoop(scheduler, self.budget, slo.queue if slo.holds else None)
+        # the attempts loop the simulator runs too: route, promote standby, hold, retry
+        self.loop = AttemptLoop(scheduler, self.budget, slo.queue if slo.holds else None, standby)
         self.continuer = StreamContinuer(self, continuation or ContinuationConfig())
         self.urls: dict[str, str] = {}
         self.session: UpstreamPool | None = None  # to the engines; start() opens it
@@ -161,8 +162,7 @@ class Forwarder:
         """A booked backend for this attempt (None: none can take it), each decision, hold
         and refusal written to the decision log."""
         info, attempt = life.info, life.attempts.count
-        started = time.perf_counter()
-        emit = life.sampled
+        started, emit = time.perf_counter(), life.sampled
         trace = self.decisions.trace(emit)
         placement = self.loop.route(life, self.clock(), self.rng, remembered, trace)
         self.metrics.decision.observe(time.perf_counter() - started)

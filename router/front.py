@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 from gpuroute.router.admission_gate import AdmissionGate
+from gpuroute.router.autoscaler import Autoscaler
 from gpuroute.router.config import RouterConfig
 from gpuroute.router.core.backend import BackendSet
 from gpuroute.router.core.lifetime import Event, LifetimeError, Lifetimes, RequestLifetime
@@ -89,6 +90,7 @@ class Front:
         routes: ModelRoutes | None = None,
         responses: ResponsesState | None = None,
         usage: UsageRecords | None = None,
+        autoscaler: Autoscaler | None = None,
     ) -> None:
         self.config, self.backends = config, backends
         self.lifetimes = lifetimes
@@ -105,6 +107,7 @@ class Front:
         self.responses = responses  # the Responses API's stored conversations, if kept
         self.token_counter = TokenCounter(tenants.metrics)
         self.usage = usage  # per-tenant usage records for billing (None: usage.enabled off)
+        self.autoscaler = autoscaler  # counts admitted and served requests per pool
 
     @admission
     async def admit(self, request: web.Request, route: str, arrival: float) -> Admitted:
@@ -134,6 +137,8 @@ class Front:
             explicit = PRIORITY_HEADER in headers
             life = await self._let_in(key, info, tokens, parsed.deadline_s, explicit, charged)
             named(request, life)
+            if self.autoscaler is not None:
+                self.autoscaler.arrived(info.model)
         except Rejection as rejection:
             status, code, why = rejection.status, rejection.code, rejection.message
             if code == "no_backend" and info is not None:
@@ -178,8 +183,12 @@ class Front:
         if not any(self.backends.serves(m) for m in models):
             message = f"The model `{clip(info.requested)}` does not exist."
             raise Rejection(404, message, param="model", code="model_not_found")
-        if not any(self.backends.routable(m) for m in models):
+        if not any(self.backends.routable(m) or self._warm(m) for m in models):
             raise Rejection(503, NO_BACKEND, code="no_backend")
+
+    def _warm(self, model: str) -> bool:
+        """Whether a standby backend serves `model` (the attempts loop brings it in)."""
+        return self.autoscaler is not None and bool(self.autoscaler.standby.waiting(model))
 
     def _why_none(self, info: RequestInfo) -> str:
         """Each backend serving the models and the state that keeps it from routing."""
@@ -273,6 +282,9 @@ class Front:
             if self.usage is not None:  # billing's record: the tenant's real name
                 failed = answer.status >= 400
                 self.usage.record(key.tenant, model, prompt or 0, completion or 0, failed)
+            if self.autoscaler is not None and ending is Event.FINISH and answer.status < 400:
+                asked = admitted.parsed.info.prompt_tokens if prompt is None else prompt
+                self.autoscaler.served(model, asked, answer.output_tokens())  # its mean request
         if key.tokens_per_minute is None or (api is not None and not api.charges):
             return  # read no usage where no quota needs it (the relay's hot path)
         used = 0 if answer is None else answer.used_tokens(admitted.parsed.info.prompt_tokens)

@@ -187,7 +187,7 @@ class Membership:
                 self.managed.add(backend.backend_id)
                 self.on_join(backend, member)
                 self._open_stream(backend.backend_id, member)
-            for kind in ("joined", "down", "up", "left"):
+            for kind in ("joined", "down", "up", "left", "standby", "active"):
                 if n := len(getattr(changes, kind)):
                     self.metrics.membership_changes.labels(kind).inc(n)
                     log.info("membership %s: %s", kind, _ids(getattr(changes, kind)))

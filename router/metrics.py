@@ -199,7 +199,8 @@ class RouterMetrics:
         )
         self.membership_changes = Counter(
             "gpuroute_membership_changes",
-            "Backend set changes from Consul, by kind (joined, down, up, left, removed).",
+            "Backend set changes from Consul, by kind (joined, down, up, left, standby, active, "
+            "removed).",
             ["change"],
             registry=r,
         )

@@ -87,6 +87,7 @@ class Reloader:
         self._apply_backends(new.backends, plan)
         r.routes.routes, r.routes.aliases = routes.routes, routes.aliases
         r.slo.classes = slo_classes(new.slo)
+        r.autoscaler.follow_slo(new.slo)
         r.config = r.proxy.front.config = new
         for hook in self.on_keys:
             hook()

@@ -17,6 +17,7 @@ from gpuroute.router.admin_api import Operator
 from gpuroute.router.admin_routes import AdminRoutes
 from gpuroute.router.admission_gate import AdmissionGate
 from gpuroute.router.assemble import build_scheduler, member_kind, prior_book, router_metrics
+from gpuroute.router.autoscaler import Autoscaler, PoolCollector
 from gpuroute.router.config import RouterConfig
 from gpuroute.router.core.backend import ROUTABLE_STATES, Backend
 from gpuroute.router.core.lifetime import Lifetimes
@@ -26,6 +27,7 @@ from gpuroute.router.core.retry import RetrySettings
 from gpuroute.router.decision_log import DecisionLog
 from gpuroute.router.forward import Forwarder
 from gpuroute.router.front import Front, name_request
+from gpuroute.router.health_probes import HealthProbes
 from gpuroute.router.membership import Membership
 from gpuroute.router.model_config import model_routes
 from gpuroute.router.proxy import Proxy
@@ -84,6 +86,9 @@ class RouterApp:
         self.scheduler = build_scheduler(config, self.book, self.workers)
         self.redis = open_redis(config.redis)  # one client for quotas, sessions, shared load
         self.metrics = router_metrics(config, self.scheduler, self.routes, self.redis is not None)
+        # pools sized and warm standby brought in and sent back (router/autoscaler.py)
+        self.autoscaler = Autoscaler(config.autoscale, self.scheduler, config.slo)
+        self.metrics.registry.register(PoolCollector(self.autoscaler))
         self.responses = ResponsesState.from_config(config, self.redis, self.workers)
         self.usage = UsageRecords.from_config(config, self.redis, self.metrics)
         self.gate = AdmissionGate(
@@ -96,16 +101,15 @@ class RouterApp:
         self.lifetimes = Lifetimes(  # the requests in flight, each with its bookings
             RetrySettings(**config.retry.model_dump(exclude={"rescue_slowness"})), self.scheduler
         )
-        self.watch = BackendWatch(
-            self.scheduler,
-            self.book.table,
-            self.clock,
-            config.retry.rescue_slowness,
-            self.lifetimes,
-        )
-        self.book.listeners.append(self.watch.add_kind)  # a kind first seen as a member joins
+        self.watch = self._watch()
         # a predicting policy's misses are held; every policy's attainment is counted
-        self.slo = SloGate(config.slo, self.metrics, self.clock, holds=self.scheduler.predicts_slo)
+        self.slo = SloGate(
+            config.slo,
+            self.metrics,
+            self.clock,
+            holds=self.scheduler.predicts_slo,
+            on_hold=self.autoscaler.held,
+        )
         self.decisions = DecisionLog(
             config.decision_log_sample, config.policy, keep=config.decision_log_keep
         )
@@ -115,7 +119,7 @@ class RouterApp:
         self.membership = self._membership() if config.membership.consul else None
         self.draining = False
         self._ticker: asyncio.Task | None = None
-        self._probes: dict[str, asyncio.Task] = {}
+        self.probes = HealthProbes(config, self.scheduler, self.forwarder, self.clock)
         self._region_server = None
         self.shared_load = self._shared_load()
         self.operator = Operator(self)  # reload, backends, keys, usage (router/admin_api.py)
@@ -125,6 +129,15 @@ class RouterApp:
         self.report_credentials = server_credentials(
             None if listen is None else listen.tls, "region.report_listen.tls"
         )
+
+    def _watch(self) -> BackendWatch:
+        """Requests waiting on an ejected, lost or very slow backend, moved elsewhere."""
+        retry = self.config.retry
+        watch = BackendWatch(
+            self.scheduler, self.book.table, self.clock, retry.rescue_slowness, self.lifetimes
+        )
+        self.book.listeners.append(watch.add_kind)  # a kind first seen as a member joins
+        return watch
 
     def _front(self) -> Front:
         config = self.config
@@ -146,6 +159,7 @@ class RouterApp:
             routes=self.routes,
             responses=self.responses,
             usage=self.usage if config.usage.enabled else None,
+            autoscaler=self.autoscaler,
         )
 
     def _quotas(self) -> Quotas:
@@ -193,6 +207,7 @@ class RouterApp:
             engine_tls=client_context(config.engine_tls, "engine_tls"),
             engine_headers=ENGINE_HEADERS | frozenset(config.engine_headers),
             continuation=config.continuation,
+            standby=self.autoscaler.standby,
         )
 
     def _membership(self) -> Membership:
@@ -225,13 +240,16 @@ class RouterApp:
             interval = self.config.workers.share_interval_s
         else:
             return None  # one process alone: nothing to share
-        return SharedLoad(
+        shared = SharedLoad(
             board,
             lambda: self.scheduler.backends,
             interval_s=interval,
             on_health=lambda ok: self.metrics.shared_load_healthy.set(float(ok)),
             prefixes=lambda: prefix_index_of(self.scheduler.policy),
+            arrivals=lambda: self.autoscaler.own,
         )
+        self.autoscaler.peers = lambda: shared.peer_arrivals  # replicas size on one rate
+        return shared
 
     def app(self) -> web.Application:
         """The public application: the OpenAI API, health, allow-listed passthrough paths, and
@@ -304,6 +322,7 @@ class RouterApp:
         if self.shared_load is not None:
             self.shared_load.start()
         self._ticker = asyncio.create_task(self._tick_loop())
+        self.autoscaler.start()
         await self.operator.start()
 
     def listening(self, port: int, admin_port: int | None) -> None:
@@ -317,8 +336,7 @@ class RouterApp:
         self.registration.start()
 
     async def _cleanup(self, _app: web.Application) -> None:
-        for task in self._probes.values():
-            task.cancel()
+        self.probes.close()
         if self.membership is not None:
             await self.membership.close()
         if self.registration is not None:
@@ -327,6 +345,7 @@ class RouterApp:
             await self.shared_load.close()
         if self._region_server is not None:
             await self._region_server.stop(0.5)
+        await self.autoscaler.close()
         if self._ticker is not None:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -343,7 +362,7 @@ class RouterApp:
             await asyncio.sleep(self.config.tick_s)  # a period, not a synchronisation
             now = self.clock()
             self.forwarder.record_health(self.scheduler.tick(now))
-            self._start_probes()
+            self.probes.start()
             self.watch.refresh()
             if moved := self.watch.rescue():
                 log.warning("moved %d requests off ejected or slow backends", moved)
@@ -352,28 +371,6 @@ class RouterApp:
                 self.membership.tick()
             self.gate.expire()
             self.gate.dispatch()
-
-    def _start_probes(self) -> None:
-        """Half-open breakers are decided by health checks, never by clients' requests."""
-        for backend_id in self.scheduler.health.half_open:
-            task = self._probes.get(backend_id)
-            if task is None or task.done():
-                self._probes[backend_id] = asyncio.create_task(self._probe(backend_id))
-
-    async def _probe(self, backend_id: str) -> None:
-        backend = self.scheduler.backends.get(backend_id)
-        session = self.forwarder.session
-        assert session is not None
-        base, path = self.forwarder.urls[backend_id], self.config.health_check_path
-        try:
-            async with asyncio.timeout(self.config.limits.connect_timeout_s + 2):
-                async with await session.request("GET", base, path) as response:
-                    ok = response.status == 200
-                    await response.read()  # read to the end: the connection is reused
-        except (TimeoutError, OSError, ValueError):
-            ok = False
-        if backend_id in self.scheduler.health.half_open:
-            self.forwarder.record_health(self.scheduler.health.record(backend, ok, self.clock()))
 
     # -- admin -----------------------------------------------------------------------------
     async def models(self, request: web.Request) -> web.Response:

@@ -10,16 +10,19 @@ reports) decides alone.
 
 The same exchange carries the prefix index's recent placements (under PREFIXES_KEY, which
 no backend id can be, so a peer of an older version skips it): each peer learns the
-placements numbered past the last it took from that replica."""
+placements numbered past the last it took from that replica. Under ARRIVALS_KEY each
+replica shares its own smoothed arrival rate per pool (router/autoscaler.py): summed with
+the live peers', every replica sizes its pools on the region's rate."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
 import msgpack
@@ -32,6 +35,7 @@ from gpuroute.runtime import BackgroundLoop
 
 log = logging.getLogger("gpuroute.router.shared_load")
 PREFIXES_KEY = "~prefixes"
+ARRIVALS_KEY = "~arrivals"  # {pool: requests/s}
 
 
 def prefix_index_of(policy: object) -> PrefixIndex | None:
@@ -49,6 +53,20 @@ def decode_share(blob: bytes | None) -> dict | None:
     except (msgpack.UnpackException, ValueError):
         return None
     return share if isinstance(share, dict) else None
+
+
+def merge_arrivals(shares: Iterable[dict | None]) -> dict[str, float]:
+    """The peers' arrival rates summed per pool (a peer without them, or of an older
+    version, adds nothing; a garbled entry is skipped)."""
+    total: dict[str, float] = {}
+    for share in shares:
+        rates = share.get(ARRIVALS_KEY) if share is not None else None
+        if not isinstance(rates, dict):
+            continue
+        for pool, rate in rates.items():
+            if isinstance(pool, str) and isinstance(rate, (int, float)) and 0 <= rate < math.inf:
+                total[pool] = total.get(pool, 0.0) + float(rate)
+    return total
 
 
 def merge_loads(shares: Iterable[dict | None], backends: Iterable[Backend]) -> dict[str, float]:
@@ -114,10 +132,13 @@ class SharedLoad:
         interval_s: float = 0.1,
         on_health: Callable[[bool], None] = lambda ok: None,
         prefixes: Callable[[], PrefixIndex | None] = lambda: None,
+        arrivals: Callable[[], Mapping[str, float]] = dict,
     ) -> None:
         self.board = board
         self.backends = backends
         self.prefixes = prefixes  # the policy's prefix index, when it keeps one
+        self.arrivals = arrivals  # this replica's arrival rate per pool
+        self.peer_arrivals: dict[str, float] | None = None  # summed; None: board down
         self.share_id = uuid.uuid4().hex[:12]
         self._learned: dict[str, int] = {}  # peer share id -> last placement number taken
         self.interval_s = interval_s
@@ -146,6 +167,7 @@ class SharedLoad:
                 self._health(False)
                 for b in self.backends():
                     b.shared = 0.0
+                self.peer_arrivals = None
             await asyncio.sleep(self.interval_s * (0.8 + 0.4 * random.random()))  # the period
 
     async def sync(self) -> None:
@@ -154,7 +176,10 @@ class SharedLoad:
         index = self.prefixes()
         if index is not None and (recent := index.recent()):
             mine[PREFIXES_KEY] = [self.share_id, recent]
+        if rates := {pool: round(rate, 6) for pool, rate in self.arrivals().items() if rate > 0}:
+            mine[ARRIVALS_KEY] = rates
         shares = [decode_share(blob) for blob in await self.board.exchange(msgpack.packb(mine))]
+        self.peer_arrivals = merge_arrivals(shares)
         totals = merge_loads(shares, backends)
         for b in backends:
             b.shared = totals.get(b.backend_id, 0.0)

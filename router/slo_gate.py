@@ -50,8 +50,10 @@ class SloGate:
         clock: Callable[[], float],
         *,
         holds: bool = True,
+        on_hold: Callable[[str], None] = lambda model: None,
     ) -> None:
         self.holds = holds  # the policy predicts SLO misses, so they are held, not sent
+        self.on_hold = on_hold  # a hold proves its pool short (router/autoscaler.py)
         self.classes = slo_classes(config)
         self.queue = HoldQueue(self.classes, config.max_held)
         self.metrics, self.clock = metrics, clock
@@ -86,6 +88,7 @@ class SloGate:
         info = life.info
         assert info.slo is not None
         held = life.waiter = _Held(asyncio.Event())
+        self.on_hold(info.model)
         self.refuse_all(refused)
         if held.refused is None:  # not refused as the queue took it
             self.metrics.slo_held.labels(info.slo.name).inc()

@@ -18,7 +18,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 from gpuroute.router.admin import typical_request
-from gpuroute.router.admin_routes import SPLIT_PATH
+from gpuroute.router.admin_routes import AUTOSCALE_PATH, SPLIT_PATH
 from gpuroute.router.core.usage import rows_of, usage_sums
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
@@ -119,7 +119,8 @@ class WorkerAdmin:
         app.router.add_put(SPLIT_PATH, self.every)
         for method, path in WRITES:
             app.router.add_route(method, path, self.every)
-        for path in ("/admin/config", "/admin/keys"):
+        # every worker sizes on the same shared rates: the first one's answer stands
+        for path in ("/admin/config", "/admin/keys", AUTOSCALE_PATH):
             app.router.add_get(path, self.first)
         app.router.add_get("/admin/usage", self.usage)
         app.router.add_post("/admin/usage/flush", self.every)
@@ -146,10 +147,12 @@ class WorkerAdmin:
         return list(await asyncio.gather(*asks))
 
     async def first(self, request: web.Request) -> web.Response:
-        """What the first answering worker says (they all hold the same)."""
-        for answer in await self.ask_all(request.path):
-            if answer is not None and answer[0] == 200:
-                return web.Response(body=answer[1], content_type="application/json")
+        """What the first answering worker says (they all hold the same); a refusal they
+        all make (a 404 for what is switched off) as it came."""
+        answers = [a for a in await self.ask_all(request.path) if a is not None]
+        for status, body in sorted(answers, key=lambda a: a[0] != 200):
+            if status < 500:
+                return web.Response(status=status, body=body, content_type="application/json")
         return error_response(503, "no worker answered", code="worker_down")
 
     async def models(self, request: web.Request) -> web.Response:

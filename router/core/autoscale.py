@@ -220,6 +220,11 @@ class PoolScaler:
         state = self._pools.get(pool)
         return None if state is None else state.last
 
+    def own_rate(self, pool: str, now: float) -> float:
+        """This router's smoothed arrival rate of `pool` at `now` (what it shares with its
+        peers); `size` at the same `now` reads the same rate."""
+        return self._pool(pool).rate.update(now)
+
     def size(
         self, pool: str, now: float, in_rotation: int, capacity_rps: float, rate_rps: float | None
     ) -> PoolSize:

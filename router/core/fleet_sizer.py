@@ -76,6 +76,11 @@ class FleetSizer:
         served = {m for b in self.scheduler.backends for m in b.models}
         return sorted(served | set(self.scaler.pools()))
 
+    def own_rates(self, now: float) -> dict[str, float]:
+        """Each pool's arrival rate at this router alone, at `now` (replicas add theirs up
+        into the `region_rps` a tick at the same `now` takes)."""
+        return {pool: self.scaler.own_rate(pool, now) for pool in self.pools()}
+
     def tick(
         self, now: float, region_rps: Mapping[str, float] | None = None
     ) -> dict[str, PoolSize]:

@@ -3,7 +3,10 @@ what must change in the backend set for it.
 
 Consul carries membership and health *transitions* only; load comes over the agents'
 streams (DESIGN.md). A critical or departed member takes no new requests but keeps the ones
-it has; a member back from critical, or a new one, re-enters through slow start."""
+it has; a member back from critical, or a new one, re-enters through slow start. A member
+whose agent stands by (Meta `standby = "true"`: warm, model loaded) is kept out of rotation
+(STANDBY) unless this router brought it in (router/core/standby.py); one that turns active
+comes in at once."""
 
 from __future__ import annotations
 
@@ -13,10 +16,13 @@ from typing import Any
 
 from gpuroute.router.core.agent_load import SERVING_HEALTH
 from gpuroute.router.core.backend import ROUTABLE_STATES, Backend, BackendSet, BackendState
+from gpuroute.router.core.standby import PROMOTED
 
 AGENT_REASON = "agent"  # prefix of the state reasons `follow_agent` sets
 STATUS_RANK = {"passing": 0, "warning": 1, "critical": 2, "maintenance": 2}
 MEMBERSHIP_REASON = "consul"  # prefix of every state reason this module sets
+STANDBY_REASON = f"{MEMBERSHIP_REASON}: standby"
+ACTIVE_REASON = f"{MEMBERSHIP_REASON}: active"
 # An advertised capacity is relative to an H100 serving the model shape (1.0): anything near
 # this bound is a lie that would pull the region's traffic onto one entry.
 MAX_CAPACITY = 16.0
@@ -37,6 +43,7 @@ class Member:
     tp: int = 1  # tensor-parallel degree of its engine
     pp: int = 1  # pipeline-parallel degree
     adapters: tuple[str, ...] = ()  # which of `models` are LoRA adapters
+    standby: bool = False  # its agent stands by: warm, out of rotation until brought in
 
     @property
     def routable(self) -> bool:
@@ -95,6 +102,7 @@ def members_from_entries(
             tp=tp,
             pp=pp,
             adapters=tuple(a for a in (meta.get("lora_adapters") or "").split(",") if a in models),
+            standby=meta.get("standby") == "true",
         )
     return members, problems
 
@@ -122,9 +130,11 @@ class MembershipChanges:
     down: list[str] = field(default_factory=list)  # critical now: drain
     up: list[str] = field(default_factory=list)  # back from critical: slow start
     left: list[str] = field(default_factory=list)  # gone from the catalog: drain, then remove
+    standby: list[str] = field(default_factory=list)  # its agent stands by: out of rotation
+    active: list[str] = field(default_factory=list)  # its agent is active again: in rotation
 
     def __bool__(self) -> bool:
-        return bool(self.joined or self.down or self.up or self.left)
+        return bool(self.joined or self.down or self.up or self.left or self.standby or self.active)
 
 
 def plan(
@@ -147,16 +157,28 @@ def plan(
             continue
         if sid not in managed:
             continue
-        backend = backends.get(sid)
-        by_us = backend.reason.startswith(MEMBERSHIP_REASON)
-        if not member.routable and backend.state in ROUTABLE_STATES:
-            changes.down.append(sid)
-        elif member.routable and backend.state is BackendState.DRAINING and by_us:
-            changes.up.append(sid)
+        if (change := _change(backends.get(sid), member)) is not None:
+            getattr(changes, change).append(sid)
     changes.left = sorted(
         sid for sid in managed if sid in backends and sid not in members and sid not in vouched
     )
     return changes
+
+
+def _change(backend: Backend, member: Member) -> str | None:
+    """Which list of MembershipChanges a managed backend goes in, if any. Critical wins
+    over standby; a backend this router promoted stays in while its agent stands by."""
+    state, promoted = backend.state, backend.reason == PROMOTED
+    if not member.routable:
+        in_service = state in ROUTABLE_STATES or state is BackendState.STANDBY
+        return "down" if in_service else None
+    if state is BackendState.DRAINING and backend.reason.startswith(MEMBERSHIP_REASON):
+        return "standby" if member.standby else "up"
+    if member.standby:
+        return "standby" if state in ROUTABLE_STATES and not promoted else None
+    if state is BackendState.STANDBY or (promoted and state in ROUTABLE_STATES):
+        return "active"
+    return None
 
 
 def recovered(before: Mapping[str, Member], after: Mapping[str, Member]) -> list[str]:
@@ -199,6 +221,8 @@ def apply(
             backends.set_state(
                 backend, BackendState.DRAINING, now, f"{MEMBERSHIP_REASON}: critical"
             )
+        elif member.standby:
+            backends.set_state(backend, BackendState.STANDBY, now, STANDBY_REASON)
         else:
             backend.reason = f"{MEMBERSHIP_REASON}: joined"
         added.append(backend)
@@ -211,6 +235,10 @@ def apply(
         backends.set_state(
             backends.get(sid), BackendState.WARMING, now, f"{MEMBERSHIP_REASON}: back"
         )
+    for sid in changes.standby:
+        backends.set_state(backends.get(sid), BackendState.STANDBY, now, STANDBY_REASON)
+    for sid in changes.active:
+        backends.set_state(backends.get(sid), BackendState.READY, now, ACTIVE_REASON)
     for sid in changes.left:
         backend = backends.get(sid)
         if (

@@ -10,6 +10,7 @@ asks `release`."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 
 from gpuroute.router.core.backend import Backend, BackendSet, BackendState
@@ -28,6 +29,9 @@ class StandbyRotation:
         self._quiet_since: dict[str, float | None] = {}  # promoted id -> quiet since
         self.promotions = 0
         self.releases = 0
+        # per pool (model) the backends came into or left: each of a backend's models counts
+        self.promoted_into: Counter[str] = Counter()
+        self.released_from: Counter[str] = Counter()
 
     def waiting(self, model: str) -> list[Backend]:
         """Standby backends that could serve `model`, the most capable first."""
@@ -43,6 +47,7 @@ class StandbyRotation:
         self.backends.set_state(backend, BackendState.READY, now, PROMOTED)
         self._quiet_since[backend.backend_id] = None
         self.promotions += 1
+        self.promoted_into.update(backend.models)
         return backend
 
     def promoted(self) -> list[str]:
@@ -67,6 +72,7 @@ class StandbyRotation:
                 self.backends.set_state(backend, BackendState.STANDBY, now, RELEASED)
                 del self._quiet_since[backend_id]
                 self.releases += 1
+                self.released_from.update(backend.models)
                 released.append(backend)
         return released
 

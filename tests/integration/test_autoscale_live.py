@@ -1,169 +1,137 @@
-"""Autoscaling live, end to end: a real Consul, a router process sizing its pool
-(`[autoscale]`, a small capacity_rps so that a modest burst needs more backends), and
-`gpuroute scale`'s loop with the local executor (hosts: a fake engine and its real agent
-each). A bounded burst through the official openai client makes the desired size grow:
-hosts are added (the router's backends grow, read through its admin API with its token);
-a quiet spell then drains and stops them, and not one request of the run fails."""
+"""Pools sized by live routers (issue 36): `/admin/autoscale` and the `gpuroute_pool_*`
+gauges follow a burst up and a quiet spell down, and two replicas sharing a real
+redis-server export the same desired size although only one of them takes the traffic.
+A small `capacity_rps` makes the size follow the arrival rate alone."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
-import time
 
 import aiohttp
 import pytest
-from gpuroute.agent.config import AgentConfig
-from gpuroute.router.scaler import RouterAdmin, Scaler
-from gpuroute.testbed.local_scaler import LocalFleet, LocalFleetSettings
-from gpuroute.testbed.loopback import consul_router_toml, quick_autoscale_toml
-from gpuroute.testbed.processes import spawn, wait_http
-from openai import AsyncOpenAI
-from support.live import MODEL, async_wait_for, free_ports
+from aiohttp import web
+from support.live import (
+    MODEL,
+    async_wait_for,
+    chat_body,
+    router_replicas,
+    router_server,
+    router_toml,
+    scripted_backend,
+)
 
-pytestmark = [
-    pytest.mark.asyncio,
-    pytest.mark.skipif(
-        "standby" not in AgentConfig.model_fields, reason="the agent's standby is not merged yet"
-    ),
-]
-TOKEN = "autoscale-live-admin-token"
-BURST_RPS, BURST_S = 6.0, 12.0  # needs ceil(6 / (2 x 0.8)) = 4 in rotation, 3 the most
-TRICKLE_RPS, QUIET_MAX_S = 0.5, 60.0
-
-
-class Outcomes:
-    def __init__(self) -> None:
-        self.sent = self.ok = 0
-        self.errors: list[str] = []
-        self.pending: set[asyncio.Task] = set()
+pytestmark = pytest.mark.asyncio
+# 1 request/s per backend at the 0.8 mark: the desired size is ceil(rate / 0.8)
+AUTOSCALE = f"""interval_s = 0.1
+capacity_rps = {{ "{MODEL}" = 1.0 }}
+lead_time_s = 0
+rate_window_s = 0.5
+trend_window_s = 1.0
+standby_backends = 0
+seasonal.enabled = false
+"""
 
 
-async def one(client: AsyncOpenAI, outcomes: Outcomes) -> None:
-    """One streamed chat; ok when it ends with a finish reason and no error."""
-    outcomes.sent += 1
-    try:
-        stream = await client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "scale " * 30}],
-            max_tokens=24, stream=True,
-        )  # fmt: skip
-        finish = None
-        async for chunk in stream:
-            if chunk.choices and chunk.choices[0].finish_reason:
-                finish = chunk.choices[0].finish_reason
-        if finish is None:
-            raise RuntimeError("the stream ended without a finish reason")
-        outcomes.ok += 1
-    except Exception as exc:  # every failure is counted and shown
-        outcomes.errors.append(repr(exc))
+async def engine(_request: web.Request) -> web.Response:
+    usage = {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
+    return web.json_response({"id": "x", "object": "chat.completion", "usage": usage})
 
 
-async def paced(client: AsyncOpenAI, rate: float, seconds: float, until, outcomes) -> None:
-    """Open loop at `rate`, at most `seconds` long and `rate * seconds` requests, or until
-    `until()` holds."""
-    start = time.monotonic()
-    for n in range(int(rate * seconds)):
-        if until():
-            break
-        task = asyncio.create_task(one(client, outcomes))
-        outcomes.pending.add(task)
-        task.add_done_callback(outcomes.pending.discard)
-        await asyncio.sleep(max(start + (n + 1) / rate - time.monotonic(), 0))  # the pace
-
-
-async def pool(admin: aiohttp.ClientSession, admin_url: str) -> dict:
-    """The router's view: its backends of the pool by state, and its sizing."""
-    async with admin.get(admin_url + "/admin/backends") as r:
-        assert r.status == 200, await r.text()
-        backends = [b for b in (await r.json())["backends"] if MODEL in b["models"]]
-    async with admin.get(admin_url + "/admin/autoscale") as r:
-        assert r.status == 200, await r.text()
-        sizing = (await r.json())["pools"].get(MODEL, {})
-    return {
-        "backends": len(backends),
-        "states": sorted(f"{b['id']}:{b['state']}:{b['reason']}" for b in backends),
-        **sizing,
-    }
+async def pool(session: aiohttp.ClientSession, admin: str) -> dict | None:
+    async with session.get(admin + "/admin/autoscale") as r:
+        assert r.status == 200
+        return (await r.json())["pools"].get(MODEL)
 
 
 @contextlib.asynccontextmanager
-async def scaled_router(consul, tmp_path):
-    """A router process with [autoscale], and the scaler's loop with the local executor;
-    yields (router URL, admin URL, the executor)."""
-    (token_file := tmp_path / "admin-token").write_text(TOKEN)
-    port, admin_port = free_ports(2)
-    config = consul_router_toml(port, admin_port, consul.address, str(token_file))
-    config += quick_autoscale_toml(MODEL)
-    (tmp_path / "router.toml").write_text(config)
-    cmd = [sys.executable, "-m", "gpuroute.cli", "router", "--config", "router.toml"]
-    router = spawn("router", cmd, tmp_path, port)
-    local = None
-    stop, loop = asyncio.Event(), None
-    try:
-        await asyncio.to_thread(wait_http, f"http://127.0.0.1:{port}/healthz", 60, router.proc,
-                                "router")  # fmt: skip
-        admin_url = f"http://127.0.0.1:{admin_port}"
-        settings = LocalFleetSettings(
-            consul=consul.address, workdir=tmp_path / "hosts", boot_delay_s=1.0, max_hosts=5
-        )
-        local = LocalFleet(settings)
-        await local.start()
-        loop = asyncio.create_task(Scaler([RouterAdmin(admin_url, TOKEN)], local).run(stop))
-        yield f"http://127.0.0.1:{port}", admin_url, local
-    finally:
-        stop.set()
-        if loop is not None:
-            await loop
-        if local is not None:
-            await local.close()
-        await asyncio.to_thread(router.stop)
+async def traffic(url: str, rate_rps: float):
+    """Requests sent at about `rate_rps` (each in its own task) until the block ends."""
+    answers: list[int] = []
 
+    async def one(session: aiohttp.ClientSession) -> None:
+        async with session.post(url + "/v1/chat/completions", json=chat_body()) as r:
+            await r.read()
+            answers.append(r.status)
 
-async def test_a_burst_adds_hosts_and_a_quiet_spell_drains_them_losing_no_request(
-    consul, tmp_path
-) -> None:
-    outcomes, seen = Outcomes(), []
-    headers = {"Authorization": f"Bearer {TOKEN}"}
-    async with (
-        scaled_router(consul, tmp_path) as (url, admin_url, local),
-        aiohttp.ClientSession(headers=headers) as admin,
-    ):
-        client = AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=60)
+    async def send(session: aiohttp.ClientSession) -> None:
+        tasks = set()
+        while True:
+            task = asyncio.create_task(one(session))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+            await asyncio.sleep(1 / rate_rps)  # the sending rate, not a synchronisation
 
-        async def view(predicate) -> bool:
-            seen.append((time.monotonic(), now := await pool(admin, admin_url)))
-            return predicate(now)
-
-        floor = lambda p: p.get("in_rotation") == 1 and p.get("standby") == 1  # noqa: E731
-        await async_wait_for(lambda: view(floor), 60, "one host in rotation, one standby")
-        start = time.monotonic()
-        burst = asyncio.create_task(paced(client, BURST_RPS, BURST_S, lambda: False, outcomes))
-        await async_wait_for(lambda: view(lambda p: p["backends"] >= 4), 60, "hosts added")
-        grown = time.monotonic() - start
-        await burst
-        quiet = asyncio.create_task(
-            paced(client, TRICKLE_RPS, QUIET_MAX_S, lambda: local.stopped >= 2, outcomes)
-        )
+    async with aiohttp.ClientSession() as session:
+        sender = asyncio.create_task(send(session))
         try:
-            await async_wait_for(
-                lambda: view(lambda p: floor(p) and p["backends"] == 2 and local.stopped >= 2),
-                QUIET_MAX_S, "the added hosts drained and stopped",
-            )  # fmt: skip
-        except AssertionError as exc:  # what the router and the executor showed last
-            raise AssertionError(f"{exc}; router: {seen[-1][1]}; hosts: {local.events}") from None
-        shrunk = time.monotonic() - start
-        await quiet
-        await asyncio.gather(*list(outcomes.pending))
-        await client.close()
-        whats = [what for _, _, what in local.events]
-        drained = [what for what in whats if what.startswith("drained")]
-        started, stopped = local.started, local.stopped
-    peak = max(p["backends"] for _, p in seen)
-    print(f"\nautoscale live: {outcomes.sent} requests sent, {len(outcomes.errors)} failed; "
-          f"hosts started {started}, drained {len(drained)}, stopped {stopped}; router's "
-          f"backends peaked at {peak}, grown {grown:.1f} s and back {shrunk:.1f} s after "
-          "the burst began")  # fmt: skip
-    assert outcomes.errors == [] and outcomes.ok == outcomes.sent >= BURST_RPS * BURST_S
-    assert peak >= 4 and started >= 3  # the initial host, its standby and more
-    assert drained and stopped >= 2 and "activated" in whats  # the standby went in first
+            yield answers
+        finally:
+            sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sender
+
+
+async def test_desired_size_grows_under_a_burst_and_shrinks_in_the_quiet(tmp_path) -> None:
+    async with scripted_backend(engine) as backend:
+        text = router_toml([(backend, "H100")], autoscale=AUTOSCALE)
+        async with router_server(text, tmp_path) as server, aiohttp.ClientSession() as s:
+            url = admin = f"http://127.0.0.1:{server.port}"  # admin on the loopback listener
+            sample = server.servable.metrics.registry.get_sample_value
+            first = await pool(s, admin)
+            assert first is not None and first["desired_backends"] == 1
+            assert (first["in_rotation"], first["capacity_rps"]) == (1, 1.0)
+            peak: dict = {}
+
+            async def grown() -> bool:
+                peak.update(await pool(s, admin) or {})
+                return peak.get("desired_backends", 0) >= 4
+
+            async with traffic(url, 20.0) as answers:
+                await async_wait_for(grown, 20, "the pool sized up for the burst")
+            gauge = sample("gpuroute_pool_desired_backends", {"pool": MODEL})
+            assert gauge >= 4 and peak["rate_rps"] > 0.8  # more than one backend's worth
+            assert peak["reason"] in ("demand ahead above the high mark", "steady")
+            assert set(answers) == {200}
+
+            async def shrunk() -> bool:
+                now = await pool(s, admin)
+                return now is not None and now["desired_backends"] == 1
+
+            # within seconds, not after scale_down_after_s (300 s): the quiet spell's rule
+            await async_wait_for(shrunk, 20, "the pool back to its minimum once quiet")
+            quiet = await pool(s, admin)
+            assert quiet["reason"] in ("below the low mark", "steady") and quiet["rate_rps"] < 0.8
+            assert sample("gpuroute_pool_desired_backends", {"pool": MODEL}) == 1
+            assert sample("gpuroute_pool_utilisation", {"pool": MODEL}) < 0.8  # 1 in rotation
+
+
+async def test_two_replicas_sharing_redis_export_the_same_desired_size(tmp_path, redis) -> None:
+    shared = f'url = "{redis.url}"\nshare_load = true\npublish_interval_s = 0.05'
+    async with scripted_backend(engine) as backend:
+        text = router_toml([(backend, "H100")], autoscale=AUTOSCALE, redis=shared)
+        async with router_replicas(text, tmp_path) as (a, b), aiohttp.ClientSession() as s:
+            admins = [f"http://127.0.0.1:{r.port}" for r in (a, b)]
+            seen: dict[str, list] = {}
+
+            async def agree() -> bool:
+                """Both replicas' answers, gauges and own rates, taken together."""
+                seen["sizes"] = [await pool(s, admin) for admin in admins]
+                gauge = "gpuroute_pool_desired_backends"
+                seen["gauges"] = [
+                    r.servable.metrics.registry.get_sample_value(gauge, {"pool": MODEL})
+                    for r in (a, b)
+                ]
+                seen["own"] = [r.servable.autoscaler.own.get(MODEL, 0.0) for r in (a, b)]
+                desired = {p["desired_backends"] for p in seen["sizes"] if p is not None}
+                return len(desired) == 1 and min(desired) >= 3
+
+            async with traffic(f"http://127.0.0.1:{a.port}", 8.0) as answers:
+                await async_wait_for(agree, 20, "both replicas at the same size, above 3")
+        print(f"\nreplicas agree: {seen}")
+        assert set(answers) == {200}
+        desired = seen["sizes"][0]["desired_backends"]
+        assert seen["gauges"] == [desired, desired]
+        own_a, own_b = seen["own"]
+        # b saw no request: it sized on a's rate, shared through Redis
+        assert own_b == 0.0 and own_a > 0.0 and seen["sizes"][1]["rate_rps"] > 0.0

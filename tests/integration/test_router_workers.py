@@ -14,6 +14,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 from support.live import (
+    MODEL,
     ROUTER_ON_LOOPBACK,
     chat_body,
     fake_engines,
@@ -105,6 +106,15 @@ def test_two_workers_share_a_port_their_load_and_one_admin_listener(tmp_path) ->
             assert asked["predicted_for"]["output_tokens"] == 128
             assert all(w["backends"][0]["predicted"]["ttft_s"] > 0 for w in asked["workers"])
             assert _samples(admin, "gpuroute_workers_up")[()] == 2
+            # the pools' sizes: one worker answers for all (they size on the shared rate)
+            sizes = _get_json(admin + "/admin/autoscale")
+            assert sizes["interval_s"] == 15.0 and set(sizes["pools"]) == {MODEL}
+            assert set(sizes["pools"][MODEL]) == {
+                "desired_backends", "desired_standby_backends", "in_rotation", "standby",
+                "rate_rps", "forecast_rps", "utilisation", "capacity_rps", "reason",
+            }  # fmt: skip
+            desired = _samples(admin, "gpuroute_pool_desired_backends")
+            assert {dict(labels)["worker"] for labels in desired} == {"0", "1"}
         finally:
             router.send_signal(signal.SIGTERM)
             assert router.wait(90) == 0

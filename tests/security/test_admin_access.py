@@ -56,7 +56,8 @@ def test_an_admin_listener_off_loopback_needs_a_token(tmp_path, kind: str) -> No
 async def statuses(base: str, headers: dict | None = None) -> dict[str, int]:
     async with aiohttp.ClientSession() as s:
         found = {}
-        for path in ("/healthz", "/readyz", "/metrics", "/admin/backends", "/admin/regions"):
+        paths = ("/healthz", "/readyz", "/metrics", "/admin/backends", "/admin/regions")
+        for path in (*paths, "/admin/autoscale"):
             async with s.get(base + path, headers=headers or {}) as r:
                 found[path] = r.status
         return found
@@ -73,8 +74,10 @@ async def test_a_routers_admin_routes_need_the_token(tmp_path, metrics_open: boo
             wrong = await statuses(admin, {"Authorization": "Bearer guessed"})
     assert without["/healthz"] == 200 and without["/readyz"] == 200
     assert without["/admin/backends"] == 401 and wrong["/admin/backends"] == 401
+    assert without["/admin/autoscale"] == 401 and wrong["/admin/autoscale"] == 401
     assert without["/metrics"] == (200 if metrics_open else 401)
     assert with_token["/admin/backends"] == 200 and with_token["/metrics"] == 200
+    assert with_token["/admin/autoscale"] == 200
 
 
 @pytest.mark.asyncio

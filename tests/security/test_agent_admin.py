@@ -65,6 +65,18 @@ async def test_drain_needs_the_token_and_undrain_brings_the_host_back(tmp_path) 
             async with s.post(admin + "/undrain", headers=good, json={}) as r:
                 assert r.status == 200 and (await r.json())["undrained"] is True
             await async_wait_for(passing, 10, "agent passing again")
+            for action in ("/standby", "/activate"):  # out of rotation, or back: as guarded
+                async with s.post(admin + action, json={}) as r:
+                    assert r.status == 401, action
+            assert agent.standby is False
+            async with s.post(admin + "/standby", headers=good, json={}) as r:
+                assert await r.json() == {"standby": True, "changed": True, "health": "passing"}
+            async with s.get(admin + "/status") as r:
+                assert (await r.json())["standby"] is True
+            async with s.post(admin + "/activate", headers=good, json={}) as r:
+                assert await r.json() == {"standby": False, "changed": True, "health": "passing"}
+            async with s.post(admin + "/activate", headers=good, json={}) as r:
+                assert (await r.json())["changed"] is False
     finally:
         await agent.stop()
         engine.stop()
@@ -92,10 +104,10 @@ async def test_a_web_page_cannot_drain_a_tokenless_agent(tmp_path) -> None:
                 ({"Content-Type": "application/json", "Host": "evil.example:80"}, b"{}", 403),
             ]
             for headers, body, status in attacks:
-                for action in ("/drain", "/undrain"):
+                for action in ("/drain", "/undrain", "/standby", "/activate"):
                     async with s.post(admin + action, headers=headers, data=body) as r:
                         assert r.status == status, (headers, action, await r.text())
-            assert await health() == "passing"
+            assert await health() == "passing" and agent.standby is False
         cli_config = tmp_path / "agent-cli.toml"  # the port the agent took, for the CLI
         cli_config.write_text(
             (tmp_path / "agent.toml")

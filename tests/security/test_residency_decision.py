@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 from support import components
 from support.global_tier import global_tier
-from support.live import router_server, scripted_backend
+from support.live import router_replicas, router_server, scripted_backend
 from support.redis_server import RedisServer
 from support_security import RecordingEngine, chat, secure_toml, send_raw
 from support_tiers import EU_KEY, KEY, two_regions
@@ -153,13 +153,7 @@ async def test_router_replicas_share_which_decisions_were_used(tmp_path) -> None
         decision = await capture_a_decision(tmp_path, KEY)
         async with scripted_backend(engine) as url:
             text = router_with_decisions(url, redis.url)
-            (tmp_path / "a").mkdir()
-            (tmp_path / "b").mkdir()
-            async with (
-                router_server(text, tmp_path / "a") as one,
-                router_server(text, tmp_path / "b") as two,
-                aiohttp.ClientSession() as s,
-            ):
+            async with router_replicas(text, tmp_path) as (one, two), aiohttp.ClientSession() as s:
                 statuses = []
                 for server in (one, two, one):
                     base = f"http://127.0.0.1:{server.port}/v1/chat/completions"

@@ -247,6 +247,19 @@ async def router_server(config_text: str, tmp_dir, *, seed: int = 0, rng=None):
 
 
 @contextlib.asynccontextmanager
+async def router_replicas(config_text: str, tmp_dir, count: int = 2):
+    """`count` in-process RouterServers of one config (replicas), each with its own folder
+    under `tmp_dir`; yields them, started."""
+    async with contextlib.AsyncExitStack() as stack:
+        servers = []
+        for i in range(count):
+            folder = tmp_dir / f"replica-{i}"
+            folder.mkdir()
+            servers.append(await stack.enter_async_context(router_server(config_text, folder)))
+        yield servers
+
+
+@contextlib.asynccontextmanager
 async def scripted_backend(handler):
     """An in-process aiohttp server whose every POST is answered by `handler`."""
     from aiohttp import web
@@ -276,11 +289,12 @@ def agent_toml(
     **overrides: str,
 ) -> str:
     """A node agent's config for `engine` (its `url`; its `gpu` unless given), registering
-    with the Consul agent at `consul`."""
+    with the Consul agent at `consul`; `overrides` are top-level keys as TOML values."""
     top = {
         "id": f'"{agent_id}"',
         "drain_grace_s": overrides.pop("drain_grace_s", "0.5"),
         "drain_timeout_s": overrides.pop("drain_timeout_s", "30"),
+        **overrides,
     }
     lines = [f"{k} = {v}" for k, v in top.items()]
     lines += [
@@ -307,7 +321,7 @@ class AgentProcess:
         )
 
     def drain(self, action: str = "drain") -> subprocess.CompletedProcess:
-        """`gpuroute agent drain` (or `undrain`) against this agent."""
+        """`gpuroute agent drain` (or `undrain`, `standby`, `activate`) against this agent."""
         return subprocess.run(
             gpuroute_cmd("agent", action, "--config", str(self.path)),
             capture_output=True,

@@ -225,6 +225,8 @@ def test_service_definition_carries_meta_and_a_ttl_check() -> None:
     assert check["CheckID"] == check_id(config) == "gpuroute-agent:h1"
     assert check["TTL"] == "15s" and check["Status"] == "critical"
     assert check["DeregisterCriticalServiceAfter"] == "600s"
+    standing_by = service_definition(config, 7070, "passing", standby=True)["Meta"]
+    assert standing_by == definition["Meta"] | {"standby": "true"}  # and only while it is
 
 
 def test_meta_limits_are_checked_before_consul_sees_them() -> None:
