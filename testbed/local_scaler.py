@@ -258,7 +258,7 @@ class LocalFleet:
     def _agent_toml(self, host: LocalHost, engine_url: str, standby: bool) -> str:
         s = self.settings
         return (
-            f'id = "{host.id}"\n{"standby = true" if standby else ""}\n'
+            f'id = "{host.id}"\nstandby = {str(standby).lower()}\n'
             f"drain_grace_s = 0.5\ndrain_timeout_s = {s.drain_timeout_s}\n"
             f'admin_token_file = "{self._token_file}"\n'
             f'[engine]\nurl = "{engine_url}"\nmodels = ["{host.pool}"]\ngpu = "{s.gpu}"\n'

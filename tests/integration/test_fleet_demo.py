@@ -9,7 +9,6 @@ import sys
 
 import numpy as np
 import pytest
-from gpuroute.agent.config import AgentConfig
 from gpuroute.testbed.consul_dev import consul_binary
 from support import components
 
@@ -109,9 +108,6 @@ def test_replicas_bench_compares_shared_and_independent(tmp_path) -> None:
     assert report["p99_independent_over_shared"] == pytest.approx(ratio, abs=1e-3)
 
 
-@pytest.mark.skipif(
-    "standby" not in AgentConfig.model_fields, reason="the agent's standby is not merged yet"
-)
 def test_autoscale_demo_brings_hosts_in_for_a_burst_and_drains_them_after() -> None:
     components.consul()
     result = run("demo", "--autoscale", "--seconds", "10", timeout=120)

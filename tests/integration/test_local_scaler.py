@@ -10,16 +10,12 @@ import json
 import urllib.request
 
 import pytest
-from gpuroute.agent.config import AgentConfig
 from gpuroute.router.core.scale_targets import PoolTarget
 from gpuroute.testbed.local_scaler import LocalFleet, LocalFleetSettings
 from support.live import async_wait_for, holds
 
 pytestmark = pytest.mark.asyncio
 POOL = "llama-3.1-8b"
-needs_standby = pytest.mark.skipif(
-    "standby" not in AgentConfig.model_fields, reason="the agent's standby is not merged yet"
-)
 
 
 def registered(consul: str) -> dict[str, dict]:
@@ -84,7 +80,6 @@ async def test_a_boot_cancelled_before_it_is_ready_starts_nothing(consul, tmp_pa
     assert local.started == 0 and local.hosts == []
 
 
-@needs_standby
 async def test_standby_goes_into_service_first_and_surplus_standby_stops(consul, tmp_path) -> None:
     local = fleet(consul, tmp_path, max_hosts=4)
     await local.start()

@@ -14,7 +14,6 @@ import time
 
 import aiohttp
 import pytest
-from gpuroute.agent.config import AgentConfig
 from gpuroute.router.scaler import RouterAdmin, Scaler
 from gpuroute.testbed.local_scaler import LocalFleet, LocalFleetSettings
 from gpuroute.testbed.loopback import consul_router_toml, quick_autoscale_toml
@@ -22,12 +21,7 @@ from gpuroute.testbed.processes import spawn, wait_http
 from openai import AsyncOpenAI
 from support.live import MODEL, async_wait_for, free_ports
 
-pytestmark = [
-    pytest.mark.asyncio,
-    pytest.mark.skipif(
-        "standby" not in AgentConfig.model_fields, reason="the agent's standby is not merged yet"
-    ),
-]
+pytestmark = pytest.mark.asyncio
 TOKEN = "autoscale-live-admin-token"
 BURST_RPS, BURST_S = 6.0, 12.0  # needs ceil(6 / (2 x 0.8)) = 4 in rotation, 3 the most
 TRICKLE_RPS, QUIET_MAX_S = 0.5, 60.0
