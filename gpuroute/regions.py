@@ -26,7 +26,12 @@ class GpuPool(StrictModel):
 
     The `*_hosts` keys size the pool's auto-scaling group in hosts (`gpuroute tfvars` only):
     `count` in whole hosts is its size at creation, and the bounds default to it. Checks that
-    need the host count (the GPU's instance type) are Terraform's."""
+    need the host count (the GPU's instance type) are Terraform's.
+
+    A pool that scales follows the routers' `gpuroute_pool_desired_backends{pool}`, where the
+    pool is a model: the backends that model should have in rotation in the region. So it
+    serves exactly one model, and no other pool of its region serves that model
+    (FleetConfig), or two groups would each grow to the model's whole pool."""
 
     gpu: GpuTypeName
     count: int = Field(ge=0, le=100_000)
@@ -36,6 +41,17 @@ class GpuPool(StrictModel):
     min_hosts: int | None = Field(default=None, ge=1)  # the policy cannot scale out from zero
     max_hosts: int | None = Field(default=None, ge=1)
     standby_hosts: int = Field(default=0, ge=0)  # warm hosts, ready to join the group
+
+    @property
+    def autoscales(self) -> bool:
+        """Whether the pool asks for a group that scales: standby hosts, or bounds other than
+        min_hosts = max_hosts. Without the host count (Terraform's) a single bound counts, as
+        a bound equal to the host count would be no use."""
+        if self.standby_hosts:
+            return True
+        if self.min_hosts is None and self.max_hosts is None:
+            return False
+        return self.min_hosts != self.max_hosts
 
     @model_validator(mode="after")
     def bounds_in_order(self) -> GpuPool:
@@ -53,6 +69,12 @@ class GpuPool(StrictModel):
                     f"standby_hosts ({standby}) is more than the group can grow by "
                     f"(max_hosts - min_hosts = {high - low}): those hosts would never serve"
                 )
+        if self.autoscales and len(set(self.models)) != 1:
+            raise ValueError(
+                f"a pool that scales (min_hosts, max_hosts or standby_hosts) serves exactly one "
+                f"model, the pool of the routers' desired backends it follows; it serves "
+                f"{self.models}"
+            )
         return self
 
 
@@ -94,6 +116,28 @@ class FleetConfig(DeclaresGpuTypes):
                 raise ValueError(f"region name {region.name!r} appears twice")
             seen.add(region.name)
         return regions
+
+    @model_validator(mode="after")
+    def one_pool_per_scaled_model(self) -> FleetConfig:
+        """No other pool of its region serves the model of a pool that scales: each group
+        would follow the routers' desired backends for the model's whole pool. Pools of
+        count 0 get no group (fleet-plan), so they do not count."""
+        for i, region in enumerate(self.regions):
+            pools = [(j, p) for j, p in enumerate(region.gpu_pools) if p.count > 0]
+            for j, pool in pools:
+                if not pool.autoscales:
+                    continue
+                for k, other in pools:
+                    shared = [m for m in pool.models if m in other.models]
+                    if k != j and shared:
+                        raise ValueError(
+                            f"regions[{i}].gpu_pools[{j}]: a pool that scales is the only "
+                            f"pool of its region serving its model, but "
+                            f"regions[{i}].gpu_pools[{k}] also serves {shared[0]!r} (each "
+                            f"group would follow the routers' desired backends for the "
+                            f"model's whole pool)"
+                        )
+        return self
 
     def region(self, name: str) -> Region:
         for region in self.regions:

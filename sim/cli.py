@@ -25,6 +25,7 @@ def register(sub) -> None:
     sim.set_defaults(run=_run)
     register_capacity(sub)
     register_plan(sub)
+    register_scaling(sub)
 
 
 def scenario_and_target(parser: argparse.ArgumentParser) -> None:
@@ -97,6 +98,36 @@ def register_plan(sub) -> None:
     plan.add_argument("--plot", metavar="PNG", help="plot the mixes tried: SLO met against cost")
     plan.add_argument("--quiet", action="store_true", help="no table")
     plan.set_defaults(run=_run_plan)
+
+
+def register_scaling(sub) -> None:
+    scaling = sub.add_parser(
+        "scaling",
+        help="a scenario's scaling pools against a fixed fleet: GPU-hours, SLO, flash crowds",
+    )
+    scaling.add_argument(
+        "--scenario", metavar="FILE", required=True, help="scenario TOML with [autoscale]"
+    )
+    scaling.add_argument(
+        "--fixed",
+        type=int,
+        required=True,
+        metavar="N",
+        help="engines of the fixed fleet to compare with (the peak-sized one)",
+    )
+    scaling.add_argument(
+        "--policy", default="default", metavar="NAME", help="routing policy (default: default)"
+    )
+    scaling.add_argument("--json", metavar="OUT", help="write the rows as JSON ('-' = stdout)")
+    scaling.set_defaults(run=_run_scaling)
+
+
+def _run_scaling(args: argparse.Namespace) -> int:
+    from gpuroute.sim.run import check_policies, resolve_scenario
+    from gpuroute.sim.scaling_report import run_scaling
+
+    check_policies([args.policy])
+    return run_scaling(resolve_scenario(args.scenario), args.fixed, args.policy, args.json)
 
 
 def _run_plan(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ count every engine from its boot to its power-off."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -86,20 +87,37 @@ class ScalingFleet:
 
     # -- start -------------------------------------------------------------------------------
     def start(self, now: float) -> None:
-        """Every pool at its first size: `initial_backends` active, its standby warm."""
+        """Every pool at its first size (`initial_backends`, else what the day's first rate
+        needs at the high mark, as a fleet that was running), its standby warm."""
         c, backends = self.config, self.run.scheduler.backends
-        initial = c.min_backends if c.initial_backends is None else c.initial_backends
-        for engines in self.pools.values():
+        for pool, engines in self.pools.items():
+            rate = self.first_rate(pool)
+            initial = self._first_size(pool, rate)
+            self.sizer.scaler.start(pool, now, rate, initial)
             for k, e in enumerate(engines):
                 backend = self.run.backends[e]
-                if k < initial:
+                if k < initial + c.standby_backends:
                     self.on_since[e] = now
-                elif k < initial + c.standby_backends:
-                    self.on_since[e] = now
-                    backends.set_state(backend, BackendState.STANDBY, now, TO_STANDBY)
+                    if k >= initial:
+                        backends.set_state(backend, BackendState.STANDBY, now, TO_STANDBY)
                 else:
                     backends.remove(backend.backend_id)
         self.run.heap.push(now, SCALE)
+
+    def first_rate(self, pool: str) -> float:
+        """The pool's arrival rate at the start: its share of the workload's rate, at the
+        daily shape's first hour."""
+        daily = self.run.scenario.workload.daily
+        share = self.run.scenario.model_mix().get(pool, 0.0)
+        level = float(daily.relative_rate(np.zeros(1))[0]) if daily is not None else 1.0
+        return self.run.peak_rps * share * level
+
+    def _first_size(self, pool: str, rate: float) -> int:
+        c = self.config
+        if c.initial_backends is not None:
+            return c.initial_backends
+        need = math.ceil(rate / (self.sizer.capacity(pool) * c.scale_up_utilisation) - 1e-9)
+        return min(max(need, c.min_backends), len(self.pools[pool]) - c.standby_backends)
 
     def seed_history(self, start: float) -> None:
         """The seasonal model's history: `history_days` earlier days of the workload's

@@ -62,7 +62,7 @@ class ArrivalRate:
     exponential averages with time constants): arrivals come in as counts at any spacing,
     so a router's ticks and the simulator's events read the same rate."""
 
-    __slots__ = ("_count", "_last", "_window", "rate", "slope", "trend_window")
+    __slots__ = ("_count", "_last", "_window", "primed", "rate", "slope", "trend_window")
 
     def __init__(self, window_s: float, trend_window_s: float) -> None:
         self._window, self.trend_window = window_s, trend_window_s
@@ -70,20 +70,28 @@ class ArrivalRate:
         self._last: float | None = None
         self.rate = 0.0  # requests/s
         self.slope = 0.0  # requests/s per second
+        self.primed = False  # an estimate exists (a first interval, or `start`)
+
+    def start(self, rate: float, now: float) -> None:
+        """Begin from a known rate (a fleet that was running before)."""
+        self.rate, self.primed, self._last, self._count = rate, True, now, 0.0
 
     def arrive(self, count: float = 1.0) -> None:
         self._count += count
 
     def update(self, now: float) -> float:
         """Fold in the arrivals since the last update; returns the smoothed rate."""
-        if self._last is None:
-            self._last = now
+        if self._last is None:  # arrivals before the first update span an unknown time
+            self._last, self._count = now, 0.0
             return self.rate
         dt = now - self._last
         if dt <= 0:
             return self.rate
         observed = self._count / dt
         self._count, self._last = 0.0, now
+        if self.primed is False:  # the first interval is the first estimate, not 0
+            self.rate, self.primed = observed, True
+            return self.rate
         keep = math.exp(-dt / self._window)
         before = self.rate
         # the trend carried over a gap may overshoot below zero after a burst: no rate is
@@ -212,6 +220,13 @@ class PoolScaler:
 
     def held(self, pool: str) -> None:
         self._pool(pool).held = True
+
+    def start(self, pool: str, now: float, rate_rps: float, active: int) -> None:
+        """A pool already running `active` backends at `rate_rps` (the simulator's warm
+        start; a router starts from what it sees)."""
+        state = self._pool(pool)
+        state.rate.start(rate_rps, now)
+        state.active, state.changed_at = active, now
 
     def pools(self) -> list[str]:
         return sorted(self._pools)

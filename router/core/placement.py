@@ -70,11 +70,18 @@ class AttemptLoop:
         trace: PickTrace | None = None,
     ) -> Placement:
         hold = self.holds is not None and not life.tried and life.info.holds
-        decision = self.scheduler.route(life, now, rng, prefer, trace=trace, hold_misses=hold)
+        # a more important request waiting for room gets it first: this one waits too
+        slo = life.info.slo
+        defer = hold and slo is not None and self.holds.waiting_before(slo)  # type: ignore[union-attr]
+        decision = self.scheduler.route(
+            life, now, rng, prefer, trace=trace, hold_misses=hold, defer=defer
+        )
         if (decision is None or not decision.booked) and self._promoted(life, now):
             # a warm standby backend came in: it may take the request now (one per
             # request: one that would miss even there does not bring in the whole pool)
-            decision = self.scheduler.route(life, now, rng, prefer, trace=trace, hold_misses=hold)
+            decision = self.scheduler.route(
+                life, now, rng, prefer, trace=trace, hold_misses=hold, defer=defer
+            )
         if decision is None:
             return Placement(Step.NONE)
         if not decision.booked:

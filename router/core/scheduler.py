@@ -110,6 +110,7 @@ class Scheduler:
         *,
         trace: PickTrace | None = None,
         hold_misses: bool = False,
+        defer: bool = False,
     ) -> Decision | None:
         """Choose a backend the request has not tried and book it there (on `life`); None
         when no backend can take it. `prefer` (a session's remembered backend) is taken over
@@ -117,7 +118,8 @@ class Scheduler:
         while it is predicted to meet the SLO); a wanted half-open probe still comes first.
         With a `trace`, each stage writes down what it did, before the booking. With
         `hold_misses`, a predicted SLO miss comes back unbooked (`booked=False`) for
-        admission to hold or refuse."""
+        admission to hold or refuse; with `defer` too, any pick does (more important
+        requests are waiting for room)."""
         chosen = self._choose_model(life, now, rng, prefer, trace)
         if chosen is None:
             return None
@@ -125,8 +127,8 @@ class Scheduler:
         cost = ctx.cost_on(backend)
         prediction, fits = verdict.prediction, verdict.fits
         model = ctx.request.model
-        if hold_misses and not fits:
-            self._turned_away = True
+        if hold_misses and (defer or not fits):
+            self._turned_away |= not fits
             return Decision(
                 backend, cost, count, reason, trace, prediction, fits=False, booked=False,
                 model=model,

@@ -32,6 +32,11 @@ class HoldQueue(AdmissionQueue):
     def __init__(self, classes: SloClasses, max_held: int = 1024) -> None:
         super().__init__(AdmissionSettings(priorities=tuple(classes.names()), max_queue=max_held))
 
+    def waiting_before(self, slo: SloClass) -> bool:
+        """Whether requests of a more important class than `slo` are held: room that frees
+        is theirs first, so one of `slo` arriving now waits its turn too."""
+        return any(self._waiting[: self.rank(slo.name)])
+
     def hold(self, item: Hashable, slo: SloClass, arrived_at: float, now: float) -> list[Shed]:
         """Hold `item` (of class `slo`, its TTFT clock started at `arrived_at`) while its
         TTFT budget lasts; returns who is refused for it: the newcomer itself (budget gone,

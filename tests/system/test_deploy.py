@@ -123,21 +123,52 @@ def test_tfvars_for_the_example_flow_through_the_plan_module(terraform, tmp_path
 
 def test_the_example_pools_pass_the_autoscaling_module(terraform, tmp_path) -> None:
     """fleet-plan's node groups for the example, fed to gpu-autoscaling as modules/region
-    feeds them: the autoscaling pool gets its bounds, warm pool and policy; the others stay
-    fixed at their host count."""
+    feeds them: the autoscaling pool gets its bounds, warm pool and a policy on its model's
+    desired backends (eu-west's only llama-3.1-8b group); the others stay fixed at their
+    host count."""
     groups = example_plan(terraform, tmp_path)["gpu_node_groups"]["value"]
+    assert [k for k in groups if k.startswith("eu-west/")] == ["eu-west/l4-0"]
     work = copy_module(TF / "modules" / "gpu-autoscaling", tmp_path)
     out = apply_offline(terraform, work, {"node_groups": groups, "drain": {"timeout_s": 60}})
     scaled = out["groups"]["value"]
-    l4 = scaled["eu-west/l4-1"]
-    assert (l4["min_size"], l4["desired_capacity"], l4["max_size"]) == (4, 8, 16)
+    l4 = scaled["eu-west/l4-0"]
+    assert (l4["min_size"], l4["desired_capacity"], l4["max_size"]) == (8, 16, 32)
     assert l4["warm_pool"]["min_size"] == 2 and l4["warm_pool"]["pool_state"] == "Running"
-    assert l4["scaling_policy"]["desired"]["dimensions"] == {"pool": "l4-1"}
-    fixed = {k: g for k, g in scaled.items() if k != "eu-west/l4-1"}
+    assert l4["pool"] == "llama-3.1-8b"
+    assert l4["scaling_policy"]["desired"]["dimensions"] == {"pool": "llama-3.1-8b"}
+    fixed = {k: g for k, g in scaled.items() if k != "eu-west/l4-0"}
     assert fixed and all(
         g["min_size"] == g["max_size"] == g["desired_capacity"] for g in fixed.values()
     )
     assert all(g["scaling_policy"] is None and g["warm_pool"] is None for g in fixed.values())
+
+
+def test_gpu_autoscaling_names_the_groups_that_break_the_one_group_per_model_rule(
+    terraform, tmp_path
+) -> None:
+    """An autoscaling group serves one model, which no other group of its region serves;
+    Terraform's errors name the groups (and the model they share)."""
+    work = copy_module(TF / "modules" / "gpu-autoscaling", tmp_path)
+    groups = {
+        "eu-west/a100-0": {"hosts": 1, "models": ["llama-3.1-8b", "llama-3.1-70b"]},
+        "eu-west/l4-1": {"hosts": 8, "min_hosts": 4, "max_hosts": 16, "models": ["llama-3.1-8b"]},
+        "us-east/l4-0": {"hosts": 2, "min_hosts": 1, "max_hosts": 4, "models": ["a", "b"]},
+        # the same model in another region is another pool; fixed groups may share one
+        "us-east/h100-1": {"hosts": 1, "models": ["llama-3.1-8b", "c"]},
+        "us-east/h100-2": {"hosts": 1, "models": ["c"]},
+    }
+    (work / "bad.tfvars.json").write_text(
+        json.dumps({"node_groups": groups, "drain": {"timeout_s": 60}})
+    )
+    tf(terraform, "init", "-backend=false", "-input=false", cwd=work)
+    plan = tf(terraform, "plan", "-no-color", "-input=false", "-var-file=bad.tfvars.json",
+              cwd=work, check=False)  # fmt: skip
+    assert plan.returncode != 0
+    errors = " ".join(plan.stderr.replace("│", " ").split())  # Terraform wraps its messages
+    assert "serves exactly one model" in errors and "us-east/l4-0 serves a, b." in errors
+    assert "No other GPU group of its region may serve the model of an autoscaling group" in errors
+    assert "eu-west/a100-0 and eu-west/l4-1 both serve llama-3.1-8b." in errors
+    assert errors.count("Invalid value for variable") == 2, errors
 
 
 # -- HCL invariants --------------------------------------------------------------------------
@@ -231,9 +262,8 @@ def test_tfvars_for_the_example_regions_file() -> None:
     assert regions["us-east"]["neighbours"] == ["eu-west", "ap-northeast"]
     assert regions["ap-northeast"]["neighbours"] == ["eu-west", "us-east"]
     assert regions["eu-west"]["gpu_pools"] == [
-        {"gpu": "A100", "count": 8, "models": ["llama-3.1-8b"]},
-        {"gpu": "L4", "count": 8, "models": ["llama-3.1-8b"],
-         "min_hosts": 4, "max_hosts": 16, "standby_hosts": 2},
+        {"gpu": "L4", "count": 16, "models": ["llama-3.1-8b"],
+         "min_hosts": 8, "max_hosts": 32, "standby_hosts": 2},
     ]  # fmt: skip
 
 
@@ -280,6 +310,12 @@ def pool(keys: str) -> str:
          "regions[0].gpu_pools[0]: standby_hosts needs min_hosts or max_hosts"),
         (region("aa") + pool("min_hosts = 0\nmax_hosts = 2\n"),
          "regions[0].gpu_pools[0].min_hosts: must be >= 1"),
+        (region("aa") + pool("max_hosts = 4\n").replace('["m"]', '["m", "n"]'),
+         "regions[0].gpu_pools[0]: a pool that scales (min_hosts, max_hosts or standby_hosts) "
+         "serves exactly one model"),
+        (region("aa") + pool("") + pool("min_hosts = 1\nmax_hosts = 4\n"),
+         "regions[0].gpu_pools[1]: a pool that scales is the only pool of its region serving "
+         "its model, but regions[0].gpu_pools[0] also serves 'm'"),
     ],
 )  # fmt: skip
 def test_tfvars_rejects_a_bad_regions_file_naming_file_and_key(tmp_path, text, message) -> None:

@@ -16,6 +16,7 @@ import pytest
 from support.terraform import TF, parsed, rendered_templates, resources
 
 REGION = TF / "modules" / "region"
+AUTOSCALING = TF / "modules" / "gpu-autoscaling"
 WATCHER = REGION / "files" / "gpuroute-lifecycle.sh"
 METRIC = "gpuroute_pool_desired_backends"
 
@@ -103,6 +104,38 @@ def test_the_policy_tracks_desired_backends_per_host_in_service() -> None:
     assert in_service["dimensions"] == [
         {"name": "AutoScalingGroupName", "value": "${aws_autoscaling_group.gpu[each.key].name}"}
     ]
+
+
+def test_the_policys_pool_is_the_model_its_group_serves() -> None:
+    """The routers export the desired backends per model pool (`pool` = the model), so the
+    policy's dimension is the group's model, never its name in the region (`l4-1`), and only
+    a group that is its model's one group in its region may scale on it."""
+    module = parsed(AUTOSCALING)
+    groups = module["locals"][0]["groups"]
+    pool = re.search(r"\bpool = (.+?), min = ", groups)
+    assert pool, groups
+    assert pool.group(1) == "length(distinct(g.models)) == 1 ? g.models[0] : null"
+    policy = module["output"][0]["groups"]["value"]
+    assert "pool = g.pool" in policy and "dimensions = {pool = g.pool}" in policy
+    node_groups = module["variable"][0]["node_groups"]
+    assert "models = list(string)" in node_groups["type"]
+    checks = [str(v["condition"]) for v in node_groups["validation"]]
+    scales = (
+        "coalesce(g.max_hosts, g.hosts) > coalesce(g.min_hosts, g.hosts) || g.standby_hosts > 0"
+    )
+    assert any("length(distinct(g.models)) != 1" in c and scales in c for c in checks)
+    shared = [c for c in checks if "setintersection(g.models, o.models)" in c]
+    assert len(shared) == 1 and scales in shared[0]
+    assert 'split("/", k2)[0] == split("/", k)[0]' in shared[0]  # within a region
+    # modules/region passes each group's models (fleet-plan's) and tags hosts with the pool
+    region_groups = next(
+        b["gpu_node_groups"] for b in parsed(REGION)["variable"] if "gpu_node_groups" in b
+    )
+    assert "models = list(string)" in region_groups["type"]
+    template = resources(REGION, "aws_launch_template")["gpu"]
+    tags = template["tag_specifications"][0]["tags"]
+    assert '"gpuroute:pool" = module.autoscaling.groups[each.key].pool' in tags
+    assert "if pool != null" in tags
 
 
 def test_the_routers_publish_the_metric_the_policies_read() -> None:

@@ -6,6 +6,12 @@
 # by the group's hosts in service, with target 1.0. Target tracking moves capacity in
 # proportion to the metric, so the group's capacity follows the desired size, clamped to
 # [min, max], through one rule; step scaling would need one step per possible size.
+#
+# A pool is a model: the routers export gpuroute_pool_desired_backends{pool="<model>"}, the
+# backends that should be in rotation for that model in the region (here one backend is one
+# host: gpu-node.sh runs one engine over all its GPUs). So an autoscaling group serves one
+# model and no other group of its region serves it (variables.tf): two groups would each
+# grow to the whole pool. Warm standby hosts are the group's static standby_hosts.
 
 locals {
   metric_name = "gpuroute_pool_desired_backends"
@@ -18,8 +24,9 @@ locals {
 
   groups = {
     for key, g in var.node_groups : key => {
-      # the pool label the routers export: the group's name within its region (`h100-0`)
-      pool    = reverse(split("/", key))[0]
+      # the model pool the group's hosts serve, the `pool` label the routers export
+      # (`llama-3.1-8b`); null for a fixed group serving several models (it has no policy)
+      pool    = length(distinct(g.models)) == 1 ? g.models[0] : null
       min     = coalesce(g.min_hosts, g.hosts)
       max     = coalesce(g.max_hosts, g.hosts)
       desired = g.hosts

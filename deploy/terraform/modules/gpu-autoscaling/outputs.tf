@@ -1,5 +1,5 @@
 output "groups" {
-  description = "Per node group: the pool label, the auto-scaling group's bounds and size at creation, its warm pool (null without standby hosts) and its scaling policy (null when min = max)."
+  description = "Per node group: the model pool its hosts serve (the routers' `pool` label; null for a fixed group serving several models), the auto-scaling group's bounds and size at creation, its warm pool (null without standby hosts) and its scaling policy (null when min = max), which follows that pool's desired backends."
   value = {
     for key, g in local.groups : key => {
       pool             = g.pool
@@ -22,6 +22,8 @@ output "groups" {
         policy_type               = "TargetTrackingScaling"
         target_value              = 1
         estimated_instance_warmup = var.instance_warmup_s
+        # the desired backends of the group's model: an autoscaling group serves exactly
+        # one, and no other group of its region serves it (variables.tf)
         desired = {
           id          = "desired"
           namespace   = var.metric_namespace

@@ -44,11 +44,11 @@ resource "aws_launch_template" "gpu" {
 
   tag_specifications {
     resource_type = "instance"
+    # gpuroute:pool: the model pool the host serves (none in a fixed group serving several)
     tags = merge(local.tags, {
       Name            = "gpuroute-${var.name}-${each.value.gpu}"
       "gpuroute:role" = "gpu"
-      "gpuroute:pool" = module.autoscaling.groups[each.key].pool
-    })
+    }, { for k, pool in { "gpuroute:pool" = module.autoscaling.groups[each.key].pool } : k => pool if pool != null })
   }
 }
 

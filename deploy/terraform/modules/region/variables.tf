@@ -147,7 +147,7 @@ variable "wan_peer_cidrs" {
 }
 
 variable "gpu_node_groups" {
-  description = "This region's GPU node groups (fleet-plan output gpu_node_groups filtered to the region). hosts is each group's size at creation; min_hosts and max_hosts (default hosts) bound it, and above min a policy follows the routers' desired backends; standby_hosts wait warm (modules/gpu-autoscaling checks them)."
+  description = "This region's GPU node groups (fleet-plan output gpu_node_groups filtered to the region). hosts is each group's size at creation; min_hosts and max_hosts (default hosts) bound it, and above min a policy follows the routers' desired backends for the group's model (an autoscaling group serves one model, which no other group of the region serves); standby_hosts wait warm (modules/gpu-autoscaling checks them)."
   type = map(object({
     region        = string
     gpu           = string

@@ -9,7 +9,7 @@ variables {
       azs          = ["us-east-1a", "us-east-1b", "us-east-1c"]
       neighbours   = ["eu-west", "ap-northeast"]
       gpu_pools = [
-        { gpu = "H100", count = 4, models = ["llama-3.1-8b"] },
+        { gpu = "H100", count = 4, models = ["llama-3.1-70b"] },
         { gpu = "L4", count = 3, models = ["llama-3.1-8b"], zone = "us-east-1c", min_hosts = 2, max_hosts = 8, standby_hosts = 1 },
       ]
     }
@@ -106,6 +106,11 @@ run "gpu_pools_become_node_groups" {
   assert {
     condition     = output.gpu_node_groups["us-east/l4-1"].min_hosts == 2 && output.gpu_node_groups["us-east/l4-1"].max_hosts == 8 && output.gpu_node_groups["us-east/l4-1"].standby_hosts == 1
     error_message = "autoscaling bounds and standby hosts pass through to the node group"
+  }
+
+  assert {
+    condition     = output.gpu_node_groups["us-east/l4-1"].models == tolist(["llama-3.1-8b"]) && output.gpu_node_groups["us-east/h100-0"].models == tolist(["llama-3.1-70b"])
+    error_message = "the models pass through: modules/gpu-autoscaling names an autoscaling group's pool after its one model"
   }
 
   assert {

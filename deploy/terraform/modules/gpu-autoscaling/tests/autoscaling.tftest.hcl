@@ -4,11 +4,14 @@
 variables {
   node_groups = {
     # a fixed group: no bounds given
-    "us-east/a100-1" = { hosts = 1 }
-    # an autoscaling group with two warm hosts
-    "us-east/h100-0" = { hosts = 2, min_hosts = 1, max_hosts = 6, standby_hosts = 2 }
-    # autoscaling, no standby
-    "eu-west/l4-1" = { hosts = 8, min_hosts = 4, max_hosts = 16 }
+    "us-east/a100-1" = { hosts = 1, models = ["llama-3.1-70b"] }
+    # an autoscaling group with two warm hosts: the only group of us-east on its model
+    "us-east/h100-0" = { hosts = 2, min_hosts = 1, max_hosts = 6, standby_hosts = 2, models = ["llama-3.1-8b"] }
+    # autoscaling, no standby: the same model in another region is another pool
+    "eu-west/l4-1" = { hosts = 8, min_hosts = 4, max_hosts = 16, models = ["llama-3.1-8b"] }
+    # a fixed group may serve several models, and share them with other fixed groups
+    "eu-west/a100-0" = { hosts = 1, models = ["llama-3.1-70b", "qwen-2.5-72b"] }
+    "eu-west/h100-2" = { hosts = 1, models = ["qwen-2.5-72b"] }
   }
   drain = { timeout_s = 60 }
 }
@@ -36,8 +39,18 @@ run "the_autoscaling_group_spans_min_to_max" {
   }
 
   assert {
-    condition     = output.groups["us-east/h100-0"].pool == "h100-0" && output.groups["eu-west/l4-1"].pool == "l4-1"
-    error_message = "the pool label is the group's name within its region"
+    condition     = output.groups["us-east/h100-0"].pool == "llama-3.1-8b" && output.groups["eu-west/l4-1"].pool == "llama-3.1-8b"
+    error_message = "the pool label is the model the group serves, as the routers export it"
+  }
+
+  assert {
+    condition     = output.groups["us-east/a100-1"].pool == "llama-3.1-70b" && output.groups["eu-west/a100-0"].pool == null
+    error_message = "a fixed group on one model is in that model's pool; one serving several is in none"
+  }
+
+  assert {
+    condition     = output.groups["eu-west/a100-0"].scaling_policy == null && output.groups["eu-west/h100-2"].scaling_policy == null
+    error_message = "fixed groups sharing a model have no policy, so they may share it"
   }
 
   assert {
@@ -59,10 +72,10 @@ run "the_policy_follows_the_routers_desired_backends" {
       id          = "desired"
       namespace   = "gpuroute"
       metric_name = "gpuroute_pool_desired_backends"
-      dimensions  = { pool = "h100-0" }
+      dimensions  = { pool = "llama-3.1-8b" }
       stat        = "Maximum"
     }
-    error_message = "the routers' metric for this pool, the Maximum over routers (they all export the same number)"
+    error_message = "the routers' metric for the group's model, the Maximum over routers (they all export the same number)"
   }
 
   assert {
@@ -81,8 +94,8 @@ run "the_policy_follows_the_routers_desired_backends" {
   }
 
   assert {
-    condition     = output.groups["eu-west/l4-1"].scaling_policy.desired.dimensions == { pool = "l4-1" } && output.groups["eu-west/l4-1"].scaling_policy.estimated_instance_warmup == 600
-    error_message = "each group tracks its own pool"
+    condition     = output.groups["eu-west/l4-1"].scaling_policy.desired.dimensions == { pool = "llama-3.1-8b" } && output.groups["eu-west/l4-1"].scaling_policy.estimated_instance_warmup == 600
+    error_message = "each group tracks its model's pool (CloudWatch is per AWS region: the eu-west routers' llama-3.1-8b)"
   }
 }
 
@@ -136,7 +149,7 @@ run "min_above_max_is_rejected" {
   command = plan
 
   variables {
-    node_groups = { "us-east/h100-0" = { hosts = 2, min_hosts = 4, max_hosts = 3 } }
+    node_groups = { "us-east/h100-0" = { hosts = 2, min_hosts = 4, max_hosts = 3, models = ["m"] } }
   }
 
   expect_failures = [var.node_groups]
@@ -146,7 +159,7 @@ run "standby_beyond_what_the_group_can_grow_by_is_rejected" {
   command = plan
 
   variables {
-    node_groups = { "us-east/h100-0" = { hosts = 2, min_hosts = 1, max_hosts = 3, standby_hosts = 3 } }
+    node_groups = { "us-east/h100-0" = { hosts = 2, min_hosts = 1, max_hosts = 3, standby_hosts = 3, models = ["m"] } }
   }
 
   expect_failures = [var.node_groups]
@@ -156,7 +169,7 @@ run "standby_on_a_fixed_group_is_rejected" {
   command = plan
 
   variables {
-    node_groups = { "us-east/h100-0" = { hosts = 2, standby_hosts = 1 } }
+    node_groups = { "us-east/h100-0" = { hosts = 2, standby_hosts = 1, models = ["m"] } }
   }
 
   expect_failures = [var.node_groups]
@@ -166,7 +179,7 @@ run "hosts_outside_the_bounds_are_rejected" {
   command = plan
 
   variables {
-    node_groups = { "eu-west/l4-0" = { hosts = 16, min_hosts = 1, max_hosts = 4 } }
+    node_groups = { "eu-west/l4-0" = { hosts = 16, min_hosts = 1, max_hosts = 4, models = ["m"] } }
   }
 
   expect_failures = [var.node_groups]
@@ -176,7 +189,7 @@ run "a_group_that_can_reach_zero_is_rejected" {
   command = plan
 
   variables {
-    node_groups = { "eu-west/l4-0" = { hosts = 1, min_hosts = 0, max_hosts = 4 } }
+    node_groups = { "eu-west/l4-0" = { hosts = 1, min_hosts = 0, max_hosts = 4, models = ["m"] } }
   }
 
   expect_failures = [var.node_groups]
@@ -186,7 +199,7 @@ run "fractional_hosts_are_rejected" {
   command = plan
 
   variables {
-    node_groups = { "eu-west/l4-0" = { hosts = 2, min_hosts = 1, max_hosts = 4.5 } }
+    node_groups = { "eu-west/l4-0" = { hosts = 2, min_hosts = 1, max_hosts = 4.5, models = ["m"] } }
   }
 
   expect_failures = [var.node_groups]
@@ -200,4 +213,73 @@ run "a_drain_longer_than_a_hook_can_wait_is_rejected" {
   }
 
   expect_failures = [var.drain]
+}
+
+run "an_autoscaling_group_serving_two_models_is_rejected" {
+  command = plan
+
+  variables {
+    node_groups = { "us-east/h100-0" = { hosts = 2, min_hosts = 1, max_hosts = 6, models = ["llama-3.1-8b", "llama-3.1-70b"] } }
+  }
+
+  expect_failures = [var.node_groups]
+}
+
+run "an_autoscaling_group_serving_no_model_is_rejected" {
+  command = plan
+
+  variables {
+    node_groups = { "us-east/h100-0" = { hosts = 2, min_hosts = 1, max_hosts = 6, models = [] } }
+  }
+
+  expect_failures = [var.node_groups]
+}
+
+run "a_fixed_group_on_the_model_of_an_autoscaling_group_is_rejected" {
+  command = plan
+
+  variables {
+    node_groups = {
+      "eu-west/a100-0" = { hosts = 1, models = ["llama-3.1-8b", "llama-3.1-70b"] }
+      "eu-west/l4-1"   = { hosts = 8, min_hosts = 4, max_hosts = 16, models = ["llama-3.1-8b"] }
+    }
+  }
+
+  expect_failures = [var.node_groups]
+}
+
+run "two_autoscaling_groups_on_one_model_are_rejected" {
+  command = plan
+
+  variables {
+    node_groups = {
+      "eu-west/l4-0" = { hosts = 8, min_hosts = 4, max_hosts = 16, models = ["llama-3.1-8b"] }
+      "eu-west/l4-1" = { hosts = 2, min_hosts = 1, max_hosts = 4, models = ["llama-3.1-8b"] }
+    }
+  }
+
+  expect_failures = [var.node_groups]
+}
+
+run "a_group_with_standby_hosts_on_a_shared_model_is_rejected" {
+  command = plan
+
+  variables {
+    node_groups = {
+      "eu-west/a100-0" = { hosts = 1, models = ["llama-3.1-8b"] }
+      "eu-west/l4-1"   = { hosts = 4, min_hosts = 4, max_hosts = 8, standby_hosts = 1, models = ["llama-3.1-8b"] }
+    }
+  }
+
+  expect_failures = [var.node_groups]
+}
+
+run "a_key_without_its_region_is_rejected" {
+  command = plan
+
+  variables {
+    node_groups = { "l4-1" = { hosts = 1, models = ["llama-3.1-8b"] } }
+  }
+
+  expect_failures = [var.node_groups]
 }
