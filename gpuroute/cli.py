@@ -40,7 +40,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Run a tier", ("router", "agent", "global")),
     ("Operate", ("explain", "admin", "usage", "scale")),
     ("Try it on one machine", ("demo", "fake-engine")),
-    ("Plan and measure", ("sim", "capacity", "plan", "bench")),
+    ("Plan and measure", ("sim", "capacity", "plan", "scaling", "bench")),
     ("Configure and deploy", ("check-config", "tfvars")),
 )
 
