@@ -143,16 +143,15 @@ async def scaled(router_url: str, admin_url: str, token: str, consul: str, workd
     """The local executor and `gpuroute scale`'s loop around the traffic."""
     settings = LocalFleetSettings(consul=consul, workdir=workdir / "hosts", max_hosts=5,
                                   boot_delay_s=BOOT_DELAY_S)  # fmt: skip
-    local = LocalFleet(settings)
-    await local.start()
-    stop = asyncio.Event()
-    scaler = Scaler([RouterAdmin(admin_url, token)], local)
-    loop = asyncio.create_task(scaler.run(stop))
+    local, stop, loop = LocalFleet(settings), asyncio.Event(), None
     try:
+        await local.start()
+        loop = asyncio.create_task(Scaler([RouterAdmin(admin_url, token)], local).run(stop))
         return await drive(router_url, admin_url, token, local, burst_s)
     finally:
         stop.set()
-        await loop
+        if loop is not None:
+            await loop
         await local.close()
 
 

@@ -123,6 +123,8 @@ class LocalFleet:
         """Every host stopped (agents drain and deregister on SIGTERM)."""
         if self._loop is not None:
             self._loop.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop
         async with self._lock:
             for host in self.hosts:
                 host.cancelled.set()  # a booting host's own task stops it
