@@ -17,6 +17,10 @@ demo: $(STAMP)
 	$(BIN)/gpuroute demo
 	$(BIN)/gpuroute demo --global
 	$(BIN)/gpuroute demo --global --secure
+	@# hosts that come and go register in Consul: without it (`make consul` builds it), skipped
+	@if $(BIN)/python -c "from gpuroute.testbed.consul_dev import consul_binary as c; raise SystemExit(c() is None)"; \
+		then $(BIN)/gpuroute demo --autoscale; \
+		else echo "make demo: gpuroute demo --autoscale needs Consul (make consul); skipped"; fi
 	$(BIN)/gpuroute sim
 
 # The components below are installed once (the first run takes ~15-25 min, most of it vLLM and

@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "gpuroute.demo.cli",
     "gpuroute.testbed.cli",
     "gpuroute.fleet_cli",
+    "gpuroute.scale_cli",
 )
 
 
@@ -37,7 +38,7 @@ ABOUT = (
 # How `gpuroute --help` groups the commands; one not listed here shows under "Other".
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Run a tier", ("router", "agent", "global")),
-    ("Operate", ("explain", "admin", "usage")),
+    ("Operate", ("explain", "admin", "usage", "scale")),
     ("Try it on one machine", ("demo", "fake-engine")),
     ("Plan and measure", ("sim", "capacity", "plan", "scaling", "bench")),
     ("Configure and deploy", ("check-config", "tfvars")),

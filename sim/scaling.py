@@ -7,8 +7,9 @@ short of its active size takes its warm standby into service at once (a warm poo
 boots engines: each joins after `boot_s + model_load_s`, in slow start, or as standby
 while the active size is met. A pool over its size stops booting ones first, then its
 standby, then drains active ones (least busy first): they take nothing new and power off
-once empty, so scale-in loses no request. GPU-hours count every engine from its boot to
-its power-off."""
+once empty, so scale-in loses no request. An active engine beyond the size goes back to
+standby while standby is short (router/core/scale_targets.py follow_plan). GPU-hours
+count every engine from its boot to its power-off."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from gpuroute.router.autoscale_config import AutoscaleConfig
 from gpuroute.router.core.autoscale import AutoscaleSettings, PoolSize
 from gpuroute.router.core.backend import ROUTABLE_STATES, BackendState
 from gpuroute.router.core.fleet_sizer import FleetSizer
+from gpuroute.router.core.scale_targets import PoolTarget, follow_plan
 from gpuroute.router.core.seasonal import SeasonalSettings
 from gpuroute.router.core.standby import PROMOTED, StandbyRotation
 from pydantic import Field
@@ -175,17 +177,28 @@ class ScalingFleet:
 
     # -- following the sizer -----------------------------------------------------------------
     def follow(self, pool: str, engines: list[int], size: PoolSize, now: float) -> None:
+        """One step toward the pool's size, as an autoscaling group takes it (follow_plan)."""
         backends = self.run.scheduler.backends
-        rotation = self._in_rotation(engines)
-        standby = self._standby(engines)
-        for e in standby[: max(size.active - len(rotation), 0)]:  # the warm pool goes in
-            backends.set_state(self.run.backends[e], BackendState.READY, now, IN_SERVICE)
         rotation, standby = self._in_rotation(engines), self._standby(engines)
-        powered = len(rotation) + len(standby) + len(self.booting.keys() & set(engines))
-        if powered < size.desired:
-            self._boot(engines, size.desired - powered, now)
-        elif powered > size.desired:
-            self._shed(engines, powered - size.desired, size, now)
+        booting = self.booting.keys() & set(engines)
+        plan = follow_plan(
+            len(rotation), len(standby), len(booting), PoolTarget(size.active, size.standby)
+        )
+        for e in standby[: plan.activate]:  # the warm pool goes in
+            backends.set_state(self.run.backends[e], BackendState.READY, now, IN_SERVICE)
+        rotation = self._in_rotation(engines)
+        least_busy = sorted(rotation, key=lambda e: (self.run.backends[e].in_flight, -e))
+        for e in least_busy[: plan.to_standby]:  # they finish what they have
+            backends.set_state(self.run.backends[e], BackendState.STANDBY, now, TO_STANDBY)
+        self._boot(engines, plan.boot, now)
+        for e in sorted(booting, key=self.booting.get, reverse=True)[: plan.cancel]:
+            del self.booting[e]
+            self._account(e, now)
+        for e in standby[plan.activate :][::-1][: plan.stop_standby]:
+            self._power_off(e, now)
+        for e in least_busy[plan.to_standby :][: plan.drain]:
+            backends.set_state(self.run.backends[e], BackendState.DRAINING, now, SCALE_IN)
+            self.finished(e, now)
         active, warm = len(self._in_rotation(engines)), len(self._standby(engines))
         self.timeline.append((now, pool, active, warm))
 
@@ -213,25 +226,6 @@ class ScalingFleet:
             self.on_since[e] = now
             self.booting[e] = now + self.config.boot_s + self.config.model_load_s
             self.run.heap.push(self.booting[e], BOOTED, e)
-
-    def _shed(self, engines: list[int], count: int, size: PoolSize, now: float) -> None:
-        for e in sorted(self.booting.keys() & set(engines), key=self.booting.get, reverse=True):
-            if count == 0:
-                return
-            del self.booting[e]
-            self._account(e, now)
-            count -= 1
-        surplus_standby = len(self._standby(engines)) - size.standby
-        for e in self._standby(engines)[::-1][: max(min(surplus_standby, count), 0)]:
-            self._power_off(e, now)
-            count -= 1
-        rotation = self._in_rotation(engines)
-        extra = min(count, len(rotation) - size.active)
-        victims = sorted(rotation, key=lambda e: (self.run.backends[e].in_flight, -e))[:extra]
-        for e in victims:
-            backend = self.run.backends[e]
-            self.run.scheduler.backends.set_state(backend, BackendState.DRAINING, now, SCALE_IN)
-            self.finished(e, now)
 
     def _power_off(self, e: int, now: float) -> None:
         backend = self.run.backends[e]

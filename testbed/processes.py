@@ -124,10 +124,12 @@ def start_engine(
     model: str | None = None,
     tensor_parallel: int = 1,
     specs: Path | None = None,
+    served_name: str | None = None,
 ) -> Child:
     """`token_interval_ms`: one token per SSE event, this far apart (relay benchmarks);
     `model`: the shape it runs and the name it serves (default: the fake engine's);
-    `specs`: a file whose [[gpu_types]] and [[models]] declare `gpu` and `model`."""
+    `specs`: a file whose [[gpu_types]] and [[models]] declare `gpu` and `model`;
+    `served_name`: the name it serves instead of `model`'s."""
     port = free_port()
     cmd = [
         sys.executable, "-m", "gpuroute.cli", "fake-engine", "--gpu", gpu, "--port", str(port),
@@ -142,6 +144,8 @@ def start_engine(
         cmd += ["--tensor-parallel", str(tensor_parallel)]
     if specs is not None:
         cmd += ["--specs", str(specs)]
+    if served_name is not None:
+        cmd += ["--served-name", served_name]
     return spawn(f"engine-{index}-{gpu}", cmd, workdir, port, cpu=cpu)
 
 

@@ -94,7 +94,8 @@ class ArrivalRate:
             return self.rate
         keep = math.exp(-dt / self._window)
         before = self.rate
-        self.rate = keep * (before + self.slope * dt) + (1 - keep) * observed
+        # the trend carried over a gap may overshoot below zero after a burst: no rate is
+        self.rate = max(keep * (before + self.slope * dt) + (1 - keep) * observed, 0.0)
         keep_slope = math.exp(-dt / self.trend_window)
         self.slope = keep_slope * self.slope + (1 - keep_slope) * (self.rate - before) / dt
         return self.rate

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -106,3 +107,20 @@ def test_replicas_bench_compares_shared_and_independent(tmp_path) -> None:
     # the result: independent over shared (not the other way round), from the raw latencies
     ratio = np.percentile(independent["_e2e"], 99) / np.percentile(shared["_e2e"], 99)
     assert report["p99_independent_over_shared"] == pytest.approx(ratio, abs=1e-3)
+
+
+def test_autoscale_demo_brings_hosts_in_for_a_burst_and_drains_them_after() -> None:
+    components.consul()
+    result = run("demo", "--autoscale", "--seconds", "10", timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = [[c.strip() for c in ln.split("│")[1:-1]] for ln in result.stdout.splitlines()
+            if ln.startswith("│")]  # fmt: skip
+    # time, rate, desired (+ standby), in rotation, standby, hosts running, booting, draining
+    assert max(int(r[3]) for r in rows) >= 3 and max(int(r[5]) for r in rows) >= 4
+    assert rows[-1][2:] == ["1 + 1", "1", "1", "2", "0", "0"]  # back to the floor
+    # the initial host, its standby and two boots; at least the two surplus hosts drained
+    # (a rate that wavers in the quiet may boot and stop one more)
+    started, stopped = map(int, re.search(r"hosts started (\d+), drained and stopped (\d+)",
+                                          result.stdout).groups())  # fmt: skip
+    assert started >= 4 and stopped >= 2 and started - stopped == 2
+    assert "requests sent, 0 failed" in result.stdout

@@ -16,8 +16,8 @@ def test_every_benchmark_argument_set_has_a_run_and_no_run_is_orphaned() -> None
 def test_each_package_registers_its_commands() -> None:
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     assert set(sub.choices) == {
-        "router", "explain", "admin", "usage", "global", "agent", "sim", "capacity", "plan", "scaling",
-        "bench", "demo", "fake-engine", "check-config", "tfvars",
+        "router", "explain", "admin", "usage", "global", "agent", "sim", "capacity", "plan",
+        "bench", "demo", "fake-engine", "check-config", "tfvars", "scale", "scaling",
     }  # fmt: skip
     args = build_parser().parse_args(["bench", "live", "--baselines", "none"])
     assert args.baselines == "none" and callable(args.run)
