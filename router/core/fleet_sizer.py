@@ -87,6 +87,9 @@ class FleetSizer:
         """Each pool's size now (`region_rps`: the region's arrival rates, where replicas
         pool theirs), after sending back the standby backends of quiet pools."""
         self._now = now
+        if self.standby is not None:
+            for model in self.standby.take_wanted():  # a promotion is a hold avoided
+                self.scaler.held(model)
         sizes = {}
         for pool in self.pools():
             rotation = self.scheduler.backends.routable(pool)

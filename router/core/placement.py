@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import enum
+import math
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +23,12 @@ from gpuroute.router.core.retry import FailureKind, RetryBudget, Verdict
 from gpuroute.router.core.scheduler import Decision, Scheduler
 from gpuroute.router.core.slo_admission import OFFERS_PER_EVENT, HoldQueue
 from gpuroute.router.core.standby import StandbyRotation
+
+# a class counts as in the traffic this long after one of its requests was placed
+PRESENT_S = 10.0
+# and a less important request may then be placed where it waits at most this share of
+# that class's TTFT budget: the rest is the more important class's headroom
+QUEUE_SHARE = 0.25
 
 
 class Step(enum.Enum):
@@ -61,6 +68,7 @@ class AttemptLoop:
         self.holds = holds  # None: predicted misses are sent (no SLO-aware admission)
         self.standby = standby  # warm backends brought in before a request would wait
         self._pressed: dict[int, float] = {}  # class rank -> until when one was held
+        self._seen: dict[int, tuple[float, float]] = {}  # class rank -> (last seen, TTFT)
 
     def route(
         self,
@@ -72,20 +80,21 @@ class AttemptLoop:
     ) -> Placement:
         hold = self.holds is not None and not life.tried and life.info.holds
         defer = hold and self._behind(life, now)
+        cap = self._cap(life, now) if hold else math.inf
         decision = self.scheduler.route(
-            life, now, rng, prefer, trace=trace, hold_misses=hold, defer=defer
+            life, now, rng, prefer, trace=trace, hold_misses=hold, defer=defer, ttft_cap=cap
         )
         if (decision is None or not decision.booked) and self._promoted(life, now):
             # a warm standby backend came in: it may take the request now (one per
             # request: one that would miss even there does not bring in the whole pool)
             decision = self.scheduler.route(
-                life, now, rng, prefer, trace=trace, hold_misses=hold, defer=defer
+                life, now, rng, prefer, trace=trace, hold_misses=hold, defer=defer, ttft_cap=cap
             )
         if decision is None:
             return Placement(Step.NONE)
         if not decision.booked:
             return Placement(Step.HOLD, decision, self._hold(life, now))
-        self.sent(life, decision)
+        self.sent(life, decision, now)
         return Placement(Step.SEND, decision)
 
     def _behind(self, life: RequestLifetime, now: float) -> bool:
@@ -100,6 +109,20 @@ class AttemptLoop:
         rank = self.holds.rank(slo.name)
         return any(until > now for r, until in self._pressed.items() if r < rank)
 
+    def _cap(self, life: RequestLifetime, now: float) -> float:
+        """The first-token wait a request may be placed at: engines serve their queues in
+        order, so while a more important class is in the traffic (one was placed within
+        PRESENT_S), a less important request that would wait longer than QUEUE_SHARE of
+        that class's TTFT budget waits in the hold queue instead, where the more
+        important overtake it, rather than in an engine's queue, where they would wait
+        behind it."""
+        slo = life.info.slo
+        if slo is None or self.holds is None:
+            return math.inf
+        rank = self.holds.rank(slo.name)
+        caps = [t for r, (at, t) in self._seen.items() if r < rank and now - at <= PRESENT_S]
+        return QUEUE_SHARE * min(caps, default=math.inf)
+
     def _promoted(self, life: RequestLifetime, now: float) -> bool:
         """No backend in rotation would serve it in time (or at all): bring in a warm
         standby one for its model, if there is one (before it waits or is refused)."""
@@ -107,9 +130,14 @@ class AttemptLoop:
             return False
         return self.standby.promote(life.info.model, now) is not None
 
-    def sent(self, life: RequestLifetime, decision: Decision) -> None:
+    def sent(self, life: RequestLifetime, decision: Decision, now: float | None = None) -> None:
         life.move(Event.PLACE)
         life.tried.add(decision.backend.backend_id)
+        slo = life.info.slo
+        if now is not None and slo is not None and self.holds is not None:
+            # its class is in the traffic and served: less important ones leave it room (a
+            # class no backend can serve in time caps nobody)
+            self._seen[self.holds.rank(slo.name)] = (now, slo.ttft_s)
 
     def _hold(self, life: RequestLifetime, now: float) -> tuple[Shed, ...]:
         assert self.holds is not None
@@ -137,10 +165,13 @@ class AttemptLoop:
             if unplaced is not None and rank > unplaced:
                 return  # the room it did not find is not for less important ones either
             trace = PickTrace() if traced else None
-            decision = self.scheduler.route(life, now, rng, trace=trace, hold_misses=True)
+            cap = self._cap(life, now)
+            decision = self.scheduler.route(
+                life, now, rng, trace=trace, hold_misses=True, ttft_cap=cap
+            )
             if decision is not None and decision.booked:
                 self.holds.take(life, now)
-                self.sent(life, decision)
+                self.sent(life, decision, now)
                 yield life, decision
             elif unplaced is None:
                 unplaced = rank

@@ -7,6 +7,7 @@ finish() releases it at end-of-stream and feeds what was learned back (costs, he
 from __future__ import annotations
 
 import enum
+import math
 import random
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -111,6 +112,7 @@ class Scheduler:
         trace: PickTrace | None = None,
         hold_misses: bool = False,
         defer: bool = False,
+        ttft_cap: float = math.inf,
     ) -> Decision | None:
         """Choose a backend the request has not tried and book it there (on `life`); None
         when no backend can take it. `prefer` (a session's remembered backend) is taken over
@@ -119,8 +121,9 @@ class Scheduler:
         With a `trace`, each stage writes down what it did, before the booking. With
         `hold_misses`, a predicted SLO miss comes back unbooked (`booked=False`) for
         admission to hold or refuse; with `defer` too, any pick does (more important
-        requests are waiting for room)."""
-        chosen = self._choose_model(life, now, rng, prefer, trace)
+        requests are waiting for room). `ttft_cap` bounds the predicted TTFT a fit may
+        have, whatever the request's own class allows."""
+        chosen = self._choose_model(life, now, rng, prefer, trace, ttft_cap)
         if chosen is None:
             return None
         ctx, backend, reason, verdict, count = chosen
@@ -147,6 +150,7 @@ class Scheduler:
         rng: random.Random,
         prefer: str | None,
         trace: PickTrace | None,
+        ttft_cap: float = math.inf,
     ) -> tuple[PickContext, Backend, PickReason, Verdict, int] | None:
         """The pick for the request's model, or for the first of its fallbacks that has a
         candidate predicted to meet the SLO when the model has none (no healthy backend, or
@@ -159,6 +163,7 @@ class Scheduler:
             if not candidates:
                 continue
             ctx = self.context(request, now, rng, prefer, trace)
+            ctx.ttft_cap = ttft_cap
             if trace is not None and trace.full and not self.policy.traces_scores:
                 # scored before the pick: a policy may learn from its pick (prefix_affinity)
                 for b in candidates:

@@ -31,6 +31,7 @@ class StandbyRotation:
         self.releases = 0
         # per pool (model) the backends came into or left: each of a backend's models counts
         self.promoted_into: Counter[str] = Counter()
+        self.wanted: set[str] = set()  # models a promotion served since `take_wanted`
         self.released_from: Counter[str] = Counter()
 
     def waiting(self, model: str) -> list[Backend]:
@@ -48,7 +49,14 @@ class StandbyRotation:
         self._quiet_since[backend.backend_id] = None
         self.promotions += 1
         self.promoted_into.update(backend.models)
+        self.wanted.add(model)
         return backend
+
+    def take_wanted(self) -> set[str]:
+        """The models that needed a standby backend since the last call: their pools are
+        short, as surely as if a request had been held (the sizer grows them)."""
+        wanted, self.wanted = self.wanted, set()
+        return wanted
 
     def promoted(self) -> list[str]:
         return sorted(self._quiet_since)

@@ -10,6 +10,7 @@ context carries a `PickTrace`, each stage writes down what it did, for the decis
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -87,6 +88,7 @@ class PickContext:
         "shortlist",
         "slo",
         "trace",
+        "ttft_cap",
     )
 
     def __init__(
@@ -110,6 +112,9 @@ class PickContext:
         self.trace = trace  # each stage's record, when the pick is to be explained
         self.shortlist: Shortlist | None = None  # what the filter stage kept (its predictions)
         self.slo = request.slo or STANDARD  # a request no front classified
+        # the longest wait for a first token this pick may create (a more important class
+        # is in the traffic: the queue it would deepen is one that class may wait in)
+        self.ttft_cap = math.inf
         self.expected_output = estimator.expected_output(
             request.model, request.max_tokens, request.prompt_tokens
         )

@@ -160,7 +160,8 @@ class SloAware(PolicyBase):
             if margin is None:
                 key = margin_key(b.gpu_type, slo.name)
                 margin = margins[b.gpu_type] = self.margins.of(key, now)
-            ttft_bound, tpot_bound = slo.ttft_s * margin - waited, slo.tpot_s * margin
+            ttft_bound = min(slo.ttft_s * margin - waited, ctx.ttft_cap * margin)
+            tpot_bound = slo.tpot_s * margin
             if p.ttft_s <= ttft_bound and p.tpot_s <= tpot_bound:
                 fits[b] = p
             if trace is not None:
