@@ -174,7 +174,7 @@ class Forwarder:
         if placement.step is Step.HOLD:
             if all(shed.item is not life for shed in placement.refused):
                 self.decisions.held(info, emit=emit)
-            decision = await self.slo.hold(life, placement.refused)  # or Rejection (429)
+            decision = await self.slo.hold(life, placement.refused, short=not placement.yielded)
             self.decisions.decision(info, decision, attempt, emit=emit)
         backend = decision.backend
         if self.sessions is not None and info.session_id and backend.backend_id != remembered:

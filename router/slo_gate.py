@@ -80,7 +80,9 @@ class SloGate:
         rank = self.classes.rank
         return wanted if rank[wanted.name] >= rank[base.name] else base
 
-    async def hold(self, life: RequestLifetime, refused: Iterable[Shed] = ()) -> Decision:
+    async def hold(
+        self, life: RequestLifetime, refused: Iterable[Shed] = (), *, short: bool = True
+    ) -> Decision:
         """Wait, in the hold queue the attempts loop put it in, for room (`wake` brings its
         booked decision); Rejection (429) when its TTFT budget runs out first or a more
         important request displaces it (`refused`: those the queue refused as it took this
@@ -88,7 +90,8 @@ class SloGate:
         info = life.info
         assert info.slo is not None
         held = life.waiter = _Held(asyncio.Event())
-        self.on_hold(info.model)
+        if short:  # held because its pool is short, not for a more important class
+            self.on_hold(info.model)
         self.refuse_all(refused)
         if held.refused is None:  # not refused as the queue took it
             self.metrics.slo_held.labels(info.slo.name).inc()

@@ -269,7 +269,7 @@ class RegionalRun(StreamBreaks):
                 self.end(life, FAILED if life.tried else REJECTED)
                 return
             if placement.step is Step.HOLD:
-                if self.scaling is not None:
+                if self.scaling is not None and not placement.yielded:
                     self.scaling.sizer.held(life.info.model)
                 return
             if self.send(life, placement.decision, now):

@@ -42,6 +42,9 @@ class Placement:
     step: Step
     decision: Decision | None = None
     refused: tuple[Shed, ...] = ()  # held requests the hold queue refused to make room
+    # held for a more important class's sake (it may have fit), not because its pool is
+    # short: no standby comes in for it, and it is no sign to grow the pool
+    yielded: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +87,8 @@ class AttemptLoop:
         decision = self.scheduler.route(
             life, now, rng, prefer, trace=trace, hold_misses=hold, defer=defer, ttft_cap=cap
         )
-        if (decision is None or not decision.booked) and self._promoted(life, now):
+        yielded = defer or cap < math.inf
+        if (decision is None or not decision.booked) and not yielded and self._promoted(life, now):
             # a warm standby backend came in: it may take the request now (one per
             # request: one that would miss even there does not bring in the whole pool)
             decision = self.scheduler.route(
@@ -93,7 +97,7 @@ class AttemptLoop:
         if decision is None:
             return Placement(Step.NONE)
         if not decision.booked:
-            return Placement(Step.HOLD, decision, self._hold(life, now))
+            return Placement(Step.HOLD, decision, self._hold(life, now), yielded)
         self.sent(life, decision, now)
         return Placement(Step.SEND, decision)
 
