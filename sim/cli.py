@@ -111,9 +111,11 @@ def register_scaling(sub) -> None:
     scaling.add_argument(
         "--fixed",
         type=int,
+        action="append",
         required=True,
         metavar="N",
-        help="engines of the fixed fleet to compare with (the peak-sized one)",
+        help="engines of a fixed fleet to compare with (repeatable; GPU-hours are compared "
+        "with the first: the fleet sized for the peak)",
     )
     scaling.add_argument(
         "--policy", default="default", metavar="NAME", help="routing policy (default: default)"

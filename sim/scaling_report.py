@@ -1,8 +1,9 @@
 """`gpuroute scaling`: a scenario whose pools scale, against a fixed fleet in the same run.
 
-Three runs of the same requests: the fixed fleet (`--fixed N` engines of the scenario's
-first GPU group: the fleet sized for the peak, e.g. by `gpuroute plan`), the scaling pools
-as the scenario has them, and the same without warm standby. For each: GPU-hours (and
+Runs of the same requests: each fixed fleet (`--fixed N` engines of the scenario's GPU
+group: the fleet sized for the peak, e.g. by `gpuroute capacity` or `gpuroute plan`; the
+first is the one GPU-hours are compared with), the scaling pools as the scenario has them,
+and the same without warm standby. For each: GPU-hours (and
 their ratio to the fixed fleet's), cost, SLO attainment, and the most important class's
 attainment and TTFT p99, over the day and inside its flash crowds."""
 
@@ -41,23 +42,29 @@ class Variant:
     loaded: LoadedScenario
 
 
-def variants(loaded: LoadedScenario, fixed: int) -> list[Variant]:
-    """The fixed fleet, the scenario's scaling pools, and those without standby."""
+def variants(loaded: LoadedScenario, fixed: list[int]) -> list[Variant]:
+    """The fixed fleets, the scenario's scaling pools, and those without standby."""
     scenario = loaded.scenario
     if not scenario.autoscale.enabled:
         raise ConfigError(f"{loaded.source}: [autoscale] enabled = true is needed to compare")
     if len(scenario.gpus) != 1:
         raise ConfigError(f"{loaded.source}: `gpuroute scaling` takes one [[gpus]] group")
     off = scenario.autoscale.model_copy(update={"enabled": False})
-    group = scenario.gpus[0].model_copy(update={"count": fixed})
     bare = scenario.autoscale.model_copy(update={"standby_backends": 0})
 
     def copy(**update) -> LoadedScenario:
         return LoadedScenario(scenario.model_copy(update=update), loaded.base_dir, loaded.source)
 
     standby = scenario.autoscale.standby_backends
+    fleets = [
+        Variant(
+            f"fixed ({n})",
+            copy(autoscale=off, gpus=[scenario.gpus[0].model_copy(update={"count": n})]),
+        )
+        for n in fixed
+    ]
     return [
-        Variant(f"fixed ({fixed})", copy(autoscale=off, gpus=[group])),
+        *fleets,
         Variant(f"scaling, {standby} standby", loaded),
         Variant("scaling, no standby", copy(autoscale=bare)),
     ]
@@ -96,8 +103,9 @@ def summary(name: str, report: PolicyReport, run: RegionalRun) -> dict[str, obje
     }
 
 
-def run_scaling(loaded: LoadedScenario, fixed: int, policy: str, json_out: str | None) -> int:
-    if fixed < 1:
+def run_scaling(loaded: LoadedScenario, fixed: list[int], policy: str, json_out: str | None) -> int:
+    """Each fixed fleet, then the scaling pools; GPU-hours against the first fixed fleet."""
+    if not fixed or min(fixed) < 1:
         raise ConfigError("--fixed must be at least 1")
     rows = []
     for variant in variants(loaded, fixed):

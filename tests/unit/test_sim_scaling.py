@@ -4,6 +4,8 @@ request, and it costs fewer GPU-hours than the fleet it may grow to."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from gpuroute.sim.daily import DailySection, change_clock
@@ -90,3 +92,30 @@ def test_scale_in_drains_before_power_off() -> None:
     report, run = FleetSimulator(step_day(standby_backends=0)).replay("default")
     assert run.scaling is not None and run.scaling.gpu_seconds > 0
     assert report.failed == 0 and report.streams_lost == 0 and report.retries == 0
+
+
+def test_gpuroute_scaling_compares_the_pools_with_fixed_fleets(tmp_path, capsys) -> None:
+    from gpuroute.sim.scaling_report import run_scaling
+
+    out = tmp_path / "rows.json"
+    assert run_scaling(step_day(standby_backends=1), [10, 5], "default", str(out)) == 0
+    rows = json.loads(out.read_text())
+    assert [r["fleet"] for r in rows] == [
+        "fixed (10)", "fixed (5)", "scaling, 1 standby", "scaling, no standby"
+    ]  # fmt: skip
+    assert rows[0]["gpu_hours_vs_fixed"] == 1.0
+    assert rows[1]["gpu_hours_vs_fixed"] == pytest.approx(0.5, rel=0.05)
+    assert rows[3]["gpu_hours"] < rows[2]["gpu_hours"] < rows[0]["gpu_hours"]
+    assert all(r["failed"] == 0 for r in rows)
+    assert "scaling pools against a fixed fleet" in capsys.readouterr().out
+
+
+def test_gpuroute_scaling_needs_pools_that_scale() -> None:
+    from gpuroute.sim.scaling_report import run_scaling
+
+    from gpuroute.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"test: \[autoscale\] enabled = true is needed"):
+        run_scaling(step_day(enabled=False), [10], "default", None)
+    with pytest.raises(ConfigError, match="--fixed must be at least 1"):
+        run_scaling(step_day(), [0], "default", None)
