@@ -32,7 +32,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from gpuroute.runtime import BackgroundLoop
 
 log = logging.getLogger("gpuroute.router.autoscale")
-# the pools' gauges: (metric, the PoolSize attribute it shows, or "capacity", help)
+# the pools' gauges: (metric, the PoolSize attribute it shows, help)
 POOL_GAUGES = (
     ("gpuroute_pool_desired_backends", "active", "Backends in rotation the pool should "
      "have (what the GPU groups' scaling policy follows)."),
@@ -44,7 +44,7 @@ POOL_GAUGES = (
      "highest expected within one lead time, in requests/s."),
     ("gpuroute_pool_utilisation", "utilisation", "The arrival rate over the SLO capacity of "
      "the backends in rotation."),
-    ("gpuroute_pool_backend_capacity_rps", "capacity", "One backend's SLO capacity in the "
+    ("gpuroute_pool_backend_capacity_rps", "capacity_rps", "One backend's SLO capacity in the "
      "pool, in requests/s."),
 )  # fmt: skip
 STANDBY_COUNTERS = (  # (metric, the StandbyRotation count per pool, help)
@@ -167,7 +167,7 @@ class Autoscaler:
                 "rate_rps": round(size.rate_rps, 6),
                 "forecast_rps": round(size.forecast_rps, 6),
                 "utilisation": round(size.utilisation, 6),
-                "capacity_rps": round(self.sizer.capacity(pool), 6),
+                "capacity_rps": round(size.capacity_rps, 6),
                 "reason": size.reason,
             }
         return {"interval_s": self.config.interval_s, "pools": pools}
@@ -187,9 +187,7 @@ class PoolCollector:
             for name, attribute, documentation in POOL_GAUGES:
                 gauge = GaugeMetricFamily(name, documentation, labels=["pool"])
                 for pool, size in sizes:
-                    capacity = attribute == "capacity"
-                    value = a.sizer.capacity(pool) if capacity else getattr(size, attribute)
-                    gauge.add_metric([pool], float(value))
+                    gauge.add_metric([pool], float(getattr(size, attribute)))
                 yield gauge
         for name, attribute, documentation in STANDBY_COUNTERS:
             counter = CounterMetricFamily(name, documentation, labels=["pool"])

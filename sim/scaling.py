@@ -23,7 +23,7 @@ from gpuroute.router.core.backend import ROUTABLE_STATES, BackendState
 from gpuroute.router.core.fleet_sizer import FleetSizer
 from gpuroute.router.core.scale_targets import PoolTarget, follow_plan
 from gpuroute.router.core.seasonal import SeasonalSettings
-from gpuroute.router.core.standby import PROMOTED, StandbyRotation
+from gpuroute.router.core.standby import StandbyRotation
 from pydantic import Field
 
 if TYPE_CHECKING:
@@ -33,6 +33,7 @@ SCALE, BOOTED = -4, -5  # event kinds (sim/simulator.py's are -1 to -3)
 IN_SERVICE = "autoscale: in service"
 TO_STANDBY = "autoscale: warm standby"
 SCALE_IN = "autoscale: scale-in"
+STANDBY = frozenset({BackendState.STANDBY})
 
 
 class ScenarioAutoscale(AutoscaleConfig):
@@ -81,8 +82,8 @@ class ScalingFleet:
             self.pools.setdefault(next(iter(backend.models)), []).append(e)
         self.booting: dict[int, float] = {}  # engine -> when it joins
         self.on_since: dict[int, float] = {}  # engines powered (booting, standby, serving)
-        self.gpu_seconds = 0.0
-        self.cost = 0.0
+        self.seconds_on = [0.0] * len(run.backends)  # each engine's, powered off so far
+        self.drained_busy = 0  # engines set draining with requests still on them
         self.timeline: list[tuple[float, str, int, int]] = []  # (t, pool, active, standby)
 
     # -- start -------------------------------------------------------------------------------
@@ -161,7 +162,7 @@ class ScalingFleet:
         pool = next(iter(self.run.backends[e].models))
         engines = self.pools[pool]
         size = self.sizer.scaler.last(pool)
-        active = len(self._in_rotation(engines))
+        active = len(self._in(engines, ROUTABLE_STATES))
         backend = self.run.backends[e]
         self.run.engines[e].recover(now)
         self.run.scheduler.backends.add(backend, now, warm=True)
@@ -179,14 +180,14 @@ class ScalingFleet:
     def follow(self, pool: str, engines: list[int], size: PoolSize, now: float) -> None:
         """One step toward the pool's size, as an autoscaling group takes it (follow_plan)."""
         backends = self.run.scheduler.backends
-        rotation, standby = self._in_rotation(engines), self._standby(engines)
+        rotation, standby = self._in(engines, ROUTABLE_STATES), self._in(engines, STANDBY)
         booting = self.booting.keys() & set(engines)
         plan = follow_plan(
             len(rotation), len(standby), len(booting), PoolTarget(size.active, size.standby)
         )
         for e in standby[: plan.activate]:  # the warm pool goes in
             backends.set_state(self.run.backends[e], BackendState.READY, now, IN_SERVICE)
-        rotation = self._in_rotation(engines)
+        rotation = self._in(engines, ROUTABLE_STATES)
         least_busy = sorted(rotation, key=lambda e: (self.run.backends[e].in_flight, -e))
         for e in least_busy[: plan.to_standby]:  # they finish what they have
             backends.set_state(self.run.backends[e], BackendState.STANDBY, now, TO_STANDBY)
@@ -197,27 +198,19 @@ class ScalingFleet:
         for e in standby[plan.activate :][::-1][: plan.stop_standby]:
             self._power_off(e, now)
         for e in least_busy[plan.to_standby :][: plan.drain]:
+            self.drained_busy += self.run.backends[e].in_flight > 0
             backends.set_state(self.run.backends[e], BackendState.DRAINING, now, SCALE_IN)
             self.finished(e, now)
-        active, warm = len(self._in_rotation(engines)), len(self._standby(engines))
+        active, warm = len(self._in(engines, ROUTABLE_STATES)), len(self._in(engines, STANDBY))
         self.timeline.append((now, pool, active, warm))
 
-    def _in_rotation(self, engines: list[int]) -> list[int]:
+    def _in(self, engines: list[int], states: frozenset[BackendState]) -> list[int]:
+        """The pool's engines on and in one of `states`."""
         backends = self.run.scheduler.backends
         return [
             e
             for e in engines
-            if self.run.backends[e].backend_id in backends
-            and self.run.backends[e].state in ROUTABLE_STATES
-        ]
-
-    def _standby(self, engines: list[int]) -> list[int]:
-        backends = self.run.scheduler.backends
-        return [
-            e
-            for e in engines
-            if self.run.backends[e].backend_id in backends
-            and self.run.backends[e].state is BackendState.STANDBY
+            if self.run.backends[e].backend_id in backends and self.run.backends[e].state in states
         ]
 
     def _boot(self, engines: list[int], count: int, now: float) -> None:
@@ -235,27 +228,29 @@ class ScalingFleet:
         self._account(e, now)
 
     def _account(self, e: int, now: float) -> None:
-        since = self.on_since.pop(e)
-        profile = self.run.engine_profiles[e]
-        gpus = self.run.backends[e].gpus
-        hours = (now - since) * gpus / 3600.0
-        self.gpu_seconds += (now - since) * gpus
-        self.cost += hours * (profile.params.gpu.price_per_hour or 0.0)
+        self.seconds_on[e] += now - self.on_since.pop(e)
 
     def close(self, end: float) -> dict[str, float]:
         """GPU-hours and cost until `end` (every engine still on powered off then)."""
         for e in list(self.on_since):
             self._account(e, end)
-        return {"gpu_hours": self.gpu_seconds / 3600.0, "cost_usd": self.cost}
+        return fleet_figures(self.run, self.seconds_on)
+
+
+def fleet_figures(run: RegionalRun, seconds_on: list[float]) -> dict[str, float]:
+    """GPU-hours and cost of engines on for these many seconds each (each engine's GPUs at
+    its type's price)."""
+    seconds = np.asarray(seconds_on) * np.array([b.gpus for b in run.backends], dtype=float)
+    prices = np.array([p.params.gpu.price_per_hour or 0.0 for p in run.engine_profiles])
+    return {
+        "gpu_hours": float(seconds.sum() / 3600.0),
+        "cost_usd": float(seconds @ prices / 3600.0),
+    }
 
 
 def fixed_fleet_hours(run: RegionalRun, start: float, end: float) -> dict[str, float]:
     """The same figures for a fleet whose every engine runs from `start` to `end`."""
-    hours = (end - start) / 3600.0
-    gpus = np.array([b.gpus for b in run.backends], dtype=float)
-    prices = np.array([p.params.gpu.price_per_hour or 0.0 for p in run.engine_profiles])
-    cost = float((gpus * prices).sum() * hours)
-    return {"gpu_hours": float(gpus.sum() * hours), "cost_usd": cost}
+    return fleet_figures(run, [end - start] * len(run.backends))
 
 
-__all__ = ["BOOTED", "PROMOTED", "SCALE", "ScalingFleet", "ScenarioAutoscale"]
+__all__ = ["BOOTED", "SCALE", "ScalingFleet", "ScenarioAutoscale"]

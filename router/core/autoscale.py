@@ -170,6 +170,7 @@ class PoolSize:
     forecast_rps: float  # what it sized for: the demand expected one lead time ahead
     utilisation: float  # smoothed arrivals over the SLO capacity in rotation now
     reason: str
+    capacity_rps: float  # one backend's SLO capacity it sized with
 
     @property
     def desired(self) -> int:
@@ -271,7 +272,9 @@ class PoolScaler:
         if active != state.active:
             state.changed_at = now
         state.active, state.held = active, False
-        state.last = PoolSize(active, s.standby_backends, rate, forecast, utilisation, reason)
+        state.last = PoolSize(
+            active, s.standby_backends, rate, forecast, utilisation, reason, capacity_rps
+        )
         return state.last
 
     def _shrink(

@@ -126,6 +126,6 @@ class FleetSizer:
             if size is None:
                 continue
             left = len(self.scheduler.backends.routable(pool)) - 1
-            if left < 1 or size.rate_rps >= left * self.capacity(pool) * low:
+            if left < 1 or size.rate_rps >= left * size.capacity_rps * low:
                 return False
         return True
