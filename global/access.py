@@ -3,6 +3,7 @@ routes, so the forwarding code keeps one line for it (what it read of the reques
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import Awaitable, Callable, Collection
@@ -11,6 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from gpuroute.access_log import AccessLog, AccessLogConfig, ms
+from gpuroute.relay import cancelled_status
 from gpuroute.request_context import REQUEST_ID
 
 # who the request is and what it asked for, as the forwarding code read them
@@ -52,6 +54,9 @@ def install_access_log(
             return response
         except web.HTTPException as exc:
             status = exc.status
+            raise
+        except asyncio.CancelledError as cancelled:
+            status = cancelled_status(cancelled)
             raise
         except Exception:
             status = 500

@@ -13,6 +13,7 @@ from typing import ClassVar
 
 from aiohttp import web
 
+from gpuroute.client_writer import ClientWriter
 from gpuroute.continuation import (
     Broken,
     ContinuationConfig,
@@ -21,7 +22,6 @@ from gpuroute.continuation import (
 from gpuroute.continuation_splice import Splice
 from gpuroute.continuation_verdict import END, FINISH, Verdict, judge
 from gpuroute.relay import (
-    ClientWriter,
     Relayed,
     RelayEnd,
     ResponseTally,

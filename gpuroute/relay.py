@@ -11,6 +11,7 @@ from typing import ClassVar
 
 from aiohttp import web
 
+from gpuroute.client_writer import ClientWriter
 from gpuroute.openai_api import SSE_DONE, sse_error
 from gpuroute.upstream import UpstreamResponse
 
@@ -42,8 +43,15 @@ COMPLETION_TOKENS = re.compile(rb'"(?:completion|output)_tokens"\s*:\s*(\d+)')
 PROMPT_TOKENS = re.compile(rb'"(?:prompt|input)_tokens"\s*:\s*(\d+)')
 TAIL_BYTES = 1024
 BYTES_PER_TOKEN = 4  # a stream's text without usage: OpenAI's rule of thumb for English
-# asyncio's and uvloop's default: a write this large may pause the transport on its own
-WRITE_HIGH_WATER = 64 * 1024
+# The cancel message of a request the drain cuts (gpuroute/serving.py): a stream it cuts
+# ends with an error event, not a connection closed mid-event.
+DRAIN_CUT = "gpuroute: the drain time ran out"
+
+
+def cancelled_status(cancelled: asyncio.CancelledError) -> int:
+    """The status a cancelled request is logged with: 503 when the drain cut it, else 499
+    (its client left)."""
+    return 503 if cancelled.args == (DRAIN_CUT,) else 499
 
 
 class RelayedResponse(web.StreamResponse):
@@ -195,49 +203,6 @@ class RelayEnd(enum.Enum):
     UPSTREAM_BROKE = "upstream_broke"
 
 
-class ClientWriter:
-    """Writes to the client, with a deadline while it is behind. A client that stops
-    reading holds its stream, and the engine slot behind it, for as long as it likes:
-    backpressure keeps memory flat, but nothing else ends it (the idle timer waits on the
-    engine, which waits on us). Bytes queued in user space mean the kernel's buffer to the
-    client is full; then a write may wait, and waiting past `timeout_s` raises TimeoutError.
-    Otherwise no timer is armed (most writes of most streams)."""
-
-    __slots__ = ("response", "timeout_s", "transport")
-
-    def __init__(
-        self, request: web.Request, response: web.StreamResponse, timeout_s: float | None
-    ) -> None:
-        self.response, self.timeout_s = response, timeout_s
-        self.transport = request.transport
-
-    def behind(self, size: int) -> bool:
-        transport = self.transport
-        if self.timeout_s is None or transport is None:
-            return False
-        return transport.get_write_buffer_size() > 0 or size >= WRITE_HIGH_WATER
-
-    async def write(self, chunk: bytes) -> None:
-        if not self.behind(len(chunk)):
-            await self.response.write(chunk)
-            return
-        async with asyncio.timeout(self.timeout_s):
-            await self.response.write(chunk)
-
-    async def write_eof(self, last: bytes = b"") -> None:
-        if not self.behind(len(last)):
-            await self.response.write_eof(last)
-            return
-        async with asyncio.timeout(self.timeout_s):
-            await self.response.write_eof(last)
-
-    def cut_off(self) -> None:
-        """Drop what is queued for the client and close its connection now."""
-        self.response.force_close()
-        if self.transport is not None:
-            self.transport.abort()
-
-
 @dataclass(slots=True)
 class Relayed:
     end: RelayEnd
@@ -291,7 +256,8 @@ async def relay_body(
         on_first_write()
     if whole:
         return await end(client, tally, streamed, first)
-    ended = await _relay_chunks(client, upstream, tally, streamed)
+    relaying = _relay_chunks(client, upstream, tally, streamed)
+    ended = await _unless_cut(relaying, request, client, streamed, error_event)
     if ended is None:
         return await end(client, tally, streamed, tally.flush() if tally.strip else b"")
     if ended.end is RelayEnd.UPSTREAM_BROKE and end_broken:
@@ -299,6 +265,24 @@ async def relay_body(
         message = broken_message(ended.error)
         await end_truncated(request, client, streamed, message, error_event)
     return ended
+
+
+async def _unless_cut(
+    relaying: Awaitable[Relayed | None],
+    request: web.Request,
+    client: ClientWriter,
+    streamed: bool,
+    error_event: Callable[[str], bytes] | None,
+) -> Relayed | None:
+    """The relay, unless the drain cuts it: a stream then ends with an error event."""
+    try:
+        return await relaying
+    except asyncio.CancelledError as cancelled:
+        if streamed and cancelled.args == (DRAIN_CUT,):
+            asyncio.current_task().uncancel()  # (uncancelled to write its last event)
+            message = "the server is shutting down and its drain time ran out"
+            await end_truncated(request, client, streamed, message, error_event)
+        raise
 
 
 async def _held(tally: ResponseTally) -> None:

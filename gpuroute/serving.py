@@ -1,29 +1,35 @@
 """The lifecycle both HTTP tiers share (uvicorn's Config/Server split): listen on the public
 port (and an optional admin port), and on SIGTERM/SIGINT drain: stop accepting, let
 in-flight requests and streams finish for up to `drain_timeout_s`, keep the admin listener
-up meanwhile (its /readyz says 503), exit."""
+up meanwhile (its /readyz says 503), cut what is still running (a stream ends with an
+error event), exit."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from gpuroute.admin_guard import admin_guards
 from gpuroute.forwarded import TrustedProxies
 from gpuroute.http_errors import answer_parse_errors_as_openai
 from gpuroute.listener import ConnectionCap, GuardedSite, forwarded_client_cap
 from gpuroute.openai_api import healthz
-from gpuroute.relay import SERVER_NAME
+from gpuroute.relay import DRAIN_CUT, SERVER_NAME
 from gpuroute.runtime import freeze_startup_heap
 from gpuroute.tls import server_context
 
 log = logging.getLogger("gpuroute.serving")
+# After the drain: how long cut requests get to write their last event, and handlers still
+# running on either listener get before aiohttp cancels them (its default is 60 s more)
+CUT_GRACE_S = 2.0
 
 
 async def name_server(_request: web.Request, response: web.StreamResponse) -> None:
@@ -75,6 +81,18 @@ class DrainingServer:
         self.site: GuardedSite | None = None
         self.admin_runner: web.AppRunner | None = None
         self.stopping = asyncio.Event()
+        self.handlers: set[asyncio.Task] = set()  # public requests being handled
+
+    @web.middleware
+    async def _tracked(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Each public request's task, known to the drain that may have to cut it."""
+        task = asyncio.current_task()
+        assert task is not None
+        self.handlers.add(task)
+        try:
+            return await handler(request)
+        finally:
+            self.handlers.discard(task)
 
     @property
     def port(self) -> int:
@@ -92,6 +110,7 @@ class DrainingServer:
         listen, limits = config.listen, config.limits
         app = self.servable.app()
         app.on_response_prepare.append(name_server)
+        app.middlewares.insert(0, self._tracked)
         workers = 1 if self.worker is None else self.worker.workers
         per_ip = max(1, limits.max_connections_per_ip // workers)
         proxies = TrustedProxies(config.trusted_proxies)
@@ -102,6 +121,7 @@ class DrainingServer:
             access_log=None,
             handler_cancellation=True,
             keepalive_timeout=limits.header_timeout_s,  # the header-read deadline, see listener
+            shutdown_timeout=CUT_GRACE_S,
         )
         await self.runner.setup()
         answer_parse_errors_as_openai(self.runner)
@@ -115,12 +135,16 @@ class DrainingServer:
         )
         await self.site.start()
         if self.worker is not None:
-            self.admin_runner = web.AppRunner(self.admin_app(), access_log=None)
+            self.admin_runner = web.AppRunner(
+                self.admin_app(), access_log=None, shutdown_timeout=CUT_GRACE_S
+            )
             await self.admin_runner.setup()
             await web.UnixSite(self.admin_runner, str(self.worker.admin_socket)).start()
         elif not config.admin_on_public_listener:
             admin = config.admin_listen
-            self.admin_runner = web.AppRunner(self.admin_app(), access_log=None)
+            self.admin_runner = web.AppRunner(
+                self.admin_app(), access_log=None, shutdown_timeout=CUT_GRACE_S
+            )
             await self.admin_runner.setup()
             answer_parse_errors_as_openai(self.admin_runner)
             site = web.TCPSite(
@@ -157,9 +181,19 @@ class DrainingServer:
             log.info("%s drained: every in-flight request finished", self.name)
         except TimeoutError:
             log.warning("%s drain timeout (%.0f s): %d requests cut", self.name, timeout, s.active)
+            await self._cut()
         await self.runner.cleanup()
         if self.admin_runner is not None:  # kept up during the drain: /readyz says 503
             await self.admin_runner.cleanup()
+
+    async def _cut(self) -> None:
+        """Cancel what is still being handled; a stream ends with an error event its client
+        cannot miss (gpuroute/relay.py), a request not answered yet with its connection."""
+        running = [task for task in self.handlers if not task.done()]
+        for task in running:
+            task.cancel(DRAIN_CUT)
+        if running:
+            await asyncio.wait(running, timeout=CUT_GRACE_S)
 
     async def serve(self) -> None:
         loop = asyncio.get_running_loop()
@@ -173,4 +207,6 @@ class DrainingServer:
         print(f"gpuroute {self.name} listening on http://{listen.host}:{self.port}", flush=True)
         await self.stopping.wait()
         log.info("signal received: draining")
+        signalled = time.monotonic()
         await self.drain()
+        log.info("%s stopped %.1f s after the signal", self.name, time.monotonic() - signalled)

@@ -27,6 +27,7 @@ from gpuroute.relay import (
     RESPONSE_DROP,
     UPSTREAM_ERRORS,
     ResponseTally,
+    cancelled_status,
     forward_headers,
     is_event_stream,
 )
@@ -71,6 +72,9 @@ class Proxy:
                 response = error_response(500, "internal router error", code="internal_error")
             status = response.status
             return response
+        except asyncio.CancelledError as cancelled:
+            status = cancelled_status(cancelled)
+            raise
         finally:
             self.active -= 1
             elapsed = self.clock() - arrival

@@ -1,5 +1,6 @@
 """SIGTERM drains the router process: no new connections, in-flight streams complete, and
-/readyz on the admin listener says 503 meanwhile."""
+/readyz on the admin listener says 503 meanwhile. A stream still running when the drain
+time runs out ends with an error event, and the router exits then."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from support.live import (
     http_ok,
     router_toml,
     scripted_backend,
+    stream_error,
     wait_for,
 )
 
@@ -74,15 +76,17 @@ class HeldStream:
         return response
 
 
-def router_with_admin_listener(tmp_path, engine_url: str) -> tuple[subprocess.Popen, int, int]:
-    """`gpuroute router` with its admin routes on their own listener: (process, its public
-    port, its admin port)."""
+def router_with_admin_listener(
+    tmp_path, engine_url: str, top: str = "", stderr=subprocess.DEVNULL
+) -> tuple[subprocess.Popen, int, int]:
+    """`gpuroute router` with its admin routes on their own listener (`top`: more top-level
+    keys): (process, its public port, its admin port)."""
     port, admin_port = free_port(), free_port()
     text = router_toml([(engine_url, "L4")], port=port, admin_listen=f"port = {admin_port}")
     path = tmp_path / "router.toml"
-    path.write_text(text.replace("admin_on_public_listener = true\n", ""))
+    path.write_text(top + text.replace("admin_on_public_listener = true\n", ""))
     command = gpuroute_cmd("router", "--config", str(path))
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
     return process, port, admin_port
 
 
@@ -127,3 +131,41 @@ async def test_readyz_answers_503_draining_while_a_stream_drains(tmp_path) -> No
             if router.poll() is None:
                 router.kill()
                 router.wait(10)
+
+
+@pytest.mark.asyncio
+async def test_a_stream_past_the_drain_time_ends_with_an_error_event_and_the_router_exits(
+    tmp_path,
+) -> None:
+    """The engine never ends its stream. With `drain_timeout_s = 1` the router cuts it
+    then: the client's stream ends with an error event and [DONE] (not a connection closed
+    mid-event), the access log says 503, and the router exits; before, aiohttp's own
+    shutdown let the stream run 60 s more and the log called it cut."""
+    engine = HeldStream()
+    log = tmp_path / "router.log"
+    async with scripted_backend(engine) as url, aiohttp.ClientSession() as s:
+        with log.open("wb") as stderr:
+            router, port, admin_port = router_with_admin_listener(
+                tmp_path, url, "drain_timeout_s = 1\n", stderr
+            )
+        try:
+            ready = f"http://127.0.0.1:{admin_port}/readyz"
+            await async_wait_for(lambda: asyncio.to_thread(http_ok, ready), 20, "router ready")
+            post = f"http://127.0.0.1:{port}/v1/chat/completions"
+            async with s.post(post, json=chat_body(stream=True)) as stream:
+                assert stream.status == 200
+                first = await stream.content.readuntil(b"\n\n")
+                router.send_signal(signal.SIGTERM)
+                rest = await asyncio.wait_for(stream.content.read(), 20)
+            error = stream_error(first + rest, first)
+            assert "drain time ran out" in error["message"], error
+            assert await asyncio.to_thread(router.wait, 20) == 0
+            assert not engine.finish.is_set()  # the engine's stream never ended by itself
+        finally:
+            if router.poll() is None:
+                router.kill()
+                router.wait(10)
+    lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+    cut = [line for line in lines if line.get("route") == "/v1/chat/completions"]
+    assert [line["status"] for line in cut] == [503], cut
+    assert any("drain timeout (1 s): 1 requests cut" in line["message"] for line in lines)

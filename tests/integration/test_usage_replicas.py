@@ -34,6 +34,7 @@ from support.live import (
     http_ok,
     router_server,
     router_toml,
+    stopped,
     wait_for,
 )
 from support.redis_server import RedisServer, client
@@ -273,8 +274,7 @@ def test_the_parent_of_workers_answers_for_all_of_them(tmp_path, request, shared
             with urllib.request.urlopen(admin + "/metrics", timeout=5) as r:
                 metrics = r.read().decode()
         finally:
-            router.terminate()
-            router.wait(30)
+            assert stopped(router, tmp_path / "router.log") == 0
     served = {
         s.labels["worker"]
         for family in text_string_to_metric_families(metrics)

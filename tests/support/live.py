@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 
 import aiohttp
 from gpuroute.testbed.loopback import ROUTER_ON_LOOPBACK
@@ -68,6 +69,20 @@ def get_json(url: str):
             return json.load(response)
     except OSError:
         return None
+
+
+def stopped(process: subprocess.Popen, log: Path, timeout: float = 60.0) -> int:
+    """SIGTERM, then its exit status; one that does not exit in `timeout` is killed and the
+    failure shows its log's tail (which step of its shutdown it was in)."""
+    process.terminate()
+    try:
+        return process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
+        tail = log.read_text(errors="replace").splitlines()[-20:]
+        shown = "\n".join(tail)
+        raise AssertionError(f"not stopped {timeout} s after SIGTERM; its log:\n{shown}") from None
 
 
 def http_ok(url: str) -> bool:
