@@ -24,7 +24,7 @@ from gpuroute.config import ConfigError, StrictModel, known_name, read_toml, val
 from gpuroute.continuation import ContinuationConfig
 from gpuroute.gpus import DeclaresGpuTypes, GpuTypeName
 from gpuroute.models import DEFAULT_MODEL, MODELS, ModelSpec
-from gpuroute.roofline import EngineKind
+from gpuroute.roofline import EngineKind, EngineParams
 
 BUILTIN_DEFAULT = "demo"
 
@@ -231,6 +231,24 @@ class Scenario(DeclaresGpuTypes):
             if model not in served:
                 raise ValueError(f"workload.models.{model}: no [[gpus]] group serves it")
         check_models(self.models, frozenset(served))
+        return self
+
+    @model_validator(mode="after")
+    def models_fit_their_gpus(self) -> Scenario:
+        """Each group's model fits in its GPUs' memory with room for a KV cache (said here,
+        naming the group, rather than deep in a run)."""
+        catalog, shapes, default = self.gpu_catalog(), self.shapes(), self.workload.model
+        for i, group in enumerate(self.gpus):
+            kind = group.kind(default)
+            try:
+                gpu = catalog[kind.gpu]
+                EngineParams(gpu, shapes[kind.model], tp=kind.tp, pp=kind.pp,
+                             chunked_prefill=self.chunked_prefill)  # fmt: skip
+            except ValueError as exc:
+                raise ValueError(
+                    f"gpus[{i}]: {exc}; use a smaller model, or more GPUs per engine "
+                    "(tensor_parallel)"
+                ) from None
         return self
 
     @model_validator(mode="after")

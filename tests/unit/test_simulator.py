@@ -140,6 +140,10 @@ def test_policies_differ_in_the_expected_direction_on_a_mixed_fleet() -> None:
             "router.policies: unknown policy 'fast'",
         ),
         (SMALL + "\nbogus = 1\n", "bogus: unknown key"),
+        (  # a model its GPUs cannot hold: said at load, naming the group, not a traceback
+            SMALL.replace("max_requests = {n}", 'max_requests = {n}\nmodel = "llama-3.1-70b"'),
+            "gpus[1]: model llama-3.1-70b does not fit on L4 (24 GB)",
+        ),
     ],
 )
 def test_bad_scenarios_get_a_one_line_error_naming_the_key(
