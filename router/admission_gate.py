@@ -1,8 +1,9 @@
 """The I/O side of admission control: waiters parked on the core's AdmissionQueue.
 
 A request is admitted at once while the backends serving its pool have free in-flight
-slots and nobody of equal or higher priority waits; otherwise it waits (bounded, with its
-deadline) until a finishing request frees a slot, or is shed with a Retry-After hint."""
+slots and nobody of equal or higher priority waits; otherwise a warm standby backend of its
+model comes in (its slots with it), or it waits (bounded, with its deadline) until a
+finishing request frees a slot, or is shed with a Retry-After hint."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from gpuroute.router.core.admission import (
 )
 from gpuroute.router.core.backend import ROUTABLE_STATES, BackendSet
 from gpuroute.router.core.lifetime import Event, RequestLifetime
+from gpuroute.router.core.standby import StandbyRotation
 from gpuroute.router.metrics import RouterMetrics
 
 from gpuroute.openai_api import Rejection
@@ -42,7 +44,9 @@ class AdmissionGate:
         max_inflight: dict[str, int],
         metrics: RouterMetrics,
         clock: Callable[[], float],
+        standby: StandbyRotation | None = None,
     ) -> None:
+        self.standby = standby  # warm backends brought in before a request would wait
         self.queue = AdmissionQueue(
             AdmissionSettings(
                 priorities=tuple(config.priorities),
@@ -89,6 +93,10 @@ class AdmissionGate:
         top = priority is None or priority == self.priorities[0]
         return self.slots.has_room(self.total_slots(), top)
 
+    def _brought_in(self, model: str, now: float) -> bool:
+        """A standby backend of `model` came into rotation (the slots are full)."""
+        return self.standby is not None and self.standby.promote(model, now) is not None
+
     async def admit(self, life: RequestLifetime, deadline_s: float | None) -> None:
         """Return when the request may go, holding an admission slot (`life.admitted`, until
         `pump`); raise Rejection when it is shed. It waits in the queue as its lifetime,
@@ -96,11 +104,14 @@ class AdmissionGate:
         info = life.info
         now = self.clock()
         deadline = now + deadline_s if deadline_s is not None else None
+        has_capacity = self.has_capacity(info.priority) or (
+            self._brought_in(info.model, now) and self.has_capacity(info.priority)
+        )
         offer = self.queue.offer(
             life,
             info.priority,
             now,
-            has_capacity=self.has_capacity(info.priority),
+            has_capacity=has_capacity,
             deadline=deadline,
             tenant=info.tenant,
         )

@@ -19,7 +19,7 @@ from gpuroute.router.admission_gate import AdmissionGate
 from gpuroute.router.assemble import build_scheduler, member_kind, prior_book, router_metrics
 from gpuroute.router.autoscaler import Autoscaler, PoolCollector
 from gpuroute.router.config import RouterConfig
-from gpuroute.router.core.backend import ROUTABLE_STATES, Backend
+from gpuroute.router.core.backend import ROUTABLE_STATES, Backend, BackendState
 from gpuroute.router.core.lifetime import Lifetimes
 from gpuroute.router.core.membership import Member
 from gpuroute.router.core.region_summary import RegionSummary, summarise
@@ -97,6 +97,7 @@ class RouterApp:
             {b.backend_id: b.max_inflight for b in config.backends},
             self.metrics,
             self.clock,
+            self.autoscaler.standby,
         )
         self.lifetimes = Lifetimes(  # the requests in flight, each with its bookings
             RetrySettings(**config.retry.model_dump(exclude={"rescue_slowness"})), self.scheduler
@@ -387,10 +388,13 @@ class RouterApp:
     async def readyz(self, _request: web.Request) -> web.Response:
         if self.draining:
             return error_response(503, "draining", code="draining")
-        ready = [b for b in self.scheduler.backends if b.state in ROUTABLE_STATES]
-        if not ready:
+        backends = self.scheduler.backends
+        ready = sum(b.state in ROUTABLE_STATES for b in backends)
+        standby = sum(b.state is BackendState.STANDBY for b in backends)  # brought in on demand
+        if not ready and not standby:
             return error_response(503, "no backend is routable", code="no_backend")
-        return web.json_response({"status": "ready", "routable_backends": len(ready)})
+        answer = {"status": "ready", "routable_backends": ready, "standby_backends": standby}
+        return web.json_response(answer)
 
     async def metrics_page(self, _request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8")

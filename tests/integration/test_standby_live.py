@@ -154,3 +154,28 @@ async def test_a_burst_brings_the_standby_in_before_refusing_and_quiet_sends_it_
     assert sum(backend == "sb" for _, backend in served) >= 1  # the standby served
     assert promoted >= 1 and held == 0  # brought in before anything waited
     assert releases >= 1 and (pool["in_rotation"], pool["standby"]) == (1, 1)
+
+
+async def test_a_router_with_only_standby_backends_is_ready_and_serves(consul, tmp_path) -> None:
+    """A warm standby backend serves the first request that comes (it is brought in), so
+    a router whose backends all stand by is ready: a load balancer that took it out on
+    /readyz would keep the very request away that brings one in."""
+    with fake_engines(("H100", 1.0)) as (engine,):
+        config = agent_toml(engine, consul.address, "sb", standby="true")
+        agent = AgentProcess(config, tmp_path, "sb")
+        try:
+            config = membership_toml(consul.address)
+            async with running_router(config, tmp_path) as (url, router):
+                async with aiohttp.ClientSession() as s:
+                    standby = state_is(s, url, "sb", "standby (consul: standby)")
+                    await async_wait_for(standby, 20, "sb known, standing by")
+                    async with s.get(url + "/readyz") as ready:
+                        assert ready.status == 200, await ready.text()
+                        said = await ready.json()
+                    async with s.post(url + "/v1/chat/completions", json=chat_body()) as answer:
+                        assert answer.status == 200, await answer.text()
+                        backend = answer.headers.get(BACKEND_HEADER)
+        finally:
+            agent.stop()
+    assert (said["routable_backends"], said["standby_backends"]) == (0, 1)
+    assert backend == "sb" and counter(router, "gpuroute_standby_promotions", pool=MODEL) == 1

@@ -235,3 +235,57 @@ def test_total_slots_follow_backend_states_and_discovered_limits() -> None:
     pool.remove("c")
     gate.set_limit("c", None)
     assert gate.total_slots() == 20 and gate.has_room("a")
+
+
+def test_full_slots_bring_in_a_standby_backend_of_the_model_before_anyone_waits() -> None:
+    """Issue 36: a warm standby backend comes in before a request waits. The gate's slots
+    fill before the SLO filter ever sees a request, so the gate asks too; only a backend
+    of the request's model comes in, and without one the request waits as before."""
+    import asyncio
+
+    from gpuroute.router.admission_gate import AdmissionGate
+    from gpuroute.router.config import AdmissionConfig
+    from gpuroute.router.core.backend import Backend, BackendSet, BackendState
+    from gpuroute.router.core.lifetime import RequestLifetime
+    from gpuroute.router.core.request import RequestInfo
+    from gpuroute.router.core.standby import PROMOTED, StandbyRotation
+    from gpuroute.router.metrics import RouterMetrics
+
+    def request(rid: int, model: str) -> RequestLifetime:
+        return RequestLifetime(RequestInfo(rid, model, 1))
+
+    async def scenario() -> tuple[list[str], bool, bool]:
+        on, sb, other = (
+            Backend("on", "L4", ["m"]),
+            Backend("sb", "L4", ["m"]),
+            Backend("other", "L4", ["x"]),
+        )
+        pool = BackendSet([on, sb, other])
+        for standby in (sb, other):
+            pool.set_state(standby, BackendState.STANDBY, 0.0, "consul: standby")
+        limits = {"on": 2, "sb": 2, "other": 2}
+        gate = AdmissionGate(
+            AdmissionConfig(), pool, limits, RouterMetrics(), lambda: 1.0, StandbyRotation(pool)
+        )
+        for i in range(2):
+            await gate.admit(request(i, "m"), None)
+        assert sb.state is BackendState.STANDBY  # room enough: nothing came in
+        await asyncio.wait_for(gate.admit(request(2, "m"), None), 1.0)  # at once: sb came in
+        states = [f"{b.backend_id}:{b.state.value}:{b.reason}" for b in (sb, other)]
+        await gate.admit(request(3, "m"), None)
+        waiting = asyncio.create_task(gate.admit(request(4, "m"), None))  # nothing left
+        await asyncio.sleep(0)
+        parked = not waiting.done()
+        waiting.cancel()
+        plain = AdmissionGate(AdmissionConfig(), BackendSet([Backend("a", "L4", ["m"])]),
+                              {"a": 1}, RouterMetrics(), lambda: 1.0)  # fmt: skip
+        await plain.admit(request(5, "m"), None)
+        without = asyncio.create_task(plain.admit(request(6, "m"), None))
+        await asyncio.sleep(0)
+        plain_parked = not without.done()
+        without.cancel()
+        return states, parked, plain_parked
+
+    states, parked, plain_parked = asyncio.run(scenario())
+    assert states == [f"sb:ready:{PROMOTED}", "other:standby:consul: standby"]
+    assert parked and plain_parked
