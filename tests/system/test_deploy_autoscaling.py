@@ -216,6 +216,9 @@ case "$url" in
     *) cat "$FAKE_IMDS/${url#*/latest/meta-data/}" 2>/dev/null || exit 22 ;;
 esac
 """
+FAKE_SYSTEMCTL = """#!/bin/bash
+[ "$*" = "show --property InvocationID --value gpuroute-agent" ] && cat "$FAKE_AGENT_RUN"
+"""
 FAKE_LOGGING = """#!/bin/bash
 echo "$(basename "$0") $*" >>"$FAKE_LOG"
 case " $* " in
@@ -232,7 +235,9 @@ class Host:
     def __init__(self, root: Path) -> None:
         self.root, self.imds, self.log = root, root / "imds", root / "calls.log"
         bin_dir = root / "bin"
-        for name, text in (("curl", FAKE_CURL), ("aws", FAKE_LOGGING), ("gpuroute", FAKE_LOGGING)):
+        fakes = {"curl": FAKE_CURL, "aws": FAKE_LOGGING, "gpuroute": FAKE_LOGGING,
+                 "systemctl": FAKE_SYSTEMCTL}  # fmt: skip
+        for name, text in fakes.items():
             (bin_dir / name).parent.mkdir(parents=True, exist_ok=True)
             (bin_dir / name).write_text(text)
             (bin_dir / name).chmod(0o755)
@@ -249,7 +254,15 @@ class Host:
             "FAKE_IMDS": str(self.imds),
             "FAKE_LOG": str(self.log),
             "FAKE_FAILS": "no-such-call",
+            "FAKE_AGENT_RUN": str(root / "agent-run"),
         }
+        self.agent_restarted()
+
+    def agent_restarted(self) -> None:
+        """systemd ran the agent's unit again (a new InvocationID)."""
+        run = self.root / "agent-run"
+        count = int(run.read_text().split("-")[-1]) + 1 if run.exists() else 1
+        run.write_text(f"run-{count}")
 
     def poll(self, state: str | None, fails: str = "no-such-call") -> list[str]:
         """One poll with IMDS answering `state` (None: no answer); the calls it made."""
@@ -282,6 +295,21 @@ def test_a_warm_host_stands_by_then_serves(host) -> None:
     assert host.poll("Warmed:Running") == []  # each state once
     assert host.poll("InService") == [AGENT.format("activate")]
     assert host.poll("InService") == []
+
+
+def test_a_restarted_agent_is_told_its_state_again(host) -> None:
+    """The agent keeps standby in memory, and comes back active from its config; a host
+    still in the warm pool must not serve. A leaving host is not drained twice."""
+    assert host.poll("Warmed:Running") == [AGENT.format("standby")]
+    host.agent_restarted()
+    assert host.poll("Warmed:Running") == [AGENT.format("standby")]
+    assert host.poll("Warmed:Running") == []
+    assert host.poll("InService") == [AGENT.format("activate")]
+    host.agent_restarted()
+    assert host.poll("InService") == [AGENT.format("activate")]
+    host.poll("Terminated")
+    host.agent_restarted()
+    assert host.poll("Terminated") == []
 
 
 def test_a_failed_action_is_tried_again(host) -> None:

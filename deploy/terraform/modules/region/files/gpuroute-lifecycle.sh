@@ -5,7 +5,9 @@
 #   InService       the host serves in the group: the agent is active
 #   Terminated      the host is leaving: the agent drains, then the terminating lifecycle
 #                   hook (LIFECYCLE_HOOK) is completed with CONTINUE and the instance goes
-# Each state is acted on once; an action that fails is tried again at the next poll.
+# Each state is acted on once; an action that fails is tried again at the next poll. The
+# agent keeps standby in memory: when its unit restarts (a new systemd InvocationID), the
+# watcher says Warmed:Running or InService to it again at its next poll.
 # `--once` polls once and exits (tests). modules/region installs it as a systemd service.
 set -uo pipefail
 
@@ -14,6 +16,7 @@ GPUROUTE="${GPUROUTE:-/opt/gpuroute/bin/gpuroute}"
 AGENT_CONFIG="${AGENT_CONFIG:-/etc/gpuroute/agent.toml}"
 STATE_FILE="${STATE_FILE:-/run/gpuroute-lifecycle/state}"
 POLL_S="${POLL_S:-5}"
+AGENT_UNIT="${AGENT_UNIT:-gpuroute-agent}"
 HOOK="${LIFECYCLE_HOOK:?LIFECYCLE_HOOK must name the terminating lifecycle hook}"
 
 log() { echo "gpuroute-lifecycle: $*" >&2; }
@@ -25,6 +28,9 @@ imds() {
 }
 
 agent() { "$GPUROUTE" agent "$1" --config "$AGENT_CONFIG"; }
+
+# this run of the agent's unit (empty without systemd): a new one has forgotten standby
+agent_run() { systemctl show --property InvocationID --value "$AGENT_UNIT" 2>/dev/null; }
 
 complete_hook() {
     local region instance group
@@ -52,13 +58,17 @@ act() {
 }
 
 step() {
-    local state last
+    local state key last
     state="$(imds autoscaling/target-lifecycle-state)" || return 0 # not in a group (yet)
+    key="$state"
+    case "$state" in
+        Warmed:Running | InService) key="$state $(agent_run)" ;;
+    esac
     last="$(cat "$STATE_FILE" 2>/dev/null)"
-    [ "$state" = "$last" ] && return 0
-    log "${last:-boot} -> $state"
+    [ "$key" = "$last" ] && return 0
+    log "${last:-boot} -> $key"
     if act "$state"; then
-        echo "$state" >"$STATE_FILE"
+        echo "$key" >"$STATE_FILE"
     else
         log "$state: action failed, trying again"
     fi
