@@ -91,14 +91,9 @@ class RouterApp:
         self.metrics.registry.register(PoolCollector(self.autoscaler))
         self.responses = ResponsesState.from_config(config, self.redis, self.workers)
         self.usage = UsageRecords.from_config(config, self.redis, self.metrics)
-        self.gate = AdmissionGate(
-            config.admission,
-            self.scheduler.backends,
-            {b.backend_id: b.max_inflight for b in config.backends},
-            self.metrics,
-            self.clock,
-            self.autoscaler.standby,
-        )
+        limits = {b.backend_id: b.max_inflight for b in config.backends}
+        self.gate = AdmissionGate(config.admission, self.scheduler.backends, limits,
+                                  self.metrics, self.clock, self.autoscaler.standby)  # fmt: skip
         self.lifetimes = Lifetimes(  # the requests in flight, each with its bookings
             RetrySettings(**config.retry.model_dump(exclude={"rescue_slowness"})), self.scheduler
         )

@@ -28,6 +28,7 @@ from gpuroute.router.worker_board import create_board
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from gpuroute.admin_guard import admin_guards
+from gpuroute.serving import CUT_GRACE_S
 from gpuroute.tls import server_context
 
 log = logging.getLogger("gpuroute.router.workers")
@@ -198,7 +199,8 @@ class Supervisor:
         loop.add_signal_handler(
             signal.SIGHUP, lambda: hups.add(loop.create_task(admin.reload_all()))
         )
-        runner = web.AppRunner(admin.app(admin_guards(self.config, "router")), access_log=None)
+        guarded = admin.app(admin_guards(self.config, "router"))
+        runner = web.AppRunner(guarded, access_log=None, shutdown_timeout=CUT_GRACE_S)
         try:
             reservation = reserve_port(listen.host, listen.port)  # OSError: a clear exit 1
         except OSError:
