@@ -48,10 +48,14 @@ BYTES_PER_TOKEN = 4  # a stream's text without usage: OpenAI's rule of thumb for
 DRAIN_CUT = "gpuroute: the drain time ran out"
 
 
+def drain_cut(cancelled: asyncio.CancelledError) -> bool:
+    """Whether the drain cut it (else its client left)."""
+    return cancelled.args == (DRAIN_CUT,)
+
+
 def cancelled_status(cancelled: asyncio.CancelledError) -> int:
-    """The status a cancelled request is logged with: 503 when the drain cut it, else 499
-    (its client left)."""
-    return 503 if cancelled.args == (DRAIN_CUT,) else 499
+    """The status a cancelled request is logged with: 503 when the drain cut it, else 499."""
+    return 503 if drain_cut(cancelled) else 499
 
 
 class RelayedResponse(web.StreamResponse):
@@ -278,7 +282,7 @@ async def _unless_cut(
     try:
         return await relaying
     except asyncio.CancelledError as cancelled:
-        if streamed and cancelled.args == (DRAIN_CUT,):
+        if streamed and drain_cut(cancelled):
             asyncio.current_task().uncancel()  # (uncancelled to write its last event)
             message = "the server is shutting down and its drain time ran out"
             await end_truncated(request, client, streamed, message, error_event)

@@ -36,16 +36,12 @@ class GpuTypeProfile:
 def profile_gpu_types(scenario: Scenario, workload: Workload) -> dict[str, GpuTypeProfile]:
     """Each engine kind's profile, by its key (the GPU type alone for one GPU running the
     workload's default model, so a single-model scenario reads as before)."""
-    gpus, shapes, default = scenario.gpu_catalog(), scenario.shapes(), scenario.workload.model
-    profiles = {}
-    for kind in dict.fromkeys(g.kind(default) for g in scenario.gpus):
-        key = kind.key(default)
-        params = EngineParams(
-            gpus[kind.gpu], shapes[kind.model], tp=kind.tp, pp=kind.pp,
-            chunked_prefill=scenario.chunked_prefill, name=key,
-        )  # fmt: skip
-        profiles[key] = profile_gpu_type(params, workload)
-    return profiles
+    default = scenario.workload.model
+    kinds = dict.fromkeys(g.kind(default) for g in scenario.gpus)
+    return {
+        kind.key(default): profile_gpu_type(scenario.engine_params(kind), workload)
+        for kind in kinds
+    }
 
 
 def profile_gpu_type(params: EngineParams, workload: Workload) -> GpuTypeProfile:

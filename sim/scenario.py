@@ -237,19 +237,23 @@ class Scenario(DeclaresGpuTypes):
     def models_fit_their_gpus(self) -> Scenario:
         """Each group's model fits in its GPUs' memory with room for a KV cache (said here,
         naming the group, rather than deep in a run)."""
-        catalog, shapes, default = self.gpu_catalog(), self.shapes(), self.workload.model
         for i, group in enumerate(self.gpus):
-            kind = group.kind(default)
             try:
-                gpu = catalog[kind.gpu]
-                EngineParams(gpu, shapes[kind.model], tp=kind.tp, pp=kind.pp,
-                             chunked_prefill=self.chunked_prefill)  # fmt: skip
+                self.engine_params(group.kind(self.workload.model))
             except ValueError as exc:
                 raise ValueError(
                     f"gpus[{i}]: {exc}; use a smaller model, or more GPUs per engine "
                     "(tensor_parallel)"
                 ) from None
         return self
+
+    def engine_params(self, kind: EngineKind) -> EngineParams:
+        """The roofline engine of one engine kind here; ValueError when its model does
+        not fit."""
+        return EngineParams(
+            self.gpu_catalog()[kind.gpu], self.shapes()[kind.model], tp=kind.tp, pp=kind.pp,
+            chunked_prefill=self.chunked_prefill, name=kind.key(self.workload.model),
+        )  # fmt: skip
 
     @model_validator(mode="after")
     def gpus_in_known_regions(self) -> Scenario:
