@@ -74,6 +74,7 @@ module "us_east" {
   consul_router_token        = var.consul_router_token
   residency_decision_key     = var.residency_decision_key
   admin_token                = var.admin_token
+  load_stream_token          = var.load_stream_token
   consul_global_token        = var.consul_global_token
 }
 
@@ -111,6 +112,7 @@ module "eu_west" {
   consul_router_token        = var.consul_router_token
   residency_decision_key     = var.residency_decision_key
   admin_token                = var.admin_token
+  load_stream_token          = var.load_stream_token
   consul_global_token        = var.consul_global_token
 }
 
@@ -148,6 +150,7 @@ module "ap_northeast" {
   consul_router_token        = var.consul_router_token
   residency_decision_key     = var.residency_decision_key
   admin_token                = var.admin_token
+  load_stream_token          = var.load_stream_token
   consul_global_token        = var.consul_global_token
 }
 

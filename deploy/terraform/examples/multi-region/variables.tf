@@ -151,3 +151,9 @@ variable "admin_token" {
   type        = string
   sensitive   = true
 }
+
+variable "load_stream_token" {
+  description = "The token agents and routers share on the agents' load streams (`openssl rand -hex 32`); stored in SSM."
+  type        = string
+  sensitive   = true
+}

@@ -14,19 +14,21 @@ locals {
     "consul/server-key"      = var.consul_server_key_pem
     "gpuroute/decision-key"  = var.residency_decision_key
     "gpuroute/admin-token"   = var.admin_token
+    # agents' load streams: agents and routers prove they hold it (gpuroute/load_auth.py)
+    "gpuroute/load-stream-token" = var.load_stream_token
   }
   # which parameters each kind of host reads
   secret_readers = {
     consul_server = ["consul/gossip-key", "consul/bootstrap-token", "consul/ca", "consul/server-cert", "consul/server-key"]
-    gpu           = ["consul/gossip-key", "consul/agent-token", "consul/ca"]
-    regional      = ["consul/gossip-key", "consul/agent-token", "consul/router-token", "consul/ca", "gpuroute/decision-key", "gpuroute/admin-token"]
+    gpu           = ["consul/gossip-key", "consul/agent-token", "consul/ca", "gpuroute/load-stream-token"]
+    regional      = ["consul/gossip-key", "consul/agent-token", "consul/router-token", "consul/ca", "gpuroute/decision-key", "gpuroute/admin-token", "gpuroute/load-stream-token"]
     global        = ["consul/gossip-key", "consul/agent-token", "consul/global-token", "consul/ca", "gpuroute/decision-key", "gpuroute/admin-token"]
   }
 }
 
 resource "aws_ssm_parameter" "secret" {
   # the names alone, which are not secret (for_each may not iterate a sensitive value)
-  for_each = toset(["consul/gossip-key", "consul/bootstrap-token", "consul/agent-token", "consul/router-token", "consul/global-token", "consul/ca", "consul/server-cert", "consul/server-key", "gpuroute/decision-key", "gpuroute/admin-token"])
+  for_each = toset(["consul/gossip-key", "consul/bootstrap-token", "consul/agent-token", "consul/router-token", "consul/global-token", "consul/ca", "consul/server-cert", "consul/server-key", "gpuroute/decision-key", "gpuroute/admin-token", "gpuroute/load-stream-token"])
   name     = "${local.ssm_prefix}/${each.key}"
   type     = "SecureString"
   value    = local.secrets[each.key]

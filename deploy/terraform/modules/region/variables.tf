@@ -117,6 +117,17 @@ variable "admin_token" {
   }
 }
 
+variable "load_stream_token" {
+  description = "The token GPU hosts' agents and the regional routers share on the agents' gRPC load streams (random, e.g. `openssl rand -hex 32`): agents answer only routers that prove they hold it, and routers take a report only with its agent's proof. Stored in SSM."
+  type        = string
+  sensitive   = true
+
+  validation {
+    condition     = length(var.load_stream_token) >= 32
+    error_message = "load_stream_token must be at least 32 characters."
+  }
+}
+
 variable "consul_router_token" {
   description = "Consul ACL token for regional routers: service:read on gpuroute-engine, service:write on gpuroute-router, node:read. Stored in SSM, never in user data."
   type        = string
