@@ -71,6 +71,7 @@ module "us_east" {
   consul_gossip_key          = var.consul_gossip_key
   consul_acl_bootstrap_token = var.consul_acl_bootstrap_token
   consul_agent_token         = var.consul_agent_token
+  consul_engine_token        = var.consul_engine_token
   consul_router_token        = var.consul_router_token
   residency_decision_key     = var.residency_decision_key
   admin_token                = var.admin_token
@@ -109,6 +110,7 @@ module "eu_west" {
   consul_gossip_key          = var.consul_gossip_key
   consul_acl_bootstrap_token = var.consul_acl_bootstrap_token
   consul_agent_token         = var.consul_agent_token
+  consul_engine_token        = var.consul_engine_token
   consul_router_token        = var.consul_router_token
   residency_decision_key     = var.residency_decision_key
   admin_token                = var.admin_token
@@ -147,6 +149,7 @@ module "ap_northeast" {
   consul_gossip_key          = var.consul_gossip_key
   consul_acl_bootstrap_token = var.consul_acl_bootstrap_token
   consul_agent_token         = var.consul_agent_token
+  consul_engine_token        = var.consul_engine_token
   consul_router_token        = var.consul_router_token
   residency_decision_key     = var.residency_decision_key
   admin_token                = var.admin_token

@@ -46,7 +46,13 @@ variable "consul_acl_bootstrap_token" {
 }
 
 variable "consul_agent_token" {
-  description = "Consul ACL token for client agents and gpuroute processes."
+  description = "Consul ACL token of the Consul client agents (node:write, service:read)."
+  type        = string
+  sensitive   = true
+}
+
+variable "consul_engine_token" {
+  description = "Consul ACL token the GPU hosts' gpuroute agents register with (service:write on gpuroute-engine only)."
   type        = string
   sensitive   = true
 }

@@ -72,7 +72,13 @@ variable "consul_acl_bootstrap_token" {
 }
 
 variable "consul_agent_token" {
-  description = "Consul ACL token for client agents and the node agents: node:write, service:write on gpuroute-engine only. Stored in SSM, never in user data."
+  description = "Consul ACL token of the Consul client agents on every host (their node's registration and anti-entropy): node:write, service:read; no service:write. Stored in SSM, never in user data."
+  type        = string
+  sensitive   = true
+}
+
+variable "consul_engine_token" {
+  description = "Consul ACL token the gpuroute agents on GPU hosts register their engine with: service:write on gpuroute-engine, nothing else. Only GPU hosts may read it. Stored in SSM, never in user data."
   type        = string
   sensitive   = true
 }

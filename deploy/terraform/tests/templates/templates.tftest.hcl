@@ -97,6 +97,11 @@ run "secrets_come_from_ssm_never_user_data" {
   }
 
   assert {
+    condition     = strcontains(output.gpu_node, "secret consul/engine-token > /etc/gpuroute/consul-token") && !strcontains(output.gpu_node, "\"$AGENT_TOKEN\" > /etc/gpuroute") && !strcontains(output.router, "consul/engine-token") && !strcontains(output.global, "consul/engine-token")
+    error_message = "only GPU hosts' agents hold the token that registers engines; Consul client agents' own token writes no service"
+  }
+
+  assert {
     condition     = strcontains(output.gpu_node, "secret gpuroute/load-stream-token") && strcontains(output.gpu_node, "port = 7070\ntoken_file = \"/etc/gpuroute/load-stream-token\"")
     error_message = "agents' load streams answer only routers holding the load-stream token, from SSM"
   }
