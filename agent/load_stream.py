@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 
 import grpc
@@ -111,7 +111,7 @@ class AgentLoadService(load_pb2_grpc.AgentLoadServicer):
         broadcaster: LoadBroadcaster,
         heartbeat_s: float,
         token: str | None = None,
-        clock=time.time,  # wall clock: the router's `sent_at` is its wall clock
+        clock: Callable[[], float] = time.time,  # wall clock, as the router's `sent_at`
     ) -> None:
         self.broadcaster = broadcaster
         self.heartbeat_s = heartbeat_s
