@@ -113,7 +113,7 @@ class MembershipConfig(StrictModel):
     token: str | None = None
     token_file: str | None = None
     token_env: str | None = None
-    check_secret_forms = secret_forms("token")
+    check_secret_forms = secret_forms("token", "load_stream_token")
     datacenter: str | None = None
     service: str = "gpuroute-engine"
     wait_s: float = Field(default=30.0, ge=1, le=600)  # blocking-query wait (Consul caps 10m)
@@ -122,7 +122,15 @@ class MembershipConfig(StrictModel):
     max_inflight: int = Field(default=256, ge=1)  # per discovered backend
     load_streams: bool = True  # open each agent's gRPC load stream
     load_stream_tls: ClientTlsConfig | None = None  # (m)TLS to agents' load streams
+    # shared with the agents' load_stream.token: set, a report counts only with the agent's
+    # proof, and this router proves itself to agents (gpuroute/load_auth.py)
+    load_stream_token: str | None = None
+    load_stream_token_file: str | None = None
+    load_stream_token_env: str | None = None
     load_stale_s: float = Field(default=1.0, gt=0)  # older agent reports are ignored
+    # after Consul comes back (restarted, or reached again), how long a member it no longer
+    # lists stays while its agent vouches for it; otherwise a deregistered member leaves
+    consul_restart_grace_s: float = Field(default=30.0, ge=0)
 
 
 class RegionConfig(StrictModel):
