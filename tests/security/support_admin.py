@@ -6,10 +6,18 @@ same-origin GET), and a simple request from a client that sends no `Origin` at a
 
 from __future__ import annotations
 
+import contextlib
 import json
+import time
 from dataclasses import dataclass
 
 import aiohttp
+from gpuroute.global_.config import load_global_config
+from gpuroute.global_.server import GlobalApp, GlobalServer
+from support.live import MODEL, free_port
+from support.paths import REPO
+
+from gpuroute.proto import load_pb2
 
 EVIL = "evil.example"
 
@@ -71,3 +79,23 @@ def error_code(text: str) -> str | None:
     except (ValueError, AttributeError):
         return None
     return error.get("code") if isinstance(error, dict) else None
+
+
+@contextlib.asynccontextmanager
+async def global_admin_apart(tmp_path):
+    """The global tier as shipped: its admin routes on a listener of their own, on
+    loopback, without a token; yields that listener's URL."""
+    (tmp_path / "regions.toml").write_text((REPO / "regions.example.toml").read_text())
+    (tmp_path / "global.toml").write_text(
+        'regions_file = "regions.toml"\n[listen]\nport = 0\n[admin_listen]\nport = 0\n'
+        '[[endpoints]]\nregion = "eu-west"\nurl = "http://127.0.0.1:9"\n'
+        f'report = "127.0.0.1:{free_port()}"\n'
+    )
+    app = GlobalApp(*load_global_config(tmp_path / "global.toml"))
+    server = GlobalServer(app)
+    await server.start()
+    app.feeds.on_report("eu-west", load_pb2.RegionReport(models=[MODEL], timestamp=time.time()))
+    try:
+        yield f"http://127.0.0.1:{server.admin_port}", server.admin_port
+    finally:
+        await server.drain(timeout=2.0)

@@ -9,18 +9,14 @@ token, a request carrying an `Origin` or a `text/plain` body was still taken."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 
 import aiohttp
 import pytest
-from gpuroute.global_.config import load_global_config
-from gpuroute.global_.server import GlobalApp, GlobalServer
 from support.global_tier import global_tier
 from support.live import (
     MODEL,
@@ -35,11 +31,10 @@ from support.live import (
     wait_for,
 )
 from support.paths import REPO
-from support_admin import EVIL, page_attacks, unrefused
+from support_admin import EVIL, global_admin_apart, page_attacks, unrefused
 from support_security import RecordingEngine, secure_toml
 
 from gpuroute.auth import key_digest
-from gpuroute.proto import load_pb2
 
 TOKEN = "admin-secret-1"
 GOOD = {"Authorization": f"Bearer {TOKEN}"}
@@ -142,26 +137,6 @@ def test_the_one_admin_listener_of_several_workers_needs_the_token(tmp_path) -> 
 PAGE_KEY = "sk-from-a-web-page"
 KEY_BODY = json.dumps({"key": PAGE_KEY, "tenant": "mallory"}).encode()
 BACKEND_BODY = json.dumps({"url": "http://203.0.113.9:80", "gpu": "L4", "models": [MODEL]})
-
-
-@contextlib.asynccontextmanager
-async def global_admin_apart(tmp_path):
-    """The global tier as shipped: its admin routes on a listener of their own, on
-    loopback, without a token; yields that listener's URL."""
-    (tmp_path / "regions.toml").write_text((REPO / "regions.example.toml").read_text())
-    (tmp_path / "global.toml").write_text(
-        'regions_file = "regions.toml"\n[listen]\nport = 0\n[admin_listen]\nport = 0\n'
-        '[[endpoints]]\nregion = "eu-west"\nurl = "http://127.0.0.1:9"\n'
-        f'report = "127.0.0.1:{free_port()}"\n'
-    )
-    app = GlobalApp(*load_global_config(tmp_path / "global.toml"))
-    server = GlobalServer(app)
-    await server.start()
-    app.feeds.on_report("eu-west", load_pb2.RegionReport(models=[MODEL], timestamp=time.time()))
-    try:
-        yield f"http://127.0.0.1:{server.admin_port}", server.admin_port
-    finally:
-        await server.drain(timeout=2.0)
 
 
 @pytest.mark.asyncio
