@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from typing import Annotated
+
+from gpuroute.router.body_fields import known_fields
+from pydantic import AfterValidator, Field, field_validator
 
 from gpuroute.config import StrictModel
+
+# the models a key may use (LiteLLM's `models` on a virtual key): names or aliases, each
+# standing for its model, its split's versions; fallbacks outside it are skipped. Unset:
+# every model. Empty is refused: LiteLLM reads [] as every model, a reader as none.
+ModelList = Annotated[list[str] | None, Field(default=None, min_length=1)]
+# router-only body fields (router/body_fields.py) the key may send all the same
+BodyFields = Annotated[list[str], AfterValidator(known_fields)]
 
 
 class ApiKeyConfig(StrictModel):
@@ -19,6 +29,8 @@ class ApiKeyConfig(StrictModel):
     max_in_flight: int | None = Field(default=None, ge=1)  # the tenant's requests at once
     # the key's SLO class: its default and the most demanding it may ask for by header
     slo_class: str | None = None
+    models: ModelList = None
+    allow_body_fields: BodyFields = Field(default_factory=list)
 
     @field_validator("sha256")
     @classmethod
@@ -36,6 +48,8 @@ class AnonymousConfig(StrictModel):
     tokens_per_minute: float | None = Field(default=None, gt=0)
     max_in_flight: int | None = Field(default=None, ge=1)
     slo_class: str | None = None
+    models: ModelList = None
+    allow_body_fields: BodyFields = Field(default_factory=list)
 
 
 class AuthConfig(StrictModel):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from aiohttp import web
 from gpuroute.router.admission_gate import AdmissionGate
 from gpuroute.router.autoscaler import Autoscaler
+from gpuroute.router.body_fields import RouterOnlyField, check_fields
 from gpuroute.router.config import RouterConfig
 from gpuroute.router.core.backend import BackendSet
 from gpuroute.router.core.lifetime import Event, LifetimeError, Lifetimes, RequestLifetime
@@ -128,7 +129,8 @@ class Front:
             parsed.edited = body is not None
             info = parsed.info
             request[MODEL_ASKED] = info.model  # as asked: aliases are resolved next
-            name = self._route_model(info, headers)
+            router_only(parsed.body, key)
+            name = self._route_model(info, headers, key)
             info.slo = self.slo.resolve(key, headers, self.model_slo.get(name))
             info.arrived_at = arrival
             self._check_model(info)
@@ -160,10 +162,11 @@ class Front:
         key = self.tenants.identify(headers)
         return headers, key, await read_body(request, self.config.limits)
 
-    def _route_model(self, info: RequestInfo, headers: Mapping[str, str]) -> str:
+    def _route_model(self, info: RequestInfo, headers: Mapping[str, str], key: KeyPolicy) -> str:
         """Aliases, the split's version and the fallbacks (unless the client forbids them
-        with `x-gpuroute-fallback: none`) decided for the request; returns the model's name
-        after aliases (what its SLO class and metrics go by)."""
+        with `x-gpuroute-fallback: none`, or the key may not use them) decided for the
+        request; returns the model's name after aliases (what its SLO class and metrics go
+        by). A model the key may not use is refused (403)."""
         wanted = headers.get(FALLBACK_HEADER, "auto").strip().lower()
         if wanted not in ("auto", "none"):
             raise Rejection(
@@ -171,7 +174,15 @@ class Front:
             )
         sticky = info.session_id or str(info.request_id)
         choice = self.routes.resolve(info.model, sticky, fallback=wanted == "auto")
-        info.requested, info.model, info.fallbacks = info.model, choice.model, choice.fallbacks
+        if not self.routes.permits(key.models, choice.model):
+            raise Rejection(
+                403,
+                f"this key may not use the model `{clip(info.model)}`",
+                param="model",
+                code="model_not_allowed",
+            )
+        fallbacks = tuple(m for m in choice.fallbacks if self.routes.permits(key.models, m))
+        info.requested, info.model, info.fallbacks = info.model, choice.model, fallbacks
         # a LoRA adapter (vLLM serves it under its own name; the agent, or the config, says
         # which names are adapters): kept on few engines (policies/adapter_affinity.py)
         if self.backends.is_adapter(info.model):
@@ -323,6 +334,15 @@ class Front:
             )
         except RequestError as exc:
             raise Rejection(exc.status, exc.message, param=exc.param, code=exc.code) from None
+
+
+def router_only(body: dict | None, key: KeyPolicy) -> None:
+    """Refuse (400, naming it) a body field only the router may set (router/body_fields.py)
+    unless the key may send it."""
+    try:
+        check_fields(body, key.allow_body_fields)
+    except RouterOnlyField as exc:
+        raise Rejection(400, str(exc), param=exc.field, code="router_only_field") from None
 
 
 def named(request: web.Request, life: RequestLifetime) -> None:
