@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated
 
 from gpuroute.router.body_fields import known_fields
@@ -50,6 +51,27 @@ class AnonymousConfig(StrictModel):
     slo_class: str | None = None
     models: ModelList = None
     allow_body_fields: BodyFields = Field(default_factory=list)
+
+
+def key_problem(
+    key: ApiKeyConfig | AnonymousConfig,
+    priorities: Sequence[str],
+    slo_classes: Sequence[str],
+    placed: bool,
+) -> tuple[str, str] | None:
+    """What makes a key unusable on this router, as (field, why), or None: the file's keys
+    and the admin API's are checked by this one function (a key the admin API took with an
+    unknown class answered every request with a 500)."""
+    if key.priority is not None and key.priority not in priorities:
+        why = f"unknown priority {key.priority!r}; known: {', '.join(priorities)}"
+        return "priority", why
+    if key.slo_class is not None and key.slo_class not in slo_classes:
+        why = f"unknown SLO class {key.slo_class!r}; known: {', '.join(slo_classes)}"
+        return "slo_class", why
+    if getattr(key, "residency", None) is not None and not placed:
+        why = "set region.name or region.jurisdiction, or the router cannot tell whether "
+        return "residency", why + "it may serve this key"
+    return None
 
 
 class AuthConfig(StrictModel):
