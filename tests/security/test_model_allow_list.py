@@ -12,7 +12,7 @@ import pytest
 from gpuroute.router.core.model_routes import split_bucket
 from gpuroute.router.request_parse import session_key
 from support.live import router_server, scripted_backend
-from support_security import KEY, RecordingEngine
+from support_security import KEY, MODEL, RecordingEngine
 
 from gpuroute.auth import key_digest
 
@@ -154,3 +154,42 @@ async def test_keys_added_by_the_admin_api_carry_their_models(tmp_path) -> None:
     assert statuses == [403, 200]
     assert [row["models"] for row in rows if row.get("tenant") == "newco"] == [["cheap"]]
     assert big.seen == []
+
+
+async def test_the_global_tier_holds_a_tenants_models_and_lists_only_those(tmp_path) -> None:
+    """The global tier knows keys too (`residency.api_keys`): a tenant's
+    `residency.tenant_models` is refused there before any region is asked, and its
+    `/v1/models` lists only those."""
+    import time
+
+    from support_tiers import EU_KEY, two_regions
+    from support_tiers import KEY as TIERS_KEY
+
+    from gpuroute.proto import load_pb2
+
+    lists = f'tenant_models = {{ acme = ["{MODEL}"] }}'
+    async with two_regions(tmp_path, residency=lists) as tiers, aiohttp.ClientSession() as s:
+        report = load_pb2.RegionReport(
+            routable_backends=1, models=[MODEL, "big"], timestamp=time.time()
+        )
+        for region in tiers.routers:
+            tiers.app.feeds.on_report(region, report)
+        tiers.app.feeds.tick()
+        acme = {"Authorization": f"Bearer {TIERS_KEY}"}
+        async with s.post(tiers.url + "/v1/chat/completions", data=chat("big"), headers=acme) as r:
+            refused = (r.status, (await r.json())["error"])
+        messages = {"model": "big", "max_tokens": 4, "messages": [{"role": "user", "content": "x"}]}
+        async with s.post(tiers.url + "/v1/messages", json=messages, headers=acme) as r:
+            anthropic = (r.status, (await r.json())["error"]["type"])
+        async with s.post(tiers.url + "/v1/chat/completions", data=chat(MODEL), headers=acme) as r:
+            served = r.status
+        listed = {}
+        for tenant, key in (("acme", TIERS_KEY), ("acme-eu", EU_KEY)):
+            headers = {"Authorization": f"Bearer {key}"}
+            async with s.get(tiers.url + "/v1/models", headers=headers) as r:
+                listed[tenant] = sorted(m["id"] for m in (await r.json())["data"])
+    assert refused[0] == 403 and refused[1]["code"] == "model_not_allowed"
+    assert refused[1]["param"] == "model"
+    assert anthropic == (403, "permission_error")
+    assert served == 200 and sum(tiers.served_in().values()) == 1  # the refused ones: nowhere
+    assert listed == {"acme": [MODEL], "acme-eu": sorted([MODEL, "big"])}
