@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
-from gpuroute.router.auth_config import AuthConfig
+from gpuroute.router.auth_config import AuthConfig, key_problem
 from gpuroute.router.autoscale_config import AutoscaleConfig
 from gpuroute.router.core.policies import DEFAULT_POLICY, POLICIES
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASS, DEFAULT_SLO_CLASSES, SloClass
@@ -305,37 +305,22 @@ class RouterConfig(AdminAccess, DeclaresGpuTypes):
         return paths
 
     @model_validator(mode="after")
-    def _key_priorities_known(self) -> RouterConfig:
-        anonymous = self.auth.anonymous.priority
-        if anonymous is not None and anonymous not in self.admission.priorities:
-            raise ValueError(f"auth.anonymous.priority: unknown priority {anonymous!r}")
-        classes = [c.name for c in self.slo.classes]
-        anonymous_slo = self.auth.anonymous.slo_class
-        if anonymous_slo is not None and anonymous_slo not in classes:
-            raise ValueError(f"auth.anonymous.slo_class: unknown SLO class {anonymous_slo!r}")
-        for i, key in enumerate(self.auth.keys):
-            if key.priority is not None and key.priority not in self.admission.priorities:
-                raise ValueError(
-                    f"auth.keys[{i}].priority: unknown priority {key.priority!r}; "
-                    f"known: {', '.join(self.admission.priorities)}"
-                )
-            if key.slo_class is not None and key.slo_class not in classes:
-                raise ValueError(
-                    f"auth.keys[{i}].slo_class: unknown SLO class {key.slo_class!r}; "
-                    f"known: {', '.join(classes)}"
-                )
+    def _keys_usable(self) -> RouterConfig:
+        """Each key's class, SLO class and residency mean something here (the admin API's
+        keys are checked alike: `key_problem`)."""
+        auth = self.auth
+        for name, key in (("auth.anonymous", auth.anonymous), *(
+            (f"auth.keys[{i}]", k) for i, k in enumerate(auth.keys)
+        )):  # fmt: skip
+            if problem := key_problem(key, *self.key_context()):
+                raise ValueError(f"{name}.{problem[0]}: {problem[1]}")
         return self
 
-    @model_validator(mode="after")
-    def _residency_needs_a_place(self) -> RouterConfig:
-        place = self.region.name != "local" or self.region.jurisdiction is not None
-        for i, key in enumerate(self.auth.keys):
-            if key.residency is not None and not place:
-                raise ValueError(
-                    f"auth.keys[{i}].residency: set region.name or region.jurisdiction, "
-                    "or the router cannot tell whether it may serve this key"
-                )
-        return self
+    def key_context(self) -> tuple[list[str], list[str], bool]:
+        """What a key is checked against: the priorities, the SLO classes, and whether the
+        router knows its place (for residency)."""
+        placed = self.region.name != "local" or self.region.jurisdiction is not None
+        return self.admission.priorities, [c.name for c in self.slo.classes], placed
 
     @model_validator(mode="after")
     def _has_backends(self) -> RouterConfig:
