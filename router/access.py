@@ -23,6 +23,8 @@ class Ended:
 
 
 ENDED = web.RequestKey("gpuroute.access_ended", Ended)
+# the caller's tenant on a route the router answers itself (a stored response by id)
+TENANT = web.RequestKey("gpuroute.access_tenant", str)
 
 
 class RouterAccessLog:
@@ -42,9 +44,10 @@ def fields(
     """The line's fields: those a request refused at the front never had stay None."""
     out: dict[str, Any] = {
         "request_id": request.get(REQUEST_ID),
+        "method": request.method,
         "route": route,
         "status": status,
-        "tenant": None,
+        "tenant": request.get(TENANT),
         "model": None,
         "served_model": None,
         "backend": None,
