@@ -96,4 +96,9 @@ class AccessLog:
     def write(self, fields: dict[str, Any]) -> None:
         """The line: `POST /v1/chat/completions 200`, and the fields (keys of a JSON line;
         `key=value` after the message of a text one: gpuroute/logs.py)."""
-        self.logger.info("POST %s %s", fields.get("route"), fields.get("status"), extra=fields)
+        method, route, status = (
+            fields.get("method", "POST"),
+            fields.get("route"),
+            fields.get("status"),
+        )
+        self.logger.info("%s %s %s", method, route, status, extra=fields)

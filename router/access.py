@@ -23,6 +23,8 @@ class Ended:
 
 
 ENDED = web.RequestKey("gpuroute.access_ended", Ended)
+# the caller's tenant on a route the router answers itself (a stored response by id)
+TENANT = web.RequestKey("gpuroute.access_tenant", str)
 
 
 class RouterAccessLog:
@@ -43,9 +45,10 @@ def fields(
     out: dict[str, Any] = {
         "request_id": request.get(REQUEST_ID),  # the router's own, unique
         "client_request_id": request.get(CLIENT_REQUEST_ID),  # the client's x-request-id
+        "method": request.method,
         "route": route,
         "status": status,
-        "tenant": None,
+        "tenant": request.get(TENANT),
         "model": None,
         "served_model": None,
         "backend": None,

@@ -8,7 +8,12 @@ The kind of work decides how a request is priced and admitted:
   rerank, score, pooling, classify);
 - `audio`: a multipart upload priced by the audio's duration (transcriptions, translations);
 - `free`: cheap lookups (tokenize, detokenize, count_tokens): routed to a backend of the
-  model, never held for an SLO and never counted against quotas."""
+  model, never held for an SLO and never charged tokens; every other per-key limit
+  (requests per minute, in-flight cap, class cap, body size) applies as on any route.
+
+`route_limits()` says which per-key limits each public route applies, this table's routes
+and the others alike; docs/security.md ("Limits on every route") and
+tests/security/test_route_limits.py are both checked against it."""
 
 from __future__ import annotations
 
@@ -44,7 +49,7 @@ class Api:
 
     @property
     def charges(self) -> bool:
-        """Counted against the tenant's quotas."""
+        """Charged tokens against the tenant's token quota (every route counts a request)."""
         return self.work != FREE
 
 
@@ -71,3 +76,43 @@ def api_table() -> dict[str, Api]:
 
 
 APIS: Mapping[str, Api] = MappingProxyType(api_table())  # the built-in table, read-only
+
+
+@dataclass(frozen=True, slots=True)
+class RouteLimits:
+    """The per-key limits one public route applies. Every route takes one request from the
+    key's `requests_per_minute` and holds one of its `max_in_flight` slots while it runs;
+    the rest depend on what the route does."""
+
+    method: str  # `*`: any (a passthrough path)
+    path: str
+    tokens: bool  # charged against `tokens_per_minute` (an estimate, settled on usage)
+    body: bool  # a body is read: `limits.max_body_bytes` (413 beyond it)
+    queued: bool  # waits in the admission queue at the key's class (a higher one is capped)
+
+
+PASSTHROUGH = "(each of `passthrough_paths`)"
+RESPONSE_BY_ID = "/v1/responses/{response_id}"
+
+
+def route_limits(apis: Mapping[str, Api] = APIS) -> list[RouteLimits]:
+    """Every public route the router serves, with its limits: the APIs, then what the
+    router answers itself (the model list; stored responses, with `responses.enabled`),
+    then the allow-listed passthrough paths."""
+    rows = [RouteLimits("POST", api.path, api.charges, True, True) for api in apis.values()]
+    rows += [
+        RouteLimits("GET", "/v1/models", False, False, False),
+        RouteLimits("GET", RESPONSE_BY_ID, False, False, False),
+        RouteLimits("DELETE", RESPONSE_BY_ID, False, False, False),
+        RouteLimits("POST", RESPONSE_BY_ID + "/cancel", False, False, False),
+        RouteLimits("*", PASSTHROUGH, True, True, True),  # tokens: the body's size / 4
+    ]
+    return rows
+
+
+def limits_row(row: RouteLimits) -> str:
+    """`row` as docs/security.md's table writes it."""
+    tokens = "charged" if row.tokens else "not charged"
+    body = "`max_body_bytes`" if row.body else "no body read"
+    cls = "capped at the key's" if row.queued else "not queued"
+    return f"| {row.method} {row.path} | 1 | 1 slot | {tokens} | {body} | {cls} |"

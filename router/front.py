@@ -140,10 +140,8 @@ class Front:
         try:
             headers, key, raw = await self._read(request)
             tenant = key.tenant
-            body = None
-            if route == RESPONSES and self.responses is not None:  # its conversation, whole
-                body = self._json(raw)
-                await self.responses.expand(request, key, body)
+            body = await self._conversation(request, route, key, raw)
+            prepaid = body is not None  # its per-minute request taken before the read
             content_type = request.headers.get("Content-Type")
             parsed = self._parse(headers, route, raw, request_id, content_type, body)
             parsed.edited = body is not None
@@ -155,9 +153,11 @@ class Front:
             info.arrived_at = arrival
             self._check_model(info)
             charged = parsed.api is None or parsed.api.charges  # a tokenizer lookup is free
-            tokens = self.token_charge(key, parsed) if charged else 0
+            tokens = self.token_charge(key, parsed) if charged else None
             explicit = PRIORITY_HEADER in headers
-            life = await self._let_in(key, info, tokens, parsed.deadline_s, explicit, charged)
+            life = await self._let_in(
+                key, info, tokens, parsed.deadline_s, explicit, request=not prepaid
+            )
             named(request, life)
             if self.autoscaler is not None:
                 self.autoscaler.arrived(info.model)
@@ -174,7 +174,19 @@ class Front:
         if parsed.audio_s is not None:  # audio is metered in seconds
             metrics = self.tenants.metrics
             metrics.audio_seconds.labels(metrics.tenant_label(key.tenant)).inc(parsed.audio_s)
-        return Admitted(parsed, raw, headers, key, tokens, life)
+        return Admitted(parsed, raw, headers, key, tokens or 0, life)
+
+    async def _conversation(
+        self, request: web.Request, route: str, key: KeyPolicy, raw: bytes
+    ) -> dict | None:
+        """A Responses request's body with its stored conversation expanded, the key's
+        per-minute request taken before the (Redis) read; None on other routes."""
+        if route != RESPONSES or self.responses is None:
+            return None
+        body = self._json(raw)
+        await self.tenants.precharge(key)
+        await self.responses.expand(request, key, body)
+        return body
 
     async def _read(self, request: web.Request) -> tuple[Mapping[str, str], KeyPolicy, bytes]:
         """The headers (their one reading), the residency decision checked, the caller's key
@@ -266,14 +278,16 @@ class Front:
         self,
         key: KeyPolicy,
         info: RequestInfo,
-        tokens: int,
+        tokens: int | None,
         deadline_s: float | None,
         explicit: bool,
-        charges: bool = True,
+        *,
+        request: bool = True,
     ) -> RequestLifetime:
-        """The request's lifetime opened, its tenant charged (unless it `charges` nothing)
-        and an admission slot taken; or the lifetime closed again and the Rejection (or
-        cancellation) raised."""
+        """The request's lifetime opened, its tenant charged (one request, unless `request`
+        is False: taken before; and `tokens`, none on a free route: every per-key limit
+        but the token quota still applies) and an admission slot taken; or the lifetime
+        closed again and the Rejection (or cancellation) raised."""
         try:
             life = self.lifetimes.open(info)
         except LifetimeError:  # a client's id that a request in flight here carries already
@@ -281,12 +295,11 @@ class Front:
             life = self.lifetimes.open(info)
         charged = False
         try:
-            if charges:
-                await self.tenants.charge(key, life, tokens, explicit)
-                charged = True
+            await self.tenants.charge(key, life, tokens, explicit, request=request)
+            charged = True
             await self.gate.admit(life, deadline_s)
         except BaseException as exc:  # refused, shed, or the client left: nothing ran
-            if charged:
+            if charged and tokens:
                 self.tenants.settle(key, -tokens)
             self.close(life, ending_of(exc))
             raise

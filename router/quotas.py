@@ -192,15 +192,19 @@ class Quotas:
             )
         return policy
 
-    async def charge(self, policy: KeyPolicy, tokens: int) -> QuotaVerdict:
-        """Take one request and `tokens` tokens from the tenant's buckets."""
+    async def charge(
+        self, policy: KeyPolicy, tokens: int | None, *, request: bool = True
+    ) -> QuotaVerdict:
+        """Take one request (unless `request` is False: taken already) and `tokens` tokens
+        from the tenant's buckets. `tokens=None` leaves the token bucket alone (a free
+        route); `tokens=0` takes nothing but is refused while the bucket is in debt."""
         headers: dict[str, str] = {}
         shared = True
         for limit, per_min, cost in (
-            ("requests", policy.requests_per_minute, 1),
+            ("requests", policy.requests_per_minute, 1 if request else None),
             ("tokens", policy.tokens_per_minute, tokens),
         ):
-            if per_min is None:
+            if per_min is None or cost is None:
                 continue
             take, shared = await self._take(f"{policy.tenant}:{limit}", per_min, cost)
             headers[f"x-ratelimit-limit-{limit}"] = str(int(per_min))

@@ -5,9 +5,12 @@ holds at most `max_per_tenant` entries and `max_bytes_per_tenant` bytes (the old
 first). An entry is one JSON document (StoredResponse): the response object and the
 conversation's input items, so a follow-up's whole input is one read.
 
-When Redis cannot be reached a replica keeps what it stores locally and reads its local
-entries too, and tries Redis again after `retry_s`; a read that Redis could not answer and
-that is not here raises StoreUnavailable (a 503, never a false 404)."""
+A Redis call that fails once (a timeout, a dropped connection) fails only its own request:
+a read or a delete raises StoreUnavailable (a 503, never a false 404), a store is tried
+once more. Only `FAILURES_TO_FALL_BACK` failures in a row say that Redis is down: then a
+replica keeps what it stores locally and reads its local entries too, and tries Redis again
+after `retry_s` (a single slow answer no longer moved every replica's new entries out of
+each other's sight)."""
 
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ log = logging.getLogger("gpuroute.router.responses")
 # what an engine's response id looks like (vLLM: resp_ and 32 hex digits); anything else
 # is no id of ours: unknown, and never a Redis key
 RESPONSE_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
+FAILURES_TO_FALL_BACK = 3  # Redis calls failed in a row: down, not slow once
 
 
 class StoreUnavailable(Exception):
@@ -137,6 +141,7 @@ class ResponsesStore:
         self.redis, self.retry_s, self.clock = redis, retry_s, clock
         self.max_entry_bytes = config.max_entry_bytes
         self._down_until = 0.0
+        self._failures = 0  # Redis calls failed in a row
 
     @property
     def shared(self) -> bool:
@@ -150,13 +155,16 @@ class ResponsesStore:
             log.warning("response %.40r not stored: %d bytes or a foreign id", rid, len(blob))
             return False
         tenant = tenant_key(entry.tenant)
-        if self.redis is not None and self.shared:
+        for _ in range(2):  # a store fails its request silently: one more try first
+            if self.redis is None or not self.shared:
+                break
             try:
                 await self.redis.put(tenant, rid, blob)
+                self._failures = 0
                 return True
             except REDIS_ERRORS as exc:
                 self._failed(exc)
-        self.local.put(tenant, rid, blob)
+        self.local.put(tenant, rid, blob)  # kept here (read first on this replica)
         return True
 
     async def get(self, tenant: str, rid: str) -> StoredResponse | None:
@@ -171,6 +179,7 @@ class ResponsesStore:
                 raise StoreUnavailable
             try:
                 blob = await self.redis.get(key, rid)
+                self._failures = 0
             except REDIS_ERRORS as exc:
                 self._failed(exc)
                 raise StoreUnavailable from None
@@ -189,11 +198,19 @@ class ResponsesStore:
         if not self.shared:
             raise StoreUnavailable
         try:
-            return await self.redis.delete(key, rid)
+            deleted = await self.redis.delete(key, rid)
         except REDIS_ERRORS as exc:
             self._failed(exc)
             raise StoreUnavailable from None
+        self._failures = 0
+        return deleted
 
     def _failed(self, exc: BaseException) -> None:
+        """One more failure in a row; at `FAILURES_TO_FALL_BACK`, local for `retry_s`."""
+        self._failures += 1
+        if self._failures < FAILURES_TO_FALL_BACK:
+            log.warning("responses store: Redis did not answer (%s); that request fails", exc)
+            return
+        self._failures = 0
         self._down_until = self.clock() + self.retry_s
         log.warning("responses store: Redis unavailable (%s); keeping responses locally", exc)

@@ -259,7 +259,7 @@ class RouterApp:
         for route in API_ROUTES:
             app.router.add_post(route, self.proxy.openai)
         app.router.add_get("/v1/models", self.models)
-        add_responses_routes(app, self.responses, self.proxy.front.tenants.identify)
+        add_responses_routes(app, self.responses, self.proxy.front.tenants, self.proxy.access)
         app.router.add_get("/healthz", healthz)
         app.router.add_get("/readyz", self.readyz)
         if self.config.admin_on_public_listener:
@@ -371,15 +371,17 @@ class RouterApp:
     # -- admin -----------------------------------------------------------------------------
     async def models(self, request: web.Request) -> web.Response:
         """The models served here, to callers the API would serve (a key where keys are
-        required), less those the caller's key may not use."""
+        required), less those the caller's key may not use, within the key's per-minute
+        requests and in-flight cap."""
+        tenants = self.proxy.front.tenants
         try:
-            headers = interpreted(request.headers.items())
-            key = self.proxy.front.tenants.identify(headers)
+            key = tenants.identify(interpreted(request.headers.items()))
+            async with tenants.lookup(key):
+                served = {m for b in self.scheduler.backends for m in b.models}
+                names = [*served, *self.routes.reachable(served)]
+                return models_response(n for n in names if self.routes.permits(key.models, n))
         except Rejection as rejection:
             return rejection.response()
-        served = {m for b in self.scheduler.backends for m in b.models}
-        names = [*served, *self.routes.reachable(served)]
-        return models_response(n for n in names if self.routes.permits(key.models, n))
 
     async def readyz(self, _request: web.Request) -> web.Response:
         if self.draining:

@@ -8,8 +8,9 @@ one. Keyless callers (when allowed) are one tenant, `anonymous`, with their own 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 
 from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.metrics import RouterMetrics
@@ -44,11 +45,18 @@ class TenantGate:
             raise Rejection(exc.status, exc.message, code=exc.code) from None
 
     async def charge(
-        self, key: KeyPolicy, life: RequestLifetime, tokens: int, explicit_priority: bool
+        self,
+        key: KeyPolicy,
+        life: RequestLifetime,
+        tokens: int | None,
+        explicit_priority: bool,
+        *,
+        request: bool = True,
     ) -> None:
         """Tag the request with the key's tenant and class (the class the request named if
         it is not above the key's, or above the default class for a key that names none),
-        count it in flight and take one request and `tokens` from the tenant's quotas;
+        count it in flight and take one request (unless `request` is False: `precharge`
+        took it) and `tokens` from the tenant's quotas (None: a free route, no tokens);
         Rejection with 429 beyond them. The in-flight slot is taken before the quota's
         await, so concurrent requests each see the others (with Redis, that await is a
         round trip). The slot is the lifetime's (`life.tenant`) until `give_back`."""
@@ -57,14 +65,34 @@ class TenantGate:
         ceiling = key.priority or self.default_priority
         if not explicit_priority or self.rank[info.priority] < self.rank[ceiling]:
             info.priority = ceiling
-        self._reserve(key, life)
+        life.tenant = self._reserve(key)
         try:
-            verdict = await self.quotas.charge(key, tokens)
+            await self._take(key, tokens, request)
         except BaseException:
             self.release(life)
             raise
+
+    async def precharge(self, key: KeyPolicy) -> None:
+        """Take the request from the per-minute budget before work the router does for it
+        (a Responses follow-up's stored conversation, read from Redis); a token bucket in
+        debt refuses here too. `charge(..., request=False)` follows."""
+        await self._take(key, 0, True)
+
+    @contextlib.asynccontextmanager
+    async def lookup(self, key: KeyPolicy) -> AsyncIterator[None]:
+        """A request the router answers itself (a stored response by id, the model list):
+        one request from the per-minute budget and an in-flight slot while it runs, no
+        tokens; Rejection with 429 beyond them."""
+        tenant = self._reserve(key)
+        try:
+            await self._take(key, None, True)
+            yield
+        finally:
+            self.give_back(tenant)
+
+    async def _take(self, key: KeyPolicy, tokens: int | None, request: bool) -> None:
+        verdict = await self.quotas.charge(key, tokens, request=request)
         if not verdict.allowed:
-            self.release(life)
             tenant = self.metrics.tenant_label(key.tenant)
             self.metrics.quota_refusals.labels(tenant, verdict.limit).inc()
             raise Rejection(
@@ -74,10 +102,12 @@ class TenantGate:
                 headers=verdict.headers,
             )
 
-    def _reserve(self, key: KeyPolicy, life: RequestLifetime) -> None:
+    def _reserve(self, key: KeyPolicy) -> str | None:
+        """An in-flight slot of the key's tenant (None: its key has no cap); Rejection
+        with 429 at the cap."""
         cap = key.max_in_flight
         if cap is None:
-            return
+            return None
         if self.in_flight[key.tenant] >= cap:
             tenant = self.metrics.tenant_label(key.tenant)
             self.metrics.quota_refusals.labels(tenant, "in_flight").inc()
@@ -88,7 +118,7 @@ class TenantGate:
                 headers={"Retry-After": "1"},
             )
         self.in_flight[key.tenant] += 1
-        life.tenant = key.tenant
+        return key.tenant
 
     def settle(self, key: KeyPolicy, tokens: int) -> None:
         """Correct the tenant's token quota by what its request used beyond its charge

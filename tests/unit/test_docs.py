@@ -13,11 +13,13 @@ from pathlib import Path
 import pytest
 from gpuroute.agent.config import AgentConfig
 from gpuroute.global_.config import GlobalConfig
+from gpuroute.router.apis import limits_row, route_limits
 from gpuroute.router.config import RouterConfig, load_router_config
 from gpuroute.sim.scenario import Scenario
 from pydantic import BaseModel
 from support.paths import REPO
 
+from gpuroute.openai_api import API_ROUTES
 from gpuroute.regions import FleetConfig
 
 CONFIGURATION = REPO / "docs" / "configuration.md"
@@ -215,3 +217,16 @@ def test_the_readmes_router_config_validates(tmp_path: Path) -> None:
     config = load_router_config(path)
     assert {b.gpu for b in config.backends} == {"H100", "A100", "L4"}
     assert [k.slo_class for k in config.auth.keys] == ["interactive", "batch"]
+
+
+def test_the_limits_table_lists_every_route_as_the_code_applies_it() -> None:
+    """docs/security.md's "Limits on every route" is router/apis.py's `route_limits()`
+    row for row (tests/security/test_route_limits.py checks each cell live): a route added
+    to the code, or a limit changed, cannot leave the table behind."""
+    text = (REPO / "docs" / "security.md").read_text()
+    section = text.split("## Limits on every route\n", 1)[1].split("\n## ", 1)[0]
+    table = [line for line in section.splitlines() if line.startswith("|")]
+    documented = table[2:]  # below the header and its rule
+    assert documented == [limits_row(row) for row in route_limits()]
+    served = {row.path for row in route_limits()}
+    assert set(API_ROUTES) <= served and "/v1/models" in served

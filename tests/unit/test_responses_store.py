@@ -14,6 +14,7 @@ from gpuroute.router.responses_store import (
     tenant_key,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 
 class Clock:
@@ -100,21 +101,31 @@ async def test_an_entry_over_max_entry_bytes_is_not_stored() -> None:
 
 
 class BrokenRedis:
-    """A RedisResponses whose every call fails, as a Redis that is down."""
+    """A RedisResponses whose first `fail` calls fail (all of them by default), as a Redis
+    that is down; then it answers from its dict, as a Redis that was slow once."""
 
-    calls = 0
+    def __init__(self, fail: int = 10**9, error: Exception | None = None) -> None:
+        self.calls, self.fail = 0, fail
+        self.error = error or RedisConnectionError("down")
+        self.blobs: dict[tuple[str, str], bytes] = {}
 
-    async def put(self, *args) -> int:
+    def _call(self) -> None:
         self.calls += 1
-        raise RedisConnectionError("down")
+        if self.calls <= self.fail:
+            raise self.error
 
-    async def get(self, *args) -> bytes | None:
-        self.calls += 1
-        raise RedisConnectionError("down")
+    async def put(self, tenant: str, rid: str, blob: bytes) -> int:
+        self._call()
+        self.blobs[tenant, rid] = blob
+        return 0
 
-    async def delete(self, *args) -> bool:
-        self.calls += 1
-        raise RedisConnectionError("down")
+    async def get(self, tenant: str, rid: str) -> bytes | None:
+        self._call()
+        return self.blobs.get((tenant, rid))
+
+    async def delete(self, tenant: str, rid: str) -> bool:
+        self._call()
+        return self.blobs.pop((tenant, rid), None) is not None
 
 
 @pytest.mark.asyncio
@@ -122,17 +133,37 @@ async def test_redis_down_keeps_entries_here_and_an_unknown_id_is_unavailable_no
     clock = Clock()
     redis = BrokenRedis()
     store = ResponsesStore(config(), redis, retry_s=5.0, clock=clock)  # type: ignore[arg-type]
-    assert await store.put(entry("resp_a"))  # Redis failed: kept here
-    assert not store.shared and redis.calls == 1
+    assert await store.put(entry("resp_a"))  # Redis failed twice (a store retries): kept here
+    assert store.shared and redis.calls == 2
+    with pytest.raises(StoreUnavailable):  # the third failure in a row: Redis is down
+        await store.get("acme", "resp_elsewhere")
+    assert not store.shared and redis.calls == 3
     assert (await store.get("acme", "resp_a")).id == "resp_a"
     with pytest.raises(StoreUnavailable):  # not here, and Redis cannot say
         await store.get("acme", "resp_elsewhere")
-    assert redis.calls == 1  # within retry_s Redis is not tried again
+    assert redis.calls == 3  # within retry_s Redis is not tried again
     assert await store.delete("acme", "resp_a")
     clock.now += 5
     with pytest.raises(StoreUnavailable):
         await store.get("acme", "resp_elsewhere")
-    assert redis.calls == 2
+    assert redis.calls == 4
+
+
+@pytest.mark.asyncio
+async def test_one_redis_timeout_fails_one_request_and_the_store_stays_shared() -> None:
+    """Issue 42 finding 8: a single timeout moved the whole store to this process's memory
+    for `retry_s` (every replica's new entries out of the others' sight). Now it fails only
+    the request it happened to (503), and a store is tried once more."""
+    redis = BrokenRedis(fail=1, error=RedisTimeoutError("slow"))
+    store = ResponsesStore(config(), redis, retry_s=60.0, clock=Clock())  # type: ignore[arg-type]
+    with pytest.raises(StoreUnavailable):
+        await store.get("acme", "resp_a")
+    assert store.shared
+    assert await store.put(entry("resp_a")) and ("resp_a" in {r for _, r in redis.blobs})
+    redis.fail = redis.calls + 1  # one more timeout, on the store: retried at once
+    assert await store.put(entry("resp_b")) and store.shared
+    assert {r for _, r in redis.blobs} == {"resp_a", "resp_b"}  # both where replicas see them
+    assert (await store.get("acme", "resp_b")).id == "resp_b"
 
 
 def test_tenant_keys_are_fixed_length_and_distinct() -> None:
