@@ -16,7 +16,7 @@ from gpuroute.router.core.request import RequestInfo
 
 from gpuroute.audio import AudioError, audio_duration_s, parse_audio_form
 from gpuroute.auth import printable_ascii
-from gpuroute.openai_api import clip
+from gpuroute.openai_api import TOO_DEEP, clip, json_too_deep
 from gpuroute.prompt import prefix_blocks
 
 # Whisper's encoder sees 50 frames per second of audio (1,500 per 30 s window): the audio's
@@ -155,7 +155,10 @@ def session_key(session: str) -> str:
 
 
 def json_object(raw: bytes) -> dict:
-    """A body that must be a JSON object; RequestError (400) otherwise."""
+    """A body that must be a JSON object, nested no deeper than the router can write it
+    again (gpuroute/openai_api.py); RequestError (400) otherwise."""
+    if json_too_deep(raw):
+        raise RequestError(400, TOO_DEEP)
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
