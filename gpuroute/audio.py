@@ -7,10 +7,11 @@ meters them before an engine decodes a byte. Both parsers take a body the router
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -237,27 +238,76 @@ def _read(fmt: str, data: bytes, offset: int) -> tuple[Any, ...]:
 
 
 def _wav(data: bytes) -> float:
-    """The `data` chunk's size over the `fmt ` chunk's byte rate, which for PCM, float and
-    EXTENSIBLE must be rate × block size, as decoders count: a lie to be metered short fails."""
-    pos, byte_rate = 12, 0
+    """The `data` chunk's length in the `fmt ` chunk's units: frames of samples, or ADPCM
+    blocks of samples, as decoders count them; the header's byte rate, which decoders never
+    read, must agree where it can be checked, so that a lie fails rather than meters short."""
+    pos, unit = 12, None
     for _ in range(_MAX_ITEMS):
         chunk, size = _read("<4sI", data, pos)
         body = pos + 8
         if chunk == b"fmt ":
-            tag, _channels, rate, byte_rate, align = _read("<HHIIH", data, body)
-            if size < 16 or (tag == 0xFFFE and size < 40):
-                raise AudioError("the WAV fmt chunk is too short")
-            if not byte_rate or (tag in (1, 3, 0xFFFE) and byte_rate != rate * align):
-                raise AudioError("the WAV fmt chunk's byte rate is inconsistent")
+            unit = _wav_unit(data, body, size)
         elif chunk == b"data":
-            if not byte_rate:
+            if unit is None:
                 raise AudioError("the WAV data chunk comes before its fmt chunk")
             present = max(0, len(data) - body)
             # 0 and 0xFFFFFFFF: written by streaming encoders that could not seek back
             length = present if size in (0, 0xFFFFFFFF) else min(size, present)
-            return length / byte_rate
+            block, samples, rate = unit
+            return -(-length // block) * samples / rate  # a cut last block counted whole
         pos = body + size + (size & 1)
     raise AudioError("the WAV file has too many chunks before its data")
+
+
+# WAVE format tags (RFC 2361) whose duration the fmt chunk gives: linear samples (PCM, IEEE
+# float, A-law, µ-law) and ADPCM blocks (Microsoft's, IMA's, GSM 6.10's); EXTENSIBLE names one
+# of them in its sub-format GUID. Any other codec's length cannot be checked here: refused.
+_PCM, _MS_ADPCM, _FLOAT, _ALAW, _MULAW, _IMA_ADPCM, _GSM610 = 1, 2, 3, 6, 7, 0x11, 0x31
+_EXTENSIBLE = 0xFFFE
+_GUID_TAIL = bytes.fromhex("000000001000800000aa00389b71")  # KSDATAFORMAT_SUBTYPE_* after the tag
+_CODECS = "PCM, float, A-law, µ-law, MS or IMA ADPCM or GSM 6.10"
+
+
+def _wav_unit(data: bytes, body: int, size: int) -> tuple[int, int, int]:
+    """(bytes a block, samples a block, sample rate) of a `fmt ` chunk, or AudioError."""
+    if size < 16:
+        raise AudioError("the WAV fmt chunk is too short")
+    tag, channels, rate, byte_rate, align, bits = _read("<HHIIHH", data, body)
+    if tag == _EXTENSIBLE:
+        if size < 40:
+            raise AudioError("the WAV fmt chunk is too short")
+        tag, tail = _read("<H14s", data, body + 24)
+        if tail != _GUID_TAIL or tag == _EXTENSIBLE:
+            raise AudioError(f"the WAV EXTENSIBLE sub-format is not one of {_CODECS}")
+    if not channels or not rate or not align:
+        raise AudioError("the WAV fmt chunk gives no channels, sample rate or block size")
+    if tag in (_PCM, _FLOAT, _ALAW, _MULAW):
+        width = 1 if tag in (_ALAW, _MULAW) else (bits + 7) // 8
+        if not bits or align != channels * width or byte_rate != rate * align:
+            raise AudioError("the WAV fmt chunk's block size or byte rate is inconsistent")
+        return align, 1, rate
+    samples = _adpcm_block_samples(tag, channels, align, bits)
+    # after cbSize, MS and IMA ADPCM give the samples a block, which decoders may believe
+    if tag != _GSM610 and size >= 20 and _read("<H", data, body + 18)[0] != samples:
+        raise AudioError("the WAV ADPCM samples a block disagree with its block size")
+    return align, samples, rate
+
+
+def _adpcm_block_samples(tag: int, channels: int, align: int, bits: int) -> int:
+    """Samples a channel in an ADPCM block, from its size: a header of one (IMA) or two
+    (MS) samples a channel, then 4-bit codes; GSM 6.10: 320 samples in 65 bytes, mono."""
+    if tag == _GSM610:
+        if channels != 1 or align != 65:
+            raise AudioError("a GSM 6.10 WAV must be mono in blocks of 65 bytes")
+        return 320
+    if tag not in (_MS_ADPCM, _IMA_ADPCM):
+        raise AudioError(f"WAV codec 0x{tag:04x} is not metered here: send {_CODECS} WAV, "
+                         "or FLAC, MP3, Ogg or MP4")  # fmt: skip
+    header, head_samples = (7, 2) if tag == _MS_ADPCM else (4, 1)
+    codes = align - header * channels
+    if bits != 4 or channels > 2 or codes <= 0:
+        raise AudioError("the WAV ADPCM block size or bits per sample is inconsistent")
+    return codes * 2 // channels + head_samples
 
 
 def _flac(data: bytes, start: int) -> float:
@@ -296,41 +346,91 @@ _MP3_KBPS = {  # (MPEG-1 or not, layer): bitrates for indexes 1 to 14
 }
 
 
-def _mp3_frame(data: bytes, pos: int) -> tuple[int, int, int, int] | None:
-    """The MPEG frame header at `pos`: kbps, sample rate, samples, Xing offset; or None."""
-    if len(data) < pos + 4 or data[pos] != 0xFF:
-        return None
-    _, b1, b2, b3 = data[pos : pos + 4]
-    version, layer_bits, index, rate_index = b1 >> 3 & 3, b1 >> 1 & 3, b2 >> 4, b2 >> 2 & 3
-    if b1 < 0xE0 or version == 1 or not layer_bits or index in (0, 15) or rate_index == 3:
-        return None  # not a sync, reserved values, or free-format bitrate (no fixed size)
-    layer, mpeg1, mono = 4 - layer_bits, version == 3, b3 >> 6 == 3
-    samples = 384 if layer == 1 else 1152 if mpeg1 or layer == 2 else 576
-    side = (17 if mono else 32) if mpeg1 else (9 if mono else 17)
-    crc = 0 if b1 & 1 else 2
-    kbps = _MP3_KBPS[mpeg1, layer if mpeg1 else min(layer, 2)][index - 1]
-    return kbps, _MP3_RATES[version][rate_index], samples, 4 + crc + side
+def _frame_table() -> dict[int, tuple[int, int, int, int, int]]:
+    """Every valid MPEG audio frame header's second and third bytes (version, layer, CRC
+    flag; bitrate, sample rate, padding, private bit) mapped to: the stream it belongs to
+    (version, layer and rate: what every frame of one stream shares), the frame's size in
+    bytes, its samples, its sample rate and its stream's highest bitrate. Free-format and
+    reserved values are absent: no fixed size."""
+    table = {}
+    for b1 in range(0xE0, 0x100):
+        version, layer_bits = b1 >> 3 & 3, b1 >> 1 & 3
+        if version == 1 or not layer_bits:
+            continue
+        layer, mpeg1 = 4 - layer_bits, version == 3
+        samples = 384 if layer == 1 else 1152 if mpeg1 or layer == 2 else 576
+        kbps_row = _MP3_KBPS[mpeg1, layer if mpeg1 else min(layer, 2)]
+        for b2 in range(256):
+            index, rate_index, pad = b2 >> 4, b2 >> 2 & 3, b2 >> 1 & 1
+            if index in (0, 15) or rate_index == 3:
+                continue
+            rate, bps = _MP3_RATES[version][rate_index], kbps_row[index - 1] * 1000
+            # layer I counts 4-byte slots; the others bytes: samples / 8 bits of bitrate
+            size = (12 * bps // rate + pad) * 4 if layer == 1 else samples // 8 * bps // rate + pad
+            stream = (b1 & 0xFE) << 2 | rate_index
+            table[b1 << 8 | b2] = (stream, size, samples, rate, kbps_row[-1])
+    return table
+
+
+_FRAMES = _frame_table()
 
 
 def _mp3(data: bytes, start: int) -> float:
-    """VBR files count their frames in the first (Xing/Info or VBRI header); else the bitrate
-    is constant and the bytes give the length. The first frame may follow an ID3 tag's pad."""
-    pos, limit, frame = start - 1, start + (_SYNC_SCAN if start else 1), None
-    while frame is None and (pos := data.find(b"\xff", pos + 1, limit)) >= 0:
-        frame = _mp3_frame(data, pos)
-    if frame is None:
+    """The frames a decoder plays, counted one after another (a VBR header's count, which
+    may lie, can only add to them), and never less than the bytes at the stream's highest
+    bitrate (bytes a walk skipped as not frames). The first frame may follow an ID3 tag's
+    padding."""
+    pos, limit, first = start - 1, start + (_SYNC_SCAN if start else 1), None
+    while first is None and (pos := data.find(b"\xff", pos + 1, limit)) >= 0:
+        first = _FRAMES.get(data[pos + 1] << 8 | data[pos + 2]) if pos + 3 < len(data) else None
+    if first is None:
         raise AudioError("audio format not recognised (WAV, FLAC, MP3, Ogg Vorbis/Opus or MP4)")
-    kbps, rate, samples, xing_at = frame
-    xing, vbri, frames = pos + xing_at, pos + 36, 0
+    stream, _, samples, rate, top_kbps = first
+    end = len(data) - 128 if data[-128:-125] == b"TAG" else len(data)  # an ID3v1 tag
+    played = max(_stream_frames(data, pos, end, stream), _vbr_frames(data, pos)) * samples
+    return max(played / rate, max(0, end - pos) * 8 / (top_kbps * 1000))
+
+
+def _stream_frames(data: bytes, pos: int, end: int, stream: int) -> int:
+    """Frames of the stream from `pos` to `end`, each found where the last ends or, past
+    bytes that are none, at the next header: a decoder's walk, as one regex in C."""
+    return _frame_pattern(stream).subn(b"", memoryview(data)[pos:end])[1]
+
+
+@functools.cache
+def _frame_pattern(stream: int) -> re.Pattern[bytes]:
+    """A whole frame of the stream: its header's sync, version and layer, a bitrate and
+    padding with the rate's index (checked first: junk fails at once), then as many bytes
+    as that frame holds. The matches of a scan do not overlap: each is the next frame."""
+    by_size: dict[int, list[int]] = {}
+    for header, (frame_stream, size, *_) in _FRAMES.items():
+        if frame_stream == stream:
+            by_size.setdefault(size, []).append(header)
+    firsts = {header >> 8 for headers in by_size.values() for header in headers}
+    frames = [_byte_class(h & 0xFF for h in headers) + b".{%d}" % (size - 3)
+              for size, headers in sorted(by_size.items())]  # fmt: skip
+    every = _byte_class(h & 0xFF for headers in by_size.values() for h in headers)
+    head = b"\xff" + _byte_class(firsts) + b"(?=" + every + b")"
+    return re.compile(head + b"(?:" + b"|".join(frames) + b")", re.DOTALL)
+
+
+def _byte_class(values: Iterable[int]) -> bytes:
+    return b"[" + b"".join(re.escape(bytes([v])) for v in sorted(set(values))) + b"]"
+
+
+def _vbr_frames(data: bytes, pos: int) -> int:
+    """The frame count of a Xing/Info header (after the side information) or a VBRI
+    header (32 bytes after the header) in the first frame; 0 without one."""
+    b1, b3 = data[pos + 1], data[pos + 3]
+    mpeg1, mono = b1 >> 3 & 3 == 3, b3 >> 6 == 3
+    side = (17 if mono else 32) if mpeg1 else (9 if mono else 17)
+    xing, vbri = pos + 4 + (0 if b1 & 1 else 2) + side, pos + 36
     if data[xing : xing + 4] in (b"Xing", b"Info"):
         (flags,) = _read(">I", data, xing + 4)
-        frames = _read(">I", data, xing + 8)[0] if flags & 1 else 0
-    elif data[vbri : vbri + 4] == b"VBRI":
-        (frames,) = _read(">I", data, vbri + 14)
-    if frames:
-        return frames * samples / rate
-    end = len(data) - 128 if data[-128:-125] == b"TAG" else len(data)  # an ID3v1 tag
-    return max(0, end - pos) * 8 / (kbps * 1000)
+        return _read(">I", data, xing + 8)[0] if flags & 1 else 0
+    if data[vbri : vbri + 4] == b"VBRI":
+        return _read(">I", data, vbri + 14)[0]
+    return 0
 
 
 def _ogg(data: bytes) -> float:
