@@ -11,7 +11,7 @@ import functools
 import math
 import re
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -214,6 +214,18 @@ def audio_duration_s(
         kind = f" ({content_type[:60]})" if content_type else ""
         raise AudioError(f"{described}{kind}: {exc.message}", "file") from None
     return seconds
+
+
+def reported_seconds(usage: Mapping[str, Any] | None) -> float | None:
+    """The seconds of audio an engine's usage says it transcribed (vLLM's and OpenAI's
+    `{"type": "duration", "seconds": N}`), which settle what the container's header was
+    charged; None for any other usage, or a number that is none."""
+    if not usage or usage.get("type") != "duration":
+        return None
+    seconds = usage.get("seconds")
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        return None
+    return float(seconds) if math.isfinite(seconds) and seconds >= 0 else None
 
 
 def _sniffed_duration(data: bytes) -> float:

@@ -125,6 +125,11 @@ def _audio_body(raw: bytes, content_type: str | None) -> tuple[str, BodySummary,
     return form.model, summary, None, seconds
 
 
+def audio_charge(seconds: float) -> int:
+    """What audio of this length is charged in tokens: its prefill and its transcript cap."""
+    return audio_tokens(seconds) + transcript_tokens(seconds)
+
+
 def audio_tokens(seconds: float) -> int:
     return max(1, math.ceil(seconds * AUDIO_TOKENS_PER_S))
 

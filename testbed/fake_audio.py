@@ -7,7 +7,8 @@ protocol.py, base/serving.py); a real vLLM serving a text-only model answers bot
 `stream_include_usage`, `max_completion_tokens`. The fake reads only WAV files (RIFF/WAVE:
 any codec whose `fmt ` chunk gives a byte rate, PCM or float, mono or not): the duration is
 the `data` chunk's length in frames, as decoders count them (`wav_duration`); anything
-else gets vLLM's 400 "Invalid or unsupported audio file." (vLLM itself decodes mp3, flac, ogg, m4a, webm and others too).
+else gets vLLM's 400 "Invalid or unsupported audio file." (vLLM itself decodes mp3, flac,
+ogg, m4a, webm and others too).
 
 Answers, as vLLM's: json and text both give JSON (`{"text", "usage": {"type":
 "duration", "seconds": ceil(duration)}}` for a transcription, `{"text"}` for a
