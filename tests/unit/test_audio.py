@@ -15,7 +15,13 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuroute.audio import MAX_DURATION_S, AudioError, audio_duration_s, parse_audio_form
+from gpuroute.audio import (
+    MAX_DURATION_S,
+    AudioError,
+    audio_duration_s,
+    parse_audio_form,
+    reported_seconds,
+)
 
 BOUNDARY = "b0undary-1234"
 CONTENT_TYPE = f"multipart/form-data; boundary={BOUNDARY}"
@@ -773,3 +779,19 @@ def test_an_mp3_is_metered_at_no_less_than_its_frames_play(mp3_file) -> None:
         assert metered == pytest.approx(
             max(seconds, len(data) * 8 / (320_000 if data[1] == 0xFB else 160_000))
         )
+
+
+def test_the_engines_reported_seconds_are_read_from_its_usage_object() -> None:
+    assert reported_seconds({"type": "duration", "seconds": 393}) == 393.0
+    assert reported_seconds({"type": "duration", "seconds": 2.5}) == 2.5
+    for usage in (
+        None,
+        {},
+        {"prompt_tokens": 3, "completion_tokens": 1},  # a stream's token usage: not seconds
+        {"type": "tokens", "seconds": 3},
+        {"type": "duration", "seconds": True},
+        {"type": "duration", "seconds": "3"},
+        {"type": "duration", "seconds": -1},
+        {"type": "duration", "seconds": float("inf")},
+    ):
+        assert reported_seconds(usage) is None
