@@ -12,7 +12,7 @@ from gpuroute.router.core.lifetime import Event, RequestLifetime
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.responses_state import RESPONSES, TURN
 
-from gpuroute.audio import reported_seconds
+from gpuroute.audio_duration import reported_seconds
 from gpuroute.headers import SERVED_MODEL_HEADER
 from gpuroute.relay import RESPONSE_DROP, ResponseTally, forward_headers
 from gpuroute.relay_strip import StrippingTally

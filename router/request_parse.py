@@ -14,7 +14,8 @@ from gpuroute.router.api_bodies import BodyError, BodySummary
 from gpuroute.router.apis import APIS, Api
 from gpuroute.router.core.request import RequestInfo
 
-from gpuroute.audio import AudioError, audio_duration_s, parse_audio_form
+from gpuroute.audio import AudioError, parse_audio_form
+from gpuroute.audio_duration import audio_duration_s
 from gpuroute.auth import printable_ascii
 from gpuroute.openai_api import TOO_DEEP, clip, json_too_deep
 from gpuroute.prompt import prefix_blocks
@@ -115,7 +116,7 @@ def _json_body(api: Api, raw: bytes, body: dict | None) -> tuple[str, BodySummar
 
 def _audio_body(raw: bytes, content_type: str | None) -> tuple[str, BodySummary, None, float]:
     """A transcription or translation upload: its model, and its cost from the audio's
-    duration read from the file's header (gpuroute/audio.py)."""
+    duration as a decoder plays it (gpuroute/audio_duration.py)."""
     try:
         form = parse_audio_form(raw, content_type or "")
         seconds = audio_duration_s(form.file, form.filename, form.file_content_type)

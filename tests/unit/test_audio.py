@@ -15,13 +15,8 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuroute.audio import (
-    MAX_DURATION_S,
-    AudioError,
-    audio_duration_s,
-    parse_audio_form,
-    reported_seconds,
-)
+from gpuroute.audio import AudioError, parse_audio_form
+from gpuroute.audio_duration import MAX_DURATION_S, audio_duration_s, reported_seconds
 
 BOUNDARY = "b0undary-1234"
 CONTENT_TYPE = f"multipart/form-data; boundary={BOUNDARY}"
