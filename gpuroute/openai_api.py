@@ -10,6 +10,7 @@ import json
 import time
 from typing import Any
 
+import numpy as np
 from aiohttp import web
 
 from gpuroute.audio import AudioError, parse_audio_form
@@ -39,6 +40,34 @@ API_ROUTES = (
     "/rerank", "/v2/rerank", "/v1/score", "/score", "/v1/audio/transcriptions",
     "/v1/audio/translations", "/tokenize", "/detokenize",
 )  # fmt: skip
+# Arrays and objects nested in one another at most this deep in a request body: orjson reads
+# 1,024 levels but writes only 255, and a body the router edits is written again (a stream's
+# usage asked for, an alias's model set, a Responses turn expanded). Real bodies nest far
+# less: a tool's JSON schema 10 to 30 levels.
+MAX_JSON_DEPTH = 128
+TOO_DEEP = f"request body has nesting deeper than {MAX_JSON_DEPTH} levels of arrays and objects"
+# JSON's syntax that strings can hide: quotes, backslashes and what a backslash escapes
+# (kept so that each escape stays whole), and the brackets; the rest deleted in one pass
+_NOT_SYNTAX = bytes(b for b in range(256) if b not in b'"\\/bfnrtu[]{}')
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+# [ and { one level in, ] and } one level out (-1 as an int8)
+_STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+
+
+def json_too_deep(raw: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether JSON text nests arrays and objects more than `limit` levels deep (brackets
+    inside strings do not count). One pass over the bytes in C keeps the syntax strings can
+    hide; most bodies then hold too few brackets to be deep, and the rest is done on what
+    was kept: escaped backslashes then escaped quotes out (each quote left opens or closes
+    a string), the strings out, the depth as a running sum."""
+    kept = raw.translate(None, _NOT_SYNTAX)
+    if kept.count(b"[") + kept.count(b"{") <= limit:
+        return False
+    quoted = kept.replace(b"\\\\", b"").replace(b'\\"', b"").split(b'"')
+    steps = b"".join(quoted[::2]).translate(_STEPS, _NOT_BRACKETS)
+    if len(steps) <= limit:
+        return False
+    return int(np.frombuffer(steps, np.int8).cumsum(dtype=np.int32).max()) > limit
 
 
 def error_body(
@@ -157,6 +186,8 @@ def request_model(path: str, body: bytes, content_type: str | None) -> tuple[str
             return parse_audio_form(body, content_type or "").model, None
         except AudioError as exc:
             raise Rejection(400, exc.message, param=exc.param) from None
+    if json_too_deep(body):
+        raise Rejection(400, TOO_DEEP)
     try:
         parsed = json.loads(body)
     except ValueError:

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import ClassVar
 
+import orjson
 from aiohttp import web
 
 from gpuroute.client_writer import ClientWriter
@@ -41,6 +42,7 @@ SKELETON_LOOKS = 4  # chunks searched for an event with text before a stream is 
 # usage as the OpenAI completions family, the Responses API and Anthropic's Messages say it
 COMPLETION_TOKENS = re.compile(rb'"(?:completion|output)_tokens"\s*:\s*(\d+)')
 PROMPT_TOKENS = re.compile(rb'"(?:prompt|input)_tokens"\s*:\s*(\d+)')
+USAGE_OBJECT = re.compile(rb'"usage"\s*:\s*(\{[^{}]*\})')  # a flat usage object
 TAIL_BYTES = 1024
 BYTES_PER_TOKEN = 4  # a stream's text without usage: OpenAI's rule of thumb for English
 # The cancel message of a request the drain cuts (gpuroute/serving.py): a stream it cuts
@@ -155,6 +157,16 @@ class ResponseTally:
         prompt = PROMPT_TOKENS.findall(self.tail)
         completion = COMPLETION_TOKENS.findall(self.tail)
         return (int(prompt[-1]) if prompt else None, int(completion[-1]) if completion else None)
+
+    @property
+    def usage(self) -> dict | None:
+        """The engine's usage object as read (the last in the tail), or None."""
+        found = USAGE_OBJECT.findall(self.tail)
+        try:
+            usage = orjson.loads(found[-1]) if found else None
+        except orjson.JSONDecodeError:
+            return None
+        return usage if isinstance(usage, dict) else None
 
     def used_tokens(
         self,

@@ -12,6 +12,7 @@ from gpuroute.router.core.lifetime import Event, RequestLifetime
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.responses_state import RESPONSES, TURN
 
+from gpuroute.audio_duration import reported_seconds
 from gpuroute.headers import SERVED_MODEL_HEADER
 from gpuroute.relay import RESPONSE_DROP, ResponseTally, forward_headers
 from gpuroute.relay_strip import StrippingTally
@@ -35,6 +36,11 @@ class Answer:
         if self._usage is None:
             self._usage = self.tally.reported()
         return self._usage
+
+    def audio_seconds(self) -> float | None:
+        """Seconds of audio the engine says it transcribed (a transcription's usage), or
+        None: what settles an audio upload's charge."""
+        return reported_seconds(self.tally.usage)
 
     def output_tokens(self) -> int:
         """Its output tokens: the engine's usage, else a stream's estimate (0 for a whole

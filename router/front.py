@@ -26,6 +26,7 @@ from gpuroute.router.request_parse import (
     PRIORITY_HEADER,
     ParsedRequest,
     RequestError,
+    audio_charge,
     json_object,
     parse_request,
 )
@@ -335,9 +336,19 @@ class Front:
                 self.autoscaler.served(model, asked, answer.output_tokens())  # its mean request
         if key.tokens_per_minute is None or (api is not None and not api.charges):
             return  # read no usage where no quota needs it (the relay's hot path)
-        used = 0 if answer is None else answer.used_tokens(admitted.parsed.info.prompt_tokens)
+        used = 0 if answer is None else self._used(admitted, answer)
         if used is not None:
             self.tenants.settle(key, used - admitted.charged_tokens)
+
+    @staticmethod
+    def _used(admitted: Admitted, answer: Answer) -> int | None:
+        """Tokens the request used, as its engine reports them; an audio upload's, priced
+        as its charge was, from the seconds the engine transcribed (the container's header,
+        which the charge came from, is the client's word)."""
+        parsed = admitted.parsed
+        if parsed.audio_s is not None and (seconds := answer.audio_seconds()) is not None:
+            return audio_charge(seconds)
+        return answer.used_tokens(parsed.info.prompt_tokens)
 
     @staticmethod
     def _json(raw: bytes) -> dict:

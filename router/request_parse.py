@@ -14,9 +14,10 @@ from gpuroute.router.api_bodies import BodyError, BodySummary
 from gpuroute.router.apis import APIS, Api
 from gpuroute.router.core.request import RequestInfo
 
-from gpuroute.audio import AudioError, audio_duration_s, parse_audio_form
+from gpuroute.audio import AudioError, parse_audio_form
+from gpuroute.audio_duration import audio_duration_s
 from gpuroute.auth import printable_ascii
-from gpuroute.openai_api import clip
+from gpuroute.openai_api import TOO_DEEP, clip, json_too_deep
 from gpuroute.prompt import prefix_blocks
 
 # Whisper's encoder sees 50 frames per second of audio (1,500 per 30 s window): the audio's
@@ -115,7 +116,7 @@ def _json_body(api: Api, raw: bytes, body: dict | None) -> tuple[str, BodySummar
 
 def _audio_body(raw: bytes, content_type: str | None) -> tuple[str, BodySummary, None, float]:
     """A transcription or translation upload: its model, and its cost from the audio's
-    duration read from the file's header (gpuroute/audio.py)."""
+    duration as a decoder plays it (gpuroute/audio_duration.py)."""
     try:
         form = parse_audio_form(raw, content_type or "")
         seconds = audio_duration_s(form.file, form.filename, form.file_content_type)
@@ -123,6 +124,11 @@ def _audio_body(raw: bytes, content_type: str | None) -> tuple[str, BodySummary,
         raise RequestError(400, exc.message, param=exc.param) from None
     summary = BodySummary("", audio_tokens(seconds), transcript_tokens(seconds), form.stream, 1)
     return form.model, summary, None, seconds
+
+
+def audio_charge(seconds: float) -> int:
+    """What audio of this length is charged in tokens: its prefill and its transcript cap."""
+    return audio_tokens(seconds) + transcript_tokens(seconds)
 
 
 def audio_tokens(seconds: float) -> int:
@@ -155,7 +161,10 @@ def session_key(session: str) -> str:
 
 
 def json_object(raw: bytes) -> dict:
-    """A body that must be a JSON object; RequestError (400) otherwise."""
+    """A body that must be a JSON object, nested no deeper than the router can write it
+    again (gpuroute/openai_api.py); RequestError (400) otherwise."""
+    if json_too_deep(raw):
+        raise RequestError(400, TOO_DEEP)
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

@@ -6,8 +6,9 @@ protocol.py, base/serving.py); a real vLLM serving a text-only model answers bot
 `file` (required), `model`, `language`, `response_format`, `stream`,
 `stream_include_usage`, `max_completion_tokens`. The fake reads only WAV files (RIFF/WAVE:
 any codec whose `fmt ` chunk gives a byte rate, PCM or float, mono or not): the duration is
-the `data` chunk's length over the byte rate; anything else gets vLLM's 400 "Invalid or
-unsupported audio file." (vLLM itself decodes mp3, flac, ogg, m4a, webm and others too).
+the `data` chunk's length in frames, as decoders count them (`wav_duration`); anything
+else gets vLLM's 400 "Invalid or unsupported audio file." (vLLM itself decodes mp3, flac,
+ogg, m4a, webm and others too).
 
 Answers, as vLLM's: json and text both give JSON (`{"text", "usage": {"type":
 "duration", "seconds": ceil(duration)}}` for a transcription, `{"text"}` for a
@@ -53,26 +54,32 @@ BAD_AUDIO = "Invalid or unsupported audio file."
 
 
 def wav_duration(data: bytes) -> float:
-    """Seconds of audio in a WAV file; ValueError if it is not one."""
+    """Seconds of audio in a WAV file, as a decoder plays it (libsndfile, which vLLM's
+    audio loader uses): linear samples (PCM, float, A-law, µ-law, EXTENSIBLE) in frames of
+    channels × bytes a sample, from the bits per sample (the byte rate and the block size
+    are not read); other codecs at their byte rate; ValueError if it is not one."""
     if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
         raise ValueError("not a RIFF/WAVE file")
-    pos, byte_rate = 12, 0
+    pos, per_second = 12, 0
     while pos + 8 <= len(data):
         kind, size = data[pos : pos + 4], int.from_bytes(data[pos + 4 : pos + 8], "little")
         start = pos + 8
         if kind == b"fmt ":
             if size < 16 or start + 16 > len(data):
                 raise ValueError("short fmt chunk")
-            _tag, channels, rate, byte_rate, _align, _bits = struct.unpack_from(
+            tag, channels, rate, byte_rate, _align, bits = struct.unpack_from(
                 "<HHIIHH", data, start
             )
             if not channels or not rate or not byte_rate:
                 raise ValueError("fmt chunk without a rate")
+            per_second = byte_rate
+            if tag in (1, 3, 6, 7, 0xFFFE) and bits:
+                per_second = rate * channels * (1 if tag in (6, 7) else (bits + 7) // 8)
         elif kind == b"data":
-            if not byte_rate:
+            if not per_second:
                 raise ValueError("data chunk before the fmt chunk")
             # a streamed WAV leaves the size 0xFFFFFFFF; a cut one says more than it holds
-            return min(size, len(data) - start) / byte_rate
+            return min(size, len(data) - start) / per_second
         pos = start + size + (size & 1)  # chunks are padded to an even length
     raise ValueError("no data chunk")
 

@@ -15,7 +15,8 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuroute.audio import MAX_DURATION_S, AudioError, audio_duration_s, parse_audio_form
+from gpuroute.audio import AudioError, parse_audio_form
+from gpuroute.audio_duration import MAX_DURATION_S, audio_duration_s, reported_seconds
 
 BOUNDARY = "b0undary-1234"
 CONTENT_TYPE = f"multipart/form-data; boundary={BOUNDARY}"
@@ -309,20 +310,58 @@ def test_wav_sizes_written_by_streaming_encoders_and_short_files() -> None:
     assert audio_duration_s(short) == 0.5  # what an engine can decode, not what was declared
 
 
-def test_compressed_wav_uses_its_average_byte_rate() -> None:
-    # WAVE_FORMAT_MPEGLAYER3 (0x55) at 128 kbps: 16,000 bytes a second, block align 1
-    fmt = pcm_fmt(0x55, 2, 44100, 16000, 1, 0) + struct.pack("<H", 0)
-    assert audio_duration_s(riff((b"fmt ", fmt), (b"data", b"\0" * 24000))) == 1.5
+# fmt chunks as encoders write them: (tag, channels, rate, byte rate, block align, bits),
+# then for ADPCM cbSize and the samples a block; (bytes of data, seconds)
+CODECS = [
+    (pcm_fmt(7, 1, 8000, 8000, 1, 8), 8000 * 393, 393.0),  # µ-law, as telephony writes it
+    (pcm_fmt(6, 2, 8000, 16000, 2, 8), 32000, 2.0),  # A-law stereo
+    (pcm_fmt(3, 1, 16000, 64000, 4, 32), 32000, 0.5),  # IEEE float 32
+    (pcm_fmt(3, 2, 48000, 768000, 16, 64), 76800, 0.1),  # IEEE float 64, stereo
+    # IMA ADPCM, mono, 256-byte blocks: 4 header bytes and 504 4-bit codes, 505 samples
+    (pcm_fmt(0x11, 1, 8000, 4055, 256, 4) + struct.pack("<HH", 2, 505), 256 * 16, 1.01),
+    # Microsoft ADPCM, stereo, 1,024-byte blocks: 14 header bytes, (1024 - 14) × 2 / 2 + 2
+    (pcm_fmt(2, 2, 22050, 22311, 1024, 4) + struct.pack("<HH", 32, 1012), 1024 * 10, 0.4589),
+    (pcm_fmt(0x31, 1, 8000, 1625, 65, 0) + struct.pack("<HH", 2, 320), 65 * 25, 1.0),  # GSM
+]
 
 
-def test_broken_wav_headers_are_refused() -> None:
-    lying = riff((b"fmt ", pcm_fmt(1, 1, 8000, 16000 * 60, 2, 16)), (b"data", b"\0" * 16))
-    data_first = riff((b"data", b"\0" * 16), (b"fmt ", pcm_fmt(1, 1, 8000, 16000, 2, 16)))
-    short_fmt = riff((b"fmt ", pcm_fmt(1, 1, 8000, 16000, 2, 16)[:14]), (b"data", b"\0"))
-    for data in (lying, data_first, short_fmt, b"RIFF\0\0\0\0WAVE", riff((b"JUNK", b"x"))):
-        with pytest.raises(AudioError) as refused:
-            audio_duration_s(data)
-        assert refused.value.param == "file"
+@pytest.mark.parametrize(("fmt", "size", "seconds"), CODECS)
+def test_every_metered_wav_codec_counts_frames_or_blocks(fmt: bytes, size: int, seconds: float):
+    data = riff((b"fmt ", fmt), (b"data", b"\0" * size))
+    assert audio_duration_s(data) == pytest.approx(seconds, abs=1e-4)
+
+
+def test_wav_extensible_names_its_codec_in_the_guid() -> None:
+    mulaw = struct.pack("<H", 7) + PCM_GUID[2:]
+    fmt = pcm_fmt(0xFFFE, 1, 8000, 8000, 1, 8) + struct.pack("<HHI", 22, 8, 4) + mulaw
+    assert audio_duration_s(riff((b"fmt ", fmt), (b"data", b"\0" * 4000))) == 0.5
+    foreign = pcm_fmt(0xFFFE, 1, 8000, 8000, 1, 8) + struct.pack("<HHI", 22, 8, 4) + b"\1" * 16
+    with pytest.raises(AudioError, match="sub-format"):
+        audio_duration_s(riff((b"fmt ", foreign), (b"data", b"\0" * 4000)))
+
+
+LIES = [
+    # issue 42 finding 5: µ-law declaring 1,000 times its byte rate (metered 0.393 s of 393)
+    pcm_fmt(7, 1, 8000, 8_000_000, 1, 8),
+    pcm_fmt(7, 1, 8000, 8_000_000, 1000, 8),  # its block size too: the rate agrees with it
+    pcm_fmt(1, 1, 8000, 16_000_000, 2000, 16),  # PCM whose frames are not 2 bytes
+    pcm_fmt(3, 1, 16000, 64000 * 100, 400, 32),  # float, the same
+    pcm_fmt(1, 1, 8000, 16000, 2, 0),  # no bits per sample
+    pcm_fmt(0x11, 1, 8000, 4055, 256, 4) + struct.pack("<HH", 2, 50500),  # samples a block
+    pcm_fmt(0x11, 1, 8000, 4055, 4, 4) + struct.pack("<HH", 2, 1),  # no room for codes
+    pcm_fmt(2, 3, 8000, 4055, 1024, 4) + struct.pack("<HH", 32, 340),  # MS ADPCM, 3 channels
+    pcm_fmt(0x31, 2, 8000, 3250, 130, 0),  # GSM in stereo
+    pcm_fmt(0x55, 2, 44100, 16000, 1, 0) + struct.pack("<H", 0),  # MP3 in WAV: no counts
+    pcm_fmt(0x0161, 2, 44100, 16000, 2230, 16),  # WMA: the same
+    pcm_fmt(1, 0, 8000, 0, 0, 16),  # no channels
+]
+
+
+@pytest.mark.parametrize("fmt", LIES)
+def test_wav_headers_that_cannot_be_checked_or_do_not_agree_are_refused(fmt: bytes) -> None:
+    with pytest.raises(AudioError) as refused:
+        audio_duration_s(riff((b"fmt ", fmt), (b"data", b"\0" * 8000)))
+    assert refused.value.param == "file" and refused.value.message
 
 
 def flac(rate: int, channels: int, bits: int, total: int, block_type: int = 0) -> bytes:
@@ -356,26 +395,71 @@ def mp3(b1: int, b2: int, b3: int, after_header: bytes, size: int) -> bytes:
     return frame + b"\0" * (size - len(frame))
 
 
+def frame_size(b1: int, b2: int) -> int:
+    """A frame's bytes (ISO 11172-3 / 13818-3): layer I 12 × bitrate / rate 4-byte slots,
+    layer II and MPEG-1 layer III 144 × bitrate / rate bytes, MPEG-2/2.5 layer III 72 ×."""
+    version, layer, index, rate_index = b1 >> 3 & 3, 4 - (b1 >> 1 & 3), b2 >> 4, b2 >> 2 & 3
+    rate = {3: (44100, 48000, 32000), 2: (22050, 24000, 16000), 0: (11025, 12000, 8000)}[version][
+        rate_index
+    ]
+    kbps = KBPS[version == 3, layer if version == 3 else min(layer, 2)][index - 1]
+    pad = b2 >> 1 & 1
+    if layer == 1:
+        return (12 * kbps * 1000 // rate + pad) * 4
+    return (72 if layer == 3 and version != 3 else 144) * kbps * 1000 // rate + pad
+
+
+KBPS = {
+    (True, 1): (32, 64, 96, 128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448),
+    (True, 2): (32, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384),
+    (True, 3): (32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320),
+    (False, 1): (32, 48, 56, 64, 80, 96, 112, 128, 144, 160, 176, 192, 224, 256),
+    (False, 2): (8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160),
+}
+
+
+def frames(b1: int, b2: int, count: int, b3: int = 0, first: bytes = b"") -> bytes:
+    """`count` frames of one header, the first holding `first` after its header."""
+    size = frame_size(b1, b2)
+    return mp3(b1, b2, b3, first, size) + mp3(b1, b2, b3, b"", size) * (count - 1)
+
+
 CBR = [
     # b1: 111 VV LL P (V: 11 MPEG-1, 10 MPEG-2, 00 MPEG-2.5; L: 11 I, 10 II, 01 III; P=1 no CRC)
     # b2: bitrate index (4 bits), sample rate index (2), padding, private
-    (0xFB, 0x90, 16000, 1.0),  # MPEG-1 III, index 9 = 128 kbps, 44.1 kHz
-    (0xFD, 0xA4, 24000, 1.0),  # MPEG-1 II, index 10 = 192 kbps, 48 kHz
-    (0xFF, 0xE8, 56000, 1.0),  # MPEG-1 I, index 14 = 448 kbps, 32 kHz
-    (0xF3, 0x80, 8000, 1.0),  # MPEG-2 III, index 8 = 64 kbps, 22.05 kHz
-    (0xF7, 0xE8, 32000, 1.0),  # MPEG-2 I, index 14 = 256 kbps, 16 kHz
-    (0xE3, 0x18, 2000, 2.0),  # MPEG-2.5 III, index 1 = 8 kbps, 8 kHz
+    (0xFB, 0x90, 1152, 44100),  # MPEG-1 III, index 9 = 128 kbps, 44.1 kHz
+    (0xFD, 0xA4, 1152, 48000),  # MPEG-1 II, index 10 = 192 kbps, 48 kHz
+    (0xFF, 0xE8, 384, 32000),  # MPEG-1 I, index 14 = 448 kbps, 32 kHz
+    (0xF3, 0x80, 576, 22050),  # MPEG-2 III, index 8 = 64 kbps, 22.05 kHz
+    (0xF7, 0xE8, 384, 16000),  # MPEG-2 I, index 14 = 256 kbps, 16 kHz
+    (0xE3, 0x18, 576, 8000),  # MPEG-2.5 III, index 1 = 8 kbps, 8 kHz
+    (0xFB, 0x92, 1152, 44100),  # padded frames: a byte more each
 ]
 
 
-@pytest.mark.parametrize(("b1", "b2", "size", "seconds"), CBR)
-def test_cbr_mp3_is_its_audio_bytes_over_the_bitrate(
-    b1: int, b2: int, size: int, seconds: float
-) -> None:
-    assert audio_duration_s(mp3(b1, b2, 0, b"", size)) == seconds
+@pytest.mark.parametrize(("b1", "b2", "samples", "rate"), CBR)
+def test_cbr_mp3_counts_its_frames(b1: int, b2: int, samples: int, rate: int) -> None:
+    assert audio_duration_s(frames(b1, b2, 50)) == 50 * samples / rate
     # ID3v2 in front, ID3v1 ("TAG" and 125 bytes) behind: neither is audio
-    tagged = id3(300) + mp3(b1, b2, 0, b"", size) + b"TAG" + b"\0" * 125
-    assert audio_duration_s(tagged) == seconds
+    tagged = id3(300) + frames(b1, b2, 50) + b"TAG" + b"\0" * 125
+    assert audio_duration_s(tagged) == 50 * samples / rate
+
+
+def test_vbr_mp3_without_a_vbr_header_counts_its_frames() -> None:
+    """Issue 42 finding 5: a first frame at 160 kbps and the rest at 8 kbps was metered at
+    the first's bitrate, 20 times short."""
+    data = frames(0xF3, 0xE0, 1) + frames(0xF3, 0x10, 3000) + frames(0xF3, 0x82, 7)
+    assert audio_duration_s(data) == 3008 * 576 / 22050
+
+
+def test_junk_between_frames_counts_at_the_highest_bitrate() -> None:
+    """Bytes that are no frame of the stream (another stream's, garbage) are no shorter
+    than at the stream's highest bitrate: what cannot be walked is still paid for."""
+    other = frames(0xE3, 0x18, 1000)  # MPEG-2.5 8 kHz frames in an MPEG-1 44.1 kHz stream
+    data = frames(0xFB, 0x90, 10) + other + frames(0xFB, 0x90, 10)
+    assert audio_duration_s(data) == pytest.approx(len(data) * 8 / 320_000)
+    garbage = frames(0xFB, 0x90, 10) + b"\xff\xfb" * 50_000 + frames(0xFB, 0x90, 10)
+    assert audio_duration_s(garbage) == pytest.approx(len(garbage) * 8 / 320_000)
 
 
 def test_vbr_mp3_counts_frames_from_its_xing_info_or_vbri_header() -> None:
@@ -394,13 +478,18 @@ def test_vbr_mp3_counts_frames_from_its_xing_info_or_vbri_header() -> None:
     assert audio_duration_s(mp3(0xFB, 0x94, 0, side_stereo + vbri, 4000)) == 60.0
 
 
-def test_a_xing_header_without_a_frame_count_falls_back_to_the_bitrate() -> None:
-    xing = b"Xing" + struct.pack(">I", 0x06)
-    assert audio_duration_s(mp3(0xFB, 0x90, 0, b"\0" * 32 + xing, 16000)) == 1.0
+def test_a_vbr_header_can_only_add_to_the_frames_counted() -> None:
+    """A Xing header that counts 10 frames in front of 2,000 (or none, by its flags) is
+    read as the 2,000 a decoder plays."""
+    for flags in (0x0F, 0x06):
+        xing = b"\0" * 32 + b"Xing" + struct.pack(">II", flags, 10)
+        data = frames(0xFB, 0x90, 2000, first=xing)
+        assert audio_duration_s(data) == 2000 * 1152 / 44100
 
 
 def test_mp3_after_id3_padding_but_not_bytes_that_only_look_like_one() -> None:
-    assert audio_duration_s(id3(10) + b"\0" * 100 + mp3(0xFB, 0x90, 0, b"", 16000)) == 1.0
+    tagged = id3(10) + b"\0" * 100 + frames(0xFB, 0x90, 38)
+    assert audio_duration_s(tagged) == 38 * 1152 / 44100
     not_audio = [
         b"\0" * 64 + mp3(0xFB, 0x90, 0, b"", 100),  # no sync at the start, no ID3 tag
         mp3(0xF1, 0x50, 0, b"", 100),  # AAC ADTS (layer bits 00)
@@ -413,6 +502,17 @@ def test_mp3_after_id3_padding_but_not_bytes_that_only_look_like_one() -> None:
     for data in not_audio:
         with pytest.raises(AudioError, match="not recognised"):
             audio_duration_s(data)
+
+
+@pytest.mark.timeout(30)
+def test_mp3_frames_are_counted_in_linear_time() -> None:
+    """8 MiB of the smallest frames (32 bytes), of sync bytes, of near-headers: one pass."""
+    for data, least in (
+        (frames(0xFF, 0x14, 8 * 2**20 // 32), 262144 * 384 / 48000),
+        (frames(0xFF, 0x14, 1) + b"\xff" * 8 * 2**20, 8 * 2**20 * 8 / 448_000),
+        (frames(0xFB, 0x90, 1) + b"\xff\xfb\x90" * 2**20, 3 * 2**20 * 8 / 320_000),
+    ):
+        assert audio_duration_s(data) >= least
 
 
 def ogg_page(serial: int, sequence: int, granule: int, packet: bytes, kind: int = 0) -> bytes:
@@ -539,6 +639,9 @@ def test_the_format_comes_from_the_bytes_and_the_name_only_from_errors() -> None
 
 SAMPLES = [
     wav_bytes(8000, 1, 2, 800),
+    riff((b"fmt ", CODECS[0][0]), (b"data", b"\0" * 80)),  # µ-law
+    riff((b"fmt ", CODECS[4][0]), (b"data", b"\0" * 512)),  # IMA ADPCM
+    frames(0xF3, 0xE0, 1) + frames(0xF3, 0x10, 6),  # MP3 without a VBR header
     flac(44100, 2, 16, 441000),
     mp3(0xFB, 0x50, 0, b"\0" * 32 + b"Xing" + struct.pack(">II", 1, 3675), 200),
     ogg_page(3, 0, 0, OPUS_HEAD, kind=2) + ogg_page(3, 1, 48312, b"\0" * 5),
@@ -574,3 +677,116 @@ def test_arbitrary_bytes_give_a_sane_duration_or_an_audio_error(data: bytes) -> 
         assert refused.param == "file" and refused.message
     else:
         assert 0 <= seconds <= MAX_DURATION_S
+
+
+LINEAR = {1: None, 3: (32, 64), 6: (8,), 7: (8,)}  # tag: bits per sample it takes (None: any)
+
+
+@st.composite
+def wav_files(draw) -> tuple[bytes, float]:
+    """A WAV file of any metered codec, plain or EXTENSIBLE, and its true duration."""
+    rate, channels = draw(st.integers(1000, 192000)), draw(st.integers(1, 2))
+    tag = draw(st.sampled_from([1, 3, 6, 7, 0x11, 2]))
+    if tag in LINEAR:
+        channels = draw(st.integers(1, 8))
+        bits = draw(st.sampled_from(LINEAR[tag] or (8, 12, 16, 24, 32)))
+        block, samples = channels * (1 if tag in (6, 7) else (bits + 7) // 8), 1
+        fmt = pcm_fmt(tag, channels, rate, rate * block, block, bits)
+        if draw(st.booleans()):
+            guid = struct.pack("<H", tag) + PCM_GUID[2:]
+            fmt = pcm_fmt(0xFFFE, channels, rate, rate * block, block, bits)
+            fmt += struct.pack("<HHI", 22, bits, 0) + guid
+    else:
+        header, first = (4, 1) if tag == 0x11 else (7, 2)
+        block = header * channels + channels * draw(st.integers(1, 1024))
+        samples = (block - header * channels) * 2 // channels + first
+        fmt = pcm_fmt(tag, channels, rate, rate * block // samples, block, 4)
+        fmt += struct.pack("<HH", 2, samples)
+    count = draw(st.integers(0, 300))
+    return riff((b"fmt ", fmt), (b"data", b"\0" * (count * block))), count * samples / rate
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(wav_files(), st.integers(0, 15), st.integers(1, 1000))
+def test_a_wav_is_metered_at_its_duration_and_a_changed_header_never_shorter(
+    wav: tuple[bytes, float], field: int, factor: int
+) -> None:
+    """Byte rate and block size multiplied (the lie of finding 5), or any fmt byte changed:
+    refused, or metered at no less than what a decoder plays."""
+    data, seconds = wav
+    assert audio_duration_s(data) == pytest.approx(seconds)
+    fmt = 20  # the fmt chunk's body: tag, channels, rate, byte rate, block align, bits
+    lied = bytearray(data)
+    byte_rate, align = struct.unpack_from("<IH", data, fmt + 8)
+    struct.pack_into("<IH", lied, fmt + 8, byte_rate * factor & 0xFFFFFFFF, align * factor & 0xFFFF)
+    lied[fmt + field] ^= 0x5A if field not in (8, 9, 10, 11, 12, 13) else 0
+    with contextlib.suppress(AudioError):
+        decoded = riff_frames(bytes(lied))
+        if decoded is not None:
+            assert audio_duration_s(bytes(lied)) >= decoded - 1e-9
+
+
+def riff_frames(data: bytes) -> float | None:
+    """What a decoder that reads the sample width from bits per sample plays of a linear
+    WAV (as libsndfile does, whatever the byte rate and block size say); None otherwise."""
+    tag, channels, rate, _, _, bits = struct.unpack_from("<HHIIHH", data, 20)
+    if tag not in LINEAR or not channels or not rate or not bits:
+        return None
+    width = 1 if tag in (6, 7) else (bits + 7) // 8
+    (size,) = struct.unpack_from("<I", data, 40)
+    return min(size, len(data) - 44) // (channels * width) / rate
+
+
+BITRATES = {0xFB: range(1, 15), 0xF3: range(1, 15), 0xE3: range(1, 15)}
+
+
+@st.composite
+def mp3_files(draw) -> tuple[bytes, float, bool]:
+    """Frames of one stream at bitrates of its own, junk between them or not: the file,
+    the seconds its frames play, and whether junk is in it."""
+    b1 = draw(st.sampled_from(sorted(BITRATES)))
+    rate_index = draw(st.integers(0, 2))
+    samples, rates = (1152, (44100, 48000, 32000)) if b1 == 0xFB else (576, None)
+    rate = (
+        rates[rate_index]
+        if rates
+        else {0xF3: (22050, 24000, 16000), 0xE3: (11025, 12000, 8000)}[b1][rate_index]
+    )
+    parts, count, junk = [], 0, False
+    for _ in range(draw(st.integers(1, 40))):
+        index, pad = draw(st.sampled_from(BITRATES[b1])), draw(st.integers(0, 1))
+        b2 = index << 4 | rate_index << 2 | pad << 1
+        parts.append(frames(b1, b2, n := draw(st.integers(1, 5))))
+        count += n
+        if draw(st.integers(0, 4)) == 0:
+            parts.append(draw(st.binary(max_size=300)).replace(b"\xff", b"\xfe"))
+            junk = True
+    return b"".join(parts), count * samples / rate, junk
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(mp3_files())
+def test_an_mp3_is_metered_at_no_less_than_its_frames_play(mp3_file) -> None:
+    data, seconds, junk = mp3_file
+    metered = audio_duration_s(data)
+    assert metered >= seconds - 1e-9
+    if not junk:  # frames alone: at most the bytes at the highest bitrate above them
+        assert metered == pytest.approx(
+            max(seconds, len(data) * 8 / (320_000 if data[1] == 0xFB else 160_000))
+        )
+
+
+def test_the_engines_reported_seconds_are_read_from_its_usage_object() -> None:
+    assert reported_seconds({"type": "duration", "seconds": 393}) == 393.0
+    assert reported_seconds({"type": "duration", "seconds": 2.5}) == 2.5
+    for usage in (
+        None,
+        {},
+        {"prompt_tokens": 3, "completion_tokens": 1},  # a stream's token usage: not seconds
+        {"type": "tokens", "seconds": 3},
+        {"type": "duration", "seconds": True},
+        {"type": "duration", "seconds": "3"},
+        {"type": "duration", "seconds": -1},
+        {"type": "duration", "seconds": float("inf")},
+    ):
+        assert reported_seconds(usage) is None

@@ -19,6 +19,9 @@ def test_wav_headers_give_the_duration() -> None:
     assert wav_duration(wav(0.5, extra_chunk=listing)) == 0.5
     assert wav_duration(wav(1.0, data_size=0xFFFFFFFF)) == 1.0  # streamed: size unknown
     assert wav_duration(wav(1.0)[:-16000]) == 0.5  # cut short: what is there
+    lying = wav(2.0, rate=8000, bits=8, tag=7)  # µ-law, its byte rate then made 1,000 times
+    lying = lying[:28] + (8_000_000).to_bytes(4, "little") + lying[32:]
+    assert wav_duration(lying) == 2.0  # its samples, as a decoder plays them
     for bad in (b"", b"ID3\x04 an mp3", b"RIFF\0\0\0\0WAVEdata\0\0\0\0", wav(1.0, rate=0)):
         with pytest.raises(ValueError):
             wav_duration(bad)
