@@ -236,10 +236,8 @@ class FakeEngine:
         body = await self._admit(request)
         if isinstance(body, web.StreamResponse):
             return body
-        if kind == "chat" and not isinstance(body.get("messages"), list):
-            return error_response(400, "'messages' must be a list", param="messages")
-        if kind == "completion" and not isinstance(body.get("prompt"), str | list):
-            return error_response(400, "'prompt' must be a string or list", param="prompt")
+        if (refused := refused_body(body, kind)) is not None:
+            return refused
         text = prompt_text(body)
         prompt = prompt_tokens(body)  # token ids counted as ids, as an engine does
         cap = body.get("max_completion_tokens") or body.get("max_tokens")
@@ -279,7 +277,8 @@ class FakeEngine:
             raise
         self.finished[finish] += 1
         build = payloads.chat_completion if kind == "chat" else payloads.completion
-        return web.json_response(build(rid, self.created, self.name, output, prompt, finish))
+        answer = build(rid, self.created, self.name, output, prompt, finish)
+        return web.json_response(payloads.with_prompt_extras(answer, body, prompt, output))
 
     async def _stream(
         self,
@@ -361,6 +360,18 @@ class FakeEngine:
             await response.write(chunk(1))
             if i + 1 < output:
                 await asyncio.sleep(interval)  # the pace of the stream, not a synchronisation
+
+
+def refused_body(body: dict, kind: str) -> web.Response | None:
+    """A generation body vLLM refuses (400) before it looks at the prompt's length."""
+    if kind == "chat" and not isinstance(body.get("messages"), list):
+        return error_response(400, "'messages' must be a list", param="messages")
+    if kind == "completion" and not isinstance(body.get("prompt"), str | list):
+        return error_response(400, "'prompt' must be a string or list", param="prompt")
+    if body.get("stream") and body.get("prompt_logprobs") not in (None, 0):
+        message = "`prompt_logprobs` are not available when `stream=True`."
+        return error_response(400, message, param="prompt_logprobs")
+    return None
 
 
 def run_fake_engine(config: FakeEngineConfig) -> None:
