@@ -15,8 +15,9 @@ import orjson
 
 USAGE_KEY = b'"usage"'
 # A partial SSE event held whole up to this many bytes; a longer one (a Responses
-# `response.completed` carrying a long answer) is parsed as it comes instead.
-EVENT_HOLD = 1 << 20
+# `response.completed` carrying a long answer) is parsed as it comes instead. The same for
+# a whole answer (a large embeddings batch, the prompt logprobs of a long prompt).
+EVENT_HOLD = WHOLE_HOLD = 1 << 20
 EVENT_END = re.compile(rb"\r?\n\r?\n")
 # where an event's usage sits: chat/completions chunks and Messages' message_delta,
 # the Responses API's response.completed, Messages' message_start
@@ -73,35 +74,76 @@ class _StreamParse:
 
 
 class UsageReader:
-    """Fed every chunk of an answer; `usage` is the engine's usage object so far, the
-    latest value of each field winning (a stream with continuous usage stats sends one
-    in every chunk; Messages sends input tokens first and output tokens last). Whether
-    the answer is one JSON document or an SSE stream is told by its first byte."""
+    """Fed every chunk of an answer; `usage` is the engine's usage object, the latest value
+    of each field winning (a stream with continuous usage stats sends one in every chunk;
+    Messages sends input tokens first and output tokens last). Whether the answer is one
+    JSON document or an SSE stream is told by its first byte. A whole answer up to
+    WHOLE_HOLD bytes is kept and parsed once, when its usage is asked for (orjson: what
+    nearly every answer is); a longer one is parsed as it comes (ijson), in bounded memory."""
 
-    __slots__ = ("_event", "_json", "_partial", "_sse", "usage")
+    __slots__ = ("_event", "_held", "_json", "_kept", "_partial", "_read_at", "_sse", "_usage")
 
     def __init__(self) -> None:
-        self.usage: dict[str, Any] | None = None
+        self._usage: dict[str, Any] | None = None
         self._sse: bool | None = None  # None: no byte seen yet
-        self._json: _StreamParse | None = None  # a whole answer, while it parses
+        self._kept: list[bytes] | None = None  # a whole answer's chunks, while short
+        self._held = 0  # their bytes
+        self._read_at = -1  # how many of them `usage` has read
+        self._json: _StreamParse | None = None  # a long whole answer, while it parses
         self._partial = b""  # an SSE event not ended yet
         self._event: _StreamParse | None = None  # an SSE event too long to hold, parsing
 
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        if self._kept is not None and self._read_at != self._held:
+            self._read_at = self._held
+            self._usage = None
+            self._read_whole(b"".join(self._kept))
+        return self._usage
+
     def feed(self, chunk: bytes) -> None:
-        if self._sse:
-            self._feed_events(chunk)
+        if self._sse:  # the hot path: whole events that name no usage pass at a glance
+            if (
+                self._partial
+                or self._event is not None
+                or not chunk.endswith(b"\n\n")
+                or (USAGE_KEY in chunk)
+            ):
+                self._feed_events(chunk)
+        elif self._kept is not None:
+            self._keep(chunk)
         elif self._json is not None:
             self._feed_json(chunk)
-        elif self._sse is None:
-            head = chunk.lstrip()
-            if not head:
-                return
+        elif self._sse is None and (head := chunk.lstrip()):
             self._sse = not head.startswith(b"{")
             if self._sse:
                 self._feed_events(chunk)
             else:
-                self._json = _StreamParse(JSON_USAGE_PATHS)
-                self._feed_json(chunk)
+                self._kept = []
+                self._keep(chunk)
+
+    def _keep(self, chunk: bytes) -> None:
+        assert self._kept is not None
+        self._kept.append(chunk)
+        self._held += len(chunk)
+        if self._held > WHOLE_HOLD:  # too long to keep: parsed from here on as it comes
+            data, self._kept, self._usage = b"".join(self._kept), None, None
+            self._json = _StreamParse(JSON_USAGE_PATHS)
+            self._feed_json(data)
+
+    def _read_whole(self, body: bytes) -> None:
+        """A kept answer's top-level usage (one that does not parse whole, cut short or
+        followed by more bytes: what its parse as a stream found before that)."""
+        try:
+            document = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            parse = _StreamParse(JSON_USAGE_PATHS)
+            parse.send(body)
+            self._take(parse.found)
+            return
+        usage = document.get("usage") if isinstance(document, dict) else None
+        if isinstance(usage, dict):
+            self._merge(usage)
 
     def _feed_json(self, chunk: bytes) -> None:
         assert self._json is not None
@@ -184,7 +226,7 @@ class UsageReader:
 
     def _merge(self, usage: dict[str, Any]) -> None:
         fields = {k: v for k, v in usage.items() if v is not None}
-        self.usage = fields if self.usage is None else self.usage | fields
+        self._usage = fields if self._usage is None else self._usage | fields
 
 
 def event_data(event: bytes) -> bytes:

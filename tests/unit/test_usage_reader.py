@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuroute.relay import ResponseTally
-from gpuroute.usage_reader import EVENT_HOLD, UsageReader, token_counts
+from gpuroute.usage_reader import EVENT_HOLD, WHOLE_HOLD, UsageReader, token_counts
 
 BODY_LIMIT = 8 * 1024 * 1024  # gpuroute.config's default max_body_bytes
 COUNT = st.integers(0, 10**7)
@@ -153,3 +153,18 @@ def test_unreadable_answers_give_what_was_read() -> None:
     assert fed([b"<html>not json</html>"]).usage is None
     assert fed([b'data: {"usage": {"prompt_tokens": 2\n\n', b"data: [DONE]\n\n"]).usage is None
     assert fed([b"[1, 2]"]).usage is None
+
+
+def test_a_long_answer_is_parsed_as_it_comes_and_a_short_one_when_asked() -> None:
+    """Up to WHOLE_HOLD bytes an answer is kept and parsed when its usage is asked for
+    (asked again after more bytes: read again); past it, parsed chunk by chunk, nothing kept."""
+    reader = fed([b'{"usage": {"prompt_tokens": 2}', b', "x": 1'])
+    assert reader.usage == {"prompt_tokens": 2}  # cut short: what parses of it
+    reader.feed(b', "usage": {"prompt_tokens": 5}}')
+    assert reader.usage == {"prompt_tokens": 5}
+    body = orjson.dumps({"usage": {"prompt_tokens": 7}, "pad": "x" * WHOLE_HOLD})
+    chunks = cut(body, list(range(0, len(body), 65536)))
+    reader = fed(chunks[:3])
+    assert reader._kept is not None and reader.usage == {"prompt_tokens": 7}
+    reader = fed(chunks)
+    assert reader._kept is None and reader.usage == {"prompt_tokens": 7}
