@@ -1,9 +1,10 @@
-"""The engine's usage, read from the whole answer as it passes, in bounded memory: a JSON
-answer is parsed as a stream (ijson's push interface), so no field before or after `usage`
-(vLLM's `prompt_logprobs`, `prompt_token_ids`, an embeddings batch) can hide it; an SSE
-stream's events are split as they come and only those naming `"usage"` are parsed. Every
-API's shape is read: OpenAI's completions family and pooling routes, the Responses API
-(`response.usage`) and Anthropic's Messages (`message.usage`, then `usage`)."""
+"""The engine's usage, read from the whole answer as it passes, in bounded memory, so no
+field before or after `usage` (vLLM's `prompt_logprobs`, `prompt_token_ids`, an embeddings
+batch) can hide it: a JSON answer is parsed whole (orjson, up to 1 MiB) or as a stream
+(ijson's push parser, past it); an SSE stream's events are split as they come and only
+those naming `"usage"` are parsed. Every API's shape is read: OpenAI's completions family
+and pooling routes, the Responses API (`response.usage`) and Anthropic's Messages
+(`message.usage`, then `usage`)."""
 
 from __future__ import annotations
 
