@@ -15,12 +15,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from support.live import (
     MODEL,
-    async_wait_for,
     fake_engines,
     router_toml,
     running_router,
 )
 from support.token_replay import replay_bodies, router_tokens
+from support.usage_truth import usage_cases, usage_truth
 
 pytestmark = pytest.mark.asyncio
 
@@ -89,64 +89,6 @@ async def test_tokens_total_equals_the_engines_own_counters(tmp_path) -> None:
 
 # -- usage truth under every body field vLLM can add (issue 42 finding 1) -------------------
 LONG = "route this request well please " * 400  # ~3,000 tokens: ids and logprobs of 10+ KB
-EXTRAS = {
-    "plain": {},
-    "return_token_ids": {"return_token_ids": True},
-    "prompt_logprobs": {"prompt_logprobs": 1},
-    "return_prompt_text": {"return_prompt_text": True},
-    "all": {"return_token_ids": True, "prompt_logprobs": 1, "return_prompt_text": True},
-}
-GENERATING = {
-    "/v1/chat/completions": lambda text: {"messages": [{"role": "user", "content": text}],
-                                          "max_tokens": 9},
-    "/v1/completions": lambda text: {"prompt": text, "max_tokens": 9},
-    "/v1/responses": lambda text: {"input": text, "max_output_tokens": 9},
-    "/v1/messages": lambda text: {"messages": [{"role": "user", "content": text}],
-                                  "max_tokens": 9},
-}  # fmt: skip
-POOLING = {
-    "/v1/embeddings": lambda text: {"input": [text, "a second one", text]},
-    "/v1/rerank": lambda text: {"query": "which", "documents": [text, "short", text]},
-}
-
-
-def usage_cases() -> list[tuple[str, dict]]:
-    """(route, body) for each API, streamed and not, with each extra, short and long."""
-    cases = []
-    for text in ("hi there", LONG):
-        for route, make in GENERATING.items():
-            for stream in (False, True):
-                for extra in EXTRAS.values():
-                    cases.append((route, {"model": MODEL, "stream": stream, **make(text), **extra}))
-        cases += [(route, {"model": MODEL, **make(text)}) for route, make in POOLING.items()]
-    return cases
-
-
-def engine_usage(status: int, raw: bytes) -> tuple[int, int]:
-    """(prompt, completion) as the engine's own answer says, read plainly (json.loads of
-    the body or of every event): nothing of the router's reader."""
-    if status != 200:
-        return 0, 0
-    if not raw.lstrip().startswith(b"{"):  # a stream
-        usage: dict = {}
-        for event in raw.decode().split("\n\n"):
-            data = "".join(line[6:] for line in event.splitlines() if line.startswith("data: "))
-            if not data or data == "[DONE]":
-                continue
-            chunk = json.loads(data)
-            for found in (chunk.get("usage"), (chunk.get("response") or {}).get("usage"),
-                          (chunk.get("message") or {}).get("usage")):  # fmt: skip
-                usage |= {k: v for k, v in (found or {}).items() if v is not None}
-    else:
-        usage = json.loads(raw)["usage"]
-    prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
-    return prompt, usage.get("completion_tokens", usage.get("output_tokens", 0))
-
-
-async def record(s: aiohttp.ClientSession, admin: str) -> tuple[int, int, int]:
-    async with s.get(admin + "/admin/usage?since=1h") as r:
-        total = (await r.json())["total"]
-    return total["requests"], total["prompt_tokens"], total["completion_tokens"]
 
 
 async def test_usage_recorded_is_the_engines_for_every_api_and_extra(tmp_path) -> None:
@@ -156,24 +98,7 @@ async def test_usage_recorded_is_the_engines_for_every_api_and_extra(tmp_path) -
     with fake_engines(("H100", 0.001)) as (engine,):
         config = router_toml([(engine.url, "H100")])  # admin on the public listener
         async with running_router(config, tmp_path) as (url, _), aiohttp.ClientSession() as s:
-            wrong, served = [], 0
-            for route, body in usage_cases():
-                asked = body.get("stream") and "completions" in route  # usage, as we ask
-                direct = body | ({"stream_options": {"include_usage": True}} if asked else {})
-                async with s.post(engine.url + route, json=direct) as r:
-                    status, theirs = r.status, engine_usage(r.status, await r.read())
-                before = await record(s, url)
-                async with s.post(url + route, json=body) as r:
-                    await r.read()
-                await async_wait_for(lambda b=before: _counted(s, url, b), what=f"{route} recorded")
-                after = await record(s, url)
-                ours = (after[1] - before[1], after[2] - before[2])
-                served += r.status == 200
-                if ours != theirs or r.status != status or (theirs == (0, 0) and status == 200):
-                    wrong.append((route, body.get("stream"), sorted(body)[:6], ours, theirs))
+            cases = usage_cases(MODEL, ("hi there", LONG))
+            wrong, served = await usage_truth(s, url, engine.url, cases)
     assert wrong == [], wrong
     assert served == 76, served  # all but streams asking for prompt_logprobs (vLLM's 400)
-
-
-async def _counted(s: aiohttp.ClientSession, admin: str, before: tuple[int, ...]) -> bool:
-    return (await record(s, admin))[0] > before[0]
