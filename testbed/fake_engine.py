@@ -313,7 +313,10 @@ class FakeEngine:
             await response.prepare(request)
             if kind == "chat":
                 role = payloads.chat_chunk(rid, created, name, {"role": "assistant", "content": ""})
-                await response.write(sse_event(ids.add(role, 0) if ids else role))
+                role = ids.add(role, 0) if ids else role
+                if body.get("return_prompt_text") is True:  # vLLM: on the first chunk
+                    role["prompt_text"] = payloads.rendered_prompt(body, prompt)
+                await response.write(sse_event(role))
             await self.stream_tokens(response, chunk, live, output)
             await response.write(chunk(0, finish))
             if include_usage:

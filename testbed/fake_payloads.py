@@ -87,12 +87,13 @@ def with_prompt_extras(
 ) -> dict[str, Any]:
     """A whole answer with what vLLM adds when asked, where it puts it: `return_token_ids`
     (the answer's ids on its choice, the prompt's), `prompt_logprobs` and
-    `return_prompt_text`. A chat answer carries the prompt's on its top level after
-    `usage` (ChatCompletionResponse), a completion on its choice, before `usage`."""
+    `return_prompt_text` (chat only, vLLM 0.32). A chat answer carries the prompt's on its
+    top level after `usage` (ChatCompletionResponse), a completion on its choice, before
+    `usage`."""
     ids = body.get("return_token_ids") is True
     wanted = body.get("prompt_logprobs")
     logprobs = isinstance(wanted, int) and not isinstance(wanted, bool) and wanted >= -1
-    text = body.get("return_prompt_text") is True
+    text = body.get("return_prompt_text") is True and "message" in answer["choices"][0]
     if not (ids or logprobs or text):
         return answer
     prompt_ids = prompt_token_ids(body, prompt)
@@ -107,6 +108,11 @@ def with_prompt_extras(
     if text:
         holder["prompt_text"] = decode(prompt_ids)
     return answer
+
+
+def rendered_prompt(body: dict, prompt: int) -> str:
+    """What vLLM's `return_prompt_text` gives: the prompt as the engine saw it."""
+    return decode(prompt_token_ids(body, prompt))
 
 
 def prompt_logprobs(ids: list[int]) -> list[dict[str, dict[str, Any]] | None]:

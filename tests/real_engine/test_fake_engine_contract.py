@@ -190,11 +190,13 @@ def test_streams_are_framed_alike(engines, usage) -> None:
 def test_streamed_token_ids_come_where_vllm_puts_them(engines, route) -> None:
     """`return_token_ids` (what a continuation is made from): the prompt's ids once, in the
     first event (chat: on the chunk; completions: on its choice), as many as its prompt
-    tokens; every token's id on its choice (chat: a chunk even for a token without text)."""
+    tokens; every token's id on its choice (chat: a chunk even for a token without text).
+    `return_prompt_text`: chat's first chunk only."""
 
     def body(model: str) -> dict:
         b = {"model": model, "max_tokens": 6, "stream": True, "ignore_eos": True,
-             "return_token_ids": True, "stream_options": {"include_usage": True}}  # fmt: skip
+             "return_token_ids": True, "return_prompt_text": True,
+             "stream_options": {"include_usage": True}}  # fmt: skip
         chat = {"messages": [{"role": "user", "content": "hi there"}]}
         return b | (chat if route == "/v1/chat/completions" else {"prompt": "hi there"})
 
@@ -208,6 +210,9 @@ def test_streamed_token_ids_come_where_vllm_puts_them(engines, route) -> None:
         assert len(prompt_ids[0]) == chunks[-1]["usage"]["prompt_tokens"], name
         ids = [t for c in choices for t in c.get("token_ids") or []]
         assert len(ids) == 6 and all(isinstance(t, int) for t in ids), name
+        texts = [c.get("prompt_text") for c in chunks]  # chat's rendered prompt, once
+        chat = route == "/v1/chat/completions"
+        assert isinstance(texts[0], str) == chat and not any(texts[1:]), (name, texts)
 
 
 def shown(document: dict) -> list[str]:
