@@ -61,13 +61,17 @@ def engines(responses_store, vllm):
 
 
 def call(
-    url: str, path: str, body: dict | bytes | None = None, content_type: str = "application/json"
+    url: str,
+    path: str,
+    body: dict | bytes | None = None,
+    content_type: str = "application/json",
+    timeout: float = 30,
 ) -> tuple[int, str, bytes]:
     """(status, content type, body) of a GET, or of a POST when `body` is given."""
     data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
     request = urllib.request.Request(url + path, data, {"Content-Type": content_type})
     try:
-        with urllib.request.urlopen(request, timeout=30) as r:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
             return r.status, r.headers.get("content-type", ""), r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.headers.get("content-type", ""), e.read()
@@ -240,6 +244,8 @@ def test_whole_answers_carry_vllms_extras_in_its_order(engines, route) -> None:
         return {"model": model, "max_tokens": 4, "ignore_eos": True, "return_token_ids": True,
                 "prompt_logprobs": 1, "return_prompt_text": True, **prompt}  # fmt: skip
 
+    url, model = engines["vllm"]
+    call(url, route, body(model), timeout=300)  # vLLM's first prompt_logprobs: ~20 s on a CPU
     order, choice_order, answers = {}, {}, {}
     for name, (status, _, raw) in both(engines, route, body).items():
         assert status == 200, (name, raw[:300])
