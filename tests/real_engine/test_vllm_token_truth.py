@@ -63,4 +63,4 @@ async def test_usage_recorded_is_vllms_for_every_api_and_extra(vllm, tmp_path) -
     async with running_router(config, tmp_path) as (url, _), aiohttp.ClientSession() as s:
         wrong, served = await usage_truth(s, url, vllm.url, cases)
     assert wrong == [], wrong
-    assert served >= 64, served  # all but streams asking for prompt_logprobs (vLLM's 400)
+    assert served == 72, served  # all but streams asking for prompt_logprobs (vLLM's 400)
