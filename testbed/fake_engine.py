@@ -24,7 +24,7 @@ from typing import Any
 from aiohttp import web
 from gpuroute.testbed import fake_payloads as payloads
 from gpuroute.testbed.fake_apis import api_routes
-from gpuroute.testbed.fake_common import continuing
+from gpuroute.testbed.fake_common import continuing, refused_body
 from gpuroute.testbed.fake_engine_config import FakeEngineConfig
 from gpuroute.testbed.fake_gpu import SimulatedGpu
 from gpuroute.testbed.fake_metrics import counter, gauge, vllm_families
@@ -363,18 +363,6 @@ class FakeEngine:
             await response.write(chunk(1))
             if i + 1 < output:
                 await asyncio.sleep(interval)  # the pace of the stream, not a synchronisation
-
-
-def refused_body(body: dict, kind: str) -> web.Response | None:
-    """A generation body vLLM refuses (400) before it looks at the prompt's length."""
-    if kind == "chat" and not isinstance(body.get("messages"), list):
-        return error_response(400, "'messages' must be a list", param="messages")
-    if kind == "completion" and not isinstance(body.get("prompt"), str | list):
-        return error_response(400, "'prompt' must be a string or list", param="prompt")
-    if body.get("stream") and body.get("prompt_logprobs") not in (None, 0):
-        message = "`prompt_logprobs` are not available when `stream=True`."
-        return error_response(400, message, param="prompt_logprobs")
-    return None
 
 
 def run_fake_engine(config: FakeEngineConfig) -> None:
