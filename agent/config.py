@@ -122,6 +122,29 @@ class ListenConfig(StrictModel):
     tls: TlsConfig | None = None
 
 
+class LoadStreamConfig(ListenConfig):
+    """The gRPC load stream. With `token`, only routers holding the same token (their
+    `membership.load_stream_token`) may watch, and each report proves it comes from this
+    agent (gpuroute/load_auth.py)."""
+
+    token: str | None = None
+    token_file: str | None = None
+    token_env: str | None = None
+    check_secret_forms = secret_forms("token")
+
+    @model_validator(mode="after")
+    def _off_loopback_needs_a_token_or_client_certificates(self) -> LoadStreamConfig:
+        tokens = (self.token, self.token_file, self.token_env)
+        mutual = self.tls is not None and self.tls.client_ca_file is not None
+        if not is_loopback(self.host) and all(t is None for t in tokens) and not mutual:
+            raise ValueError(
+                f"host {self.host!r} is not loopback: set token (or token_file, token_env; "
+                "the routers' membership.load_stream_token) or tls.client_ca_file, so only "
+                "routers may watch and routers can tell this agent's reports from a forger's"
+            )
+        return self
+
+
 class AgentConfig(DeclaresGpuTypes):
     id: Annotated[str, AfterValidator(_service_id)] | None = None  # default: hostname-port
     region: str = "local"
@@ -130,7 +153,7 @@ class AgentConfig(DeclaresGpuTypes):
     engine: EngineConfig
     telemetry: TelemetryConfig = TelemetryConfig()
     consul: ConsulConfig = ConsulConfig()
-    load_stream: ListenConfig = ListenConfig(port=7070)
+    load_stream: LoadStreamConfig = LoadStreamConfig(port=7070)
     admin: ListenConfig = ListenConfig(port=7071)
     heartbeat_s: float = Field(default=0.25, gt=0, le=5)
     drain_timeout_s: float = Field(default=60.0, ge=0)

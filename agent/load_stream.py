@@ -1,18 +1,22 @@
 """The agent's gRPC load stream: every router watching gets each new sample as it is taken,
 and the latest one again after `heartbeat_s` of silence so a quiet stream still proves it
-is alive. `seq` grows only when the load changed, so routers can tell news from heartbeats."""
+is alive. `seq` grows only when the load changed, so routers can tell news from heartbeats.
+With a load-stream token, a watcher must prove it holds it, and each report carries this
+agent's proof for the watcher's nonce and its own service ID (gpuroute/load_auth.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 
 import grpc
 
 from gpuroute.grpc_server import start_grpc_server
+from gpuroute.load_auth import report_proof, watch_refusal
 from gpuroute.proto import load_pb2, load_pb2_grpc
 
 log = logging.getLogger("gpuroute.agent.stream")
@@ -73,7 +77,7 @@ class LoadBroadcaster:
         """A health change goes out at once, without waiting for the next sample."""
         await self.publish(replace(self.sample, health=health))
 
-    def report(self) -> load_pb2.LoadReport:
+    def report(self, proof: bytes = b"") -> load_pb2.LoadReport:
         s = self.sample
         return load_pb2.LoadReport(
             backend_id=self.backend_id,
@@ -91,6 +95,7 @@ class LoadBroadcaster:
             preemptions=s.preemptions,
             lora_adapters=sorted(s.lora_adapters),
             max_loras=s.max_loras,
+            proof=proof,
         )
 
     async def wait_newer(self, version: int, timeout: float) -> None:
@@ -101,21 +106,38 @@ class LoadBroadcaster:
 
 
 class AgentLoadService(load_pb2_grpc.AgentLoadServicer):
-    def __init__(self, broadcaster: LoadBroadcaster, heartbeat_s: float) -> None:
+    def __init__(
+        self,
+        broadcaster: LoadBroadcaster,
+        heartbeat_s: float,
+        token: str | None = None,
+        clock: Callable[[], float] = time.time,  # wall clock, as the router's `sent_at`
+    ) -> None:
         self.broadcaster = broadcaster
         self.heartbeat_s = heartbeat_s
+        self.token = token
+        self.clock = clock
         self.closing = asyncio.Event()
 
     async def WatchLoad(
         self, request: load_pb2.WatchLoadRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[load_pb2.LoadReport]:
-        b = self.broadcaster
+        b, proof = self.broadcaster, b""
+        if self.token is not None:
+            r = request
+            why = watch_refusal(
+                self.token, r.nonce, r.sent_at, r.router_id, r.router_proof, self.clock()
+            )
+            if why is not None:
+                log.warning("load stream refused to %s: %s", context.peer(), why)
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, f"load stream: {why}")
+            proof = report_proof(self.token, r.nonce, b.backend_id)
         b.watchers += 1
         log.info("router %s watching load", request.router_id or context.peer())
         try:
             while not self.closing.is_set():
                 sent = b.version
-                yield b.report()
+                yield b.report(proof)
                 await b.wait_newer(sent, self.heartbeat_s)
         finally:
             b.watchers -= 1

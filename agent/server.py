@@ -54,7 +54,11 @@ class Agent:
         self.consul_token = read_secret(config.consul, "token", "consul")
         self.admin_token = read_secret(config, "admin_token", "agent")
         self.broadcaster = LoadBroadcaster(config.service_id, time.time)
-        self.stream = AgentLoadService(self.broadcaster, config.heartbeat_s)
+        self.stream = AgentLoadService(
+            self.broadcaster,
+            config.heartbeat_s,
+            read_secret(config.load_stream, "token", "load_stream"),
+        )
         self.engine_load = EngineLoad()
         self.engine_info = EngineInfo(config, self._on_engine_facts)
         self.gpu_reading = GpuReading()

@@ -64,6 +64,10 @@ class ResidencyConfig(StrictModel):
     # body is read; false: a key without residency rules passes to the routers, which
     # authenticate it
     refuse_unknown_keys: bool = False
+    # tenant -> the models its keys may ask for, as clients name them (a router's
+    # [[auth.keys]] models then applies its aliases, splits and fallbacks); `anonymous`:
+    # keyless callers'. A tenant not listed: every model here, its router decides.
+    tenant_models: dict[str, list[str]] = Field(default_factory=dict)
     # signs each request's decision for the region (routers' region.decision_key)
     decision_key: str | None = None
     decision_key_file: str | None = None
@@ -71,6 +75,14 @@ class ResidencyConfig(StrictModel):
     check_secret_forms = secret_forms("decision_key")
     # how long a signed decision is good for; routers check it on arrival, once
     decision_ttl_s: float = Field(default=DEFAULT_TTL_S, gt=0, le=MAX_TTL_S)
+
+    @field_validator("tenant_models")
+    @classmethod
+    def _model_lists(cls, lists: dict[str, list[str]]) -> dict[str, list[str]]:
+        for tenant, models in lists.items():
+            if not models:  # LiteLLM reads [] as every model, a reader as none
+                raise ValueError(f"{tenant}: list the models, or leave the tenant out for all")
+        return lists
 
     @field_validator("api_keys")
     @classmethod

@@ -37,6 +37,7 @@ from gpuroute.headers import FORWARDED_FOR, interpreted
 from gpuroute.openai_api import (
     API_ROUTES,
     Rejection,
+    clip,
     error_response,
     healthz,
     models_response,
@@ -50,6 +51,8 @@ from gpuroute.serving import DrainingServer
 from gpuroute.tls import client_context
 from gpuroute.tracing import install
 from gpuroute.upstream import UpstreamPool
+
+ANONYMOUS = "anonymous"  # keyless callers' tenant, as the routers name it
 
 log = logging.getLogger("gpuroute.global")
 decision_log = logging.getLogger("gpuroute.global.decisions")
@@ -185,6 +188,15 @@ class GlobalApp:
             )
         return None  # a key without residency rules here: its router authenticates it
 
+    def may_use(self, headers: Mapping[str, str], tenant: str | None, model: str) -> bool:
+        """Whether the tenant's `residency.tenant_models` (keyless callers: `anonymous`'s)
+        lets it ask for `model`; a key this tier does not know is its router's to judge."""
+        lists = self.config.residency.tenant_models
+        if tenant is None and client_key(headers) is None:
+            tenant = ANONYMOUS
+        allowed = lists.get(tenant) if tenant is not None else None
+        return allowed is None or model in allowed
+
     async def forward(self, request: web.Request) -> web.StreamResponse:
         self.active += 1
         self.idle.clear()
@@ -207,6 +219,11 @@ class GlobalApp:
             tenant = self.tenant(headers, request.remote)
             body, model, parsed = await self._read(request)
             request[ASKED] = (tenant, model)  # for its access-log line
+            if not self.may_use(headers, tenant, model):
+                raise Rejection(
+                    403, f"this key may not use the model `{clip(model)}`",
+                    param="model", code="model_not_allowed",
+                )  # fmt: skip
             asked, decision = self._decide(request, headers, tenant, model)
             global_decision(decision, asked.allowed, tenant)
         except Rejection as rejection:
@@ -261,12 +278,17 @@ class GlobalApp:
     # -- admin ------------------------------------------------------------------------------------
     async def models(self, request: web.Request) -> web.Response:
         """The models regions that are up serve, to callers the API would take."""
+        headers = interpreted(request.headers.items())
         try:
-            self.tenant(interpreted(request.headers.items()), request.remote)
+            tenant = self.tenant(headers, request.remote)
         except Rejection as rejection:
             return rejection.response()
         return models_response(
-            m for f in self.feeds.feeds.values() if f.health.up for m in f.models or ()
+            m
+            for f in self.feeds.feeds.values()
+            if f.health.up
+            for m in f.models or ()
+            if self.may_use(headers, tenant, m)
         )
 
     async def readyz(self, _request: web.Request) -> web.Response:

@@ -8,7 +8,7 @@ from typing import Any
 
 from aiohttp import web
 from gpuroute.router.exchange import Answer, Exchange
-from gpuroute.router.front import REQUEST_ID, Admitted
+from gpuroute.router.front import CLIENT_REQUEST_ID, REQUEST_ID, Admitted
 
 from gpuroute.access_log import AccessLog, AccessLogConfig, ms
 
@@ -41,7 +41,8 @@ def fields(
 ) -> dict[str, Any]:
     """The line's fields: those a request refused at the front never had stay None."""
     out: dict[str, Any] = {
-        "request_id": request.get(REQUEST_ID),
+        "request_id": request.get(REQUEST_ID),  # the router's own, unique
+        "client_request_id": request.get(CLIENT_REQUEST_ID),  # the client's x-request-id
         "route": route,
         "status": status,
         "tenant": None,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import web
 from gpuroute.router.admin_keys import KeyNotShared, KeyStore, key_from_body
+from gpuroute.router.auth_config import key_problem
 from gpuroute.router.config import BackendConfig
 from gpuroute.router.reload import Reloader
 from pydantic import ValidationError
@@ -49,6 +50,14 @@ async def json_body(request: web.Request) -> dict:
     if not isinstance(body, dict):
         raise ValueError("expected a JSON object")
     return body
+
+
+def invalid(exc: ValidationError, code: str) -> web.Response:
+    """A body the config's own model refused: 400 naming the first field at fault."""
+    first = exc.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or None
+    message = f"{field}: {first['msg']}" if field else first["msg"]
+    return error_response(400, clip(message, 1000), param=field, code=code)
 
 
 class Operator:
@@ -109,7 +118,9 @@ class Operator:
         try:
             backend = BackendConfig.model_validate(await json_body(request))
             self.reloader.add(backend)
-        except (ValueError, ValidationError, ConfigError) as exc:
+        except ValidationError as exc:
+            return invalid(exc, "bad_backend")
+        except (ValueError, ConfigError) as exc:
             return error_response(400, clip(str(exc), 1000), code="bad_backend")
         return web.json_response({"added": backend.backend_id}, status=201)
 
@@ -137,8 +148,13 @@ class Operator:
     async def add_key(self, request: web.Request) -> web.Response:
         try:
             key = key_from_body(await json_body(request))
-        except (ValueError, ValidationError) as exc:
+        except ValidationError as exc:
+            return invalid(exc, "bad_key")
+        except ValueError as exc:
             return error_response(400, clip(str(exc), 1000), code="bad_key")
+        if problem := key_problem(key, *self.router.config.key_context()):
+            field, why = problem
+            return error_response(400, f"{field}: {why}", param=field, code="bad_key")
         try:
             await self.keys.add(key)
         except KeyNotShared as exc:

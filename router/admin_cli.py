@@ -136,7 +136,12 @@ def _register_keys(commands: _Commands) -> None:
         add.add_argument("--residency", nargs="+", metavar="PLACE", help="regions/jurisdictions"),
         add.add_argument("--max-in-flight", type=int, metavar="N"),
         add.add_argument("--slo-class", help="its default and most demanding SLO class"),
-    )
+        add.add_argument("--models", nargs="+", metavar="MODEL", help="the models it may use"),
+        add.add_argument(
+            "--allow-body-fields", nargs="+", metavar="FIELD",
+            help="router-only body fields it may send (cache_salt, ...)",
+        ),
+    )  # fmt: skip
     revoke = commands.leaf("revoke", "revoke a key (also one the file lists)", _revoke_key,
                            show.key_revoked)  # fmt: skip
     _key_arguments(revoke)

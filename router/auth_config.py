@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from collections.abc import Sequence
+from typing import Annotated
+
+from gpuroute.router.body_fields import known_fields
+from pydantic import AfterValidator, Field, field_validator
 
 from gpuroute.config import StrictModel
+
+# the models a key may use (LiteLLM's `models` on a virtual key): names or aliases, each
+# standing for its model, its split's versions; fallbacks outside it are skipped. Unset:
+# every model. Empty is refused: LiteLLM reads [] as every model, a reader as none.
+ModelList = Annotated[list[str] | None, Field(default=None, min_length=1)]
+# router-only body fields (router/body_fields.py) the key may send all the same
+BodyFields = Annotated[list[str], AfterValidator(known_fields)]
 
 
 class ApiKeyConfig(StrictModel):
@@ -19,6 +30,8 @@ class ApiKeyConfig(StrictModel):
     max_in_flight: int | None = Field(default=None, ge=1)  # the tenant's requests at once
     # the key's SLO class: its default and the most demanding it may ask for by header
     slo_class: str | None = None
+    models: ModelList = None
+    allow_body_fields: BodyFields = Field(default_factory=list)
 
     @field_validator("sha256")
     @classmethod
@@ -36,6 +49,29 @@ class AnonymousConfig(StrictModel):
     tokens_per_minute: float | None = Field(default=None, gt=0)
     max_in_flight: int | None = Field(default=None, ge=1)
     slo_class: str | None = None
+    models: ModelList = None
+    allow_body_fields: BodyFields = Field(default_factory=list)
+
+
+def key_problem(
+    key: ApiKeyConfig | AnonymousConfig,
+    priorities: Sequence[str],
+    slo_classes: Sequence[str],
+    placed: bool,
+) -> tuple[str, str] | None:
+    """What makes a key unusable on this router, as (field, why), or None: the file's keys
+    and the admin API's are checked by this one function (a key the admin API took with an
+    unknown class answered every request with a 500)."""
+    if key.priority is not None and key.priority not in priorities:
+        why = f"unknown priority {key.priority!r}; known: {', '.join(priorities)}"
+        return "priority", why
+    if key.slo_class is not None and key.slo_class not in slo_classes:
+        why = f"unknown SLO class {key.slo_class!r}; known: {', '.join(slo_classes)}"
+        return "slo_class", why
+    if getattr(key, "residency", None) is not None and not placed:
+        why = "set region.name or region.jurisdiction, or the router cannot tell whether "
+        return "residency", why + "it may serve this key"
+    return None
 
 
 class AuthConfig(StrictModel):

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
-from gpuroute.router.auth_config import AuthConfig
+from gpuroute.router.auth_config import AuthConfig, key_problem
 from gpuroute.router.autoscale_config import AutoscaleConfig
 from gpuroute.router.core.policies import DEFAULT_POLICY, POLICIES
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASS, DEFAULT_SLO_CLASSES, SloClass
@@ -113,7 +113,7 @@ class MembershipConfig(StrictModel):
     token: str | None = None
     token_file: str | None = None
     token_env: str | None = None
-    check_secret_forms = secret_forms("token")
+    check_secret_forms = secret_forms("token", "load_stream_token")
     datacenter: str | None = None
     service: str = "gpuroute-engine"
     wait_s: float = Field(default=30.0, ge=1, le=600)  # blocking-query wait (Consul caps 10m)
@@ -122,7 +122,15 @@ class MembershipConfig(StrictModel):
     max_inflight: int = Field(default=256, ge=1)  # per discovered backend
     load_streams: bool = True  # open each agent's gRPC load stream
     load_stream_tls: ClientTlsConfig | None = None  # (m)TLS to agents' load streams
+    # shared with the agents' load_stream.token: set, a report counts only with the agent's
+    # proof, and this router proves itself to agents (gpuroute/load_auth.py)
+    load_stream_token: str | None = None
+    load_stream_token_file: str | None = None
+    load_stream_token_env: str | None = None
     load_stale_s: float = Field(default=1.0, gt=0)  # older agent reports are ignored
+    # after Consul comes back (restarted, or reached again), how long a member it no longer
+    # lists stays while its agent vouches for it; otherwise a deregistered member leaves
+    consul_restart_grace_s: float = Field(default=30.0, ge=0)
 
 
 class RegionConfig(StrictModel):
@@ -297,37 +305,22 @@ class RouterConfig(AdminAccess, DeclaresGpuTypes):
         return paths
 
     @model_validator(mode="after")
-    def _key_priorities_known(self) -> RouterConfig:
-        anonymous = self.auth.anonymous.priority
-        if anonymous is not None and anonymous not in self.admission.priorities:
-            raise ValueError(f"auth.anonymous.priority: unknown priority {anonymous!r}")
-        classes = [c.name for c in self.slo.classes]
-        anonymous_slo = self.auth.anonymous.slo_class
-        if anonymous_slo is not None and anonymous_slo not in classes:
-            raise ValueError(f"auth.anonymous.slo_class: unknown SLO class {anonymous_slo!r}")
-        for i, key in enumerate(self.auth.keys):
-            if key.priority is not None and key.priority not in self.admission.priorities:
-                raise ValueError(
-                    f"auth.keys[{i}].priority: unknown priority {key.priority!r}; "
-                    f"known: {', '.join(self.admission.priorities)}"
-                )
-            if key.slo_class is not None and key.slo_class not in classes:
-                raise ValueError(
-                    f"auth.keys[{i}].slo_class: unknown SLO class {key.slo_class!r}; "
-                    f"known: {', '.join(classes)}"
-                )
+    def _keys_usable(self) -> RouterConfig:
+        """Each key's class, SLO class and residency mean something here (the admin API's
+        keys are checked alike: `key_problem`)."""
+        auth = self.auth
+        for name, key in (("auth.anonymous", auth.anonymous), *(
+            (f"auth.keys[{i}]", k) for i, k in enumerate(auth.keys)
+        )):  # fmt: skip
+            if problem := key_problem(key, *self.key_context()):
+                raise ValueError(f"{name}.{problem[0]}: {problem[1]}")
         return self
 
-    @model_validator(mode="after")
-    def _residency_needs_a_place(self) -> RouterConfig:
-        place = self.region.name != "local" or self.region.jurisdiction is not None
-        for i, key in enumerate(self.auth.keys):
-            if key.residency is not None and not place:
-                raise ValueError(
-                    f"auth.keys[{i}].residency: set region.name or region.jurisdiction, "
-                    "or the router cannot tell whether it may serve this key"
-                )
-        return self
+    def key_context(self) -> tuple[list[str], list[str], bool]:
+        """What a key is checked against: the priorities, the SLO classes, and whether the
+        router knows its place (for residency)."""
+        placed = self.region.name != "local" or self.region.jurisdiction is not None
+        return self.admission.priorities, [c.name for c in self.slo.classes], placed
 
     @model_validator(mode="after")
     def _has_backends(self) -> RouterConfig:

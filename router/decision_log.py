@@ -98,25 +98,45 @@ class DecisionLog:
         info: RequestInfo | None = None,
         *,
         emit: bool,
+        who: Event | None = None,
     ) -> None:
         """An answer other than the engine's: a refusal (4xx), no backend (503), all
-        attempts failed (502)."""
+        attempts failed (502). `who`: its tenant and client's id, where no `info` says them
+        (refused before its body was read)."""
         event = {"event": "refused", "status": status, "code": code, "why": why}
-        self._record(request_id, event, info, emit)
+        self._record(request_id, event, info, emit, who)
 
     def failure(self, info: RequestInfo, backend: Backend, kind: str, *, emit: bool) -> None:
         event = {"event": "attempt_failed", "backend": backend.backend_id, "kind": kind}
         self._record(info.request_id, event, info, emit)
 
     def explain(self, request_id: str) -> list[Event]:
-        """What is kept of one request, oldest first ([] when it is not among the recent)."""
-        return [e for e in self.recent if str(e["request_id"]) == request_id]
+        """What is kept of one request (by the router's id), or of every request that came
+        with a client's id (each event names its request and tenant), oldest first ([] when
+        none is among the recent)."""
+        return [
+            e
+            for e in self.recent
+            if str(e["request_id"]) == request_id or e.get("client_request_id") == request_id
+        ]
 
     def _record(
-        self, request_id: object, event: Event, info: RequestInfo | None, emit: bool
+        self,
+        request_id: object,
+        event: Event,
+        info: RequestInfo | None,
+        emit: bool,
+        who: Event | None = None,
     ) -> None:
         head: Event = {"ts": self.wall_clock(), "request_id": request_id, "policy": self.policy}
+        who = who or {}
+        head["tenant"] = who.get("tenant")
+        if (client_id := who.get("client_request_id")) is not None:
+            head["client_request_id"] = client_id
         if info is not None:
+            head["tenant"] = info.tenant
+            if info.client_request_id is not None:
+                head["client_request_id"] = info.client_request_id
             slo = info.slo.name if info.slo is not None else None
             head |= {
                 "model": info.model,

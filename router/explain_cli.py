@@ -16,7 +16,10 @@ def register(sub) -> None:
     explain = sub.add_parser(
         "explain", help="why a recent request went where it went (the router's decision log)"
     )
-    explain.add_argument("request_id", metavar="REQUEST_ID", help="the answer's x-request-id")
+    explain.add_argument(
+        "request_id", metavar="REQUEST_ID",
+        help="the answer's x-request-id (or a client's own id: every request sent with it)",
+    )  # fmt: skip
     add_arguments(explain)
     explain.add_argument("--json", action="store_true", help="print the events as JSON")
     explain.set_defaults(run=_run)
@@ -39,8 +42,11 @@ def describe(events: list[dict[str, Any]]) -> str:
 
 def _describe_one(event: dict[str, Any]) -> str:
     kind = event["event"]
-    head = f"{kind} (request {event['request_id']}, model {event.get('model')}, " + (
-        f"SLO class {event.get('slo_class')})"
+    client = event.get("client_request_id")
+    sent_as = f" sent as {client}" if client is not None else ""
+    head = (
+        f"{kind} (request {event['request_id']}{sent_as}, tenant {event.get('tenant')}, "
+        f"model {event.get('model')}, SLO class {event.get('slo_class')})"
     )
     if kind == "refused":
         return f"{head}\n  answered {event['status']} {event['code']}: {event['why']}"

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from aiohttp import web
 from gpuroute.router.admission_gate import AdmissionGate
 from gpuroute.router.autoscaler import Autoscaler
+from gpuroute.router.body_fields import RouterOnlyField, check_fields
 from gpuroute.router.config import RouterConfig
 from gpuroute.router.core.backend import BackendSet
 from gpuroute.router.core.lifetime import Event, LifetimeError, Lifetimes, RequestLifetime
@@ -40,10 +41,15 @@ from gpuroute.forwarded import TrustedProxies
 from gpuroute.headers import FALLBACK_HEADER, FORWARDED_FOR, interpreted
 from gpuroute.openai_api import Rejection, clip, read_body
 from gpuroute.request_context import REQUEST_ID as LOG_REQUEST_ID
-from gpuroute.tracing import REQUEST_ID  # the `x-request-id` answered (gpuroute/tracing.py)
+from gpuroute.tracing import (  # the `x-request-id` answered (gpuroute/tracing.py)
+    REQUEST_ID,
+    REQUEST_ID_HEADER,
+)
 
 # the model a request named, for the metrics of one refused before it was admitted
 MODEL_ASKED = web.RequestKey("gpuroute.model_asked", str)
+# the client's own `x-request-id` (kept beside the router's: clients' ids are not unique)
+CLIENT_REQUEST_ID = web.RequestKey("gpuroute.client_request_id", str)
 
 
 async def name_request(request: web.Request, response: web.StreamResponse) -> None:
@@ -58,6 +64,19 @@ def new_request_id() -> str:
     """Unguessable and unique across workers and replicas (a counter would tell anyone
     who sees two ids how busy the router is)."""
     return secrets.token_hex(8)
+
+
+def own_id(request: web.Request) -> str:
+    """The request's id: always the router's own, answered and logged (a client's id is
+    any tenant's to reuse, and `/admin/explain` would mix two tenants' requests under
+    it); the client's `x-request-id`, when it sent a usable one, kept as
+    `client_request_id`."""
+    given = request.get(REQUEST_ID)
+    if given is not None and request.headers.get(REQUEST_ID_HEADER) == given:
+        request[CLIENT_REQUEST_ID] = given
+    request[REQUEST_ID] = rid = new_request_id()
+    LOG_REQUEST_ID.set(rid)
+    return rid
 
 
 @dataclass(slots=True)
@@ -114,11 +133,13 @@ class Front:
         """The parsed request, its raw body and the headers read of it, admitted; or a
         Rejection (written to the decision log under the request's id). Once admitted,
         `end()` must follow however the request ends. `arrival` starts its TTFT clock."""
-        request_id = request[REQUEST_ID] = request.get(REQUEST_ID) or new_request_id()
+        request_id = own_id(request)
         sampled = self.decisions.wants_next()  # one draw per request
         info: RequestInfo | None = None
+        tenant: str | None = None
         try:
             headers, key, raw = await self._read(request)
+            tenant = key.tenant
             body = None
             if route == RESPONSES and self.responses is not None:  # its conversation, whole
                 body = self._json(raw)
@@ -128,7 +149,8 @@ class Front:
             parsed.edited = body is not None
             info = parsed.info
             request[MODEL_ASKED] = info.model  # as asked: aliases are resolved next
-            name = self._route_model(info, headers)
+            claimed(request, parsed, key)
+            name = self._route_model(info, headers, key)
             info.slo = self.slo.resolve(key, headers, self.model_slo.get(name))
             info.arrived_at = arrival
             self._check_model(info)
@@ -143,7 +165,10 @@ class Front:
             status, code, why = rejection.status, rejection.code, rejection.message
             if code == "no_backend" and info is not None:
                 why = self._why_none(info)  # for operators, not for the client
-            self.decisions.refused(request_id, status, code, why, info, emit=sampled)
+            self.decisions.refused(
+                request_id, status, code, why, info, emit=sampled,
+                who={"tenant": tenant, "client_request_id": request.get(CLIENT_REQUEST_ID)},
+            )  # fmt: skip
             raise
         life.sampled = sampled
         if parsed.audio_s is not None:  # audio is metered in seconds
@@ -160,10 +185,11 @@ class Front:
         key = self.tenants.identify(headers)
         return headers, key, await read_body(request, self.config.limits)
 
-    def _route_model(self, info: RequestInfo, headers: Mapping[str, str]) -> str:
+    def _route_model(self, info: RequestInfo, headers: Mapping[str, str], key: KeyPolicy) -> str:
         """Aliases, the split's version and the fallbacks (unless the client forbids them
-        with `x-gpuroute-fallback: none`) decided for the request; returns the model's name
-        after aliases (what its SLO class and metrics go by)."""
+        with `x-gpuroute-fallback: none`, or the key may not use them) decided for the
+        request; returns the model's name after aliases (what its SLO class and metrics go
+        by). A model the key may not use is refused (403)."""
         wanted = headers.get(FALLBACK_HEADER, "auto").strip().lower()
         if wanted not in ("auto", "none"):
             raise Rejection(
@@ -171,7 +197,15 @@ class Front:
             )
         sticky = info.session_id or str(info.request_id)
         choice = self.routes.resolve(info.model, sticky, fallback=wanted == "auto")
-        info.requested, info.model, info.fallbacks = info.model, choice.model, choice.fallbacks
+        if not self.routes.permits(key.models, choice.model):
+            raise Rejection(
+                403,
+                f"this key may not use the model `{clip(info.model)}`",
+                param="model",
+                code="model_not_allowed",
+            )
+        fallbacks = tuple(m for m in choice.fallbacks if self.routes.permits(key.models, m))
+        info.requested, info.model, info.fallbacks = info.model, choice.model, fallbacks
         # a LoRA adapter (vLLM serves it under its own name; the agent, or the config, says
         # which names are adapters): kept on few engines (policies/adapter_affinity.py)
         if self.backends.is_adapter(info.model):
@@ -199,10 +233,11 @@ class Front:
     async def admit_other(self, request: web.Request) -> Admitted:
         """An allow-listed passthrough request: key, body, quota and queue as above (its
         tokens estimated from the body's size, since its shape is not ours to parse)."""
-        request_id = request[REQUEST_ID] = request.get(REQUEST_ID) or new_request_id()
+        request_id = own_id(request)
         headers, key, raw = await self._read(request)
         priority = self.config.admission.default_priority
         info = RequestInfo(request_id, "", max(1, len(raw) // 4), priority=priority)
+        info.tenant, info.client_request_id = key.tenant, request.get(CLIENT_REQUEST_ID)
         tokens = info.prompt_tokens
         life = await self._let_in(key, info, tokens, None, False)
         named(request, life)
@@ -323,6 +358,18 @@ class Front:
             )
         except RequestError as exc:
             raise Rejection(exc.status, exc.message, param=exc.param, code=exc.code) from None
+
+
+def claimed(request: web.Request, parsed: ParsedRequest, key: KeyPolicy) -> None:
+    """The request's tenant and its client's id named (in its every event); a body field
+    only the router may set (router/body_fields.py) refused (400, naming it) unless the
+    key may send it."""
+    parsed.info.tenant = key.tenant
+    parsed.info.client_request_id = request.get(CLIENT_REQUEST_ID)
+    try:
+        check_fields(parsed.body, key.allow_body_fields)
+    except RouterOnlyField as exc:
+        raise Rejection(400, str(exc), param=exc.field, code="router_only_field") from None
 
 
 def named(request: web.Request, life: RequestLifetime) -> None:

@@ -3,25 +3,36 @@ health transitions, one gRPC load stream per agent for live load.
 
 Consul down or unreachable: keep the last known set, say so in metrics and /admin/backends,
 keep serving, and catch up by itself when Consul answers again. An agent's stream down:
-its reports go stale and the router's own ledger alone decides for that backend."""
+its reports go stale and the router's own ledger alone decides for that backend.
+
+A member Consul no longer lists leaves, whatever its stream says, except just after Consul
+came back (`consul_restart_grace_s`). A stream whose reports name another backend, or lack
+the agent's proof under `load_stream_token`, is cut (router/core/agent_load.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 import time
 from collections.abc import Callable, Iterable
 
 import grpc
 from gpuroute.router.config import MembershipConfig
-from gpuroute.router.core.agent_load import AgentLoadView, AgentReport, follow_adapters
+from gpuroute.router.core.agent_load import (
+    AgentLoadView,
+    AgentReport,
+    follow_adapters,
+    report_refusal,
+)
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.health import HealthEvents
 from gpuroute.router.core.membership import (
     Member,
     apply,
     follow_agent,
+    kept_by_agents,
     members_from_entries,
     plan,
     recovered,
@@ -32,6 +43,7 @@ from gpuroute.router.metrics import RouterMetrics
 
 from gpuroute.consul_client import ConsulClient, ConsulUnavailable, next_index
 from gpuroute.grpc_server import channel_credentials, open_channel
+from gpuroute.load_auth import NONCE_BYTES, report_proof, watch_proof
 from gpuroute.proto import load_pb2, load_pb2_grpc
 from gpuroute.runtime import cancel_within
 from gpuroute.secrets import read_secret
@@ -82,12 +94,15 @@ class Membership:
             datacenter=config.datacenter,
             timeout_s=config.timeout_s,
         )
+        self.stream_token = read_secret(config, "load_stream_token", "membership")
         self.view = AgentLoadView(config.load_stale_s)
         self.members: dict[str, Member] = {}
         self.managed: set[str] = set()  # backend ids this module added (static ones are not)
         self.stale = True  # until the first answer
         self.synced = asyncio.Event()
         self.last_sync: float | None = None
+        self.consul_back_at: float | None = None  # Consul answered after an outage or restart
+        self._refused: dict[str, str] = {}  # backend id -> why its stream was last cut
         self._problems: set[str] = set()
         self._watch: asyncio.Task | None = None
         self._streams: dict[str, asyncio.Task] = {}
@@ -130,6 +145,8 @@ class Membership:
                 backoff = min(backoff * 2, 5.0)
                 continue
             backoff = 0.5
+            if self.stale or returned < index:  # reached again, or restarted (index reset)
+                self.consul_back_at = self.clock()
             index = next_index(index, returned)
             members, problems = members_from_entries(entries, self.known_gpus)
             problems += self._without_kind(members)
@@ -175,7 +192,8 @@ class Membership:
         """Bring the backend set in line with the last known members (also run every tick,
         so a backend's local state changes are checked against Consul's view)."""
         now, backends = self.clock(), self.scheduler.backends
-        vouched = self.vouched()
+        grace_s = self.config.consul_restart_grace_s
+        vouched = kept_by_agents(self.vouched(), self.consul_back_at, now, grace_s)
         changes = plan(backends, self.managed, self.members, vouched)
         if changes:
             added = apply(
@@ -195,6 +213,7 @@ class Membership:
             backends.remove(sid)
             self.managed.discard(sid)
             self.view.forget(sid)
+            self._refused.pop(sid, None)
             if task := self._streams.pop(sid, None):
                 task.cancel()
             self.on_remove(sid)
@@ -230,19 +249,48 @@ class Membership:
 
     async def _stream_loop(self, backend_id: str, address: str) -> None:
         backoff = 0.25
-        request = load_pb2.WatchLoadRequest(router_id=self.router_id)
         while True:
+            request, expected = self._watch_request(backend_id)
             try:
                 credentials = self.stream_credentials
                 async with open_channel(address, credentials, GRPC_OPTIONS) as channel:
                     stub = load_pb2_grpc.AgentLoadStub(channel)
                     async for report in stub.WatchLoad(request):
+                        why = report_refusal(backend_id, report.backend_id, report.proof, expected)
+                        if why is not None:
+                            self._cut(backend_id, address, why, repr(report.backend_id))
+                            break
                         backoff = 0.25
                         self.on_report(backend_id, report)
             except grpc.aio.AioRpcError as exc:
-                log.debug("load stream %s (%s): %s", backend_id, address, exc.code())
+                if exc.code() is grpc.StatusCode.UNAUTHENTICATED:
+                    self._cut(backend_id, address, "agent_refused", exc.details() or "")
+                else:
+                    log.debug("load stream %s (%s): %s", backend_id, address, exc.code())
             await asyncio.sleep(backoff * (0.5 + self.rng.random()))  # jittered reconnect
             backoff = min(backoff * 2, 5.0)
+
+    def _watch_request(self, backend_id: str) -> tuple[load_pb2.WatchLoadRequest, bytes | None]:
+        """A watch request (with a token: a fresh nonce and this router's proof) and the proof
+        the agent of `backend_id` must put in each report (None: no token, none checked)."""
+        if self.stream_token is None:
+            return load_pb2.WatchLoadRequest(router_id=self.router_id), None
+        nonce, sent_at = os.urandom(NONCE_BYTES), time.time()
+        proof = watch_proof(self.stream_token, nonce, sent_at, self.router_id)
+        request = load_pb2.WatchLoadRequest(
+            router_id=self.router_id, nonce=nonce, sent_at=sent_at, router_proof=proof
+        )
+        return request, report_proof(self.stream_token, nonce, backend_id)
+
+    def _cut(self, backend_id: str, address: str, why: str, detail: str) -> None:
+        """A stream that cannot speak for its member: counted, and said once per cause."""
+        self.metrics.load_streams_refused.labels(why).inc()
+        if self._refused.get(backend_id) != why:
+            self._refused[backend_id] = why
+            log.warning(
+                "load stream for %s at %s cut (%s: %s); its reports vouch for nothing",
+                backend_id, address, why, detail,
+            )  # fmt: skip
 
     def on_report(self, backend_id: str, r: load_pb2.LoadReport) -> None:
         if backend_id not in self.scheduler.backends:

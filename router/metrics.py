@@ -204,17 +204,7 @@ class RouterMetrics:
             ["change"],
             registry=r,
         )
-        self.agents_stale = Gauge(
-            "gpuroute_agents_stale",
-            "Discovered backends whose agent load report is older than load_stale_s.",
-            registry=r,
-        )
-        self.load_report_age = Histogram(
-            "gpuroute_load_report_age_seconds",
-            "Age of an agent's load sample when it reaches the router.",
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
-            registry=r,
-        )
+        self._load_streams(r)
 
         self.quota_refusals = Counter(
             "gpuroute_quota_refusals",
@@ -283,6 +273,28 @@ class RouterMetrics:
         self.inter_token_by = Children(self.inter_token)
         self.backend_duration_by = Children(self.backend_duration)
         self.slo_requests_by = Children(self.slo_requests)
+
+    def _load_streams(self, r: CollectorRegistry) -> None:
+        """The agents' load streams: how fresh, and which were cut as untrustworthy."""
+        self.agents_stale = Gauge(
+            "gpuroute_agents_stale",
+            "Discovered backends whose agent load report is older than load_stale_s.",
+            registry=r,
+        )
+        self.load_streams_refused = Counter(
+            "gpuroute_load_streams_refused",
+            "Agent load streams cut because a report could not speak for the backend it was "
+            "opened for, or the agent refused this router, by reason (other_backend, "
+            "no_proof, agent_refused).",
+            ["reason"],
+            registry=r,
+        )
+        self.load_report_age = Histogram(
+            "gpuroute_load_report_age_seconds",
+            "Age of an agent's load sample when it reaches the router.",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=r,
+        )
 
     def _request_latencies(self, r: CollectorRegistry) -> None:
         """What each answered request is counted and timed in, by route and model."""

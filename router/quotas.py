@@ -77,9 +77,15 @@ class KeyPolicy:
     residency: frozenset[str] | None = None  # regions/jurisdictions it may be served in
     max_in_flight: int | None = None
     slo_class: str | None = None
+    models: frozenset[str] | None = None  # what it may use (None: every model)
+    allow_body_fields: frozenset[str] = frozenset()  # router-only fields it may send
 
     def may_be_served_in(self, place: frozenset[str]) -> bool:
         return self.residency is None or not self.residency.isdisjoint(place)
+
+
+def _models(models: list[str] | None) -> frozenset[str] | None:
+    return None if models is None else frozenset(models)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +150,7 @@ class Quotas:
                 k.tenant, k.priority, k.requests_per_minute, k.tokens_per_minute,
                 frozenset(k.residency) if k.residency is not None else None,
                 part(k.max_in_flight),
-                k.slo_class,
+                k.slo_class, _models(k.models), frozenset(k.allow_body_fields),
             )
             for k in auth.keys
         }  # fmt: skip
@@ -152,6 +158,7 @@ class Quotas:
         anonymous = KeyPolicy(
             ANONYMOUS, a.priority, a.requests_per_minute, a.tokens_per_minute,
             max_in_flight=part(a.max_in_flight), slo_class=a.slo_class,
+            models=_models(a.models), allow_body_fields=frozenset(a.allow_body_fields),
         )  # fmt: skip
         return cls(
             keys, required=auth.keys_required, anonymous=anonymous, redis=client,

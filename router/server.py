@@ -371,14 +371,15 @@ class RouterApp:
     # -- admin -----------------------------------------------------------------------------
     async def models(self, request: web.Request) -> web.Response:
         """The models served here, to callers the API would serve (a key where keys are
-        required)."""
+        required), less those the caller's key may not use."""
         try:
             headers = interpreted(request.headers.items())
-            self.proxy.front.tenants.identify(headers)
+            key = self.proxy.front.tenants.identify(headers)
         except Rejection as rejection:
             return rejection.response()
         served = {m for b in self.scheduler.backends for m in b.models}
-        return models_response([*served, *self.routes.reachable(served)])
+        names = [*served, *self.routes.reachable(served)]
+        return models_response(n for n in names if self.routes.permits(key.models, n))
 
     async def readyz(self, _request: web.Request) -> web.Response:
         if self.draining:

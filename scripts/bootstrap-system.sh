@@ -5,7 +5,8 @@
 # only a service unit around it, is not needed), openssl (the
 # certificates of the TLS tests, the secure demo and bench overhead --tls), prometheus and
 # promtool (tests/system/test_observability.py: deploy/observability's rules and dashboard
-# against a real Prometheus). Installs what is
+# against a real Prometheus), chromium (tests/security/test_admin_browser.py: a web page
+# in a real headless browser against the admin listeners). Installs what is
 # missing when apt-get and root are available;
 # otherwise says what to install and carries on (the tests that need them then fail under
 # `make test`, and skip under a plain pytest).
@@ -17,8 +18,9 @@ command -v wrk >/dev/null 2>&1 || need+=(wrk)
 command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || need+=(redis-server)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 { command -v prometheus && command -v promtool; } >/dev/null 2>&1 || need+=(prometheus)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ ${#need[@]} -eq 0 ]; then
-    echo "bootstrap: haproxy, nginx, wrk, redis-server, openssl and prometheus are installed"
+    echo "bootstrap: haproxy, nginx, wrk, redis-server, openssl, prometheus and chromium are installed"
     exit 0
 fi
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19gpuroute/proto/load.proto\x12\x0bgpuroute.v1\"%\n\x10WatchLoadRequest\x12\x11\n\trouter_id\x18\x01 \x01(\t\"\xc2\x02\n\nLoadReport\x12\x12\n\nbackend_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x11\n\ttimestamp\x18\x03 \x01(\x01\x12\x0f\n\x07running\x18\x04 \x01(\r\x12\x0f\n\x07waiting\x18\x05 \x01(\r\x12\x16\n\x0ekv_cache_usage\x18\x06 \x01(\x02\x12\x10\n\x08gpu_util\x18\x07 \x01(\x02\x12\x19\n\x11memory_free_bytes\x18\x08 \x01(\x04\x12\x11\n\tthrottled\x18\t \x01(\x08\x12\x0e\n\x06health\x18\n \x01(\t\x12\x19\n\x11prefix_cache_hits\x18\x0b \x01(\x01\x12\x1c\n\x14prefix_cache_queries\x18\x0c \x01(\x01\x12\x13\n\x0bpreemptions\x18\r \x01(\x01\x12\x15\n\rlora_adapters\x18\x0e \x03(\t\x12\x11\n\tmax_loras\x18\x0f \x01(\r\"\'\n\x12WatchRegionRequest\x12\x11\n\tglobal_id\x18\x01 \x01(\t\"\xe3\x01\n\x0cRegionReport\x12\x0e\n\x06region\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x11\n\ttimestamp\x18\x03 \x01(\x01\x12\x13\n\x0butilisation\x18\x04 \x01(\x01\x12\x15\n\rqueue_delay_s\x18\x05 \x01(\x01\x12\x13\n\x0bqueue_depth\x18\x06 \x01(\r\x12\x19\n\x11routable_backends\x18\x07 \x01(\r\x12\x10\n\x08\x63\x61pacity\x18\x08 \x01(\x01\x12\x0e\n\x06models\x18\t \x03(\t\x12\x12\n\nttft_p99_s\x18\n \x01(\x01\x12\x11\n\te2e_p99_s\x18\x0b \x01(\x01\x32R\n\tAgentLoad\x12\x45\n\tWatchLoad\x12\x1d.gpuroute.v1.WatchLoadRequest\x1a\x17.gpuroute.v1.LoadReport0\x01\x32Y\n\nRegionLoad\x12K\n\x0bWatchRegion\x12\x1f.gpuroute.v1.WatchRegionRequest\x1a\x19.gpuroute.v1.RegionReport0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19gpuroute/proto/load.proto\x12\x0bgpuroute.v1\"[\n\x10WatchLoadRequest\x12\x11\n\trouter_id\x18\x01 \x01(\t\x12\r\n\x05nonce\x18\x02 \x01(\x0c\x12\x0f\n\x07sent_at\x18\x03 \x01(\x01\x12\x14\n\x0crouter_proof\x18\x04 \x01(\x0c\"\xd1\x02\n\nLoadReport\x12\x12\n\nbackend_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x11\n\ttimestamp\x18\x03 \x01(\x01\x12\x0f\n\x07running\x18\x04 \x01(\r\x12\x0f\n\x07waiting\x18\x05 \x01(\r\x12\x16\n\x0ekv_cache_usage\x18\x06 \x01(\x02\x12\x10\n\x08gpu_util\x18\x07 \x01(\x02\x12\x19\n\x11memory_free_bytes\x18\x08 \x01(\x04\x12\x11\n\tthrottled\x18\t \x01(\x08\x12\x0e\n\x06health\x18\n \x01(\t\x12\x19\n\x11prefix_cache_hits\x18\x0b \x01(\x01\x12\x1c\n\x14prefix_cache_queries\x18\x0c \x01(\x01\x12\x13\n\x0bpreemptions\x18\r \x01(\x01\x12\x15\n\rlora_adapters\x18\x0e \x03(\t\x12\x11\n\tmax_loras\x18\x0f \x01(\r\x12\r\n\x05proof\x18\x10 \x01(\x0c\"\'\n\x12WatchRegionRequest\x12\x11\n\tglobal_id\x18\x01 \x01(\t\"\xe3\x01\n\x0cRegionReport\x12\x0e\n\x06region\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x11\n\ttimestamp\x18\x03 \x01(\x01\x12\x13\n\x0butilisation\x18\x04 \x01(\x01\x12\x15\n\rqueue_delay_s\x18\x05 \x01(\x01\x12\x13\n\x0bqueue_depth\x18\x06 \x01(\r\x12\x19\n\x11routable_backends\x18\x07 \x01(\r\x12\x10\n\x08\x63\x61pacity\x18\x08 \x01(\x01\x12\x0e\n\x06models\x18\t \x03(\t\x12\x12\n\nttft_p99_s\x18\n \x01(\x01\x12\x11\n\te2e_p99_s\x18\x0b \x01(\x01\x32R\n\tAgentLoad\x12\x45\n\tWatchLoad\x12\x1d.gpuroute.v1.WatchLoadRequest\x1a\x17.gpuroute.v1.LoadReport0\x01\x32Y\n\nRegionLoad\x12K\n\x0bWatchRegion\x12\x1f.gpuroute.v1.WatchRegionRequest\x1a\x19.gpuroute.v1.RegionReport0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,15 +32,15 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gpuroute.proto.load_pb2', _
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_WATCHLOADREQUEST']._serialized_start=42
-  _globals['_WATCHLOADREQUEST']._serialized_end=79
-  _globals['_LOADREPORT']._serialized_start=82
-  _globals['_LOADREPORT']._serialized_end=404
-  _globals['_WATCHREGIONREQUEST']._serialized_start=406
-  _globals['_WATCHREGIONREQUEST']._serialized_end=445
-  _globals['_REGIONREPORT']._serialized_start=448
-  _globals['_REGIONREPORT']._serialized_end=675
-  _globals['_AGENTLOAD']._serialized_start=677
-  _globals['_AGENTLOAD']._serialized_end=759
-  _globals['_REGIONLOAD']._serialized_start=761
-  _globals['_REGIONLOAD']._serialized_end=850
+  _globals['_WATCHLOADREQUEST']._serialized_end=133
+  _globals['_LOADREPORT']._serialized_start=136
+  _globals['_LOADREPORT']._serialized_end=473
+  _globals['_WATCHREGIONREQUEST']._serialized_start=475
+  _globals['_WATCHREGIONREQUEST']._serialized_end=514
+  _globals['_REGIONREPORT']._serialized_start=517
+  _globals['_REGIONREPORT']._serialized_end=744
+  _globals['_AGENTLOAD']._serialized_start=746
+  _globals['_AGENTLOAD']._serialized_end=828
+  _globals['_REGIONLOAD']._serialized_start=830
+  _globals['_REGIONLOAD']._serialized_end=919
 # @@protoc_insertion_point(module_scope)

@@ -7,13 +7,19 @@ from typing import ClassVar as _ClassVar, Optional as _Optional
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class WatchLoadRequest(_message.Message):
-    __slots__ = ("router_id",)
+    __slots__ = ("router_id", "nonce", "sent_at", "router_proof")
     ROUTER_ID_FIELD_NUMBER: _ClassVar[int]
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    SENT_AT_FIELD_NUMBER: _ClassVar[int]
+    ROUTER_PROOF_FIELD_NUMBER: _ClassVar[int]
     router_id: str
-    def __init__(self, router_id: _Optional[str] = ...) -> None: ...
+    nonce: bytes
+    sent_at: float
+    router_proof: bytes
+    def __init__(self, router_id: _Optional[str] = ..., nonce: _Optional[bytes] = ..., sent_at: _Optional[float] = ..., router_proof: _Optional[bytes] = ...) -> None: ...
 
 class LoadReport(_message.Message):
-    __slots__ = ("backend_id", "seq", "timestamp", "running", "waiting", "kv_cache_usage", "gpu_util", "memory_free_bytes", "throttled", "health", "prefix_cache_hits", "prefix_cache_queries", "preemptions", "lora_adapters", "max_loras")
+    __slots__ = ("backend_id", "seq", "timestamp", "running", "waiting", "kv_cache_usage", "gpu_util", "memory_free_bytes", "throttled", "health", "prefix_cache_hits", "prefix_cache_queries", "preemptions", "lora_adapters", "max_loras", "proof")
     BACKEND_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
@@ -29,6 +35,7 @@ class LoadReport(_message.Message):
     PREEMPTIONS_FIELD_NUMBER: _ClassVar[int]
     LORA_ADAPTERS_FIELD_NUMBER: _ClassVar[int]
     MAX_LORAS_FIELD_NUMBER: _ClassVar[int]
+    PROOF_FIELD_NUMBER: _ClassVar[int]
     backend_id: str
     seq: int
     timestamp: float
@@ -44,7 +51,8 @@ class LoadReport(_message.Message):
     preemptions: float
     lora_adapters: _containers.RepeatedScalarFieldContainer[str]
     max_loras: int
-    def __init__(self, backend_id: _Optional[str] = ..., seq: _Optional[int] = ..., timestamp: _Optional[float] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., gpu_util: _Optional[float] = ..., memory_free_bytes: _Optional[int] = ..., throttled: _Optional[bool] = ..., health: _Optional[str] = ..., prefix_cache_hits: _Optional[float] = ..., prefix_cache_queries: _Optional[float] = ..., preemptions: _Optional[float] = ..., lora_adapters: _Optional[_Iterable[str]] = ..., max_loras: _Optional[int] = ...) -> None: ...
+    proof: bytes
+    def __init__(self, backend_id: _Optional[str] = ..., seq: _Optional[int] = ..., timestamp: _Optional[float] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., gpu_util: _Optional[float] = ..., memory_free_bytes: _Optional[int] = ..., throttled: _Optional[bool] = ..., health: _Optional[str] = ..., prefix_cache_hits: _Optional[float] = ..., prefix_cache_queries: _Optional[float] = ..., preemptions: _Optional[float] = ..., lora_adapters: _Optional[_Iterable[str]] = ..., max_loras: _Optional[int] = ..., proof: _Optional[bytes] = ...) -> None: ...
 
 class WatchRegionRequest(_message.Message):
     __slots__ = ("global_id",)

@@ -5,10 +5,16 @@ What it cannot see is work other routers put on the same engine; an agent's repo
 it as running + waiting beyond this router's in-flight count. That surplus, priced at the
 mean cost of a request on the backend, becomes the backend's `external` work. A report
 older than `stale_after_s` says nothing any more: external work drops to zero and the
-ledger alone decides."""
+ledger alone decides.
+
+A stream is opened for one Consul member, at the address that member's Meta names. A report
+speaks for that member only if it names it (`backend_id`, the agent's service ID) and, with
+a load-stream token, carries the agent's proof (gpuroute/load_auth.py): another agent's
+stream, pointed at by a forged entry, vouches for nothing."""
 
 from __future__ import annotations
 
+import hmac
 from dataclasses import dataclass
 
 from gpuroute.router.core.backend import Backend
@@ -34,6 +40,16 @@ class AgentReport:
     # LoRA adapters running or waiting in the engine, and its adapter slots (0: unknown)
     lora_adapters: frozenset[str] = frozenset()
     max_loras: int = 0
+
+
+def report_refusal(member_id: str, named: str, proof: bytes, expected: bytes | None) -> str | None:
+    """Why a report on the stream opened for `member_id` may not speak for it (None: it
+    may). `expected` is the agent's proof for this stream, None without a token."""
+    if named != member_id:
+        return "other_backend"
+    if expected is not None and not hmac.compare_digest(proof, expected):
+        return "no_proof"
+    return None
 
 
 def follow_adapters(backend: Backend, report: AgentReport) -> None:

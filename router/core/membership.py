@@ -146,9 +146,8 @@ def plan(
     """What to change so the managed part of `backends` follows `members`.
 
     Backends not in `managed` (static ones from the config) are never touched. A backend
-    missing from the catalog but `vouched` for (its agent streams fresh, healthy reports)
-    is kept: a restarted Consul shows an empty catalog until the agents register again,
-    and a real departure is announced on the stream first (the agent drains)."""
+    missing from the catalog but `vouched` for is kept: pass only what `kept_by_agents`
+    allows, so that holds just after Consul came back."""
     managed = set(managed)
     changes = MembershipChanges()
     for sid, member in members.items():
@@ -247,6 +246,19 @@ def apply(
         ):
             backends.set_state(backend, BackendState.DRAINING, now, f"{MEMBERSHIP_REASON}: left")
     return added
+
+
+def kept_by_agents(
+    vouched: Collection[str], back_at: float | None, now: float, grace_s: float
+) -> frozenset[str]:
+    """The members missing from the catalog that their agents' streams may keep: only within
+    `grace_s` of Consul coming back (a restarted Consul lists nothing until the agents
+    register again). Otherwise a member Consul no longer lists has left, whatever a load
+    stream says: a stream proves an agent lives, not that the entry it was opened for is
+    that agent's (a forged entry can name a real agent's stream)."""
+    if back_at is None or not 0 <= now - back_at <= grace_s:
+        return frozenset()
+    return frozenset(vouched)
 
 
 def removable(

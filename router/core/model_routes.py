@@ -154,6 +154,19 @@ class ModelRoutes:
     def _versions(route: ModelRoute) -> set[str]:
         return {served for served, weight in route.split if weight > 0} or {route.name}
 
+    def permits(self, allowed: frozenset[str] | None, model: str) -> bool:
+        """Whether a key that may use `allowed` (names or aliases; None: anything) may be
+        served by `model`, a name or a split's version: an entry stands for the model it
+        names after aliases and for that model's versions, never for a fallback."""
+        if allowed is None:
+            return True
+        names = {self.alias_target(name) for name in allowed}
+        if self.alias_target(model) in names:
+            return True
+        return any(
+            route.name in names and model in dict(route.split) for route in self.routes.values()
+        )
+
     def set_split(self, name: str, split: Iterable[tuple[str, float]]) -> ModelRoute:
         """New weights for `name`'s versions, from the next request on (the admin API)."""
         route = self.routes.get(name)

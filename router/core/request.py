@@ -15,6 +15,7 @@ class RequestInfo:
     __slots__ = (
         "adapter",
         "arrived_at",
+        "client_request_id",
         "deadline",
         "fallbacks",
         "holds",
@@ -53,6 +54,7 @@ class RequestInfo:
         self.slo = slo  # the class it should meet; None: the scheduler's default
         self.arrived_at = arrived_at  # when its TTFT clock started (None: at routing)
         self.tenant = tenant  # set from the API key; fair queuing is per tenant
+        self.client_request_id: str | None = None  # the client's x-request-id, if it sent one
         self.request_id = request_id
         self.model = model
         self.prompt_tokens = prompt_tokens
@@ -82,6 +84,7 @@ class RequestInfo:
             arrived_at=self.arrived_at, requested=self.requested, adapter=self.adapter,
             holds=self.holds,
         )  # fmt: skip
+        other.client_request_id = self.client_request_id
         return other
 
     def __repr__(self) -> str:

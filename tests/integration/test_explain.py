@@ -140,7 +140,8 @@ async def explained_by_the_cli(session, base: str, admin: str) -> None:
     command = gpuroute_cmd("explain", request_id, "--admin-url", admin)
     shown = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True)
     assert shown.returncode == 0, shown.stderr
-    assert f"decision (request {request_id}, model {MODEL}" in shown.stdout
+    assert f"decision (request {request_id}, tenant " in shown.stdout
+    assert f", model {MODEL}, " in shown.stdout
     assert "chose " in shown.stdout and "not a candidate: " in shown.stdout
     as_json = await asyncio.to_thread(
         subprocess.run, [*command, "--json"], capture_output=True, text=True

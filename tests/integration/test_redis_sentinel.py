@@ -204,7 +204,9 @@ async def shared_again(s, urls: list[str]) -> bool:
 async def usage_of(s, urls: list[str], tenant: str) -> int:
     """The tenant's requests in the shared usage records, after both routers flushed."""
     for url in urls:
-        async with s.post(url + "/admin/usage/flush") as r:
+        async with s.post(
+            url + "/admin/usage/flush", headers={"Content-Type": "application/json"}
+        ) as r:
             assert r.status == 200 and (await r.json())["shared"] is True
     async with s.get(urls[0] + "/admin/usage?since=1h") as r:
         assert r.status == 200

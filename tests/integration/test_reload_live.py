@@ -15,6 +15,7 @@ from support.live import chat_body, fake_engines, router_server, router_toml
 
 pytestmark = pytest.mark.asyncio
 STREAMS = 200
+JSON = {"Content-Type": "application/json"}  # every admin write is JSON (admin_guard.py)
 KEY1, KEY2 = "sk-one", "sk-two"
 
 
@@ -66,7 +67,7 @@ async def test_reload_under_200_streams_fails_none_and_applies_the_new_config(tm
                     [new_engine.url], policy="least_outstanding_work", keys=[KEY1, KEY2]
                 )
                 (tmp_path / "router.toml").write_text(second)
-                async with s.post(url + "/admin/reload") as r:
+                async with s.post(url + "/admin/reload", headers=JSON) as r:
                     assert r.status == 200, await r.text()
                 assert app.active >= STREAMS // 2  # the reload came while they streamed
                 assert app.scheduler.policy.name == "least_outstanding_work"
@@ -98,7 +99,7 @@ async def test_a_bad_file_or_a_restart_key_is_refused_and_the_old_config_runs_on
             async with aiohttp.ClientSession() as s:
                 for what, text in bad.items():
                     path.write_text(text.replace(digest(KEY1), digest(KEY2)))
-                    async with s.post(url + "/admin/reload") as r:
+                    async with s.post(url + "/admin/reload", headers=JSON) as r:
                         answer = await r.json()
                         assert r.status == 400, (what, answer)
                     assert answer["error"]["code"] == "reload_refused"
@@ -122,12 +123,12 @@ async def test_static_backends_are_added_drained_and_removed_through_the_api(tmp
                 async with s.post(url + "/admin/backends", json=new) as r:
                     assert r.status == 400  # the id is taken
                 a_id = next(x.backend_id for x in backends if x.backend_id != "b")
-                async with s.post(url + f"/admin/backends/{a_id}/drain") as r:
+                async with s.post(url + f"/admin/backends/{a_id}/drain", headers=JSON) as r:
                     assert r.status == 200
                 assert {(await served_by(s, url, "x"))[1] for _ in range(6)} == {"b"}
-                async with s.delete(url + f"/admin/backends/{a_id}") as r:
+                async with s.delete(url + f"/admin/backends/{a_id}", headers=JSON) as r:
                     assert r.status == 200
-                async with s.delete(url + "/admin/backends/nope") as r:
+                async with s.delete(url + "/admin/backends/nope", headers=JSON) as r:
                     assert r.status == 404
                 for _ in range(100):
                     if a_id not in backends:

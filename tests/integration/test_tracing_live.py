@@ -183,4 +183,6 @@ def check_chain(spans: list[dict], engine: RecordingEngine) -> None:
     [(_, seen, _)] = engine.seen
     got = {k.lower(): v for k, v in seen.items()}
     assert got["traceparent"] == f"00-{TRACE}-{attempt['spanId']}-01"
-    assert re.fullmatch(r"trace-live-1-0-[0-9a-f]{8}", got["x-request-id"])
+    # the router's own id for the request (the one it came with is any tenant's to reuse:
+    # issue 42 finding 10), with the attempt and a nonce
+    assert re.fullmatch(r"[0-9a-f]{16}-0-[0-9a-f]{8}", got["x-request-id"])

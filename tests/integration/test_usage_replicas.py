@@ -204,7 +204,9 @@ async def test_one_replica_answers_the_sum_over_both_and_the_cli_prints_it(tmp_p
             admin = f"http://127.0.0.1:{a.admin_port}"
             async with aiohttp.ClientSession(timeout=CALL_TIMEOUT) as s:
                 flush_b = f"http://127.0.0.1:{b.admin_port}/admin/usage/flush"
-                async with s.post(flush_b, headers=auth) as r:  # A reads what B counted
+                async with s.post(
+                    flush_b, headers={**auth, "Content-Type": "application/json"}
+                ) as r:  # A reads what B counted
                     assert r.status == 200 and (await r.json())["shared"] is True
                 async with s.get(admin + "/admin/usage", params={"since": "2h"}) as r:
                     assert r.status == 401  # the admin token is asked for

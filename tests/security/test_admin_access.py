@@ -1,10 +1,15 @@
 """Admin surfaces (issue 30 item 13): the router's and the global tier's admin listeners
 had no auth, `check-config` accepted one on 0.0.0.0 without a token, and the Terraform
 templates bound 0.0.0.0:9090. Now an admin listener off loopback needs `admin_token`, and
-with a token `/metrics` and `/admin/*` ask for it (`/healthz`, `/readyz` stay open)."""
+with a token `/metrics` and `/admin/*` ask for it (`/healthz`, `/readyz` stay open).
+Issue 42 item 2: the tokenless default answered a web page in the host's browser (a
+cross-site POST, a read through a name rebound to 127.0.0.1) at every tier; and with a
+token, a request carrying an `Origin` or a `text/plain` body was still taken."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import subprocess
 import sys
 import urllib.error
@@ -14,6 +19,8 @@ import aiohttp
 import pytest
 from support.global_tier import global_tier
 from support.live import (
+    MODEL,
+    async_wait_for,
     fake_engines,
     free_port,
     gpuroute_cmd,
@@ -24,7 +31,10 @@ from support.live import (
     wait_for,
 )
 from support.paths import REPO
+from support_admin import EVIL, global_admin_apart, page_attacks, unrefused
 from support_security import RecordingEngine, secure_toml
+
+from gpuroute.auth import key_digest
 
 TOKEN = "admin-secret-1"
 GOOD = {"Authorization": f"Bearer {TOKEN}"}
@@ -122,3 +132,82 @@ def test_the_one_admin_listener_of_several_workers_needs_the_token(tmp_path) -> 
         finally:
             router.terminate()
             router.wait(30)
+
+
+PAGE_KEY = "sk-from-a-web-page"
+KEY_BODY = json.dumps({"key": PAGE_KEY, "tenant": "mallory"}).encode()
+BACKEND_BODY = json.dumps({"url": "http://203.0.113.9:80", "gpu": "L4", "models": [MODEL]})
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("where", ["own_listener", "public_listener"])
+async def test_a_web_page_cannot_read_the_global_tiers_admin_routes(tmp_path, where) -> None:
+    """`/admin/regions` and `/metrics` through a rebound name, or asked cross-site."""
+    reads = ["/admin/regions", "/metrics"]
+    writes = [("POST", "/admin/regions", b"{}")]  # none exists; refused before the 405
+    if where == "own_listener":
+        async with global_admin_apart(tmp_path) as (admin, port):
+            wrong = await unrefused(admin, page_attacks(port, writes, reads))
+            assert (await statuses(admin))["/admin/regions"] == 200  # as curl asks, on loopback
+    else:
+        async with global_tier(tmp_path, "http://127.0.0.1:9") as (url, _app):
+            port = int(url.rpartition(":")[2])
+            wrong = await unrefused(url, page_attacks(port, writes, reads))
+            assert (await statuses(url))["/admin/regions"] == 200
+    assert wrong == []
+
+
+@pytest.mark.asyncio
+async def test_a_token_does_not_let_a_web_page_in(tmp_path) -> None:
+    """With an admin token the browser holds none; still, a request with an `Origin` or a
+    body that is not JSON is refused, token or not. The `Host` may be any name then (a
+    load balancer's, an operator's DNS name)."""
+    async with scripted_backend(RecordingEngine()) as url:
+        async with router_server(
+            secure_toml(url, top=f'admin_token = "{TOKEN}"'), tmp_path
+        ) as server:
+            admin = f"http://127.0.0.1:{server.admin_port}"
+            origin = {**GOOD, "Origin": f"http://{EVIL}"}
+            plain = {**GOOD, "Content-Type": "text/plain"}
+            async with aiohttp.ClientSession() as s:
+                async with s.post(
+                    admin + "/admin/keys", headers=origin, json={"key": PAGE_KEY, "tenant": "m"}
+                ) as r:
+                    assert r.status == 403, await r.text()
+                async with s.get(admin + "/admin/config", headers=origin) as r:
+                    assert r.status == 403, await r.text()
+                async with s.post(admin + "/admin/keys", headers=plain, data=KEY_BODY) as r:
+                    assert r.status == 415, await r.text()
+                named = {**GOOD, "Host": f"router-1.internal:{server.admin_port}"}
+                async with s.get(admin + "/admin/backends", headers=named) as r:
+                    assert r.status == 200, await r.text()
+            assert key_digest(PAGE_KEY) not in server.servable.proxy.front.tenants.quotas.keys
+
+
+@pytest.mark.asyncio
+async def test_a_web_page_cannot_use_the_workers_one_admin_listener(tmp_path) -> None:
+    """`--workers 2`: the parent's admin listener, which hands writes to every worker."""
+    with fake_engines(("L4", 1.0)) as (engine,):
+        port, admin_port = free_port(), free_port()
+        text = router_toml([(engine.url, "L4")], port=port, admin_listen=f"port = {admin_port}")
+        (tmp_path / "router.toml").write_text(text.replace("admin_on_public_listener = true\n", ""))
+        router = subprocess.Popen(
+            gpuroute_cmd("router", "--config", str(tmp_path / "router.toml"), "--workers", "2"),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            admin = f"http://127.0.0.1:{admin_port}"
+            ready = lambda: asyncio.to_thread(http_ok, admin + "/readyz")  # noqa: E731
+            await async_wait_for(ready, 60, "both workers ready")
+            writes = [("POST", "/admin/keys", KEY_BODY),
+                      ("POST", "/admin/backends", BACKEND_BODY.encode())]  # fmt: skip
+            reads = ["/admin/config", "/admin/backends", "/metrics"]
+            wrong = await unrefused(admin, page_attacks(admin_port, writes, reads))
+            keys = await asyncio.to_thread(urllib.request.urlopen, admin + "/admin/keys")
+            backends = await asyncio.to_thread(urllib.request.urlopen, admin + "/admin/backends")
+            assert key_digest(PAGE_KEY) not in keys.read().decode()
+            assert len(json.load(backends)["backends"]) == 1
+        finally:
+            router.terminate()
+            router.wait(30)
+    assert wrong == []

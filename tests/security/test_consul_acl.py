@@ -25,7 +25,7 @@ from support.live import (
 )
 
 pytestmark = pytest.mark.asyncio
-AGENT_RULES = 'node_prefix "" { policy = "write" }\nservice "gpuroute-engine" { policy = "write" }'
+AGENT_RULES = 'service "gpuroute-engine" { policy = "write" }'
 ROUTER_RULES = (
     'node_prefix "" { policy = "read" }\nservice "gpuroute-engine" { policy = "read" }\n'
     'service "gpuroute-router" { policy = "write" }'

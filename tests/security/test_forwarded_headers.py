@@ -60,8 +60,11 @@ async def test_an_engine_gets_only_what_it_needs(tmp_path) -> None:
     names, got = received(seen)
     assert names == PASSED | {"authorization", "x-request-id"}
     assert got["x-forwarded-for"] == "203.0.113.9, 127.0.0.1"  # the peer appended
-    # the client's id with the attempt and a nonce: unique per attempt (gpuroute/tracing.py)
-    assert re.fullmatch(r"req-1-0-[0-9a-f]{8}", got["x-request-id"]), got["x-request-id"]
+    # the router's own id (never the client's: issue 42 finding 10) with the attempt and a
+    # nonce: unique per attempt (gpuroute/tracing.py)
+    rid = answer.headers["x-request-id"]
+    assert re.fullmatch(rf"{rid}-0-[0-9a-f]{{8}}", got["x-request-id"]), got["x-request-id"]
+    assert "req-1" not in got["x-request-id"]
     assert got["traceparent"] == dict(WANTED)["traceparent"]  # valid, tracing off: as it came
     assert got["authorization"] == "Bearer sk-engine-only"
 

@@ -59,7 +59,10 @@ async def test_a_revoke_on_one_replica_is_refused_on_the_other_within_the_bound(
             url_a, url_b = (f"http://127.0.0.1:{x.port}" for x in (a, b))
             async with aiohttp.ClientSession() as s:
                 assert await status(s, url_b, KEY) == 200
-                async with s.delete(url_a + f"/admin/keys/{key_digest(KEY)}") as r:
+                async with s.delete(
+                    url_a + f"/admin/keys/{key_digest(KEY)}",
+                    headers={"Content-Type": "application/json"},
+                ) as r:
                     assert r.status == 200
                 assert await status(s, url_a, KEY) == 401  # at once where it was revoked
                 revoked = await until(s, url_b, KEY, 401, SYNC_S + MARGIN_S)

@@ -19,6 +19,7 @@ TOKEN = "admin-usage-secret"
 
 async def status(s: aiohttp.ClientSession, method: str, url: str, token: str | None) -> int:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    headers["Content-Type"] = "application/json"  # as every admin write must be
     async with s.request(method, url, headers=headers) as r:
         body = await r.json()
         if r.status == 401:

@@ -1,7 +1,7 @@
 """What a test does when a real component is missing.
 
-`make test` installs Consul, redis-server, HAProxy, NGINX, Prometheus and promtool, vLLM
-(CPU build), the peer routers and terraform, and runs pytest with
+`make test` installs Consul, redis-server, HAProxy, NGINX, Prometheus and promtool,
+Chromium, vLLM (CPU build), the peer routers and terraform, and runs pytest with
 GPUROUTE_REQUIRE_COMPONENTS=1: there a missing one is a failure, since the run promised to
 test against it. A plain `pytest` on a developer's machine skips the test instead, saying
 how to get it (the run's summary lists each skip and why). What `make test` cannot provide
@@ -39,6 +39,14 @@ def binary(name: str) -> str:
     found = shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/bin")
     if found is None:
         missing(f"{name} is not installed (make bench-deps installs it)")
+    return found
+
+
+def chromium() -> str:
+    """Debian's Chromium, run headless (tests/security/test_admin_browser.py)."""
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        missing("chromium is not installed: `apt-get install chromium` (make bench-deps does)")
     return found
 
 

@@ -21,6 +21,7 @@ from support.netns import Host, NetnsLab
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 SERVERS = ("s1", "s2", "s3")
 HOSTS = ("h1", "h2", "h3")
+LOAD_TOKEN = "netns-lab-load-stream-token"  # load streams off loopback need one
 
 
 def consul_cmd(lab: NetnsLab, host: Host, *, server: bool) -> list[str]:
@@ -53,7 +54,8 @@ def start_host(lab: NetnsLab, host: Host) -> None:
         f'[engine]\nurl = "http://127.0.0.1:8000"\nmodels = ["{MODEL}"]\ngpu = "H100"\n'
         '[telemetry]\nsource = "simulated"\nhealth_interval_s = 0.2\n'
         '[consul]\naddress = "http://127.0.0.1:8500"\nttl_s = 6\n'
-        '[load_stream]\nhost = "0.0.0.0"\nport = 7070\n[admin]\nport = 7071\n'
+        f'[load_stream]\nhost = "0.0.0.0"\nport = 7070\ntoken = "{LOAD_TOKEN}"\n'
+        "[admin]\nport = 7071\n"
     )
     lab.popen(
         host,
@@ -80,6 +82,7 @@ async def test_host_crash_and_partition_leave_rotation_without_failed_requests(l
     router_toml = (
         ROUTER_ON_LOOPBACK
         + f'tick_s = 0.05\n[listen]\nport = 0\n[membership]\nconsul = "{consul}"\nwait_s = 5\n'
+        + f'load_stream_token = "{LOAD_TOKEN}"\n'
     )
     async with running_router(router_toml, lab.workdir) as (url, router):
         async with aiohttp.ClientSession() as s:

@@ -105,7 +105,7 @@ def test_event_fields_and_failures() -> None:
     assert event["candidates_n"] == 4 and len(event["candidates"]) == 4
     assert failure == {
         "event": "attempt_failed", "ts": 12.5, "request_id": "r9", "policy": "p2c",
-        "model": "m", "prompt_tokens": 64, "slo_class": None,
+        "tenant": None, "model": "m", "prompt_tokens": 64, "slo_class": None,
         "backend": decision.backend.backend_id, "kind": "refused",
     }  # fmt: skip
     assert log.explain("r9") == [event, failure]  # kept for `gpuroute explain` too

@@ -230,3 +230,24 @@ def test_a_routers_refusal_of_one_model_does_not_count_against_its_region() -> N
     assert region_failed(503, b"<html>bad gateway</html>")
     assert region_failed(502, refusal)
     assert region_failed(500, b"")
+
+
+def test_a_keys_model_list_covers_aliases_and_versions_never_fallbacks() -> None:
+    """Issue 42 finding 7: an entry stands for the model it names after aliases and for
+    that model's split versions; a fallback is not covered by the model falling back."""
+    routes = ModelRoutes(
+        [
+            ModelRoute("cheap", fallback=("big",)),
+            ModelRoute("m", split=(("m@v1", 50.0), ("m@v2", 50.0))),
+        ],
+        aliases={"cheap-latest": "cheap", "sneaky": "big"},
+    )
+    assert all(routes.permits(None, m) for m in ("big", "anything"))
+    by_alias = frozenset({"cheap-latest"})
+    assert routes.permits(by_alias, "cheap") and routes.permits(by_alias, "cheap-latest")
+    assert not routes.permits(by_alias, "big") and not routes.permits(by_alias, "sneaky")
+    whole = frozenset({"m"})
+    assert routes.permits(whole, "m@v1") and routes.permits(whole, "m@v2")
+    one = frozenset({"m@v1"})
+    assert routes.permits(one, "m@v1") and not routes.permits(one, "m@v2")
+    assert not routes.permits(one, "m")

@@ -71,9 +71,11 @@ module "us_east" {
   consul_gossip_key          = var.consul_gossip_key
   consul_acl_bootstrap_token = var.consul_acl_bootstrap_token
   consul_agent_token         = var.consul_agent_token
+  consul_engine_token        = var.consul_engine_token
   consul_router_token        = var.consul_router_token
   residency_decision_key     = var.residency_decision_key
   admin_token                = var.admin_token
+  load_stream_token          = var.load_stream_token
   consul_global_token        = var.consul_global_token
 }
 
@@ -108,9 +110,11 @@ module "eu_west" {
   consul_gossip_key          = var.consul_gossip_key
   consul_acl_bootstrap_token = var.consul_acl_bootstrap_token
   consul_agent_token         = var.consul_agent_token
+  consul_engine_token        = var.consul_engine_token
   consul_router_token        = var.consul_router_token
   residency_decision_key     = var.residency_decision_key
   admin_token                = var.admin_token
+  load_stream_token          = var.load_stream_token
   consul_global_token        = var.consul_global_token
 }
 
@@ -145,9 +149,11 @@ module "ap_northeast" {
   consul_gossip_key          = var.consul_gossip_key
   consul_acl_bootstrap_token = var.consul_acl_bootstrap_token
   consul_agent_token         = var.consul_agent_token
+  consul_engine_token        = var.consul_engine_token
   consul_router_token        = var.consul_router_token
   residency_decision_key     = var.residency_decision_key
   admin_token                = var.admin_token
+  load_stream_token          = var.load_stream_token
   consul_global_token        = var.consul_global_token
 }
 

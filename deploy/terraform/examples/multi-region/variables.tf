@@ -46,7 +46,13 @@ variable "consul_acl_bootstrap_token" {
 }
 
 variable "consul_agent_token" {
-  description = "Consul ACL token for client agents and gpuroute processes."
+  description = "Consul ACL token of the Consul client agents (node:write, service:read)."
+  type        = string
+  sensitive   = true
+}
+
+variable "consul_engine_token" {
+  description = "Consul ACL token the GPU hosts' gpuroute agents register with (service:write on gpuroute-engine only)."
   type        = string
   sensitive   = true
 }
@@ -148,6 +154,12 @@ variable "residency_decision_key" {
 
 variable "admin_token" {
   description = "Bearer token for /metrics and /admin/* on the routers' and global tier's admin port (`openssl rand -hex 32`); stored in SSM."
+  type        = string
+  sensitive   = true
+}
+
+variable "load_stream_token" {
+  description = "The token agents and routers share on the agents' load streams (`openssl rand -hex 32`); stored in SSM."
   type        = string
   sensitive   = true
 }

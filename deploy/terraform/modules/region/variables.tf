@@ -72,7 +72,13 @@ variable "consul_acl_bootstrap_token" {
 }
 
 variable "consul_agent_token" {
-  description = "Consul ACL token for client agents and the node agents: node:write, service:write on gpuroute-engine only. Stored in SSM, never in user data."
+  description = "Consul ACL token of the Consul client agents on every host (their node's registration and anti-entropy): node:write, service:read; no service:write. Stored in SSM, never in user data."
+  type        = string
+  sensitive   = true
+}
+
+variable "consul_engine_token" {
+  description = "Consul ACL token the gpuroute agents on GPU hosts register their engine with: service:write on gpuroute-engine, nothing else. Only GPU hosts may read it. Stored in SSM, never in user data."
   type        = string
   sensitive   = true
 }
@@ -114,6 +120,17 @@ variable "admin_token" {
   validation {
     condition     = length(var.admin_token) >= 32
     error_message = "admin_token must be at least 32 characters."
+  }
+}
+
+variable "load_stream_token" {
+  description = "The token GPU hosts' agents and the regional routers share on the agents' gRPC load streams (random, e.g. `openssl rand -hex 32`): agents answer only routers that prove they hold it, and routers take a report only with its agent's proof. Stored in SSM."
+  type        = string
+  sensitive   = true
+
+  validation {
+    condition     = length(var.load_stream_token) >= 32
+    error_message = "load_stream_token must be at least 32 characters."
   }
 }
 

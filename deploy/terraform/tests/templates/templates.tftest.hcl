@@ -95,6 +95,21 @@ run "secrets_come_from_ssm_never_user_data" {
     condition     = strcontains(output.router, "token_file = \"/etc/gpuroute/consul-token\"") && !strcontains(output.router, "secret consul/agent-token\nROUTER")
     error_message = "gpuroute reads its token from a file written at boot"
   }
+
+  assert {
+    condition     = strcontains(output.gpu_node, "secret consul/engine-token > /etc/gpuroute/consul-token") && !strcontains(output.gpu_node, "\"$AGENT_TOKEN\" > /etc/gpuroute") && !strcontains(output.router, "consul/engine-token") && !strcontains(output.global, "consul/engine-token")
+    error_message = "only GPU hosts' agents hold the token that registers engines; Consul client agents' own token writes no service"
+  }
+
+  assert {
+    condition     = strcontains(output.gpu_node, "secret gpuroute/load-stream-token") && strcontains(output.gpu_node, "port = 7070\ntoken_file = \"/etc/gpuroute/load-stream-token\"")
+    error_message = "agents' load streams answer only routers holding the load-stream token, from SSM"
+  }
+
+  assert {
+    condition     = strcontains(output.router, "secret gpuroute/load-stream-token") && strcontains(output.router, "load_stream_token_file = \"/etc/gpuroute/load-stream-token\"")
+    error_message = "routers take an agent's load report only with its proof under the same token"
+  }
 }
 
 run "consul_rpc_is_tls_with_auto_encrypt" {
