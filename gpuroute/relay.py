@@ -9,12 +9,12 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import ClassVar
 
-import orjson
 from aiohttp import web
 
 from gpuroute.client_writer import ClientWriter
 from gpuroute.openai_api import SSE_DONE, sse_error
 from gpuroute.upstream import UpstreamResponse
+from gpuroute.usage_reader import UsageReader, token_counts
 
 HOP_BY_HOP = frozenset(
     {
@@ -39,11 +39,6 @@ SERVER_NAME = "gpuroute"  # the Server header both tiers send, naming no library
 UPSTREAM_ERRORS = (OSError,)
 EVENT_TEXT = re.compile(rb'"(?:content|text)"\s*:\s*"((?:[^"\\]|\\.)+)"')
 SKELETON_LOOKS = 4  # chunks searched for an event with text before a stream is left unsized
-# usage as the OpenAI completions family, the Responses API and Anthropic's Messages say it
-COMPLETION_TOKENS = re.compile(rb'"(?:completion|output)_tokens"\s*:\s*(\d+)')
-PROMPT_TOKENS = re.compile(rb'"(?:prompt|input)_tokens"\s*:\s*(\d+)')
-USAGE_OBJECT = re.compile(rb'"usage"\s*:\s*(\{[^{}]*\})')  # a flat usage object
-TAIL_BYTES = 1024
 BYTES_PER_TOKEN = 4  # a stream's text without usage: OpenAI's rule of thumb for English
 # The cancel message of a request the drain cuts (gpuroute/serving.py): a stream it cuts
 # ends with an error event, not a connection closed mid-event.
@@ -87,18 +82,19 @@ def forward_headers(items: Iterable[tuple[str, str]], drop: frozenset[str]) -> d
 
 
 class ResponseTally:
-    """Counts what went through: bytes, SSE events, the usage tail if any, and, when asked
-    (`size_text`: a stream someone times), an estimate of the streamed text's bytes
-    (`content`), which grows with the tokens whatever number an engine packs into one
-    event: every event of a stream is the same JSON around its text, so once one event
-    shows that skeleton's size, a chunk's text is its size less a skeleton per event (a
-    regex over the first chunks only; the hot path stays arithmetic). `on_text`, while set,
-    is called for each chunk that adds text (a stream's role-only first event does not:
-    its text is empty): how the router times a stream's first token."""
+    """Counts what went through: bytes, SSE events, the engine's usage (read from the
+    whole answer: gpuroute/usage_reader.py), and, when asked (`size_text`: a stream
+    someone times), an estimate of the streamed text's bytes (`content`), which grows with
+    the tokens whatever number an engine packs into one event: every event of a stream is
+    the same JSON around its text, so once one event shows that skeleton's size, a chunk's
+    text is its size less a skeleton per event (a regex over the first chunks only; the
+    hot path stays arithmetic). `on_text`, while set, is called for each chunk that adds
+    text (a stream's role-only first event does not: its text is empty): how the router
+    times a stream's first token."""
 
     __slots__ = (
         "_looks", "bytes", "content", "engine_error", "events", "hold", "keep_up_to", "kept",
-        "on_text", "skeleton", "tail",
+        "on_text", "reader", "skeleton",
     )  # fmt: skip
     strip: ClassVar[bool] = False  # True: what the client gets is `outgoing(chunk)`
 
@@ -108,7 +104,7 @@ class ResponseTally:
         self.hold: Awaitable[None] | None = None
         self.bytes = 0
         self.events = 0
-        self.tail = b""
+        self.reader = UsageReader()
         self.content = 0
         self.skeleton: int | None = None  # bytes of one event less its text, once seen
         self.on_text: Callable[[], None] | None = None
@@ -130,7 +126,7 @@ class ResponseTally:
             else:
                 self.kept += chunk
         self.events += events
-        self.tail = (self.tail + chunk)[-TAIL_BYTES:]
+        self.reader.feed(chunk)
         if self.skeleton is None:
             if not (self._looks and events):
                 return
@@ -154,19 +150,12 @@ class ResponseTally:
 
     def reported(self) -> tuple[int | None, int | None]:
         """The engine's usage: (prompt, completion) tokens, each None where it said nothing."""
-        prompt = PROMPT_TOKENS.findall(self.tail)
-        completion = COMPLETION_TOKENS.findall(self.tail)
-        return (int(prompt[-1]) if prompt else None, int(completion[-1]) if completion else None)
+        return token_counts(self.reader.usage)
 
     @property
     def usage(self) -> dict | None:
-        """The engine's usage object as read (the last in the tail), or None."""
-        found = USAGE_OBJECT.findall(self.tail)
-        try:
-            usage = orjson.loads(found[-1]) if found else None
-        except orjson.JSONDecodeError:
-            return None
-        return usage if isinstance(usage, dict) else None
+        """The engine's usage object as read (its latest value of each field), or None."""
+        return self.reader.usage
 
     def used_tokens(
         self,

@@ -31,7 +31,7 @@ class Answer:
     _usage: tuple[int | None, int | None] | None = None
 
     def usage(self) -> tuple[int | None, int | None]:
-        """The engine's reported (prompt, completion) tokens, read from the tail once (the
+        """The engine's reported (prompt, completion) tokens, read once (the
         token counter, the quota settle and the access log all ask)."""
         if self._usage is None:
             self._usage = self.tally.reported()

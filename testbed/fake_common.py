@@ -179,3 +179,15 @@ def continuing(body: dict) -> web.Response | None:
             "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
         )
     return None
+
+
+def refused_body(body: dict, kind: str) -> web.Response | None:
+    """A generation body vLLM refuses (400) before it looks at the prompt's length."""
+    if kind == "chat" and not isinstance(body.get("messages"), list):
+        return error_response(400, "'messages' must be a list", param="messages")
+    if kind == "completion" and not isinstance(body.get("prompt"), str | list):
+        return error_response(400, "'prompt' must be a string or list", param="prompt")
+    if body.get("stream") and body.get("prompt_logprobs") not in (None, 0):
+        message = "`prompt_logprobs` are not available when `stream=True`."
+        return error_response(400, message, param="prompt_logprobs")
+    return None

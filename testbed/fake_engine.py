@@ -24,7 +24,7 @@ from typing import Any
 from aiohttp import web
 from gpuroute.testbed import fake_payloads as payloads
 from gpuroute.testbed.fake_apis import api_routes
-from gpuroute.testbed.fake_common import continuing
+from gpuroute.testbed.fake_common import continuing, refused_body
 from gpuroute.testbed.fake_engine_config import FakeEngineConfig
 from gpuroute.testbed.fake_gpu import SimulatedGpu
 from gpuroute.testbed.fake_metrics import counter, gauge, vllm_families
@@ -236,10 +236,8 @@ class FakeEngine:
         body = await self._admit(request)
         if isinstance(body, web.StreamResponse):
             return body
-        if kind == "chat" and not isinstance(body.get("messages"), list):
-            return error_response(400, "'messages' must be a list", param="messages")
-        if kind == "completion" and not isinstance(body.get("prompt"), str | list):
-            return error_response(400, "'prompt' must be a string or list", param="prompt")
+        if (refused := refused_body(body, kind)) is not None:
+            return refused
         text = prompt_text(body)
         prompt = prompt_tokens(body)  # token ids counted as ids, as an engine does
         cap = body.get("max_completion_tokens") or body.get("max_tokens")
@@ -279,7 +277,8 @@ class FakeEngine:
             raise
         self.finished[finish] += 1
         build = payloads.chat_completion if kind == "chat" else payloads.completion
-        return web.json_response(build(rid, self.created, self.name, output, prompt, finish))
+        answer = build(rid, self.created, self.name, output, prompt, finish)
+        return web.json_response(payloads.with_prompt_extras(answer, body, prompt, output))
 
     async def _stream(
         self,
@@ -314,7 +313,10 @@ class FakeEngine:
             await response.prepare(request)
             if kind == "chat":
                 role = payloads.chat_chunk(rid, created, name, {"role": "assistant", "content": ""})
-                await response.write(sse_event(ids.add(role, 0) if ids else role))
+                role = ids.add(role, 0) if ids else role
+                if body.get("return_prompt_text") is True:  # vLLM: on the first chunk
+                    role["prompt_text"] = payloads.rendered_prompt(body, prompt)
+                await response.write(sse_event(role))
             await self.stream_tokens(response, chunk, live, output)
             await response.write(chunk(0, finish))
             if include_usage:

@@ -6,7 +6,7 @@ import hashlib
 import struct
 from typing import Any
 
-from gpuroute.testbed.fake_tokenize import encode, message_ids
+from gpuroute.testbed.fake_tokenize import decode, encode, message_ids
 
 from gpuroute.continuation import id_prompt
 from gpuroute.prompt import estimate_tokens
@@ -66,22 +66,60 @@ def usage_chunk(
 def chat_completion(
     rid: str, created: int, model: str, output: int, prompt: int, finish: str
 ) -> dict[str, Any]:
+    """ChatCompletionResponse's fields in vLLM's order: usage after system_fingerprint, and
+    its extras (`with_prompt_extras`) after usage."""
     message = {"role": "assistant", "content": tokens_text(output)}
     choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
-    answer = _envelope(
-        rid, "chat.completion", created, model, [choice], usage=usage(prompt, output)
-    )
-    return answer | {"system_fingerprint": SYSTEM_FINGERPRINT}
+    answer = _envelope(rid, "chat.completion", created, model, [choice])
+    return answer | {"system_fingerprint": SYSTEM_FINGERPRINT, "usage": usage(prompt, output)}
 
 
 def completion(
     rid: str, created: int, model: str, output: int, prompt: int, finish: str
 ) -> dict[str, Any]:
     choice = {"index": 0, "text": tokens_text(output), "logprobs": None, "finish_reason": finish}
-    answer = _envelope(
-        rid, "text_completion", created, model, [choice], usage=usage(prompt, output)
-    )
-    return answer | {"system_fingerprint": SYSTEM_FINGERPRINT}
+    answer = _envelope(rid, "text_completion", created, model, [choice])
+    return answer | {"system_fingerprint": SYSTEM_FINGERPRINT, "usage": usage(prompt, output)}
+
+
+def with_prompt_extras(
+    answer: dict[str, Any], body: dict, prompt: int, output: int
+) -> dict[str, Any]:
+    """A whole answer with what vLLM adds when asked, where it puts it: `return_token_ids`
+    (the answer's ids on its choice, the prompt's), `prompt_logprobs` and
+    `return_prompt_text` (chat only, vLLM 0.32). A chat answer carries the prompt's on its
+    top level after `usage` (ChatCompletionResponse), a completion on its choice, before
+    `usage`."""
+    ids = body.get("return_token_ids") is True
+    wanted = body.get("prompt_logprobs")
+    logprobs = isinstance(wanted, int) and not isinstance(wanted, bool) and wanted >= -1
+    text = body.get("return_prompt_text") is True and "message" in answer["choices"][0]
+    if not (ids or logprobs or text):
+        return answer
+    prompt_ids = prompt_token_ids(body, prompt)
+    choice = answer["choices"][0]
+    if ids:
+        choice["token_ids"] = [TOKEN_ID] * output
+    holder = choice if "text" in choice else answer
+    if logprobs:
+        holder["prompt_logprobs"] = prompt_logprobs(prompt_ids)
+    if ids:
+        holder["prompt_token_ids"] = prompt_ids
+    if text:
+        holder["prompt_text"] = decode(prompt_ids)
+    return answer
+
+
+def rendered_prompt(body: dict, prompt: int) -> str:
+    """What vLLM's `return_prompt_text` gives: the prompt as the engine saw it."""
+    return decode(prompt_token_ids(body, prompt))
+
+
+def prompt_logprobs(ids: list[int]) -> list[dict[str, dict[str, Any]] | None]:
+    """vLLM's prompt logprobs: none for the first token, then each token's own."""
+    return [None] + [
+        {str(t): {"logprob": -1.0, "rank": 1, "decoded_token": decode([t])}} for t in ids[1:]
+    ]
 
 
 def embedding(text: str, dims: int = 16) -> list[float]:
@@ -221,11 +259,7 @@ class StreamedIds:
     def asked(cls, body: dict, prompt: int) -> StreamedIds | None:
         if body.get("return_token_ids") is not True:
             return None
-        if id_prompt(body):
-            return cls(list(body["prompt"]))
-        given, messages = body.get("prompt"), body.get("messages")
-        ids = encode(given) if isinstance(given, str) else message_ids(messages or []) or []
-        return cls((ids + [0] * prompt)[:prompt])
+        return cls(prompt_token_ids(body, prompt))
 
     def add(self, chunk: dict[str, Any], n: int) -> dict[str, Any]:
         choice = chunk["choices"][0]
@@ -234,6 +268,16 @@ class StreamedIds:
             holder = chunk if "delta" in choice else choice
             holder["prompt_token_ids"], self.prompt_ids = self.prompt_ids, None
         return chunk
+
+
+def prompt_token_ids(body: dict, prompt: int) -> list[int]:
+    """A prompt's ids: a token-id prompt's own; a text prompt's, the fake tokenizer's padded
+    or cut to the count the fake reports for it."""
+    if id_prompt(body):
+        return list(body["prompt"])
+    given, messages = body.get("prompt"), body.get("messages")
+    ids = encode(given) if isinstance(given, str) else message_ids(messages or []) or []
+    return (ids + [0] * prompt)[:prompt]
 
 
 def already_written(body: dict) -> int:

@@ -1,7 +1,9 @@
 """Token-level truth (issue 34 item 2): over a replay of 1,200 requests (chat and
 completions, streamed and not, a quarter of them CJK), the router's
 `gpuroute_tokens_total` equals the fake engines' own counters exactly (ratio 1.000), and a
-client that did not ask for usage never sees the usage chunk the router asked for."""
+client that did not ask for usage never sees the usage chunk the router asked for. And
+(issue 42 finding 1) each request's usage record is its engine's usage, exactly, for every
+API, whatever vLLM adds to an answer around `usage`."""
 
 from __future__ import annotations
 
@@ -11,8 +13,14 @@ import json
 import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from support.live import MODEL, fake_engines, router_toml, running_router
+from support.live import (
+    MODEL,
+    fake_engines,
+    router_toml,
+    running_router,
+)
 from support.token_replay import replay_bodies, router_tokens
+from support.usage_truth import usage_cases, usage_truth
 
 pytestmark = pytest.mark.asyncio
 
@@ -77,3 +85,20 @@ async def test_tokens_total_equals_the_engines_own_counters(tmp_path) -> None:
             f" ratio {ratio:.3f}"
         )
         assert ours[direction] == theirs[direction], (direction, ours, theirs)
+
+
+# -- usage truth under every body field vLLM can add (issue 42 finding 1) -------------------
+LONG = "route this request well please " * 400  # ~3,000 tokens: ids and logprobs of 10+ KB
+
+
+async def test_usage_recorded_is_the_engines_for_every_api_and_extra(tmp_path) -> None:
+    """The usage record of each request equals the usage its engine answered, exactly:
+    chat, completions, Responses, Messages (streamed and not, with `return_token_ids`,
+    `prompt_logprobs`, `return_prompt_text`, short and long prompts), embeddings, rerank."""
+    with fake_engines(("H100", 0.001)) as (engine,):
+        config = router_toml([(engine.url, "H100")])  # admin on the public listener
+        async with running_router(config, tmp_path) as (url, _), aiohttp.ClientSession() as s:
+            cases = usage_cases(MODEL, ("hi there", LONG))
+            wrong, served = await usage_truth(s, url, engine.url, cases)
+    assert wrong == [], wrong
+    assert served == 76, served  # all but streams asking for prompt_logprobs (vLLM's 400)

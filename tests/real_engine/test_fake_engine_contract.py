@@ -61,13 +61,17 @@ def engines(responses_store, vllm):
 
 
 def call(
-    url: str, path: str, body: dict | bytes | None = None, content_type: str = "application/json"
+    url: str,
+    path: str,
+    body: dict | bytes | None = None,
+    content_type: str = "application/json",
+    timeout: float = 30,
 ) -> tuple[int, str, bytes]:
     """(status, content type, body) of a GET, or of a POST when `body` is given."""
     data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
     request = urllib.request.Request(url + path, data, {"Content-Type": content_type})
     try:
-        with urllib.request.urlopen(request, timeout=30) as r:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
             return r.status, r.headers.get("content-type", ""), r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.headers.get("content-type", ""), e.read()
@@ -190,11 +194,13 @@ def test_streams_are_framed_alike(engines, usage) -> None:
 def test_streamed_token_ids_come_where_vllm_puts_them(engines, route) -> None:
     """`return_token_ids` (what a continuation is made from): the prompt's ids once, in the
     first event (chat: on the chunk; completions: on its choice), as many as its prompt
-    tokens; every token's id on its choice (chat: a chunk even for a token without text)."""
+    tokens; every token's id on its choice (chat: a chunk even for a token without text).
+    `return_prompt_text`: chat's first chunk only."""
 
     def body(model: str) -> dict:
         b = {"model": model, "max_tokens": 6, "stream": True, "ignore_eos": True,
-             "return_token_ids": True, "stream_options": {"include_usage": True}}  # fmt: skip
+             "return_token_ids": True, "return_prompt_text": True,
+             "stream_options": {"include_usage": True}}  # fmt: skip
         chat = {"messages": [{"role": "user", "content": "hi there"}]}
         return b | (chat if route == "/v1/chat/completions" else {"prompt": "hi there"})
 
@@ -208,6 +214,54 @@ def test_streamed_token_ids_come_where_vllm_puts_them(engines, route) -> None:
         assert len(prompt_ids[0]) == chunks[-1]["usage"]["prompt_tokens"], name
         ids = [t for c in choices for t in c.get("token_ids") or []]
         assert len(ids) == 6 and all(isinstance(t, int) for t in ids), name
+        texts = [c.get("prompt_text") for c in chunks]  # chat's rendered prompt, once
+        chat = route == "/v1/chat/completions"
+        assert isinstance(texts[0], str) == chat and not any(texts[1:]), (name, texts)
+
+
+def shown(document: dict) -> list[str]:
+    """A document's keys with a value, in the order it sent them."""
+    return [k for k, v in document.items() if v is not None]
+
+
+def in_common(order: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Each engine's order of the keys both sent."""
+    common = set(order["fake"]) & set(order["vllm"])
+    return {name: [k for k in keys if k in common] for name, keys in order.items()}
+
+
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/completions"])
+def test_whole_answers_carry_vllms_extras_in_its_order(engines, route) -> None:
+    """`return_token_ids`, `prompt_logprobs` and `return_prompt_text` on a whole answer (issue
+    42): the same fields as vLLM's, in its order around `usage` (a chat answer's prompt
+    extras come after it, which is why usage is read from the whole answer), as many prompt
+    ids and logprobs as prompt tokens, the answer's ids on its choice."""
+    chat = route == "/v1/chat/completions"
+
+    def body(model: str) -> dict:
+        prompt = {"messages": [{"role": "user", "content": "hi there " * 40}]} if chat else {
+            "prompt": "hi there " * 40}  # fmt: skip
+        return {"model": model, "max_tokens": 4, "ignore_eos": True, "return_token_ids": True,
+                "prompt_logprobs": 1, "return_prompt_text": True, **prompt}  # fmt: skip
+
+    url, model = engines["vllm"]
+    call(url, route, body(model), timeout=300)  # vLLM's first prompt_logprobs: ~20 s on a CPU
+    order, choice_order, answers = {}, {}, {}
+    for name, (status, _, raw) in both(engines, route, body).items():
+        assert status == 200, (name, raw[:300])
+        answer = answers[name] = json.loads(raw)
+        order[name], choice_order[name] = shown(answer), shown(answer["choices"][0])
+        holder = answer if chat else answer["choices"][0]
+        prompt = answer["usage"]["prompt_tokens"]
+        assert len(holder["prompt_token_ids"]) == prompt, name
+        assert len(holder["prompt_logprobs"]) == prompt and holder["prompt_logprobs"][0] is None
+        assert len(answer["choices"][0]["token_ids"]) == 4, name
+    assert missing(skeleton(answers["fake"]), skeleton(answers["vllm"])) == []
+    assert set(order["vllm"]) <= set(order["fake"]) | {"service_tier", "kv_transfer_params"}
+    assert in_common(order)["fake"] == in_common(order)["vllm"], order
+    assert in_common(choice_order)["fake"] == in_common(choice_order)["vllm"], choice_order
+    if chat:  # the fields that hid usage from a 1 KB tail: after it, in vLLM's answer
+        assert order["vllm"].index("prompt_token_ids") > order["vllm"].index("usage")
 
 
 ERROR_CASES = {

@@ -139,22 +139,25 @@ def test_the_anthropic_routes_are_messages_apis() -> None:
 
 
 @pytest.mark.parametrize(
-    ("tail", "used"),
+    ("answer", "used"),
     [
         # Responses API: usage at the end of the response object (input + output)
-        (b'"usage":{"input_tokens":30,"input_tokens_details":{"cached_tokens":0},'
-         b'"output_tokens":12,"output_tokens_details":{"reasoning_tokens":0},'
-         b'"total_tokens":42}}', 42),
+        (b'{"object":"response","usage":{"input_tokens":30,"input_tokens_details":'
+         b'{"cached_tokens":0},"output_tokens":12,"output_tokens_details":'
+         b'{"reasoning_tokens":0},"total_tokens":42}}', 42),
         # Anthropic's stream: message_start's input, then message_delta's cumulative output
         (b'event: message_start\ndata: {"message":{"usage":{"input_tokens":9,"output_tokens":1}}}'
          b'\n\nevent: message_delta\ndata: {"usage":{"output_tokens":15}}\n\n', 24),
         # rerank and embeddings: vLLM's UsageInfo, prompt only
-        (b'"usage":{"prompt_tokens":210,"total_tokens":210,"completion_tokens":0}', 210),
+        (b'{"usage":{"prompt_tokens":210,"total_tokens":210,"completion_tokens":0}}', 210),
+        # Anthropic's cache reads and writes are prompt too (vLLM takes them out of input)
+        (b'{"usage":{"input_tokens":5,"cache_read_input_tokens":64,'
+         b'"cache_creation_input_tokens":16,"output_tokens":3}}', 88),
     ],
 )  # fmt: skip
-def test_quotas_settle_on_each_apis_own_usage(tail: bytes, used: int) -> None:
+def test_quotas_settle_on_each_apis_own_usage(answer: bytes, used: int) -> None:
     from gpuroute.relay import ResponseTally
 
     tally = ResponseTally()
-    tally.add(tail)
+    tally.add(answer)
     assert tally.used_tokens(streamed=False, prompt_estimate=1) == used

@@ -97,7 +97,7 @@ def test_tenants_beyond_the_limit_fold_into_other() -> None:
     ]  # fmt: skip
 
 
-def test_reported_usage_reads_the_tail() -> None:
+def test_reported_usage_reads_the_stream() -> None:
     tally = StrippingTally()
     tally.add(STREAM)
     assert tally.reported() == (7, 2)

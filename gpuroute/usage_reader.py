@@ -1,0 +1,237 @@
+"""The engine's usage, read from the whole answer as it passes, in bounded memory, so no
+field before or after `usage` (vLLM's `prompt_logprobs`, `prompt_token_ids`, an embeddings
+batch) can hide it: a JSON answer is parsed whole (orjson, up to 1 MiB) or as a stream
+(ijson's push parser, past it); an SSE stream's events are split as they come and only
+those naming `"usage"` are parsed. Every API's shape is read: OpenAI's completions family
+and pooling routes, the Responses API (`response.usage`) and Anthropic's Messages
+(`message.usage`, then `usage`)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import ijson
+import orjson
+
+USAGE_KEY = b'"usage"'
+# A partial SSE event held whole up to this many bytes; a longer one (a Responses
+# `response.completed` carrying a long answer) is parsed as it comes instead. The same for
+# a whole answer (a large embeddings batch, the prompt logprobs of a long prompt).
+EVENT_HOLD = WHOLE_HOLD = 1 << 20
+EVENT_END = re.compile(rb"\r?\n\r?\n")
+# where an event's usage sits: chat/completions chunks and Messages' message_delta,
+# the Responses API's response.completed, Messages' message_start
+EVENT_USAGE_PATHS = ("usage", "response.usage", "message.usage")
+JSON_USAGE_PATHS = ("usage",)  # every whole answer: top level
+PARSE_ERRORS = (ijson.JSONError, ijson.IncompleteJSONError, UnicodeDecodeError)
+
+
+def _count(usage: dict[str, Any], *names: str) -> int | None:
+    """The first of `names` that holds a token count (an int, not negative)."""
+    for name in names:
+        value = usage.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    return None
+
+
+def token_counts(usage: dict[str, Any] | None) -> tuple[int | None, int | None]:
+    """(prompt, completion) tokens in a usage object, each None where it says nothing.
+    Anthropic counts cache writes and reads apart from `input_tokens`: they are prompt
+    too. The pooling routes (rerank, score) may give only `total_tokens`: all prompt."""
+    if not usage:
+        return None, None
+    completion = _count(usage, "completion_tokens", "output_tokens")
+    prompt = _count(usage, "prompt_tokens", "input_tokens")
+    if prompt is not None and "prompt_tokens" not in usage:
+        for cached in ("cache_creation_input_tokens", "cache_read_input_tokens"):
+            prompt += _count(usage, cached) or 0
+    if prompt is None:
+        total = _count(usage, "total_tokens")
+        if total is not None:
+            prompt = max(total - (completion or 0), 0)
+    return prompt, completion
+
+
+class _StreamParse:
+    """One JSON document parsed as its bytes come, collecting the objects at `paths`."""
+
+    __slots__ = ("_parsers", "found")
+
+    def __init__(self, paths: tuple[str, ...]) -> None:
+        self.found = ijson.sendable_list()
+        self._parsers = [ijson.items_coro(self.found, path) for path in paths]
+
+    def send(self, data: bytes) -> bool:
+        """Feed `data`; False once the document cannot be read further (malformed, or
+        followed by more than whitespace)."""
+        try:
+            for parser in self._parsers:
+                parser.send(data)
+        except PARSE_ERRORS:
+            return False
+        return True
+
+
+class UsageReader:
+    """Fed every chunk of an answer; `usage` is the engine's usage object, the latest value
+    of each field winning (a stream with continuous usage stats sends one in every chunk;
+    Messages sends input tokens first and output tokens last). Whether the answer is one
+    JSON document or an SSE stream is told by its first byte. A whole answer up to
+    WHOLE_HOLD bytes is kept and parsed once, when its usage is asked for (orjson: what
+    nearly every answer is); a longer one is parsed as it comes (ijson), in bounded memory."""
+
+    __slots__ = ("_event", "_held", "_json", "_kept", "_partial", "_read_at", "_sse", "_usage")
+
+    def __init__(self) -> None:
+        self._usage: dict[str, Any] | None = None
+        self._sse: bool | None = None  # None: no byte seen yet
+        self._kept: list[bytes] | None = None  # a whole answer's chunks, while short
+        self._held = 0  # their bytes
+        self._read_at = -1  # how many of them `usage` has read
+        self._json: _StreamParse | None = None  # a long whole answer, while it parses
+        self._partial = b""  # an SSE event not ended yet
+        self._event: _StreamParse | None = None  # an SSE event too long to hold, parsing
+
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        if self._kept is not None and self._read_at != self._held:
+            self._read_at = self._held
+            self._usage = None
+            self._read_whole(b"".join(self._kept))
+        return self._usage
+
+    def feed(self, chunk: bytes) -> None:
+        if self._sse:  # the hot path: whole events that name no usage pass at a glance
+            if (
+                self._partial
+                or self._event is not None
+                or not chunk.endswith(b"\n\n")
+                or (USAGE_KEY in chunk)
+            ):
+                self._feed_events(chunk)
+        elif self._kept is not None:
+            self._keep(chunk)
+        elif self._json is not None:
+            self._feed_json(chunk)
+        elif self._sse is None and (head := chunk.lstrip()):
+            self._sse = not head.startswith(b"{")
+            if self._sse:
+                self._feed_events(chunk)
+            else:
+                self._kept = []
+                self._keep(chunk)
+
+    def _keep(self, chunk: bytes) -> None:
+        assert self._kept is not None
+        self._kept.append(chunk)
+        self._held += len(chunk)
+        if self._held > WHOLE_HOLD:  # too long to keep: parsed from here on as it comes
+            data, self._kept, self._usage = b"".join(self._kept), None, None
+            self._json = _StreamParse(JSON_USAGE_PATHS)
+            self._feed_json(data)
+
+    def _read_whole(self, body: bytes) -> None:
+        """A kept answer's top-level usage (one that does not parse whole, cut short or
+        followed by more bytes: what its parse as a stream found before that)."""
+        try:
+            document = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            parse = _StreamParse(JSON_USAGE_PATHS)
+            parse.send(body)
+            self._take(parse.found)
+            return
+        usage = document.get("usage") if isinstance(document, dict) else None
+        if isinstance(usage, dict):
+            self._merge(usage)
+
+    def _feed_json(self, chunk: bytes) -> None:
+        assert self._json is not None
+        readable = self._json.send(chunk)
+        self._take(self._json.found)
+        if not readable:
+            self._json = None  # what it found stands; nothing more is read
+
+    def _feed_events(self, chunk: bytes) -> None:
+        if self._event is not None:
+            chunk = self._feed_long_event(chunk)
+            if not chunk:
+                return
+        data = self._partial + chunk if self._partial else chunk
+        cut, gap = data.rfind(b"\n\n"), 2
+        if cut < 0 and b"\r" in data:
+            cut, gap = data.rfind(b"\n\r\n"), 3
+        if cut < 0:
+            whole, rest = b"", data
+        else:
+            whole, rest = data[:cut], data[cut + gap :]
+        if USAGE_KEY in whole:
+            for event in EVENT_END.split(whole):
+                if USAGE_KEY in event:
+                    self._read_event(event)
+        if len(rest) > EVENT_HOLD:
+            self._partial = b""
+            self._start_long_event(rest)
+        else:
+            self._partial = rest
+
+    def _read_event(self, event: bytes) -> None:
+        """An event's usage, read from its `data` lines."""
+        try:
+            document = orjson.loads(event_data(event))
+        except orjson.JSONDecodeError:
+            return
+        if not isinstance(document, dict):
+            return
+        usage = document.get("usage")
+        for holder in ("response", "message"):
+            inner = document.get(holder)
+            if usage is None and isinstance(inner, dict):
+                usage = inner.get("usage")
+        if isinstance(usage, dict):
+            self._merge(usage)
+
+    def _start_long_event(self, held: bytes) -> None:
+        """An event longer than EVENT_HOLD: parsed from its `data:` on, as it comes."""
+        at = held.find(b"data:")
+        if at < 0:
+            return  # not data (a comment, say): nothing to read
+        self._event = _StreamParse(EVENT_USAGE_PATHS)
+        self._feed_long_event(held[at + 5 :])
+
+    def _feed_long_event(self, chunk: bytes) -> bytes:
+        """Feed the long event what of `chunk` is its; what follows its end is returned.
+        Its trailing newlines wait in `_partial` (its end may span two chunks)."""
+        assert self._event is not None
+        if self._partial:
+            chunk, self._partial = self._partial + chunk, b""
+        end = EVENT_END.search(chunk)
+        if end is None:
+            part, rest = chunk.rstrip(b"\r\n"), b""
+            self._partial = chunk[len(part) :]
+        else:
+            part, rest = chunk[: end.start()], chunk[end.end() :]
+        event = self._event
+        readable = event.send(part)
+        self._take(event.found)
+        if end is not None or not readable:
+            self._event = None  # (an unreadable one: what is left of it reads as no event)
+        return rest
+
+    def _take(self, found: list) -> None:
+        for usage in found:
+            if isinstance(usage, dict):
+                self._merge(usage)
+        found.clear()
+
+    def _merge(self, usage: dict[str, Any]) -> None:
+        fields = {k: v for k, v in usage.items() if v is not None}
+        self._usage = fields if self._usage is None else self._usage | fields
+
+
+def event_data(event: bytes) -> bytes:
+    """An SSE event's data: its `data` lines' values, joined by newlines."""
+    lines = [line for line in event.splitlines() if line.startswith(b"data:")]
+    values = [line[6:] if line[5:6] == b" " else line[5:] for line in lines]
+    return values[0] if len(values) == 1 else b"\n".join(values)
