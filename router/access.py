@@ -8,9 +8,11 @@ from typing import Any
 
 from aiohttp import web
 from gpuroute.router.exchange import Answer, Exchange
-from gpuroute.router.front import CLIENT_REQUEST_ID, REQUEST_ID, Admitted
+from gpuroute.router.front import Admitted
+from gpuroute.router.request_ids import CLIENT_REQUEST_ID
 
 from gpuroute.access_log import AccessLog, AccessLogConfig, ms
+from gpuroute.tracing import REQUEST_ID
 
 
 @dataclass(slots=True)

@@ -6,7 +6,6 @@ nothing here has touched a backend."""
 from __future__ import annotations
 
 import asyncio
-import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -22,6 +21,7 @@ from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.decision_log import DecisionLog
 from gpuroute.router.exchange import NO_BACKEND, Answer
 from gpuroute.router.quotas import KeyPolicy
+from gpuroute.router.request_ids import CLIENT_REQUEST_ID, named, new_request_id, own_id
 from gpuroute.router.request_parse import (
     PRIORITY_HEADER,
     ParsedRequest,
@@ -41,43 +41,9 @@ from gpuroute.router.usage_records import UsageRecords
 from gpuroute.forwarded import TrustedProxies
 from gpuroute.headers import FALLBACK_HEADER, FORWARDED_FOR, interpreted
 from gpuroute.openai_api import Rejection, clip, read_body
-from gpuroute.request_context import REQUEST_ID as LOG_REQUEST_ID
-from gpuroute.tracing import (  # the `x-request-id` answered (gpuroute/tracing.py)
-    REQUEST_ID,
-    REQUEST_ID_HEADER,
-)
 
 # the model a request named, for the metrics of one refused before it was admitted
 MODEL_ASKED = web.RequestKey("gpuroute.model_asked", str)
-# the client's own `x-request-id` (kept beside the router's: clients' ids are not unique)
-CLIENT_REQUEST_ID = web.RequestKey("gpuroute.client_request_id", str)
-
-
-async def name_request(request: web.Request, response: web.StreamResponse) -> None:
-    """Every answer names its request (`x-request-id`), for `gpuroute explain` and support
-    tickets; an engine's own id header is replaced."""
-    request_id = request.get(REQUEST_ID)
-    if request_id is not None:
-        response.headers["x-request-id"] = request_id
-
-
-def new_request_id() -> str:
-    """Unguessable and unique across workers and replicas (a counter would tell anyone
-    who sees two ids how busy the router is)."""
-    return secrets.token_hex(8)
-
-
-def own_id(request: web.Request) -> str:
-    """The request's id: always the router's own, answered and logged (a client's id is
-    any tenant's to reuse, and `/admin/explain` would mix two tenants' requests under
-    it); the client's `x-request-id`, when it sent a usable one, kept as
-    `client_request_id`."""
-    given = request.get(REQUEST_ID)
-    if given is not None and request.headers.get(REQUEST_ID_HEADER) == given:
-        request[CLIENT_REQUEST_ID] = given
-    request[REQUEST_ID] = rid = new_request_id()
-    LOG_REQUEST_ID.set(rid)
-    return rid
 
 
 @dataclass(slots=True)
@@ -394,13 +360,6 @@ def claimed(request: web.Request, parsed: ParsedRequest, key: KeyPolicy) -> None
         check_fields(parsed.body, key.allow_body_fields)
     except RouterOnlyField as exc:
         raise Rejection(400, str(exc), param=exc.field, code="router_only_field") from None
-
-
-def named(request: web.Request, life: RequestLifetime) -> None:
-    """The id the request was let in under (a client's, suffixed when one in flight here
-    carries it already) is the one answered and logged."""
-    request[REQUEST_ID] = str(life.request_id)
-    LOG_REQUEST_ID.set(str(life.request_id))
 
 
 def ending_of(exc: BaseException) -> Event:

@@ -26,7 +26,7 @@ from gpuroute.router.core.region_summary import RegionSummary, summarise
 from gpuroute.router.core.retry import RetrySettings
 from gpuroute.router.decision_log import DecisionLog
 from gpuroute.router.forward import Forwarder
-from gpuroute.router.front import Front, name_request
+from gpuroute.router.front import Front
 from gpuroute.router.health_probes import HealthProbes
 from gpuroute.router.membership import Membership
 from gpuroute.router.model_config import model_routes
@@ -35,6 +35,7 @@ from gpuroute.router.quotas import Quotas
 from gpuroute.router.redis_client import open_redis
 from gpuroute.router.region_report import RegionReportService, start_region_server
 from gpuroute.router.registration import RouterRegistration, router_service
+from gpuroute.router.request_ids import name_request
 from gpuroute.router.residency_gate import ResidencyGate
 from gpuroute.router.responses_routes import add_responses_routes
 from gpuroute.router.responses_state import ResponsesState

@@ -1,0 +1,49 @@
+"""Each request's own id: the router's, unique per request (answered, logged, the base of
+each engine attempt's id), with the client's `x-request-id` kept beside it."""
+
+from __future__ import annotations
+
+import secrets
+
+from aiohttp import web
+from gpuroute.router.core.lifetime import RequestLifetime
+
+from gpuroute.request_context import REQUEST_ID as LOG_REQUEST_ID
+from gpuroute.tracing import REQUEST_ID, REQUEST_ID_HEADER
+
+# the client's own `x-request-id` (kept beside the router's: clients' ids are not unique)
+CLIENT_REQUEST_ID = web.RequestKey("gpuroute.client_request_id", str)
+
+
+async def name_request(request: web.Request, response: web.StreamResponse) -> None:
+    """Every answer names its request (`x-request-id`), for `gpuroute explain` and support
+    tickets; an engine's own id header is replaced."""
+    request_id = request.get(REQUEST_ID)
+    if request_id is not None:
+        response.headers["x-request-id"] = request_id
+
+
+def new_request_id() -> str:
+    """Unguessable and unique across workers and replicas (a counter would tell anyone
+    who sees two ids how busy the router is)."""
+    return secrets.token_hex(8)
+
+
+def own_id(request: web.Request) -> str:
+    """The request's id: always the router's own, answered and logged (a client's id is
+    any tenant's to reuse, and `/admin/explain` would mix two tenants' requests under
+    it); the client's `x-request-id`, when it sent a usable one, kept as
+    `client_request_id`."""
+    given = request.get(REQUEST_ID)
+    if given is not None and request.headers.get(REQUEST_ID_HEADER) == given:
+        request[CLIENT_REQUEST_ID] = given
+    request[REQUEST_ID] = rid = new_request_id()
+    LOG_REQUEST_ID.set(rid)
+    return rid
+
+
+def named(request: web.Request, life: RequestLifetime) -> None:
+    """The id the request was let in under (its own, suffixed in the unlikely case one in
+    flight here carries it already) is the one answered and logged."""
+    request[REQUEST_ID] = str(life.request_id)
+    LOG_REQUEST_ID.set(str(life.request_id))
