@@ -10,6 +10,7 @@ comes in at once."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,7 +54,11 @@ class Member:
 def members_from_entries(
     entries: Iterable[Mapping[str, Any]], known_gpus: Iterable[str]
 ) -> tuple[dict[str, Member], list[str]]:
-    """Parse /v1/health/service entries; entries gpuroute cannot use are reported, not kept."""
+    """Parse /v1/health/service entries; entries gpuroute cannot use are reported, not kept.
+    An ID registered on two nodes is neither: a `service:write` token could register a real
+    agent's ID on its own node to borrow that agent's proven load stream."""
+    entries = list(entries)
+    seen = Counter((e.get("Service") or {}).get("ID") or "" for e in entries)
     gpus = set(known_gpus)
     members: dict[str, Member] = {}
     problems: list[str] = []
@@ -68,6 +73,10 @@ def members_from_entries(
         models = tuple(m for m in (meta.get("models") or "").split(",") if m)
         if not sid or not address or not port:
             problems.append(f"entry without ID, address or port: {sid or '?'}")
+            continue
+        if seen[sid] > 1:  # said once for all its entries
+            twice = f"{sid}: registered {seen[sid]} times (on several nodes): none kept"
+            problems += [twice] if twice not in problems else []
             continue
         if gpu not in gpus or not models:
             problems.append(f"{sid}: unknown gpu_model {gpu!r} or no models in Meta")

@@ -39,3 +39,16 @@ def test_meta_is_validated() -> None:
     assert set(members) == {"tls"}
     assert members["tls"].url == "https://10.0.0.2:8000"
     assert len(problems) == 3 and all("Meta" in p for p in problems)
+
+
+def test_an_id_registered_on_two_nodes_is_kept_on_neither() -> None:
+    """A `service:write` token registers a real agent's service ID on its own node, with
+    its own engine's address: it would pass the load stream's backend check (the real
+    agent's reports name that ID) and displace the real entry. Neither is kept."""
+    real = entry("engine-host-1")
+    forged = entry("engine-host-1")
+    forged["Node"] = {"Node": "attacker", "Address": "10.6.6.6"}
+    forged["Service"]["Address"] = "10.6.6.6"
+    members, problems = members_from_entries([real, forged, entry("other")], ["H100"])
+    assert set(members) == {"other"}
+    assert problems == ["engine-host-1: registered 2 times (on several nodes): none kept"]

@@ -96,3 +96,10 @@ def test_the_summary_names_each_skipped_test_and_why(pytester, monkeypatch) -> N
     )
     monkeypatch.setenv("GPUROUTE_REQUIRE_COMPONENTS", "1")
     pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(failed=1)
+
+
+def test_no_two_test_modules_share_a_basename() -> None:
+    """The test folders are not packages: pytest imports each module by its basename, and
+    a second module of the same name stops the whole run at collection."""
+    names = [p.name for p in (REPO / "tests").rglob("test_*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
