@@ -13,12 +13,14 @@ from aiohttp import web
 
 from gpuroute.access_log import AccessLog, AccessLogConfig, ms
 from gpuroute.relay import cancelled_status
-from gpuroute.request_context import REQUEST_ID
+from gpuroute.tracing import CLIENT_REQUEST_ID, REQUEST_ID
 
 # who the request is and what it asked for, as the forwarding code read them
 ASKED = web.RequestKey("gpuroute.global_asked", tuple)
 ARRIVED_AT = web.RequestKey("gpuroute.global_arrived_at", float)
 PREPARED_AT = web.RequestKey("gpuroute.global_prepared_at", float)
+# the `x-request-id` of the regional router's answer (its own id for the request), as it came
+ROUTER_REQUEST_ID = web.RequestKey("gpuroute.global_router_request_id", str)
 REGION_HEADER = "x-gpuroute-region"
 # a router's id (hex); anything else in the header is not written into a log line
 SAFE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
@@ -77,18 +79,21 @@ def fields(
     elapsed: float,
     rate: float,
 ) -> dict[str, Any]:
-    """The line: the request's id is the one the regional router gave it (its answer's
-    `x-request-id`), or the one this tier holds for it (gpuroute/request_context.py)."""
+    """The line: the request's id is this tier's own (the one answered), beside the
+    client's `x-request-id` and the id the regional router gave it (read from the router's
+    answer, not ours: ours carries our id once its headers are out)."""
     tenant, model = request.get(ASKED, (None, None))
     headers = response.headers if response is not None else {}
-    given = headers.get("x-request-id", "")
+    router_id = request.get(ROUTER_REQUEST_ID, "")
     prepared, arrival = request.get(PREPARED_AT), request.get(ARRIVED_AT)
     if prepared is not None and arrival is not None:
         first: float | None = prepared - arrival
     else:  # a whole answer goes out as the handler returns it (none: no first byte)
         first = None if response is None else elapsed
     return {
-        "request_id": given if SAFE_ID.fullmatch(given) else REQUEST_ID.get(),
+        "request_id": request.get(REQUEST_ID),
+        "client_request_id": request.get(CLIENT_REQUEST_ID),
+        "router_request_id": router_id if SAFE_ID.fullmatch(router_id) else None,
         "route": request.path,
         "status": status,
         "tenant": tenant,

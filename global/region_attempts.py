@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import orjson
 from aiohttp import web
+from gpuroute.global_.access import ROUTER_REQUEST_ID
 from gpuroute.global_.config import GlobalConfig
 from gpuroute.global_.core.policy import GlobalDecision, GlobalPolicy, GlobalRequest
 from gpuroute.global_.core.region_health import region_failed
@@ -41,7 +42,7 @@ from gpuroute.relay import (
 from gpuroute.relay_strip import StrippingTally, usage_asked
 from gpuroute.residency_decision import HEADER as DECISION_HEADER
 from gpuroute.residency_decision import sign
-from gpuroute.tracing import onward
+from gpuroute.tracing import REQUEST_ID_HEADER, onward
 from gpuroute.upstream import UpstreamPool, UpstreamResponse
 
 log = logging.getLogger("gpuroute.global")
@@ -115,6 +116,8 @@ class RegionAttempts:
                     continue
             reason = fwd.decision.reason if attempt == 0 else "failover"
             self.metrics.requests.labels(region, reason).inc()
+            if (router_id := upstream.headers.get(REQUEST_ID_HEADER)) is not None:
+                request[ROUTER_REQUEST_ID] = router_id  # for the access line (global/access.py)
             if whole is not None:
                 return self._whole(upstream, region, whole)
             return await self._relay(fwd, upstream, region)

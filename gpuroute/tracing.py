@@ -3,8 +3,10 @@
 
 What a client sends is read, never trusted as it came:
 
-- `x-request-id` is kept when it is 1-128 characters of `[A-Za-z0-9._:-]`, else replaced by a
-  fresh random id (never echoed raw: it goes into answers, logs and the next hop's headers);
+- `x-request-id` is never the request's id: each tier gives every request an id of its own
+  (random, unique: a client's id is any tenant's to reuse), answered, logged and sent to the
+  next hop. A client's id is kept beside it (`client_request_id`, in the access line) when it
+  is 1-128 characters of `[A-Za-z0-9._:-]`, else dropped (never echoed or logged raw);
 - `traceparent` is kept only as version 00 with a non-zero 32-hex trace id and 16-hex span id;
   anything else is replaced by a new trace (its `tracestate` dropped with it).
 
@@ -36,7 +38,9 @@ SAFE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 TRACESTATE = re.compile(r"[\x21-\x2b\x2d-\x3c\x3e-\x7e]+=[\x20-\x2b\x2d-\x3c\x3e-\x7e]*")
 UNTRACED = ("/healthz", "/readyz", "/metrics", "/admin/")
-REQUEST_ID = web.RequestKey("gpuroute.request_id", str)  # the `x-request-id` answered
+REQUEST_ID = web.RequestKey("gpuroute.request_id", str)  # this tier's own, answered
+# the client's own `x-request-id`, when safe to log (kept beside ours: clients' are not unique)
+CLIENT_REQUEST_ID = web.RequestKey("gpuroute.client_request_id", str)
 ONWARD = web.RequestKey("gpuroute.trace_onward", dict)  # validated trace headers that came
 TRACING = web.AppKey("gpuroute.tracing", object)  # the app's Tracing (tests read its spans)
 TRACER: ContextVar[trace.Tracer | None] = ContextVar("gpuroute_tracer", default=None)
@@ -51,11 +55,18 @@ class TracingConfig(StrictModel):
     service_name: str | None = Field(default=None, min_length=1, max_length=100)
 
 
-def request_id(value: str | None) -> str:
-    """A client's id when it is safe to repeat, else a fresh one (16 hex digits)."""
-    if value is not None and SAFE_ID.fullmatch(value):
-        return value
+def new_request_id() -> str:
+    """Unguessable and unique across tiers, workers and replicas (16 hex digits; a counter
+    would tell anyone who sees two ids how busy the tier is)."""
     return secrets.token_hex(8)
+
+
+def client_request_id(values: list[str]) -> str | None:
+    """The client's `x-request-id` (every copy of the header that came) when it sent one
+    that is safe to write into a log line, else None."""
+    if len(values) == 1 and SAFE_ID.fullmatch(values[0]):
+        return values[0]
+    return None
 
 
 def engine_request_id(request_id: str | int, attempt: int) -> str:
@@ -113,7 +124,7 @@ def onward(request: web.Request, attempt: int | None = None) -> dict[str, str]:
     if TRACER.get() is not None:
         out.pop("tracestate", None)
         W3C.inject(out)  # the current span; nothing when none is current
-    rid = request.get(REQUEST_ID) or request_id(None)
+    rid = request.get(REQUEST_ID) or new_request_id()
     out[REQUEST_ID_HEADER] = rid if attempt is None else engine_request_id(rid, attempt)
     return out
 
@@ -165,13 +176,16 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def middleware(tracing: Tracing) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
-    """Every request's id decided and its trace context validated; a request span (SERVER,
-    child of the client's context) around the handler where tracing is on."""
+    """Every request's own id given (on every route: the client's kept beside it) and its
+    trace context validated; a request span (SERVER, child of the client's context) around
+    the handler where tracing is on."""
 
     @web.middleware
     async def traced(request: web.Request, handler: Handler) -> web.StreamResponse:
-        ids = request.headers.getall(REQUEST_ID_HEADER, [])
-        rid = request[REQUEST_ID] = request_id(ids[0] if len(ids) == 1 else None)
+        given = client_request_id(request.headers.getall(REQUEST_ID_HEADER, []))
+        if given is not None:
+            request[CLIENT_REQUEST_ID] = given
+        rid = request[REQUEST_ID] = new_request_id()
         came, adopted = incoming(lambda name: request.headers.getall(name, []))
         request[ONWARD] = came
         tracer = tracing.tracer

@@ -3,16 +3,13 @@ each engine attempt's id), with the client's `x-request-id` kept beside it."""
 
 from __future__ import annotations
 
-import secrets
-
 from aiohttp import web
 from gpuroute.router.core.lifetime import RequestLifetime
 
 from gpuroute.request_context import REQUEST_ID as LOG_REQUEST_ID
-from gpuroute.tracing import REQUEST_ID, REQUEST_ID_HEADER
+from gpuroute.tracing import CLIENT_REQUEST_ID, REQUEST_ID, new_request_id
 
-# the client's own `x-request-id` (kept beside the router's: clients' ids are not unique)
-CLIENT_REQUEST_ID = web.RequestKey("gpuroute.client_request_id", str)
+__all__ = ["CLIENT_REQUEST_ID", "name_request", "named", "new_request_id", "own_id"]
 
 
 async def name_request(request: web.Request, response: web.StreamResponse) -> None:
@@ -23,21 +20,15 @@ async def name_request(request: web.Request, response: web.StreamResponse) -> No
         response.headers["x-request-id"] = request_id
 
 
-def new_request_id() -> str:
-    """Unguessable and unique across workers and replicas (a counter would tell anyone
-    who sees two ids how busy the router is)."""
-    return secrets.token_hex(8)
-
-
 def own_id(request: web.Request) -> str:
     """The request's id: always the router's own, answered and logged (a client's id is
     any tenant's to reuse, and `/admin/explain` would mix two tenants' requests under
-    it); the client's `x-request-id`, when it sent a usable one, kept as
-    `client_request_id`."""
-    given = request.get(REQUEST_ID)
-    if given is not None and request.headers.get(REQUEST_ID_HEADER) == given:
-        request[CLIENT_REQUEST_ID] = given
-    request[REQUEST_ID] = rid = new_request_id()
+    it). The tracing middleware gives it on every route (gpuroute/tracing.py), keeping the
+    client's `x-request-id`, when it sent a usable one, as `client_request_id`; one is made
+    here for a request that came another way."""
+    rid = request.get(REQUEST_ID)
+    if rid is None:
+        rid = request[REQUEST_ID] = new_request_id()
     LOG_REQUEST_ID.set(rid)
     return rid
 

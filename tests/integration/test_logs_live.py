@@ -166,17 +166,21 @@ async def test_global_tier_writes_an_access_line_with_the_regions_request_id(
 ) -> None:
     async with scripted_backend(region_router) as region:
         async with global_tier(tmp_path, region) as (url, _), aiohttp.ClientSession() as s:
-            async with s.post(url + "/v1/chat/completions", json=chat_body()) as r:
+            headers = {"x-request-id": "client-9"}
+            async with s.post(url + "/v1/chat/completions", json=chat_body(), headers=headers) as r:
                 assert r.status == 200
+                passed_id = r.headers["x-request-id"]  # the global tier's own (tracing.py)
             async with s.post(url + "/v1/chat/completions", data=b"{not json") as r:
                 assert r.status == 400
                 refused_id = r.headers["x-request-id"]  # the global tier's own (tracing.py)
     access = [line for line in records(captured) if line["logger"] == "gpuroute.access"]
     ok, bad = access
-    assert ok["request_id"] == "00aa11bb22cc33dd" and ok["region"] == "eu-west"
+    assert (ok["request_id"], ok["client_request_id"]) == (passed_id, "client-9")
+    assert ok["router_request_id"] == "00aa11bb22cc33dd" and ok["region"] == "eu-west"
     assert (ok["status"], ok["model"], ok["route"]) == (200, MODEL, "/v1/chat/completions")
     assert 0 < ok["ttft_ms"] <= ok["duration_ms"] and ok["sample_rate"] == 1.0
     assert bad["status"] == 400 and bad["request_id"] == refused_id and bad["region"] is None
+    assert bad["router_request_id"] is None and bad["client_request_id"] is None
 
 
 @pytest.mark.asyncio

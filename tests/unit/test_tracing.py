@@ -13,15 +13,17 @@ from hypothesis import strategies as st
 
 from gpuroute.request_context import REQUEST_ID as LOG_REQUEST_ID
 from gpuroute.tracing import (
+    CLIENT_REQUEST_ID,
     ONWARD,
     REQUEST_ID,
     TRACER,
     Tracing,
     TracingConfig,
+    client_request_id,
     engine_request_id,
     incoming,
     middleware,
-    request_id,
+    new_request_id,
     valid_traceparent,
     valid_tracestate,
 )
@@ -29,16 +31,20 @@ from gpuroute.tracing import (
 GOOD = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
-def test_a_safe_request_id_is_kept_anything_else_replaced() -> None:
+def test_a_safe_client_id_is_kept_beside_ours_anything_else_dropped() -> None:
     for ok in ("a", "req-1", "A.b_c:d-e", "x" * 128):
-        assert request_id(ok) == ok
-    for bad in (None, "", "x" * 129, "a b", "a\r\nb", "ïd", "a/b", "a%0d"):
-        assert re.fullmatch(r"[0-9a-f]{16}", request_id(bad))
+        assert client_request_id([ok]) == ok
+    for bad in ("", "x" * 129, "a b", "a\r\nb", "ïd", "a/b", "a%0d"):
+        assert client_request_id([bad]) is None
+    assert client_request_id([]) is None and client_request_id(["a", "b"]) is None
+    ids = {new_request_id() for _ in range(100)}
+    assert len(ids) == 100 and all(re.fullmatch(r"[0-9a-f]{16}", i) for i in ids)
 
 
 @given(st.text(max_size=200))
-def test_whatever_comes_the_id_is_safe_to_repeat(text: str) -> None:
-    assert re.fullmatch(r"[A-Za-z0-9._:-]{1,128}", request_id(text))
+def test_whatever_comes_the_kept_id_is_safe_to_log(text: str) -> None:
+    kept = client_request_id([text])
+    assert kept is None or re.fullmatch(r"[A-Za-z0-9._:-]{1,128}", kept)
 
 
 def test_an_engine_id_is_unique_per_attempt() -> None:
@@ -86,7 +92,7 @@ async def test_the_middleware_names_the_request_and_its_log_lines_without_spans(
     async def handler(request: web.Request) -> web.Response:
         seen.update(
             rid=request[REQUEST_ID], log=LOG_REQUEST_ID.get(), tracer=TRACER.get(),
-            onward=request[ONWARD],
+            onward=request[ONWARD], client=request[CLIENT_REQUEST_ID],
         )  # fmt: skip
         return web.Response()
 
@@ -97,7 +103,9 @@ async def test_the_middleware_names_the_request_and_its_log_lines_without_spans(
         "POST", "/v1/chat/completions", headers={"x-request-id": "abc", "traceparent": GOOD}
     )
     await middleware(tracing)(request, handler)
-    assert seen == {"rid": "abc", "log": "abc", "tracer": None, "onward": {"traceparent": GOOD}}
+    rid = seen.pop("rid")  # its own, never the client's (which is any tenant's to reuse)
+    assert re.fullmatch(r"[0-9a-f]{16}", rid)
+    assert seen == {"log": rid, "tracer": None, "onward": {"traceparent": GOOD}, "client": "abc"}
     assert LOG_REQUEST_ID.get() is None  # reset after the request
 
 
