@@ -15,7 +15,7 @@ import logging
 from typing import TYPE_CHECKING
 
 import redis.asyncio as aioredis
-from gpuroute.router.auth_config import ApiKeyConfig
+from gpuroute.router.auth_config import ApiKeyConfig, key_problem
 from gpuroute.router.quotas import Quotas
 from gpuroute.router.redis_client import REDIS_ERRORS
 
@@ -39,6 +39,7 @@ class KeyStore:
         self.added: dict[str, ApiKeyConfig] = {}
         self.revoked: set[str] = set()
         self.version: int | None = None
+        self.skipped: set[tuple[str, tuple[str, str]]] = set()  # (digest, problem) logged
         self._task: asyncio.Task | None = None
 
     def effective(self) -> list[ApiKeyConfig]:
@@ -107,11 +108,32 @@ class KeyStore:
             return False
         added = await self.redis.hgetall(self.added_key)
         revoked = await self.redis.smembers(self.revoked_key)
-        self.added = {_text(d): ApiKeyConfig.model_validate_json(v) for d, v in added.items()}
+        self.added = self._usable(added)
         self.revoked = {_text(d) for d in revoked}
         self.version = version
         self.apply()
         return True
+
+    def _usable(self, added: dict) -> dict[str, ApiKeyConfig]:
+        """The added keys from Redis that this router can use (`key_problem`: another
+        replica, or an older config, may have taken one that names a class or priority
+        unknown here). One that is not is skipped, and logged once, rather than failing the
+        sync: a failed sync keeps the last set, so revocations would stop arriving."""
+        usable: dict[str, ApiKeyConfig] = {}
+        for digest, value in added.items():
+            digest = _text(digest)
+            try:
+                key = ApiKeyConfig.model_validate_json(value)
+                problem = key_problem(key, *self.router.config.key_context())
+            except ValueError as exc:  # pydantic's ValidationError is one
+                problem = ("sha256", f"unreadable ({str(exc).splitlines()[0]})")
+            if problem is None:
+                usable[digest] = key
+            elif (digest, problem) not in self.skipped:
+                self.skipped.add((digest, problem))
+                field, why = problem
+                log.warning("admin key %s... from Redis skipped: %s: %s", digest[:12], field, why)
+        return usable
 
     async def start(self) -> None:
         """First sync before serving where Redis answers, then the poll loop."""

@@ -3,7 +3,8 @@
 Engines read some request fields as the operator's, not the tenant's: a client who sets
 them steers the engine past the router. Each is listed with why; a key may be allowed
 some (`[[auth.keys]] allow_body_fields`, and `[auth.anonymous]`'s). Only the top level of a
-JSON body is read: that is where vLLM and SGLang read them.
+JSON body is read: that is where vLLM and SGLang read them; and an audio upload's form
+fields (vLLM's transcription request declares `vllm_xargs`).
 
 Not listed, on purpose: fields a client may set to the same effect as the router does,
 such as those a continuation writes into the body it sends on (`return_token_ids`,
@@ -33,6 +34,9 @@ ROUTER_ONLY: Mapping[str, str] = {
     "disagg_prefill_dp_rank": "SGLang: which prefill worker holds the KV cache",
     "custom_logit_processor": "SGLang: serialized code the engine runs",
     "extra_key": "SGLang: partitions the prefix cache, as cache_salt",
+    "lora_path": "SGLang: picks a LoRA adapter per request, past the key's model allow-list",
+    "session_params": "SGLang: continues an engine-side session, named by its id",
+    "input_ids": "SGLang: token ids that replace the prompt the router read and charged",
 }
 
 

@@ -211,9 +211,18 @@ class Front:
 
     async def admit_other(self, request: web.Request) -> Admitted:
         """An allow-listed passthrough request: key, body, quota and queue as above (its
-        tokens estimated from the body's size, since its shape is not ours to parse)."""
+        tokens estimated from the body's size, since its shape is not ours to parse). A key
+        limited to some models is refused (403): the path goes to a backend of any model."""
         request_id = own_id(request)
         headers, key, raw = await self._read(request)
+        if key.models is not None:  # the path reaches engines of any model: no way to hold it
+            listed = ", ".join(f"`{clip(m)}`" for m in sorted(key.models))
+            raise Rejection(
+                403,
+                "passthrough paths reach engines of every model; this key is limited to "
+                f"models {listed}",
+                code="model_not_allowed",
+            )
         priority = self.config.admission.default_priority
         info = RequestInfo(request_id, "", max(1, len(raw) // 4), priority=priority)
         info.tenant, info.client_request_id = key.tenant, request.get(CLIENT_REQUEST_ID)
@@ -352,12 +361,13 @@ class Front:
 
 def claimed(request: web.Request, parsed: ParsedRequest, key: KeyPolicy) -> None:
     """The request's tenant and its client's id named (in its every event); a body field
-    only the router may set (router/body_fields.py) refused (400, naming it) unless the
-    key may send it."""
+    (or an audio upload's form field) only the router may set (router/body_fields.py)
+    refused (400, naming it) unless the key may send it."""
     parsed.info.tenant = key.tenant
     parsed.info.client_request_id = request.get(CLIENT_REQUEST_ID)
     try:
-        check_fields(parsed.body, key.allow_body_fields)
+        fields = parsed.body if parsed.form is None else parsed.form
+        check_fields(fields, key.allow_body_fields)
     except RouterOnlyField as exc:
         raise Rejection(400, str(exc), param=exc.field, code="router_only_field") from None
 

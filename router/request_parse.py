@@ -50,6 +50,7 @@ class ParsedRequest:
     audio_s: float | None = None  # an audio upload's duration: what it is metered in
     body: dict | None = None  # the JSON body as parsed (None: an audio upload's form)
     edited: bool = False  # `body` no longer says what the raw bytes say (it is sent instead)
+    form: Mapping[str, tuple[str, ...]] | None = None  # an audio upload's other form fields
 
 
 def parse_request(
@@ -74,10 +75,11 @@ def parse_request(
     if api is None:
         raise RequestError(404, f"no API at {clip(path)}", code="not_found")
     if api.read is None:
-        model, summary, body, audio_s = _audio_body(raw, content_type)
+        model, summary, audio_s, form = _audio_body(raw, content_type)
+        body = None
     else:
         model, summary, body = _json_body(api, raw, body)
-        audio_s = None
+        audio_s, form = None, None
     priority = headers.get(PRIORITY_HEADER, default_priority).strip().lower()
     if priority not in priorities:
         raise RequestError(
@@ -99,7 +101,9 @@ def parse_request(
         priority=priority,
         holds=api.holds,
     )
-    return ParsedRequest(info, summary.stream, deadline_s, summary.outputs, api, audio_s, body)
+    return ParsedRequest(
+        info, summary.stream, deadline_s, summary.outputs, api, audio_s, body, form=form
+    )
 
 
 def _json_body(api: Api, raw: bytes, body: dict | None) -> tuple[str, BodySummary, dict]:
@@ -114,16 +118,19 @@ def _json_body(api: Api, raw: bytes, body: dict | None) -> tuple[str, BodySummar
         raise RequestError(400, exc.message, param=exc.param) from None
 
 
-def _audio_body(raw: bytes, content_type: str | None) -> tuple[str, BodySummary, None, float]:
-    """A transcription or translation upload: its model, and its cost from the audio's
-    duration as a decoder plays it (gpuroute/audio_duration.py)."""
+def _audio_body(
+    raw: bytes, content_type: str | None
+) -> tuple[str, BodySummary, float, Mapping[str, tuple[str, ...]]]:
+    """A transcription or translation upload: its model, its cost from the audio's
+    duration as a decoder plays it (gpuroute/audio_duration.py), and the form's fields
+    beyond those read here (the engine reads them: router/body_fields.py checks them)."""
     try:
         form = parse_audio_form(raw, content_type or "")
         seconds = audio_duration_s(form.file, form.filename, form.file_content_type)
     except AudioError as exc:
         raise RequestError(400, exc.message, param=exc.param) from None
     summary = BodySummary("", audio_tokens(seconds), transcript_tokens(seconds), form.stream, 1)
-    return form.model, summary, None, seconds
+    return form.model, summary, seconds, form.extra
 
 
 def audio_charge(seconds: float) -> int:

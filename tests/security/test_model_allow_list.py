@@ -193,3 +193,35 @@ async def test_the_global_tier_holds_a_tenants_models_and_lists_only_those(tmp_p
     assert anthropic == (403, "permission_error")
     assert served == 200 and sum(tiers.served_in().values()) == 1  # the refused ones: nowhere
     assert listed == {"acme": [MODEL], "acme-eu": sorted([MODEL, "big"])}
+
+
+async def test_a_key_limited_to_models_may_not_use_passthrough_paths(tmp_path) -> None:
+    """A passthrough path goes to a ready backend of any model: a key (or the anonymous
+    tenant) limited to some models is refused there (403), before any engine is reached;
+    a key without a list passes."""
+    cheap, big = RecordingEngine(), RecordingEngine()
+    top = 'passthrough_paths = ["/v1/load_lora_adapter"]\n'
+    body = json.dumps({"lora_name": "x", "lora_path": "/tmp/x"})
+    async with scripted_backend(cheap) as cheap_url, scripted_backend(big) as big_url:
+        text = top + fleet(cheap_url, big_url)
+        async with router_server(text, tmp_path) as server, aiohttp.ClientSession() as s:
+            url = f"http://127.0.0.1:{server.port}/v1/load_lora_adapter"
+            async with s.post(url, data=body, headers=AUTH) as r:
+                refused = (r.status, (await r.json())["error"])
+            assert cheap.seen == big.seen == []
+            other = {**AUTH, "Authorization": f"Bearer {OTHER}"}
+            async with s.post(url, data=body, headers=other) as r:
+                passed = r.status
+        anonymous = '[auth.anonymous]\nmodels = ["cheap"]\n'
+        text = f"{top}[listen]\nport = 0\n[admin_listen]\nport = 0\n{anonymous}"
+        text += f'[[backends]]\nurl = "{cheap_url}"\ngpu = "L4"\nmodels = ["cheap"]\n'
+        async with router_server(text, tmp_path) as server, aiohttp.ClientSession() as s:
+            url = f"http://127.0.0.1:{server.port}/v1/load_lora_adapter"
+            async with s.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+                keyless = (r.status, (await r.json())["error"]["code"])
+    assert refused[0] == 403 and refused[1]["code"] == "model_not_allowed"
+    assert "passthrough paths reach engines of every model" in refused[1]["message"]
+    assert "`cheap-latest`, `m@v1`" in refused[1]["message"]
+    assert passed == 200
+    assert keyless == (403, "model_not_allowed")
+    assert len(cheap.seen) + len(big.seen) == 1  # OTHER's only
