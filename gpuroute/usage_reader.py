@@ -15,16 +15,32 @@ import ijson
 import orjson
 
 USAGE_KEY = b'"usage"'
+USAGE_NULL = b'"usage":null'  # what SGLang sends in every chunk (and vLLM's response.created)
+USAGE_NULLS = re.compile(rb'"usage"\s*:\s*null')  # the same, spaced
 # A partial SSE event held whole up to this many bytes; a longer one (a Responses
 # `response.completed` carrying a long answer) is parsed as it comes instead. The same for
 # a whole answer (a large embeddings batch, the prompt logprobs of a long prompt).
 EVENT_HOLD = WHOLE_HOLD = 1 << 20
-EVENT_END = re.compile(rb"\r?\n\r?\n")
+# a blank line, its lines ended with LF or CRLF (a CRLF's \r stays with the event before:
+# a line's end to its data, whitespace to its JSON); led by "\n", which the regex engine
+# finds as fast as bytes.find, where a leading optional "\r" has it try every byte
+EVENT_END = re.compile(rb"\n\r?\n")
+# a separator ends in a new chunk with at most this many of its bytes before it: "\n\r\n"
+STRADDLE = 2
 # where an event's usage sits: chat/completions chunks and Messages' message_delta,
 # the Responses API's response.completed, Messages' message_start
 EVENT_USAGE_PATHS = ("usage", "response.usage", "message.usage")
 JSON_USAGE_PATHS = ("usage",)  # every whole answer: top level
 PARSE_ERRORS = (ijson.JSONError, ijson.IncompleteJSONError, UnicodeDecodeError)
+
+
+def names_usage(data: bytes) -> bool:
+    """Whether `data` may hold a usage object: it names `"usage"` other than as null (JSON
+    has no other place for those bytes than a key, or a value that no colon follows)."""
+    named = data.count(USAGE_KEY)
+    if not named:
+        return False
+    return named != data.count(USAGE_NULL) and named != len(USAGE_NULLS.findall(data))
 
 
 def _count(usage: dict[str, Any], *names: str) -> int | None:
@@ -82,7 +98,10 @@ class UsageReader:
     WHOLE_HOLD bytes is kept and parsed once, when its usage is asked for (orjson: what
     nearly every answer is); a longer one is parsed as it comes (ijson), in bounded memory."""
 
-    __slots__ = ("_event", "_held", "_json", "_kept", "_partial", "_read_at", "_sse", "_usage")
+    __slots__ = (
+        "_event", "_held", "_json", "_kept", "_partial", "_partial_size", "_read_at", "_sse",
+        "_usage",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self._usage: dict[str, Any] | None = None
@@ -91,7 +110,10 @@ class UsageReader:
         self._held = 0  # their bytes
         self._read_at = -1  # how many of them `usage` has read
         self._json: _StreamParse | None = None  # a long whole answer, while it parses
-        self._partial = b""  # an SSE event not ended yet
+        # an SSE event not ended yet, in the chunks it came in (joined once it ends: a long
+        # event in small chunks is not copied again with each one)
+        self._partial: list[bytes] = []
+        self._partial_size = 0
         self._event: _StreamParse | None = None  # an SSE event too long to hold, parsing
 
     @property
@@ -108,7 +130,7 @@ class UsageReader:
                 self._partial
                 or self._event is not None
                 or not chunk.endswith(b"\n\n")
-                or (USAGE_KEY in chunk)
+                or names_usage(chunk)
             ):
                 self._feed_events(chunk)
         elif self._kept is not None:
@@ -158,23 +180,43 @@ class UsageReader:
             chunk = self._feed_long_event(chunk)
             if not chunk:
                 return
-        data = self._partial + chunk if self._partial else chunk
-        cut, gap = data.rfind(b"\n\n"), 2
-        if cut < 0 and b"\r" in data:
-            cut, gap = data.rfind(b"\n\r\n"), 3
-        if cut < 0:
-            whole, rest = b"", data
-        else:
-            whole, rest = data[:cut], data[cut + gap :]
+        tail = self._tail()  # where a separator may begin before `chunk`
+        end = _last_end(tail + chunk if tail else chunk)
+        if end < 0:  # the event goes on: only this chunk was searched
+            self._hold(chunk)
+            return
+        end -= len(tail)  # where it ends in `chunk` (< 0: in the held part)
+        data = b"".join([*self._partial, chunk]) if self._partial else chunk
+        ends_at = len(data) - len(chunk) + end
+        whole, rest = data[:ends_at], data[ends_at:]
+        self._partial, self._partial_size = [], 0
         if USAGE_KEY in whole:
             for event in EVENT_END.split(whole):
-                if USAGE_KEY in event:
+                if names_usage(event):
                     self._read_event(event)
-        if len(rest) > EVENT_HOLD:
-            self._partial = b""
-            self._start_long_event(rest)
-        else:
-            self._partial = rest
+        if rest:
+            self._hold(rest)
+
+    def _tail(self) -> bytes:
+        """The held event's last STRADDLE bytes (it holds no whole separator)."""
+        if not self._partial:
+            return b""
+        tail = self._partial[-1][-STRADDLE:]
+        if len(tail) < STRADDLE and len(self._partial) > 1:
+            tail = b"".join(self._partial[-STRADDLE:])[-STRADDLE:]
+        return tail
+
+    def _hold(self, part: bytes) -> None:
+        """`part` of an event not ended yet kept; an event past EVENT_HOLD bytes parsed
+        from here on as it comes instead."""
+        if not part:
+            return
+        self._partial.append(part)
+        self._partial_size += len(part)
+        if self._partial_size > EVENT_HOLD:
+            held = b"".join(self._partial)
+            self._partial, self._partial_size = [], 0
+            self._start_long_event(held)
 
     def _read_event(self, event: bytes) -> None:
         """An event's usage, read from its `data` lines."""
@@ -204,12 +246,14 @@ class UsageReader:
         """Feed the long event what of `chunk` is its; what follows its end is returned.
         Its trailing newlines wait in `_partial` (its end may span two chunks)."""
         assert self._event is not None
-        if self._partial:
-            chunk, self._partial = self._partial + chunk, b""
+        if self._partial:  # (its trailing newlines, a few bytes)
+            chunk = b"".join([*self._partial, chunk])
+            self._partial, self._partial_size = [], 0
         end = EVENT_END.search(chunk)
         if end is None:
             part, rest = chunk.rstrip(b"\r\n"), b""
-            self._partial = chunk[len(part) :]
+            if len(chunk) > len(part):
+                self._partial, self._partial_size = [chunk[len(part) :]], len(chunk) - len(part)
         else:
             part, rest = chunk[: end.start()], chunk[end.end() :]
         event = self._event
@@ -228,6 +272,15 @@ class UsageReader:
     def _merge(self, usage: dict[str, Any]) -> None:
         fields = {k: v for k, v in usage.items() if v is not None}
         self._usage = fields if self._usage is None else self._usage | fields
+
+
+def _last_end(data: bytes) -> int:
+    """Where the last event separator in `data` ends (a blank line: `\n\n`, its lines
+    ended with CRLF or LF alike), or -1."""
+    end = data.rfind(b"\n\n") + 2
+    if b"\r" in data:
+        end = max(end, data.rfind(b"\n\r\n") + 3)
+    return end if end > 1 else -1
 
 
 def event_data(event: bytes) -> bytes:

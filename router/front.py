@@ -301,7 +301,7 @@ class Front:
                 asked = admitted.parsed.info.prompt_tokens if prompt is None else prompt
                 self.autoscaler.served(model, asked, answer.output_tokens())  # its mean request
         if key.tokens_per_minute is None or (api is not None and not api.charges):
-            return  # read no usage where no quota needs it (the relay's hot path)
+            return  # no token quota to settle (its usage, read above, is counted)
         used = 0 if answer is None else self._used(admitted, answer)
         if used is not None:
             self.tenants.settle(key, used - admitted.charged_tokens)
