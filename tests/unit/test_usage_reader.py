@@ -192,3 +192,16 @@ def test_a_long_answer_is_parsed_as_it_comes_and_a_short_one_when_asked() -> Non
     assert reader._kept is not None and reader.usage == {"prompt_tokens": 7}
     reader = fed(chunks)
     assert reader._kept is None and reader.usage == {"prompt_tokens": 7}
+
+
+def test_a_long_string_parses_in_batches_and_a_cut_answer_gives_what_came() -> None:
+    """Past the hold, bytes reach the parser in batches (a long string in 4 KB sends cost
+    its length squared); usage asked for mid-batch is read from what came."""
+    usage = {"input_tokens": 5, "output_tokens": 9}
+    long = "y" * (EVENT_HOLD + 50_000)  # its usage comes after the first batch
+    event = sse({"response": {"output": long, "usage": usage, "more": long}})
+    whole = orjson.dumps({"pad": long, "usage": usage, "more": long})
+    for body in (event, whole):
+        at = body.index(b'"usage"') + 100  # cut short, its usage just past the hold
+        assert fed(cut(body[:at], list(range(0, at, 4096)))).usage == usage
+        assert fed(cut(body, list(range(0, len(body), 4096)))).usage == usage
