@@ -200,9 +200,11 @@ class RegionAttempts:
         response = RelayedResponse(status=upstream.status)
         response.headers.update(forward_headers(upstream.headers.items(), RESPONSE_DROP))
         response.headers[REGION_HEADER] = region
-        tally = ResponseTally()
+        tally = ResponseTally(read_usage=False)  # the regions' routers settle usage, not this tier
         if fwd.continuable:  # held in whole events: a region's error event breaks it
-            tally = StrippingTally(usage=fwd.strip_usage, token_ids=fwd.strip_token_ids)
+            tally = StrippingTally(
+                usage=fwd.strip_usage, token_ids=fwd.strip_token_ids, read_usage=False
+            )
             keep(self.continuation, tally)
         try:
             relayed = await relay_body(

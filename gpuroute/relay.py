@@ -90,7 +90,8 @@ class ResponseTally:
     text is its size less a skeleton per event (a regex over the first chunks only; the
     hot path stays arithmetic). `on_text`, while set, is called for each chunk that adds
     text (a stream's role-only first event does not: its text is empty): how the router
-    times a stream's first token."""
+    times a stream's first token. `read_usage` False: no usage is read (the global tier,
+    which settles no quota and keeps no usage record: `usage` stays None)."""
 
     __slots__ = (
         "_looks", "bytes", "content", "engine_error", "events", "hold", "keep_up_to", "kept",
@@ -98,13 +99,13 @@ class ResponseTally:
     )  # fmt: skip
     strip: ClassVar[bool] = False  # True: what the client gets is `outgoing(chunk)`
 
-    def __init__(self, *, size_text: bool = False) -> None:
+    def __init__(self, *, size_text: bool = False, read_usage: bool = True) -> None:
         # what must land before the bytes just added reach the client (a stored Responses
         # answer: a follow-up sent on reading them must find it, on any replica)
         self.hold: Awaitable[None] | None = None
         self.bytes = 0
         self.events = 0
-        self.reader = UsageReader()
+        self.reader = UsageReader() if read_usage else None
         self.content = 0
         self.skeleton: int | None = None  # bytes of one event less its text, once seen
         self.on_text: Callable[[], None] | None = None
@@ -126,7 +127,8 @@ class ResponseTally:
             else:
                 self.kept += chunk
         self.events += events
-        self.reader.feed(chunk)
+        if self.reader is not None:
+            self.reader.feed(chunk)
         if self.skeleton is None:
             if not (self._looks and events):
                 return
@@ -150,12 +152,12 @@ class ResponseTally:
 
     def reported(self) -> tuple[int | None, int | None]:
         """The engine's usage: (prompt, completion) tokens, each None where it said nothing."""
-        return token_counts(self.reader.usage)
+        return token_counts(self.usage)
 
     @property
     def usage(self) -> dict | None:
         """The engine's usage object as read (its latest value of each field), or None."""
-        return self.reader.usage
+        return None if self.reader is None else self.reader.usage
 
     def used_tokens(
         self,

@@ -54,8 +54,10 @@ class StrippingTally(ResponseTally):
                  "_usage")  # fmt: skip
     strip = True
 
-    def __init__(self, *, usage: bool = True, token_ids: bool = False) -> None:
-        super().__init__(size_text=True)
+    def __init__(
+        self, *, usage: bool = True, token_ids: bool = False, read_usage: bool = True
+    ) -> None:
+        super().__init__(size_text=True, read_usage=read_usage)
         self._usage, self._token_ids = usage, token_ids
         self._hold_limit = IDS_HOLD_LIMIT if token_ids else HOLD_LIMIT
         self._partial = b""

@@ -15,16 +15,33 @@ import ijson
 import orjson
 
 USAGE_KEY = b'"usage"'
+USAGE_NULL = b'"usage":null'  # what SGLang sends in every chunk (and vLLM's response.created)
+USAGE_NULLS = re.compile(rb'"usage"\s*:\s*null')  # the same, spaced
 # A partial SSE event held whole up to this many bytes; a longer one (a Responses
 # `response.completed` carrying a long answer) is parsed as it comes instead. The same for
 # a whole answer (a large embeddings batch, the prompt logprobs of a long prompt).
 EVENT_HOLD = WHOLE_HOLD = 1 << 20
-EVENT_END = re.compile(rb"\r?\n\r?\n")
+PARSE_BATCH = 1 << 18  # ... and past them, parsed this many bytes at a time
+# a blank line, its lines ended with LF or CRLF (a CRLF's \r stays with the event before:
+# a line's end to its data, whitespace to its JSON); led by "\n", which the regex engine
+# finds as fast as bytes.find, where a leading optional "\r" has it try every byte
+EVENT_END = re.compile(rb"\n\r?\n")
+# a separator ends in a new chunk with at most this many of its bytes before it: "\n\r\n"
+STRADDLE = 2
 # where an event's usage sits: chat/completions chunks and Messages' message_delta,
 # the Responses API's response.completed, Messages' message_start
 EVENT_USAGE_PATHS = ("usage", "response.usage", "message.usage")
 JSON_USAGE_PATHS = ("usage",)  # every whole answer: top level
 PARSE_ERRORS = (ijson.JSONError, ijson.IncompleteJSONError, UnicodeDecodeError)
+
+
+def names_usage(data: bytes) -> bool:
+    """Whether `data` may hold a usage object: it names `"usage"` other than as null (JSON
+    has no other place for those bytes than a key, or a value that no colon follows)."""
+    named = data.count(USAGE_KEY)
+    if not named:
+        return False
+    return named != data.count(USAGE_NULL) and named != len(USAGE_NULLS.findall(data))
 
 
 def _count(usage: dict[str, Any], *names: str) -> int | None:
@@ -55,17 +72,30 @@ def token_counts(usage: dict[str, Any] | None) -> tuple[int | None, int | None]:
 
 
 class _StreamParse:
-    """One JSON document parsed as its bytes come, collecting the objects at `paths`."""
+    """One JSON document parsed as its bytes come, collecting the objects at `paths`. Its
+    bytes reach the parser PARSE_BATCH at a time: ijson's C parser reads a token cut
+    between two sends again from its start, so a long string (a long answer's text) sent
+    in 4 KB chunks cost its length squared (1.3 s for 3 MB)."""
 
-    __slots__ = ("_parsers", "found")
+    __slots__ = ("_parsers", "_pending", "_pending_size", "found")
 
     def __init__(self, paths: tuple[str, ...]) -> None:
         self.found = ijson.sendable_list()
         self._parsers = [ijson.items_coro(self.found, path) for path in paths]
+        self._pending: list[bytes] = []
+        self._pending_size = 0
 
-    def send(self, data: bytes) -> bool:
-        """Feed `data`; False once the document cannot be read further (malformed, or
-        followed by more than whitespace)."""
+    def send(self, data: bytes, *, flush: bool = False) -> bool:
+        """Feed `data` (parsed once PARSE_BATCH bytes wait, or at once with `flush`: the
+        document ends, or its usage is asked for); False once the document cannot be
+        read further (malformed, or followed by more than whitespace)."""
+        if data:
+            self._pending.append(data)
+            self._pending_size += len(data)
+        if self._pending_size < PARSE_BATCH and not (flush and self._pending):
+            return True
+        data = b"".join(self._pending)
+        self._pending, self._pending_size = [], 0
         try:
             for parser in self._parsers:
                 parser.send(data)
@@ -82,7 +112,10 @@ class UsageReader:
     WHOLE_HOLD bytes is kept and parsed once, when its usage is asked for (orjson: what
     nearly every answer is); a longer one is parsed as it comes (ijson), in bounded memory."""
 
-    __slots__ = ("_event", "_held", "_json", "_kept", "_partial", "_read_at", "_sse", "_usage")
+    __slots__ = (
+        "_event", "_held", "_json", "_kept", "_partial", "_partial_size", "_read_at", "_sse",
+        "_usage",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self._usage: dict[str, Any] | None = None
@@ -91,7 +124,10 @@ class UsageReader:
         self._held = 0  # their bytes
         self._read_at = -1  # how many of them `usage` has read
         self._json: _StreamParse | None = None  # a long whole answer, while it parses
-        self._partial = b""  # an SSE event not ended yet
+        # an SSE event not ended yet, in the chunks it came in (joined once it ends: a long
+        # event in small chunks is not copied again with each one)
+        self._partial: list[bytes] = []
+        self._partial_size = 0
         self._event: _StreamParse | None = None  # an SSE event too long to hold, parsing
 
     @property
@@ -100,6 +136,11 @@ class UsageReader:
             self._read_at = self._held
             self._usage = None
             self._read_whole(b"".join(self._kept))
+        elif self._json is not None:
+            self._feed_json(b"", flush=True)
+        if self._event is not None:  # (a stream cut short in a long event)
+            self._event.send(b"", flush=True)
+            self._take(self._event.found)
         return self._usage
 
     def feed(self, chunk: bytes) -> None:
@@ -108,7 +149,7 @@ class UsageReader:
                 self._partial
                 or self._event is not None
                 or not chunk.endswith(b"\n\n")
-                or (USAGE_KEY in chunk)
+                or names_usage(chunk)
             ):
                 self._feed_events(chunk)
         elif self._kept is not None:
@@ -139,16 +180,16 @@ class UsageReader:
             document = orjson.loads(body)
         except orjson.JSONDecodeError:
             parse = _StreamParse(JSON_USAGE_PATHS)
-            parse.send(body)
+            parse.send(body, flush=True)
             self._take(parse.found)
             return
         usage = document.get("usage") if isinstance(document, dict) else None
         if isinstance(usage, dict):
             self._merge(usage)
 
-    def _feed_json(self, chunk: bytes) -> None:
+    def _feed_json(self, chunk: bytes, *, flush: bool = False) -> None:
         assert self._json is not None
-        readable = self._json.send(chunk)
+        readable = self._json.send(chunk, flush=flush)
         self._take(self._json.found)
         if not readable:
             self._json = None  # what it found stands; nothing more is read
@@ -158,23 +199,43 @@ class UsageReader:
             chunk = self._feed_long_event(chunk)
             if not chunk:
                 return
-        data = self._partial + chunk if self._partial else chunk
-        cut, gap = data.rfind(b"\n\n"), 2
-        if cut < 0 and b"\r" in data:
-            cut, gap = data.rfind(b"\n\r\n"), 3
-        if cut < 0:
-            whole, rest = b"", data
-        else:
-            whole, rest = data[:cut], data[cut + gap :]
+        tail = self._tail()  # where a separator may begin before `chunk`
+        end = _last_end(tail + chunk if tail else chunk)
+        if end < 0:  # the event goes on: only this chunk was searched
+            self._hold(chunk)
+            return
+        end -= len(tail)  # where it ends in `chunk` (< 0: in the held part)
+        data = b"".join([*self._partial, chunk]) if self._partial else chunk
+        ends_at = len(data) - len(chunk) + end
+        whole, rest = data[:ends_at], data[ends_at:]
+        self._partial, self._partial_size = [], 0
         if USAGE_KEY in whole:
             for event in EVENT_END.split(whole):
-                if USAGE_KEY in event:
+                if names_usage(event):
                     self._read_event(event)
-        if len(rest) > EVENT_HOLD:
-            self._partial = b""
-            self._start_long_event(rest)
-        else:
-            self._partial = rest
+        if rest:
+            self._hold(rest)
+
+    def _tail(self) -> bytes:
+        """The held event's last STRADDLE bytes (it holds no whole separator)."""
+        if not self._partial:
+            return b""
+        tail = self._partial[-1][-STRADDLE:]
+        if len(tail) < STRADDLE and len(self._partial) > 1:
+            tail = b"".join(self._partial[-STRADDLE:])[-STRADDLE:]
+        return tail
+
+    def _hold(self, part: bytes) -> None:
+        """`part` of an event not ended yet kept; an event past EVENT_HOLD bytes parsed
+        from here on as it comes instead."""
+        if not part:
+            return
+        self._partial.append(part)
+        self._partial_size += len(part)
+        if self._partial_size > EVENT_HOLD:
+            held = b"".join(self._partial)
+            self._partial, self._partial_size = [], 0
+            self._start_long_event(held)
 
     def _read_event(self, event: bytes) -> None:
         """An event's usage, read from its `data` lines."""
@@ -204,16 +265,18 @@ class UsageReader:
         """Feed the long event what of `chunk` is its; what follows its end is returned.
         Its trailing newlines wait in `_partial` (its end may span two chunks)."""
         assert self._event is not None
-        if self._partial:
-            chunk, self._partial = self._partial + chunk, b""
+        if self._partial:  # (its trailing newlines, a few bytes)
+            chunk = b"".join([*self._partial, chunk])
+            self._partial, self._partial_size = [], 0
         end = EVENT_END.search(chunk)
         if end is None:
             part, rest = chunk.rstrip(b"\r\n"), b""
-            self._partial = chunk[len(part) :]
+            if len(chunk) > len(part):
+                self._partial, self._partial_size = [chunk[len(part) :]], len(chunk) - len(part)
         else:
             part, rest = chunk[: end.start()], chunk[end.end() :]
         event = self._event
-        readable = event.send(part)
+        readable = event.send(part, flush=end is not None)
         self._take(event.found)
         if end is not None or not readable:
             self._event = None  # (an unreadable one: what is left of it reads as no event)
@@ -228,6 +291,15 @@ class UsageReader:
     def _merge(self, usage: dict[str, Any]) -> None:
         fields = {k: v for k, v in usage.items() if v is not None}
         self._usage = fields if self._usage is None else self._usage | fields
+
+
+def _last_end(data: bytes) -> int:
+    """Where the last event separator in `data` ends (a blank line: `\n\n`, its lines
+    ended with CRLF or LF alike), or -1."""
+    end = data.rfind(b"\n\n") + 2
+    if b"\r" in data:
+        end = max(end, data.rfind(b"\n\r\n") + 3)
+    return end if end > 1 else -1
 
 
 def event_data(event: bytes) -> bytes:

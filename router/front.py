@@ -146,11 +146,18 @@ class Front:
     async def _conversation(
         self, request: web.Request, route: str, key: KeyPolicy, raw: bytes
     ) -> dict | None:
-        """A Responses request's body with its stored conversation expanded, the key's
-        per-minute request taken before the (Redis) read; None on other routes."""
+        """A Responses request's body with its stored conversation expanded; None on other
+        routes. Before the (Redis) read of up to `max_entry_bytes`, what needs only the
+        client's body: router-only fields, the model named against the key's list, the
+        key's in-flight cap (checked; the slot is taken at `_let_in`) and its per-minute
+        request (taken)."""
         if route != RESPONSES or self.responses is None:
             return None
         body = self._json(raw)
+        router_only(body, key)
+        model = body.get("model")
+        if isinstance(model, str) and not self.routes.may_serve(key.models, model):
+            raise model_not_allowed(model)
         await self.tenants.precharge(key)
         await self.responses.expand(request, key, body)
         return body
@@ -177,12 +184,7 @@ class Front:
         sticky = info.session_id or str(info.request_id)
         choice = self.routes.resolve(info.model, sticky, fallback=wanted == "auto")
         if not self.routes.permits(key.models, choice.model):
-            raise Rejection(
-                403,
-                f"this key may not use the model `{clip(info.model)}`",
-                param="model",
-                code="model_not_allowed",
-            )
+            raise model_not_allowed(info.model)
         fallbacks = tuple(m for m in choice.fallbacks if self.routes.permits(key.models, m))
         info.requested, info.model, info.fallbacks = info.model, choice.model, fallbacks
         # a LoRA adapter (vLLM serves it under its own name; the agent, or the config, says
@@ -310,7 +312,7 @@ class Front:
                 asked = admitted.parsed.info.prompt_tokens if prompt is None else prompt
                 self.autoscaler.served(model, asked, answer.output_tokens())  # its mean request
         if key.tokens_per_minute is None or (api is not None and not api.charges):
-            return  # read no usage where no quota needs it (the relay's hot path)
+            return  # no token quota to settle (its usage, read above, is counted)
         used = 0 if answer is None else self._used(admitted, answer)
         if used is not None:
             self.tenants.settle(key, used - admitted.charged_tokens)
@@ -365,11 +367,22 @@ def claimed(request: web.Request, parsed: ParsedRequest, key: KeyPolicy) -> None
     refused (400, naming it) unless the key may send it."""
     parsed.info.tenant = key.tenant
     parsed.info.client_request_id = request.get(CLIENT_REQUEST_ID)
+    router_only(parsed.body if parsed.form is None else parsed.form, key)
+
+
+def router_only(body: Mapping[str, object] | None, key: KeyPolicy) -> None:
+    """A body field only the router may set (router/body_fields.py) refused (400, naming
+    it) unless the key may send it."""
     try:
-        fields = parsed.body if parsed.form is None else parsed.form
-        check_fields(fields, key.allow_body_fields)
+        check_fields(body, key.allow_body_fields)
     except RouterOnlyField as exc:
         raise Rejection(400, str(exc), param=exc.field, code="router_only_field") from None
+
+
+def model_not_allowed(model: str) -> Rejection:
+    """A model the key may not use, as named (403)."""
+    message = f"this key may not use the model `{clip(model)}`"
+    return Rejection(403, message, param="model", code="model_not_allowed")
 
 
 def ending_of(exc: BaseException) -> Event:

@@ -74,8 +74,10 @@ class TenantGate:
 
     async def precharge(self, key: KeyPolicy) -> None:
         """Take the request from the per-minute budget before work the router does for it
-        (a Responses follow-up's stored conversation, read from Redis); a token bucket in
-        debt refuses here too. `charge(..., request=False)` follows."""
+        (a Responses follow-up's stored conversation, read from Redis); a tenant at its
+        in-flight cap (its slot is not taken here) and a token bucket in debt are refused
+        here too. `charge(..., request=False)` follows."""
+        self._check_room(key)
         await self._take(key, 0, True)
 
     @contextlib.asynccontextmanager
@@ -105,10 +107,16 @@ class TenantGate:
     def _reserve(self, key: KeyPolicy) -> str | None:
         """An in-flight slot of the key's tenant (None: its key has no cap); Rejection
         with 429 at the cap."""
-        cap = key.max_in_flight
-        if cap is None:
+        self._check_room(key)
+        if key.max_in_flight is None:
             return None
-        if self.in_flight[key.tenant] >= cap:
+        self.in_flight[key.tenant] += 1
+        return key.tenant
+
+    def _check_room(self, key: KeyPolicy) -> None:
+        """Rejection with 429 where the key's tenant holds its every in-flight slot."""
+        cap = key.max_in_flight
+        if cap is not None and self.in_flight[key.tenant] >= cap:
             tenant = self.metrics.tenant_label(key.tenant)
             self.metrics.quota_refusals.labels(tenant, "in_flight").inc()
             raise Rejection(
@@ -117,8 +125,6 @@ class TenantGate:
                 code="concurrency_limit_exceeded",
                 headers={"Retry-After": "1"},
             )
-        self.in_flight[key.tenant] += 1
-        return key.tenant
 
     def settle(self, key: KeyPolicy, tokens: int) -> None:
         """Correct the tenant's token quota by what its request used beyond its charge

@@ -167,6 +167,17 @@ class ModelRoutes:
             route.name in names and model in dict(route.split) for route in self.routes.values()
         )
 
+    def may_serve(self, allowed: frozenset[str] | None, requested: str) -> bool:
+        """Whether a request for `requested` may be served under a key that may use
+        `allowed` for some session (a split draws the version by session): `permits`
+        before the session is known, as for a request refused before work done for it."""
+        if allowed is None:
+            return True
+        name = self.alias_target(requested)
+        route = self.routes.get(name)
+        first = {name} if route is None else self._versions(route)
+        return any(self.permits(allowed, model) for model in first)
+
     def set_split(self, name: str, split: Iterable[tuple[str, float]]) -> ModelRoute:
         """New weights for `name`'s versions, from the next request on (the admin API)."""
         route = self.routes.get(name)

@@ -36,6 +36,7 @@ KEYS = {
     "one": "max_in_flight = 1",
     "tpm": "tokens_per_minute = 1",  # no request that is charged tokens fits
     "low": 'priority = "low"',
+    "picky": 'models = ["another-model"]',  # may not use MODEL
 }
 BODIES = {
     "/v1/chat/completions": {"messages": [{"role": "user", "content": "hello"}]},
@@ -237,6 +238,50 @@ async def test_a_follow_up_on_a_spent_key_is_refused_before_its_conversation_is_
         assert r.status != 429
     async with s.post(base + "/v1/responses", data=json.dumps(body), headers=headers) as r:
         assert r.status == 429, await r.text()
+
+
+def store_reads(server, monkeypatch) -> list[str]:
+    """The ids the router reads from its stored responses from here on."""
+    store = server.servable.responses.store
+    reads, read = [], store.get
+
+    async def counted(tenant: str, rid: str):
+        reads.append(rid)
+        return await read(tenant, rid)
+
+    monkeypatch.setattr(store, "get", counted)
+    return reads
+
+
+async def test_a_follow_up_refused_by_its_body_or_cap_reads_no_conversation(live, monkeypatch):
+    """Issue 42 B3: a follow-up's stored conversation (up to 3.2 MB from Redis) was read
+    before the checks that need only the client's body: a router-only field, a model the
+    key may not use, and a key at its in-flight cap all got the store's 404 for an unknown
+    id. Each is refused now with nothing read from the store; a plain follow-up reads it."""
+    engine, server, s, base = live
+    reads = store_reads(server, monkeypatch)
+    follow = {"model": MODEL, "input": "and then?", "previous_response_id": "resp_" + "0" * 32}
+
+    async def follow_up(tenant: str, **extra) -> tuple[int, str | None]:
+        headers = {"Authorization": f"Bearer sk-{tenant}", "Content-Type": "application/json"}
+        data = json.dumps(follow | extra)
+        async with s.post(base + "/v1/responses", data=data, headers=headers) as r:
+            return r.status, (await r.json())["error"]["code"]
+
+    assert await follow_up("plain", priority=-100) == (400, "router_only_field")
+    assert await follow_up("picky") == (403, "model_not_allowed")
+    engine.hold = asyncio.Event()
+    held = asyncio.create_task(send(s, base, ROWS[0], "one"))
+    await async_wait_for(holds(lambda: engine.started == 1), what="the chat at the engine")
+    try:
+        at_cap = await follow_up("one")
+    finally:
+        engine.hold.set()
+    assert (await held)[0] == 200
+    assert at_cap == (429, "concurrency_limit_exceeded")
+    assert reads == []
+    assert await follow_up("plain") == (404, "response_not_found")  # read, and not there
+    assert reads == [follow["previous_response_id"]]
 
 
 async def test_stored_response_routes_write_access_lines_refusals_included(live, caplog):

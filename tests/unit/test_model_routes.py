@@ -251,3 +251,8 @@ def test_a_keys_model_list_covers_aliases_and_versions_never_fallbacks() -> None
     one = frozenset({"m@v1"})
     assert routes.permits(one, "m@v1") and not routes.permits(one, "m@v2")
     assert not routes.permits(one, "m")
+    # before a session is known (a Responses follow-up, before its conversation is read):
+    # refused only where no session's version is allowed
+    assert routes.may_serve(one, "m") and routes.may_serve(whole, "m")
+    assert routes.may_serve(by_alias, "cheap-latest") and routes.may_serve(None, "big")
+    assert not routes.may_serve(by_alias, "sneaky") and not routes.may_serve(one, "cheap")

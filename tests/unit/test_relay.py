@@ -41,6 +41,14 @@ def test_tally_reads_usage_or_counts_token_events() -> None:
     assert body.reported() == (3, 5)
 
 
+def test_a_tally_built_to_read_no_usage_counts_all_else() -> None:
+    """The global tier's: no reader at all (its regions' routers settle usage)."""
+    tally = ResponseTally(read_usage=False)
+    tally.add(b'data: {"usage":{"completion_tokens": 17}}\n\ndata: [DONE]\n\n')
+    assert tally.reader is None and tally.usage is None and tally.reported() == (None, None)
+    assert tally.events == 2 and tally.bytes == 57
+
+
 def _text_event(text: bytes, finish: bytes = b"null") -> bytes:
     return (
         b'data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,'

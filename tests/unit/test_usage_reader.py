@@ -10,13 +10,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuroute.relay import ResponseTally
-from gpuroute.usage_reader import EVENT_HOLD, WHOLE_HOLD, UsageReader, token_counts
+from gpuroute.usage_reader import EVENT_HOLD, WHOLE_HOLD, UsageReader, names_usage, token_counts
 
 BODY_LIMIT = 8 * 1024 * 1024  # gpuroute.config's default max_body_bytes
 COUNT = st.integers(0, 10**7)
 # strings an answer's text or a prompt may hold: what a regex would have taken for usage
 TRICKY = st.sampled_from(['"usage": {"prompt_tokens": 1}', '"completion_tokens": 0',
-                          "data: {\"usage\":{}}\n\n", "\n\n", "usage", "é"])  # fmt: skip
+                          "data: {\"usage\":{}}\n\n", "\n\n", "usage", "é",
+                          '"usage":null', "\r\n\r"])  # fmt: skip
+# how an engine writes a null usage in every chunk (SGLang: compact; others spaced)
+NULLS = st.sampled_from([b'"usage":null', b'"usage": null', b'"usage" :\tnull', b""])
 
 
 def fed(chunks: list[bytes]) -> UsageReader:
@@ -90,11 +93,13 @@ def streams(draw: st.DrawFn) -> tuple[bytes, dict]:
     """An SSE stream of any API with its usage events, and the usage they add up to."""
     api = draw(st.sampled_from(["chat", "responses", "messages"]))
     text = draw(TRICKY)
-    filler = [sse({"choices": [{"delta": {"content": text}}], "usage": None})] * draw(
-        st.integers(0, 30)
-    )
+    null = draw(NULLS)  # b"": no usage field at all (vLLM's chunks)
+    chunk = sse({"choices": [{"delta": {"content": text}}], "usage": None})
+    chunk = chunk.replace(b'"usage":null', null) if null else chunk.replace(b',"usage":null', b"")
+    filler = [chunk] * draw(st.integers(0, 30))
     first = draw(usages())
     last = draw(usages())
+    beside = {"usage": None} if draw(st.booleans()) else {}  # a null usage beside the real one
     if api == "chat":  # continuous usage stats: every chunk; the last wins
         events = [
             *filler,
@@ -105,10 +110,12 @@ def streams(draw: st.DrawFn) -> tuple[bytes, dict]:
         big = "y" * draw(st.one_of(st.integers(0, 100), st.integers(EVENT_HOLD, 3 * EVENT_HOLD)))
         created = sse({"type": "response.created", "response": {"usage": None}})
         done = {"type": "response.completed", "response": {"output": big, "usage": last}}
+        done |= beside
         events = [created, *filler, sse(done, "response.completed")]
         first = {}
     else:
-        start = sse({"type": "message_start", "message": {"usage": first}}, "message_start")
+        start = {"type": "message_start", "message": {"usage": first}} | beside
+        start = sse(start, "message_start")
         delta = sse({"type": "message_delta", "usage": last}, "message_delta")
         events = [start, *filler, delta]
     if draw(st.booleans()):
@@ -123,6 +130,23 @@ def test_a_stream_gives_its_latest_usage_however_it_is_cut(stream, data) -> None
     body, usage = stream
     at = data.draw(st.lists(st.integers(0, len(body)), max_size=60))
     assert fed(cut(body, at)).usage == usage
+
+
+def test_a_stream_cut_at_every_byte_gives_its_usage() -> None:
+    """Each byte its own chunk: an event's end split over three chunks (CRLF framing)."""
+    for newline in (b"\n", b"\r\n"):
+        events = [sse({"choices": [], "usage": None}), sse({"usage": {"prompt_tokens": 3}})]
+        body = b"".join(events).replace(b"\n", newline) + b"data: [DONE]" + newline * 2
+        assert fed([body[i : i + 1] for i in range(len(body))]).usage == {"prompt_tokens": 3}
+
+
+def test_only_a_usage_named_as_null_is_passed_unread() -> None:
+    assert not names_usage(b'data: {"choices":[],"usage":null}\n\n')
+    assert not names_usage(b'data: {"usage" : null, "x": "\\"usage\\": {}"}\n\n')
+    assert not names_usage(b"data: [DONE]\n\n")
+    assert names_usage(b'data: {"usage":null,"response":{"usage":{"input_tokens":1}}}\n\n')
+    assert names_usage(b'data: {"usage":{"prompt_tokens":1}}\n\n')
+    assert names_usage(b'data: {"usage":\ndata: null}\n\n')  # two data lines: read
 
 
 def test_the_attack_body_usage_before_a_long_prompts_ids() -> None:
@@ -168,3 +192,16 @@ def test_a_long_answer_is_parsed_as_it_comes_and_a_short_one_when_asked() -> Non
     assert reader._kept is not None and reader.usage == {"prompt_tokens": 7}
     reader = fed(chunks)
     assert reader._kept is None and reader.usage == {"prompt_tokens": 7}
+
+
+def test_a_long_string_parses_in_batches_and_a_cut_answer_gives_what_came() -> None:
+    """Past the hold, bytes reach the parser in batches (a long string in 4 KB sends cost
+    its length squared); usage asked for mid-batch is read from what came."""
+    usage = {"input_tokens": 5, "output_tokens": 9}
+    long = "y" * (EVENT_HOLD + 50_000)  # its usage comes after the first batch
+    event = sse({"response": {"output": long, "usage": usage, "more": long}})
+    whole = orjson.dumps({"pad": long, "usage": usage, "more": long})
+    for body in (event, whole):
+        at = body.index(b'"usage"') + 100  # cut short, its usage just past the hold
+        assert fed(cut(body[:at], list(range(0, at, 4096)))).usage == usage
+        assert fed(cut(body, list(range(0, len(body), 4096)))).usage == usage
