@@ -57,11 +57,9 @@ def members_from_entries(
     """Parse /v1/health/service entries; entries gpuroute cannot use are reported, not kept.
     An ID registered on two nodes is neither: a `service:write` token could register a real
     agent's ID on its own node to borrow that agent's proven load stream."""
-    entries = list(entries)
-    seen = Counter((e.get("Service") or {}).get("ID") or "" for e in entries)
+    entries, problems = _registered_once(entries)
     gpus = set(known_gpus)
     members: dict[str, Member] = {}
-    problems: list[str] = []
     for entry in entries:
         service = entry.get("Service") or {}
         node = entry.get("Node") or {}
@@ -73,10 +71,6 @@ def members_from_entries(
         models = tuple(m for m in (meta.get("models") or "").split(",") if m)
         if not sid or not address or not port:
             problems.append(f"entry without ID, address or port: {sid or '?'}")
-            continue
-        if seen[sid] > 1:  # said once for all its entries
-            twice = f"{sid}: registered {seen[sid]} times (on several nodes): none kept"
-            problems += [twice] if twice not in problems else []
             continue
         if gpu not in gpus or not models:
             problems.append(f"{sid}: unknown gpu_model {gpu!r} or no models in Meta")
@@ -114,6 +108,21 @@ def members_from_entries(
             standby=meta.get("standby") == "true",
         )
     return members, problems
+
+
+def _registered_once(
+    entries: Iterable[Mapping[str, Any]],
+) -> tuple[list[Mapping[str, Any]], list[str]]:
+    """The entries whose service ID no other entry has, and a problem for each ID that
+    several have (each node registers its own IDs; the same ID twice is a forgery)."""
+    entries = list(entries)
+    ids = [(e.get("Service") or {}).get("ID") or "" for e in entries]
+    seen = Counter(ids)
+    twice = [f"{sid}: registered {n} times (on several nodes): none kept"
+             for sid, n in seen.items() if sid and n > 1]  # fmt: skip
+    # an entry without an ID goes on, to be reported as such
+    once = [e for e, sid in zip(entries, ids, strict=True) if not sid or seen[sid] == 1]
+    return once, twice
 
 
 def _numbers(meta: Mapping[str, Any]) -> tuple[float | None, int | None, int, int]:
