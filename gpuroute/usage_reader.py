@@ -296,10 +296,11 @@ class UsageReader:
 def _last_end(data: bytes) -> int:
     """Where the last event separator in `data` ends (a blank line: `\n\n`, its lines
     ended with CRLF or LF alike), or -1."""
-    end = data.rfind(b"\n\n") + 2
-    if b"\r" in data:
-        end = max(end, data.rfind(b"\n\r\n") + 3)
-    return end if end > 1 else -1
+    lf = data.rfind(b"\n\n")
+    end = lf + 2 if lf >= 0 else -1
+    if b"\r" in data and (crlf := data.rfind(b"\n\r\n")) >= 0:
+        end = max(end, crlf + 3)
+    return end
 
 
 def event_data(event: bytes) -> bytes:

@@ -205,3 +205,14 @@ def test_a_long_string_parses_in_batches_and_a_cut_answer_gives_what_came() -> N
         at = body.index(b'"usage"') + 100  # cut short, its usage just past the hold
         assert fed(cut(body[:at], list(range(0, at, 4096)))).usage == usage
         assert fed(cut(body, list(range(0, len(body), 4096)))).usage == usage
+
+
+def test_a_crlf_event_cut_before_its_last_byte_loses_nothing() -> None:
+    """Found by the property above: a chunk holding no separator but a `\\r` was taken as
+    ending one two bytes in (a missing CRLF separator read as found at -1 + 3)."""
+    first = b'data: {"choices":[],"usage":{"total_tokens":0}}\r\n\r\n'
+    second = b'data: {"choices":[],"usage":{"prompt_tokens":2,"completion_tokens":5}}\r\n\r\n'
+    body = first + second + b"data: [DONE]\r\n\r\n"
+    at = len(first) + len(second) - 3  # the second event's `\r` ends a chunk
+    usage = fed(cut(body, [len(first), at])).usage
+    assert usage == {"total_tokens": 0, "prompt_tokens": 2, "completion_tokens": 5}
