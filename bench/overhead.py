@@ -176,12 +176,25 @@ def visit_targets(
     order = list(urls.items())
     for round_ in range(rounds):
         turn = order[round_ % len(order) :] + order[: round_ % len(order)]
+        if round_ % 2:  # a before/after: the two routers take turns at going first
+            turn = swapped(turn, "gpuroute", "gpuroute-other")
         for connections in CONNECTIONS:
             for target, url in turn:  # each round starts one further on: no target always first
                 console.print(f"round {round_ + 1}/{rounds}: {target}, {connections} connection(s)")
                 result = measured(url, proxies.get(target), connections, duration, script)
                 samples.setdefault((target, connections), []).append(result)
     return samples
+
+
+def swapped(turn: list[tuple[str, str]], one: str, other: str) -> list[tuple[str, str]]:
+    """`turn` with the places of targets `one` and `other` exchanged (as it is without both)."""
+    names = [name for name, _ in turn]
+    if one not in names or other not in names:
+        return turn
+    i, j = names.index(one), names.index(other)
+    turn = list(turn)
+    turn[i], turn[j] = turn[j], turn[i]
+    return turn
 
 
 def start_sink(workdir: Path, target: str) -> Child:

@@ -4,7 +4,7 @@ proxy core-second against HAProxy's (the engine's core may be what saturates).""
 from __future__ import annotations
 
 import pytest
-from gpuroute.bench.overhead import observability_cost, overhead_rows
+from gpuroute.bench.overhead import observability_cost, overhead_rows, swapped
 
 
 def run(rps: float, p50: float, p99: float, cores: float | None = None) -> dict[str, float]:
@@ -51,3 +51,11 @@ def test_tracing_and_logging_cost_is_on_against_off_from_the_same_rounds() -> No
     assert cost[("gpuroute-observed", 1)]["added_p50_ms"] == pytest.approx(0.3)
     assert cost[("gpuroute-observed", 1)]["added_p99_ms"] == pytest.approx(0.6)
     assert cost[("gpuroute-sampled", 32)]["rps_on_vs_off"] == pytest.approx(0.95)
+
+
+def test_a_before_and_after_take_turns_at_going_first() -> None:
+    turn = [("direct", "d"), ("gpuroute", "n"), ("haproxy", "h"), ("gpuroute-other", "o")]
+    assert [n for n, _ in swapped(turn, "gpuroute", "gpuroute-other")] == [
+        "direct", "gpuroute-other", "haproxy", "gpuroute",
+    ]  # fmt: skip
+    assert swapped(turn[:3], "gpuroute", "gpuroute-other") == turn[:3]
