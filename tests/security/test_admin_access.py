@@ -9,11 +9,14 @@ token, a request carrying an `Origin` or a `text/plain` body was still taken."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -112,26 +115,35 @@ def status_of(url: str, headers: dict | None = None) -> int:
         return exc.code
 
 
-def test_the_one_admin_listener_of_several_workers_needs_the_token(tmp_path) -> None:
+@contextlib.contextmanager
+def workers_router(tmp_path: Path, token: str | None = None) -> Iterator[str]:
+    """A router of two workers (`--workers 2`) behind the parent's one admin listener, with
+    `token` as its admin token or none; yields that listener's URL."""
     with fake_engines(("L4", 1.0)) as (engine,):
         port, admin_port = free_port(), free_port()
         text = router_toml([(engine.url, "L4")], port=port, admin_listen=f"port = {admin_port}")
-        text = f'admin_token = "{TOKEN}"\n' + text.replace("admin_on_public_listener = true\n", "")
+        text = text.replace("admin_on_public_listener = true\n", "")
+        if token is not None:
+            text = f'admin_token = "{token}"\n' + text
         (tmp_path / "router.toml").write_text(text)
         router = subprocess.Popen(
             gpuroute_cmd("router", "--config", str(tmp_path / "router.toml"), "--workers", "2"),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         try:
-            admin = f"http://127.0.0.1:{admin_port}"
-            wait_for(lambda: http_ok(admin + "/readyz"), 60, "both workers ready")
-            assert status_of(admin + "/metrics") == 401
-            assert status_of(admin + "/admin/backends") == 401
-            assert status_of(admin + "/metrics", GOOD) == 200
-            assert status_of(admin + "/admin/backends", GOOD) == 200
+            yield f"http://127.0.0.1:{admin_port}"
         finally:
             router.terminate()
             router.wait(30)
+
+
+def test_the_one_admin_listener_of_several_workers_needs_the_token(tmp_path) -> None:
+    with workers_router(tmp_path, TOKEN) as admin:
+        wait_for(lambda: http_ok(admin + "/readyz"), 60, "both workers ready")
+        assert status_of(admin + "/metrics") == 401
+        assert status_of(admin + "/admin/backends") == 401
+        assert status_of(admin + "/metrics", GOOD) == 200
+        assert status_of(admin + "/admin/backends", GOOD) == 200
 
 
 PAGE_KEY = "sk-from-a-web-page"
@@ -187,27 +199,16 @@ async def test_a_token_does_not_let_a_web_page_in(tmp_path) -> None:
 @pytest.mark.asyncio
 async def test_a_web_page_cannot_use_the_workers_one_admin_listener(tmp_path) -> None:
     """`--workers 2`: the parent's admin listener, which hands writes to every worker."""
-    with fake_engines(("L4", 1.0)) as (engine,):
-        port, admin_port = free_port(), free_port()
-        text = router_toml([(engine.url, "L4")], port=port, admin_listen=f"port = {admin_port}")
-        (tmp_path / "router.toml").write_text(text.replace("admin_on_public_listener = true\n", ""))
-        router = subprocess.Popen(
-            gpuroute_cmd("router", "--config", str(tmp_path / "router.toml"), "--workers", "2"),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        try:
-            admin = f"http://127.0.0.1:{admin_port}"
-            ready = lambda: asyncio.to_thread(http_ok, admin + "/readyz")  # noqa: E731
-            await async_wait_for(ready, 60, "both workers ready")
-            writes = [("POST", "/admin/keys", KEY_BODY),
-                      ("POST", "/admin/backends", BACKEND_BODY.encode())]  # fmt: skip
-            reads = ["/admin/config", "/admin/backends", "/metrics"]
-            wrong = await unrefused(admin, page_attacks(admin_port, writes, reads))
-            keys = await asyncio.to_thread(urllib.request.urlopen, admin + "/admin/keys")
-            backends = await asyncio.to_thread(urllib.request.urlopen, admin + "/admin/backends")
-            assert key_digest(PAGE_KEY) not in keys.read().decode()
-            assert len(json.load(backends)["backends"]) == 1
-        finally:
-            router.terminate()
-            router.wait(30)
+    with workers_router(tmp_path) as admin:
+        admin_port = int(admin.rpartition(":")[2])
+        ready = lambda: asyncio.to_thread(http_ok, admin + "/readyz")  # noqa: E731
+        await async_wait_for(ready, 60, "both workers ready")
+        writes = [("POST", "/admin/keys", KEY_BODY),
+                  ("POST", "/admin/backends", BACKEND_BODY.encode())]  # fmt: skip
+        reads = ["/admin/config", "/admin/backends", "/metrics"]
+        wrong = await unrefused(admin, page_attacks(admin_port, writes, reads))
+        keys = await asyncio.to_thread(urllib.request.urlopen, admin + "/admin/keys")
+        backends = await asyncio.to_thread(urllib.request.urlopen, admin + "/admin/backends")
+        assert key_digest(PAGE_KEY) not in keys.read().decode()
+        assert len(json.load(backends)["backends"]) == 1
     assert wrong == []

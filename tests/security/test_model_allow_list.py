@@ -5,7 +5,11 @@ key's list) now holds for names, aliases, split versions and fallbacks alike, fi
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -76,35 +80,44 @@ def chat(model: str) -> str:
     return json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})
 
 
-async def test_names_aliases_and_split_versions_outside_the_list_are_refused(tmp_path) -> None:
+@contextlib.asynccontextmanager
+async def cheap_and_big(
+    tmp_path: Path,
+) -> AsyncIterator[tuple[Any, RecordingEngine, RecordingEngine]]:
+    """A router over two recording engines, `cheap` and `big` (the fleet above)."""
     cheap, big = RecordingEngine(), RecordingEngine()
     async with scripted_backend(cheap) as cheap_url, scripted_backend(big) as big_url:
         async with router_server(fleet(cheap_url, big_url), tmp_path) as server:
-            base = f"http://127.0.0.1:{server.port}"
-            async with aiohttp.ClientSession() as s:
-                statuses = {}
-                for model, session in (
-                    ("big", "a"), ("sneaky", "a"), ("cheap", "a"), ("cheap-latest", "a"),
-                    ("m", session_for("m@v1")), ("m", session_for("m@v2")), ("m@v2", "a"),
-                ):  # fmt: skip
-                    headers = {**AUTH, "x-session-id": session}
-                    url = base + "/v1/chat/completions"
-                    async with s.post(url, data=chat(model), headers=headers) as r:
-                        answer = await r.json()
-                        statuses[(model, session)] = r.status
-                        if r.status == 403:
-                            assert answer["error"]["code"] == "model_not_allowed"
-                            assert answer["error"]["param"] == "model"
-                messages = {"model": "big", "max_tokens": 4,
-                            "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
-                async with s.post(base + "/v1/messages", json=messages, headers=AUTH) as r:
+            yield server, cheap, big
+
+
+async def test_names_aliases_and_split_versions_outside_the_list_are_refused(tmp_path) -> None:
+    async with cheap_and_big(tmp_path) as (server, _, big):
+        base = f"http://127.0.0.1:{server.port}"
+        async with aiohttp.ClientSession() as s:
+            statuses = {}
+            for model, session in (
+                ("big", "a"), ("sneaky", "a"), ("cheap", "a"), ("cheap-latest", "a"),
+                ("m", session_for("m@v1")), ("m", session_for("m@v2")), ("m@v2", "a"),
+            ):  # fmt: skip
+                headers = {**AUTH, "x-session-id": session}
+                url = base + "/v1/chat/completions"
+                async with s.post(url, data=chat(model), headers=headers) as r:
                     answer = await r.json()
-                    assert r.status == 403 and answer["error"]["type"] == "permission_error"
-                async with s.get(base + "/v1/models", headers=AUTH) as r:
-                    listed = sorted(m["id"] for m in (await r.json())["data"])
-                other = {"Authorization": f"Bearer {OTHER}"}
-                async with s.get(base + "/v1/models", headers=other) as r:
-                    everything = sorted(m["id"] for m in (await r.json())["data"])
+                    statuses[(model, session)] = r.status
+                    if r.status == 403:
+                        assert answer["error"]["code"] == "model_not_allowed"
+                        assert answer["error"]["param"] == "model"
+            messages = {"model": "big", "max_tokens": 4,
+                        "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
+            async with s.post(base + "/v1/messages", json=messages, headers=AUTH) as r:
+                answer = await r.json()
+                assert r.status == 403 and answer["error"]["type"] == "permission_error"
+            async with s.get(base + "/v1/models", headers=AUTH) as r:
+                listed = sorted(m["id"] for m in (await r.json())["data"])
+            other = {"Authorization": f"Bearer {OTHER}"}
+            async with s.get(base + "/v1/models", headers=other) as r:
+                everything = sorted(m["id"] for m in (await r.json())["data"])
     assert [statuses[k] for k in statuses] == [403, 403, 200, 200, 200, 403, 403], statuses
     assert big.seen == []
     assert listed == ["cheap", "cheap-latest", "m@v1"]
@@ -114,43 +127,39 @@ async def test_names_aliases_and_split_versions_outside_the_list_are_refused(tmp
 async def test_a_fallback_to_a_model_outside_the_list_is_skipped(tmp_path) -> None:
     """With cheap's only backend drained, cheap falls back to big: for a key that may use
     cheap only, the fallback is skipped (503, nothing reaches big); another key falls back."""
-    cheap, big = RecordingEngine(), RecordingEngine()
-    async with scripted_backend(cheap) as cheap_url, scripted_backend(big) as big_url:
-        async with router_server(fleet(cheap_url, big_url), tmp_path) as server:
-            base = f"http://127.0.0.1:{server.port}"
-            admin = f"http://127.0.0.1:{server.admin_port}"
-            async with aiohttp.ClientSession() as s:
-                async with s.post(admin + "/admin/backends/cheap/drain", json={}) as r:
-                    assert r.status == 200, await r.text()
-                url = base + "/v1/chat/completions"
-                async with s.post(url, data=chat("cheap"), headers=AUTH) as r:
-                    limited = r.status
-                other = {**AUTH, "Authorization": f"Bearer {OTHER}"}
-                async with s.post(url, data=chat("cheap"), headers=other) as r:
-                    unlimited = r.status
+    async with cheap_and_big(tmp_path) as (server, cheap, big):
+        base = f"http://127.0.0.1:{server.port}"
+        admin = f"http://127.0.0.1:{server.admin_port}"
+        async with aiohttp.ClientSession() as s:
+            async with s.post(admin + "/admin/backends/cheap/drain", json={}) as r:
+                assert r.status == 200, await r.text()
+            url = base + "/v1/chat/completions"
+            async with s.post(url, data=chat("cheap"), headers=AUTH) as r:
+                limited = r.status
+            other = {**AUTH, "Authorization": f"Bearer {OTHER}"}
+            async with s.post(url, data=chat("cheap"), headers=other) as r:
+                unlimited = r.status
     assert (limited, unlimited) == (503, 200)
     assert len(big.seen) == 1 and cheap.seen == []
 
 
 async def test_keys_added_by_the_admin_api_carry_their_models(tmp_path) -> None:
     added = "sk-added-by-admin"
-    cheap, big = RecordingEngine(), RecordingEngine()
-    async with scripted_backend(cheap) as cheap_url, scripted_backend(big) as big_url:
-        async with router_server(fleet(cheap_url, big_url), tmp_path) as server:
-            base = f"http://127.0.0.1:{server.port}"
-            admin = f"http://127.0.0.1:{server.admin_port}"
-            async with aiohttp.ClientSession() as s:
-                body = {"key": added, "tenant": "newco", "models": ["cheap"]}
-                async with s.post(admin + "/admin/keys", json=body) as r:
-                    assert r.status == 201, await r.text()
-                async with s.get(admin + "/admin/keys") as r:
-                    rows = (await r.json())["keys"]
-                headers = {**AUTH, "Authorization": f"Bearer {added}"}
-                statuses = []
-                for model in ("big", "cheap"):
-                    url = base + "/v1/chat/completions"
-                    async with s.post(url, data=chat(model), headers=headers) as r:
-                        statuses.append(r.status)
+    async with cheap_and_big(tmp_path) as (server, _, big):
+        base = f"http://127.0.0.1:{server.port}"
+        admin = f"http://127.0.0.1:{server.admin_port}"
+        async with aiohttp.ClientSession() as s:
+            body = {"key": added, "tenant": "newco", "models": ["cheap"]}
+            async with s.post(admin + "/admin/keys", json=body) as r:
+                assert r.status == 201, await r.text()
+            async with s.get(admin + "/admin/keys") as r:
+                rows = (await r.json())["keys"]
+            headers = {**AUTH, "Authorization": f"Bearer {added}"}
+            statuses = []
+            for model in ("big", "cheap"):
+                url = base + "/v1/chat/completions"
+                async with s.post(url, data=chat(model), headers=headers) as r:
+                    statuses.append(r.status)
     assert statuses == [403, 200]
     assert [row["models"] for row in rows if row.get("tenant") == "newco"] == [["cheap"]]
     assert big.seen == []
