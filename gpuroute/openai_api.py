@@ -56,14 +56,13 @@ _STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
 
 def json_too_deep(raw: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
     """Whether JSON text nests arrays and objects more than `limit` levels deep (brackets
-    inside strings do not count). A body with too few brackets to be deep, strings and all,
-    is told by two counts in C without a copy: nearly every one. For the rest, one pass in
-    C keeps the syntax strings can hide, then escaped backslashes and escaped quotes go
-    (each quote left opens or closes a string), the strings go, and the depth is a
-    running sum."""
-    if raw.count(b"[") + raw.count(b"{") <= limit:  # nearly every body: no copy made
-        return False
+    inside strings do not count). One pass over the bytes in C keeps the syntax strings can
+    hide; most bodies then hold too few brackets to be deep, and the rest is done on what
+    was kept: escaped backslashes then escaped quotes out (each quote left opens or closes
+    a string), the strings out, the depth as a running sum."""
     kept = raw.translate(None, _NOT_SYNTAX)
+    if kept.count(b"[") + kept.count(b"{") <= limit:
+        return False
     quoted = kept.replace(b"\\\\", b"").replace(b'\\"', b"").split(b'"')
     steps = b"".join(quoted[::2]).translate(_STEPS, _NOT_BRACKETS)
     if len(steps) <= limit:
