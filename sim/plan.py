@@ -24,6 +24,8 @@ from gpuroute.sim.report import PolicyReport
 from gpuroute.sim.scenario import GpuGroup, LoadedScenario, Scenario
 from gpuroute.sim.simulator import FleetSimulator
 
+from gpuroute.gpus import GPUS_CONTEXT, GpuCatalog
+
 POLICY = "default"
 CAPACITY_ITERATIONS = 5  # bisection steps of each type's per-backend capacity (±1.5 %)
 
@@ -102,7 +104,10 @@ class Planner:
 
     def fleet(self, pools: dict[str, dict[GpuOption, int]]) -> Scenario:
         """The scenario with these pools as its [[gpus]]."""
-        return self.scenario.model_copy(update={"gpus": gpu_groups(pools)})
+        return self.scenario.model_copy(update={"gpus": self.gpu_groups(pools)})
+
+    def gpu_groups(self, pools: dict[str, dict[GpuOption, int]]) -> list[GpuGroup]:
+        return gpu_groups(pools, self.scenario.gpu_catalog())
 
     def simulator(self, scenario: Scenario, rate: float) -> FleetSimulator:
         default = scenario.workload.model
@@ -121,7 +126,7 @@ class Planner:
         """A scenario of one model's pool alone, its traffic that model's only."""
         workload = self.scenario.workload.model_copy(update={"model": model, "models": {}})
         models = [m.model_copy(update={"fallback": []}) for m in self.scenario.models]
-        update = {"workload": workload, "models": models, "gpus": gpu_groups({model: mix})}
+        update = {"workload": workload, "models": models, "gpus": self.gpu_groups({model: mix})}
         return self.scenario.model_copy(update=update)
 
     def run_pool(self, model: str, options: list[GpuOption], mix: Mix, rate: float) -> float:
@@ -267,10 +272,14 @@ def _without_scarcest(
     return scarce.label, report.slo_attainment
 
 
-def gpu_groups(pools: dict[str, dict[GpuOption, int]]) -> list[GpuGroup]:
-    """The [[gpus]] of a fleet: each model's pool, a group per GPU type in it."""
+def gpu_groups(pools: dict[str, dict[GpuOption, int]], catalog: GpuCatalog) -> list[GpuGroup]:
+    """The [[gpus]] of a fleet: each model's pool, a group per GPU type in it (its type
+    checked against the scenario's catalog: built-ins and its [[gpu_types]])."""
+    context = {GPUS_CONTEXT: catalog}
     return [
-        GpuGroup(type=o.gpu, count=n, model=model, tensor_parallel=o.tp)
+        GpuGroup.model_validate(
+            {"type": o.gpu, "count": n, "model": model, "tensor_parallel": o.tp}, context=context
+        )
         for model, mix in pools.items()
         for o, n in mix.items()
         if n > 0

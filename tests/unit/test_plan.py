@@ -215,3 +215,31 @@ def test_two_model_pools_are_planned_each_and_run_together(tmp_path: Path) -> No
     assert plan.attainment_without_one_scarcest is not None
     assert plan.attainment_without_one_scarcest < 0.9
     assert plan.scarcest == "H100-tp2"
+
+
+A800 = (
+    '[[gpu_types]]\nname = "A800"\nmemory_gb = 80\nmemory_bandwidth_tbs = 2.039\n'
+    "fp16_tflops = 312\nprice_per_hour = 2.2\n"
+)
+
+
+def test_plan_takes_the_scenarios_declared_gpu_types(tmp_path: Path) -> None:
+    """A type declared under [[gpu_types]] is planned with (it ended in a pydantic
+    traceback: the planned [[gpus]] were checked against the built-ins alone)."""
+    loaded = scenario(tmp_path, gpu_types=A800, gpu="A800")
+    options = parse_gpu_options(["A800"], loaded.scenario)
+    plan = plan_fleet(loaded, options, PlanLimits(), peak_rps=5.0)
+    assert plan.pools[0].backends.keys() == {"A800"}
+    assert plan.meets and plan.cost_per_hour == 2.2 * plan.pools[0].backends["A800"]
+
+
+def test_cli_plans_with_a_declared_type_and_names_an_unknown_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = scenario(tmp_path, gpu_types=A800).source
+    args = ["plan", "--scenario", path, "--peak-rps", "5", "--quiet"]
+    assert main([*args, "--gpu", "A800", "--json", str(tmp_path / "p.json")]) == 0
+    assert json.loads((tmp_path / "p.json").read_text())["pools"][0]["backends"] == {"A800": 1}
+    assert main([*args, "--gpu", "A900"]) == 2
+    err = capsys.readouterr().err
+    assert "--gpu A900: unknown GPU type 'A900'" in err and "A800" in err
