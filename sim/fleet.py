@@ -119,6 +119,17 @@ def assign_classes(n: int, shares: list[float], seed: int) -> list[int]:
     return rng.choices(range(len(shares)), weights=shares, k=n)
 
 
+def assign_request_classes(n: int, scenario: Scenario, model_of: list[int]) -> list[int]:
+    """Each request's SLO class index: drawn by the [slo] classes' shares, except that a
+    request for a model with its own SLO is in that model's class."""
+    drawn = assign_classes(n, scenario.slo.shares(), scenario.seed)
+    own = scenario.model_classes()
+    if not own:
+        return drawn
+    by_model = [own.get(name) for name in scenario.model_mix()]
+    return [c if by_model[k] is None else by_model[k] for c, k in zip(drawn, model_of, strict=True)]
+
+
 def assign_models(n: int, scenario: Scenario) -> tuple[list[str], list[int]]:
     """The workload's models and each request's index among them, drawn by their shares."""
     mix = scenario.model_mix()

@@ -20,7 +20,7 @@ from gpuroute.sim.fleet import GpuTypeProfile, profile_gpu_type
 from gpuroute.sim.plan_check import GpuOption, PlanError, engine_params, usable_options
 from gpuroute.sim.plan_search import Mix, MixSearch, cost_of, token_costs
 from gpuroute.sim.prepare import prepare_workload
-from gpuroute.sim.report import PolicyReport
+from gpuroute.sim.report import PolicyReport, by_model_and_class
 from gpuroute.sim.scenario import GpuGroup, LoadedScenario, Scenario
 from gpuroute.sim.simulator import FleetSimulator
 
@@ -71,6 +71,15 @@ class FleetPlan:
     by_model: dict[str, dict[str, float]] = field(default_factory=dict)
     # over budget: what the budget buys instead (most estimated capacity), run at the peak
     budget_fleet: BudgetFleet | None = None
+    # each pool judged on its own in the whole fleet's run: its model's requests' attainment
+    # (of their own SLO), the pools short of the target, and per model and SLO class
+    pool_attainment: dict[str, float] = field(default_factory=dict)
+    misses: list[str] = field(default_factory=list)
+    by_model_and_class: list[dict[str, object]] = field(default_factory=list)
+    # the pool that lost the scarcest type's backend, and every pool judged again then
+    scarcest_pool: str | None = None
+    without_one_scarcest_by_pool: dict[str, float] = field(default_factory=dict)
+    misses_without_one_scarcest: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -78,6 +87,18 @@ class BudgetFleet:
     backends: dict[str, dict[str, int]]  # model -> option label -> count
     cost_per_hour: float
     attainment: float
+
+
+@dataclass(slots=True)
+class Judged:
+    """A fleet run whole at the peak, each model's pool judged against the target."""
+
+    attainment: float
+    pools: dict[str, float]  # model -> attainment of its requests
+    misses: list[str]  # the models whose pools miss the target
+    meets: bool  # the fleet and every pool
+    by_model: dict[str, dict[str, float]]
+    by_model_and_class: list[dict[str, object]]
 
 
 class Planner:
@@ -121,6 +142,26 @@ class Planner:
         loaded = LoadedScenario(scenario, self.loaded.base_dir, self.loaded.source)
         workload = self.workload.rescaled(rate / self.base_rate)
         return FleetSimulator(loaded, (workload, profiles, rate))
+
+    def judge(self, pools: dict[str, dict[GpuOption, int]], peak: float) -> Judged:
+        """The fleet of these pools run whole at the peak; a pool left without a backend
+        serves none of its requests."""
+        if not any(n for mix in pools.values() for n in mix.values()):
+            return Judged(0.0, dict.fromkeys(pools, 0.0), list(pools), False, {}, [])
+        sim = self.simulator(self.fleet(pools), peak)
+        report, run = sim.replay(POLICY)
+        met = {m: float(s["attainment"]) for m, s in report.by_model.items()}
+        met = met or {next(iter(pools)): report.slo_attainment}
+        target = self.limits.attainment
+        misses = [m for m in pools if met.get(m, 0.0) < target]
+        return Judged(
+            attainment=report.slo_attainment,
+            pools=met,
+            misses=misses,
+            meets=report.slo_attainment >= target and not misses,
+            by_model=report.by_model,
+            by_model_and_class=by_model_and_class(sim.scenario, sim.workload, run.outcomes),
+        )
 
     def pool_scenario(self, model: str, mix: dict[GpuOption, int]) -> Scenario:
         """A scenario of one model's pool alone, its traffic that model's only."""
@@ -194,37 +235,56 @@ def plan_fleet(
 ) -> FleetPlan:
     """The cheapest fleet meeting the SLO at the peak (the scenario's own rate by default),
     pool by pool, then run whole at the peak and once more with one backend of its scarcest
-    type less."""
-    planner = Planner(loaded, options, limits)
+    type less; each pool judged against the target on its own."""
+    return plan_with(Planner(loaded, options, limits), peak_rps, budget_per_hour)
+
+
+def plan_with(
+    planner: Planner, peak_rps: float | None = None, budget_per_hour: float | None = None
+) -> FleetPlan:
+    """`plan_fleet` with a planner of one's own (to run the fleet as written after)."""
     peak = peak_rps if peak_rps is not None else planner.base_rate
     mix = planner.scenario.model_mix()
     pools = [planner.plan_pool(model, peak * share) for model, share in mix.items()]
-    chosen = {
-        p.model: {o: p.backends.get(o.label, 0) for o in options if p.backends.get(o.label)}
-        for p in pools
-    }
-    report = planner.simulator(planner.fleet(chosen), peak).run(POLICY)
-    scarcest, without = _without_scarcest(planner, chosen, peak)
+    chosen = chosen_mixes(pools, planner.options)
+    whole = planner.judge(chosen, peak)
+    without = _without_scarcest(planner, chosen, peak)
     cost = sum(p.cost_per_hour for p in pools)
     per_token, per_output = token_costs(planner.workload, peak, cost)
     within = budget_per_hour is None or cost <= budget_per_hour + 1e-9
+    less = without.judged
     return FleetPlan(
         scenario=planner.scenario.name,
         peak_rps=round(peak, 3),
-        attainment_target=limits.attainment,
+        attainment_target=planner.limits.attainment,
         pools=pools,
         cost_per_hour=round(cost, 4),
         cost_per_million_tokens=per_token,
         cost_per_million_output_tokens=per_output,
-        attainment=report.slo_attainment,
-        meets=report.slo_attainment >= limits.attainment,
-        scarcest=scarcest,
-        attainment_without_one_scarcest=without,
+        attainment=whole.attainment,
+        meets=whole.meets,
+        scarcest=without.removed,
+        attainment_without_one_scarcest=less.attainment if less else None,
         budget_per_hour=budget_per_hour,
         within_budget=within,
-        by_model=report.by_model,
+        by_model=whole.by_model,
         budget_fleet=None if within else _budget_fleet(planner, pools, budget_per_hour, peak),
+        pool_attainment=whole.pools,
+        misses=whole.misses,
+        by_model_and_class=whole.by_model_and_class,
+        scarcest_pool=without.pool,
+        without_one_scarcest_by_pool=less.pools if less else {},
+        misses_without_one_scarcest=less.misses if less else [],
     )
+
+
+def chosen_mixes(
+    pools: list[PoolPlan], options: list[GpuOption]
+) -> dict[str, dict[GpuOption, int]]:
+    """Each pool's planned backends by option."""
+    return {
+        p.model: {o: p.backends[o.label] for o in options if p.backends.get(o.label)} for p in pools
+    }
 
 
 def _budget_fleet(
@@ -252,24 +312,29 @@ def _budget_fleet(
     )
 
 
+@dataclass(slots=True)
+class WithoutOne:
+    removed: str | None  # the option label of the backend taken away
+    pool: str | None  # the model whose pool lost it
+    judged: Judged | None  # the fleet run without it (None: nothing to remove)
+
+
 def _without_scarcest(
     planner: Planner, chosen: dict[str, dict[GpuOption, int]], peak: float
-) -> tuple[str | None, float | None]:
-    """The whole fleet at the peak with one backend less of the type it has fewest of."""
+) -> WithoutOne:
+    """The whole fleet at the peak with one backend less of the type it has fewest of, from
+    the pool with most of them; each pool judged again."""
     totals: dict[GpuOption, int] = {}
     for mix in chosen.values():
         for option, n in mix.items():
             totals[option] = totals.get(option, 0) + n
     if not totals:
-        return None, None
+        return WithoutOne(None, None, None)
     scarce = min(totals, key=lambda o: (totals[o], -o.price_per_hour, o.label))
     pool = max((m for m in chosen if chosen[m].get(scarce)), key=lambda m: chosen[m][scarce])
     fewer = {m: dict(mix) for m, mix in chosen.items()}
     fewer[pool][scarce] -= 1
-    if not any(fewer[pool].values()):
-        return scarce.label, 0.0  # the pool is gone: its model's requests all fail
-    report = planner.simulator(planner.fleet(fewer), peak).run(POLICY)
-    return scarce.label, report.slo_attainment
+    return WithoutOne(scarce.label, pool, planner.judge(fewer, peak))
 
 
 def gpu_groups(pools: dict[str, dict[GpuOption, int]], catalog: GpuCatalog) -> list[GpuGroup]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from gpuroute.fleet.checks import DEFAULT_GPU_MEMORY_UTILIZATION
 from gpuroute.router.core.latency_prior import LatencyPrior
 from gpuroute.router.core.slo import SloClass
 from gpuroute.sim.scenario import Scenario
@@ -74,6 +75,24 @@ def engine_params(scenario: Scenario, option: GpuOption, model: str) -> EnginePa
     )
 
 
+def cannot_start(params: EngineParams, workload: Workload) -> str | None:
+    """Why a real engine of these GPUs could not serve the workload's longest request, or
+    None: vLLM starts only when the weights and the KV cache of one whole sequence fit in
+    its share of the GPUs' memory (check-config's rule for a fleet file's pools)."""
+    longest = int((workload.prompts + workload.outputs).max())
+    model = params.model
+    usable = params.tp * params.pp * params.gpu.memory_gb * 1e9 * DEFAULT_GPU_MEMORY_UTILIZATION
+    needed = model.weight_total_bytes + model.kv_bytes_per_token * longest
+    if needed <= usable:
+        return None
+    return (
+        f"model {model.name} on {params.name}: weights and the KV cache of the longest "
+        f"request ({longest:,} tokens) take {needed / 1e9:.1f} GB, more than the "
+        f"{usable / 1e9:.1f} GB an engine may use ({DEFAULT_GPU_MEMORY_UTILIZATION:g} of the "
+        "GPUs' memory): it could not start; give the type more GPUs per engine (TYPE:tpN)"
+    )
+
+
 def unreachable(
     params: EngineParams, slo: SloClass, workload: Workload, attainment: float
 ) -> str | None:
@@ -100,13 +119,16 @@ def usable_options(
 ) -> tuple[list[GpuOption], list[str]]:
     """The options that can serve `model` and every SLO class reachable anywhere, and the
     reasons each other one was left out. Raises PlanError when none can."""
-    classes, shares = scenario.slo.slo_classes(), scenario.slo.shares()
+    classes, shares = scenario.classes_of(model)
     reasons: dict[str, list[str]] = {}  # what the answer says, per GPU type left out
     no_fit: set[str] = set()
     misses: dict[str, set[str]] = {}  # the SLO classes each type cannot reach
     for option in options:
         try:
             params = engine_params(scenario, option, model)
+            short = cannot_start(params, workload)
+            if short is not None:
+                raise ValueError(short)
         except ValueError as exc:
             no_fit.add(option.label)
             reasons[option.label] = [str(exc)]

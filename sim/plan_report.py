@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from gpuroute.sim.plan import FleetPlan, PlanLimits, plan_fleet
+from gpuroute.sim.plan import FleetPlan, PlanLimits, Planner, plan_with
 from gpuroute.sim.plan_check import parse_gpu_options
+from gpuroute.sim.plan_fleet import WrittenFleet
+from gpuroute.sim.plan_fleet import write_fleet as write_plan_fleet
 from gpuroute.sim.run import resolve_scenario, write_json
 from gpuroute.sim.scenario import GpuGroup
 from gpuroute.sim.traces import TraceError
@@ -39,6 +41,8 @@ def run_plan(
     json_out: str | None,
     plot_out: str | None,
     quiet: bool,
+    write_fleet: str | None = None,
+    aws_region: str | None = None,
 ) -> int:
     loaded = resolve_scenario(scenario_path)
     if not gpus:  # the types the scenario's fleet has, each once
@@ -47,22 +51,49 @@ def run_plan(
         raise ConfigError("--attainment must be in (0, 1]")
     if (peak_rps is not None and peak_rps <= 0) or (budget is not None and budget <= 0):
         raise ConfigError("--peak-rps and --budget must be positive")
+    if aws_region is not None and write_fleet is None:
+        raise ConfigError("--aws-region goes with --write-fleet")
     options = parse_gpu_options(gpus, loaded.scenario)
     if not quiet:
         Console(stderr=True).print(
             f"[bold]{loaded.scenario.name}[/]: planning with {', '.join(o.label for o in options)}"
         )
     try:
-        plan = plan_fleet(loaded, options, limits, peak_rps, budget)
+        planner = Planner(loaded, options, limits)
+        plan = plan_with(planner, peak_rps, budget)
+        written = write_plan_fleet(plan, planner, write_fleet, aws_region) if write_fleet else None
     except TraceError as exc:
         raise ConfigError(f"{loaded.source}: workload.trace: {exc}") from None
     if not quiet:
         print_plan(plan)
+        if written:
+            print_written(written, plan.attainment_target)
     if json_out:
-        write_json(asdict(plan), json_out)
+        write_json(asdict(plan) | ({"written_fleet": written.to_dict()} if written else {}),
+                   json_out)  # fmt: skip
     if plot_out:
         plot_plan(plan, plot_out)
     return 0 if plan.within_budget else OVER_BUDGET
+
+
+def print_written(written: WrittenFleet, target: float) -> None:
+    """The fleet as written (whole hosts), run at the peak."""
+    console = stdout_console()
+    pools = "; ".join(
+        f"{p.name}: {p.gpus} {p.option.gpu} ({p.engines} engines"
+        + (f" on {p.hosts} {p.instance.name}" if p.instance else "")
+        + (f", {p.engines - p.planned} more than planned" if p.engines > p.planned else "")
+        + ")"
+        for p in written.pools
+    )
+    judged = written.judged
+    per_pool = ", ".join(f"{m} {a:.3f}" for m, a in judged.pools.items())
+    verdict = "every pool meets" if judged.meets else f"{', '.join(judged.misses)} MISS"
+    console.print(
+        f"fleet file {written.path}: {pools}; ${written.cost_per_hour:.2f}/hour; at the peak "
+        f"SLO met {judged.attainment:.3f}, per pool {per_pool} ({verdict} the {target:.0%} "
+        "target)"
+    )
 
 
 def _option_spec(group: GpuGroup) -> str:
@@ -93,16 +124,7 @@ def print_plan(plan: FleetPlan) -> None:
     for pool in plan.pools:
         for note in pool.notes:
             console.print(f"  {note}")
-    verdict = "meets" if plan.meets else "MISSES"
-    console.print(
-        f"fleet ${plan.cost_per_hour:.2f}/hour, ${plan.cost_per_million_tokens:.3f} per million "
-        f"tokens (${plan.cost_per_million_output_tokens:.3f} per million output tokens); "
-        f"the whole fleet at the peak: SLO met {plan.attainment:.3f} ({verdict} the target)"
-    )
-    if plan.scarcest is not None:
-        console.print(
-            f"with one {plan.scarcest} less: SLO met {plan.attainment_without_one_scarcest:.3f}"
-        )
+    print_pools(console, plan)
     if not plan.within_budget:
         console.print(
             f"[bold]over budget[/]: ${plan.cost_per_hour:.2f}/hour > "
@@ -117,6 +139,54 @@ def print_plan(plan: FleetPlan) -> None:
                 f"the most the budget buys: {fleet} (${best.cost_per_hour:.2f}/hour), "
                 f"SLO met {best.attainment:.3f} at the peak"
             )
+
+
+CLASS_COLUMNS = (
+    ("model", "model", "{}"),
+    ("slo_class", "SLO class", "{}"),
+    ("ttft_s", "TTFT ≤ s", "{:g}"),
+    ("tpot_s", "TPOT ≤ s", "{:g}"),
+    ("request_share", "share of model", "{:.2f}"),
+    ("attainment", "SLO met", "{:.3f}"),
+)
+
+
+def print_pools(console, plan: FleetPlan) -> None:
+    """The whole fleet at the peak, each pool judged on its own; then with one backend of
+    the scarcest type less, naming the pool that lost it and any pool that then misses."""
+    target = f"the {plan.attainment_target:.0%} target"
+    if len(plan.by_model_and_class) > 1:
+        title = "the whole fleet at the peak, per model and SLO class"
+        print_table(console, title, plan.by_model_and_class, CLASS_COLUMNS)
+    pools = ", ".join(f"{m} {a:.3f}" for m, a in plan.pool_attainment.items())
+    verdict = f"every pool meets {target}" if plan.meets else _misses(plan.misses, target)
+    console.print(
+        f"fleet ${plan.cost_per_hour:.2f}/hour, ${plan.cost_per_million_tokens:.3f} per million "
+        f"tokens (${plan.cost_per_million_output_tokens:.3f} per million output tokens); "
+        f"the whole fleet at the peak: SLO met {plan.attainment:.3f}; per pool: {pools} "
+        f"({verdict})"
+    )
+    if plan.scarcest is None or plan.scarcest_pool is None:
+        return
+    alone = next(p for p in plan.pools if p.model == plan.scarcest_pool)
+    lost = alone.without_one.get(plan.scarcest, 0.0)
+    in_fleet = plan.without_one_scarcest_by_pool.get(plan.scarcest_pool, 0.0)
+    others = [m for m in plan.misses_without_one_scarcest if m != plan.scarcest_pool]
+    said = "MISSES" if lost < plan.attainment_target else "still meets"
+    line = (
+        f"with one {plan.scarcest} less in the {plan.scarcest_pool} pool: that pool alone "
+        f"{lost:.3f} ({said} {target}), {in_fleet:.3f} in the whole fleet"
+    )
+    if others:
+        line += "; " + _misses(others, target)
+    whole = plan.attainment_without_one_scarcest
+    console.print(line + (f"; the whole fleet {whole:.3f}" if whole is not None else ""))
+
+
+def _misses(models: list[str], target: str) -> str:
+    if len(models) == 1:
+        return f"the {models[0]} pool MISSES {target}"
+    return f"the {', '.join(models)} pools MISS {target}"
 
 
 def plot_plan(plan: FleetPlan, out: str) -> None:

@@ -126,7 +126,7 @@ def summarise(
     start = float(arrivals[0]) if len(arrivals) else 0.0
     end = float(finish.max()) if len(finish) else start
     duration = max(end - start, 1e-9)
-    classes = scenario.slo.slo_classes()
+    classes = scenario.slo_classes()
     class_of = np.asarray(run.slo_class, dtype=np.int64)
     good = met_slo(classes, class_of[ok], ttft, tpot, e2e)
     util = np.asarray(work) / duration
@@ -246,6 +246,36 @@ def by_model(
             "refused": int((mine & ~ok).sum()),
         }
     return out
+
+
+def by_model_and_class(
+    scenario: Scenario, workload: Workload, run: RunOutcomes
+) -> list[dict[str, object]]:
+    """Attainment of each requested model's requests in each SLO class they are in (what
+    `plan` judges pools by): model, class, its bounds, share of the model's requests."""
+    status = np.asarray(run.status)
+    ok = status == OK
+    ttft = np.asarray(run.ttft)
+    e2e = np.asarray(run.finish) - workload.arrivals
+    outputs = workload.outputs
+    tpot = np.where(outputs > 1, (e2e - ttft) / np.maximum(outputs - 1, 1), 0.0)
+    classes = scenario.slo_classes()
+    class_of = np.asarray(run.slo_class, dtype=np.int64)
+    good = np.zeros(len(status), dtype=bool)
+    good[ok] = met_slo(classes, class_of[ok], ttft[ok], tpot[ok], e2e[ok])
+    asked = np.asarray(run.model, dtype=np.int64)
+    rows: list[dict[str, object]] = []
+    for m, model in enumerate(scenario.model_mix()):
+        mine = asked == m
+        for k, slo in enumerate(classes):
+            cell = mine & (class_of == k)
+            if cell.any():
+                rows.append({
+                    "model": model, "slo_class": slo.name, "ttft_s": slo.ttft_s,
+                    "tpot_s": slo.tpot_s, "request_share": _r(cell.sum() / mine.sum()),
+                    "attainment": _r(good[cell].mean()),
+                })  # fmt: skip
+    return rows
 
 
 def by_gpu_type(

@@ -31,8 +31,8 @@ from gpuroute.sim.engine_model import EngineRequest
 from gpuroute.sim.events import EventHeap, run_events
 from gpuroute.sim.fleet import (
     GpuTypeProfile,
-    assign_classes,
     assign_models,
+    assign_request_classes,
     expand_gpus,
     expand_kinds,
     fleet_capacity_rps,
@@ -122,7 +122,7 @@ class RegionalRun(StreamBreaks):
         latency = LatencyModel({t: LatencyPrior.from_engine(p.params) for t, p in profiles.items()})
         self.scheduler = Scheduler(BackendSet(self.backends), policy, estimator, latency=latency)
         self.hold_misses = scenario.router.slo_admission and self.scheduler.predicts_slo
-        self.classes = scenario.slo.slo_classes()
+        self.classes = scenario.slo_classes()
         ranked = SloClasses(self.classes, self.classes[0].name)
         self.held = HoldQueue(ranked, max_held=max(64, 16 * len(self.backends)))
         self.rng = random.Random(scenario.seed)
@@ -143,8 +143,8 @@ class RegionalRun(StreamBreaks):
         workload = sim.workload
         self.n = len(workload)
         self.outcomes = RunOutcomes.pending(self.n)
-        self.outcomes.slo_class = assign_classes(self.n, scenario.slo.shares(), scenario.seed)
         self.model_names, self.model_of = assign_models(self.n, scenario)
+        self.outcomes.slo_class = assign_request_classes(self.n, scenario, self.model_of)
         self.outcomes.model = self.model_of
         self.fallbacks = {m.name: tuple(m.fallback) for m in scenario.models}
         self.arrivals = workload.arrivals.tolist()

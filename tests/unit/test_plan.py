@@ -243,3 +243,94 @@ def test_cli_plans_with_a_declared_type_and_names_an_unknown_one(
     assert main([*args, "--gpu", "A900"]) == 2
     err = capsys.readouterr().err
     assert "--gpu A900: unknown GPU type 'A900'" in err and "A800" in err
+
+
+TWO_MODELS = """
+name = "two"
+seed = 5
+[workload]
+profile = "chat"
+rate_rps = 10.0
+max_requests = 1500
+model = "llama-3.1-8b"
+models = { "llama-3.1-8b" = 0.9, "llama-3.1-70b" = 0.1 }
+[[gpus]]
+type = "H100"
+count = 1
+[[gpus]]
+gpu = "H100"
+count = 1
+model = "llama-3.1-70b"
+tensor_parallel = 2
+"""
+SLO_70B = '[[models]]\nname = "llama-3.1-70b"\nslo = { ttft_s = 0.5, tpot_s = 0.04 }\n'
+
+
+def test_one_less_names_the_pool_that_misses_though_the_fleet_meets(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The 70B pool is a tenth of the traffic: with its one engine gone the whole fleet
+    still meets 0.9 (the line said so, fleet-wide), while that pool serves nothing."""
+    path = tmp_path / "two.toml"
+    path.write_text(TWO_MODELS)
+    options = parse_gpu_options(["H100", "H100:tp2"], load_scenario(path).scenario)
+    plan = plan_fleet(load_scenario(path), options, PlanLimits(), peak_rps=40.0)
+    assert [p.backends for p in plan.pools] == [{"H100": 2}, {"H100-tp2": 1}]
+    assert plan.meets and plan.misses == []
+    assert plan.pool_attainment.keys() == {"llama-3.1-8b", "llama-3.1-70b"}
+    assert all(a >= 0.9 for a in plan.pool_attainment.values())
+    assert (plan.scarcest, plan.scarcest_pool) == ("H100-tp2", "llama-3.1-70b")
+    assert plan.attainment_without_one_scarcest is not None
+    assert plan.attainment_without_one_scarcest >= 0.9  # fleet-wide it would "meet"
+    assert plan.without_one_scarcest_by_pool["llama-3.1-70b"] < 0.9
+    assert plan.misses_without_one_scarcest == ["llama-3.1-70b"]
+    assert [(r["model"], r["slo_class"]) for r in plan.by_model_and_class] == [
+        ("llama-3.1-8b", "standard"),
+        ("llama-3.1-70b", "standard"),
+    ]
+    assert main(["plan", "--scenario", str(path), "--gpu", "H100", "--gpu", "H100:tp2",
+                 "--peak-rps", "40"]) == 0  # fmt: skip
+    out = " ".join(capsys.readouterr().out.split())
+    assert "per pool: llama-3.1-8b 1.000, llama-3.1-70b" in out
+    assert "(every pool meets the 90% target)" in out
+    assert (
+        "with one H100-tp2 less in the llama-3.1-70b pool: that pool alone 0.000 (MISSES the "
+        "90% target)" in out
+    )
+
+
+def test_a_models_own_slo_is_its_requests_and_its_pools(tmp_path: Path) -> None:
+    """`slo = { ttft_s, tpot_s }` on the 70B: its requests are judged by it (a class named
+    after the model), the 8B's by [slo]; the tighter SLO takes a second engine."""
+    path = tmp_path / "slo.toml"
+    path.write_text(TWO_MODELS + SLO_70B)
+    loaded = load_scenario(path)
+    report = FleetSimulator(loaded).run("default")
+    assert report.by_slo_class.keys() == {"standard", "llama-3.1-70b"}
+    assert report.by_slo_class["llama-3.1-70b"]["request_share"] == pytest.approx(
+        report.by_model["llama-3.1-70b"]["request_share"]
+    )
+    options = parse_gpu_options(["H100", "H100:tp2"], loaded.scenario)
+    plan = plan_fleet(loaded, options, PlanLimits(), peak_rps=40.0)
+    small, large = plan.pools
+    assert small.backends == {"H100": 2}
+    assert large.backends == {"H100-tp2": 2}  # one carries the 70B at 2 s / 0.1 s (above)
+    # a lone H100 cannot prefill the 90th-percentile prompt within the 70B's 0.5 s
+    assert large.notes[0].startswith(
+        "H100 left out for llama-3.1-70b: SLO class 'llama-3.1-70b': TTFT bound 0.5 s"
+    )
+    rows = {(r["model"], r["slo_class"]): r for r in plan.by_model_and_class}
+    assert rows.keys() == {("llama-3.1-8b", "standard"), ("llama-3.1-70b", "llama-3.1-70b")}
+    assert (rows["llama-3.1-70b", "llama-3.1-70b"]["ttft_s"], rows["llama-3.1-70b", "llama-3.1-70b"]["tpot_s"]) == (0.5, 0.04)  # fmt: skip
+    assert plan.meets and plan.scarcest_pool == "llama-3.1-70b"
+    assert plan.misses_without_one_scarcest == ["llama-3.1-70b"]
+
+
+def test_a_models_slo_class_may_not_shadow_an_slo_class(tmp_path: Path) -> None:
+    path = tmp_path / "clash.toml"
+    path.write_text(
+        TWO_MODELS
+        + '[[models]]\nname = "standard"\nshape = "llama-3.1-8b"\nslo = { ttft_s = 1, tpot_s = 1 }\n'
+    )
+    with pytest.raises(ConfigError, match=r"models\[0\]\.slo: its class is named after the model"):
+        load_scenario(path)
