@@ -22,6 +22,7 @@ def register(sub) -> None:
     )
     sim.add_argument("--json", metavar="OUT", help="write results as JSON to OUT ('-' = stdout)")
     sim.add_argument("--quiet", action="store_true", help="no progress bar and no table")
+    fleet_arguments(sim)
     sim.set_defaults(run=_run)
     register_capacity(sub)
     register_plan(sub)
@@ -42,6 +43,38 @@ def scenario_and_target(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def fleet_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--fleet FILE` and the traffic flags used when no `--scenario` gives the traffic."""
+    parser.add_argument(
+        "--fleet",
+        metavar="FILE",
+        help="a fleet file: its pools replace the scenario's [[gpus]] (without --scenario, "
+        "traffic from the flags below, each model's share of requests its share of GPUs)",
+    )
+    group = parser.add_argument_group(
+        "traffic for --fleet without --scenario (--rate-rps also sets a scenario's rate)"
+    )
+    group.add_argument("--profile", default="chat", metavar="NAME", help="default: chat")
+    group.add_argument(
+        "--rate-rps", type=float, metavar="R", help="default: 80%% of the fleet's capacity"
+    )
+    group.add_argument("--requests", type=int, default=2000, metavar="N", help="default 2000")
+    group.add_argument("--seed", type=int, default=0, metavar="N", help="default 0")
+
+
+def traffic_of(args: argparse.Namespace):
+    """The traffic flags, checked; None where a scenario gives the traffic."""
+    from gpuroute.sim.run import Traffic
+
+    from gpuroute.config import ConfigError
+
+    if args.requests < 1 or (args.rate_rps is not None and args.rate_rps <= 0):
+        raise ConfigError("--requests and --rate-rps must be positive")
+    if args.fleet is None or args.scenario is not None:  # a scenario's traffic, maybe faster
+        return None if args.rate_rps is None else Traffic(rate_rps=args.rate_rps)
+    return Traffic(args.profile, args.requests, args.rate_rps, args.seed)
+
+
 def register_capacity(sub) -> None:
     cap = sub.add_parser(
         "capacity",
@@ -58,6 +91,7 @@ def register_capacity(sub) -> None:
     cap.add_argument("--json", metavar="OUT", help="write results as JSON to OUT ('-' = stdout)")
     cap.add_argument("--plot", metavar="PNG", help="plot attainment against load (matplotlib)")
     cap.add_argument("--quiet", action="store_true", help="no progress bar and no table")
+    fleet_arguments(cap)
     cap.set_defaults(run=_run_capacity)
 
 
@@ -97,6 +131,17 @@ def register_plan(sub) -> None:
     plan.add_argument("--json", metavar="OUT", help="write the plan as JSON to OUT ('-' = stdout)")
     plan.add_argument("--plot", metavar="PNG", help="plot the mixes tried: SLO met against cost")
     plan.add_argument("--quiet", action="store_true", help="no table")
+    plan.add_argument(
+        "--write-fleet",
+        metavar="FILE",
+        help="write the recommended fleet as a fleet file (pools rounded up to whole hosts "
+        "of their AWS instance type), and run it as written at the peak",
+    )
+    plan.add_argument(
+        "--aws-region",
+        metavar="NAME",
+        help="with --write-fleet: the region's deploy.aws_region (e.g. us-east-1)",
+    )
     plan.set_defaults(run=_run_plan)
 
 
@@ -150,18 +195,34 @@ def _run_plan(args: argparse.Namespace) -> int:
         json_out=args.json,
         plot_out=args.plot,
         quiet=args.quiet,
+        write_fleet=args.write_fleet,
+        aws_region=args.aws_region,
     )
 
 
 def _run(args: argparse.Namespace) -> int:
     from gpuroute.sim.run import run_sim
 
-    return run_sim(args.scenario, args.policy, args.json, quiet=args.quiet)
+    return run_sim(
+        args.scenario,
+        args.policy,
+        args.json,
+        quiet=args.quiet,
+        fleet=args.fleet,
+        traffic=traffic_of(args),
+    )
 
 
 def _run_capacity(args: argparse.Namespace) -> int:
     from gpuroute.sim.run import run_capacity
 
     return run_capacity(
-        args.scenario, args.policy, args.attainment, args.json, args.plot, quiet=args.quiet
+        args.scenario,
+        args.policy,
+        args.attainment,
+        args.json,
+        args.plot,
+        quiet=args.quiet,
+        fleet=args.fleet,
+        traffic=traffic_of(args),
     )

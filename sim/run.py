@@ -6,12 +6,18 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from gpuroute.global_.core.policy import MODES
 from gpuroute.router.core.policies import resolve_policy_name
 from gpuroute.sim.report import table_columns
-from gpuroute.sim.scenario import LoadedScenario, builtin_scenario, load_scenario
+from gpuroute.sim.scenario import (
+    LoadedScenario,
+    builtin_scenario,
+    fleet_scenario,
+    load_scenario,
+)
 from gpuroute.sim.simulator import FleetSimulator
 from gpuroute.sim.traces import TraceError
 from rich.console import Console
@@ -21,13 +27,45 @@ from gpuroute.progress import progress_bar
 from gpuroute.reporting import print_table, stdout_console
 
 
-def resolve_scenario(scenario: str | None) -> LoadedScenario:
-    """A path to a scenario file, else the name of one shipped in sim/scenarios."""
+def resolve_scenario(
+    scenario: str | None, fleet: str | None = None, traffic: Traffic | None = None
+) -> LoadedScenario:
+    """A path to a scenario file, else the name of one shipped in sim/scenarios; with
+    `fleet`, its engines from that fleet file; a fleet file alone takes its traffic from
+    `traffic` (the flags)."""
+    if fleet is not None and scenario is None:
+        return fleet_scenario(fleet, **asdict(traffic or Traffic()))
     if scenario is None:
-        return builtin_scenario()
-    if Path(scenario).is_file() or scenario.endswith(".toml") or "/" in scenario:
-        return load_scenario(scenario)
-    return builtin_scenario(scenario)
+        loaded = builtin_scenario(fleet=fleet)
+    elif Path(scenario).is_file() or scenario.endswith(".toml") or "/" in scenario:
+        loaded = load_scenario(scenario, fleet)
+    else:
+        loaded = builtin_scenario(scenario, fleet)
+    if traffic is not None and traffic.rate_rps is not None:
+        return at_rate(loaded, traffic.rate_rps)
+    return loaded
+
+
+def at_rate(loaded: LoadedScenario, rate_rps: float) -> LoadedScenario:
+    """The scenario at `--rate-rps` instead of its own rate (a profile's, not a trace's)."""
+    workload = loaded.scenario.workload
+    if workload.profile is None or workload.daily is not None:
+        raise ConfigError(
+            f"--rate-rps: {loaded.source} replays a trace or a day; it keeps its rate"
+        )
+    update = {"rate_rps": rate_rps, "target_utilization": None}
+    scenario = loaded.scenario.model_copy(update={"workload": workload.model_copy(update=update)})
+    return LoadedScenario(scenario, loaded.base_dir, loaded.source)
+
+
+@dataclass(frozen=True, slots=True)
+class Traffic:
+    """`sim --fleet`'s traffic without a scenario (sim/fleet_file.py traffic_from_flags)."""
+
+    profile: str = "chat"
+    requests: int = 2000
+    rate_rps: float | None = None
+    seed: int = 0
 
 
 def check_policies(names: list[str]) -> None:
@@ -56,10 +94,12 @@ def run_capacity(
     plot_out: str | None,
     *,
     quiet: bool,
+    fleet: str | None = None,
+    traffic: Traffic | None = None,
 ) -> int:
     from gpuroute.sim.capacity import CapacitySearch, plot_capacity
 
-    loaded = resolve_scenario(scenario_path)
+    loaded = resolve_scenario(scenario_path, fleet, traffic)
     if loaded.scenario.global_ is not None:
         raise ConfigError(f"{loaded.source}: capacity sizes one region; drop [global]")
     if not 0 < attainment <= 1:
@@ -94,10 +134,16 @@ def run_capacity(
 
 
 def run_sim(
-    scenario_path: str | None, policies: list[str] | None, json_out: str | None, *, quiet: bool
+    scenario_path: str | None,
+    policies: list[str] | None,
+    json_out: str | None,
+    *,
+    quiet: bool,
+    fleet: str | None = None,
+    traffic: Traffic | None = None,
 ) -> int:
     err = Console(stderr=True)
-    loaded = resolve_scenario(scenario_path)
+    loaded = resolve_scenario(scenario_path, fleet, traffic)
     if loaded.scenario.global_ is not None:
         return run_global_sim(loaded, policies, json_out, quiet=quiet)
     names = policies or loaded.scenario.router.policies

@@ -4,21 +4,23 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
+from gpuroute.fleet.schema import FleetModelConfig
 from gpuroute.router.config import GpuPrices, SloClassConfig
 from gpuroute.router.core.policies import resolve_policy_name
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASS, SloClass
-from gpuroute.router.model_config import RouterModelConfig, check_models
+from gpuroute.router.model_config import check_models
 from gpuroute.router.model_config import shapes as model_shapes
 from gpuroute.router.rebalance_config import RebalanceConfig
 from gpuroute.sim.adapters import LoraSection
 from gpuroute.sim.daily import DailySection
+from gpuroute.sim.fleet_file import fleet_path_of, traffic_from_flags, with_fleet
 from gpuroute.sim.global_scenario import GlobalSection
 from gpuroute.sim.scaling import ScenarioAutoscale
 from gpuroute.sim.traces import TRACE_FORMATS
 from gpuroute.sim.workloads import PROFILES
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, AliasChoices, Field, field_validator, model_validator
 
 from gpuroute.config import ConfigError, StrictModel, known_name, read_toml, validate
 from gpuroute.continuation import ContinuationConfig
@@ -78,9 +80,10 @@ class WorkloadSection(StrictModel):
 
 class GpuGroup(StrictModel):
     """`count` engines of one GPU type, each spanning tensor × pipeline parallel GPUs and
-    serving one model (the workload's `model` by default)."""
+    serving one model (the workload's `model` by default). The type's key is `gpu`, as in a
+    fleet file's pools and a router's backends; `type`, its old name, still reads."""
 
-    type: GpuTypeName
+    type: GpuTypeName = Field(validation_alias=AliasChoices("gpu", "type"))
     count: int = Field(ge=1, le=100_000)
     region: str | None = None
     model: str | None = None
@@ -170,8 +173,9 @@ class Scenario(DeclaresGpuTypes):
     seed: int = 0
     workload: WorkloadSection
     gpus: list[GpuGroup] = Field(min_length=1)
-    # shapes of models beyond the built-ins, and their fallbacks (the router's [[models]])
-    models: list[RouterModelConfig] = Field(default_factory=list)
+    # shapes of models beyond the built-ins, their fallbacks and per-model SLOs (a fleet
+    # file's [[models]])
+    models: list[FleetModelConfig] = Field(default_factory=list)
     slo: SloSection = SloSection()
     router: RouterSection = RouterSection()
     faults: list[Fault] = Field(default_factory=list)
@@ -186,6 +190,8 @@ class Scenario(DeclaresGpuTypes):
     chunked_prefill: bool = True
     lora: LoraSection | None = None  # LoRA adapters (sim/adapters.py)
     global_: GlobalSection | None = Field(default=None, alias="global")
+    # a fleet file whose pools are the [[gpus]] (sim/fleet_file.py): a fleet plus traffic
+    fleet: str | None = None
 
     @property
     def gpu_count(self) -> int:
@@ -201,6 +207,24 @@ class Scenario(DeclaresGpuTypes):
 
     def model_mix(self) -> dict[str, float]:
         return dict(self.workload.models) or {self.workload.model: 1.0}
+
+    def slo_classes(self) -> list[SloClass]:
+        """The [slo] classes, then one per model with its own `slo`, named after the model
+        (ranked after the [slo] ones): every request for that model is in it."""
+        own = [SloClass(m.name, m.slo.ttft_s, m.slo.tpot_s) for m in self.models if m.slo]
+        return self.slo.slo_classes() + own
+
+    def model_classes(self) -> dict[str, int]:
+        """Each model with its own SLO: the index of its class in `slo_classes()`."""
+        first = len(self.slo.slo_classes())
+        return {m.name: first + k for k, m in enumerate(m for m in self.models if m.slo)}
+
+    def classes_of(self, model: str) -> tuple[list[SloClass], list[float]]:
+        """The SLO classes a model's requests are in, with their shares of them."""
+        own = self.model_classes().get(model)
+        if own is not None:
+            return [self.slo_classes()[own]], [1.0]
+        return self.slo.slo_classes(), self.slo.shares()
 
     @model_validator(mode="after")
     def _moves_need_continuation(self) -> Scenario:
@@ -231,6 +255,13 @@ class Scenario(DeclaresGpuTypes):
             if model not in served:
                 raise ValueError(f"workload.models.{model}: no [[gpus]] group serves it")
         check_models(self.models, frozenset(served))
+        classes = {c.name for c in self.slo.slo_classes()}
+        for i, m in enumerate(self.models):
+            if m.slo is not None and m.name in classes:
+                raise ValueError(
+                    f"models[{i}].slo: its class is named after the model, {m.name!r}, "
+                    "which is also an [slo] class; rename that class"
+                )
         return self
 
     @model_validator(mode="after")
@@ -287,13 +318,31 @@ class LoadedScenario:
         return None if trace is None else (self.base_dir / trace).resolve()
 
 
-def load_scenario(path: Path | str) -> LoadedScenario:
+def load_scenario(path: Path | str, fleet: Path | str | None = None) -> LoadedScenario:
+    """A scenario file; its engines from a fleet file where it names one (`fleet`) or where
+    `fleet` is given (`--fleet`: the file's own [[gpus]] are replaced)."""
     path = Path(path)
-    scenario = validate(path, read_toml(path), Scenario)
+    data = read_toml(path)
+    if fleet is not None:
+        data.pop("gpus", None)
+    fleet_path = fleet_path_of(data, path.parent, fleet)
+    if fleet_path is not None:
+        data = with_fleet(data, str(path), fleet_path)
+    scenario = validate(path, data, Scenario)
     return LoadedScenario(scenario, path.parent, str(path))
 
 
-def builtin_scenario(name: str = BUILTIN_DEFAULT) -> LoadedScenario:
+def fleet_scenario(fleet: Path | str, **traffic: Any) -> LoadedScenario:
+    """A fleet file with traffic from flags (sim/fleet_file.py traffic_from_flags)."""
+    path = Path(fleet)
+    data = with_fleet(traffic_from_flags(path, **traffic), str(path), path)
+    scenario = validate(path, data, Scenario)
+    return LoadedScenario(scenario, Path.cwd(), str(path))
+
+
+def builtin_scenario(
+    name: str = BUILTIN_DEFAULT, fleet: Path | str | None = None
+) -> LoadedScenario:
     """A scenario shipped in sim/scenarios (the synthetic ones need no data files)."""
     resource = resources.files("gpuroute.sim") / "scenarios" / f"{name}.toml"
     if not resource.is_file():
@@ -303,4 +352,4 @@ def builtin_scenario(name: str = BUILTIN_DEFAULT) -> LoadedScenario:
         )
         raise ConfigError(f"no built-in scenario named {name!r}; known: {', '.join(known)}")
     with resources.as_file(resource) as path:
-        return load_scenario(path)
+        return load_scenario(path, fleet)
