@@ -315,22 +315,24 @@ def test_a_models_own_slo_is_its_requests_and_its_pools(tmp_path: Path) -> None:
     small, large = plan.pools
     assert small.backends == {"H100": 2}
     assert large.backends == {"H100-tp2": 2}  # one carries the 70B at 2 s / 0.1 s (above)
-    # a lone H100 cannot prefill the 90th-percentile prompt within the 70B's 0.5 s
-    assert large.notes[0].startswith(
-        "H100 left out for llama-3.1-70b: SLO class 'llama-3.1-70b': TTFT bound 0.5 s"
-    )
+    # (a lone H100 is left out for the 70B: it could not start with the longest request)
+    assert large.notes[0].startswith("H100 left out for llama-3.1-70b: model llama-3.1-70b")
     rows = {(r["model"], r["slo_class"]): r for r in plan.by_model_and_class}
     assert rows.keys() == {("llama-3.1-8b", "standard"), ("llama-3.1-70b", "llama-3.1-70b")}
-    assert (rows["llama-3.1-70b", "llama-3.1-70b"]["ttft_s"], rows["llama-3.1-70b", "llama-3.1-70b"]["tpot_s"]) == (0.5, 0.04)  # fmt: skip
+    own = rows["llama-3.1-70b", "llama-3.1-70b"]
+    assert (own["ttft_s"], own["tpot_s"]) == (0.5, 0.04)
     assert plan.meets and plan.scarcest_pool == "llama-3.1-70b"
     assert plan.misses_without_one_scarcest == ["llama-3.1-70b"]
+    # out of reach: the roofline says so for the model's own class, naming it
+    path.write_text(TWO_MODELS + SLO_70B.replace("tpot_s = 0.04", "tpot_s = 0.002"))
+    loaded = load_scenario(path)
+    with pytest.raises(PlanError, match=r"H100-tp2: SLO class 'llama-3.1-70b': TPOT bound 0.002"):
+        plan_fleet(loaded, parse_gpu_options(["H100:tp2"], loaded.scenario), PlanLimits(), 4.0)
 
 
 def test_a_models_slo_class_may_not_shadow_an_slo_class(tmp_path: Path) -> None:
     path = tmp_path / "clash.toml"
-    path.write_text(
-        TWO_MODELS
-        + '[[models]]\nname = "standard"\nshape = "llama-3.1-8b"\nslo = { ttft_s = 1, tpot_s = 1 }\n'
-    )
+    clash = '[[models]]\nname = "standard"\nshape = "llama-3.1-8b"\n'
+    path.write_text(TWO_MODELS + clash + "slo = { ttft_s = 1, tpot_s = 1 }\n")
     with pytest.raises(ConfigError, match=r"models\[0\]\.slo: its class is named after the model"):
         load_scenario(path)
