@@ -12,6 +12,7 @@ COPY router router
 COPY agent agent
 COPY global global
 COPY sim sim
+COPY fleet fleet
 COPY testbed testbed
 COPY bench bench
 COPY demo demo

@@ -1,5 +1,5 @@
-"""`gpuroute check-config` (a regions file, or a router, global or agent config) and
-`gpuroute tfvars` (Terraform variables from the regions file)."""
+"""`gpuroute check-config` (a fleet file, a router, global tier or agent config, or a
+simulator scenario) and `gpuroute tfvars` (Terraform variables from the fleet file)."""
 
 from __future__ import annotations
 
@@ -7,23 +7,25 @@ import argparse
 import sys
 from typing import Any
 
-KINDS = ("regions", "router", "global", "agent")
+KINDS = ("fleet", "router", "global", "agent", "scenario")
+ALIASES = {"regions": "fleet"}  # a fleet file was called a regions file
 
 
 def register(sub) -> None:
     check = sub.add_parser(
-        "check-config", help="validate a config file (router, agent, global or regions)"
+        "check-config",
+        help="validate a config file (fleet, router, global tier, agent or scenario)",
     )
     check.add_argument("file", metavar="FILE")
     check.add_argument(
         "--kind",
-        choices=KINDS,
+        choices=(*KINDS, *ALIASES),
         default=None,
         help="what FILE is (default: told by its top-level keys); secrets in files are not read",
     )
     check.set_defaults(run=check_config)
     tfvars = sub.add_parser(
-        "tfvars", help="Terraform variables (JSON) for deploy/terraform from a regions file"
+        "tfvars", help="Terraform variables (JSON) for deploy/terraform from a fleet file"
     )
     tfvars.add_argument("file", metavar="FILE")
     tfvars.set_defaults(run=tfvars_json)
@@ -32,7 +34,7 @@ def register(sub) -> None:
 def check_config(args: argparse.Namespace) -> int:
     from gpuroute.config import ConfigError, read_toml
 
-    kind = args.kind
+    kind = ALIASES.get(args.kind, args.kind)
     try:
         if kind is None:
             kind = infer_kind(args.file, read_toml(args.file))
@@ -48,7 +50,8 @@ def check_config(args: argparse.Namespace) -> int:
 
 
 _NAMES = {
-    "regions": "regions file",
+    "fleet": "fleet file",
+    "scenario": "simulator scenario",
     "router": "router config",
     "global": "global tier config",
     "agent": "agent config",
@@ -58,12 +61,14 @@ _NAMES = {
 def top_level_keys(kind: str) -> frozenset[str]:
     """The top-level keys a file of this kind may hold (its model's fields)."""
     from gpuroute.agent.config import AgentConfig
+    from gpuroute.fleet.schema import DeployFleet
     from gpuroute.global_.config import GlobalConfig
-    from gpuroute.regions import FleetConfig
     from gpuroute.router.config import RouterConfig
+    from gpuroute.sim.scenario import Scenario
 
     model = {
-        "regions": FleetConfig,
+        "fleet": DeployFleet,
+        "scenario": Scenario,
         "router": RouterConfig,
         "global": GlobalConfig,
         "agent": AgentConfig,
@@ -74,8 +79,9 @@ def top_level_keys(kind: str) -> frozenset[str]:
 def infer_kind(path: str, data: dict[str, Any]) -> str:
     """The kind whose top-level keys cover most of the file's (`backends` or `membership`
     make a router config, `engine` an agent's, `endpoints` or `spillover` a global tier's,
-    `regions` a regions file). Every kind validates strictly, so a guess that is wrong
-    would only print a wall of unknown keys; a tie is an error that says what to do."""
+    `regions` a fleet file, `workload` a scenario). Every kind validates strictly, so a
+    guess that is wrong would only print a wall of unknown keys; a tie is an error that
+    says what to do."""
     from gpuroute.config import ConfigError
 
     keys = sorted(data)
@@ -111,15 +117,33 @@ def _check(kind: str, path: str) -> str:
         from gpuroute.agent.config import load_agent_config
 
         return f"agent config, service {load_agent_config(path).service_id}"
-    from gpuroute.regions import load_fleet
+    if kind == "scenario":
+        return _check_scenario(path)
+    from gpuroute.fleet.schema import load_deploy_fleet
 
-    fleet = load_fleet(path)
-    gpus = sum(p.count for r in fleet.regions for p in r.gpu_pools)
-    return f"regions file, {len(fleet.regions)} regions, {gpus} GPUs"
+    fleet = load_deploy_fleet(path)
+    pools = list(fleet.pools())
+    gpus = sum(ref.pool.count for ref in pools)
+    engines = sum(ref.pool.engines for ref in pools)
+    models = len({ref.pool.models[0] for ref in pools})
+    return (
+        f"fleet file, {len(fleet.regions)} regions, {len(pools)} pools, {gpus} GPUs in "
+        f"{engines} engines, {models} models"
+    )
+
+
+def _check_scenario(path: str) -> str:
+    from gpuroute.sim.scenario import load_scenario
+
+    scenario = load_scenario(path).scenario
+    return (
+        f"simulator scenario {scenario.name!r}, {scenario.engine_count} engines on "
+        f"{scenario.gpu_count} GPUs, {len(scenario.model_mix())} models"
+    )
 
 
 def tfvars_json(args: argparse.Namespace) -> int:
-    from gpuroute.tfvars import render_tfvars
+    from gpuroute.fleet.tfvars import render_tfvars
 
     sys.stdout.write(render_tfvars(args.file))
     return 0

@@ -44,7 +44,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Annotated
+from typing import Annotated, get_args
 
 from pydantic import (
     AfterValidator,
@@ -202,11 +202,14 @@ def _known_gpu(value: str, info: ValidationInfo) -> str:
 GpuTypeName = Annotated[str, Field(pattern=GPU_NAME_PATTERN), AfterValidator(_known_gpu)]
 
 
-def gpu_context(data: Mapping[str, object]) -> dict[str, object]:
-    """The validation context of a file with `[[gpu_types]]`: its catalog (built-ins alone
-    when the declarations are themselves invalid: their own errors are reported then)."""
+def gpu_context(
+    data: Mapping[str, object], entry: type[GpuTypeConfig] = GpuTypeConfig
+) -> dict[str, object]:
+    """The validation context of a file with `[[gpu_types]]` (each an `entry`): its catalog
+    (built-ins alone when the declarations are themselves invalid: their own errors are
+    reported then)."""
     try:
-        declared = TypeAdapter(list[GpuTypeConfig]).validate_python(data.get("gpu_types", []))
+        declared = TypeAdapter(list[entry]).validate_python(data.get("gpu_types", []))
         return {GPUS_CONTEXT: GpuCatalog.of(declared)}
     except (ValidationError, ValueError):
         return {GPUS_CONTEXT: GpuCatalog()}
@@ -251,7 +254,8 @@ class DeclaresGpuTypes(StrictModel):
 
     @classmethod
     def validation_context(cls, data: Mapping[str, object]) -> dict[str, object]:
-        return gpu_context(data)
+        entry = get_args(cls.model_fields["gpu_types"].annotation)[0]
+        return gpu_context(data, entry)
 
     def gpu_catalog(self) -> GpuCatalog:
         return GpuCatalog.of(self.gpu_types)

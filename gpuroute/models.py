@@ -158,9 +158,25 @@ MODELS: dict[str, ModelSpec] = {
     m.name: m
     for m in (
         # Llama 3.1 8B: 32 layers, GQA with 8 KV heads of 128, hidden 4096.
-        ModelSpec("llama-3.1-8b", params_b=8.03, layers=32, kv_heads=8, head_dim=128, hidden=4096),
+        ModelSpec(
+            "llama-3.1-8b",
+            params_b=8.03,
+            layers=32,
+            kv_heads=8,
+            head_dim=128,
+            hidden=4096,
+            max_model_len=131072,
+        ),
         # Llama 3.2 3B: 28 layers, 8 KV heads of 128, hidden 3072.
-        ModelSpec("llama-3.2-3b", params_b=3.21, layers=28, kv_heads=8, head_dim=128, hidden=3072),
+        ModelSpec(
+            "llama-3.2-3b",
+            params_b=3.21,
+            layers=28,
+            kv_heads=8,
+            head_dim=128,
+            hidden=3072,
+            max_model_len=131072,
+        ),
         # Served with 8-bit weights (as the two above) unless the checkpoint ships its own.
         _builtin("llama-3.1-70b", _LLAMA_31_70B),
         _builtin("llama-3.1-405b", _LLAMA_31_405B),

@@ -1,16 +1,18 @@
-"""The fleet description (`regions.example.toml`): regions, where they are, their jurisdiction
-and GPU pools. The global tier (`regions_file`), `gpuroute tfvars` and `gpuroute check-config`
-read this one file; regional routers do not (their `[region]` says where they are)."""
+"""The fleet file (`regions.example.toml`, `fleet.example.toml`): regions, where they are,
+their jurisdiction and GPU pools, with the engines each pool runs. The global tier
+(`regions_file`) reads its geography here; `gpuroute tfvars`, `plan`, `sim --fleet` and
+`check-config` read the whole file through gpuroute.fleet (models, weights, instances,
+engine arguments); regional routers do not read it (their `[region]` says where they are)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from gpuroute.config import StrictModel, load_toml_model
-from gpuroute.gpus import DeclaresGpuTypes, GpuTypeName
+from gpuroute.gpus import DeclaresGpuTypes, GpuTypeConfig, GpuTypeName
 
 RegionName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{1,31}$")]
 Jurisdiction = Annotated[str, Field(pattern=r"^[a-z]{2,8}$")]
@@ -19,6 +21,79 @@ Jurisdiction = Annotated[str, Field(pattern=r"^[a-z]{2,8}$")]
 class Location(StrictModel):
     lat: float = Field(ge=-90, le=90)
     lon: float = Field(ge=-180, le=180)
+
+
+EngineKindName = Literal["vllm", "sglang"]
+SecretName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+PoolName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,39}$")]
+
+
+class EngineSettings(StrictModel):
+    """How a pool's engines run (`[engine]` for every pool, `[regions.gpu_pools.engine]` for
+    one, key by key over it). Read by `gpuroute tfvars` (the command line each host starts)
+    and checked by `check-config`; None: the fleet's default, else the engine's own."""
+
+    kind: EngineKindName | None = None
+    version: str | None = Field(default=None, pattern=r"^[0-9][0-9A-Za-z.+-]{0,31}$")
+    image: str | None = Field(default=None, min_length=1, max_length=256)
+    max_model_len: int | None = Field(default=None, ge=16, le=10_000_000)
+    quantization: str | None = Field(default=None, pattern=r"^[a-z0-9_-]{1,32}$")
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    lora_modules: dict[str, str] = Field(default_factory=dict)  # adapter name -> weights
+    extra_args: list[str] = Field(default_factory=list)
+    hf_token: SecretName | None = None  # a [secrets] name: the Hugging Face token
+
+    @model_validator(mode="after")
+    def _version_or_image(self) -> EngineSettings:
+        if self.version is not None and self.image is not None:
+            raise ValueError("set `version` or `image`, not both (an image names its version)")
+        return self
+
+    def over(self, base: EngineSettings) -> EngineSettings:
+        """These settings over `base`, key by key (a pool's over the fleet's)."""
+        mine = self.model_dump(exclude_unset=True)
+        if "version" in mine:
+            mine.setdefault("image", None)
+        if "image" in mine:
+            mine.setdefault("version", None)
+        return base.model_copy(update=mine)
+
+
+class SecretRef(StrictModel):
+    """Where hosts read a secret when they need it (never in user data or the file)."""
+
+    secretsmanager: str | None = Field(default=None, min_length=1, max_length=2048)
+    ssm: str | None = Field(default=None, pattern=r"^(/[A-Za-z0-9_.\-/]+|arn:.+)$")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> SecretRef:
+        if (self.secretsmanager is None) == (self.ssm is None):
+            raise ValueError("name exactly one of `secretsmanager` or `ssm`")
+        return self
+
+    @property
+    def source(self) -> str:
+        return "secretsmanager" if self.secretsmanager is not None else "ssm"
+
+    @property
+    def name(self) -> str:
+        return self.secretsmanager or self.ssm or ""
+
+
+class AwsInstanceType(StrictModel):
+    """An instance type a declared GPU type runs on that the built-in catalog lacks."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
+    gpus: int = Field(ge=1, le=64)
+    instance_storage_gb: float = Field(default=0, ge=0)
+
+
+class FleetGpuType(GpuTypeConfig):
+    """A `[[gpu_types]]` entry of a fleet file: the figures, and the AWS instance types that
+    carry it (catalog names, or tables for types the catalog lacks). None: the catalog's
+    instances of that GPU, if any."""
+
+    aws_instance_types: list[str | AwsInstanceType] | None = None
 
 
 class GpuPool(StrictModel):
@@ -33,14 +108,27 @@ class GpuPool(StrictModel):
     serves exactly one model, and no other pool of its region serves that model
     (FleetConfig), or two groups would each grow to the model's whole pool."""
 
+    name: PoolName | None = None  # default: "<gpu, lower case>-<index in the region>"
     gpu: GpuTypeName
-    count: int = Field(ge=0, le=100_000)
-    models: list[str] = Field(min_length=1)
+    count: int = Field(ge=0, le=100_000)  # GPUs; hosts are this over GPUs per instance
+    models: list[str] = Field(min_length=1)  # served names: the first is the weights loaded
+    tensor_parallel: int = Field(default=1, ge=1, le=64)
+    pipeline_parallel: int = Field(default=1, ge=1, le=64)
+    instance_type: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
+    engine: EngineSettings = EngineSettings()
     zone: str | None = None
     capacity_weight: float | None = Field(default=None, gt=0)
     min_hosts: int | None = Field(default=None, ge=1)  # the policy cannot scale out from zero
     max_hosts: int | None = Field(default=None, ge=1)
     standby_hosts: int = Field(default=0, ge=0)  # warm hosts, ready to join the group
+
+    @property
+    def gpus_per_engine(self) -> int:
+        return self.tensor_parallel * self.pipeline_parallel
+
+    @property
+    def engines(self) -> int:
+        return self.count // self.gpus_per_engine
 
     @property
     def autoscales(self) -> bool:
@@ -69,6 +157,11 @@ class GpuPool(StrictModel):
                     f"standby_hosts ({standby}) is more than the group can grow by "
                     f"(max_hosts - min_hosts = {high - low}): those hosts would never serve"
                 )
+        if self.count % self.gpus_per_engine:
+            raise ValueError(
+                f"count ({self.count} GPUs) is not a whole number of engines of "
+                f"tensor_parallel x pipeline_parallel = {self.gpus_per_engine} GPUs"
+            )
         if self.autoscales and len(set(self.models)) != 1:
             raise ValueError(
                 f"a pool that scales (min_hosts, max_hosts or standby_hosts) serves exactly one "
@@ -104,8 +197,34 @@ class FleetDeploy(StrictModel):
 
 
 class FleetConfig(DeclaresGpuTypes):
+    """The whole fleet file. Its `[[models]]` are checked by gpuroute.fleet (they are the
+    router's [[models]], a tier above this kernel); the global tier reads the geography."""
+
+    gpu_types: list[FleetGpuType] = Field(default_factory=list)
     regions: list[Region] = Field(min_length=1)
     deploy: FleetDeploy = FleetDeploy()
+    engine: EngineSettings = EngineSettings()
+    secrets: dict[SecretName, SecretRef] = Field(default_factory=dict)
+    models: list[dict[str, Any]] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def pool_names_unique(self) -> FleetConfig:
+        for i, region in enumerate(self.regions):
+            seen: dict[str, int] = {}
+            for j, _pool in enumerate(region.gpu_pools):
+                name = self.pool_name(region, j)
+                if name in seen:
+                    raise ValueError(
+                        f"regions[{i}].gpu_pools[{j}]: pool name {name!r} is also "
+                        f"regions[{i}].gpu_pools[{seen[name]}]'s; name them apart (`name`)"
+                    )
+                seen[name] = j
+        return self
+
+    @staticmethod
+    def pool_name(region: Region, index: int) -> str:
+        pool = region.gpu_pools[index]
+        return pool.name or f"{pool.gpu.lower()}-{index}"
 
     @field_validator("regions")
     @classmethod

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from gpuroute.fleet.tfvars import fleet_tfvars, render_tfvars
 from support.paths import REPO
 from support.terraform import (
     TF,
@@ -24,7 +25,6 @@ from support.terraform import (
 )
 
 from gpuroute.config import ConfigError
-from gpuroute.tfvars import fleet_tfvars, render_tfvars
 
 PURE_MODULES = [
     TF / "modules" / "fleet-plan",
@@ -261,10 +261,15 @@ def test_tfvars_for_the_example_regions_file() -> None:
     # Washington-Frankfurt 6,500 km < Washington-Tokyo 10,900 km; Tokyo-Frankfurt 9,300 km
     assert regions["us-east"]["neighbours"] == ["eu-west", "ap-northeast"]
     assert regions["ap-northeast"]["neighbours"] == ["eu-west", "us-east"]
-    assert regions["eu-west"]["gpu_pools"] == [
-        {"gpu": "L4", "count": 16, "models": ["llama-3.1-8b"],
-         "min_hosts": 8, "max_hosts": 32, "standby_hosts": 2},
-    ]  # fmt: skip
+    (pool,) = regions["eu-west"]["gpu_pools"]
+    assert {k: pool[k] for k in ("gpu", "count", "models", "min_hosts", "max_hosts")} == {
+        "gpu": "L4", "count": 16, "models": ["llama-3.1-8b"], "min_hosts": 8, "max_hosts": 32,
+    }  # fmt: skip
+    assert (pool["standby_hosts"], pool["instance_type"], pool["gpus_per_host"]) == (
+        2, "g6.xlarge", 1,
+    )  # fmt: skip
+    # the token is a reference: where hosts read it, never the secret
+    assert pool["engine"]["hf_token"] == {"source": "secretsmanager", "name": "gpuroute/hf-token"}
 
 
 def test_tfvars_cli_writes_json(capsys) -> None:
@@ -327,9 +332,9 @@ def test_tfvars_rejects_a_bad_regions_file_naming_file_and_key(tmp_path, text, m
 
 
 def test_fleet_tfvars_neighbours_are_sorted_by_distance() -> None:
-    from gpuroute.regions import FleetConfig
+    from gpuroute.fleet.schema import DeployFleet
 
-    fleet = FleetConfig.model_validate(
+    fleet = DeployFleet.model_validate(
         {
             "deploy": {"global_regions": ["ra", "rb"]},
             "regions": [

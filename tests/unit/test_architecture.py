@@ -6,7 +6,17 @@ import ast
 
 from support.paths import REPO
 
-PACKAGE_FOLDERS = ("gpuroute", "router", "agent", "global", "sim", "testbed", "bench", "demo")
+PACKAGE_FOLDERS = (
+    "gpuroute",
+    "router",
+    "agent",
+    "global",
+    "sim",
+    "fleet",
+    "testbed",
+    "bench",
+    "demo",
+)
 # Declarative tables: one metric definition after another.
 TABLES = {("router/metrics.py", "__init__")}
 MAX_FUNCTION_LINES, MAX_MODULE_LINES = 60, 400

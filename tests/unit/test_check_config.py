@@ -40,8 +40,8 @@ def test_a_file_of_no_clear_kind_is_an_error_that_says_what_to_do(
     assert main(["check-config", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"gpuroute check-config: error: {path}: cannot tell which kind")
-    assert "considered regions, router, global, agent" in err and why in err
-    assert "--kind {regions,router,global,agent}" in err
+    assert "considered fleet, router, global, agent, scenario" in err and why in err
+    assert "--kind {fleet,router,global,agent,scenario}" in err
     assert len(err.splitlines()) == 1
 
 

@@ -11,8 +11,12 @@ import math
 from pathlib import Path
 from typing import Any
 
+from gpuroute.fleet.engine_args import engine_argv
+from gpuroute.fleet.instances import instance_for
+from gpuroute.fleet.schema import DeployFleet, PoolRef, load_deploy_fleet
+
 from gpuroute.config import ConfigError
-from gpuroute.regions import FleetConfig, GpuPool, Location, load_fleet
+from gpuroute.regions import Location
 
 EARTH_RADIUS_KM = 6371.0
 
@@ -27,7 +31,7 @@ def great_circle_km(a: Location, b: Location) -> float:
     return 2 * EARTH_RADIUS_KM * math.asin(math.sqrt(h))
 
 
-def fleet_tfvars(fleet: FleetConfig, path: Path | str) -> dict[str, Any]:
+def fleet_tfvars(fleet: DeployFleet, path: Path | str) -> dict[str, Any]:
     """Variables for the multi-region example; ConfigError names the file and key."""
     problems = []
     for i, r in enumerate(fleet.regions):
@@ -50,6 +54,7 @@ def fleet_tfvars(fleet: FleetConfig, path: Path | str) -> dict[str, Any]:
     if problems:
         raise ConfigError("\n".join(problems))
     regions = {}
+    refs = list(fleet.pools())
     for region, index in zip(fleet.regions, indexes, strict=True):
         d = region.deploy
         others = sorted(
@@ -63,17 +68,34 @@ def fleet_tfvars(fleet: FleetConfig, path: Path | str) -> dict[str, Any]:
             "azs": d.azs or [f"{d.aws_region}{z}" for z in "abc"],
             "federate": d.federate,
             "neighbours": [o.name for o in others],
-            "gpu_pools": [pool_tfvars(p) for p in region.gpu_pools],
+            "gpu_pools": [pool_tfvars(fleet, ref) for ref in refs if ref.region is region],
         }
     return {"regions": regions, "global_regions": list(fleet.deploy.global_regions)}
 
 
-def pool_tfvars(pool: GpuPool) -> dict[str, Any]:
-    """A GPU pool as fleet-plan reads it; unset optional keys stay out (Terraform's defaults:
-    bounds at the host count, no standby)."""
-    out: dict[str, Any] = {"gpu": pool.gpu, "count": pool.count, "models": pool.models}
+def pool_tfvars(fleet: DeployFleet, ref: PoolRef) -> dict[str, Any]:
+    """A GPU pool as fleet-plan reads it: its instance type, how many GPUs each host has and
+    the engine each runs; unset optional keys stay out (Terraform's defaults: bounds at the
+    host count, no standby)."""
+    pool = ref.pool
+    out: dict[str, Any] = {
+        "name": ref.name, "gpu": pool.gpu, "count": pool.count, "models": pool.models,
+        "tensor_parallel": pool.tensor_parallel, "pipeline_parallel": pool.pipeline_parallel,
+    }  # fmt: skip
+    if pool.count > 0:
+        instance = instance_for(fleet, pool)
+        out |= {"instance_type": instance.name, "gpus_per_host": instance.gpus}
+    settings = fleet.engine_of(pool)
+    secret = fleet.secrets.get(settings.hf_token) if settings.hf_token else None
+    out["engine"] = {
+        "kind": settings.kind,
+        "image": fleet.image_of(pool),
+        "args": engine_argv(fleet, pool),
+        "hf_token": None if secret is None else {"source": secret.source, "name": secret.name},
+    }
     optional = {
         "zone": pool.zone,
+        "capacity_weight": pool.capacity_weight,
         "min_hosts": pool.min_hosts,
         "max_hosts": pool.max_hosts,
         "standby_hosts": pool.standby_hosts,
@@ -82,4 +104,4 @@ def pool_tfvars(pool: GpuPool) -> dict[str, Any]:
 
 
 def render_tfvars(path: Path | str) -> str:
-    return json.dumps(fleet_tfvars(load_fleet(path), path), indent=2) + "\n"
+    return json.dumps(fleet_tfvars(load_deploy_fleet(path), path), indent=2) + "\n"

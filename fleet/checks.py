@@ -1,0 +1,136 @@
+"""What deploying a fleet file needs beyond its shape, each problem said as `key: message`
+with the numbers that decide it: an instance type for every pool in an AWS region, a model
+that fits its engine's GPUs, weights to load, secrets the file names, engine arguments the
+engine accepts."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gpuroute.fleet.instances import NoInstance, instance_for
+from gpuroute.fleet.schema import GATED_PREFIXES, DeployFleet, PoolRef
+
+from gpuroute.gpus import GpuSpec
+from gpuroute.models import WEIGHT_DTYPE_BYTES, ModelSpec
+
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default
+# weight bytes per parameter of an engine's --quantization (None: the model's shape's)
+QUANTIZATION_BYTES = {
+    "fp8": 1.0, "fbgemm_fp8": 1.0, "modelopt": 1.0, "compressed-tensors": None,
+    "awq": 0.5, "awq_marlin": 0.5, "gptq": 0.5, "gptq_marlin": 0.5, "bitsandbytes": 0.5,
+    "mxfp4": WEIGHT_DTYPE_BYTES["mxfp4"],
+}  # fmt: skip
+
+
+def deployment_problems(fleet: DeployFleet) -> list[str]:
+    """Every problem of every pool (all of them, not the first)."""
+    problems: list[str] = []
+    for ref in fleet.pools():
+        problems += [f"{ref.key}: {p}" for p in pool_problems(fleet, ref)]
+    return problems
+
+
+def pool_problems(fleet: DeployFleet, ref: PoolRef) -> list[str]:
+    pool, problems = ref.pool, []
+    shapes = fleet.shapes()
+    first = pool.models[0]  # the weights loaded; the other names serve the same ones
+    if first not in shapes and not _served_version(fleet, first):
+        problems.append(f"models[0]: unknown model {first!r}; declare it under [[models]]")
+    deploys = ref.region.deploy.aws_region is not None and pool.count > 0
+    if not deploys:  # simulated or run by hand: only what every engine needs
+        return problems + _fit_problems(fleet, ref, None)
+    if fleet.weights(first) is None:
+        problems.append(
+            f"models[0]: no weights for {first!r}: give its [[models]] entry `weights` (a "
+            "Hugging Face repository or a path on the host)"
+        )
+    problems += _secret_problems(fleet, ref)
+    gpu_memory = None
+    try:
+        gpu_memory = instance_for(fleet, pool).gpu_memory_gb
+    except NoInstance as exc:
+        problems.append(str(exc))
+    if fleet.engine_of(pool).kind == "sglang" and len(pool.models) > 1:
+        problems.append(
+            "models: an SGLang engine serves one name; give the others as [[models]] aliases"
+        )
+    return problems + _fit_problems(fleet, ref, gpu_memory) + _argument_problems(fleet, ref)
+
+
+def _fit_problems(fleet: DeployFleet, ref: PoolRef, gpu_memory: float | None) -> list[str]:
+    """The pool's first model in its engine's GPUs (their instance's memory, where known)."""
+    shapes = fleet.shapes()
+    first = ref.pool.models[0]
+    if first not in shapes:
+        return []
+    spec = fleet.gpu_catalog()[ref.pool.gpu]
+    if gpu_memory is not None:
+        spec = replace(spec, memory_gb=min(spec.memory_gb, gpu_memory))
+    short = memory_short(fleet, ref, spec, shapes[first])
+    return [] if short is None else [short]
+
+
+def _served_version(fleet: DeployFleet, name: str) -> bool:
+    return any(name in m.split for m in fleet.models)
+
+
+def _secret_problems(fleet: DeployFleet, ref: PoolRef) -> list[str]:
+    settings = fleet.engine_of(ref.pool)
+    token = settings.hf_token
+    if token is not None and token not in fleet.secrets:
+        known = ", ".join(fleet.secrets) or "none"
+        return [
+            f"engine.hf_token: secret {token!r} is not in the file's [secrets] (declared: "
+            f'{known}); add `[secrets] {token} = {{ secretsmanager = "NAME" }}` or '
+            '`{ ssm = "/PARAMETER" }`'
+        ]
+    weights = fleet.weights(ref.pool.models[0]) or ""
+    if token is None and weights.startswith(GATED_PREFIXES):
+        return [
+            f"engine.hf_token: {weights} is a gated Hugging Face repository: hosts need a "
+            "token to download it; name a [secrets] entry in `hf_token` ([engine] for every "
+            "pool)"
+        ]
+    return []
+
+
+def memory_short(fleet: DeployFleet, ref: PoolRef, gpu: GpuSpec, model: ModelSpec) -> str | None:
+    """Why the engine cannot start, when its GPUs cannot hold the weights and the KV cache
+    of one whole sequence (vLLM refuses to start then); None when it fits."""
+    pool, settings = ref.pool, fleet.engine_of(ref.pool)
+    weight_bytes = QUANTIZATION_BYTES.get(settings.quantization or "")
+    if weight_bytes is not None:
+        model = replace(model, weight_bytes=weight_bytes)
+    utilisation = settings.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION
+    gpus = pool.gpus_per_engine
+    usable = gpus * gpu.memory_gb * 1e9 * utilisation
+    context = settings.max_model_len or model.max_model_len or 8192
+    weights = model.weight_total_bytes
+    kv = model.kv_bytes_per_token * context
+    if weights + kv <= usable:
+        return None
+    held = f"{gpus} x {gpu.name}" if gpus > 1 else gpu.name
+    fix = (
+        "a larger tensor_parallel, quantization, a smaller max_model_len or a GPU with more memory"
+    )
+    return (
+        f"{model.name} does not fit {held}: it needs {(weights + kv) / 1e9:.1f} GB (weights "
+        f"{weights / 1e9:.1f} GB + KV cache for {context} tokens {kv / 1e9:.1f} GB) and "
+        f"{held} hold {usable / 1e9:.1f} GB ({gpu.memory_gb:g} GB each x "
+        f"gpu_memory_utilization {utilisation:g}): {(weights + kv - usable) / 1e9:.1f} GB "
+        f"short; use {fix}"
+    )
+
+
+def _argument_problems(fleet: DeployFleet, ref: PoolRef) -> list[str]:
+    """The engine's arguments as the engine's own parser would take them (fleet/engine_flags)."""
+    try:
+        from gpuroute.fleet.engine_flags import check_engine_args
+    except ImportError:  # the flag tables are not installed: nothing to check against
+        return []
+    from gpuroute.fleet.engine_args import engine_argv
+
+    settings = fleet.engine_of(ref.pool)
+    argv = engine_argv(fleet, ref.pool)
+    version = settings.version or ""
+    return [f"engine: {p}" for p in check_engine_args(settings.kind or "vllm", version, argv)]

@@ -1,0 +1,143 @@
+"""The fleet file read whole: its `[[models]]` (the router's, with the weights engines load
+and a per-model SLO), and the checks a deployment needs beyond the file's own shape: an
+instance for every pool, a model that fits its engine's GPUs, secrets that exist, weights
+that are named. `check-config`, `tfvars`, `plan --write-fleet` and `sim --fleet` share it,
+so nothing downstream (Terraform, a host's engine) is the first to say no."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from gpuroute.router.model_config import RouterModelConfig, check_models
+from gpuroute.router.model_config import shapes as model_shapes
+from pydantic import Field
+
+from gpuroute.config import ConfigError, StrictModel, read_toml, validate
+from gpuroute.models import DEFAULT_MODEL, MODELS, ModelSpec
+from gpuroute.regions import EngineSettings, FleetConfig, GpuPool, Region
+
+DEFAULT_VERSIONS = {"vllm": "0.32.0", "sglang": "0.5.6"}
+IMAGES = {"vllm": "vllm/vllm-openai:v{version}", "sglang": "lmsysorg/sglang:v{version}"}
+# the Hugging Face repositories of the built-in shapes (gpuroute/models.py cites them)
+BUILTIN_WEIGHTS = {
+    "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
+    "llama-3.2-3b": "meta-llama/Llama-3.2-3B-Instruct",
+    "llama-3.1-70b": "meta-llama/Llama-3.1-70B-Instruct",
+    "llama-3.1-405b": "meta-llama/Llama-3.1-405B-Instruct-FP8",
+    "qwen2.5-7b": "Qwen/Qwen2.5-7B-Instruct",
+    "qwen3-8b": "Qwen/Qwen3-8B",
+    "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B",
+    "mixtral-8x7b": "mistralai/Mixtral-8x7B-Instruct-v0.1",
+    "deepseek-v3": "deepseek-ai/DeepSeek-V3",
+    "gpt-oss-20b": "openai/gpt-oss-20b",
+    "gpt-oss-120b": "openai/gpt-oss-120b",
+    "gemma-2-9b": "google/gemma-2-9b-it",
+}
+# repositories whose licence must be accepted: a host needs a Hugging Face token for them
+GATED_PREFIXES = ("meta-llama/", "google/gemma", "mistralai/")
+
+
+class ModelSlo(StrictModel):
+    """One model's SLO ("TTFT 2 s on the 70B"), for `plan` and `sim`."""
+
+    ttft_s: float = Field(gt=0)
+    tpot_s: float = Field(gt=0)
+
+
+class FleetModelConfig(RouterModelConfig):
+    """A fleet file's `[[models]]`: the router's entry, what engines load (a Hugging Face
+    repository or a path on the host; built-in shapes default to theirs) and its SLO."""
+
+    weights: str | None = Field(default=None, min_length=1, max_length=512)
+    slo: ModelSlo | None = None
+
+
+class DeployFleet(FleetConfig):
+    """The fleet file with its [[models]] checked as the router checks them."""
+
+    models: list[FleetModelConfig] = Field(default_factory=list)
+
+    def model(self, name: str) -> FleetModelConfig | None:
+        return next((m for m in self.models if m.name == name), None)
+
+    def shapes(self) -> dict[str, ModelSpec]:
+        return MODELS | model_shapes(self.models, DEFAULT_MODEL, MODELS)
+
+    def pools(self) -> Iterator[PoolRef]:
+        for i, region in enumerate(self.regions):
+            for j, pool in enumerate(region.gpu_pools):
+                yield PoolRef(region, i, j, self.pool_name(region, j), pool)
+
+    def engine_of(self, pool: GpuPool) -> EngineSettings:
+        """The pool's engine settings over the fleet's, with the kind and version filled."""
+        settings = pool.engine.over(self.engine)
+        kind = settings.kind or "vllm"
+        version = settings.version
+        if settings.image is None and version is None:
+            version = DEFAULT_VERSIONS[kind]
+        return settings.model_copy(update={"kind": kind, "version": version})
+
+    def image_of(self, pool: GpuPool) -> str:
+        settings = self.engine_of(pool)
+        if settings.image is not None:
+            return settings.image
+        return IMAGES[settings.kind or "vllm"].format(version=settings.version)
+
+    def weights(self, model: str) -> str | None:
+        entry = self.model(model)
+        if entry is not None and entry.weights is not None:
+            return entry.weights
+        shape_name = entry.shape if entry is not None and entry.shape else model
+        return BUILTIN_WEIGHTS.get(shape_name)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolRef:
+    """A pool with where it is: `key` ("regions[0].gpu_pools[1]") for messages, `name` its
+    group's name in Terraform ("<region>/<name>")."""
+
+    region: Region
+    region_index: int
+    index: int
+    name: str
+    pool: GpuPool
+
+    @property
+    def key(self) -> str:
+        return f"regions[{self.region_index}].gpu_pools[{self.index}]"
+
+    @property
+    def group(self) -> str:
+        return f"{self.region.name}/{self.name}"
+
+
+def load_deploy_fleet(path: Path | str, *, check: bool = True) -> DeployFleet:
+    """Read and validate a fleet file; with `check`, also what deploying it needs
+    (fleet/checks.py). ConfigError lists every problem as `file: key: message`."""
+    fleet = validate(path, read_toml(path), DeployFleet)
+    try:
+        check_models(fleet.models, frozenset(served_names(fleet)))
+    except ValueError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    if check:
+        from gpuroute.fleet.checks import deployment_problems
+
+        problems = deployment_problems(fleet)
+        if problems:
+            raise ConfigError("\n".join(f"{path}: {p}" for p in problems))
+    return fleet
+
+
+def served_names(fleet: DeployFleet) -> set[str]:
+    """Every model name some pool's engines serve."""
+    return {m for ref in fleet.pools() for m in ref.pool.models}
+
+
+def with_instance_memory(spec_memory_gb: float, instance_gb: float | None) -> float:
+    """A GPU's usable memory on an instance (p4d's A100s have 40 GB, the type 80)."""
+    return spec_memory_gb if instance_gb is None else min(spec_memory_gb, instance_gb)
+
+
+__all__ = ["DeployFleet", "FleetModelConfig", "PoolRef", "load_deploy_fleet", "replace"]
