@@ -62,7 +62,6 @@ module "us_east" {
   consul_server_key_pem      = var.consul_server_certs["us-east"].key
   ami_id                     = var.amis["us-east"].ami_id
   gpu_ami_id                 = var.amis["us-east"].gpu_ami_id
-  engine                     = var.engine
   admin_cidrs                = var.admin_cidrs
   client_cidrs               = var.client_cidrs
   api_keys                   = var.api_keys
@@ -101,7 +100,6 @@ module "eu_west" {
   consul_server_key_pem      = var.consul_server_certs["eu-west"].key
   ami_id                     = var.amis["eu-west"].ami_id
   gpu_ami_id                 = var.amis["eu-west"].gpu_ami_id
-  engine                     = var.engine
   admin_cidrs                = var.admin_cidrs
   client_cidrs               = var.client_cidrs
   api_keys                   = var.api_keys
@@ -140,7 +138,6 @@ module "ap_northeast" {
   consul_server_key_pem      = var.consul_server_certs["ap-northeast"].key
   ami_id                     = var.amis["ap-northeast"].ami_id
   gpu_ami_id                 = var.amis["ap-northeast"].gpu_ami_id
-  engine                     = var.engine
   admin_cidrs                = var.admin_cidrs
   client_cidrs               = var.client_cidrs
   api_keys                   = var.api_keys
