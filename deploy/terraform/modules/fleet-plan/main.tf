@@ -6,6 +6,7 @@ locals {
   # order defaults are chosen: for a GPU type, the first instance holding whole engines.
   catalog_list = jsondecode(file("${path.module}/../../../../fleet/aws_gpu_instances.json")).instances
   catalog      = { for i in local.catalog_list : i.name => i }
+  catalog_gpus = distinct([for i in local.catalog_list : i.gpu])
 
   vpc_cidrs = { for name, r in var.regions : name => cidrsubnet(var.supernet, 6, r.cidr_index) }
 
@@ -53,7 +54,9 @@ locals {
   problems = {
     no_instance = [for k, p in local.pools : "${k}: no instance in fleet/aws_gpu_instances.json carries ${p.gpu} GPUs in multiples of ${p.engine_gpus} (tensor_parallel x pipeline_parallel); set instance_type and gpus_per_host" if p.instance_type == null]
     unknown     = [for k, p in local.pools : "${k}: instance type ${p.instance_type} is not in fleet/aws_gpu_instances.json; give the pool's gpus_per_host" if p.instance_type != null && local.hosts_gpus[k] == null]
-    other_gpu   = [for k, p in local.pools : "${k}: ${p.instance_type} carries ${local.catalog[p.instance_type].gpu} GPUs, not ${p.gpu}" if try(local.catalog[p.instance_type].gpu != p.gpu, false)]
+    # (a GPU type the catalog does not know is one the fleet file declares: it may name
+    # catalog instances as its own, which gpuroute tfvars has checked)
+    other_gpu   = [for k, p in local.pools : "${k}: ${p.instance_type} carries ${local.catalog[p.instance_type].gpu} GPUs, not ${p.gpu}" if contains(local.catalog_gpus, p.gpu) && try(local.catalog[p.instance_type].gpu != p.gpu, false)]
     indivisible = [for k, p in local.pools : "${k}: tensor_parallel x pipeline_parallel = ${p.engine_gpus} does not divide the ${local.hosts_gpus[k]} GPUs of ${p.instance_type}" if local.hosts_gpus[k] == null ? false : local.hosts_gpus[k] % p.engine_gpus != 0]
   }
 

@@ -253,7 +253,10 @@ run "an_instance_type_the_catalog_lacks_takes_the_pools_gpus_per_host" {
         jurisdiction = "us"
         azs          = ["us-east-1a", "us-east-1b", "us-east-1c"]
         neighbours   = []
-        gpu_pools    = [{ gpu = "RTX-PRO-6000", count = 3, models = ["m"], instance_type = "g7e.2xlarge", gpus_per_host = 1 }]
+        gpu_pools = [
+          { gpu = "RTX-PRO-6000", count = 3, models = ["m"], instance_type = "g7e.2xlarge", gpus_per_host = 1 },
+          { gpu = "H200-NVL", count = 8, models = ["m"], instance_type = "p5en.48xlarge", gpus_per_host = 8 },
+        ]
       }
     }
   }
@@ -261,6 +264,11 @@ run "an_instance_type_the_catalog_lacks_takes_the_pools_gpus_per_host" {
   assert {
     condition     = output.gpu_node_groups["us-east/rtx-pro-6000-0"].hosts == 3 && output.gpu_node_groups["us-east/rtx-pro-6000-0"].gpus_per_host == 1
     error_message = "a declared GPU type's own instance type, with its GPUs from the pool"
+  }
+
+  assert {
+    condition     = output.gpu_node_groups["us-east/h200-nvl-1"].hosts == 1 && output.gpu_node_groups["us-east/h200-nvl-1"].engines_per_host == 8
+    error_message = "a declared GPU type may name a catalog instance as its own (gpuroute tfvars checked it)"
   }
 }
 
