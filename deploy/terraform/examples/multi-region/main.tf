@@ -54,6 +54,7 @@ module "us_east" {
   wan_join                   = local.region_inputs["us-east"].wan_join
   wan_peer_cidrs             = local.region_inputs["us-east"].wan_peer_cidrs
   gpu_node_groups            = local.region_inputs["us-east"].gpu_node_groups
+  gpu_types                  = var.gpu_types
   global_routers             = local.region_inputs["us-east"].global_routers
   tls_certificate_arn        = local.region_inputs["us-east"].tls_certificate_arn
   jurisdiction               = var.regions["us-east"].jurisdiction
@@ -92,6 +93,7 @@ module "eu_west" {
   wan_join                   = local.region_inputs["eu-west"].wan_join
   wan_peer_cidrs             = local.region_inputs["eu-west"].wan_peer_cidrs
   gpu_node_groups            = local.region_inputs["eu-west"].gpu_node_groups
+  gpu_types                  = var.gpu_types
   global_routers             = local.region_inputs["eu-west"].global_routers
   tls_certificate_arn        = local.region_inputs["eu-west"].tls_certificate_arn
   jurisdiction               = var.regions["eu-west"].jurisdiction
@@ -130,6 +132,7 @@ module "ap_northeast" {
   wan_join                   = local.region_inputs["ap-northeast"].wan_join
   wan_peer_cidrs             = local.region_inputs["ap-northeast"].wan_peer_cidrs
   gpu_node_groups            = local.region_inputs["ap-northeast"].gpu_node_groups
+  gpu_types                  = var.gpu_types
   global_routers             = local.region_inputs["ap-northeast"].global_routers
   tls_certificate_arn        = local.region_inputs["ap-northeast"].tls_certificate_arn
   jurisdiction               = var.regions["ap-northeast"].jurisdiction

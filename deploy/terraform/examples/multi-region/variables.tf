@@ -36,6 +36,22 @@ variable "regions" {
   }))
 }
 
+variable "gpu_types" {
+  description = "GPU types the fleet file declares (gpuroute tfvars): the agents and routers learn them from their configs."
+  type = list(object({
+    name                 = string
+    memory_gb            = number
+    memory_bandwidth_tbs = number
+    fp16_tflops          = number
+    fp8_tflops           = optional(number)
+    interconnect_gbs     = optional(number)
+    price_per_hour       = optional(number)
+    tdp_w                = optional(number)
+    device_names         = optional(list(string))
+  }))
+  default = []
+}
+
 variable "global_regions" {
   description = "Regions that run the global tier (at least two), from regions.example.toml."
   type        = list(string)

@@ -38,6 +38,7 @@ resource "aws_launch_template" "gpu" {
     capacity          = each.value.capacity
     engine            = each.value.engine
     engines           = each.value.engines
+    gpu_types         = var.gpu_types
     gpuroute          = var.gpuroute_package
     requirements_lock = file("${path.module}/../../../../requirements.lock")
     drain_timeout_s   = var.drain_timeout_s

@@ -213,6 +213,22 @@ variable "gpu_node_groups" {
   }
 }
 
+variable "gpu_types" {
+  description = "GPU types the fleet file declares ([[gpu_types]], without aws_instance_types; gpuroute tfvars writes them): written into every agent's and regional router's config, which know only the built-in types otherwise."
+  type = list(object({
+    name                 = string
+    memory_gb            = number
+    memory_bandwidth_tbs = number
+    fp16_tflops          = number
+    fp8_tflops           = optional(number)
+    interconnect_gbs     = optional(number)
+    price_per_hour       = optional(number)
+    tdp_w                = optional(number)
+    device_names         = optional(list(string))
+  }))
+  default = []
+}
+
 variable "cloudwatch_agent_version" {
   description = "CloudWatch agent release on the regional routers (it publishes the routers' desired backends per pool for the GPU groups' scaling policies); `latest`, or a version to pin. Its package is verified against AWS's signing key either way."
   type        = string

@@ -8,6 +8,12 @@ variable "drain_timeout_s" {
 }
 
 locals {
+  # a GPU type the fleet file declares (gpuroute tfvars passes it on without its instances)
+  rtx_pro_6000 = {
+    name             = "RTX-PRO-6000", memory_gb = 96, memory_bandwidth_tbs = 1.79, fp16_tflops = 500, fp8_tflops = 1000
+    interconnect_gbs = null, price_per_hour = 3.4, tdp_w = null
+    device_names     = ["NVIDIA RTX PRO 6000 Blackwell Server Edition"]
+  }
   templates = "${path.module}/../../modules/region/templates"
   files     = "${path.module}/../../modules/region/files"
   common = {
@@ -40,6 +46,7 @@ locals {
     tensor_parallel   = 4
     pipeline_parallel = 1
     capacity          = null
+    gpu_types         = []
     gpuroute          = "https://artifacts.example.internal/gpuroute/gpuroute-0.1.0-py3-none-any.whl"
     requirements_lock = file("${path.module}/../../../../requirements.lock")
     drain_timeout_s   = var.drain_timeout_s
@@ -71,10 +78,11 @@ output "gpu_node" {
 }
 
 output "gpu_node_sglang" {
-  description = "A rendered GPU-node user-data script: one SGLang engine on a one-GPU host, the token from SSM, a capacity weight."
+  description = "A rendered GPU-node user-data script: one SGLang engine on a one-GPU host of a declared GPU type, the token from SSM, a capacity weight."
   value = templatefile("${local.templates}/gpu-node.sh.tftpl", merge(local.gpu_node_inputs, {
-    pool            = "qwen-moe-l40s"
-    gpu             = "L40S"
+    pool            = "qwen-moe-rtx"
+    gpu             = "RTX-PRO-6000"
+    gpu_types       = [local.rtx_pro_6000]
     models          = ["qwen3-30b-a3b"]
     tensor_parallel = 1
     capacity        = 0.4
@@ -110,6 +118,7 @@ locals {
       { sha256 = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210", tenant = "acme-eu", residency = ["eu"] },
     ]
     regions_toml    = file("${path.module}/../../../../regions.example.toml")
+    gpu_types       = [local.rtx_pro_6000]
     trusted_proxies = ["10.65.0.0/16", "10.64.0.0/16"]
     # the regional routers' CloudWatch agent
     metrics_log_group        = "/gpuroute/eu-west/router-metrics"

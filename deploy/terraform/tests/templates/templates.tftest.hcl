@@ -104,6 +104,20 @@ run "the_hf_token_is_read_at_engine_start_never_in_user_data" {
   }
 }
 
+run "declared_gpu_types_reach_agents_and_routers" {
+  command = plan
+
+  assert {
+    condition     = strcontains(output.gpu_node_sglang, "gpu = \"RTX-PRO-6000\"") && strcontains(output.gpu_node_sglang, "[[gpu_types]]\ndevice_names = [\"NVIDIA RTX PRO 6000 Blackwell Server Edition\"]\nfp16_tflops = 500\nfp8_tflops = 1000\nmemory_bandwidth_tbs = 1.79\nmemory_gb = 96\nname = \"RTX-PRO-6000\"\nprice_per_hour = 3.4\nTOML\n")
+    error_message = "an agent on a declared GPU type declares it (the keys left null stay out)"
+  }
+
+  assert {
+    condition     = strcontains(output.router, "[[gpu_types]]\n") && strcontains(output.router, "name = \"RTX-PRO-6000\"") && !strcontains(output.gpu_node, "[[gpu_types]]")
+    error_message = "routers know the declared types their engines register with; built-in types need nothing"
+  }
+}
+
 run "an_sglang_pool_runs_sglang" {
   command = plan
 

@@ -69,6 +69,10 @@ mock_provider "aws" {
 
 variables {
   global_regions = ["us-east", "eu-west"]
+  gpu_types = [{
+    name         = "RTX-PRO-6000", memory_gb = 96, memory_bandwidth_tbs = 1.79, fp16_tflops = 500, fp8_tflops = 1000, price_per_hour = 3.4
+    device_names = ["NVIDIA RTX PRO 6000 Blackwell Server Edition"]
+  }]
   regions = {
     us-east = {
       aws_region   = "us-east-1"
