@@ -6,13 +6,17 @@ no provider here)."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import stat
+import subprocess
 
 import pytest
 from gpuroute.fleet.instances import instance_for, load_catalog
 from gpuroute.fleet.schema import load_deploy_fleet
 from gpuroute.fleet.tfvars import fleet_tfvars
 from support.paths import REPO
-from support.terraform import TF, apply_offline, copy_module, parsed, tf
+from support.terraform import TF, apply_offline, copy_module, parsed, rendered_templates, tf
 
 FLEET = REPO / "fleet.example.toml"
 PLAN = TF / "modules" / "fleet-plan"
@@ -120,3 +124,58 @@ def test_the_fleet_wide_engine_variable_is_gone() -> None:
     for module in (REGION, TF / "examples" / "multi-region"):
         names = {n for block in parsed(module)["variable"] for n in block}
         assert "engine" not in names, module
+
+
+# -- the rendered GPU-host user data -----------------------------------------------------------
+FAKE_AWS = """#!/bin/bash
+echo "$*" >>"$FAKE_LOG"
+echo hf_secret_value
+"""
+
+
+@pytest.fixture(scope="module")
+def gpu_scripts(terraform, tmp_path_factory) -> dict[str, str]:
+    scripts = rendered_templates(terraform, tmp_path_factory.mktemp("templates"))
+    return {k: v for k, v in scripts.items() if k.startswith("gpu_node")}
+
+
+def test_every_gpu_user_data_is_a_valid_bash_script(gpu_scripts, tmp_path) -> None:
+    for name, script in gpu_scripts.items():
+        (tmp_path / name).write_text(script)
+        checked = subprocess.run(["bash", "-n", str(tmp_path / name)], capture_output=True)
+        assert checked.returncode == 0, f"{name}: {checked.stderr.decode()}"
+
+
+@pytest.mark.parametrize(
+    ("output", "call"),
+    [
+        ("gpu_node", "secretsmanager get-secret-value --region eu-central-1 "
+         "--secret-id gpuroute/hf-token --query SecretString --output text"),
+        ("gpu_node_sglang", "ssm get-parameter --region eu-central-1 --with-decryption "
+         "--name /gpuroute/hf-token --query Parameter.Value --output text"),
+    ],
+)  # fmt: skip
+def test_the_engine_reads_its_token_into_a_file_only_it_reads(
+    gpu_scripts, tmp_path, output, call
+) -> None:
+    """The ExecStartPre helper, run against a fake `aws`: one call to the pool's store, the
+    token in an env file of mode 0600 that docker --env-file reads (HF_TOKEN)."""
+    script = re.search(
+        r"cat > /usr/local/bin/gpuroute-hf-token <<'SCRIPT'\n(.*?)\nSCRIPT\n",
+        gpu_scripts[output], re.S,
+    ).group(1)  # fmt: skip
+    helper, fake = tmp_path / "gpuroute-hf-token", tmp_path / "bin" / "aws"
+    helper.write_text(script)
+    fake.parent.mkdir()
+    fake.write_text(FAKE_AWS)
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}",
+           "FAKE_LOG": str(tmp_path / "calls")}  # fmt: skip
+    env_file = tmp_path / "run" / "hf-token.env"
+    env_file.parent.mkdir()
+    subprocess.run(["bash", str(helper), str(env_file)], env=env, check=True, timeout=30)
+    assert (tmp_path / "calls").read_text().splitlines() == [call]
+    token = "hf_secret_value"
+    assert env_file.read_text() == f"HF_TOKEN={token}\nHUGGING_FACE_HUB_TOKEN={token}\n"
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+    assert token not in gpu_scripts[output]
