@@ -16,7 +16,15 @@ from gpuroute.fleet.instances import instance_for, load_catalog
 from gpuroute.fleet.schema import load_deploy_fleet
 from gpuroute.fleet.tfvars import fleet_tfvars
 from support.paths import REPO
-from support.terraform import TF, apply_offline, copy_module, parsed, rendered_templates, tf
+from support.terraform import (
+    TF,
+    apply_offline,
+    copy_module,
+    parsed,
+    rendered_templates,
+    resources,
+    tf,
+)
 
 FLEET = REPO / "fleet.example.toml"
 PLAN = TF / "modules" / "fleet-plan"
@@ -179,3 +187,20 @@ def test_the_engine_reads_its_token_into_a_file_only_it_reads(
     assert env_file.read_text() == f"HF_TOKEN={token}\nHUGGING_FACE_HUB_TOKEN={token}\n"
     assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
     assert token not in gpu_scripts[output]
+
+
+def test_routers_reach_each_engine_and_its_load_stream_and_nothing_between() -> None:
+    """One rule per engine index a host of the region runs, from the routers' security group
+    alone: engine i on 8000 + i, its agent's load stream on 7070 + 2i (the agents' admin
+    ports, 7071 + 2i, stay closed to routers). The mocked plan in examples/multi-region
+    checks the ports a real fleet gets."""
+    rules = resources(REGION, "aws_vpc_security_group_ingress_rule")
+    for name, port in (("engine_from_routers", "8000 + each.key"),
+                       ("load_stream_from_routers", "7070 + 2 * each.key")):  # fmt: skip
+        rule = rules[name]
+        assert rule["for_each"] == "${local.engine_indexes}"
+        assert rule["from_port"] == rule["to_port"] == "${" + port + "}"
+        assert rule["referenced_security_group_id"] == "${aws_security_group.router.id}"
+        assert "cidr_ipv4" not in rule
+    indexes = next(b for b in parsed(REGION)["locals"] if "engine_indexes" in b)
+    assert "g.engines_per_host" in indexes["engine_indexes"]
