@@ -17,6 +17,8 @@ from support import components
 from support.paths import REPO
 
 TF = REPO / "deploy" / "terraform"
+# the AWS GPU instance catalog modules/fleet-plan reads (with gpuroute.fleet.instances)
+CATALOG = "fleet/aws_gpu_instances.json"
 
 
 def find_terraform() -> str:
@@ -46,13 +48,41 @@ def tf(binary: str, *args: str, cwd: Path, check: bool | int = True) -> subproce
 
 def copy_module(src: Path, tmp_path: Path) -> Path:
     """Run Terraform on a copy (init writes .terraform/ and a lock file), keeping relative
-    paths to the templates and systemd units valid."""
+    paths to the templates, systemd units and the instance catalog valid."""
     dst = tmp_path / "repo"
     if not dst.exists():
         shutil.copytree(REPO / "deploy", dst / "deploy")
-        for name in ("regions.example.toml", "requirements.lock"):
+        for name in ("regions.example.toml", "requirements.lock", CATALOG):
+            (dst / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(REPO / name, dst / name)
     return dst / src.relative_to(REPO)
+
+
+def plugin_dir() -> Path | None:
+    """A directory of provider plugins laid out for `terraform init -plugin-dir`
+    (registry.terraform.io/hashicorp/aws/VERSION/linux_amd64/...): $GPUROUTE_TF_PLUGIN_DIR,
+    else the build image's /opt/tf-plugins; None where there is neither (init then asks the
+    registry)."""
+    for candidate in (os.environ.get("GPUROUTE_TF_PLUGIN_DIR"), "/opt/tf-plugins"):
+        if candidate and (Path(candidate) / "registry.terraform.io").is_dir():
+            return Path(candidate)
+    return None
+
+
+def init_with_providers(binary: str, work: Path) -> str | None:
+    """`terraform init` of a module that needs the AWS provider: from plugin_dir() where there
+    is one, else from the registry. None when it worked, else why not (the caller skips)."""
+    mirror = plugin_dir()
+    args = ["init", "-backend=false", "-input=false", "-no-color"]
+    if mirror is not None:
+        args.append(f"-plugin-dir={mirror}")
+    init = tf(binary, *args, cwd=work, check=False)
+    if init.returncode == 0:
+        return None
+    return next(
+        (ln.strip() for ln in init.stderr.splitlines() if "registry" in ln or "provider" in ln),
+        init.stderr.strip()[-200:],
+    )
 
 
 def apply_offline(binary: str, work: Path, variables: dict) -> dict:

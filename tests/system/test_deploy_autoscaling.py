@@ -217,7 +217,9 @@ case "$url" in
 esac
 """
 FAKE_SYSTEMCTL = """#!/bin/bash
-[ "$*" = "show --property InvocationID --value gpuroute-agent" ] && cat "$FAKE_AGENT_RUN"
+# systemctl show --property InvocationID --value UNIT...: one line per unit
+[ "$1 $2 $3 $4" = "show --property InvocationID --value" ] || exit 1
+for unit in "${@:5}"; do cat "$FAKE_AGENT_RUN/$unit"; echo; done
 """
 FAKE_LOGGING = """#!/bin/bash
 echo "$(basename "$0") $*" >>"$FAKE_LOG"
@@ -229,10 +231,10 @@ esac
 
 
 class Host:
-    """A GPU host as the watcher sees it: IMDS answers from files, and `gpuroute` and `aws`
-    only write down how they were called."""
+    """A GPU host with two engines as the watcher sees it: IMDS answers from files, and
+    `gpuroute` and `aws` only write down how they were called."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, agents: tuple[int, ...] = (0, 1)) -> None:
         self.root, self.imds, self.log = root, root / "imds", root / "calls.log"
         bin_dir = root / "bin"
         fakes = {"curl": FAKE_CURL, "aws": FAKE_LOGGING, "gpuroute": FAKE_LOGGING,
@@ -255,12 +257,15 @@ class Host:
             "FAKE_LOG": str(self.log),
             "FAKE_FAILS": "no-such-call",
             "FAKE_AGENT_RUN": str(root / "agent-run"),
+            "AGENTS": " ".join(map(str, agents)),
         }
-        self.agent_restarted()
+        (root / "agent-run").mkdir()
+        for index in agents:
+            self.agent_restarted(index)
 
-    def agent_restarted(self) -> None:
-        """systemd ran the agent's unit again (a new InvocationID)."""
-        run = self.root / "agent-run"
+    def agent_restarted(self, index: int = 0) -> None:
+        """systemd ran one agent's unit again (a new InvocationID)."""
+        run = self.root / "agent-run" / f"gpuroute-agent@{index}"
         count = int(run.read_text().split("-")[-1]) + 1 if run.exists() else 1
         run.write_text(f"run-{count}")
 
@@ -285,44 +290,60 @@ def host(tmp_path) -> Host:
     return Host(tmp_path)
 
 
-AGENT = "gpuroute agent {} --config /etc/gpuroute/agent.toml"
+def agents(action: str, indexes: tuple[int, ...] = (0, 1)) -> list[str]:
+    """The calls that tell each agent of the host (its own config) to do this."""
+    return [f"gpuroute agent {action} --config /etc/gpuroute/agent-{i}.toml" for i in indexes]
 
 
 def test_a_warm_host_stands_by_then_serves(host) -> None:
     assert host.poll(None) == []  # not in a group yet
     assert host.poll("Warmed:Pending") == []
-    assert host.poll("Warmed:Running") == [AGENT.format("standby")]
+    assert host.poll("Warmed:Running") == agents("standby")  # every engine's agent
     assert host.poll("Warmed:Running") == []  # each state once
-    assert host.poll("InService") == [AGENT.format("activate")]
+    assert host.poll("InService") == agents("activate")
     assert host.poll("InService") == []
 
 
+def test_a_host_with_one_engine_drives_its_one_agent(tmp_path) -> None:
+    host = Host(tmp_path, agents=(0,))
+    assert host.poll("Warmed:Running") == agents("standby", (0,))
+    assert host.poll("InService") == agents("activate", (0,))
+
+
 def test_a_restarted_agent_is_told_its_state_again(host) -> None:
-    """The agent keeps standby in memory, and comes back active from its config; a host
+    """An agent keeps standby in memory, and comes back active from its config; a host
     still in the warm pool must not serve. A leaving host is not drained twice."""
-    assert host.poll("Warmed:Running") == [AGENT.format("standby")]
-    host.agent_restarted()
-    assert host.poll("Warmed:Running") == [AGENT.format("standby")]
+    assert host.poll("Warmed:Running") == agents("standby")
+    host.agent_restarted(1)
+    assert host.poll("Warmed:Running") == agents("standby")
     assert host.poll("Warmed:Running") == []
-    assert host.poll("InService") == [AGENT.format("activate")]
-    host.agent_restarted()
-    assert host.poll("InService") == [AGENT.format("activate")]
+    assert host.poll("InService") == agents("activate")
+    host.agent_restarted(0)
+    assert host.poll("InService") == agents("activate")
     host.poll("Terminated")
-    host.agent_restarted()
+    host.agent_restarted(0)
     assert host.poll("Terminated") == []
 
 
 def test_a_failed_action_is_tried_again(host) -> None:
-    """The agent may not listen yet when the host boots into the warm pool."""
-    assert host.poll("Warmed:Running", fails="standby") == [AGENT.format("standby")]
-    assert host.poll("Warmed:Running") == [AGENT.format("standby")]
+    """An agent may not listen yet when the host boots into the warm pool."""
+    assert host.poll("Warmed:Running", fails="standby") == agents("standby")
+    assert host.poll("Warmed:Running") == agents("standby")
     assert host.poll("Warmed:Running") == []
 
 
-def test_a_leaving_host_drains_then_completes_the_hook(host) -> None:
+def test_one_agent_failing_is_tried_again(host) -> None:
+    """The host is in standby only once every agent is."""
+    assert host.poll("Warmed:Running", fails="/etc/gpuroute/agent-1.toml") == agents("standby")
+    assert host.poll("Warmed:Running") == agents("standby")
+    assert host.poll("Warmed:Running") == []
+
+
+def test_a_leaving_host_drains_every_agent_then_completes_the_hook(host) -> None:
     host.poll("InService")
     calls = host.poll("Terminated")
-    assert calls[0] == AGENT.format("drain")
+    assert sorted(calls[:2]) == agents("drain")  # all at once: in any order
+    calls = calls[1:]
     assert calls[1].startswith("aws ec2 describe-tags --region eu-central-1 ")
     assert "Name=resource-id,Values=i-0123 Name=key,Values=aws:autoscaling:groupName" in calls[1]
     assert calls[2:] == [
@@ -334,9 +355,9 @@ def test_a_leaving_host_drains_then_completes_the_hook(host) -> None:
 
 
 def test_a_failed_drain_still_lets_the_host_go(host) -> None:
-    """Stopping the agent drains it again (SIGTERM); holding the host changes nothing."""
+    """Stopping an agent drains it again (SIGTERM); holding the host changes nothing."""
     calls = host.poll("Terminated", fails="drain")
-    assert calls[0] == AGENT.format("drain")
+    assert sorted(calls[:2]) == agents("drain")
     assert calls[-1].startswith("aws autoscaling complete-lifecycle-action ")
 
 
@@ -344,6 +365,6 @@ def test_an_unfinished_hook_is_completed_at_the_next_poll(host) -> None:
     calls = host.poll("Terminated", fails="complete-lifecycle-action")
     assert calls[-1].startswith("aws autoscaling complete-lifecycle-action ")
     again = host.poll("Terminated")
-    assert again[0] == AGENT.format("drain")  # already drained: returns at once
+    assert sorted(again[:2]) == agents("drain")  # already drained: returns at once
     assert again[-1].startswith("aws autoscaling complete-lifecycle-action ")
     assert host.poll("Terminated") == []

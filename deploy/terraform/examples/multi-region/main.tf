@@ -54,6 +54,7 @@ module "us_east" {
   wan_join                   = local.region_inputs["us-east"].wan_join
   wan_peer_cidrs             = local.region_inputs["us-east"].wan_peer_cidrs
   gpu_node_groups            = local.region_inputs["us-east"].gpu_node_groups
+  gpu_types                  = var.gpu_types
   global_routers             = local.region_inputs["us-east"].global_routers
   tls_certificate_arn        = local.region_inputs["us-east"].tls_certificate_arn
   jurisdiction               = var.regions["us-east"].jurisdiction
@@ -62,7 +63,6 @@ module "us_east" {
   consul_server_key_pem      = var.consul_server_certs["us-east"].key
   ami_id                     = var.amis["us-east"].ami_id
   gpu_ami_id                 = var.amis["us-east"].gpu_ami_id
-  engine                     = var.engine
   admin_cidrs                = var.admin_cidrs
   client_cidrs               = var.client_cidrs
   api_keys                   = var.api_keys
@@ -93,6 +93,7 @@ module "eu_west" {
   wan_join                   = local.region_inputs["eu-west"].wan_join
   wan_peer_cidrs             = local.region_inputs["eu-west"].wan_peer_cidrs
   gpu_node_groups            = local.region_inputs["eu-west"].gpu_node_groups
+  gpu_types                  = var.gpu_types
   global_routers             = local.region_inputs["eu-west"].global_routers
   tls_certificate_arn        = local.region_inputs["eu-west"].tls_certificate_arn
   jurisdiction               = var.regions["eu-west"].jurisdiction
@@ -101,7 +102,6 @@ module "eu_west" {
   consul_server_key_pem      = var.consul_server_certs["eu-west"].key
   ami_id                     = var.amis["eu-west"].ami_id
   gpu_ami_id                 = var.amis["eu-west"].gpu_ami_id
-  engine                     = var.engine
   admin_cidrs                = var.admin_cidrs
   client_cidrs               = var.client_cidrs
   api_keys                   = var.api_keys
@@ -132,6 +132,7 @@ module "ap_northeast" {
   wan_join                   = local.region_inputs["ap-northeast"].wan_join
   wan_peer_cidrs             = local.region_inputs["ap-northeast"].wan_peer_cidrs
   gpu_node_groups            = local.region_inputs["ap-northeast"].gpu_node_groups
+  gpu_types                  = var.gpu_types
   global_routers             = local.region_inputs["ap-northeast"].global_routers
   tls_certificate_arn        = local.region_inputs["ap-northeast"].tls_certificate_arn
   jurisdiction               = var.regions["ap-northeast"].jurisdiction
@@ -140,7 +141,6 @@ module "ap_northeast" {
   consul_server_key_pem      = var.consul_server_certs["ap-northeast"].key
   ami_id                     = var.amis["ap-northeast"].ami_id
   gpu_ami_id                 = var.amis["ap-northeast"].gpu_ami_id
-  engine                     = var.engine
   admin_cidrs                = var.admin_cidrs
   client_cidrs               = var.client_cidrs
   api_keys                   = var.api_keys

@@ -1,7 +1,7 @@
-# Written by `gpuroute tfvars regions.example.toml > terraform.tfvars.json` ----------------------
+# Written by `gpuroute tfvars fleet.example.toml > terraform.tfvars.json` ----------------------
 
 variable "regions" {
-  description = "The fleet's regions, from regions.example.toml (gpuroute tfvars): AWS region, CIDR index, jurisdiction, AZs, neighbours nearest first, GPU pools."
+  description = "The fleet's regions, from the fleet file (gpuroute tfvars): AWS region, CIDR index, jurisdiction, AZs, neighbours nearest first, GPU pools with their instance type, parallelism and engine (modules/fleet-plan documents each key)."
   type = map(object({
     aws_region   = string
     cidr_index   = number
@@ -10,12 +10,46 @@ variable "regions" {
     federate     = optional(bool, true)
     neighbours   = list(string)
     gpu_pools = list(object({
-      gpu    = string
-      count  = number
-      models = list(string)
-      zone   = optional(string)
+      name              = optional(string)
+      gpu               = string
+      count             = number
+      models            = list(string)
+      zone              = optional(string)
+      min_hosts         = optional(number)
+      max_hosts         = optional(number)
+      standby_hosts     = optional(number, 0)
+      capacity_weight   = optional(number)
+      instance_type     = optional(string)
+      gpus_per_host     = optional(number)
+      tensor_parallel   = optional(number, 1)
+      pipeline_parallel = optional(number, 1)
+      engine = object({
+        kind  = string
+        image = string
+        args  = optional(list(string), [])
+        hf_token = optional(object({
+          source = string
+          name   = string
+        }))
+      })
     }))
   }))
+}
+
+variable "gpu_types" {
+  description = "GPU types the fleet file declares (gpuroute tfvars): the agents and routers learn them from their configs."
+  type = list(object({
+    name                 = string
+    memory_gb            = number
+    memory_bandwidth_tbs = number
+    fp16_tflops          = number
+    fp8_tflops           = optional(number)
+    interconnect_gbs     = optional(number)
+    price_per_hour       = optional(number)
+    tdp_w                = optional(number)
+    device_names         = optional(list(string))
+  }))
+  default = []
 }
 
 variable "global_regions" {
@@ -77,20 +111,6 @@ variable "admin_cidrs" {
   description = "Operator networks allowed to reach admin and metrics ports (never 0.0.0.0/0)."
   type        = list(string)
   default     = []
-}
-
-variable "engine" {
-  description = "Inference engine on the GPU nodes (kind, image, model)."
-  type = object({
-    kind  = string
-    image = string
-    model = string
-  })
-  default = {
-    kind  = "vllm"
-    image = "vllm/vllm-openai:v0.11.0"
-    model = "meta-llama/Llama-3.1-8B-Instruct"
-  }
 }
 
 variable "client_cidrs" {

@@ -2,16 +2,11 @@
 # (`terraform test`). The AWS modules take these values as inputs.
 
 locals {
-  # GPUs per instance for each GPU type, the AWS instance type that carries them, and one
-  # GPU's capacity weight against an H100 (gpuroute's priors for an 8B model; the router's
-  # slowness tracking corrects what tensor parallelism does not scale linearly).
-  instance_types = {
-    H100 = { type = "p5.48xlarge", gpus = 8, weight = 1.0 }
-    A100 = { type = "p4d.24xlarge", gpus = 8, weight = 0.41 }
-    L4   = { type = "g6.xlarge", gpus = 1, weight = 0.101 }
-    T4   = { type = "g4dn.xlarge", gpus = 1, weight = 0.063 }
-    V100 = { type = "p3.2xlarge", gpus = 1, weight = 0.165 }
-  }
+  # The AWS GPU instance catalog gpuroute itself reads (check-config, tfvars, plan), in the
+  # order defaults are chosen: for a GPU type, the first instance holding whole engines.
+  catalog_list = jsondecode(file("${path.module}/../../../../fleet/aws_gpu_instances.json")).instances
+  catalog      = { for i in local.catalog_list : i.name => i }
+  catalog_gpus = distinct([for i in local.catalog_list : i.gpu])
 
   vpc_cidrs = { for name, r in var.regions : name => cidrsubnet(var.supernet, 6, r.cidr_index) }
 
@@ -36,22 +31,66 @@ locals {
 
   federating = [for name, r in var.regions : name if r.federate]
 
-  gpu_node_groups = merge([
-    for name, r in var.regions : {
-      for i, p in r.gpu_pools : "${name}/${lower(p.gpu)}-${i}" => {
-        region        = name
-        gpu           = p.gpu
-        gpus          = p.count
-        instance_type = local.instance_types[p.gpu].type
-        gpus_per_host = local.instance_types[p.gpu].gpus
-        hosts         = ceil(p.count / local.instance_types[p.gpu].gpus)
-        capacity      = local.instance_types[p.gpu].weight * local.instance_types[p.gpu].gpus
-        models        = p.models
-        az            = p.zone != null ? p.zone : r.azs[i % length(r.azs)]
-        min_hosts     = p.min_hosts
-        max_hosts     = p.max_hosts
-        standby_hosts = p.standby_hosts
-      } if p.count > 0
+  # Every pool, keyed "<region>/<pool name>" (default name: "<gpu>-<index in region>"), with
+  # its instance type (the pool's, else the catalog's first of its GPU whose GPUs hold a
+  # whole number of engines) and that instance's GPUs (the catalog's, else the pool's).
+  pools = merge([
+    for region, r in var.regions : {
+      for i, p in r.gpu_pools : "${region}/${coalesce(p.name, "${lower(p.gpu)}-${i}")}" => merge(p, {
+        region      = region
+        index       = i
+        engine_gpus = p.tensor_parallel * p.pipeline_parallel
+        instance_type = p.instance_type != null ? p.instance_type : try([
+          for it in local.catalog_list : it.name if it.gpu == p.gpu && it.gpus % (p.tensor_parallel * p.pipeline_parallel) == 0
+        ][0], null)
+      })
     }
   ]...)
+  hosts_gpus = {
+    for k, p in local.pools : k => try(local.catalog[p.instance_type].gpus, p.gpus_per_host)
+  }
+
+  # What the output's preconditions refuse, pool by pool (the messages name each pool).
+  problems = {
+    no_instance = [for k, p in local.pools : "${k}: no instance in fleet/aws_gpu_instances.json carries ${p.gpu} GPUs in multiples of ${p.engine_gpus} (tensor_parallel x pipeline_parallel); set instance_type and gpus_per_host" if p.instance_type == null]
+    unknown     = [for k, p in local.pools : "${k}: instance type ${p.instance_type} is not in fleet/aws_gpu_instances.json; give the pool's gpus_per_host" if p.instance_type != null && local.hosts_gpus[k] == null]
+    # (a GPU type the catalog does not know is one the fleet file declares: it may name
+    # catalog instances as its own, which gpuroute tfvars has checked)
+    other_gpu   = [for k, p in local.pools : "${k}: ${p.instance_type} carries ${local.catalog[p.instance_type].gpu} GPUs, not ${p.gpu}" if contains(local.catalog_gpus, p.gpu) && try(local.catalog[p.instance_type].gpu != p.gpu, false)]
+    indivisible = [for k, p in local.pools : "${k}: tensor_parallel x pipeline_parallel = ${p.engine_gpus} does not divide the ${local.hosts_gpus[k]} GPUs of ${p.instance_type}" if local.hosts_gpus[k] == null ? false : local.hosts_gpus[k] % p.engine_gpus != 0]
+  }
+
+  gpu_node_groups = {
+    for k, p in local.pools : k => {
+      region            = p.region
+      name              = split("/", k)[1]
+      gpu               = p.gpu
+      gpus              = p.count
+      instance_type     = p.instance_type
+      gpus_per_host     = local.hosts_gpus[k]
+      tensor_parallel   = p.tensor_parallel
+      pipeline_parallel = p.pipeline_parallel
+      engines_per_host  = floor(coalesce(local.hosts_gpus[k], 0) / p.engine_gpus)
+      hosts             = ceil(p.count / max(coalesce(local.hosts_gpus[k], 1), 1))
+      # an engine's weight for the router (null: the router's prior for its GPUs)
+      capacity = p.capacity_weight == null ? null : p.capacity_weight * p.engine_gpus
+      models   = p.models
+      engine   = p.engine
+      # each engine on the host: its own GPUs, engine port, agent load-stream and admin ports
+      engines = [
+        for e in range(floor(coalesce(local.hosts_gpus[k], 0) / p.engine_gpus)) : {
+          index                = e
+          port                 = 8000 + e
+          gpu_indices          = range(e * p.engine_gpus, (e + 1) * p.engine_gpus)
+          cuda_visible_devices = join(",", range(e * p.engine_gpus, (e + 1) * p.engine_gpus))
+          load_stream_port     = 7070 + 2 * e
+          admin_port           = 7071 + 2 * e
+        }
+      ]
+      az            = p.zone != null ? p.zone : var.regions[p.region].azs[p.index % length(var.regions[p.region].azs)]
+      min_hosts     = p.min_hosts
+      max_hosts     = p.max_hosts
+      standby_hosts = p.standby_hosts
+    } if p.count > 0
+  }
 }

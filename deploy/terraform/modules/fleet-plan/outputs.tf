@@ -37,6 +37,31 @@ output "federation_pairs" {
 }
 
 output "gpu_node_groups" {
-  description = "One node group per GPU pool: region, instance type, host count (GPUs rounded up to whole instances: the size at creation), models, AZ, and the autoscaling bounds and warm standby in hosts (null bounds = the host count)."
+  description = "One node group per GPU pool, keyed \"<region>/<pool name>\": region, instance type and its GPUs, host count (GPUs rounded up to whole instances: the size at creation), tensor and pipeline parallelism, the engines packed on each host (their GPUs, engine port, agent load-stream and admin ports), the pool's engine (kind, image, arguments, Hugging Face token reference), models, AZ, and the autoscaling bounds and warm standby in hosts (null bounds = the host count)."
   value       = local.gpu_node_groups
+
+  precondition {
+    condition     = length(local.problems.no_instance) == 0
+    error_message = "A GPU pool has no instance type: ${join("; ", local.problems.no_instance)}."
+  }
+
+  precondition {
+    condition     = length(local.problems.unknown) == 0
+    error_message = "A GPU pool names an instance type the catalog does not know, without gpus_per_host: ${join("; ", local.problems.unknown)}."
+  }
+
+  precondition {
+    condition     = length(local.problems.other_gpu) == 0
+    error_message = "A GPU pool's instance type carries another GPU type: ${join("; ", local.problems.other_gpu)}."
+  }
+
+  precondition {
+    condition     = length(local.problems.indivisible) == 0
+    error_message = "A GPU pool's engines do not fill its hosts' GPUs (each engine takes tensor_parallel x pipeline_parallel GPUs of one host): ${join("; ", local.problems.indivisible)}."
+  }
+}
+
+output "instance_catalog" {
+  description = "The AWS GPU instance catalog (fleet/aws_gpu_instances.json) by instance type: GPU type, GPUs, GPU memory, interconnect, instance storage."
+  value       = local.catalog
 }

@@ -8,14 +8,34 @@ variable "regions" {
     federate     = optional(bool, true)
     neighbours   = list(string)
     gpu_pools = list(object({
+      name   = optional(string) # default "<gpu lower>-<index in region>"
       gpu    = string
-      count  = number
+      count  = number # GPUs
       models = list(string)
       zone   = optional(string)
       # in hosts; null = hosts (a fixed group); modules/gpu-autoscaling checks them
       min_hosts     = optional(number)
       max_hosts     = optional(number)
       standby_hosts = optional(number, 0)
+      # one GPU's weight for the router; null = the router's prior for the GPU type
+      capacity_weight = optional(number)
+      # default: the catalog's first instance of the GPU holding whole engines
+      instance_type = optional(string)
+      # GPUs of an instance type the catalog does not know (the catalog's wins otherwise)
+      gpus_per_host     = optional(number)
+      tensor_parallel   = optional(number, 1)
+      pipeline_parallel = optional(number, 1)
+      # what each engine runs: args without --host/--port (each engine gets its own port);
+      # hf_token: where hosts read the Hugging Face token at engine start (never user data)
+      engine = optional(object({
+        kind  = string
+        image = string
+        args  = optional(list(string), [])
+        hf_token = optional(object({
+          source = string
+          name   = string
+        }))
+      }))
     }))
   }))
 
@@ -35,8 +55,18 @@ variable "regions" {
   }
 
   validation {
-    condition     = alltrue(flatten([for r in values(var.regions) : [for p in r.gpu_pools : contains(["H100", "A100", "L4", "T4", "V100"], p.gpu)]]))
-    error_message = "gpu_pools[].gpu must be one of H100, A100, L4, T4, V100."
+    condition     = alltrue(flatten([for r in values(var.regions) : [for p in r.gpu_pools : p.tensor_parallel >= 1 && p.pipeline_parallel >= 1 && floor(p.tensor_parallel) == p.tensor_parallel && floor(p.pipeline_parallel) == p.pipeline_parallel]]))
+    error_message = "gpu_pools[].tensor_parallel and pipeline_parallel are whole numbers >= 1: ${join(", ", flatten([for name, r in var.regions : [for i, p in r.gpu_pools : "${name}/${coalesce(p.name, "${lower(p.gpu)}-${i}")}" if !(p.tensor_parallel >= 1 && p.pipeline_parallel >= 1 && floor(p.tensor_parallel) == p.tensor_parallel && floor(p.pipeline_parallel) == p.pipeline_parallel)]]))}."
+  }
+
+  validation {
+    condition     = alltrue(flatten([for r in values(var.regions) : [for p in r.gpu_pools : p.engine == null || try(contains(["vllm", "sglang"], p.engine.kind), false)]]))
+    error_message = "gpu_pools[].engine.kind must be vllm or sglang: ${join(", ", flatten([for name, r in var.regions : [for i, p in r.gpu_pools : "${name}/${coalesce(p.name, "${lower(p.gpu)}-${i}")}" if !(p.engine == null || try(contains(["vllm", "sglang"], p.engine.kind), false))]]))}."
+  }
+
+  validation {
+    condition     = alltrue(flatten([for r in values(var.regions) : [for p in r.gpu_pools : try(p.engine.hf_token == null, true) || try(contains(["secretsmanager", "ssm"], p.engine.hf_token.source) && length(p.engine.hf_token.name) > 0, false)]]))
+    error_message = "gpu_pools[].engine.hf_token.source must be secretsmanager or ssm, with a name: ${join(", ", flatten([for name, r in var.regions : [for i, p in r.gpu_pools : "${name}/${coalesce(p.name, "${lower(p.gpu)}-${i}")}" if !(try(p.engine.hf_token == null, true) || try(contains(["secretsmanager", "ssm"], p.engine.hf_token.source) && length(p.engine.hf_token.name) > 0, false))]]))}."
   }
 }
 

@@ -1,5 +1,6 @@
-# One auto-scaling group per GPU pool. Each host runs the engine, a Consul client agent,
-# `gpuroute agent` and its lifecycle watcher as systemd services (user-data installs them).
+# One auto-scaling group per GPU pool. Each host runs the pool's engines (several when the
+# host's GPUs hold several: each on its own GPUs and port), a Consul client agent, one
+# `gpuroute agent` per engine and the lifecycle watcher as systemd services (user data).
 # How each group scales is modules/gpu-autoscaling's (provider-free, `terraform test`ed);
 # the drain hook and the scaling policies are in autoscaling.tf.
 
@@ -28,12 +29,16 @@ resource "aws_launch_template" "gpu" {
   user_data = base64gzip(templatefile("${path.module}/templates/gpu-node.sh.tftpl", merge(local.consul_common, {
     consul_client     = local.consul_client
     region            = var.name
+    pool              = each.value.name
     zone              = each.value.az
     gpu               = each.value.gpu
-    gpu_count         = each.value.gpus_per_host
-    capacity          = each.value.capacity
     models            = each.value.models
-    engine            = var.engine
+    tensor_parallel   = each.value.tensor_parallel
+    pipeline_parallel = each.value.pipeline_parallel
+    capacity          = each.value.capacity
+    engine            = each.value.engine
+    engines           = each.value.engines
+    gpu_types         = var.gpu_types
     gpuroute          = var.gpuroute_package
     requirements_lock = file("${path.module}/../../../../requirements.lock")
     drain_timeout_s   = var.drain_timeout_s

@@ -1,6 +1,25 @@
 # One role per kind of host: each may describe instances (Consul's cloud auto-join) and read
 # its own secrets from SSM (secrets.tf); beyond that, GPU hosts complete their group's drain
-# hook and regional routers write the desired-backends metric, nothing else.
+# hook and read the Hugging Face tokens their pools name, and regional routers write the
+# desired-backends metric, nothing else.
+data "aws_caller_identity" "current" {}
+
+data "aws_partition" "current" {}
+
+locals {
+  # the tokens the region's pools name (fleet file [secrets]): Secrets Manager secrets (any
+  # version suffix of that name) and SSM parameters, in this account and region, or by ARN
+  hf_tokens = distinct([for g in values(var.gpu_node_groups) : g.engine.hf_token if g.engine.hf_token != null])
+  hf_token_arns = {
+    for source in ["secretsmanager", "ssm"] : source => [
+      for t in local.hf_tokens : startswith(t.name, "arn:") ? t.name : format(
+        source == "ssm" ? "arn:%s:ssm:%s:%s:parameter/%s" : "arn:%s:secretsmanager:%s:%s:secret:%s-??????",
+        data.aws_partition.current.partition, data.aws_region.current.name, data.aws_caller_identity.current.account_id, trimprefix(t.name, "/"),
+      ) if t.source == source
+    ]
+  }
+}
+
 data "aws_iam_policy_document" "assume" {
   statement {
     actions = ["sts:AssumeRole"]
@@ -31,6 +50,23 @@ data "aws_iam_policy_document" "host" {
     content {
       actions   = ["autoscaling:CompleteLifecycleAction"]
       resources = [for g in aws_autoscaling_group.gpu : g.arn]
+    }
+  }
+
+  # GPU hosts: each engine reads its pool's Hugging Face token as it starts, and no other
+  dynamic "statement" {
+    for_each = each.key == "gpu" && length(local.hf_token_arns.secretsmanager) > 0 ? [1] : []
+    content {
+      actions   = ["secretsmanager:GetSecretValue"]
+      resources = local.hf_token_arns.secretsmanager
+    }
+  }
+
+  dynamic "statement" {
+    for_each = each.key == "gpu" && length(local.hf_token_arns.ssm) > 0 ? [1] : []
+    content {
+      actions   = ["ssm:GetParameter"]
+      resources = local.hf_token_arns.ssm
     }
   }
 

@@ -37,6 +37,7 @@ resource "aws_launch_template" "router" {
     api_keys          = var.api_keys
     allow_anonymous   = var.allow_anonymous_api
     regions_toml      = var.regions_toml
+    gpu_types         = var.gpu_types
     # the global tier's hosts (this VPC and its peers) forward clients to the routers
     trusted_proxies = concat([var.vpc_cidr], var.wan_peer_cidrs)
     unit            = file("${path.module}/../../../systemd/gpuroute-${each.value.command}.service")

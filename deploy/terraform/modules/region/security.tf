@@ -1,6 +1,7 @@
 # Least privilege. Consul ports: only inside the VPC, and WAN (8300, 8302) between federated
-# servers. Agents' load stream (7070) and engines (8000): only from routers. Admin and metrics
-# ports: only from admin_cidrs. The load balancer's API port is the only one clients reach.
+# servers. Engines (8000 + i) and their agents' load streams (7070 + 2i), for each engine i a
+# host of the region runs: only from routers. Admin and metrics ports: only from
+# admin_cidrs. The load balancer's API port is the only one clients reach.
 
 locals {
   consul_lan = [
@@ -16,6 +17,9 @@ locals {
     for pair in setproduct(var.wan_peer_cidrs, local.consul_wan) :
     "${pair[0]}-${pair[1].port}-${pair[1].protocol}" => { cidr = pair[0], rule = pair[1] }
   }
+  # engine i of a GPU host: its engine on 8000 + i, its agent's load stream on 7070 + 2i
+  # (its admin port, 7071 + 2i, listens on loopback)
+  engine_indexes = toset([for i in range(max(concat([1], [for g in values(var.gpu_node_groups) : g.engines_per_host])...)) : tostring(i)])
   admin_rules = {
     # 9090: router and global-tier metrics and admin; 7071: agent admin (loopback by default)
     for pair in setproduct(var.admin_cidrs, [7071, 9090, 9100]) : "${pair[0]}-${pair[1]}" => { cidr = pair[0], port = pair[1] }
@@ -96,21 +100,23 @@ resource "aws_vpc_security_group_ingress_rule" "consul_wan" {
 }
 
 resource "aws_vpc_security_group_ingress_rule" "engine_from_routers" {
+  for_each                     = local.engine_indexes
   security_group_id            = aws_security_group.gpu.id
-  description                  = "Inference engine (OpenAI API) from routers only"
+  description                  = "Inference engine ${each.key} (OpenAI API) from routers only"
   referenced_security_group_id = aws_security_group.router.id
   ip_protocol                  = "tcp"
-  from_port                    = 8000
-  to_port                      = 8000
+  from_port                    = 8000 + each.key
+  to_port                      = 8000 + each.key
 }
 
 resource "aws_vpc_security_group_ingress_rule" "load_stream_from_routers" {
+  for_each                     = local.engine_indexes
   security_group_id            = aws_security_group.gpu.id
-  description                  = "gpuroute agent load stream (gRPC) from routers only"
+  description                  = "gpuroute agent ${each.key}'s load stream (gRPC) from routers only"
   referenced_security_group_id = aws_security_group.router.id
   ip_protocol                  = "tcp"
-  from_port                    = 7070
-  to_port                      = 7070
+  from_port                    = 7070 + 2 * each.key
+  to_port                      = 7070 + 2 * each.key
 }
 
 resource "aws_vpc_security_group_ingress_rule" "admin" {

@@ -164,22 +164,69 @@ variable "wan_peer_cidrs" {
 }
 
 variable "gpu_node_groups" {
-  description = "This region's GPU node groups (fleet-plan output gpu_node_groups filtered to the region). hosts is each group's size at creation; min_hosts and max_hosts (default hosts) bound it, and above min a policy follows the routers' desired backends for the group's model (an autoscaling group serves one model, which no other group of the region serves); standby_hosts wait warm (modules/gpu-autoscaling checks them)."
+  description = "This region's GPU node groups (fleet-plan output gpu_node_groups filtered to the region). Each host runs engines_per_host engines of the group's engine (kind, image, arguments without host and port; the Hugging Face token's Secrets Manager or SSM name), each on its own GPUs and port (engines), with one gpuroute agent each. hosts is each group's size at creation; min_hosts and max_hosts (default hosts) bound it, and above min a policy follows the routers' desired backends for the group's model (an autoscaling group serves one model, which no other group of the region serves); standby_hosts wait warm (modules/gpu-autoscaling checks them)."
   type = map(object({
-    region        = string
-    gpu           = string
-    gpus          = number
-    instance_type = string
-    gpus_per_host = number
-    hosts         = number
-    capacity      = number
-    models        = list(string)
+    region            = string
+    name              = string
+    gpu               = string
+    gpus              = number
+    instance_type     = string
+    gpus_per_host     = number
+    tensor_parallel   = number
+    pipeline_parallel = number
+    engines_per_host  = number
+    hosts             = number
+    capacity          = optional(number)
+    models            = list(string)
+    engine = object({
+      kind  = string
+      image = string
+      args  = list(string)
+      hf_token = optional(object({
+        source = string
+        name   = string
+      }))
+    })
+    engines = list(object({
+      index                = number
+      port                 = number
+      gpu_indices          = list(number)
+      cuda_visible_devices = string
+      load_stream_port     = number
+      admin_port           = number
+    }))
     az            = string
     min_hosts     = optional(number)
     max_hosts     = optional(number)
     standby_hosts = optional(number, 0)
   }))
   default = {}
+
+  validation {
+    condition     = alltrue([for g in values(var.gpu_node_groups) : contains(["vllm", "sglang"], g.engine.kind) && length(g.engines) >= 1])
+    error_message = "Every GPU node group runs at least one vllm or sglang engine per host: ${join(", ", [for k, g in var.gpu_node_groups : k if !(contains(["vllm", "sglang"], g.engine.kind) && length(g.engines) >= 1)])}."
+  }
+
+  validation {
+    condition     = alltrue([for g in values(var.gpu_node_groups) : g.engine.hf_token == null || try(contains(["secretsmanager", "ssm"], g.engine.hf_token.source), false)])
+    error_message = "engine.hf_token.source is secretsmanager or ssm."
+  }
+}
+
+variable "gpu_types" {
+  description = "GPU types the fleet file declares ([[gpu_types]], without aws_instance_types; gpuroute tfvars writes them): written into every agent's and regional router's config, which know only the built-in types otherwise."
+  type = list(object({
+    name                 = string
+    memory_gb            = number
+    memory_bandwidth_tbs = number
+    fp16_tflops          = number
+    fp8_tflops           = optional(number)
+    interconnect_gbs     = optional(number)
+    price_per_hour       = optional(number)
+    tdp_w                = optional(number)
+    device_names         = optional(list(string))
+  }))
+  default = []
 }
 
 variable "cloudwatch_agent_version" {
@@ -190,25 +237,6 @@ variable "cloudwatch_agent_version" {
   validation {
     condition     = can(regex("^(latest|[0-9][0-9a-z.]*)$", var.cloudwatch_agent_version))
     error_message = "cloudwatch_agent_version is `latest` or a release version (digits, dots, lowercase letters)."
-  }
-}
-
-variable "engine" {
-  description = "Inference engine on the GPU nodes: vllm, sglang or tgi, and the container image to run."
-  type = object({
-    kind  = string
-    image = string
-    model = string
-  })
-  default = {
-    kind  = "vllm"
-    image = "vllm/vllm-openai:v0.11.0"
-    model = "meta-llama/Llama-3.1-8B-Instruct"
-  }
-
-  validation {
-    condition     = contains(["vllm", "sglang", "tgi"], var.engine.kind)
-    error_message = "engine.kind must be vllm, sglang or tgi."
   }
 }
 

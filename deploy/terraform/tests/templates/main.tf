@@ -8,6 +8,12 @@ variable "drain_timeout_s" {
 }
 
 locals {
+  # a GPU type the fleet file declares (gpuroute tfvars passes it on without its instances)
+  rtx_pro_6000 = {
+    name             = "RTX-PRO-6000", memory_gb = 96, memory_bandwidth_tbs = 1.79, fp16_tflops = 500, fp8_tflops = 1000
+    interconnect_gbs = null, price_per_hour = 3.4, tdp_w = null
+    device_names     = ["NVIDIA RTX PRO 6000 Blackwell Server Edition"]
+  }
   templates = "${path.module}/../../modules/region/templates"
   files     = "${path.module}/../../modules/region/files"
   common = {
@@ -29,23 +35,72 @@ output "consul_server" {
   }))
 }
 
-output "gpu_node" {
-  description = "A rendered GPU-node user-data script (vLLM on an 8-GPU host)."
-  value = templatefile("${local.templates}/gpu-node.sh.tftpl", merge(local.common, {
+locals {
+  gpu_node_inputs = merge(local.common, {
     consul_client     = local.consul_client
     region            = "eu-west"
+    pool              = "llama70b-h200"
     zone              = "eu-central-1a"
-    gpu               = "A100"
-    gpu_count         = 8
-    capacity          = 3.28
-    models            = ["llama-3.1-8b"]
-    engine            = { kind = "vllm", image = "vllm/vllm-openai:v0.11.0", model = "meta-llama/Llama-3.1-8B-Instruct" }
+    gpu               = "H200"
+    models            = ["llama-3.1-70b", "llama-70b"]
+    tensor_parallel   = 4
+    pipeline_parallel = 1
+    capacity          = null
+    gpu_types         = []
     gpuroute          = "https://artifacts.example.internal/gpuroute/gpuroute-0.1.0-py3-none-any.whl"
     requirements_lock = file("${path.module}/../../../../requirements.lock")
     drain_timeout_s   = var.drain_timeout_s
     agent_unit        = file("${path.module}/../../../systemd/gpuroute-agent.service")
     lifecycle_hook    = "gpuroute-drain"
     lifecycle_watcher = file("${local.files}/gpuroute-lifecycle.sh")
+    # fleet-plan's packing of a p5e.48xlarge with two TP4 engines
+    engines = [
+      { index = 0, port = 8000, gpu_indices = [0, 1, 2, 3], cuda_visible_devices = "0,1,2,3", load_stream_port = 7070, admin_port = 7071 },
+      { index = 1, port = 8001, gpu_indices = [4, 5, 6, 7], cuda_visible_devices = "4,5,6,7", load_stream_port = 7072, admin_port = 7073 },
+    ]
+  })
+}
+
+output "gpu_node" {
+  description = "A rendered GPU-node user-data script: two vLLM TP4 engines of a 70B on a p5e.48xlarge, the token from Secrets Manager."
+  value = templatefile("${local.templates}/gpu-node.sh.tftpl", merge(local.gpu_node_inputs, {
+    engine = {
+      kind  = "vllm"
+      image = "vllm/vllm-openai:v0.32.0"
+      args = [
+        "--model", "meta-llama/Llama-3.1-70B-Instruct", "--served-model-name", "llama-3.1-70b", "llama-70b",
+        "--tensor-parallel-size", "4", "--pipeline-parallel-size", "1", "--quantization", "fp8",
+        "--override-generation-config", "{\"temperature\": 0.5}",
+      ]
+      hf_token = { source = "secretsmanager", name = "gpuroute/hf-token" }
+    }
+  }))
+}
+
+output "gpu_node_sglang" {
+  description = "A rendered GPU-node user-data script: one SGLang engine on a one-GPU host of a declared GPU type, the token from SSM, a capacity weight."
+  value = templatefile("${local.templates}/gpu-node.sh.tftpl", merge(local.gpu_node_inputs, {
+    pool            = "qwen-moe-rtx"
+    gpu             = "RTX-PRO-6000"
+    gpu_types       = [local.rtx_pro_6000]
+    models          = ["qwen3-30b-a3b"]
+    tensor_parallel = 1
+    capacity        = 0.4
+    engines         = [{ index = 0, port = 8000, gpu_indices = [0], cuda_visible_devices = "0", load_stream_port = 7070, admin_port = 7071 }]
+    engine = {
+      kind     = "sglang"
+      image    = "lmsysorg/sglang:v0.5.6"
+      args     = ["--model-path", "Qwen/Qwen3-30B-A3B", "--served-model-name", "qwen3-30b-a3b", "--tp-size", "1", "--pp-size", "1", "--enable-metrics"]
+      hf_token = { source = "ssm", name = "/gpuroute/hf-token" }
+    }
+  }))
+}
+
+output "gpu_node_public_model" {
+  description = "A rendered GPU-node user-data script for a model that needs no token."
+  value = templatefile("${local.templates}/gpu-node.sh.tftpl", merge(local.gpu_node_inputs, {
+    engines = [{ index = 0, port = 8000, gpu_indices = [0], cuda_visible_devices = "0", load_stream_port = 7070, admin_port = 7071 }]
+    engine  = { kind = "vllm", image = "vllm/vllm-openai:v0.32.0", args = ["--model", "Qwen/Qwen3-8B"], hf_token = null }
   }))
 }
 
@@ -63,6 +118,7 @@ locals {
       { sha256 = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210", tenant = "acme-eu", residency = ["eu"] },
     ]
     regions_toml    = file("${path.module}/../../../../regions.example.toml")
+    gpu_types       = [local.rtx_pro_6000]
     trusted_proxies = ["10.65.0.0/16", "10.64.0.0/16"]
     # the regional routers' CloudWatch agent
     metrics_log_group        = "/gpuroute/eu-west/router-metrics"

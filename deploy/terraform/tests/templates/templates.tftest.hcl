@@ -17,27 +17,118 @@ run "consul_server_joins_by_tag_and_federates" {
   }
 }
 
-run "gpu_node_runs_engine_consul_and_agent" {
+run "gpu_node_runs_engines_consul_and_agents" {
   command = plan
 
   assert {
-    condition     = strcontains(output.gpu_node, "--tensor-parallel-size 8") && strcontains(output.gpu_node, "--served-model-name llama-3.1-8b")
-    error_message = "vLLM serves the pool's model over every GPU of the host"
+    condition     = strcontains(output.gpu_node, "[telemetry]\nsource = \"nvml\"\ngpu_indices = [0,1,2,3]\n") && strcontains(output.gpu_node, "models = [\"llama-3.1-70b\",\"llama-70b\"]") && strcontains(output.gpu_node, "tensor_parallel = 4\npipeline_parallel = 1\n")
+    error_message = "each agent reads NVML for its own GPUs and advertises the pool's models and parallelism"
   }
 
   assert {
-    condition     = strcontains(output.gpu_node, "[telemetry]\nsource = \"nvml\"") && strcontains(output.gpu_node, "models = [\"llama-3.1-8b\"]") && strcontains(output.gpu_node, "capacity = 3.28")
-    error_message = "the agent reads NVML and advertises the models"
+    condition     = !strcontains(output.gpu_node, "capacity =") && strcontains(output.gpu_node_sglang, "capacity = 0.4\n")
+    error_message = "capacity only where the pool weighs its engines (else the router's prior for the GPU)"
   }
 
   assert {
-    condition     = strcontains(output.gpu_node, "ExecStart=/opt/gpuroute/bin/gpuroute agent --config /etc/gpuroute/agent.toml") && strcontains(output.gpu_node, "TimeoutStopSec=%s\\n' \"$(( 60 + 30 ))\"")
-    error_message = "the agent runs from the shipped unit, with a stop timeout above the drain timeout"
+    condition     = strcontains(output.gpu_node, "cat > /etc/systemd/system/gpuroute-agent@.service <<'UNIT'") && strcontains(output.gpu_node, "ExecStart=/opt/gpuroute/bin/gpuroute agent --config /etc/gpuroute/agent-%i.toml") && strcontains(output.gpu_node, "TimeoutStopSec=%s\\n' \"$(( 60 + 30 ))\"")
+    error_message = "the agents run from the shipped unit, as a template per engine, with a stop timeout above the drain timeout"
   }
 
   assert {
     condition     = strcontains(output.gpu_node, "tokens { agent = \"$AGENT_TOKEN\" }") && strcontains(output.gpu_node, "secret consul/agent-token")
     error_message = "the Consul client agent's ACL token comes from SSM at boot, and is no default token"
+  }
+}
+
+run "engines_are_packed_each_on_its_own_gpus_and_port" {
+  command = plan
+
+  assert {
+    condition = strcontains(output.gpu_node, join(" ", [
+      "ExecStart=/usr/bin/docker run --rm --name engine-0 --gpus '\"device=0,1,2,3\"' --ipc=host -p 8000:8000",
+      "-v /opt/gpuroute/models:/root/.cache/huggingface --env-file /run/gpuroute-engine-0/hf-token.env vllm/vllm-openai:v0.32.0",
+      "--model meta-llama/Llama-3.1-70B-Instruct --served-model-name llama-3.1-70b llama-70b --tensor-parallel-size 4",
+      "--pipeline-parallel-size 1 --quantization fp8 --override-generation-config \"{\\\"temperature\\\": 0.5}\" --host 0.0.0.0 --port 8000\n",
+    ]))
+    error_message = "engine 0 runs the pool's image and arguments on GPUs 0-3, port 8000, with the weights cached under /opt/gpuroute/models"
+  }
+
+  assert {
+    condition     = strcontains(output.gpu_node, "--name engine-1 --gpus '\"device=4,5,6,7\"' --ipc=host -p 8001:8001") && strcontains(output.gpu_node, "--quantization fp8 --override-generation-config \"{\\\"temperature\\\": 0.5}\" --host 0.0.0.0 --port 8001\n") && strcontains(output.gpu_node, "Environment=CUDA_VISIBLE_DEVICES=4,5,6,7\n")
+    error_message = "engine 1 runs the same arguments on GPUs 4-7, port 8001"
+  }
+
+  assert {
+    condition     = length(regexall("cat > /etc/systemd/system/gpuroute-engine-[0-9]+.service", output.gpu_node)) == 2 && length(regexall("cat > /etc/gpuroute/agent-[0-9]+.toml", output.gpu_node)) == 2
+    error_message = "one engine unit and one agent config per engine"
+  }
+
+  assert {
+    condition     = strcontains(output.gpu_node, "id = \"$(hostname)-1\"") && strcontains(output.gpu_node, "url = \"http://127.0.0.1:8001\"") && strcontains(output.gpu_node, "[load_stream]\nhost = \"0.0.0.0\"\nport = 7072\n") && strcontains(output.gpu_node, "[admin]\nhost = \"127.0.0.1\"\nport = 7073\n") && strcontains(output.gpu_node, "gpu_indices = [4,5,6,7]")
+    error_message = "agent 1 registers its own id and engine port, with its own load-stream and admin ports and GPUs"
+  }
+
+  assert {
+    condition     = strcontains(output.gpu_node, "systemctl enable --now gpuroute-engine-0 gpuroute-agent@0 gpuroute-engine-1 gpuroute-agent@1 gpuroute-lifecycle")
+    error_message = "every engine and its agent start at boot"
+  }
+
+  assert {
+    condition     = strcontains(output.gpu_node, "mount -o noatime \"$STORE\" \"$MODELS\"") && strcontains(output.gpu_node, "Amazon EC2 NVMe Instance Storage")
+    error_message = "the weights' cache is on the NVMe instance store when the host has one"
+  }
+}
+
+run "the_hf_token_is_read_at_engine_start_never_in_user_data" {
+  command = plan
+
+  assert {
+    condition     = strcontains(output.gpu_node, "ExecStartPre=/usr/local/bin/gpuroute-hf-token /run/gpuroute-engine-1/hf-token.env") && strcontains(output.gpu_node, "RuntimeDirectory=gpuroute-engine-1\nRuntimeDirectoryMode=0700\n")
+    error_message = "each engine reads the token as it starts, into its own runtime directory"
+  }
+
+  assert {
+    condition     = strcontains(output.gpu_node, "aws secretsmanager get-secret-value --region eu-central-1 --secret-id 'gpuroute/hf-token' --query SecretString --output text") && strcontains(output.gpu_node, "cat > /usr/local/bin/gpuroute-hf-token <<'SCRIPT'\n#!/bin/bash\nset -euo pipefail\numask 077\n")
+    error_message = "a Secrets Manager token is fetched by name, into a file only root reads"
+  }
+
+  assert {
+    condition     = strcontains(output.gpu_node_sglang, "aws ssm get-parameter --region eu-central-1 --with-decryption --name '/gpuroute/hf-token' --query Parameter.Value --output text") && !strcontains(output.gpu_node_sglang, "secretsmanager")
+    error_message = "an SSM token is fetched (decrypted) by name"
+  }
+
+  assert {
+    condition     = !strcontains(output.gpu_node_public_model, "hf-token") && !strcontains(output.gpu_node_public_model, "--env-file")
+    error_message = "a pool without a token reads none"
+  }
+}
+
+run "declared_gpu_types_reach_agents_and_routers" {
+  command = plan
+
+  assert {
+    condition     = strcontains(output.gpu_node_sglang, "gpu = \"RTX-PRO-6000\"") && strcontains(output.gpu_node_sglang, "[[gpu_types]]\ndevice_names = [\"NVIDIA RTX PRO 6000 Blackwell Server Edition\"]\nfp16_tflops = 500\nfp8_tflops = 1000\nmemory_bandwidth_tbs = 1.79\nmemory_gb = 96\nname = \"RTX-PRO-6000\"\nprice_per_hour = 3.4\nTOML\n")
+    error_message = "an agent on a declared GPU type declares it (the keys left null stay out)"
+  }
+
+  assert {
+    condition     = strcontains(output.router, "[[gpu_types]]\n") && strcontains(output.router, "name = \"RTX-PRO-6000\"") && !strcontains(output.gpu_node, "[[gpu_types]]")
+    error_message = "routers know the declared types their engines register with; built-in types need nothing"
+  }
+}
+
+run "an_sglang_pool_runs_sglang" {
+  command = plan
+
+  assert {
+    condition     = strcontains(output.gpu_node_sglang, "lmsysorg/sglang:v0.5.6 python3 -m sglang.launch_server --model-path Qwen/Qwen3-30B-A3B --served-model-name qwen3-30b-a3b --tp-size 1 --pp-size 1 --enable-metrics --host 0.0.0.0 --port 8000\n")
+    error_message = "SGLang's server with the pool's arguments, on the engine's port"
+  }
+
+  assert {
+    condition     = strcontains(output.gpu_node_sglang, "kind = \"sglang\"") && strcontains(output.gpu_node_sglang, "--gpus '\"device=0\"'") && !strcontains(output.gpu_node_sglang, "vllm")
+    error_message = "its agent knows the engine kind"
   }
 }
 
@@ -102,7 +193,7 @@ run "secrets_come_from_ssm_never_user_data" {
   }
 
   assert {
-    condition     = strcontains(output.gpu_node, "secret gpuroute/load-stream-token") && strcontains(output.gpu_node, "port = 7070\ntoken_file = \"/etc/gpuroute/load-stream-token\"")
+    condition     = strcontains(output.gpu_node, "secret gpuroute/load-stream-token") && strcontains(output.gpu_node, "port = 7070\ntoken_file = \"/etc/gpuroute/load-stream-token\"") && strcontains(output.gpu_node, "port = 7072\ntoken_file = \"/etc/gpuroute/load-stream-token\"")
     error_message = "agents' load streams answer only routers holding the load-stream token, from SSM"
   }
 
@@ -166,8 +257,8 @@ run "gpu_nodes_follow_their_autoscaling_lifecycle" {
   command = plan
 
   assert {
-    condition     = strcontains(output.gpu_node, "Warmed:Running) agent standby ;;") && strcontains(output.gpu_node, "InService) agent activate ;;") && strcontains(output.gpu_node, "autoscaling/target-lifecycle-state")
-    error_message = "the lifecycle watcher puts a warm-pool host's agent in standby and activates it in service, from IMDS"
+    condition     = strcontains(output.gpu_node, "Warmed:Running) agents standby ;;") && strcontains(output.gpu_node, "InService) agents activate ;;") && strcontains(output.gpu_node, "autoscaling/target-lifecycle-state")
+    error_message = "the lifecycle watcher puts a warm-pool host's agents in standby and activates them in service, from IMDS"
   }
 
   assert {
@@ -176,8 +267,13 @@ run "gpu_nodes_follow_their_autoscaling_lifecycle" {
   }
 
   assert {
-    condition     = strcontains(output.gpu_node, "systemctl enable --now inference-engine gpuroute-agent gpuroute-lifecycle") && strcontains(output.gpu_node, "User=gpuroute")
+    condition     = strcontains(output.gpu_node, "systemctl enable --now gpuroute-engine-0 gpuroute-agent@0 gpuroute-engine-1 gpuroute-agent@1 gpuroute-lifecycle") && strcontains(output.gpu_node, "User=gpuroute")
     error_message = "the watcher runs as a service, unprivileged"
+  }
+
+  assert {
+    condition     = strcontains(output.gpu_node, "Environment=\"AGENTS=0 1\"") && strcontains(output.gpu_node, "After=gpuroute-agent@0.service gpuroute-agent@1.service")
+    error_message = "the watcher drives every agent of the host"
   }
 
   assert {

@@ -1,0 +1,206 @@
+"""The fleet file through Terraform (docs/deploy.md): `gpuroute tfvars` of the example fleet
+packed by modules/fleet-plan as gpuroute packs it (the shared instance catalog), Terraform's
+own refusals naming the pool, and the GPU hosts' access to their pools' tokens (python-hcl2:
+no provider here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import subprocess
+
+import pytest
+from gpuroute.fleet.instances import instance_for, load_catalog
+from gpuroute.fleet.schema import load_deploy_fleet
+from gpuroute.fleet.tfvars import fleet_tfvars
+from support.paths import REPO
+from support.terraform import (
+    TF,
+    apply_offline,
+    copy_module,
+    parsed,
+    rendered_templates,
+    resources,
+    tf,
+)
+
+FLEET = REPO / "fleet.example.toml"
+PLAN = TF / "modules" / "fleet-plan"
+REGION = TF / "modules" / "region"
+pytestmark = pytest.mark.timeout(600)
+
+
+def test_terraform_packs_the_example_fleet_as_gpuroute_does(terraform, tmp_path) -> None:
+    """Left to choose (no instance_type, no gpus_per_host), fleet-plan picks for every pool of
+    the example the instance gpuroute picks, and packs it the same: engines per host, hosts.
+    The 70B's p5e hosts run two TP4 engines each, on GPUs 0-3 and 4-7, ports 8000 and 8001."""
+    fleet = load_deploy_fleet(FLEET)
+    regions = fleet_tfvars(fleet, FLEET)["regions"]
+    catalog_gpus = {i.gpu for i in load_catalog()}
+    for region in regions.values():
+        for pool in region["gpu_pools"]:
+            if pool["gpu"] in catalog_gpus:  # not the declared type: Terraform chooses
+                del pool["instance_type"], pool["gpus_per_host"]
+    groups = apply_offline(terraform, copy_module(PLAN, tmp_path), {"regions": regions})
+    groups = groups["gpu_node_groups"]["value"]
+    expected = {}
+    for ref in fleet.pools():
+        pool = ref.pool
+        if pool.gpu in catalog_gpus:
+            pool = pool.model_copy(update={"instance_type": None})
+        instance = instance_for(fleet, pool)
+        per_host = instance.gpus // pool.gpus_per_engine
+        hosts = -(-pool.count // instance.gpus)
+        expected[f"{ref.region.name}/{ref.name}"] = (instance.name, instance.gpus, per_host, hosts)
+    assert {k: (g["instance_type"], g["gpus_per_host"], g["engines_per_host"], g["hosts"])
+            for k, g in groups.items()} == expected  # fmt: skip
+    h200 = groups["us-east/llama70b-h200"]
+    assert (h200["instance_type"], h200["engines_per_host"], h200["hosts"]) == (
+        "p5e.48xlarge", 2, 2,
+    )  # fmt: skip
+    packed = [
+        (e["cuda_visible_devices"], e["port"], e["load_stream_port"]) for e in h200["engines"]
+    ]
+    assert packed == [("0,1,2,3", 8000, 7070), ("4,5,6,7", 8001, 7072)]
+    assert h200["engine"]["args"][:2] == ["--model", "meta-llama/Llama-3.1-70B-Instruct"]
+
+
+def test_terraform_names_the_pool_it_refuses(terraform, tmp_path) -> None:
+    """A pool gpuroute tfvars would refuse, written by hand: Terraform stops at plan with a
+    message that names the region and pool, for each of the three ways to get it wrong."""
+    pools = [
+        {"name": "odd-tp", "gpu": "H200", "count": 6, "models": ["m"], "tensor_parallel": 3,
+         "instance_type": "p5e.48xlarge"},
+        {"gpu": "L4", "count": 1, "models": ["m"], "instance_type": "g9.xlarge"},
+        {"name": "wrong-gpu", "gpu": "L4", "count": 8, "models": ["m"],
+         "instance_type": "p5e.48xlarge"},
+        {"gpu": "MI300X", "count": 8, "models": ["m"]},
+    ]  # fmt: skip
+    region = {"aws_region": "us-east-1", "cidr_index": 0, "jurisdiction": "us",
+              "azs": ["us-east-1a", "us-east-1b", "us-east-1c"], "neighbours": [],
+              "gpu_pools": pools}  # fmt: skip
+    work = copy_module(PLAN, tmp_path)
+    (work / "bad.tfvars.json").write_text(json.dumps({"regions": {"us-east": region}}))
+    tf(terraform, "init", "-backend=false", "-input=false", cwd=work)
+    plan = tf(terraform, "plan", "-no-color", "-input=false", "-var-file=bad.tfvars.json",
+              cwd=work, check=False)  # fmt: skip
+    assert plan.returncode != 0
+    errors = " ".join(plan.stderr.replace("│", " ").split())  # Terraform wraps its messages
+    assert (
+        "us-east/odd-tp: tensor_parallel x pipeline_parallel = 3 does not divide the 8 GPUs "
+        "of p5e.48xlarge" in errors
+    )
+    assert "us-east/l4-1: instance type g9.xlarge is not in fleet/aws_gpu_instances.json" in errors
+    assert "us-east/wrong-gpu: p5e.48xlarge carries H200 GPUs, not L4" in errors
+    assert "us-east/mi300x-3: no instance in fleet/aws_gpu_instances.json carries MI300X" in errors
+
+
+def _gpu_statements() -> list[dict]:
+    doc = next(
+        b["aws_iam_policy_document"]["host"]
+        for b in parsed(REGION)["data"]
+        if "host" in b.get("aws_iam_policy_document", {})
+    )
+    return [
+        {**d["statement"]["content"][0], "for_each": d["statement"]["for_each"]}
+        for d in doc.get("dynamic", [])
+        if 'each.key == "gpu"' in d["statement"]["for_each"]
+    ]
+
+
+def test_gpu_hosts_read_exactly_the_tokens_their_pools_name() -> None:
+    """GetSecretValue and GetParameter on the ARNs of the tokens the region's pools name, on
+    GPU hosts only; never on every secret."""
+    by_action = {tuple(s["actions"]): s for s in _gpu_statements()}
+    secrets = by_action[("secretsmanager:GetSecretValue",)]
+    parameters = by_action[("ssm:GetParameter",)]
+    assert secrets["resources"] == "${local.hf_token_arns.secretsmanager}"
+    assert parameters["resources"] == "${local.hf_token_arns.ssm}"
+    arns = parsed(REGION)["locals"]
+    text = json.dumps(arns)
+    assert "g.engine.hf_token if g.engine.hf_token != null" in text  # the pools' own
+    assert ":secret:%s-??????" in text and ":parameter/%s" in text
+    for statement in _gpu_statements():
+        assert statement["resources"] != ["*"], statement
+
+
+def test_the_fleet_wide_engine_variable_is_gone() -> None:
+    """Each pool brings its engine: neither the region module nor the example takes one for
+    the whole fleet."""
+    for module in (REGION, TF / "examples" / "multi-region"):
+        names = {n for block in parsed(module)["variable"] for n in block}
+        assert "engine" not in names, module
+
+
+# -- the rendered GPU-host user data -----------------------------------------------------------
+FAKE_AWS = """#!/bin/bash
+echo "$*" >>"$FAKE_LOG"
+echo hf_secret_value
+"""
+
+
+@pytest.fixture(scope="module")
+def gpu_scripts(terraform, tmp_path_factory) -> dict[str, str]:
+    scripts = rendered_templates(terraform, tmp_path_factory.mktemp("templates"))
+    return {k: v for k, v in scripts.items() if k.startswith("gpu_node")}
+
+
+def test_every_gpu_user_data_is_a_valid_bash_script(gpu_scripts, tmp_path) -> None:
+    for name, script in gpu_scripts.items():
+        (tmp_path / name).write_text(script)
+        checked = subprocess.run(["bash", "-n", str(tmp_path / name)], capture_output=True)
+        assert checked.returncode == 0, f"{name}: {checked.stderr.decode()}"
+
+
+@pytest.mark.parametrize(
+    ("output", "call"),
+    [
+        ("gpu_node", "secretsmanager get-secret-value --region eu-central-1 "
+         "--secret-id gpuroute/hf-token --query SecretString --output text"),
+        ("gpu_node_sglang", "ssm get-parameter --region eu-central-1 --with-decryption "
+         "--name /gpuroute/hf-token --query Parameter.Value --output text"),
+    ],
+)  # fmt: skip
+def test_the_engine_reads_its_token_into_a_file_only_it_reads(
+    gpu_scripts, tmp_path, output, call
+) -> None:
+    """The ExecStartPre helper, run against a fake `aws`: one call to the pool's store, the
+    token in an env file of mode 0600 that docker --env-file reads (HF_TOKEN)."""
+    script = re.search(
+        r"cat > /usr/local/bin/gpuroute-hf-token <<'SCRIPT'\n(.*?)\nSCRIPT\n",
+        gpu_scripts[output], re.S,
+    ).group(1)  # fmt: skip
+    helper, fake = tmp_path / "gpuroute-hf-token", tmp_path / "bin" / "aws"
+    helper.write_text(script)
+    fake.parent.mkdir()
+    fake.write_text(FAKE_AWS)
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}",
+           "FAKE_LOG": str(tmp_path / "calls")}  # fmt: skip
+    env_file = tmp_path / "run" / "hf-token.env"
+    env_file.parent.mkdir()
+    subprocess.run(["bash", str(helper), str(env_file)], env=env, check=True, timeout=30)
+    assert (tmp_path / "calls").read_text().splitlines() == [call]
+    token = "hf_secret_value"
+    assert env_file.read_text() == f"HF_TOKEN={token}\nHUGGING_FACE_HUB_TOKEN={token}\n"
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+    assert token not in gpu_scripts[output]
+
+
+def test_routers_reach_each_engine_and_its_load_stream_and_nothing_between() -> None:
+    """One rule per engine index a host of the region runs, from the routers' security group
+    alone: engine i on 8000 + i, its agent's load stream on 7070 + 2i (the agents' admin
+    ports, 7071 + 2i, stay closed to routers). The mocked plan in examples/multi-region
+    checks the ports a real fleet gets."""
+    rules = resources(REGION, "aws_vpc_security_group_ingress_rule")
+    for name, port in (("engine_from_routers", "8000 + each.key"),
+                       ("load_stream_from_routers", "7070 + 2 * each.key")):  # fmt: skip
+        rule = rules[name]
+        assert rule["for_each"] == "${local.engine_indexes}"
+        assert rule["from_port"] == rule["to_port"] == "${" + port + "}"
+        assert rule["referenced_security_group_id"] == "${aws_security_group.router.id}"
+        assert "cidr_ipv4" not in rule
+    indexes = next(b for b in parsed(REGION)["locals"] if "engine_indexes" in b)
+    assert "g.engines_per_host" in indexes["engine_indexes"]
