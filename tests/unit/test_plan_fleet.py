@@ -134,7 +134,8 @@ def test_a_scenario_is_a_fleet_plus_traffic(
     assert by_key["by_model"] == by_flag["by_model"]
     capsys.readouterr()
     assert main(["check-config", own]) == 0
-    assert "simulator scenario 'two', 6 engines on 10 GPUs" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "ok (simulator scenario" in out and "6 engines on 10 GPUs" in out
     both = write(tmp_path / "both.toml", TRAFFIC.format(fleet=f'fleet = "{fleet}"') + GPUS)
     with pytest.raises(ConfigError, match=r"both.toml: gpus: the engines come from the fleet"):
         load_scenario(both)
