@@ -80,7 +80,7 @@ def print_written(written: WrittenFleet, target: float) -> None:
     """The fleet as written (whole hosts), run at the peak."""
     console = stdout_console()
     pools = "; ".join(
-        f"{p.name}: {p.gpus} {p.option.gpu} ({p.engines} engines"
+        f"{p.name}: {p.gpus} {p.option.gpu} ({p.engines} engine{'s' if p.engines > 1 else ''}"
         + (f" on {p.hosts} {p.instance.name}" if p.instance else "")
         + (f", {p.engines - p.planned} more than planned" if p.engines > p.planned else "")
         + ")"
