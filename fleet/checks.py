@@ -133,5 +133,5 @@ def _argument_problems(fleet: DeployFleet, ref: PoolRef) -> list[str]:
 
     settings = fleet.engine_of(ref.pool)
     argv = engine_argv(fleet, ref.pool)
-    version = settings.version or ""
-    return [f"engine: {p}" for p in check_engine_args(settings.kind or "vllm", version, argv)]
+    version, rendered = settings.version or "", len(argv) - len(settings.extra_args)
+    return check_engine_args(settings.kind or "vllm", version, argv, rendered=rendered)
