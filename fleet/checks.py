@@ -33,10 +33,9 @@ def deployment_problems(fleet: DeployFleet) -> list[str]:
 def pool_problems(fleet: DeployFleet, ref: PoolRef) -> list[str]:
     pool, problems = ref.pool, []
     shapes = fleet.shapes()
-    for j, name in enumerate(pool.models):
-        if name not in shapes and not _served_version(fleet, name):
-            problems.append(f"models[{j}]: unknown model {name!r}; declare it under [[models]]")
-    first = pool.models[0]
+    first = pool.models[0]  # the weights loaded; the other names serve the same ones
+    if first not in shapes and not _served_version(fleet, first):
+        problems.append(f"models[0]: unknown model {first!r}; declare it under [[models]]")
     deploys = ref.region.deploy.aws_region is not None and pool.count > 0
     if not deploys:  # simulated or run by hand: only what every engine needs
         return problems + _fit_problems(fleet, ref, None)
