@@ -200,6 +200,12 @@ class _Reader:
         if "." in name:  # --json-option.key value: one key of a JSON option
             return i + 1 + (0 if has_value else min(1, len(self.argv) - i - 1))
         values = [value] if has_value else self._values(i + 1, row["nargs"])
+        spill = i + 1 + len(values) - max(self.rendered, i + 1)
+        if i < self.rendered and spill > 0 and not has_value:
+            self.found.append(
+                f"{self.where(self.rendered)}: {self.argv[self.rendered]!r} would be read as "
+                f"a value of {name} (rendered before extra_args); start extra_args with an option"
+            )
         if not owned:  # the option itself is the problem, not what it is given
             self._check_count(i, row, name, values, bool(has_value))
             for value in values:

@@ -25,6 +25,8 @@ EXTRA = [
     ["--enable-prefix-caching"],
     ["--max-num-seqs", "128", "--kv-cache-dtype", "fp8", "--max_num_batched_tokens=8192"],
     ["-O3", "--seed", "-1", "--no-enable-prefix-caching"],
+    ["--compilation-config.mode", "3", "--no-enable-log-requests"],
+    ["--speculative-config", '{"method": "ngram"}', "--max_num_batched_tokens=8k"],
     ["--host", "0.0.0.0", "--port", "8001"],  # Terraform's, after the fleet's
 ]
 # (argument, what vLLM's parser and check_engine_args both refuse in it)

@@ -51,7 +51,8 @@ def parse_with_real_vllm(argvs: list[list[str]]) -> list[str | None]:
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith(MARK)]
     if done.returncode != 0 or not lines:
-        raise AssertionError(f"vLLM's parser did not run ({done.returncode}): {done.stderr[-3000:]}")
+        said = done.stderr[-3000:]
+        raise AssertionError(f"vLLM's parser did not run ({done.returncode}): {said}")
     return json.loads(lines[-1].removeprefix(MARK))
 
 
@@ -69,4 +70,3 @@ def regenerate_vllm_table(out: Path) -> str:
     if done.returncode != 0:
         raise AssertionError(f"engine-flags.py vllm failed: {done.stderr[-3000:]}")
     return out.read_text()
-
