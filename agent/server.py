@@ -98,7 +98,7 @@ class Agent:
                 self.load_port,
                 self._consul_status,
                 lambda: self.engine_info.facts,
-                self.engine_info.known,
+                self.engine_info.loaded,  # registered once the model has loaded
                 standby=lambda: self.standby,
             )
             self._tasks.append(asyncio.create_task(self.registration.run()))
