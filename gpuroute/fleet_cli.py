@@ -128,7 +128,7 @@ def _check(kind: str, path: str) -> str:
     models = len({ref.pool.models[0] for ref in pools})
     return (
         f"fleet file, {len(fleet.regions)} regions, {len(pools)} pools, {gpus} GPUs in "
-        f"{engines} engines, {models} models"
+        f"{engines} engines, {_count(models, 'model')}"
     )
 
 
@@ -137,9 +137,13 @@ def _check_scenario(path: str) -> str:
 
     scenario = load_scenario(path).scenario
     return (
-        f"simulator scenario {scenario.name!r}, {scenario.engine_count} engines on "
-        f"{scenario.gpu_count} GPUs, {len(scenario.model_mix())} models"
+        f"simulator scenario, {scenario.name!r}: {scenario.engine_count} engines on "
+        f"{scenario.gpu_count} GPUs, {_count(len(scenario.model_mix()), 'model')}"
     )
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def tfvars_json(args: argparse.Namespace) -> int:

@@ -16,7 +16,10 @@ from gpuroute.cli import main
         ("router.example.toml", "router config"),
         ("agent.example.toml", "agent config"),
         ("global.example.toml", "global tier config"),
-        ("regions.example.toml", "regions file"),
+        ("regions.example.toml", "fleet file"),
+        ("fleet.example.toml", "fleet file"),
+        ("sim/scenarios/real-fleet.toml", "simulator scenario"),
+        ("sim/scenarios/demo.toml", "simulator scenario"),
     ],
 )
 def test_each_example_file_validates_without_kind(name, kind, capsys) -> None:

@@ -149,7 +149,7 @@ def test_invalid_toml_and_missing_file(tmp_path) -> None:
 
 def test_check_config_cli(tmp_path, capsys) -> None:
     assert main(["check-config", str(REPO / "regions.example.toml")]) == 0
-    assert "3 regions, 4 pools, 44 GPUs in 44 engines" in capsys.readouterr().out
+    assert "3 regions, 4 pools, 44 GPUs in 44 engines, 1 model" in capsys.readouterr().out
     bad = write(tmp_path, GOOD_REGION.replace('"us"', '"U.S."'))
     assert main(["check-config", str(bad)]) == 2
     err = capsys.readouterr().err

@@ -245,7 +245,8 @@ def test_a_pool_of_partial_engines_is_refused(tmp_path) -> None:
 
 def test_check_config_reads_a_scenario(capsys) -> None:
     assert main(["check-config", str(REPO / "sim" / "scenarios" / "real-fleet.toml")]) == 0
-    assert "simulator scenario 'real-fleet', 11 engines on 20 GPUs" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "simulator scenario, 'real-fleet': 11 engines on 20 GPUs, 3 models" in out
 
 
 def test_the_global_tier_reads_the_fleet_file() -> None:
