@@ -37,9 +37,12 @@ OWNED = {
     "sglang": {
         "model_path": "models[0] (its [[models]] `weights`)",
         "served_model_name": "models",
-        "tp_size": "tensor_parallel",
+        "tp_size": "tensor_parallel",  # the dests of 0.5.23; 0.5.6 names them in full
+        "tensor_parallel_size": "tensor_parallel",
         "pp_size": "pipeline_parallel",
+        "pipeline_parallel_size": "pipeline_parallel",
         "dp_size": "count (engines = count / (tensor_parallel x pipeline_parallel))",
+        "data_parallel_size": "count (engines = count / (tensor_parallel x pipeline_parallel))",
         "context_length": "engine.max_model_len",
         "quantization": "engine.quantization",
         "mem_fraction_static": "engine.gpu_memory_utilization",
@@ -194,9 +197,9 @@ class _Reader:
         if row is None:
             self.found.append(f"{self.where(i)}: {problem}")
             return i + 1 + self._skip_values(i + 1, has_value)
-        if problem:
-            self.found.append(f"{self.where(i, row['dest'])}: {problem}")
         owned = self._owned(i, row, name)
+        if problem and not owned:  # one problem an argument
+            self.found.append(f"{self.where(i, row['dest'])}: {problem}")
         if "." in name:  # --json-option.key value: one key of a JSON option
             return i + 1 + (0 if has_value else min(1, len(self.argv) - i - 1))
         values = [value] if has_value else self._values(i + 1, row["nargs"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import tomli_w
 from gpuroute.fleet.engine_flags import check_engine_args, nearest_version, table_versions
+from gpuroute.fleet.schema import DEFAULT_VERSIONS
 
 from gpuroute.cli import main
 
@@ -22,8 +23,10 @@ def vllm(*extra: str, version: str = VLLM) -> list[str]:
 
 
 def test_the_tables_are_shipped() -> None:
-    assert VLLM in table_versions("vllm")
+    """Each engine's default version (gpuroute.fleet.schema) has its own table."""
+    assert VLLM in table_versions("vllm") and DEFAULT_VERSIONS["vllm"] in table_versions("vllm")
     assert SGLANG in table_versions("sglang")
+    assert DEFAULT_VERSIONS["sglang"] in table_versions("sglang")
 
 
 def test_arguments_vllm_takes_pass() -> None:
@@ -85,16 +88,18 @@ def test_a_bad_value_of_a_fleet_key_names_the_key() -> None:
     assert problem.startswith("engine.quantization: --quantization 'fp9': not one of vLLM")
 
 
-def test_sglang_arguments() -> None:
+@pytest.mark.parametrize("version", [SGLANG, "0.5.6"])
+def test_sglang_arguments(version) -> None:
     rendered = ["--model-path", "m", "--served-model-name", "a", "--tp-size", "2",
-                "--context-length", "32k", "--enable-metrics"]  # fmt: skip
+                "--pp-size", "1", "--context-length", "32768", "--enable-metrics"]  # fmt: skip
     good = [*rendered, "--max-running-requests", "64", "--schedule-policy", "lpm"]
-    assert check_engine_args("sglang", SGLANG, good, rendered=len(rendered)) == []
-    bad = [*rendered, "--max_running_requests", "64", "--enable-metrics"]
-    first, second = check_engine_args("sglang", SGLANG, bad, rendered=len(rendered))
-    assert "unknown option --max_running_requests of SGLang 0.5.23" in first  # no _ for -
+    assert check_engine_args("sglang", version, good, rendered=len(rendered)) == []
+    bad = [*rendered, "--max_running_requests", "64", "--enable-metrics", "--tp", "4"]
+    first, second, third = check_engine_args("sglang", version, bad, rendered=len(rendered))
+    assert f"unknown option --max_running_requests of SGLang {version}" in first  # no _ for -
     assert "did you mean --max-running-requests" in first
     assert second.startswith("engine.extra_args[2]: --enable-metrics is set by gpuroute")
+    assert third.startswith("engine.extra_args[3]: --tp is set by gpuroute from the pool's")
 
 
 def test_a_version_without_a_table_is_checked_against_the_nearest_and_says_so() -> None:
