@@ -8,7 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
+from gpuroute.fleet.engine_args import engine_argv
 from gpuroute.fleet.engine_flags import check_engine_args
+from gpuroute.fleet.schema import load_deploy_fleet
 from support.real_vllm_parser import parse_with_real_vllm, regenerate_vllm_table
 
 pytestmark = pytest.mark.real_engine
@@ -64,3 +66,19 @@ def test_real_vllm_and_the_checker_agree_on_command_lines():
     for argv in bad:
         problems = check_engine_args("vllm", VERSION, argv, rendered=2)
         assert len(problems) == 1 and problems[0].startswith("engine.extra_args[0]: "), problems
+
+
+def test_every_vllm_command_of_the_example_fleet_parses_with_the_real_vllm():
+    """What `gpuroute tfvars` renders for each vLLM pool of fleet.example.toml, with the host
+    and port Terraform adds, is taken by vLLM's own parser (and by the check)."""
+    fleet = load_deploy_fleet(ROOT / "fleet.example.toml")
+    argvs = {
+        ref.key: [*engine_argv(fleet, ref.pool), "--host", "0.0.0.0", "--port", "8000"]
+        for ref in fleet.pools()
+        if fleet.engine_of(ref.pool).kind == "vllm"
+    }
+    assert len(argvs) >= 3
+    verdicts = dict(zip(argvs, parse_with_real_vllm(list(argvs.values())), strict=True))
+    assert verdicts == dict.fromkeys(argvs), verdicts
+    for argv in argvs.values():
+        assert check_engine_args("vllm", VERSION, argv, rendered=len(argv)) == []
