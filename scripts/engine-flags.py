@@ -21,6 +21,7 @@ import argparse
 import importlib.abc
 import importlib.machinery
 import json
+import shutil
 import sys
 import tempfile
 import types
@@ -212,6 +213,7 @@ def sglang_table(wheel: Path) -> dict:
     parser = argparse.ArgumentParser(prog="sglang serve")  # as prepare_server_args builds it
     ServerArgs.add_cli_args(parser)
     options, positionals = option_rows(parser)
+    shutil.rmtree(unpacked)
     return {
         "engine": "sglang",
         "version": __version__,
