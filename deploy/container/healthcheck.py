@@ -68,7 +68,7 @@ def url_of(proc: Path, args: list[str]) -> str:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise LookupError(f"cannot read {config}: {exc}") from None
     host, port = table.get("host", "127.0.0.1"), table.get("port", LISTENERS[tier][1])
-    scheme = "https" if table.get("tls") else "http"
+    scheme = "https" if table.get("tls") is not None else "http"
     return f"{scheme}://{local(host)}:{port}{LISTENERS[tier][2]}"
 
 

@@ -12,16 +12,21 @@ with the exact commands that failed and their errors."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import re
 import subprocess
+import tomllib
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from support.live import MODEL, wait_for
+from support.paths import REPO
 from support.podman import IMAGE, Podman, build_image, podman_here
 
 pytestmark = pytest.mark.timeout(1200)  # the first run builds the base and the dependencies
@@ -198,3 +203,62 @@ def test_base_is_debian_bookworm_with_python_3_11(rootfs: Path) -> None:
     assert "VERSION_CODENAME=bookworm" in (rootfs / "etc/os-release").read_text()
     done = chrooted(rootfs, "python3", "--version")
     assert done.stdout.startswith("Python 3.11"), done.stdout + done.stderr
+
+
+# -- without podman: the Dockerfile, the configs it ships and its healthcheck ---------------
+CONTAINER = REPO / "deploy" / "container"
+
+
+def test_dockerfile_exposes_and_checks_every_tier() -> None:
+    text = (REPO / "Dockerfile").read_text()
+    exposed = re.search(r"^EXPOSE (.+)$", text, re.M)
+    assert exposed is not None and set(exposed[1].split()) == {str(p) for p in PORTS.values()}
+    assert re.search(r'^    CMD \["gpuroute-healthcheck"\]$', text, re.M)
+    assert re.search(r"^ARG BASE=\S*python:3\.11-slim-bookworm$", text, re.M)
+    usage = "\n".join(line for line in text.splitlines() if line.startswith("#"))
+    assert "/etc/gpuroute/router.toml" in usage
+    assert "example.toml" not in usage and "127.0.0.1" not in usage
+
+
+@pytest.mark.parametrize(("tier", "admin"), [("router", "admin_listen"), ("global", "admin_listen"),
+                                             ("agent", "admin")])  # fmt: skip
+def test_dockerfile_configs_listen_everywhere_and_read_tokens_from_files(
+    tier: str, admin: str
+) -> None:
+    """Off loopback the admin listeners need a token (config refuses them without): the
+    configs read it, and the agent's load-stream token, from Podman's or Docker's secrets."""
+    config = tomllib.loads((CONTAINER / f"{tier}.toml").read_text())
+    listeners = [config[admin]] + [config[k] for k in ("listen", "load_stream") if k in config]
+    assert all(listener["host"] == "0.0.0.0" for listener in listeners)
+    assert config["admin_token_file"] == "/run/secrets/admin-token"
+    if tier == "agent":
+        assert config["load_stream"]["token_file"] == "/run/secrets/load-stream-token"
+
+
+def healthcheck_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("healthcheck", CONTAINER / "healthcheck.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_healthcheck_probes_the_port_each_tier_listens_on(tmp_path: Path) -> None:
+    """The tier's config, found relative to the process's working directory, names the port
+    (defaults where it does not); TLS makes it https; the fake engine takes flags."""
+    check = healthcheck_module()
+    (tmp_path / "cwd").mkdir()
+    (tmp_path / "cwd" / "r.toml").write_text('[listen]\nhost = "::"\nport = 8443\ntls = {}\n')
+    (tmp_path / "cwd" / "g.toml").write_text('regions_file = "x"\n')
+    (tmp_path / "cwd" / "a.toml").write_text('[admin]\nhost = "10.1.2.3"\nport = 7171\n')
+    assert check.url_of(tmp_path, ["router", "--config", "r.toml"]) == "https://[::1]:8443/healthz"
+    assert check.url_of(tmp_path, ["global", "--config=g.toml"]) == "http://127.0.0.1:8090/healthz"
+    assert check.url_of(tmp_path, ["agent", "run", "--config", "a.toml"]) == (
+        "http://10.1.2.3:7171/healthz"
+    )
+    engine = ["fake-engine", "--host", "0.0.0.0", "--port", "9000"]
+    assert check.url_of(tmp_path, engine) == "http://127.0.0.1:9000/health"
+    with pytest.raises(LookupError, match=r"cannot read missing\.toml"):
+        check.url_of(tmp_path, ["router", "--config", "missing.toml"])
+    with pytest.raises(LookupError, match="gpuroute plan has no listener"):
+        check.url_of(tmp_path, ["plan"])
