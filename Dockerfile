@@ -1,14 +1,17 @@
-# gpuroute's Python services in one image; the first argument picks the tier:
-#   router       OpenAI API on 8080, admin (/metrics, /admin/*, /readyz) on 9090
-#   global       the global tier's API on 8090, its admin on 9091
-#   agent        load stream (gRPC) on 7070, admin (/status, /metrics, drain) on 7071
-#   fake-engine  a simulated GPU engine on 8000 (vLLM's API), for trying the others
-# deploy/container/ holds container-ready configs, copied to /etc/gpuroute/: they listen on
-# 0.0.0.0 and read their tokens from /run/secrets/ (docs/deploy.md, "Container image"):
+# gpuroute's Python services in one image; the first argument picks the tier (its ports):
+#   router       the OpenAI API on 8080; admin (/metrics, /admin/*, /readyz) on 9090
+#   global       the global tier's API on 8090; its admin on 9091
+#   agent        the load stream (gRPC) on 7070; admin (/status, /metrics, drain) on 7071
+#   fake-engine  a simulated GPU engine (vLLM's API) on 8000, to try the others with
+# /etc/gpuroute/ holds container-ready configs (deploy/container/): listeners on 0.0.0.0,
+# tokens read from /run/secrets/ (docs/deploy.md, "Container image"). A router in front of
+# an engine named `engine`:
 #   docker build -t gpuroute .
-#   printf %s "$(openssl rand -hex 32)" > admin-token
-#   docker run -p 8080:8080 -p 9090:9090 -v $PWD/admin-token:/run/secrets/admin-token:ro \
-#       -v $PWD/router.toml:/etc/gpuroute/router.toml:ro gpuroute \
+#   docker network create gpuroute
+#   docker run -d --network gpuroute --name engine gpuroute fake-engine --host 0.0.0.0
+#   openssl rand -hex 32 > admin-token && chmod 600 admin-token && sudo chown 10001 admin-token
+#   docker run -d --network gpuroute -p 8080:8080 -p 9090:9090 \
+#       -v $PWD/admin-token:/run/secrets/admin-token:ro gpuroute \
 #       router --config /etc/gpuroute/router.toml
 # The healthcheck (gpuroute-healthcheck) finds the tier running in the container and probes
 # that tier's own port from its config. The agent needs the host's NVIDIA devices for NVML:
