@@ -173,7 +173,9 @@ def test_tiers_answer_through_their_published_ports(podman: Podman, pod: str) ->
         assert refused.value.code == 401
         assert b"# TYPE" in fetch(url, token=TOKEN)
     agent = f"http://{published(podman, pod, PORTS['agent'])}"
-    assert json.loads(fetch(f"{agent}/status"))  # reads are open; acting takes the token
+    status = json.loads(fetch(f"{agent}/status"))  # reads are open; acting takes the token
+    assert status["engine"]["ok"] and status["engine"]["models"] == [MODEL]
+    assert status["gpu"]["source"] == "simulated"  # no NVML in the container: the fake's GPU
     with pytest.raises(urllib.error.HTTPError) as refused:
         fetch(f"{agent}/undrain", body={})
     assert refused.value.code == 401
