@@ -70,7 +70,8 @@ peer-routers:
 terraform:
 	@found=$$(scripts/build-terraform.sh) && echo "terraform: $$found"
 
-# HAProxy, NGINX, wrk, redis-server, openssl, prometheus, promtool and chromium from Debian (scripts/bootstrap-system.sh).
+# HAProxy, NGINX, wrk, redis-server, openssl, prometheus, promtool, chromium, podman, buildah,
+# runc and debootstrap from Debian (scripts/bootstrap-system.sh).
 bench-deps:
 	@scripts/bootstrap-system.sh
 
