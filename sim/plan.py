@@ -134,14 +134,22 @@ class Planner:
         default = scenario.workload.model
         profiles = {
             g.kind(default).key(default): self.profile(
-                next(o for o in self.options if o.gpu == g.type and o.tp == g.tensor_parallel),
-                g.model or default,
+                self.option_of(g.type, g.tensor_parallel), g.model or default
             )
             for g in scenario.gpus
         }
         loaded = LoadedScenario(scenario, self.loaded.base_dir, self.loaded.source)
         workload = self.workload.rescaled(rate / self.base_rate)
         return FleetSimulator(loaded, (workload, profiles, rate))
+
+    def option_of(self, gpu: str, tp: int) -> GpuOption:
+        """The option of these GPUs: given, or a bare type widened for a model that needs
+        more GPUs per engine (plan_check._widened), at the same price per GPU."""
+        given = [o for o in self.options if o.gpu == gpu]
+        exact = next((o for o in given if o.tp == tp), None)
+        if exact is not None:
+            return exact
+        return GpuOption(gpu, tp, given[0].price_per_hour / given[0].tp * tp, False)
 
     def judge(self, pools: dict[str, dict[GpuOption, int]], peak: float) -> Judged:
         """The fleet of these pools run whole at the peak; a pool left without a backend

@@ -33,6 +33,7 @@ class GpuOption:
     gpu: str
     tp: int
     price_per_hour: float  # of the whole engine (tp GPUs)
+    tp_given: bool = True  # `H200:tp4`; a bare `H200` takes the least TP a model starts on
 
     @property
     def label(self) -> str:
@@ -50,7 +51,7 @@ def parse_gpu_options(specs: list[str], scenario: Scenario) -> list[GpuOption]:
             catalog.check(name)
         except ValueError as exc:
             raise ConfigError(f"--gpu {spec}: {exc}") from None
-        tp = 1
+        tp, given = 1, bool(tp_text)
         if tp_text:
             if not (tp_text.startswith("tp") and tp_text[2:].isdigit() and int(tp_text[2:]) >= 1):
                 raise ConfigError(f"--gpu {spec}: write TYPE or TYPE:tpN (e.g. H100:tp4)")
@@ -58,7 +59,7 @@ def parse_gpu_options(specs: list[str], scenario: Scenario) -> list[GpuOption]:
         price = catalog[name].price_per_hour
         if price is None:
             raise ConfigError(f"--gpu {spec}: no price; set price_per_hour in its [[gpu_types]]")
-        options.append(GpuOption(name, tp, price * tp))
+        options.append(GpuOption(name, tp, price * tp, given))
     if len({o.label for o in options}) != len(options):
         raise ConfigError("--gpu: each type once")
     return options
@@ -120,6 +121,7 @@ def usable_options(
     """The options that can serve `model` and every SLO class reachable anywhere, and the
     reasons each other one was left out. Raises PlanError when none can."""
     classes, shares = scenario.classes_of(model)
+    options, widened = _widened(scenario, options, model, workload)
     reasons: dict[str, list[str]] = {}  # what the answer says, per GPU type left out
     no_fit: set[str] = set()
     misses: dict[str, set[str]] = {}  # the SLO classes each type cannot reach
@@ -155,9 +157,44 @@ def usable_options(
     if not usable:  # every fitting type misses some class the others reach
         usable = fit
     kept = {o.label for o in usable}
-    notes = [
+    notes = widened + [
         f"{label} left out for {model}: {'; '.join(why)}"
         for label, why in reasons.items()
         if label not in kept
     ]
     return usable, notes
+
+
+WIDER_TP = (2, 4, 8)  # what a bare GPU type grows to when one GPU cannot start the model
+
+
+def _widened(
+    scenario: Scenario, options: list[GpuOption], model: str, workload: Workload
+) -> tuple[list[GpuOption], list[str]]:
+    """Each bare `TYPE` option at the least tensor parallelism whose engine can start
+    `model` (a 70B on one 80 GB GPU cannot: it becomes TYPE-tp2), and a note for each."""
+    out, notes = [], []
+    labels = {o.label for o in options}
+    for option in options:
+        if option.tp_given or _starts(scenario, option, model, workload):
+            out.append(option)
+            continue
+        per_gpu = option.price_per_hour / option.tp
+        wider = (GpuOption(option.gpu, tp, per_gpu * tp, False) for tp in WIDER_TP)
+        chosen = next((w for w in wider if _starts(scenario, w, model, workload)), None)
+        if chosen is None or chosen.label in labels:
+            out.append(option)  # said as left out, or given already
+            continue
+        out.append(chosen)
+        notes.append(
+            f"{option.label} cannot start {model} on one GPU: planned as {chosen.label} "
+            f"(say {option.gpu}:tpN to choose)"
+        )
+    return out, notes
+
+
+def _starts(scenario: Scenario, option: GpuOption, model: str, workload: Workload) -> bool:
+    try:
+        return cannot_start(engine_params(scenario, option, model), workload) is None
+    except ValueError:
+        return False

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from gpuroute.sim.plan import PlanLimits, plan_fleet
-from gpuroute.sim.plan_check import PlanError, parse_gpu_options
+from gpuroute.sim.plan_check import PlanError, parse_gpu_options, usable_options
 from gpuroute.sim.scenario import load_scenario
 from gpuroute.sim.simulator import FleetSimulator
 
@@ -135,7 +135,7 @@ def test_search_is_bounded_by_fleet_size(tmp_path: Path) -> None:
 
 def test_model_that_fits_no_gpu_is_refused(tmp_path: Path) -> None:
     loaded = scenario(tmp_path, model="llama-3.1-405b", gpu="H200", tp=8)
-    options = parse_gpu_options(["L4", "H100"], loaded.scenario)
+    options = parse_gpu_options(["L4", "H100:tp1"], loaded.scenario)  # tp1: as said, not widened
     with pytest.raises(PlanError) as caught:
         plan_fleet(loaded, options, PlanLimits(), peak_rps=5.0)
     message = str(caught.value)
@@ -231,6 +231,22 @@ def test_plan_takes_the_scenarios_declared_gpu_types(tmp_path: Path) -> None:
     plan = plan_fleet(loaded, options, PlanLimits(), peak_rps=5.0)
     assert plan.pools[0].backends.keys() == {"A800"}
     assert plan.meets and plan.cost_per_hour == 2.2 * plan.pools[0].backends["A800"]
+
+
+def test_a_bare_type_takes_the_least_tp_a_model_starts_on(tmp_path: Path) -> None:
+    """`--gpu A800` for a 70B: one 80 GB GPU cannot start it (72.9 GB of weights and KV cache
+    against 72 GB usable), so the plan runs it at TP 2 and says so; a given TP is kept."""
+    loaded = scenario(tmp_path, gpu_types=A800, gpu="A800", model="llama-3.1-70b", tp=2)
+    workload = FleetSimulator(loaded).workload
+    bare = parse_gpu_options(["A800"], loaded.scenario)
+    options, notes = usable_options(loaded.scenario, bare, "llama-3.1-70b", workload, 0.9)
+    assert [(o.label, o.price_per_hour) for o in options] == [("A800-tp2", 4.4)]
+    assert notes == [
+        "A800 cannot start llama-3.1-70b on one GPU: planned as A800-tp2 (say A800:tpN to choose)"
+    ]
+    given = parse_gpu_options(["A800:tp1"], loaded.scenario)
+    with pytest.raises(PlanError, match="could not start; give the type more GPUs per engine"):
+        usable_options(loaded.scenario, given, "llama-3.1-70b", workload, 0.9)
 
 
 def test_cli_plans_with_a_declared_type_and_names_an_unknown_one(
