@@ -52,7 +52,7 @@ def copy_module(src: Path, tmp_path: Path) -> Path:
     dst = tmp_path / "repo"
     if not dst.exists():
         shutil.copytree(REPO / "deploy", dst / "deploy")
-        for name in ("regions.example.toml", "requirements.lock", CATALOG):
+        for name in ("regions.example.toml", "fleet.example.toml", "requirements.lock", CATALOG):
             (dst / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(REPO / name, dst / name)
     return dst / src.relative_to(REPO)
@@ -93,16 +93,21 @@ def apply_offline(binary: str, work: Path, variables: dict) -> dict:
     return json.loads(tf(binary, "output", "-json", cwd=work).stdout)
 
 
-def rendered_templates(binary: str, tmp_path: Path) -> dict[str, str]:
-    """The region module's user-data scripts, rendered offline by tests/templates."""
-    out = apply_offline(binary, copy_module(TF / "tests" / "templates", tmp_path), {})
+def rendered_templates(
+    binary: str, tmp_path: Path, variables: dict | None = None
+) -> dict[str, str]:
+    """The region module's user-data scripts, rendered offline by tests/templates (with
+    these variables: `models`, as gpuroute tfvars writes them)."""
+    work = copy_module(TF / "tests" / "templates", tmp_path)
+    out = apply_offline(binary, work, variables or {})
     return {name: output["value"] for name, output in out.items()}
 
 
 def heredocs(script: str) -> dict[str, str]:
-    """The files a user-data script writes with `cat > /etc/gpuroute/NAME <<...TOML`."""
-    found = re.findall(r"cat > /etc/gpuroute/(\S+) <<'?TOML'?\n(.*?)\nTOML\n", script, re.S)
-    return dict(found)
+    """The files a user-data script writes with `cat > /etc/gpuroute/NAME <<...TOML` (or
+    JSON: a model's config.json), by their path under /etc/gpuroute."""
+    found = re.findall(r"cat > /etc/gpuroute/(\S+) <<'?(TOML|JSON)'?\n(.*?)\n\2\n", script, re.S)
+    return {name: text for name, _, text in found}
 
 
 def unquote(value):
