@@ -60,13 +60,18 @@ def copy_module(src: Path, tmp_path: Path) -> Path:
 
 def plugin_dir() -> Path | None:
     """A directory of provider plugins laid out for `terraform init -plugin-dir`
-    (registry.terraform.io/hashicorp/aws/VERSION/linux_amd64/...): $GPUROUTE_TF_PLUGIN_DIR,
-    else the build image's /opt/tf-plugins; None where there is neither (init then asks the
-    registry)."""
-    for candidate in (os.environ.get("GPUROUTE_TF_PLUGIN_DIR"), "/opt/tf-plugins"):
-        if candidate and (Path(candidate) / "registry.terraform.io").is_dir():
-            return Path(candidate)
-    return None
+    (registry.terraform.io/hashicorp/aws/VERSION/linux_amd64/...), as
+    scripts/build-aws-provider.sh finds it: $GPUROUTE_TF_PLUGIN_DIR, else the build image's
+    /opt/tf-plugins, else its cached build; None where there is none (init then asks the
+    registry). Tests never start the (very heavy) build: `make terraform` does, when asked."""
+    env = {k: v for k, v in os.environ.items() if k != "GPUROUTE_BUILD_AWS_PROVIDER"}
+    found = subprocess.run(
+        [str(REPO / "scripts" / "build-aws-provider.sh")],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    if found.returncode != 0 or not found.stdout.strip():
+        return None
+    return Path(found.stdout.strip().splitlines()[-1])
 
 
 def init_with_providers(binary: str, work: Path) -> str | None:
