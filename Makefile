@@ -74,7 +74,8 @@ terraform:
 	@if aws=$$(scripts/build-aws-provider.sh); then echo "terraform: AWS provider in $$aws"; \
 	else echo "terraform: no AWS provider (above: how to get one); terraform validate and the mocked plan will skip"; fi
 
-# HAProxy, NGINX, wrk, redis-server, openssl, prometheus, promtool and chromium from Debian (scripts/bootstrap-system.sh).
+# HAProxy, NGINX, wrk, redis-server, openssl, prometheus, promtool, chromium, podman, buildah,
+# runc and debootstrap from Debian (scripts/bootstrap-system.sh).
 bench-deps:
 	@scripts/bootstrap-system.sh
 

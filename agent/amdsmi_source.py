@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpuroute.agent.gpu_telemetry import (
@@ -33,6 +33,7 @@ from gpuroute.agent.gpu_telemetry import (
     GpuReading,
     GpuSample,
     GpuUnavailable,
+    pick_indices,
     read_each,
 )
 
@@ -67,6 +68,7 @@ class AmdSmiSource:
         self,
         declared: str | None = None,
         catalog: GpuCatalog | None = None,
+        indices: Sequence[int] | None = None,  # telemetry.gpu_indices; None: all
         module: Any = None,  # the tests' fake; None imports the real one
     ) -> None:
         self.declared = declared
@@ -81,6 +83,7 @@ class AmdSmiSource:
         if not self.handles:
             raise GpuUnavailable("amdsmi sees no GPU (is the amdgpu driver loaded?)")
         self.count = len(self.handles)
+        self.indices = pick_indices(self.count, indices, "amdsmi")
         self._checked = False
         self._warned: set[str] = set()
 
@@ -88,7 +91,8 @@ class AmdSmiSource:
         return await asyncio.to_thread(self.read_sync)
 
     def read_sync(self) -> GpuReading:
-        samplers = [functools.partial(self._sample_handle, h) for h in self.handles]
+        sample = self._sample_handle
+        samplers = {i: functools.partial(sample, self.handles[i]) for i in self.indices}
         return read_each(self, "amdsmi", self.error, samplers)
 
     def _sample_handle(self, handle: Any, index: int) -> GpuSample:

@@ -99,6 +99,19 @@ class TelemetryConfig(StrictModel):
     health_interval_s: float = Field(default=1.0, gt=0)  # engine /health probes
     hot_temperature_c: float = Field(default=87.0, gt=0)
     warning_hold_s: float = Field(default=10.0, ge=0)
+    # the NVML / amdsmi indexes of this engine's GPUs, where engines share a host (two TP4
+    # engines on 8 GPUs: [0,1,2,3] and [4,5,6,7]); None: every GPU of the host
+    gpu_indices: list[Annotated[int, Field(ge=0, le=1023)]] | None = Field(
+        default=None, min_length=1, max_length=1024
+    )
+
+    @field_validator("gpu_indices")
+    @classmethod
+    def _unique(cls, indices: list[int] | None) -> list[int] | None:
+        if indices is not None and len(set(indices)) != len(indices):
+            twice = sorted({i for i in indices if indices.count(i) > 1})
+            raise ValueError(f"GPU index {', '.join(map(str, twice))} given more than once")
+        return indices
 
 
 class ConsulConfig(StrictModel):

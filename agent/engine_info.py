@@ -4,7 +4,11 @@ advertises the engine's own answer rather than a config that may have drifted fr
 Reads are sparse: once at start, every `engine.models_interval_s` (adapters load at run
 time), and at once when the engine comes back from a restart (`poke`). The parallel layout
 cannot change without a restart, so it is read only then. Until the engine first answers,
-the config's word stands (agent/core/engine_facts.py decides, this module only fetches)."""
+the config's word stands (agent/core/engine_facts.py decides, this module only fetches).
+
+The agent registers the engine only once it has loaded its model (`loaded`): /health answers
+200 and /v1/models lists every name of `engine.models`. Until then it says what is missing
+and asks again every `telemetry.health_interval_s`."""
 
 from __future__ import annotations
 
@@ -46,6 +50,7 @@ class EngineInfo:
         self.known = asyncio.Event()  # set once there are models to advertise
         if self.facts.models:
             self.known.set()
+        self.loaded = asyncio.Event()  # the model is loaded and served: register the engine
         self.reads = 0  # answers from /v1/models, for /status and tests
         self._again = asyncio.Event()
         self._parallel_due = True
@@ -59,7 +64,7 @@ class EngineInfo:
     async def run(self, session: aiohttp.ClientSession) -> None:
         while True:
             await self.read(session)
-            wait = self.engine.models_interval_s if self.served is not None else self.retry_s
+            wait = self.engine.models_interval_s if self.loaded.is_set() else self.retry_s
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._again.wait(), wait)
             self._again.clear()
@@ -91,7 +96,31 @@ class EngineInfo:
             self.on_change(new)
         if new.models:
             self.known.set()
+        if served is not None and not self.loaded.is_set():
+            await self._check_loaded(session, served)
         return new
+
+    async def _check_loaded(
+        self, session: aiohttp.ClientSession, served: list[ServedModel]
+    ) -> None:
+        """Sets `loaded` once /health is OK and /v1/models lists every configured model
+        (model_problems has said which are missing)."""
+        ids = {m.id for m in served}
+        if any(m not in ids for m in self.engine.models or ()):
+            return
+        url = self.engine.url + self.engine.health_path
+        timeout = aiohttp.ClientTimeout(total=self.engine.health_timeout_s)
+        try:
+            async with session.get(url, timeout=timeout) as response:
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            self._say(f"not registering yet: GET {url}: {type(exc).__name__} {exc}".strip())
+            return
+        if status != 200:
+            self._say(f"not registering yet: GET {url} answers HTTP {status}")
+            return
+        log.info("engine loaded: serves %s, /health OK; registering", ",".join(sorted(ids)))
+        self.loaded.set()
 
     async def _models(self, session: aiohttp.ClientSession) -> list[ServedModel] | None:
         url = self.engine.url + self.engine.models_path

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -112,12 +112,30 @@ class GpuUnavailable(Exception):
     """NVML or amdsmi cannot be used on this host (no library, no driver, no GPU)."""
 
 
+def pick_indices(count: int, indices: Sequence[int] | None, library: str) -> tuple[int, ...]:
+    """The GPUs this agent reports: `telemetry.gpu_indices` (its engine's, where engines
+    share a host), else every GPU the library sees. An index the host lacks is an error."""
+    if indices is None:
+        return tuple(range(count))
+    missing = [i for i in indices if i >= count]
+    if missing:
+        raise GpuUnavailable(
+            f"telemetry.gpu_indices {missing}: {library} sees {count} GPU(s), 0 to {count - 1}"
+        )
+    return tuple(indices)
+
+
 class NvmlSource:
     """NVML through nvidia-ml-py. Calls block, so reads run in a worker thread."""
 
     name = "nvml"
 
-    def __init__(self, declared: str | None = None, catalog: GpuCatalog | None = None) -> None:
+    def __init__(
+        self,
+        declared: str | None = None,
+        catalog: GpuCatalog | None = None,
+        indices: Sequence[int] | None = None,
+    ) -> None:
         self.declared = declared  # the engine's `gpu` in the agent's config
         self.catalog = catalog or GpuCatalog()  # its [[gpu_types]]' device_names included
         self._checked = False
@@ -135,6 +153,7 @@ class NvmlSource:
             raise GpuUnavailable(f"NVML init failed: {exc}") from exc
         if self.count == 0:
             raise GpuUnavailable("NVML sees no GPU")
+        self.indices = pick_indices(self.count, indices, "NVML")
         self._warned: set[str] = set()
 
     async def read(self) -> GpuReading:
@@ -142,7 +161,8 @@ class NvmlSource:
 
     def read_sync(self) -> GpuReading:
         # e.g. a GPU fallen off the bus raises NVMLError
-        return read_each(self, "NVML", self.nvml.NVMLError, (self._sample,) * self.count)
+        samplers = dict.fromkeys(self.indices, self._sample)
+        return read_each(self, "NVML", self.nvml.NVMLError, samplers)
 
     def _optional(self, call, *args):
         """Metrics some GPUs do not support (ECC on L4, retired pages on Hopper) read as None."""
@@ -202,13 +222,13 @@ def read_each(
     source: Any,  # NvmlSource or AmdSmiSource: declared, catalog, _checked, _warned
     library: str,
     error: type[BaseException],
-    samplers: Sequence[Callable[[int], GpuSample]],
+    samplers: Mapping[int, Callable[[int], GpuSample]],
 ) -> GpuReading:
-    """One reading of every GPU (`samplers[i](i)`) through a vendor library: a GPU that stops
-    answering is an error in the reading, logged once; the first good reading is checked
-    against the declared GPU type."""
+    """One reading of each GPU (index -> `samplers[index](index)`) through a vendor library:
+    a GPU that stops answering is an error in the reading, logged once; the first good
+    reading is checked against the declared GPU type."""
     gpus, errors = [], []
-    for index, sample in enumerate(samplers):
+    for index, sample in samplers.items():
         try:
             gpus.append(sample(index))
         except error as exc:
@@ -226,10 +246,11 @@ def read_each(
 
 @dataclass
 class SimulatedSource:
-    """Reads the fake engine's simulated GPU (GET /_gpu)."""
+    """Reads the fake engine's simulated GPU (GET /_gpu): those of `indices`, else all."""
 
     url: str
     timeout_s: float = 1.0
+    indices: tuple[int, ...] | None = None
     name: str = "simulated"
     _session: aiohttp.ClientSession | None = field(default=None, repr=False)
 
@@ -243,9 +264,17 @@ class SimulatedSource:
                 if response.status != 200:
                     return GpuReading(error=f"{self.url}: HTTP {response.status}")
                 body = await response.json()
-            return GpuReading(tuple(_sample_from_json(g) for g in body["gpus"]))
+            return self._pick(tuple(_sample_from_json(g) for g in body["gpus"]))
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError, KeyError) as exc:
             return GpuReading(error=f"{self.url}: {type(exc).__name__} {exc}".strip())
+
+    def _pick(self, gpus: tuple[GpuSample, ...]) -> GpuReading:
+        if self.indices is None:
+            return GpuReading(gpus)
+        mine = tuple(g for g in gpus if g.index in self.indices)
+        missing = sorted(set(self.indices) - {g.index for g in mine})
+        error = f"{self.url}: no GPU {missing} (telemetry.gpu_indices)" if missing else None
+        return GpuReading(mine, error)
 
     async def close(self) -> None:
         if self._session is not None:
@@ -312,22 +341,24 @@ def open_gpu_source(
     simulated_url: str,
     declared: str | None = None,
     catalog: GpuCatalog | None = None,
+    indices: Sequence[int] | None = None,
 ) -> GpuSource:
     """`auto` takes NVML, else amdsmi, when one works, and the simulated GPU otherwise;
-    `nvml` or `amdsmi` logs an error and carries on without GPU data when it cannot run."""
+    `nvml` or `amdsmi` logs an error and carries on without GPU data when it cannot run.
+    `indices`: the GPUs of this agent's engine (all of the host's when None)."""
     from gpuroute.agent.amdsmi_source import AmdSmiSource  # it builds on this module
 
     if kind == "none":  # an engine on CPUs, or GPU telemetry collected elsewhere
         return NoGpuSource(None)
     if kind == "simulated":
-        return SimulatedSource(simulated_url)
+        return SimulatedSource(simulated_url, indices=_tuple(indices))
     why: list[str] = []
     for name, opener in (("nvml", NvmlSource), ("amdsmi", AmdSmiSource)):
         if kind not in ("auto", name):
             continue
         try:
-            source = opener(declared, catalog)
-            log.info("GPU telemetry: %s, %d GPU(s)", name, source.count)
+            source = opener(declared, catalog, indices)
+            log.info("GPU telemetry: %s, GPU(s) %s", name, ",".join(map(str, source.indices)))
             return source
         except GpuUnavailable as exc:
             label = "NVML" if name == "nvml" else "amdsmi"
@@ -337,4 +368,8 @@ def open_gpu_source(
                 return NoGpuSource(f"{label} unavailable: {exc}")
             why.append(f"{label} unavailable ({exc})")
     log.info("GPU telemetry: %s; using the simulated GPU", "; ".join(why))
-    return SimulatedSource(simulated_url)
+    return SimulatedSource(simulated_url, indices=_tuple(indices))
+
+
+def _tuple(indices: Sequence[int] | None) -> tuple[int, ...] | None:
+    return None if indices is None else tuple(indices)

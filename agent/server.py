@@ -47,7 +47,7 @@ class Agent:
         )
         simulated = config.engine.url + t.simulated_path
         self.gpu = gpu_source or open_gpu_source(
-            t.source, simulated, config.engine.gpu, config.gpu_catalog()
+            t.source, simulated, config.engine.gpu, config.gpu_catalog(), t.gpu_indices
         )
         # secrets and certificates are read here, so a bad one fails start-up with its key
         self.stream_credentials = server_credentials(config.load_stream.tls, "load_stream.tls")
@@ -98,7 +98,7 @@ class Agent:
                 self.load_port,
                 self._consul_status,
                 lambda: self.engine_info.facts,
-                self.engine_info.known,
+                self.engine_info.loaded,  # registered once the model has loaded
                 standby=lambda: self.standby,
             )
             self._tasks.append(asyncio.create_task(self.registration.run()))
@@ -347,6 +347,7 @@ class Agent:
             "gpu": {
                 "source": self.gpu.name,
                 "count": len(g.gpus),
+                "indices": [x.index for x in g.gpus],  # telemetry.gpu_indices, else all
                 "util": round(g.util, 3),
                 "memory_free_bytes": g.memory_free,
                 "throttled": g.throttled,

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gpuroute.fleet.engine_args import engine_argv
+from gpuroute.fleet.engine_flags import check_engine_args
 from gpuroute.fleet.instances import NoInstance, instance_for
 from gpuroute.fleet.schema import GATED_PREFIXES, DeployFleet, PoolRef
 
@@ -123,14 +125,11 @@ def memory_short(fleet: DeployFleet, ref: PoolRef, gpu: GpuSpec, model: ModelSpe
 
 
 def _argument_problems(fleet: DeployFleet, ref: PoolRef) -> list[str]:
-    """The engine's arguments as the engine's own parser would take them (fleet/engine_flags)."""
-    try:
-        from gpuroute.fleet.engine_flags import check_engine_args
-    except ImportError:  # the flag tables are not installed: nothing to check against
-        return []
-    from gpuroute.fleet.engine_args import engine_argv
-
+    """The engine's arguments as the engine's own parser would take them (fleet/engine_flags):
+    the version's table, else (an image) its tag's; extra_args may not set what a key sets."""
     settings = fleet.engine_of(ref.pool)
     argv = engine_argv(fleet, ref.pool)
-    version = settings.version or ""
-    return [f"engine: {p}" for p in check_engine_args(settings.kind or "vllm", version, argv)]
+    tag = (settings.image or "").rpartition(":")[2].removeprefix("v")
+    version = settings.version or (tag if "/" not in tag else "")
+    rendered = len(argv) - len(settings.extra_args)
+    return check_engine_args(settings.kind or "vllm", version, argv, rendered=rendered)

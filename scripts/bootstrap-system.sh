@@ -6,7 +6,9 @@
 # certificates of the TLS tests, the secure demo and bench overhead --tls), prometheus and
 # promtool (tests/system/test_observability.py: deploy/observability's rules and dashboard
 # against a real Prometheus), chromium (tests/security/test_admin_browser.py: a web page
-# in a real headless browser against the admin listeners). Installs what is
+# in a real headless browser against the admin listeners), podman, buildah, runc and debootstrap
+# (tests/system/test_container.py: the Dockerfile built on a Debian base made by debootstrap,
+# each tier run in it; runc where crun cannot run containers). Installs what is
 # missing when apt-get and root are available;
 # otherwise says what to install and carries on (the tests that need them then fail under
 # `make test`, and skip under a plain pytest).
@@ -19,8 +21,12 @@ command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || need+
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 { command -v prometheus && command -v promtool; } >/dev/null 2>&1 || need+=(prometheus)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v podman >/dev/null 2>&1 || need+=(podman)
+command -v buildah >/dev/null 2>&1 || need+=(buildah)
+command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || need+=(runc)
+command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || need+=(debootstrap)
 if [ ${#need[@]} -eq 0 ]; then
-    echo "bootstrap: haproxy, nginx, wrk, redis-server, openssl, prometheus and chromium are installed"
+    echo "bootstrap: haproxy, nginx, wrk, redis-server, openssl, prometheus, chromium, podman, buildah, runc and debootstrap are installed"
     exit 0
 fi
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

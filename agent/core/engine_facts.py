@@ -119,9 +119,14 @@ def model_problems(configured: Sequence[str] | None, served: Sequence[ServedMode
     unlisted = [m.id for m in served if not m.adapter and m.id not in configured]
     if not missing and not unlisted:
         return None
+    then = (
+        f"the agent registers the engine only once it serves {missing}"
+        if missing
+        else "advertising what the engine serves"
+    )
     return (
         f"engine.models is {list(configured)} but the engine serves "
-        f"{[m.id for m in served]} (GET /v1/models); advertising what the engine serves"
+        f"{[m.id for m in served]} (GET /v1/models); {then}"
     )
 
 

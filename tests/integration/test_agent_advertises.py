@@ -1,7 +1,8 @@
 """Real agent processes, a fake engine and a real `consul agent -dev` on loopback: the
 service Meta carries what the engine itself says it serves (GET /v1/models), its context
 length and its parallel layout (the fake engine answers vLLM's dev-mode /server_info), over
-whatever the agent's config claims, and a config that disagrees is logged naming both."""
+whatever the agent's config claims, and a config that disagrees is logged naming both. An
+engine is registered only once it serves every model of the agent's `engine.models`."""
 
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ def test_consul_meta_carries_the_engines_models_context_length_and_degrees(
         learned = agent_toml(engine, consul.address, "learned").replace(
             f'models = ["{MODEL}"]\n', ""
         )
-        # a config the engine contradicts: another model, TP4
-        told = agent_toml(engine, consul.address, "told", model="llama-3.1-70b").replace(
+        # a config the engine contradicts: TP4
+        told = agent_toml(engine, consul.address, "told").replace(
             "[telemetry]", "tensor_parallel = 4\n[telemetry]"
         )
         agents += [AgentProcess(learned, tmp_path, "learned"), AgentProcess(told, tmp_path, "told")]
@@ -47,6 +48,31 @@ def test_consul_meta_carries_the_engines_models_context_length_and_degrees(
         assert meta["max_model_len"] == str(card["max_model_len"])
         assert (meta["tensor_parallel"], meta["pipeline_parallel"]) == ("2", "1")
         assert (meta["data_parallel"], meta["gpu_count"], meta["gpu_model"]) == ("1", "2", "H200")
-    assert f"engine.models is ['llama-3.1-70b'] but the engine serves ['{MODEL}']" in told_log
     assert "says tensor_parallel=4 pipeline_parallel=1 data_parallel=1 (4 GPUs)" in told_log
     assert "the engine reports tensor_parallel=2 pipeline_parallel=1" in told_log
+
+
+def test_an_engine_serving_another_model_stays_unregistered_until_its_model_loads(
+    consul, tmp_path
+) -> None:
+    """The host's engine still serves another model (a previous deployment, a load under
+    way): the agent says what is missing and registers nothing; once the engine serves the
+    agent's model, it registers."""
+    engine = FakeEngineProcess("H100", extra=("--served-name", "qwen3-8b"))
+    agent = AgentProcess(agent_toml(engine, consul.address, "waits"), tmp_path, "waits")
+    try:
+        missing = (
+            f"engine.models is ['{MODEL}'] but the engine serves ['qwen3-8b'] (GET "
+            f"/v1/models); the agent registers the engine only once it serves ['{MODEL}']"
+        )
+        wait_for(lambda: missing in (tmp_path / "waits.log").read_text(), 20, "the agent says")
+        assert get_json(f"{consul.address}/v1/agent/services") == {}
+        engine.stop()  # the engine comes back serving the pool's model
+        engine = FakeEngineProcess("H100", port=engine.port)
+        wait_for(lambda: service_meta(consul, "waits").get("models") == MODEL, 20, "registered")
+        log = (tmp_path / "waits.log").read_text()
+    finally:
+        agent.stop()
+        engine.stop()
+    assert f"engine loaded: serves {MODEL}, /health OK; registering" in log
+    assert log.count(missing) == 1  # said once, not at every read

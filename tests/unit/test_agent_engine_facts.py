@@ -86,8 +86,10 @@ def test_a_mismatch_names_both_lists_but_unlisted_adapters_are_none() -> None:
     assert problem == (
         "engine.models is ['llama-3.1-70b'] but the engine serves "
         "['llama-3.1-8b', 'sql-lora', 'chat-lora'] (GET /v1/models); "
-        "advertising what the engine serves"
+        "the agent registers the engine only once it serves ['llama-3.1-70b']"
     )
+    unlisted = model_problems(["sql-lora"], served)  # the base model left out: it is served
+    assert unlisted is not None and unlisted.endswith("advertising what the engine serves")
 
 
 def test_advertised_facts_are_the_engines_once_it_answered() -> None:
@@ -227,6 +229,33 @@ async def test_without_configured_models_the_agent_waits_for_the_engine(caplog) 
         await info.read(session)
     assert info.known.is_set() and info.facts.models[0] == "llama-3.1-8b"
     assert info.facts.parallel == Parallelism(1, 1, 1)  # /server_info: 404, the config stands
+
+
+@pytest.mark.asyncio
+async def test_the_engine_is_loaded_once_health_and_models_agree_with_the_config(caplog) -> None:
+    """Registration waits for `loaded`: /health 200 and /v1/models listing every name of
+    engine.models; until then the agent says what is missing, once."""
+    caplog.set_level(logging.INFO, "gpuroute.agent.engine")
+    other = {"object": "list", "data": [{"id": "qwen3-8b", "object": "model"}]}
+    routes: dict[str, object] = {"/v1/models": other, "/health": 200}
+    async with engine_app(routes) as (url, _hits), ClientSession() as session:
+        info = EngineInfo(agent({"url": url, "models": ["llama-3.1-8b", "sql-lora"]}))
+        assert info.known.is_set() and not info.loaded.is_set()  # the config's names only
+        await info.read(session)
+        await info.read(session)
+        assert not info.loaded.is_set()
+        routes["/v1/models"] = VLLM_MODELS  # the model has loaded: the 8B and its adapters
+        routes["/health"] = 503
+        await info.read(session)
+        assert not info.loaded.is_set()
+        routes["/health"] = 200
+        await info.read(session)
+    assert info.loaded.is_set()
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    missing = "the agent registers the engine only once it serves ['llama-3.1-8b', 'sql-lora']"
+    assert sum(missing in line for line in said) == 1, said  # said once, not at every read
+    assert any(line.endswith("/health answers HTTP 503") for line in said), said
+    assert "engine loaded: serves chat-lora,llama-3.1-8b,sql-lora, /health OK" in caplog.text
 
 
 class RecordingConsul:

@@ -225,3 +225,45 @@ def test_a_declared_name_overrides_the_built_in_mapping() -> None:
     assert declared_type_problems([gpu], "H100NVL94", catalog) == []
     (problem,) = declared_type_problems([gpu], "H100NVL94")
     assert "(H100) but engine.gpu says H100NVL94" in problem
+
+
+def test_an_agent_reports_only_its_engines_gpus(monkeypatch) -> None:
+    """Two TP4 engines on an 8-GPU host: the agent of the second reads GPUs 4 to 7 alone
+    (telemetry.gpu_indices), under their host-wide indexes."""
+    hosts = [mi300x(amdsmi_get_gpu_activity={"gfx_activity": 10 * i}) for i in range(8)]
+    source = AmdSmiSource("MI300X", None, [4, 5, 6, 7], module=fake_amdsmi(hosts))
+    reading = source.read_sync()
+    assert [g.index for g in reading.gpus] == [4, 5, 6, 7] and reading.error is None
+    assert [g.util for g in reading.gpus] == [0.4, 0.5, 0.6, 0.7]
+    assert [g.index for g in AmdSmiSource(module=fake_amdsmi(hosts)).read_sync().gpus] == [
+        *range(8)
+    ]  # no gpu_indices: every GPU of the host
+    with pytest.raises(GpuUnavailable, match=r"telemetry.gpu_indices \[8\]: amdsmi sees 8 GPU"):
+        AmdSmiSource(indices=[6, 7, 8], module=fake_amdsmi(hosts))
+    monkeypatch.setitem(sys.modules, "amdsmi", fake_amdsmi(hosts))
+    explicit = open_gpu_source("amdsmi", "http://127.0.0.1:9/_gpu", indices=[9])
+    assert isinstance(explicit, NoGpuSource) and "telemetry.gpu_indices [9]" in explicit.reason
+
+
+@pytest.mark.parametrize(
+    ("indices", "said"),
+    [
+        ("[4, 5, 4]", "GPU index 4 given more than once"),
+        ("[-1]", "telemetry.gpu_indices[0]: must be >= 0"),
+        ("[]", "at least 1 item"),
+    ],
+)
+def test_gpu_indices_are_checked_naming_the_key(tmp_path, indices, said) -> None:
+    from gpuroute.agent.config import load_agent_config
+
+    from gpuroute.config import ConfigError
+
+    path = tmp_path / "agent.toml"
+    path.write_text(f'[engine]\ngpu = "H100"\n[telemetry]\ngpu_indices = {indices}\n')
+    with pytest.raises(ConfigError) as err:
+        load_agent_config(path)
+    assert f"{path}: telemetry.gpu_indices" in str(err.value) and said in str(err.value)
+    path.write_text('[engine]\ngpu = "H100"\n[telemetry]\ngpu_indices = [4, 5, 6, 7]\n')
+    assert load_agent_config(path).telemetry.gpu_indices == [4, 5, 6, 7]
+    path.write_text('[engine]\ngpu = "H100"\n')
+    assert load_agent_config(path).telemetry.gpu_indices is None

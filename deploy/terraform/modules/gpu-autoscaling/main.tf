@@ -8,8 +8,9 @@
 # [min, max], through one rule; step scaling would need one step per possible size.
 #
 # A pool is a model: the routers export gpuroute_pool_desired_backends{pool="<model>"}, the
-# backends that should be in rotation for that model in the region (here one backend is one
-# host: gpu-node.sh runs one engine over all its GPUs). So an autoscaling group serves one
+# backends (engines) that should be in rotation for that model in the region. A host runs
+# engines_per_host of them (two TP4 engines on an 8-GPU host), so the policy divides by the
+# engines in service: hosts in service x engines_per_host. An autoscaling group serves one
 # model and no other group of its region serves it (variables.tf): two groups would each
 # grow to the whole pool. Warm standby hosts are the group's static standby_hosts.
 
@@ -31,6 +32,8 @@ locals {
       max     = coalesce(g.max_hosts, g.hosts)
       desired = g.hosts
       standby = g.standby_hosts
+      # desired engines / engines in service; one engine per host reads as before
+      expression = g.engines_per_host == 1 ? "desired / in_service" : "desired / (in_service * ${g.engines_per_host})"
     }
   }
 }

@@ -38,7 +38,7 @@ output "groups" {
           metric_name = "GroupInServiceInstances"
           stat        = "Average"
         }
-        expression = "desired / in_service"
+        expression = g.expression
       }
     }
   }

@@ -6,6 +6,8 @@ variable "node_groups" {
     min_hosts     = optional(number)
     max_hosts     = optional(number)
     standby_hosts = optional(number, 0)
+    # engines each host runs (fleet-plan's packing): the policy counts engines in service
+    engines_per_host = optional(number, 1)
   }))
 
   validation {

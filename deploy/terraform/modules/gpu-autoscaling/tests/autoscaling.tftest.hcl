@@ -283,3 +283,26 @@ run "a_key_without_its_region_is_rejected" {
 
   expect_failures = [var.node_groups]
 }
+
+# Two TP4 engines per 8-GPU host: the routers' desired backends are engines, so the policy
+# divides by the engines in service, hosts in service x 2.
+run "a_host_of_two_engines_counts_twice" {
+  command = plan
+
+  variables {
+    node_groups = {
+      "us-east/llama70b-h200" = { models = ["llama-3.1-70b"], hosts = 2, min_hosts = 1, max_hosts = 4, engines_per_host = 2 }
+      "us-east/llama8b-l40s"  = { models = ["llama-3.1-8b"], hosts = 4, min_hosts = 2, max_hosts = 8 }
+    }
+  }
+
+  assert {
+    condition     = output.groups["us-east/llama70b-h200"].scaling_policy.expression == "desired / (in_service * 2)"
+    error_message = "a host of two engines must count as two backends in service"
+  }
+
+  assert {
+    condition     = output.groups["us-east/llama8b-l40s"].scaling_policy.expression == "desired / in_service"
+    error_message = "a host of one engine counts once"
+  }
+}
