@@ -66,9 +66,13 @@ vllm:
 peer-routers:
 	@found=$$(scripts/build-peer-routers.sh) && echo "peer routers: $$found"
 
-# terraform on PATH, else OpenTofu built once from the Go module proxy (deployment tests).
+# terraform on PATH, else OpenTofu built once from the Go module proxy (deployment tests), and
+# the AWS provider's plugin dir (scripts/build-aws-provider.sh; built from the Go module proxy
+# only with GPUROUTE_BUILD_AWS_PROVIDER=1): without it, validate and the mocked plan skip.
 terraform:
 	@found=$$(scripts/build-terraform.sh) && echo "terraform: $$found"
+	@if aws=$$(scripts/build-aws-provider.sh); then echo "terraform: AWS provider in $$aws"; \
+	else echo "terraform: no AWS provider (above: how to get one); terraform validate and the mocked plan will skip"; fi
 
 # HAProxy, NGINX, wrk, redis-server, openssl, prometheus, promtool, chromium, podman, buildah,
 # runc and debootstrap from Debian (scripts/bootstrap-system.sh).

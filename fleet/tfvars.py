@@ -1,8 +1,11 @@
 """`gpuroute tfvars FILE`: the Terraform variables for deploy/terraform/examples/multi-region,
-from the same regions file the software reads, so one file describes the fleet for both.
+from the same fleet file the software reads, so one file describes the fleet for both.
 
 What Terraform cannot compute is computed here: each region's neighbours, nearest first, by
-great-circle distance (Terraform has no trigonometry); defaults for AZs and CIDR indexes."""
+great-circle distance (Terraform has no trigonometry); defaults for AZs and CIDR indexes.
+What the hosts need from the rest of the file comes along: the routers' [[models]] (a
+`config_json` travels as its text, which the router hosts write next to their config) and
+the declared [[gpu_types]] (without their AWS instances, which only Terraform's plan reads)."""
 
 from __future__ import annotations
 
@@ -13,7 +16,8 @@ from typing import Any
 
 from gpuroute.fleet.engine_args import engine_argv
 from gpuroute.fleet.instances import instance_for
-from gpuroute.fleet.schema import DeployFleet, PoolRef, load_deploy_fleet
+from gpuroute.fleet.schema import DeployFleet, FleetModelConfig, PoolRef, load_deploy_fleet
+from gpuroute.router.core.slo import DEFAULT_SLO_CLASSES
 
 from gpuroute.config import ConfigError
 from gpuroute.regions import Location
@@ -31,8 +35,8 @@ def great_circle_km(a: Location, b: Location) -> float:
     return 2 * EARTH_RADIUS_KM * math.asin(math.sqrt(h))
 
 
-def fleet_tfvars(fleet: DeployFleet, path: Path | str) -> dict[str, Any]:
-    """Variables for the multi-region example; ConfigError names the file and key."""
+def deploy_problems(fleet: DeployFleet, path: Path | str) -> list[str]:
+    """What Terraform's rollout needs beyond a valid fleet file, each as `file: key: message`."""
     problems = []
     for i, r in enumerate(fleet.regions):
         if r.deploy.aws_region is None:
@@ -51,8 +55,25 @@ def fleet_tfvars(fleet: DeployFleet, path: Path | str) -> dict[str, Any]:
     ]
     if len(set(indexes)) != len(indexes):
         problems.append(f"{path}: regions[].deploy.cidr_index: two regions share a CIDR index")
+    known = [c.name for c in DEFAULT_SLO_CLASSES]  # the routers Terraform writes set no [slo]
+    for i, m in enumerate(fleet.models):
+        if m.slo_class is not None and m.slo_class not in known:
+            problems.append(
+                f"{path}: models[{i}].slo_class: {m.slo_class!r} is not a class the deployed "
+                f"routers have ({', '.join(known)})"
+            )
+    return problems
+
+
+def fleet_tfvars(fleet: DeployFleet, path: Path | str) -> dict[str, Any]:
+    """Variables for the multi-region example; ConfigError names the file and key."""
+    problems = deploy_problems(fleet, path)
     if problems:
         raise ConfigError("\n".join(problems))
+    indexes = [
+        r.deploy.cidr_index if r.deploy.cidr_index is not None else i
+        for i, r in enumerate(fleet.regions)
+    ]
     regions = {}
     refs = list(fleet.pools())
     for region, index in zip(fleet.regions, indexes, strict=True):
@@ -70,7 +91,26 @@ def fleet_tfvars(fleet: DeployFleet, path: Path | str) -> dict[str, Any]:
             "neighbours": [o.name for o in others],
             "gpu_pools": [pool_tfvars(fleet, ref) for ref in refs if ref.region is region],
         }
-    return {"regions": regions, "global_regions": list(fleet.deploy.global_regions)}
+    return {
+        "regions": regions,
+        "global_regions": list(fleet.deploy.global_regions),
+        "models": [router_model(m) for m in fleet.models],
+        "gpu_types": [
+            t.model_dump(exclude={"aws_instance_types"}, exclude_none=True) for t in fleet.gpu_types
+        ],
+    }
+
+
+def router_model(model: FleetModelConfig) -> dict[str, Any]:
+    """A [[models]] entry as the regional routers read it: the fleet-only keys (weights, slo)
+    left out, and a `config_json` replaced by the file's JSON (`config_json_text`), because
+    the path is this machine's; modules/region writes it on each router host and points
+    `config_json` at it, so the routers read the very shape the fleet file names."""
+    out = model.model_dump(exclude={"weights", "slo", "config_json"}, exclude_defaults=True)
+    if model.config_json is not None:  # absolute: resolved against the fleet file's folder
+        text = Path(model.config_json).read_text()
+        out["config_json_text"] = json.dumps(json.loads(text), separators=(",", ":"))
+    return out
 
 
 def pool_tfvars(fleet: DeployFleet, ref: PoolRef) -> dict[str, Any]:

@@ -52,7 +52,7 @@ def copy_module(src: Path, tmp_path: Path) -> Path:
     dst = tmp_path / "repo"
     if not dst.exists():
         shutil.copytree(REPO / "deploy", dst / "deploy")
-        for name in ("regions.example.toml", "requirements.lock", CATALOG):
+        for name in ("regions.example.toml", "fleet.example.toml", "requirements.lock", CATALOG):
             (dst / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(REPO / name, dst / name)
     return dst / src.relative_to(REPO)
@@ -60,13 +60,18 @@ def copy_module(src: Path, tmp_path: Path) -> Path:
 
 def plugin_dir() -> Path | None:
     """A directory of provider plugins laid out for `terraform init -plugin-dir`
-    (registry.terraform.io/hashicorp/aws/VERSION/linux_amd64/...): $GPUROUTE_TF_PLUGIN_DIR,
-    else the build image's /opt/tf-plugins; None where there is neither (init then asks the
-    registry)."""
-    for candidate in (os.environ.get("GPUROUTE_TF_PLUGIN_DIR"), "/opt/tf-plugins"):
-        if candidate and (Path(candidate) / "registry.terraform.io").is_dir():
-            return Path(candidate)
-    return None
+    (registry.terraform.io/hashicorp/aws/VERSION/linux_amd64/...), as
+    scripts/build-aws-provider.sh finds it: $GPUROUTE_TF_PLUGIN_DIR, else the build image's
+    /opt/tf-plugins, else its cached build; None where there is none (init then asks the
+    registry). Tests never start the (very heavy) build: `make terraform` does, when asked."""
+    env = {k: v for k, v in os.environ.items() if k != "GPUROUTE_BUILD_AWS_PROVIDER"}
+    found = subprocess.run(
+        [str(REPO / "scripts" / "build-aws-provider.sh")],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    if found.returncode != 0 or not found.stdout.strip():
+        return None
+    return Path(found.stdout.strip().splitlines()[-1])
 
 
 def init_with_providers(binary: str, work: Path) -> str | None:
@@ -93,16 +98,21 @@ def apply_offline(binary: str, work: Path, variables: dict) -> dict:
     return json.loads(tf(binary, "output", "-json", cwd=work).stdout)
 
 
-def rendered_templates(binary: str, tmp_path: Path) -> dict[str, str]:
-    """The region module's user-data scripts, rendered offline by tests/templates."""
-    out = apply_offline(binary, copy_module(TF / "tests" / "templates", tmp_path), {})
+def rendered_templates(
+    binary: str, tmp_path: Path, variables: dict | None = None
+) -> dict[str, str]:
+    """The region module's user-data scripts, rendered offline by tests/templates (with
+    these variables: `models`, as gpuroute tfvars writes them)."""
+    work = copy_module(TF / "tests" / "templates", tmp_path)
+    out = apply_offline(binary, work, variables or {})
     return {name: output["value"] for name, output in out.items()}
 
 
 def heredocs(script: str) -> dict[str, str]:
-    """The files a user-data script writes with `cat > /etc/gpuroute/NAME <<...TOML`."""
-    found = re.findall(r"cat > /etc/gpuroute/(\S+) <<'?TOML'?\n(.*?)\nTOML\n", script, re.S)
-    return dict(found)
+    """The files a user-data script writes with `cat > /etc/gpuroute/NAME <<...TOML` (or
+    JSON: a model's config.json), by their path under /etc/gpuroute."""
+    found = re.findall(r"cat > /etc/gpuroute/(\S+) <<'?(TOML|JSON)'?\n(.*?)\n\2\n", script, re.S)
+    return {name: text for name, _, text in found}
 
 
 def unquote(value):

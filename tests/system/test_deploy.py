@@ -64,17 +64,18 @@ def test_every_rendered_config_passes_check_config(terraform, tmp_path) -> None:
     crash-looped, and routers set no report_listen, so discovery found nothing."""
     scripts = rendered_templates(terraform, tmp_path)
     kinds = {"router": "router", "global": "global", "gpu_node": "agent",
-             "gpu_node_sglang": "agent", "gpu_node_public_model": "agent"}  # fmt: skip
+             "gpu_node_sglang": "agent", "gpu_node_public_model": "agent",
+             "gpu_node_eight_engines": "agent"}  # fmt: skip
     for output, kind in kinds.items():
         files = heredocs(scripts[output])
         config_dir = tmp_path / output
-        config_dir.mkdir()
         for name, text in files.items():
             # the shell fills $PRIVATE_IP and $(hostname) at boot
             text = text.replace("$PRIVATE_IP", "10.0.0.5").replace("$(hostname)", "gpu-1")
+            (config_dir / name).parent.mkdir(parents=True, exist_ok=True)
             (config_dir / name).write_text(text)
         # a GPU host writes one agent config per engine: each must load
-        mains = [n for n in files if n != "regions.toml"]
+        mains = [n for n in files if n.endswith(".toml") and n != "regions.toml"]
         assert mains and (kind != "agent" or all(n.startswith("agent-") for n in mains))
         for main in mains:
             checked = subprocess.run(
@@ -84,8 +85,13 @@ def test_every_rendered_config_passes_check_config(terraform, tmp_path) -> None:
             )  # fmt: skip
             assert checked.returncode == 0, f"{output} {main}: {checked.stderr}"
     assert sorted(heredocs(scripts["gpu_node"])) == ["agent-0.toml", "agent-1.toml"]
+    assert len(heredocs(scripts["gpu_node_eight_engines"])) == 8
     router = (tmp_path / "router" / "router.toml").read_text()
     assert "report_listen" in router and "[[auth.keys]]" in router
+    # the fixture's [[models]]: a fallback with its SLO class, aliases and a split, a
+    # built-in shape with its dtypes, an explicit shape
+    assert router.count("[[models]]") == 4
+    assert 'split = { "llama-3.1-8b@v1" = 90, "llama-3.1-8b@v2" = 10 }' in router
 
 
 @pytest.mark.parametrize("module", AWS_MODULES, ids=lambda p: p.name)
@@ -106,14 +112,17 @@ def test_validate_where_providers_can_be_installed(terraform, module, tmp_path) 
 
 
 def test_the_multi_region_fleet_plans_with_a_mocked_aws_provider(terraform, tmp_path) -> None:
-    """examples/multi-region/tests: `terraform plan` of the issue's fleet (three regions,
-    two TP4 engines per p5e, 8B on L40S and A10G, an autoscaling pool) with the AWS provider
-    mocked: its schema checks every resource, no credentials needed."""
+    """examples/multi-region/tests: `terraform plan` of fleet.example.toml, the issue's fleet
+    (three regions, two TP4 engines per p5e, 8B on L40S and A10G, an autoscaling pool), from
+    `gpuroute tfvars`, with the AWS provider mocked: its schema checks every resource, no
+    credentials needed; then again with tokens from SSM and a full ARN."""
     work = copy_module(TF / "examples" / "multi-region", tmp_path)
     if reason := init_with_providers(terraform, work):
         pytest.skip(f"providers cannot be installed here ({reason})")
+    # what the operator runs: `gpuroute tfvars fleet.example.toml > terraform.tfvars.json`
+    (work / "terraform.tfvars.json").write_text(render_tfvars(REPO / "fleet.example.toml"))
     result = tf(terraform, "test", "-no-color", cwd=work)
-    assert "0 failed" in result.stdout and "1 passed" in result.stdout, result.stdout
+    assert "0 failed" in result.stdout and "2 passed" in result.stdout, result.stdout
 
 
 def example_plan(binary: str, tmp_path: Path) -> dict:
@@ -294,7 +303,9 @@ def test_tfvars_cli_writes_json(capsys) -> None:
     from gpuroute.cli import main
 
     assert main(["tfvars", str(REPO / "regions.example.toml")]) == 0
-    assert set(json.loads(capsys.readouterr().out)) == {"regions", "global_regions"}
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"regions", "global_regions", "models", "gpu_types"}
+    assert out["models"] == out["gpu_types"] == []  # a regions file declares neither
 
 
 REGION = '[[regions]]\nname = "{name}"\njurisdiction = "us"\nlocation = {{ lat = 1, lon = 2 }}\n'
@@ -336,6 +347,10 @@ def pool(keys: str) -> str:
         (region("aa") + pool("max_hosts = 4\n").replace('["m"]', '["m", "n"]'),
          "regions[0].gpu_pools[0]: a pool that scales (min_hosts, max_hosts or standby_hosts) "
          "serves exactly one model"),
+        ('[[models]]\nname = "qwen3-8b"\nslo_class = "gold"\n' + region("aa")
+         + pool("").replace('["m"]', '["qwen3-8b"]'),
+         "models[0].slo_class: 'gold' is not a class the deployed routers have "
+         "(interactive, standard, batch)"),
         (region("aa") + pool("") + pool("min_hosts = 1\nmax_hosts = 4\n"),
          "regions[0].gpu_pools[1]: a pool that scales is the only pool of its region serving "
          "its model, but regions[0].gpu_pools[0] also serves 'm'"),

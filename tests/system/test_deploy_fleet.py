@@ -1,25 +1,33 @@
 """The fleet file through Terraform (docs/deploy.md): `gpuroute tfvars` of the example fleet
 packed by modules/fleet-plan as gpuroute packs it (the shared instance catalog), Terraform's
-own refusals naming the pool, and the GPU hosts' access to their pools' tokens (python-hcl2:
-no provider here)."""
+own refusals naming the pool, the GPU hosts' access to their pools' tokens (python-hcl2:
+no provider here), the fleet's [[models]] reaching the routers, and user data that fits
+EC2's 16 KB."""
 
 from __future__ import annotations
 
+import base64
+import gzip
+import hashlib
 import json
 import os
 import re
+import shutil
 import stat
 import subprocess
+from pathlib import Path
 
 import pytest
 from gpuroute.fleet.instances import instance_for, load_catalog
 from gpuroute.fleet.schema import load_deploy_fleet
 from gpuroute.fleet.tfvars import fleet_tfvars
+from gpuroute.router.config import load_router_config
 from support.paths import REPO
 from support.terraform import (
     TF,
     apply_offline,
     copy_module,
+    heredocs,
     parsed,
     rendered_templates,
     resources,
@@ -141,10 +149,149 @@ echo hf_secret_value
 """
 
 
+# the example fleet with a model whose shape is a config.json (next to the file), served in
+# two versions by a split, with an alias and an SLO class
+EVERY_KIND_OF_MODEL = """
+[[models]]
+name = "gpt-oss-120b"
+config_json = "gpt-oss-120b.json"
+aliases = ["oss"]
+split = { "gpt-oss-120b@v1" = 90, "gpt-oss-120b@v2" = 10 }
+slo_class = "batch"
+
+[[models]]
+name = "gpt-oss-120b@v1"
+weights = "openai/gpt-oss-120b"
+
+[[models]]
+name = "gpt-oss-120b@v2"
+weights = "example-org/gpt-oss-120b-v2"
+
+[[regions]]
+name = "us-west"
+jurisdiction = "us"
+location = { lat = 45.6, lon = -121.2 }
+deploy = { aws_region = "us-west-2" }
+
+  [[regions.gpu_pools]]
+  name = "oss-v1"
+  gpu = "H200"
+  count = 8
+  models = ["gpt-oss-120b@v1"]
+
+  [[regions.gpu_pools]]
+  name = "oss-v2"
+  gpu = "H200"
+  count = 8
+  models = ["gpt-oss-120b@v2"]
+"""
+
+
 @pytest.fixture(scope="module")
-def gpu_scripts(terraform, tmp_path_factory) -> dict[str, str]:
-    scripts = rendered_templates(terraform, tmp_path_factory.mktemp("templates"))
+def models_fleet(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("fleet")
+    shutil.copy(REPO / "tests" / "fixtures" / "hf_configs" / "gpt-oss-120b.json", folder)
+    path = folder / "fleet.toml"
+    path.write_text(FLEET.read_text() + EVERY_KIND_OF_MODEL)
+    return path
+
+
+@pytest.fixture(scope="module")
+def scripts(terraform, tmp_path_factory, models_fleet) -> dict[str, str]:
+    """Every user data the templates render, the routers' with the models_fleet's
+    [[models]] as `gpuroute tfvars` writes them."""
+    models = fleet_tfvars(load_deploy_fleet(models_fleet), models_fleet)["models"]
+    work = tmp_path_factory.mktemp("templates")
+    return rendered_templates(terraform, work, {"models": models})
+
+
+@pytest.fixture(scope="module")
+def gpu_scripts(scripts) -> dict[str, str]:
     return {k: v for k, v in scripts.items() if k.startswith("gpu_node")}
+
+
+def test_every_user_data_fits_ec2s_16_kb(scripts) -> None:
+    """EC2 takes 16 KB of user data; Terraform sends it gzipped and base64-encoded
+    (base64gzip). Every script, the largest GPU host (eight engines and agents) and the
+    router with a config.json model included, stays under 16 KB even as base64, which
+    leaves a third to spare: requirements.lock (190 KB) is downloaded, not inlined."""
+    names = {"consul_server", "router", "global", "gpu_node", "gpu_node_eight_engines"}
+    assert names <= set(scripts)
+    for name, script in scripts.items():
+        sent = base64.b64encode(gzip.compress(script.encode(), compresslevel=6))
+        assert len(sent) <= 16384, f"{name}: {len(sent)} bytes of user data"
+        assert "--hash=sha256:" not in script, name
+
+
+@pytest.mark.parametrize("output", ["router", "global", "gpu_node", "gpu_node_eight_engines"])
+def test_hosts_install_only_the_requirements_lock_of_this_repository(
+    scripts, tmp_path, output
+) -> None:
+    """The install step, run with a fake curl that serves a file: the repository's own lock
+    passes the sha256 rendered into user data, a changed one stops the script before pip."""
+    script = scripts[output]
+    step = script[script.index("curl -fsSL --proto '=https' -o /etc/gpuroute/requirements.lock") :]
+    step = step[: step.index("python3 -m venv")]
+    lock = (REPO / "requirements.lock").read_bytes()
+    assert f"echo '{hashlib.sha256(lock).hexdigest()}  /etc/gpuroute/" in step
+    assert "'https://artifacts.example.internal/gpuroute/requirements.lock'" in step
+    fake = tmp_path / "bin" / "curl"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/bash\nwhile [ "$1" != -o ]; do shift; done\ncp "$SERVED" "$2"\n')
+    fake.chmod(0o755)
+    step = step.replace("/etc/gpuroute/", f"{tmp_path}/")
+    env = {**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}"}
+    tampered = tmp_path / "tampered.lock"
+    tampered.write_bytes(lock.replace(b"aiohttp==", b"aiohttp>="))
+    for served, ok in ((REPO / "requirements.lock", True), (tampered, False)):
+        env["SERVED"] = str(served)
+        run = subprocess.run(["bash", "-euo", "pipefail", "-c", step], env=env,
+                             capture_output=True, text=True, timeout=30)  # fmt: skip
+        assert (run.returncode == 0) is ok, (served, run.stderr)
+        assert ok or "computed checksum did NOT match" in run.stderr, run.stderr
+    assert (tmp_path / "requirements.lock").read_bytes() == tampered.read_bytes()
+
+
+def test_the_fleets_models_reach_the_routers(scripts, models_fleet, tmp_path) -> None:
+    """What the fleet file says about models is what every regional router reads: names,
+    aliases, split, fallbacks, SLO class, and the same shapes (a config.json travels as its
+    text and is read on the router host as the fleet read it)."""
+    files = heredocs(scripts["router"])
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text.replace("$PRIVATE_IP", "10.0.0.5"))
+    assert "models/3.json" in files and 'config_json = "models/3.json"' in files["router.toml"]
+    router = load_router_config(tmp_path / "router.toml")
+    fleet = load_deploy_fleet(models_fleet)
+
+    def table(models) -> list[tuple]:
+        return [(m.name, m.aliases, m.split, m.fallback, m.slo_class) for m in models]
+
+    assert table(router.models) == table(fleet.models)
+    served = [m.name for m in fleet.models] + ["gpt-oss-120b@v1", "gpt-oss-120b@v2"]
+    assert {n: router.shapes()[n] for n in served} == {n: fleet.shapes()[n] for n in served}
+    assert router.shapes()["gpt-oss-120b"].family == "gpt_oss"
+
+
+def test_tfvars_carries_the_fleets_models_and_gpu_types(models_fleet) -> None:
+    """Top-level `models` (the routers' keys only: no weights, no SLO; a config.json as its
+    JSON) and `gpu_types` (the declared figures, without their AWS instances)."""
+    out = fleet_tfvars(load_deploy_fleet(models_fleet), models_fleet)
+    by_name = {m["name"]: m for m in out["models"]}
+    assert by_name["llama-3.1-70b"] == {"name": "llama-3.1-70b", "fallback": ["llama-3.1-8b"]}
+    assert by_name["llama-3.1-8b"] == {"name": "llama-3.1-8b", "aliases": ["llama-8b"]}
+    oss = by_name["gpt-oss-120b"]
+    config = json.loads((models_fleet.parent / "gpt-oss-120b.json").read_text())
+    assert json.loads(oss.pop("config_json_text")) == config
+    assert oss == {"name": "gpt-oss-120b", "aliases": ["oss"], "slo_class": "batch",
+                   "split": {"gpt-oss-120b@v1": 90, "gpt-oss-120b@v2": 10}}  # fmt: skip
+    assert not any({"weights", "slo", "config_json"} & set(m) for m in out["models"])
+    assert out["gpu_types"] == [{
+        "name": "RTX-PRO-6000", "memory_gb": 96, "memory_bandwidth_tbs": 1.79,
+        "fp16_tflops": 500, "fp8_tflops": 1000, "interconnect_gbs": 64.0,
+        "price_per_hour": 3.4, "tdp_w": 0.0,
+        "device_names": ["NVIDIA RTX PRO 6000 Blackwell Server Edition"],
+    }]  # fmt: skip
 
 
 def test_every_gpu_user_data_is_a_valid_bash_script(gpu_scripts, tmp_path) -> None:

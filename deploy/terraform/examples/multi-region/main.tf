@@ -1,4 +1,4 @@
-# Three regions from regions.example.toml, federated, with the global tier in two of them
+# Three regions from fleet.example.toml, federated, with the global tier in two of them
 # behind one latency-routed DNS name. Terraform cannot loop over providers, so each region
 # has its own provider alias and module block; adding a region means adding both (and its
 # peerings): docs/deploy.md, "Add a region".
@@ -55,6 +55,7 @@ module "us_east" {
   wan_peer_cidrs             = local.region_inputs["us-east"].wan_peer_cidrs
   gpu_node_groups            = local.region_inputs["us-east"].gpu_node_groups
   gpu_types                  = var.gpu_types
+  models                     = var.models
   global_routers             = local.region_inputs["us-east"].global_routers
   tls_certificate_arn        = local.region_inputs["us-east"].tls_certificate_arn
   jurisdiction               = var.regions["us-east"].jurisdiction
@@ -68,6 +69,7 @@ module "us_east" {
   api_keys                   = var.api_keys
   regions_toml               = file(var.regions_file)
   gpuroute_package           = var.gpuroute_wheel_url
+  gpuroute_requirements_url  = var.gpuroute_requirements_url
   consul_gossip_key          = var.consul_gossip_key
   consul_acl_bootstrap_token = var.consul_acl_bootstrap_token
   consul_agent_token         = var.consul_agent_token
@@ -94,6 +96,7 @@ module "eu_west" {
   wan_peer_cidrs             = local.region_inputs["eu-west"].wan_peer_cidrs
   gpu_node_groups            = local.region_inputs["eu-west"].gpu_node_groups
   gpu_types                  = var.gpu_types
+  models                     = var.models
   global_routers             = local.region_inputs["eu-west"].global_routers
   tls_certificate_arn        = local.region_inputs["eu-west"].tls_certificate_arn
   jurisdiction               = var.regions["eu-west"].jurisdiction
@@ -107,6 +110,7 @@ module "eu_west" {
   api_keys                   = var.api_keys
   regions_toml               = file(var.regions_file)
   gpuroute_package           = var.gpuroute_wheel_url
+  gpuroute_requirements_url  = var.gpuroute_requirements_url
   consul_gossip_key          = var.consul_gossip_key
   consul_acl_bootstrap_token = var.consul_acl_bootstrap_token
   consul_agent_token         = var.consul_agent_token
@@ -133,6 +137,7 @@ module "ap_northeast" {
   wan_peer_cidrs             = local.region_inputs["ap-northeast"].wan_peer_cidrs
   gpu_node_groups            = local.region_inputs["ap-northeast"].gpu_node_groups
   gpu_types                  = var.gpu_types
+  models                     = var.models
   global_routers             = local.region_inputs["ap-northeast"].global_routers
   tls_certificate_arn        = local.region_inputs["ap-northeast"].tls_certificate_arn
   jurisdiction               = var.regions["ap-northeast"].jurisdiction
@@ -146,6 +151,7 @@ module "ap_northeast" {
   api_keys                   = var.api_keys
   regions_toml               = file(var.regions_file)
   gpuroute_package           = var.gpuroute_wheel_url
+  gpuroute_requirements_url  = var.gpuroute_requirements_url
   consul_gossip_key          = var.consul_gossip_key
   consul_acl_bootstrap_token = var.consul_acl_bootstrap_token
   consul_agent_token         = var.consul_agent_token

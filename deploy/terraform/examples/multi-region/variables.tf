@@ -52,8 +52,33 @@ variable "gpu_types" {
   default = []
 }
 
+variable "models" {
+  description = "The fleet file's [[models]] as the regional routers read them (gpuroute tfvars; modules/region documents each key)."
+  type = list(object({
+    name             = string
+    aliases          = optional(list(string))
+    split            = optional(map(number))
+    fallback         = optional(list(string))
+    slo_class        = optional(string)
+    shape            = optional(string)
+    config_json_text = optional(string)
+    params_b         = optional(number)
+    active_params_b  = optional(number)
+    layers           = optional(number)
+    hidden           = optional(number)
+    kv_heads         = optional(number)
+    head_dim         = optional(number)
+    kv_latent_dim    = optional(number)
+    kv_layers        = optional(number)
+    max_model_len    = optional(number)
+    weight_dtype     = optional(string)
+    kv_cache_dtype   = optional(string)
+  }))
+  default = []
+}
+
 variable "global_regions" {
-  description = "Regions that run the global tier (at least two), from regions.example.toml."
+  description = "Regions that run the global tier (at least two), from the fleet file (gpuroute tfvars)."
   type        = list(string)
 }
 
@@ -129,14 +154,20 @@ variable "api_keys" {
 }
 
 variable "regions_file" {
-  description = "Path to the fleet's regions file (the global tier's routers get a copy)."
+  description = "Path to the fleet file gpuroute tfvars read (the global tier's routers get a copy as their regions_file)."
   type        = string
-  default     = "../../../../regions.example.toml"
+  default     = "../../../../fleet.example.toml"
 }
 
 variable "gpuroute_wheel_url" {
   description = "https URL of the gpuroute wheel in your artifact store (`pip wheel --no-deps .` from this repository)."
   type        = string
+}
+
+variable "gpuroute_requirements_url" {
+  description = "https URL of this repository's requirements.lock in your artifact store; null (default): requirements.lock in the wheel's folder. Hosts check it against the repository's own sha256 before installing from it."
+  type        = string
+  default     = null
 }
 
 variable "consul_router_token" {

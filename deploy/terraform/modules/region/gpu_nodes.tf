@@ -26,7 +26,7 @@ resource "aws_launch_template" "gpu" {
     http_tokens = "required"
   }
 
-  user_data = base64gzip(templatefile("${path.module}/templates/gpu-node.sh.tftpl", merge(local.consul_common, {
+  user_data = base64gzip(templatefile("${path.module}/templates/gpu-node.sh.tftpl", merge(local.consul_common, local.requirements, {
     consul_client     = local.consul_client
     region            = var.name
     pool              = each.value.name
@@ -40,7 +40,6 @@ resource "aws_launch_template" "gpu" {
     engines           = each.value.engines
     gpu_types         = var.gpu_types
     gpuroute          = var.gpuroute_package
-    requirements_lock = file("${path.module}/../../../../requirements.lock")
     drain_timeout_s   = var.drain_timeout_s
     agent_unit        = file("${path.module}/../../../systemd/gpuroute-agent.service")
     lifecycle_hook    = module.autoscaling.lifecycle_hook.name

@@ -11,6 +11,16 @@ locals {
   )
 }
 
+# requirements.lock is too big for user data (EC2 takes 16 KB): routers and GPU hosts
+# download it from the operator's store, next to the wheel unless gpuroute_requirements_url
+# says otherwise, and check it against this repository's own before pip reads it.
+locals {
+  requirements = {
+    requirements_url    = coalesce(var.gpuroute_requirements_url, replace(var.gpuroute_package, "/[^/]*$/", "requirements.lock"))
+    requirements_sha256 = filesha256("${path.module}/../../../../requirements.lock")
+  }
+}
+
 resource "aws_launch_template" "router" {
   for_each               = local.router_roles
   name_prefix            = "gpuroute-${var.name}-${each.key}-"
@@ -26,18 +36,18 @@ resource "aws_launch_template" "router" {
     http_tokens = "required"
   }
 
-  user_data = base64gzip(templatefile("${path.module}/templates/${each.key == "global" ? "global" : "router"}.sh.tftpl", merge(local.consul_common, {
-    consul_client     = local.consul_client
-    region            = var.name
-    jurisdiction      = var.jurisdiction
-    port              = each.value.port
-    gpuroute          = var.gpuroute_package
-    requirements_lock = file("${path.module}/../../../../requirements.lock")
-    drain_timeout_s   = var.drain_timeout_s
-    api_keys          = var.api_keys
-    allow_anonymous   = var.allow_anonymous_api
-    regions_toml      = var.regions_toml
-    gpu_types         = var.gpu_types
+  user_data = base64gzip(templatefile("${path.module}/templates/${each.key == "global" ? "global" : "router"}.sh.tftpl", merge(local.consul_common, local.requirements, {
+    consul_client   = local.consul_client
+    region          = var.name
+    jurisdiction    = var.jurisdiction
+    port            = each.value.port
+    gpuroute        = var.gpuroute_package
+    drain_timeout_s = var.drain_timeout_s
+    api_keys        = var.api_keys
+    allow_anonymous = var.allow_anonymous_api
+    regions_toml    = var.regions_toml
+    gpu_types       = var.gpu_types
+    models          = var.models
     # the global tier's hosts (this VPC and its peers) forward clients to the routers
     trusted_proxies = concat([var.vpc_cidr], var.wan_peer_cidrs)
     unit            = file("${path.module}/../../../systemd/gpuroute-${each.value.command}.service")

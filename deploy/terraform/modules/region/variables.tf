@@ -229,6 +229,36 @@ variable "gpu_types" {
   default = []
 }
 
+variable "models" {
+  description = "The fleet file's [[models]] as the regional routers read them (gpuroute tfvars writes them): name, aliases, split (version => percentage), fallback, slo_class and the shape (shape, explicit fields, or config_json_text: a config.json's text, written next to the router's config and named by its config_json). Written into every regional router's config."
+  type = list(object({
+    name             = string
+    aliases          = optional(list(string))
+    split            = optional(map(number))
+    fallback         = optional(list(string))
+    slo_class        = optional(string)
+    shape            = optional(string)
+    config_json_text = optional(string)
+    params_b         = optional(number)
+    active_params_b  = optional(number)
+    layers           = optional(number)
+    hidden           = optional(number)
+    kv_heads         = optional(number)
+    head_dim         = optional(number)
+    kv_latent_dim    = optional(number)
+    kv_layers        = optional(number)
+    max_model_len    = optional(number)
+    weight_dtype     = optional(string)
+    kv_cache_dtype   = optional(string)
+  }))
+  default = []
+
+  validation {
+    condition     = alltrue([for m in var.models : m.config_json_text == null || can(jsondecode(m.config_json_text))])
+    error_message = "models[*].config_json_text is a config.json's JSON text (gpuroute tfvars writes it): ${join(", ", [for m in var.models : m.name if !(m.config_json_text == null || can(jsondecode(m.config_json_text)))])}."
+  }
+}
+
 variable "cloudwatch_agent_version" {
   description = "CloudWatch agent release on the regional routers (it publishes the routers' desired backends per pool for the GPU groups' scaling policies); `latest`, or a version to pin. Its package is verified against AWS's signing key either way."
   type        = string
@@ -247,6 +277,17 @@ variable "gpuroute_package" {
   validation {
     condition     = startswith(var.gpuroute_package, "https://") && endswith(var.gpuroute_package, ".whl")
     error_message = "gpuroute_package must be an https:// URL of a .whl in your artifact store."
+  }
+}
+
+variable "gpuroute_requirements_url" {
+  description = "https URL of this repository's requirements.lock in your artifact store; null: requirements.lock next to the wheel (gpuroute_package's folder). Hosts download it, check it against the sha256 of the repository's own requirements.lock (rendered into user data, which is too small for the file itself: EC2 takes 16 KB) and install from it by hash."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.gpuroute_requirements_url == null || can(regex("^https://[^'\\s]+$", var.gpuroute_requirements_url))
+    error_message = "gpuroute_requirements_url must be an https:// URL (no quotes or spaces) of requirements.lock in your artifact store."
   }
 }
 

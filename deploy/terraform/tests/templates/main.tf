@@ -7,6 +7,36 @@ variable "drain_timeout_s" {
   default     = 60
 }
 
+variable "models" {
+  description = "The routers' [[models]] as gpuroute tfvars writes them (modules/region's variable); the default holds every kind of entry but a config.json, which tests pass in."
+  type = list(object({
+    name             = string
+    aliases          = optional(list(string))
+    split            = optional(map(number))
+    fallback         = optional(list(string))
+    slo_class        = optional(string)
+    shape            = optional(string)
+    config_json_text = optional(string)
+    params_b         = optional(number)
+    active_params_b  = optional(number)
+    layers           = optional(number)
+    hidden           = optional(number)
+    kv_heads         = optional(number)
+    head_dim         = optional(number)
+    kv_latent_dim    = optional(number)
+    kv_layers        = optional(number)
+    max_model_len    = optional(number)
+    weight_dtype     = optional(string)
+    kv_cache_dtype   = optional(string)
+  }))
+  default = [
+    { name = "llama-3.1-70b", fallback = ["llama-3.1-8b"], slo_class = "interactive" },
+    { name = "llama-3.1-8b", aliases = ["llama-8b", "small"], split = { "llama-3.1-8b@v1" = 90, "llama-3.1-8b@v2" = 10 } },
+    { name = "qwen3-30b-a3b", shape = "qwen3-30b-a3b", weight_dtype = "fp8", kv_cache_dtype = "fp8" },
+    { name = "house-13b", params_b = 13, layers = 40, hidden = 5120, kv_heads = 40, head_dim = 128, max_model_len = 4096, weight_dtype = "bf16" },
+  ]
+}
+
 locals {
   # a GPU type the fleet file declares (gpuroute tfvars passes it on without its instances)
   rtx_pro_6000 = {
@@ -37,22 +67,23 @@ output "consul_server" {
 
 locals {
   gpu_node_inputs = merge(local.common, {
-    consul_client     = local.consul_client
-    region            = "eu-west"
-    pool              = "llama70b-h200"
-    zone              = "eu-central-1a"
-    gpu               = "H200"
-    models            = ["llama-3.1-70b", "llama-70b"]
-    tensor_parallel   = 4
-    pipeline_parallel = 1
-    capacity          = null
-    gpu_types         = []
-    gpuroute          = "https://artifacts.example.internal/gpuroute/gpuroute-0.1.0-py3-none-any.whl"
-    requirements_lock = file("${path.module}/../../../../requirements.lock")
-    drain_timeout_s   = var.drain_timeout_s
-    agent_unit        = file("${path.module}/../../../systemd/gpuroute-agent.service")
-    lifecycle_hook    = "gpuroute-drain"
-    lifecycle_watcher = file("${local.files}/gpuroute-lifecycle.sh")
+    consul_client       = local.consul_client
+    region              = "eu-west"
+    pool                = "llama70b-h200"
+    zone                = "eu-central-1a"
+    gpu                 = "H200"
+    models              = ["llama-3.1-70b", "llama-70b"]
+    tensor_parallel     = 4
+    pipeline_parallel   = 1
+    capacity            = null
+    gpu_types           = []
+    gpuroute            = "https://artifacts.example.internal/gpuroute/gpuroute-0.1.0-py3-none-any.whl"
+    requirements_url    = "https://artifacts.example.internal/gpuroute/requirements.lock"
+    requirements_sha256 = filesha256("${path.module}/../../../../requirements.lock")
+    drain_timeout_s     = var.drain_timeout_s
+    agent_unit          = file("${path.module}/../../../systemd/gpuroute-agent.service")
+    lifecycle_hook      = "gpuroute-drain"
+    lifecycle_watcher   = file("${local.files}/gpuroute-lifecycle.sh")
     # fleet-plan's packing of a p5e.48xlarge with two TP4 engines
     engines = [
       { index = 0, port = 8000, gpu_indices = [0, 1, 2, 3], cuda_visible_devices = "0,1,2,3", load_stream_port = 7070, admin_port = 7071 },
@@ -96,6 +127,27 @@ output "gpu_node_sglang" {
   }))
 }
 
+output "gpu_node_eight_engines" {
+  description = "The largest GPU-node user data: eight one-GPU vLLM engines (and agents) on an 8-GPU host, declared GPU types, the token from Secrets Manager."
+  value = templatefile("${local.templates}/gpu-node.sh.tftpl", merge(local.gpu_node_inputs, {
+    tensor_parallel = 1
+    gpu_types       = [local.rtx_pro_6000, merge(local.rtx_pro_6000, { name = "RTX-PRO-6000-MAXQ", tdp_w = 300, device_names = ["NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition"] })]
+    engines = [for i in range(8) : {
+      index = i, port = 8000 + i, gpu_indices = [i], cuda_visible_devices = tostring(i), load_stream_port = 7070 + 2 * i, admin_port = 7071 + 2 * i
+    }]
+    engine = {
+      kind  = "vllm"
+      image = "vllm/vllm-openai:v0.32.0"
+      args = [
+        "--model", "meta-llama/Llama-3.1-8B-Instruct", "--served-model-name", "llama-3.1-8b", "llama-8b",
+        "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1", "--max-model-len", "32768",
+        "--enable-lora", "--lora-modules", "sql-lora=org/sql-lora", "--enable-prefix-caching",
+      ]
+      hf_token = { source = "secretsmanager", name = "gpuroute/hf-token" }
+    }
+  }))
+}
+
 output "gpu_node_public_model" {
   description = "A rendered GPU-node user-data script for a model that needs no token."
   value = templatefile("${local.templates}/gpu-node.sh.tftpl", merge(local.gpu_node_inputs, {
@@ -106,19 +158,21 @@ output "gpu_node_public_model" {
 
 locals {
   router_inputs = merge(local.common, {
-    consul_client     = local.consul_client
-    region            = "eu-west"
-    jurisdiction      = "eu"
-    gpuroute          = "https://artifacts.example.internal/gpuroute/gpuroute-0.1.0-py3-none-any.whl"
-    requirements_lock = file("${path.module}/../../../../requirements.lock")
-    drain_timeout_s   = var.drain_timeout_s
-    allow_anonymous   = false
+    consul_client       = local.consul_client
+    region              = "eu-west"
+    jurisdiction        = "eu"
+    gpuroute            = "https://artifacts.example.internal/gpuroute/gpuroute-0.1.0-py3-none-any.whl"
+    requirements_url    = "https://artifacts.example.internal/gpuroute/requirements.lock"
+    requirements_sha256 = filesha256("${path.module}/../../../../requirements.lock")
+    drain_timeout_s     = var.drain_timeout_s
+    allow_anonymous     = false
     api_keys = [
       { sha256 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", tenant = "acme", residency = null },
       { sha256 = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210", tenant = "acme-eu", residency = ["eu"] },
     ]
-    regions_toml    = file("${path.module}/../../../../regions.example.toml")
+    regions_toml    = file("${path.module}/../../../../fleet.example.toml")
     gpu_types       = [local.rtx_pro_6000]
+    models          = var.models
     trusted_proxies = ["10.65.0.0/16", "10.64.0.0/16"]
     # the regional routers' CloudWatch agent
     metrics_log_group        = "/gpuroute/eu-west/router-metrics"

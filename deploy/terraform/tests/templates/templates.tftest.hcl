@@ -310,3 +310,31 @@ run "routers_publish_the_desired_backends_to_cloudwatch" {
     error_message = "the global tier exports no pool sizes"
   }
 }
+
+run "user_data_fits_ec2_and_installs_the_checked_lock" {
+  command = plan
+
+  assert {
+    condition     = alltrue([for script in [output.consul_server, output.router, output.global, output.gpu_node, output.gpu_node_sglang, output.gpu_node_public_model, output.gpu_node_eight_engines] : length(base64gzip(script)) <= 16384])
+    error_message = "EC2 takes 16 KB of user data: every script, gzipped and base64-encoded as Terraform sends it, stays under it"
+  }
+
+  assert {
+    condition     = strcontains(output.gpu_node_eight_engines, "curl -fsSL --proto '=https' -o /etc/gpuroute/requirements.lock 'https://artifacts.example.internal/gpuroute/requirements.lock'\necho '${filesha256("../../../../requirements.lock")}  /etc/gpuroute/requirements.lock' | sha256sum --check --quiet -\n") && !strcontains(output.router, "--hash=sha256:")
+    error_message = "hosts download requirements.lock and check it against the repository's own sha256; the lock itself is not in user data"
+  }
+}
+
+run "routers_get_the_fleets_models" {
+  command = plan
+
+  assert {
+    condition     = strcontains(output.router, "[[models]]\nfallback = [\"llama-3.1-8b\"]\nname = \"llama-3.1-70b\"\nslo_class = \"interactive\"\n") && strcontains(output.router, "[[models]]\naliases = [\"llama-8b\",\"small\"]\nname = \"llama-3.1-8b\"\nsplit = { \"llama-3.1-8b@v1\" = 90, \"llama-3.1-8b@v2\" = 10 }\n")
+    error_message = "each model's fallback, SLO class, aliases and split reach router.toml as TOML"
+  }
+
+  assert {
+    condition     = !strcontains(output.router, "config_json") && !strcontains(output.router, "/etc/gpuroute/models/")
+    error_message = "no config.json is written or named when no model has one"
+  }
+}

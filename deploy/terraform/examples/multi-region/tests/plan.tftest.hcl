@@ -1,8 +1,10 @@
 # `terraform plan` of the whole example with the AWS provider mocked (no credentials, no
-# account): the issue's fleet in the contract's tfvars shape, written by hand as `gpuroute
-# tfvars` writes it. Three regions; the 70B at TP4 on H200 (two engines per p5e.48xlarge),
-# the 8B on L40S and on A10G, an MoE under SGLang on a declared GPU type, one autoscaling
-# pool. Every secret below is a dummy of the right shape.
+# account). The fleet is fleet.example.toml's, as `gpuroute tfvars` writes it: run
+#   gpuroute tfvars ../../../../fleet.example.toml > terraform.tfvars.json
+# first (tests/system/test_deploy.py does). Three regions; the 70B at TP4 on H200 (two
+# engines per p5e.48xlarge) and on A100, the 8B on L40S and on A10G, an MoE under SGLang on
+# a declared GPU type, one autoscaling pool. A second run swaps in pools whose tokens come
+# from SSM and from a full ARN. Every secret below is a dummy of the right shape.
 
 mock_provider "aws" {
   alias = "us_east"
@@ -68,101 +70,6 @@ mock_provider "aws" {
 }
 
 variables {
-  global_regions = ["us-east", "eu-west"]
-  gpu_types = [{
-    name         = "RTX-PRO-6000", memory_gb = 96, memory_bandwidth_tbs = 1.79, fp16_tflops = 500, fp8_tflops = 1000, price_per_hour = 3.4
-    device_names = ["NVIDIA RTX PRO 6000 Blackwell Server Edition"]
-  }]
-  regions = {
-    us-east = {
-      aws_region   = "us-east-1"
-      cidr_index   = 0
-      jurisdiction = "us"
-      azs          = ["us-east-1a", "us-east-1b", "us-east-1c"]
-      neighbours   = ["eu-west", "ap-northeast"]
-      gpu_pools = [
-        {
-          name          = "llama70b-h200", gpu = "H200", count = 16, models = ["llama-3.1-70b"], zone = "us-east-1a"
-          instance_type = "p5e.48xlarge", gpus_per_host = 8, tensor_parallel = 4, pipeline_parallel = 1
-          engine = {
-            kind     = "vllm"
-            image    = "vllm/vllm-openai:v0.32.0"
-            args     = ["--model", "meta-llama/Llama-3.1-70B-Instruct", "--served-model-name", "llama-3.1-70b", "--tensor-parallel-size", "4", "--pipeline-parallel-size", "1", "--max-model-len", "65536", "--quantization", "fp8", "--enable-prefix-caching"]
-            hf_token = { source = "secretsmanager", name = "gpuroute/hf-token" }
-          }
-        },
-        {
-          name          = "llama8b-l40s", gpu = "L40S", count = 8, models = ["llama-3.1-8b"], zone = "us-east-1b"
-          instance_type = "g6e.xlarge", gpus_per_host = 1, tensor_parallel = 1, pipeline_parallel = 1
-          engine = {
-            kind     = "vllm"
-            image    = "vllm/vllm-openai:v0.32.0"
-            args     = ["--model", "meta-llama/Llama-3.1-8B-Instruct", "--served-model-name", "llama-3.1-8b", "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1", "--max-model-len", "32768"]
-            hf_token = { source = "secretsmanager", name = "gpuroute/hf-token" }
-          }
-        },
-      ]
-    }
-    eu-west = {
-      aws_region   = "eu-central-1"
-      cidr_index   = 1
-      jurisdiction = "eu"
-      azs          = ["eu-central-1a", "eu-central-1b", "eu-central-1c"]
-      neighbours   = ["us-east", "ap-northeast"]
-      gpu_pools = [
-        {
-          name          = "llama8b-l40s", gpu = "L40S", count = 8, models = ["llama-3.1-8b"], min_hosts = 4, max_hosts = 16, standby_hosts = 2
-          instance_type = "g6e.xlarge", gpus_per_host = 1, tensor_parallel = 1, pipeline_parallel = 1
-          engine = {
-            kind     = "vllm"
-            image    = "vllm/vllm-openai:v0.32.0"
-            args     = ["--model", "meta-llama/Llama-3.1-8B-Instruct", "--served-model-name", "llama-3.1-8b", "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1"]
-            hf_token = { source = "ssm", name = "/gpuroute/hf-token" }
-          }
-        },
-        {
-          # a declared GPU type: its instance type is not in the catalog, so the pool says its GPUs
-          name          = "qwen-moe-rtx", gpu = "RTX-PRO-6000", count = 4, models = ["qwen3-30b-a3b"]
-          instance_type = "g7e.2xlarge", gpus_per_host = 1, tensor_parallel = 1, pipeline_parallel = 1
-          engine = {
-            kind     = "sglang"
-            image    = "lmsysorg/sglang:v0.5.6"
-            args     = ["--model-path", "Qwen/Qwen3-30B-A3B", "--served-model-name", "qwen3-30b-a3b", "--tp-size", "1", "--pp-size", "1", "--enable-metrics"]
-            hf_token = null
-          }
-        },
-      ]
-    }
-    ap-northeast = {
-      aws_region   = "ap-northeast-1"
-      cidr_index   = 2
-      jurisdiction = "jp"
-      azs          = ["ap-northeast-1a", "ap-northeast-1c", "ap-northeast-1d"]
-      neighbours   = ["eu-west", "us-east"]
-      gpu_pools = [
-        {
-          name          = "llama8b-a10g", gpu = "A10G", count = 8, models = ["llama-3.1-8b"]
-          instance_type = "g5.xlarge", gpus_per_host = 1, tensor_parallel = 1, pipeline_parallel = 1
-          engine = {
-            kind     = "vllm"
-            image    = "vllm/vllm-openai:v0.32.0"
-            args     = ["--model", "meta-llama/Llama-3.1-8B-Instruct", "--served-model-name", "llama-3.1-8b", "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1", "--max-model-len", "16384"]
-            hf_token = { source = "secretsmanager", name = "gpuroute/hf-token" }
-          }
-        },
-        {
-          name = "llama70b-a100", gpu = "A100", count = 8, models = ["llama-3.1-70b"], instance_type = "p4de.24xlarge", tensor_parallel = 4
-          engine = {
-            kind     = "vllm"
-            image    = "vllm/vllm-openai:v0.32.0"
-            args     = ["--model", "meta-llama/Llama-3.1-70B-Instruct", "--served-model-name", "llama-3.1-70b", "--tensor-parallel-size", "4", "--pipeline-parallel-size", "1", "--quantization", "fp8"]
-            hf_token = { source = "secretsmanager", name = "arn:aws:secretsmanager:ap-northeast-1:123456789012:secret:gpuroute/hf-token-AbCdEf" }
-          }
-        },
-      ]
-    }
-  }
-
   amis = {
     us-east      = { ami_id = "ami-0123456789abcdef0", gpu_ami_id = "ami-0fedcba9876543210" }
     eu-west      = { ami_id = "ami-0123456789abcdef1", gpu_ami_id = "ami-0fedcba9876543211" }
@@ -223,6 +130,113 @@ run "the_fleet_plans" {
   assert {
     condition     = jsonencode(module.us_east[0].engine_ports) == jsonencode({ engine = ["8000", "8001"], load_stream = ["7070", "7072"] }) && jsonencode(module.eu_west[0].engine_ports) == jsonencode({ engine = ["8000"], load_stream = ["7070"] })
     error_message = "routers reach each engine and each agent's load stream a region's hosts run, no more"
+  }
+
+  assert {
+    condition = (
+      jsonencode(module.us_east[0].gpu_token_arns) == jsonencode({ secretsmanager = ["arn:aws:secretsmanager:us-east-1:123456789012:secret:gpuroute/hf-token-??????"], ssm = [] })
+      && jsonencode(module.eu_west[0].gpu_token_arns) == jsonencode({ secretsmanager = ["arn:aws:secretsmanager:eu-central-1:123456789012:secret:gpuroute/hf-token-??????"], ssm = [] })
+      && jsonencode(module.ap_northeast[0].engine_ports) == jsonencode({ engine = ["8000", "8001"], load_stream = ["7070", "7072"] })
+    )
+    error_message = "the fleet file's one token reference, read in each region; the A100 hosts run two TP4 engines"
+  }
+}
+
+# The same plan with pools whose tokens come from SSM and from a full Secrets Manager ARN:
+# GPU hosts may read exactly the tokens their own region's pools name.
+run "tokens_from_ssm_and_an_arn" {
+  command = plan
+
+  variables {
+    regions = {
+      us-east = {
+        aws_region   = "us-east-1"
+        cidr_index   = 0
+        jurisdiction = "us"
+        azs          = ["us-east-1a", "us-east-1b", "us-east-1c"]
+        neighbours   = ["eu-west", "ap-northeast"]
+        gpu_pools = [
+          {
+            name          = "llama70b-h200", gpu = "H200", count = 16, models = ["llama-3.1-70b"], zone = "us-east-1a"
+            instance_type = "p5e.48xlarge", gpus_per_host = 8, tensor_parallel = 4, pipeline_parallel = 1
+            engine = {
+              kind     = "vllm"
+              image    = "vllm/vllm-openai:v0.32.0"
+              args     = ["--model", "meta-llama/Llama-3.1-70B-Instruct", "--served-model-name", "llama-3.1-70b", "--tensor-parallel-size", "4", "--pipeline-parallel-size", "1", "--max-model-len", "65536", "--quantization", "fp8", "--enable-prefix-caching"]
+              hf_token = { source = "secretsmanager", name = "gpuroute/hf-token" }
+            }
+          },
+          {
+            name          = "llama8b-l40s", gpu = "L40S", count = 8, models = ["llama-3.1-8b"], zone = "us-east-1b"
+            instance_type = "g6e.xlarge", gpus_per_host = 1, tensor_parallel = 1, pipeline_parallel = 1
+            engine = {
+              kind     = "vllm"
+              image    = "vllm/vllm-openai:v0.32.0"
+              args     = ["--model", "meta-llama/Llama-3.1-8B-Instruct", "--served-model-name", "llama-3.1-8b", "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1", "--max-model-len", "32768"]
+              hf_token = { source = "secretsmanager", name = "gpuroute/hf-token" }
+            }
+          },
+        ]
+      }
+      eu-west = {
+        aws_region   = "eu-central-1"
+        cidr_index   = 1
+        jurisdiction = "eu"
+        azs          = ["eu-central-1a", "eu-central-1b", "eu-central-1c"]
+        neighbours   = ["us-east", "ap-northeast"]
+        gpu_pools = [
+          {
+            name          = "llama8b-l40s", gpu = "L40S", count = 8, models = ["llama-3.1-8b"], min_hosts = 4, max_hosts = 16, standby_hosts = 2
+            instance_type = "g6e.xlarge", gpus_per_host = 1, tensor_parallel = 1, pipeline_parallel = 1
+            engine = {
+              kind     = "vllm"
+              image    = "vllm/vllm-openai:v0.32.0"
+              args     = ["--model", "meta-llama/Llama-3.1-8B-Instruct", "--served-model-name", "llama-3.1-8b", "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1"]
+              hf_token = { source = "ssm", name = "/gpuroute/hf-token" }
+            }
+          },
+          {
+            # a declared GPU type: its instance type is not in the catalog, so the pool says its GPUs
+            name          = "qwen-moe-rtx", gpu = "RTX-PRO-6000", count = 4, models = ["qwen3-30b-a3b"]
+            instance_type = "g7e.2xlarge", gpus_per_host = 1, tensor_parallel = 1, pipeline_parallel = 1
+            engine = {
+              kind     = "sglang"
+              image    = "lmsysorg/sglang:v0.5.6"
+              args     = ["--model-path", "Qwen/Qwen3-30B-A3B", "--served-model-name", "qwen3-30b-a3b", "--tp-size", "1", "--pp-size", "1", "--enable-metrics"]
+              hf_token = null
+            }
+          },
+        ]
+      }
+      ap-northeast = {
+        aws_region   = "ap-northeast-1"
+        cidr_index   = 2
+        jurisdiction = "jp"
+        azs          = ["ap-northeast-1a", "ap-northeast-1c", "ap-northeast-1d"]
+        neighbours   = ["eu-west", "us-east"]
+        gpu_pools = [
+          {
+            name          = "llama8b-a10g", gpu = "A10G", count = 8, models = ["llama-3.1-8b"]
+            instance_type = "g5.xlarge", gpus_per_host = 1, tensor_parallel = 1, pipeline_parallel = 1
+            engine = {
+              kind     = "vllm"
+              image    = "vllm/vllm-openai:v0.32.0"
+              args     = ["--model", "meta-llama/Llama-3.1-8B-Instruct", "--served-model-name", "llama-3.1-8b", "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1", "--max-model-len", "16384"]
+              hf_token = { source = "secretsmanager", name = "gpuroute/hf-token" }
+            }
+          },
+          {
+            name = "llama70b-a100", gpu = "A100", count = 8, models = ["llama-3.1-70b"], instance_type = "p4de.24xlarge", tensor_parallel = 4
+            engine = {
+              kind     = "vllm"
+              image    = "vllm/vllm-openai:v0.32.0"
+              args     = ["--model", "meta-llama/Llama-3.1-70B-Instruct", "--served-model-name", "llama-3.1-70b", "--tensor-parallel-size", "4", "--pipeline-parallel-size", "1", "--quantization", "fp8"]
+              hf_token = { source = "secretsmanager", name = "arn:aws:secretsmanager:ap-northeast-1:123456789012:secret:gpuroute/hf-token-AbCdEf" }
+            }
+          },
+        ]
+      }
+    }
   }
 
   assert {
