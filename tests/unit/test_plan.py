@@ -206,10 +206,11 @@ def test_two_model_pools_are_planned_each_and_run_together(tmp_path: Path) -> No
     # 21 req/s would take 13 L4s ($9.1/h), one pair ($8/h) is cheaper
     assert small.backends == {"H100-tp2": 1}
     assert large.backends == {"H100-tp2": 2}
+    # one L4 cannot hold the 70B: planned at TP 4, where the pair of H100s is still cheaper
     assert large.notes == [
-        "L4 left out for llama-3.1-70b: model llama-3.1-70b does not fit on L4 (24 GB): "
-        "-149394 tokens of KV cache left"
+        "L4 cannot start llama-3.1-70b on one GPU: planned as L4-tp4 (say L4:tpN to choose)"
     ]
+    assert set(large.capacity_per_backend_rps) == {"L4-tp4", "H100-tp2"}
     assert plan.cost_per_hour == small.cost_per_hour + large.cost_per_hour
     assert plan.meets and set(plan.by_model) == {"llama-3.1-8b", "llama-3.1-70b"}
     assert plan.attainment_without_one_scarcest is not None
