@@ -142,6 +142,12 @@ class Planner:
         workload = self.workload.rescaled(rate / self.base_rate)
         return FleetSimulator(loaded, (workload, profiles, rate))
 
+    def options_for(self, model: str) -> list[GpuOption]:
+        """The options `model`'s pool was planned with (a bare type at the TP the model
+        starts on), or the given ones before it was planned."""
+        search = self.searches.get(model)
+        return self.options if search is None else search.options
+
     def option_of(self, gpu: str, tp: int) -> GpuOption:
         """The option of these GPUs: given, or a bare type widened for a model that needs
         more GPUs per engine (plan_check._widened), at the same price per GPU."""
@@ -254,7 +260,7 @@ def plan_with(
     peak = peak_rps if peak_rps is not None else planner.base_rate
     mix = planner.scenario.model_mix()
     pools = [planner.plan_pool(model, peak * share) for model, share in mix.items()]
-    chosen = chosen_mixes(pools, planner.options)
+    chosen = chosen_mixes(pools, planner)
     whole = planner.judge(chosen, peak)
     without = _without_scarcest(planner, chosen, peak)
     cost = sum(p.cost_per_hour for p in pools)
@@ -286,12 +292,13 @@ def plan_with(
     )
 
 
-def chosen_mixes(
-    pools: list[PoolPlan], options: list[GpuOption]
-) -> dict[str, dict[GpuOption, int]]:
+def chosen_mixes(pools: list[PoolPlan], planner: Planner) -> dict[str, dict[GpuOption, int]]:
     """Each pool's planned backends by option."""
     return {
-        p.model: {o: p.backends[o.label] for o in options if p.backends.get(o.label)} for p in pools
+        p.model: {
+            o: p.backends[o.label] for o in planner.options_for(p.model) if p.backends.get(o.label)
+        }
+        for p in pools
     }
 
 

@@ -101,11 +101,11 @@ def host_of(option: GpuOption, catalog: GpuCatalog) -> InstanceType | None:
 
 def written_pools(plan: FleetPlan, planner: Planner) -> list[WrittenPool]:
     """Each planned pool and option, rounded up to whole hosts."""
-    options, catalog = planner.options, planner.scenario.gpu_catalog()
+    catalog = planner.scenario.gpu_catalog()
     pools: list[WrittenPool] = []
     names: set[str] = set()
     for pool in plan.pools:
-        for option in options:
+        for option in planner.options_for(pool.model):
             planned = pool.backends.get(option.label, 0)
             if not planned:
                 continue

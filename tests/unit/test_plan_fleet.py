@@ -192,16 +192,16 @@ def test_write_fleet_with_a_declared_type(
     text = TRAFFIC.format(fleet=A800).replace("rate_rps = 40.0", "rate_rps = 6.0")
     scenario = write(tmp_path / "a800.toml", text + GPUS)
     fleet, out = tmp_path / "a800-fleet.toml", tmp_path / "plan.json"
-    args = ["plan", "--scenario", scenario, "--gpu", "A800", "--quiet", "--json", str(out)]
+    args = ["plan", "--scenario", scenario, "--quiet", "--json", str(out)]
     # one A800 holds the 70B's weights, not with the KV cache of the longest request at
     # vLLM's default 0.9 of its memory: check-config would refuse that pool, so plan does
-    assert main(args) == 2
+    # when told one GPU per engine; a bare A800 is planned at TP 2 for the 70B
+    assert main([*args, "--gpu", "A800:tp1"]) == 2
     assert (
         "A800: model llama-3.1-70b on A800: weights and the KV cache of the longest request"
         in capsys.readouterr().err
     )
-    args += ["--gpu", "A800:tp2"]
-    assert main([*args, "--write-fleet", str(fleet)]) == 0
+    assert main([*args, "--gpu", "A800", "--write-fleet", str(fleet)]) == 0
     document = tomllib.loads(fleet.read_text())
     assert document["gpu_types"] == [
         {"name": "A800", "memory_gb": 80, "memory_bandwidth_tbs": 2.039, "fp16_tflops": 312,
