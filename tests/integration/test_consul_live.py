@@ -150,14 +150,17 @@ async def test_engine_sigkill_no_new_requests_after_first_failure_and_no_client_
 
 async def test_a_host_pulled_without_a_drain_loses_no_stream(consul, tmp_path) -> None:
     """Engine and agent SIGKILLed together, streams in flight: each goes on elsewhere
-    (continuation), and Consul's verdict, which comes seconds later, never puts the host
-    back in rotation meanwhile."""
+    (continuation), and until Consul's verdict, which comes seconds later, no request goes
+    to the host again."""
     async with discovered_fleet(consul, tmp_path, ("p1", "p2"), ("H100", "H100")) as f:
         async with Clients(f.url, workers=6, stream=True, max_tokens=200) as clients:
-            await async_wait_for(holds(lambda: clients.first_to("p2") is not None), 10, "p2 used")
+            # a stream under way on p2 (its head read, its body not), then the kill at once:
+            # one that had merely finished on p2 left nothing in flight there to continue
+            await async_wait_for(holds(lambda: clients.open.get("p2", 0) > 0), 30, "p2 streaming")
             f.engines[1].kill()
             f.agents[1].stop()  # SIGKILL: no deregistration, no drain
             await async_wait_for(lambda: _not_routable(f.session, f.url, "p2"), 15, "p2 out")
+            out_at, failed_attempts = time.monotonic(), attempts_failed_at(f.router, "p2")
             states: set[str | None] = set()
 
             async def consul_says_critical() -> bool:
@@ -171,7 +174,25 @@ async def test_a_host_pulled_without_a_drain_loses_no_stream(consul, tmp_path) -
               f"router states until Consul's verdict {states}")  # fmt: skip
         assert continued >= 1  # streams were in flight on the host pulled
         assert clients.failed == []
-        assert not states & {"ready", "warming"}  # the router's verdict stood
+        # the router's verdict stood: p2 never ready again, and no request sent once it was
+        # out went there (its breaker may half-open, "warming", but active probes, not
+        # clients' requests, test a half-open backend)
+        assert "ready" not in states
+        assert clients.first_to("p2", after=out_at) is None
+        assert attempts_failed_at(f.router, "p2") == failed_attempts  # none tried it either
+
+
+def attempts_failed_at(router, backend: str) -> float:
+    """Attempts a router has seen fail on `backend`, of every kind: an attempt sent to a
+    dead host fails over elsewhere, so the clients alone would not see it."""
+    (family,) = [
+        m for m in router.metrics.registry.collect() if m.name == "gpuroute_upstream_failures"
+    ]
+    return sum(
+        s.value
+        for s in family.samples
+        if s.name.endswith("_total") and s.labels["backend"] == backend
+    )
 
 
 async def test_drain_sends_nothing_new_and_finishes_every_stream(consul, tmp_path) -> None:

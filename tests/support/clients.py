@@ -17,6 +17,7 @@ class Clients:
     def __init__(self, url: str, workers: int, *, stream: bool = False, max_tokens: int = 8):
         self.url, self.workers, self.stream, self.max_tokens = url, workers, stream, max_tokens
         self.results: list[tuple[float, str | None, int, bool]] = []  # sent, backend, status, ok
+        self.open: dict[str, int] = {}  # answers under way (head read, body not) per backend
         self.stop = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
 
@@ -36,12 +37,21 @@ class Clients:
             sent = time.monotonic()
             try:
                 async with self.session.post(self.url + "/v1/chat/completions", json=body) as r:
-                    text = await r.text()
+                    text = await self._read(r)
                     ok = r.status == 200 and (not self.stream or "data: [DONE]" in text)
                     ok = ok and '"error"' not in text
                     self.results.append((sent, r.headers.get(BACKEND_HEADER), r.status, ok))
             except aiohttp.ClientError:
                 self.results.append((sent, None, 0, False))
+
+    async def _read(self, response: aiohttp.ClientResponse) -> str:
+        """The body, counted in `open` under its backend while it arrives."""
+        backend = response.headers.get(BACKEND_HEADER) or ""
+        self.open[backend] = self.open.get(backend, 0) + 1
+        try:
+            return await response.text()
+        finally:
+            self.open[backend] -= 1
 
     @property
     def failed(self) -> list[tuple[float, str | None, int, bool]]:
