@@ -26,7 +26,7 @@ QUANTIZATION_BYTES = {
 
 def deployment_problems(fleet: DeployFleet) -> list[str]:
     """Every problem of every pool (all of them, not the first)."""
-    problems: list[str] = []
+    problems = [f"engine.hf_token: {p}" for p in _missing_secret(fleet, fleet.engine.hf_token)]
     for ref in fleet.pools():
         problems += [f"{ref.key}: {p}" for p in pool_problems(fleet, ref)]
     return problems
@@ -77,15 +77,10 @@ def _served_version(fleet: DeployFleet, name: str) -> bool:
 
 
 def _secret_problems(fleet: DeployFleet, ref: PoolRef) -> list[str]:
-    settings = fleet.engine_of(ref.pool)
-    token = settings.hf_token
-    if token is not None and token not in fleet.secrets:
-        known = ", ".join(fleet.secrets) or "none"
-        return [
-            f"engine.hf_token: secret {token!r} is not in the file's [secrets] (declared: "
-            f'{known}); add `[secrets] {token} = {{ secretsmanager = "NAME" }}` or '
-            '`{ ssm = "/PARAMETER" }`'
-        ]
+    token = fleet.engine_of(ref.pool).hf_token
+    if token is not None and token not in fleet.secrets:  # the fleet's [engine] says it once
+        own = ref.pool.engine.hf_token is not None
+        return [f"engine.hf_token: {p}" for p in _missing_secret(fleet, token)] if own else []
     weights = fleet.weights(ref.pool.models[0]) or ""
     if token is None and weights.startswith(GATED_PREFIXES):
         return [
@@ -94,6 +89,16 @@ def _secret_problems(fleet: DeployFleet, ref: PoolRef) -> list[str]:
             "pool)"
         ]
     return []
+
+
+def _missing_secret(fleet: DeployFleet, token: str | None) -> list[str]:
+    if token is None or token in fleet.secrets:
+        return []
+    known = ", ".join(fleet.secrets) or "none"
+    return [
+        f"secret {token!r} is not in the file's [secrets] (declared: {known}); add "
+        f'`[secrets] {token} = {{ secretsmanager = "NAME" }}` or `{{ ssm = "/PARAMETER" }}`'
+    ]
 
 
 def memory_short(fleet: DeployFleet, ref: PoolRef, gpu: GpuSpec, model: ModelSpec) -> str | None:

@@ -254,3 +254,10 @@ def test_the_global_tier_reads_the_fleet_file() -> None:
 
     fleet = load_fleet(EXAMPLE)
     assert [r.name for r in fleet.regions] == ["us-east", "eu-west", "ap-northeast"]
+
+
+def test_a_fleet_wide_secret_missing_is_said_once(tmp_path, capsys) -> None:
+    pool = {"gpu": "L40S", "count": 1, "models": ["qwen3-8b"]}
+    path = fleet_file(tmp_path, [pool, pool | {"name": "two"}], engine={"hf_token": "hf_tokn"})
+    (line,) = refused(path, capsys)
+    assert line.startswith(f"{path}: engine.hf_token: secret 'hf_tokn' is not in the file's")
