@@ -127,8 +127,8 @@ def _check(kind: str, path: str) -> str:
     engines = sum(ref.pool.engines for ref in pools)
     models = len({ref.pool.models[0] for ref in pools})
     return (
-        f"fleet file, {len(fleet.regions)} regions, {len(pools)} pools, {gpus} GPUs in "
-        f"{engines} engines, {_count(models, 'model')}"
+        f"fleet file, {_count(len(fleet.regions), 'region')}, {_count(len(pools), 'pool')}, "
+        f"{gpus} GPUs in {engines} engines, {_count(models, 'model')}"
     )
 
 

@@ -92,7 +92,7 @@ def test_written_fleet_is_whole_hosts_and_passes_check_config(
     assert written["cost_per_hour"] == 2 * 4.0 + 4 * 8.0 and written["meets"]
     capsys.readouterr()
     assert main(["check-config", str(fleet)]) == 0
-    assert "ok (fleet file, 1 regions, 2 pools, 10 GPUs in 6 engines" in capsys.readouterr().out
+    assert "ok (fleet file, 1 region, 2 pools, 10 GPUs in 6 engines" in capsys.readouterr().out
 
 
 def test_sim_of_the_written_fleet_reproduces_plans_figures(
