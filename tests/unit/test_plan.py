@@ -14,6 +14,7 @@ from gpuroute.sim.plan import PlanLimits, plan_fleet
 from gpuroute.sim.plan_check import PlanError, parse_gpu_options, usable_options
 from gpuroute.sim.scenario import load_scenario
 from gpuroute.sim.simulator import FleetSimulator
+from support.two_models import GPUS, SLO_70B, traffic
 
 from gpuroute.cli import main
 from gpuroute.config import ConfigError
@@ -262,25 +263,7 @@ def test_cli_plans_with_a_declared_type_and_names_an_unknown_one(
     assert "--gpu A900: unknown GPU type 'A900'" in err and "A800" in err
 
 
-TWO_MODELS = """
-name = "two"
-seed = 5
-[workload]
-profile = "chat"
-rate_rps = 10.0
-max_requests = 1500
-model = "llama-3.1-8b"
-models = { "llama-3.1-8b" = 0.9, "llama-3.1-70b" = 0.1 }
-[[gpus]]
-type = "H100"
-count = 1
-[[gpus]]
-gpu = "H100"
-count = 1
-model = "llama-3.1-70b"
-tensor_parallel = 2
-"""
-SLO_70B = '[[models]]\nname = "llama-3.1-70b"\nslo = { ttft_s = 0.5, tpot_s = 0.04 }\n'
+TWO_MODELS = traffic(10.0) + GPUS
 
 
 def test_one_less_names_the_pool_that_misses_though_the_fleet_meets(

@@ -13,32 +13,11 @@ from pathlib import Path
 import pytest
 from gpuroute.sim.scenario import load_scenario
 from gpuroute.sim.simulator import FleetSimulator
+from support.two_models import GPUS, SLO_70B, traffic
 
 from gpuroute.cli import main
 from gpuroute.config import ConfigError
 
-TRAFFIC = """
-name = "two"
-seed = 5
-{fleet}
-[workload]
-profile = "chat"
-rate_rps = 40.0
-max_requests = 1500
-model = "llama-3.1-8b"
-models = {{ "llama-3.1-8b" = 0.9, "llama-3.1-70b" = 0.1 }}
-"""
-GPUS = """
-[[gpus]]
-type = "H100"
-count = 1
-[[gpus]]
-gpu = "H100"
-count = 1
-model = "llama-3.1-70b"
-tensor_parallel = 2
-"""
-SLO_70B = '[[models]]\nname = "llama-3.1-70b"\nslo = { ttft_s = 0.5, tpot_s = 0.04 }\n'
 PLAN = ["--gpu", "H100", "--gpu", "H100:tp2", "--quiet"]
 
 
@@ -58,7 +37,7 @@ def sim_json(tmp_path: Path, *args: str) -> dict:
 def planned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
     """The two-model scenario planned at its own rate (40 req/s), its fleet written."""
     tmp = tmp_path_factory.mktemp("plan")
-    scenario = write(tmp / "two.toml", TRAFFIC.format(fleet="") + GPUS + SLO_70B)
+    scenario = write(tmp / "two.toml", traffic() + GPUS + SLO_70B)
     fleet, out = tmp / "fleet.toml", tmp / "plan.json"
     args = ["plan", "--scenario", scenario, *PLAN, "--write-fleet", str(fleet)]
     assert main([*args, "--json", str(out)]) == 0
@@ -127,7 +106,7 @@ def test_a_scenario_is_a_fleet_plus_traffic(
     """`fleet = "..."` in a scenario runs what `--fleet` runs; [[gpus]] beside it is refused;
     check-config reads such a scenario."""
     scenario, fleet, _ = planned
-    own = write(tmp_path / "own.toml", TRAFFIC.format(fleet=f'fleet = "{fleet}"'))
+    own = write(tmp_path / "own.toml", traffic(fleet=f'fleet = "{fleet}"'))
     by_key = sim_json(tmp_path, "--scenario", own)
     by_flag = sim_json(tmp_path, "--fleet", str(fleet), "--scenario", str(scenario))
     assert by_key["slo_attainment"] == by_flag["slo_attainment"]
@@ -136,7 +115,7 @@ def test_a_scenario_is_a_fleet_plus_traffic(
     assert main(["check-config", own]) == 0
     out = capsys.readouterr().out
     assert "ok (simulator scenario" in out and "6 engines on 10 GPUs" in out
-    both = write(tmp_path / "both.toml", TRAFFIC.format(fleet=f'fleet = "{fleet}"') + GPUS)
+    both = write(tmp_path / "both.toml", traffic(fleet=f'fleet = "{fleet}"') + GPUS)
     with pytest.raises(ConfigError, match=r"both.toml: gpus: the engines come from the fleet"):
         load_scenario(both)
 
@@ -189,7 +168,7 @@ def test_write_fleet_with_a_declared_type(
     """A declared GPU type goes into the file with its figures; no AWS instance carries it,
     so its pools keep their planned engines, and check-config passes until the region
     deploys to AWS, then names the type."""
-    text = TRAFFIC.format(fleet=A800).replace("rate_rps = 40.0", "rate_rps = 6.0")
+    text = traffic(6.0, fleet=A800)
     scenario = write(tmp_path / "a800.toml", text + GPUS)
     fleet, out = tmp_path / "a800-fleet.toml", tmp_path / "plan.json"
     args = ["plan", "--scenario", scenario, "--quiet", "--json", str(out)]
@@ -224,12 +203,8 @@ def test_write_fleet_with_a_declared_type(
 
 
 def test_old_and_new_gpu_keys_read_alike(tmp_path: Path) -> None:
-    old = load_scenario(
-        write(tmp_path / "old.toml", TRAFFIC.format(fleet="") + GPUS.replace("gpu =", "type ="))
-    )
-    new = load_scenario(
-        write(tmp_path / "new.toml", TRAFFIC.format(fleet="") + GPUS.replace("type =", "gpu ="))
-    )
+    old = load_scenario(write(tmp_path / "old.toml", traffic() + GPUS.replace("gpu =", "type =")))
+    new = load_scenario(write(tmp_path / "new.toml", traffic() + GPUS.replace("type =", "gpu =")))
     assert old.scenario.gpus == new.scenario.gpus
     assert (
         FleetSimulator(old).run("default").slo_attainment
