@@ -50,14 +50,16 @@ locals {
     for k, p in local.pools : k => try(local.catalog[p.instance_type].gpus, p.gpus_per_host)
   }
 
-  # What the output's preconditions refuse, pool by pool (the messages name each pool).
+  # What the output's preconditions refuse, pool by pool (the messages name each pool). A
+  # pool of count 0 gets no group, so nothing about its hosts is refused (as gpuroute
+  # check-config and tfvars do not).
   problems = {
-    no_instance = [for k, p in local.pools : "${k}: no instance in fleet/aws_gpu_instances.json carries ${p.gpu} GPUs in multiples of ${p.engine_gpus} (tensor_parallel x pipeline_parallel); set instance_type and gpus_per_host" if p.instance_type == null]
-    unknown     = [for k, p in local.pools : "${k}: instance type ${p.instance_type} is not in fleet/aws_gpu_instances.json; give the pool's gpus_per_host" if p.instance_type != null && local.hosts_gpus[k] == null]
+    no_instance = [for k, p in local.pools : "${k}: no instance in fleet/aws_gpu_instances.json carries ${p.gpu} GPUs in multiples of ${p.engine_gpus} (tensor_parallel x pipeline_parallel); set instance_type and gpus_per_host" if p.count > 0 && p.instance_type == null]
+    unknown     = [for k, p in local.pools : "${k}: instance type ${p.instance_type} is not in fleet/aws_gpu_instances.json; give the pool's gpus_per_host" if p.count > 0 && p.instance_type != null && local.hosts_gpus[k] == null]
     # (a GPU type the catalog does not know is one the fleet file declares: it may name
     # catalog instances as its own, which gpuroute tfvars has checked)
-    other_gpu   = [for k, p in local.pools : "${k}: ${p.instance_type} carries ${local.catalog[p.instance_type].gpu} GPUs, not ${p.gpu}" if contains(local.catalog_gpus, p.gpu) && try(local.catalog[p.instance_type].gpu != p.gpu, false)]
-    indivisible = [for k, p in local.pools : "${k}: tensor_parallel x pipeline_parallel = ${p.engine_gpus} does not divide the ${local.hosts_gpus[k]} GPUs of ${p.instance_type}" if local.hosts_gpus[k] == null ? false : local.hosts_gpus[k] % p.engine_gpus != 0]
+    other_gpu   = [for k, p in local.pools : "${k}: ${p.instance_type} carries ${local.catalog[p.instance_type].gpu} GPUs, not ${p.gpu}" if p.count > 0 && contains(local.catalog_gpus, p.gpu) && try(local.catalog[p.instance_type].gpu != p.gpu, false)]
+    indivisible = [for k, p in local.pools : "${k}: tensor_parallel x pipeline_parallel = ${p.engine_gpus} does not divide the ${local.hosts_gpus[k]} GPUs of ${p.instance_type}" if p.count > 0 && (local.hosts_gpus[k] == null ? false : local.hosts_gpus[k] % p.engine_gpus != 0)]
   }
 
   gpu_node_groups = {

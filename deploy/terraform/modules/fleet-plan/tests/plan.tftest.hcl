@@ -310,6 +310,30 @@ run "a_gpu_without_an_instance_is_refused" {
   expect_failures = [output.gpu_node_groups]
 }
 
+# A pool of count 0 gets no group: a GPU no instance carries is kept out, not refused
+# (gpuroute check-config and tfvars skip it too).
+run "a_pool_of_no_gpus_is_left_out_not_refused" {
+  command = plan
+
+  variables {
+    regions = {
+      us-east = {
+        aws_region   = "us-east-1"
+        cidr_index   = 0
+        jurisdiction = "us"
+        azs          = ["us-east-1a", "us-east-1b", "us-east-1c"]
+        neighbours   = []
+        gpu_pools    = [{ gpu = "MI300X", count = 0, models = ["m"] }, { gpu = "L40S", count = 1, models = ["m"] }]
+      }
+    }
+  }
+
+  assert {
+    condition     = keys(output.gpu_node_groups) == ["us-east/l40s-1"]
+    error_message = "the MI300X pool of no GPUs gets no group and no refusal"
+  }
+}
+
 run "an_unknown_instance_without_gpus_per_host_is_refused" {
   command = plan
 
