@@ -52,6 +52,8 @@ class EngineSettings(StrictModel):
     def over(self, base: EngineSettings) -> EngineSettings:
         """These settings over `base`, key by key (a pool's over the fleet's)."""
         mine = self.model_dump(exclude_unset=True)
+XX
+            mine.setdefault("version", None)
         if "version" in mine:
             mine.setdefault("image", None)
         if "image" in mine:

@@ -261,3 +261,13 @@ def test_a_fleet_wide_secret_missing_is_said_once(tmp_path, capsys) -> None:
     path = fleet_file(tmp_path, [pool, pool | {"name": "two"}], engine={"hf_token": "hf_tokn"})
     (line,) = refused(path, capsys)
     assert line.startswith(f"{path}: engine.hf_token: secret 'hf_tokn' is not in the file's")
+
+
+def test_a_pool_of_another_engine_does_not_take_the_fleets_version(tmp_path) -> None:
+    path = fleet_file(
+        tmp_path,
+        [{"gpu": "L40S", "count": 1, "models": ["qwen3-8b"], "engine": {"kind": "sglang"}}],
+        engine={"hf_token": "hf-token", "version": "0.32.0"},
+    )
+    fleet = load_deploy_fleet(path)
+    assert fleet.image_of(fleet.regions[0].gpu_pools[0]) == "lmsysorg/sglang:v0.5.6"
