@@ -52,7 +52,7 @@ class EngineSettings(StrictModel):
     def over(self, base: EngineSettings) -> EngineSettings:
         """These settings over `base`, key by key (a pool's over the fleet's)."""
         mine = self.model_dump(exclude_unset=True)
-XX
+        if mine.get("kind", base.kind) != (base.kind or "vllm"):  # not the base's release
             mine.setdefault("version", None)
         if "version" in mine:
             mine.setdefault("image", None)
