@@ -13,6 +13,10 @@
 #   docker run -d --network gpuroute -p 8080:8080 -p 9090:9090 \
 #       -v $PWD/admin-token:/run/secrets/admin-token:ro gpuroute \
 #       router --config /etc/gpuroute/router.toml
+#   openssl rand -hex 24 > api-key      # the router's API wants a known key: add one
+#   gpuroute admin keys add --admin-url http://localhost:9090 --token-file admin-token \
+#       --key-file api-key --tenant me
+#   curl -H "Authorization: Bearer $(cat api-key)" http://localhost:8080/v1/models
 # The healthcheck (gpuroute-healthcheck) finds the tier running in the container and probes
 # that tier's own port from its config. The agent needs the host's NVIDIA devices for NVML:
 # run it with `--gpus all` (or on the host with deploy/systemd/gpuroute-agent.service).

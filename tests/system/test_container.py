@@ -12,6 +12,7 @@ with the exact commands that failed and their errors."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -164,7 +165,14 @@ def test_tiers_answer_through_their_published_ports(podman: Podman, pod: str) ->
                  timeout=60, what=f"{name}'s healthcheck")  # fmt: skip
     router = published(podman, pod, PORTS["router"])
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
-    answer = fetch(f"http://{router}/v1/chat/completions", body)
+    with pytest.raises(urllib.error.HTTPError) as keyless:  # published: keys required
+        fetch(f"http://{router}/v1/chat/completions", body)
+    assert keyless.value.code == 401
+    key = "sk-container-test"
+    admin = published(podman, pod, PORTS["router-admin"])
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    fetch(f"http://{admin}/admin/keys", {"sha256": digest, "tenant": "t"}, token=TOKEN)
+    answer = fetch(f"http://{router}/v1/chat/completions", body, token=key)
     assert json.loads(answer)["usage"]["completion_tokens"] == 3
     for admin in ("router-admin", "global-admin"):
         url = f"http://{published(podman, pod, PORTS[admin])}/metrics"
