@@ -105,7 +105,10 @@ def memory_short(fleet: DeployFleet, ref: PoolRef, gpu: GpuSpec, model: ModelSpe
     """Why the engine cannot start, when its GPUs cannot hold the weights and the KV cache
     of one whole sequence (vLLM refuses to start then); None when it fits."""
     pool, settings = ref.pool, fleet.engine_of(ref.pool)
-    weight_bytes = QUANTIZATION_BYTES.get(settings.quantization or "")
+    if settings.quantization is None:  # the checkpoint as it is
+        weight_bytes = fleet.checkpoint_bytes(pool.models[0])
+    else:
+        weight_bytes = QUANTIZATION_BYTES.get(settings.quantization)
     if weight_bytes is not None:
         model = replace(model, weight_bytes=weight_bytes)
     utilisation = settings.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION

@@ -35,6 +35,15 @@ BUILTIN_WEIGHTS = {
     "gpt-oss-120b": "openai/gpt-oss-120b",
     "gemma-2-9b": "google/gemma-2-9b-it",
 }
+# bytes per weight of those repositories' checkpoints, where the built-in shape assumes fewer
+# (served 8-bit, as the simulator runs them): an engine without --quantization loads these
+CHECKPOINT_BYTES = {
+    name: 2.0
+    for name in (
+        "llama-3.1-8b", "llama-3.2-3b", "llama-3.1-70b", "qwen2.5-7b", "qwen3-8b",
+        "qwen3-30b-a3b", "mixtral-8x7b", "gemma-2-9b",
+    )
+}  # fmt: skip
 # repositories whose licence must be accepted: a host needs a Hugging Face token for them
 GATED_PREFIXES = ("meta-llama/", "google/gemma", "mistralai/")
 
@@ -85,6 +94,11 @@ class DeployFleet(FleetConfig):
             return settings.image
         return IMAGES[settings.kind or "vllm"].format(version=settings.version)
 
+    def checkpoint_bytes(self, model: str) -> float | None:
+        """Bytes per weight of what engines load for `model` without --quantization, where
+        that is more than its shape says (a built-in shape's public 16-bit checkpoint)."""
+        return checkpoint_bytes(self.model(model), model)
+
     def weights(self, model: str) -> str | None:
         entry = self.model(model)
         if entry is not None and entry.weights is not None:
@@ -111,6 +125,19 @@ class PoolRef:
     @property
     def group(self) -> str:
         return f"{self.region.name}/{self.name}"
+
+
+def checkpoint_bytes(entry: RouterModelConfig | None, model: str) -> float | None:
+    """A built-in shape's checkpoint bytes per weight when `model` (its [[models]] `entry`,
+    if any) loads that shape's public checkpoint; None when its own figures or its own
+    weights say what it loads."""
+    shape = entry.shape if entry is not None and entry.shape else model
+    if entry is not None:
+        own_figures = entry.config_json is not None or (entry.has_shape and not entry.shape)
+        own_weights = getattr(entry, "weights", None) not in (None, BUILTIN_WEIGHTS.get(shape))
+        if own_figures or own_weights:
+            return None
+    return CHECKPOINT_BYTES.get(shape)
 
 
 def load_deploy_fleet(path: Path | str, *, check: bool = True) -> DeployFleet:

@@ -20,7 +20,7 @@ from typing import Any
 
 from gpuroute.fleet.checks import DEFAULT_GPU_MEMORY_UTILIZATION
 from gpuroute.fleet.instances import InstanceType, load_catalog
-from gpuroute.fleet.schema import BUILTIN_WEIGHTS, GATED_PREFIXES
+from gpuroute.fleet.schema import BUILTIN_WEIGHTS, GATED_PREFIXES, checkpoint_bytes
 from gpuroute.sim.plan import FleetPlan, Judged, Planner
 from gpuroute.sim.plan_check import GpuOption
 
@@ -47,6 +47,9 @@ class WrittenPool:
     engines: int  # engines written (whole hosts)
     instance: InstanceType | None
     max_model_len: int | None = None  # set where the model's own context does not fit
+    # its public checkpoint's bytes per weight where the simulated shape has fewer (8-bit):
+    # then written with quantization = "fp8", so engines serve what was simulated
+    checkpoint_bytes: float | None = None
 
     @property
     def gpus(self) -> int:
@@ -116,7 +119,11 @@ def written_pools(plan: FleetPlan, planner: Planner) -> list[WrittenPool]:
                 engines = math.ceil(planned / per_host) * per_host
             name = _pool_name(pool.model, option, names)
             context = context_that_fits(planner, pool.model, option, host)
-            pools.append(WrittenPool(name, pool.model, option, planned, engines, host, context))
+            entry = next((m for m in planner.scenario.models if m.name == pool.model), None)
+            loaded = checkpoint_bytes(entry, pool.model)
+            pools.append(
+                WrittenPool(name, pool.model, option, planned, engines, host, context, loaded)
+            )
     return pools
 
 
@@ -196,8 +203,13 @@ def _pool_doc(pool: WrittenPool) -> dict[str, Any]:
         doc["tensor_parallel"] = pool.option.tp
     if pool.instance is not None:
         doc["instance_type"] = pool.instance.name
+    engine: dict[str, Any] = {}
     if pool.max_model_len is not None:
-        doc["engine"] = {"max_model_len": pool.max_model_len}
+        engine["max_model_len"] = pool.max_model_len
+    if pool.checkpoint_bytes:  # simulated with 8-bit weights, so served
+        engine["quantization"] = "fp8"
+    if engine:
+        doc["engine"] = engine
     return doc
 
 

@@ -271,3 +271,14 @@ def test_a_pool_of_another_engine_does_not_take_the_fleets_version(tmp_path) -> 
     )
     fleet = load_deploy_fleet(path)
     assert fleet.image_of(fleet.regions[0].gpu_pools[0]) == "lmsysorg/sglang:v0.5.6"
+
+
+def test_an_engine_without_quantization_loads_the_16_bit_checkpoint(tmp_path, capsys) -> None:
+    """The built-in shapes are simulated with 8-bit weights; an engine given no
+    quantization loads the public BF16 checkpoint: 141 GB of a 70B on one H200's 127."""
+    pool = {"gpu": "H200", "count": 8, "models": ["llama-3.1-70b"],
+            "engine": {"max_model_len": 8192}}  # fmt: skip
+    (line,) = refused(fleet_file(tmp_path, [pool]), capsys)
+    assert "llama-3.1-70b does not fit H200: it needs 143.8 GB (weights 141.1 GB" in line
+    fp8 = pool | {"engine": {"max_model_len": 8192, "quantization": "fp8"}}
+    load_deploy_fleet(fleet_file(tmp_path, [fp8]))

@@ -57,6 +57,8 @@ def test_written_fleet_is_whole_hosts_and_passes_check_config(
     # a whole p5.48xlarge (8 GPUs: four engines)
     assert (small["gpu"], small["count"], small["instance_type"]) == ("H100", 2, "p5.4xlarge")
     assert small["models"] == ["llama-3.1-8b"] and "tensor_parallel" not in small
+    # simulated with the built-in shapes' 8-bit weights, so served with them
+    assert small["engine"]["quantization"] == large["engine"]["quantization"] == "fp8"
     assert (large["count"], large["tensor_parallel"], large["instance_type"]) == (
         8,
         2,
