@@ -348,7 +348,7 @@ def pool(keys: str) -> str:
          "regions[0].gpu_pools[0]: a pool that scales (min_hosts, max_hosts or standby_hosts) "
          "serves exactly one model"),
         ('[[models]]\nname = "qwen3-8b"\nslo_class = "gold"\n' + region("aa")
-         + pool("").replace('["m"]', '["qwen3-8b"]'),
+         + pool("engine = { max_model_len = 8192 }\n").replace('["m"]', '["qwen3-8b"]'),
          "models[0].slo_class: 'gold' is not a class the deployed routers have "
          "(interactive, standard, batch)"),
         (region("aa") + pool("") + pool("min_hosts = 1\nmax_hosts = 4\n"),
