@@ -140,4 +140,4 @@ def _argument_problems(fleet: DeployFleet, ref: PoolRef) -> list[str]:
     tag = (settings.image or "").rpartition(":")[2].removeprefix("v")
     version = settings.version or (tag if "/" not in tag else "")
     rendered = len(argv) - len(settings.extra_args)
-    return check_engine_args(settings.kind or "vllm", version, argv, rendered=rendered)
+    return check_engine_args(settings.kind, version, argv, rendered=rendered)

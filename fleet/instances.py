@@ -6,7 +6,7 @@ would, before it runs."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 
@@ -24,7 +24,6 @@ class InstanceType:
     interconnect: str = "PCIe"
     interconnect_gbs: float | None = None
     instance_storage_gb: float = 0.0
-    in_catalog: bool = True
 
 
 @cache
@@ -59,19 +58,14 @@ def _declared_instance(
 ) -> InstanceType:
     if isinstance(entry, AwsInstanceType):
         return InstanceType(
-            entry.name, gpu, entry.gpus, instance_storage_gb=entry.instance_storage_gb,
-            in_catalog=False,
-        )  # fmt: skip
+            entry.name, gpu, entry.gpus, instance_storage_gb=entry.instance_storage_gb
+        )
     if entry not in by_name:
         raise NoInstance(
             f"aws_instance_types: {entry!r} is not in the catalog; give it as a table "
             f"{{ name = {entry!r}, gpus = N }}"
         )
-    known = by_name[entry]
-    return InstanceType(
-        known.name, gpu, known.gpus, known.gpu_memory_gb, known.interconnect,
-        known.interconnect_gbs, known.instance_storage_gb,
-    )  # fmt: skip
+    return replace(by_name[entry], gpu=gpu)  # the catalog's figures, carrying the declared type
 
 
 def where_deployable(gpu: str) -> str:

@@ -7,7 +7,7 @@ so nothing downstream (Terraform, a host's engine) is the first to say no."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpuroute.router.model_config import RouterModelConfig, check_models
@@ -92,7 +92,7 @@ class DeployFleet(FleetConfig):
         settings = self.engine_of(pool)
         if settings.image is not None:
             return settings.image
-        return IMAGES[settings.kind or "vllm"].format(version=settings.version)
+        return IMAGES[settings.kind].format(version=settings.version)
 
     def checkpoint_bytes(self, model: str) -> float | None:
         """Bytes per weight of what engines load for `model` without --quantization, where
@@ -110,7 +110,7 @@ class DeployFleet(FleetConfig):
 @dataclass(frozen=True, slots=True)
 class PoolRef:
     """A pool with where it is: `key` ("regions[0].gpu_pools[1]") for messages, `name` its
-    group's name in Terraform ("<region>/<name>")."""
+    name in its region (Terraform's group is "<region>/<name>")."""
 
     region: Region
     region_index: int
@@ -121,10 +121,6 @@ class PoolRef:
     @property
     def key(self) -> str:
         return f"regions[{self.region_index}].gpu_pools[{self.index}]"
-
-    @property
-    def group(self) -> str:
-        return f"{self.region.name}/{self.name}"
 
 
 def checkpoint_bytes(entry: RouterModelConfig | None, model: str) -> float | None:
@@ -160,11 +156,3 @@ def load_deploy_fleet(path: Path | str, *, check: bool = True) -> DeployFleet:
 def served_names(fleet: DeployFleet) -> set[str]:
     """Every model name some pool's engines serve."""
     return {m for ref in fleet.pools() for m in ref.pool.models}
-
-
-def with_instance_memory(spec_memory_gb: float, instance_gb: float | None) -> float:
-    """A GPU's usable memory on an instance (p4d's A100s have 40 GB, the type 80)."""
-    return spec_memory_gb if instance_gb is None else min(spec_memory_gb, instance_gb)
-
-
-__all__ = ["DeployFleet", "FleetModelConfig", "PoolRef", "load_deploy_fleet", "replace"]
