@@ -49,10 +49,7 @@ def deploy_problems(fleet: DeployFleet, path: Path | str) -> list[str]:
         problems.append(
             f"{path}: deploy.global_regions: name at least two regions for the global tier"
         )
-    indexes = [
-        r.deploy.cidr_index if r.deploy.cidr_index is not None else i
-        for i, r in enumerate(fleet.regions)
-    ]
+    indexes = cidr_indexes(fleet)
     if len(set(indexes)) != len(indexes):
         problems.append(f"{path}: regions[].deploy.cidr_index: two regions share a CIDR index")
     known = [c.name for c in DEFAULT_SLO_CLASSES]  # the routers Terraform writes set no [slo]
@@ -65,15 +62,20 @@ def deploy_problems(fleet: DeployFleet, path: Path | str) -> list[str]:
     return problems
 
 
+def cidr_indexes(fleet: DeployFleet) -> list[int]:
+    """Each region's /16 index: its `deploy.cidr_index`, else its position in the file."""
+    return [
+        r.deploy.cidr_index if r.deploy.cidr_index is not None else i
+        for i, r in enumerate(fleet.regions)
+    ]
+
+
 def fleet_tfvars(fleet: DeployFleet, path: Path | str) -> dict[str, Any]:
     """Variables for the multi-region example; ConfigError names the file and key."""
     problems = deploy_problems(fleet, path)
     if problems:
         raise ConfigError("\n".join(problems))
-    indexes = [
-        r.deploy.cidr_index if r.deploy.cidr_index is not None else i
-        for i, r in enumerate(fleet.regions)
-    ]
+    indexes = cidr_indexes(fleet)
     regions = {}
     refs = list(fleet.pools())
     for region, index in zip(fleet.regions, indexes, strict=True):
