@@ -9,13 +9,13 @@ from dataclasses import replace
 
 from gpuroute.fleet.engine_args import engine_argv
 from gpuroute.fleet.engine_flags import check_engine_args
-from gpuroute.fleet.instances import NoInstance, instance_for
+from gpuroute.fleet.instances import InstanceType, NoInstance, gpu_on, instance_for
 from gpuroute.fleet.schema import GATED_PREFIXES, DeployFleet, PoolRef
 
 from gpuroute.gpus import GpuSpec
 from gpuroute.models import WEIGHT_DTYPE_BYTES, ModelSpec
+from gpuroute.roofline import DEFAULT_MEMORY_UTILIZATION, kv_capacity_tokens, usable_bytes
 
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default
 # weight bytes per parameter of an engine's --quantization (None: the model's shape's)
 QUANTIZATION_BYTES = {
     "fp8": 1.0, "fbgemm_fp8": 1.0, "modelopt": 1.0, "compressed-tensors": None,
@@ -47,27 +47,25 @@ def pool_problems(fleet: DeployFleet, ref: PoolRef) -> list[str]:
             "Hugging Face repository or a path on the host)"
         )
     problems += _secret_problems(fleet, ref)
-    gpu_memory = None
+    instance = None
     try:
-        gpu_memory = instance_for(fleet, pool).gpu_memory_gb
+        instance = instance_for(fleet, pool)
     except NoInstance as exc:
         problems.append(str(exc))
     if fleet.engine_of(pool).kind == "sglang" and len(pool.models) > 1:
         problems.append(
             "models: an SGLang engine serves one name; give the others as [[models]] aliases"
         )
-    return problems + _fit_problems(fleet, ref, gpu_memory) + _argument_problems(fleet, ref)
+    return problems + _fit_problems(fleet, ref, instance) + _argument_problems(fleet, ref)
 
 
-def _fit_problems(fleet: DeployFleet, ref: PoolRef, gpu_memory: float | None) -> list[str]:
+def _fit_problems(fleet: DeployFleet, ref: PoolRef, instance: InstanceType | None) -> list[str]:
     """The pool's first model in its engine's GPUs (their instance's memory, where known)."""
     shapes = fleet.shapes()
     first = ref.pool.models[0]
     if first not in shapes:
         return []
-    spec = fleet.gpu_catalog()[ref.pool.gpu]
-    if gpu_memory is not None:
-        spec = replace(spec, memory_gb=min(spec.memory_gb, gpu_memory))
+    spec = gpu_on(fleet.gpu_catalog()[ref.pool.gpu], instance)
     short = memory_short(fleet, ref, spec, shapes[first])
     return [] if short is None else [short]
 
@@ -111,14 +109,14 @@ def memory_short(fleet: DeployFleet, ref: PoolRef, gpu: GpuSpec, model: ModelSpe
         weight_bytes = QUANTIZATION_BYTES.get(settings.quantization)
     if weight_bytes is not None:
         model = replace(model, weight_bytes=weight_bytes)
-    utilisation = settings.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION
+    utilisation = settings.gpu_memory_utilization or DEFAULT_MEMORY_UTILIZATION
     gpus = pool.gpus_per_engine
-    usable = gpus * gpu.memory_gb * 1e9 * utilisation
     context = settings.max_model_len or model.max_model_len or 8192
+    if kv_capacity_tokens(gpu, model, gpus, utilisation) >= context:
+        return None
+    usable = usable_bytes(gpu, gpus, utilisation)
     weights = model.weight_total_bytes
     kv = model.kv_bytes_per_token * context
-    if weights + kv <= usable:
-        return None
     held = f"{gpus} x {gpu.name}" if gpus > 1 else gpu.name
     fix = (
         "a larger tensor_parallel, quantization, a smaller max_model_len or a GPU with more memory"

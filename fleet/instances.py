@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 
+from gpuroute.gpus import GpuSpec
 from gpuroute.regions import AwsInstanceType, FleetConfig, GpuPool
 
 CATALOG_FILE = "aws_gpu_instances.json"
@@ -35,6 +36,13 @@ def load_catalog() -> tuple[InstanceType, ...]:
 
 def catalog_by_name() -> dict[str, InstanceType]:
     return {i.name: i for i in load_catalog()}
+
+
+def gpu_on(spec: GpuSpec, instance: InstanceType | None) -> GpuSpec:
+    """The GPU as an instance carries it: p4d's A100s have 40 GB, the type's figures 80."""
+    if instance is None or instance.gpu_memory_gb is None:
+        return spec
+    return replace(spec, memory_gb=min(spec.memory_gb, instance.gpu_memory_gb))
 
 
 class NoInstance(ValueError):

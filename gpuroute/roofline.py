@@ -14,6 +14,26 @@ from gpuroute.prefix_blocks import BLOCK_TOKENS
 # one all-reduce's fixed cost (launch and link latency), NCCL on NVLink's order of magnitude
 ALLREDUCE_LATENCY_S = 10e-6
 ACTIVATION_BYTES = 2  # BF16 activations are what tensor parallelism all-reduces
+DEFAULT_MEMORY_UTILIZATION = 0.9  # vLLM's --gpu-memory-utilization: its share of each GPU
+
+
+def usable_bytes(
+    gpu: GpuSpec, gpus: int, memory_utilization: float = DEFAULT_MEMORY_UTILIZATION
+) -> float:
+    """What an engine of `gpus` GPUs may fill: its weights, then its KV cache."""
+    return gpus * gpu.memory_gb * 1e9 * memory_utilization
+
+
+def kv_capacity_tokens(
+    gpu: GpuSpec,
+    model: ModelSpec,
+    gpus: int,
+    memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
+) -> int:
+    """Tokens of KV cache an engine holds once its weights are loaded (negative: the weights
+    alone do not fit). vLLM starts only when one whole sequence fits in it."""
+    room = usable_bytes(gpu, gpus, memory_utilization) - model.weight_total_bytes
+    return int(room / model.kv_bytes_per_token)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +75,7 @@ class EngineParams:
         tp: int = 1,
         pp: int = 1,
         max_num_seqs: int = 256,
-        memory_utilization: float = 0.9,
+        memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
         mbu: float = 0.75,
         mfu: float = 0.55,
         step_overhead_s: float = 0.0015,
@@ -76,8 +96,7 @@ class EngineParams:
         if self.max_num_batched_tokens <= max_num_seqs and chunked_prefill:
             raise ValueError("max_num_batched_tokens must exceed max_num_seqs")
         gpus = tp * pp
-        kv_bytes = gpus * gpu.memory_gb * 1e9 * memory_utilization - model.weight_total_bytes
-        self.kv_capacity_tokens = int(kv_bytes / model.kv_bytes_per_token)
+        self.kv_capacity_tokens = kv_capacity_tokens(gpu, model, gpus, memory_utilization)
         if self.kv_capacity_tokens < 2 * BLOCK_TOKENS:
             raise ValueError(
                 f"model {model.name} does not fit on "

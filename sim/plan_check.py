@@ -12,14 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from gpuroute.fleet.checks import DEFAULT_GPU_MEMORY_UTILIZATION
 from gpuroute.router.core.latency_prior import LatencyPrior
 from gpuroute.router.core.slo import SloClass
 from gpuroute.sim.scenario import Scenario
 from gpuroute.sim.workloads import Workload
 
 from gpuroute.config import ConfigError
-from gpuroute.roofline import EngineParams
+from gpuroute.roofline import DEFAULT_MEMORY_UTILIZATION, EngineParams, usable_bytes
 
 
 class PlanError(ConfigError):
@@ -81,15 +80,15 @@ def cannot_start(params: EngineParams, workload: Workload) -> str | None:
     None: vLLM starts only when the weights and the KV cache of one whole sequence fit in
     its share of the GPUs' memory (check-config's rule for a fleet file's pools)."""
     longest = int((workload.prompts + workload.outputs).max())
-    model = params.model
-    usable = params.tp * params.pp * params.gpu.memory_gb * 1e9 * DEFAULT_GPU_MEMORY_UTILIZATION
-    needed = model.weight_total_bytes + model.kv_bytes_per_token * longest
-    if needed <= usable:
+    if params.kv_capacity_tokens >= longest:  # at vLLM's default memory share
         return None
+    model = params.model
+    usable = usable_bytes(params.gpu, params.tp * params.pp)
+    needed = model.weight_total_bytes + model.kv_bytes_per_token * longest
     return (
         f"model {model.name} on {params.name}: weights and the KV cache of the longest "
         f"request ({longest:,} tokens) take {needed / 1e9:.1f} GB, more than the "
-        f"{usable / 1e9:.1f} GB an engine may use ({DEFAULT_GPU_MEMORY_UTILIZATION:g} of the "
+        f"{usable / 1e9:.1f} GB an engine may use ({DEFAULT_MEMORY_UTILIZATION:g} of the "
         "GPUs' memory): it could not start; give the type more GPUs per engine (TYPE:tpN)"
     )
 

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuroute.fleet.checks import DEFAULT_GPU_MEMORY_UTILIZATION
-from gpuroute.fleet.instances import InstanceType, load_catalog
+from gpuroute.fleet.instances import InstanceType, gpu_on, load_catalog
 from gpuroute.fleet.schema import BUILTIN_WEIGHTS, GATED_PREFIXES, checkpoint_bytes
 from gpuroute.sim.plan import FleetPlan, Judged, Planner
 from gpuroute.sim.plan_check import GpuOption
 
 from gpuroute.gpus import GpuCatalog
+from gpuroute.roofline import kv_capacity_tokens
 
 # the region written: edit its name and place to deploy elsewhere (docs/deploy.md)
 REGION = {
@@ -135,16 +135,12 @@ def context_that_fits(
     the longest context that fits, in thousands of tokens, at least the workload's longest
     request. None where the model's own fits."""
     spec = planner.scenario.shapes()[model]
-    memory = planner.scenario.gpu_catalog()[option.gpu].memory_gb
-    if host is not None and host.gpu_memory_gb is not None:
-        memory = min(memory, host.gpu_memory_gb)
-    usable = option.tp * memory * 1e9 * DEFAULT_GPU_MEMORY_UTILIZATION
-    room = (usable - spec.weight_total_bytes) / spec.kv_bytes_per_token
-    own = spec.max_model_len or 8192
-    if room >= own:
+    gpu = gpu_on(planner.scenario.gpu_catalog()[option.gpu], host)
+    room = kv_capacity_tokens(gpu, spec, option.tp)
+    if room >= (spec.max_model_len or 8192):
         return None
     longest = int((planner.workload.prompts + planner.workload.outputs).max())
-    return max(int(room) // 1024 * 1024, longest)
+    return max(room // 1024 * 1024, longest)
 
 
 def _pool_name(model: str, option: GpuOption, taken: set[str]) -> str:
