@@ -6,9 +6,9 @@ time), and at once when the engine comes back from a restart (`poke`). The paral
 cannot change without a restart, so it is read only then. Until the engine first answers,
 the config's word stands (agent/core/engine_facts.py decides, this module only fetches).
 
-The agent registers the engine only once it has loaded its model (`loaded`): /health answers
-200 and /v1/models lists every name of `engine.models`. Until then it says what is missing
-and asks again every `telemetry.health_interval_s`."""
+The agent registers the engine only once it has loaded its model (`loaded`): the agent's own
+/health probe finds it up (`healthy`) and /v1/models lists every name of `engine.models`.
+Until then it says what is missing and asks again every `telemetry.health_interval_s`."""
 
 from __future__ import annotations
 
@@ -40,10 +40,12 @@ class EngineInfo:
         self,
         config: AgentConfig,
         on_change: Callable[[EngineFacts], None] = lambda _facts: None,
+        healthy: Callable[[], bool] = lambda: True,
     ) -> None:
         self.engine = config.engine
         self.retry_s = config.telemetry.health_interval_s  # until the engine first answers
         self.on_change = on_change
+        self.healthy = healthy  # the agent's /health probe's last word (agent/server.py)
         self.served: list[ServedModel] | None = None
         self.reported: Parallelism | None = None
         self.facts = facts(self.engine.models, self.engine.parallel, None, None)
@@ -97,27 +99,18 @@ class EngineInfo:
         if new.models:
             self.known.set()
         if served is not None and not self.loaded.is_set():
-            await self._check_loaded(session, served)
+            self._check_loaded(served)
         return new
 
-    async def _check_loaded(
-        self, session: aiohttp.ClientSession, served: list[ServedModel]
-    ) -> None:
-        """Sets `loaded` once /health is OK and /v1/models lists every configured model
-        (model_problems has said which are missing)."""
+    def _check_loaded(self, served: list[ServedModel]) -> None:
+        """Sets `loaded` once the engine is healthy and /v1/models lists every configured
+        model (model_problems has said which are missing). The health probe pokes a read
+        when the engine comes up, so this runs again then."""
         ids = {m.id for m in served}
         if any(m not in ids for m in self.engine.models or ()):
             return
-        url = self.engine.url + self.engine.health_path
-        timeout = aiohttp.ClientTimeout(total=self.engine.health_timeout_s)
-        try:
-            async with session.get(url, timeout=timeout) as response:
-                status = response.status
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            self._say(f"not registering yet: GET {url}: {type(exc).__name__} {exc}".strip())
-            return
-        if status != 200:
-            self._say(f"not registering yet: GET {url} answers HTTP {status}")
+        if not self.healthy():
+            self._say(f"not registering yet: {self.engine.health_path} is not OK")
             return
         log.info("engine loaded: serves %s, /health OK; registering", ",".join(sorted(ids)))
         self.loaded.set()

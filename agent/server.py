@@ -60,7 +60,7 @@ class Agent:
             read_secret(config.load_stream, "token", "load_stream"),
         )
         self.engine_load = EngineLoad()
-        self.engine_info = EngineInfo(config, self._on_engine_facts)
+        self.engine_info = EngineInfo(config, self._on_engine_facts, healthy=lambda: self.engine_ok)
         self.gpu_reading = GpuReading()
         self.engine_ok = False
         self.registration: Registration | None = None

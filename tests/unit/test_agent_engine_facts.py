@@ -233,28 +233,30 @@ async def test_without_configured_models_the_agent_waits_for_the_engine(caplog) 
 
 @pytest.mark.asyncio
 async def test_the_engine_is_loaded_once_health_and_models_agree_with_the_config(caplog) -> None:
-    """Registration waits for `loaded`: /health 200 and /v1/models listing every name of
-    engine.models; until then the agent says what is missing, once."""
+    """Registration waits for `loaded`: the agent's /health probe finds the engine up and
+    /v1/models lists every name of engine.models; until then it says what is missing, once."""
     caplog.set_level(logging.INFO, "gpuroute.agent.engine")
     other = {"object": "list", "data": [{"id": "qwen3-8b", "object": "model"}]}
-    routes: dict[str, object] = {"/v1/models": other, "/health": 200}
+    routes: dict[str, object] = {"/v1/models": other}
+    health = {"ok": True}
     async with engine_app(routes) as (url, _hits), ClientSession() as session:
-        info = EngineInfo(agent({"url": url, "models": ["llama-3.1-8b", "sql-lora"]}))
+        config = agent({"url": url, "models": ["llama-3.1-8b", "sql-lora"]})
+        info = EngineInfo(config, healthy=lambda: health["ok"])
         assert info.known.is_set() and not info.loaded.is_set()  # the config's names only
         await info.read(session)
         await info.read(session)
         assert not info.loaded.is_set()
         routes["/v1/models"] = VLLM_MODELS  # the model has loaded: the 8B and its adapters
-        routes["/health"] = 503
+        health["ok"] = False  # but the probe last found the engine down
         await info.read(session)
         assert not info.loaded.is_set()
-        routes["/health"] = 200
+        health["ok"] = True
         await info.read(session)
     assert info.loaded.is_set()
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     missing = "the agent registers the engine only once it serves ['llama-3.1-8b', 'sql-lora']"
     assert sum(missing in line for line in said) == 1, said  # said once, not at every read
-    assert any(line.endswith("/health answers HTTP 503") for line in said), said
+    assert any(line.endswith("not registering yet: /health is not OK") for line in said), said
     assert "engine loaded: serves chat-lora,llama-3.1-8b,sql-lora, /health OK" in caplog.text
 
 
