@@ -20,7 +20,7 @@ from gpuroute.sim.fleet import GpuTypeProfile, profile_gpu_type
 from gpuroute.sim.plan_check import GpuOption, PlanError, engine_params, usable_options
 from gpuroute.sim.plan_search import Mix, MixSearch, cost_of, token_costs
 from gpuroute.sim.prepare import prepare_workload
-from gpuroute.sim.report import PolicyReport, by_model_and_class
+from gpuroute.sim.report import PolicyReport
 from gpuroute.sim.scenario import GpuGroup, LoadedScenario, Scenario
 from gpuroute.sim.simulator import FleetSimulator
 
@@ -162,8 +162,7 @@ class Planner:
         serves none of its requests."""
         if not any(n for mix in pools.values() for n in mix.values()):
             return Judged(0.0, dict.fromkeys(pools, 0.0), list(pools), False, {}, [])
-        sim = self.simulator(self.fleet(pools), peak)
-        report, run = sim.replay(POLICY)
+        report = self.simulator(self.fleet(pools), peak).run(POLICY)
         met = {m: float(s["attainment"]) for m, s in report.by_model.items()}
         met = met or {next(iter(pools)): report.slo_attainment}
         target = self.limits.attainment
@@ -174,7 +173,7 @@ class Planner:
             misses=misses,
             meets=report.slo_attainment >= target and not misses,
             by_model=report.by_model,
-            by_model_and_class=by_model_and_class(sim.scenario, sim.workload, run.outcomes),
+            by_model_and_class=report.by_model_and_class,
         )
 
     def pool_scenario(self, model: str, mix: dict[GpuOption, int]) -> Scenario:

@@ -82,6 +82,9 @@ class PolicyReport:
     # per requested model, when the workload has several: share, attainment, how many a
     # fallback model served, refused
     by_model: dict[str, dict[str, float]] = field(default_factory=dict)
+    # per requested model and the SLO classes its requests are in: bounds, share, attainment
+    # (what `plan` judges each pool by; in the JSON with by_model)
+    by_model_and_class: list[dict[str, object]] = field(default_factory=list)
     # LoRA adapters loaded into engine slots, all engines together (None: no adapters,
     # and the key is left out of the JSON)
     adapter_loads: int | None = None
@@ -90,8 +93,8 @@ class PolicyReport:
 
     def to_dict(self) -> dict[str, object]:
         out = asdict(self)
-        if not self.by_model:
-            del out["by_model"]  # a single-model run's JSON as before
+        if not self.by_model:  # a single-model run's JSON as before
+            del out["by_model"], out["by_model_and_class"]
         if self.adapter_loads is None:
             del out["adapter_loads"]
         return out
@@ -160,6 +163,7 @@ def summarise(
         by_gpu_type=by_gpu_type(np.asarray(run.served_by)[ok], engines, e2e, tpot),
         by_slo_class=by_slo_class(classes, class_of, ok, good, ttft),
         by_model=by_model(scenario, run, engines, ok, good),
+        by_model_and_class=by_model_and_class(scenario, run, ok, good, class_of),
         adapter_loads=adapter_loads(engines),
     )
 
@@ -249,31 +253,24 @@ def by_model(
 
 
 def by_model_and_class(
-    scenario: Scenario, workload: Workload, run: RunOutcomes
+    scenario: Scenario, run: RunOutcomes, ok: np.ndarray, good: np.ndarray, class_of
 ) -> list[dict[str, object]]:
     """Attainment of each requested model's requests in each SLO class they are in (what
-    `plan` judges pools by): model, class, its bounds, share of the model's requests."""
-    status = np.asarray(run.status)
-    ok = status == OK
-    ttft = np.asarray(run.ttft)
-    e2e = np.asarray(run.finish) - workload.arrivals
-    outputs = workload.outputs
-    tpot = np.where(outputs > 1, (e2e - ttft) / np.maximum(outputs - 1, 1), 0.0)
-    classes = scenario.slo_classes()
-    class_of = np.asarray(run.slo_class, dtype=np.int64)
-    good = np.zeros(len(status), dtype=bool)
-    good[ok] = met_slo(classes, class_of[ok], ttft[ok], tpot[ok], e2e[ok])
+    `plan` judges pools by): model, class, its bounds, share of the model's requests. `good`
+    is summarise's, over the served requests."""
+    met = np.zeros(len(ok), dtype=bool)
+    met[ok] = good
     asked = np.asarray(run.model, dtype=np.int64)
     rows: list[dict[str, object]] = []
     for m, model in enumerate(scenario.model_mix()):
         mine = asked == m
-        for k, slo in enumerate(classes):
+        for k, slo in enumerate(scenario.slo_classes()):
             cell = mine & (class_of == k)
             if cell.any():
                 rows.append({
                     "model": model, "slo_class": slo.name, "ttft_s": slo.ttft_s,
                     "tpot_s": slo.tpot_s, "request_share": _r(cell.sum() / mine.sum()),
-                    "attainment": _r(good[cell].mean()),
+                    "attainment": _r(met[cell].mean()),
                 })  # fmt: skip
     return rows
 
