@@ -3,48 +3,59 @@ starts its engines with (Terraform adds each engine's `--host` and `--port`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from gpuroute.fleet.schema import DeployFleet
 
-from gpuroute.regions import EngineSettings, GpuPool
+from gpuroute.regions import GpuPool
+
+
+@dataclass(frozen=True, slots=True)
+class EngineFlags:
+    """How one engine spells what the fleet file says (the options gpuroute renders)."""
+
+    weights: str
+    every_name: bool  # serves every name of the pool (vLLM), or the first alone (SGLang)
+    tensor_parallel: str
+    pipeline_parallel: str
+    context: str
+    memory: str
+    lora_paths: str
+    always: tuple[str, ...] = ()
+
+
+FLAGS = {
+    "vllm": EngineFlags(
+        "--model", True, "--tensor-parallel-size", "--pipeline-parallel-size",
+        "--max-model-len", "--gpu-memory-utilization", "--lora-modules",
+    ),
+    # SGLang serves one name (the router's [[models]] aliases give the others); the agent
+    # reads its metrics
+    "sglang": EngineFlags(
+        "--model-path", False, "--tp-size", "--pp-size", "--context-length",
+        "--mem-fraction-static", "--lora-paths", ("--enable-metrics",),
+    ),
+}  # fmt: skip
 
 
 def engine_argv(fleet: DeployFleet, pool: GpuPool) -> list[str]:
     """vLLM's `vllm serve` or SGLang's `sglang.launch_server` arguments, without host and
-    port; the weights of the pool's first model, served under all of its names."""
+    port; the weights of the pool's first model, served under its names."""
     settings = fleet.engine_of(pool)
-    weights = fleet.weights(pool.models[0]) or pool.models[0]
-    if settings.kind == "sglang":
-        return _sglang(settings, pool, weights)
-    return _vllm(settings, pool, weights)
-
-
-def _vllm(settings: EngineSettings, pool: GpuPool, weights: str) -> list[str]:
-    argv = ["--model", weights, "--served-model-name", *pool.models]
-    argv += ["--tensor-parallel-size", str(pool.tensor_parallel)]
-    argv += ["--pipeline-parallel-size", str(pool.pipeline_parallel)]
-    if settings.max_model_len is not None:
-        argv += ["--max-model-len", str(settings.max_model_len)]
-    if settings.quantization is not None:
-        argv += ["--quantization", settings.quantization]
-    if settings.gpu_memory_utilization is not None:
-        argv += ["--gpu-memory-utilization", f"{settings.gpu_memory_utilization:g}"]
+    flags = FLAGS[settings.kind]
+    names = pool.models if flags.every_name else pool.models[:1]
+    argv = [flags.weights, fleet.weights(pool.models[0]) or pool.models[0]]
+    argv += ["--served-model-name", *names]
+    argv += [flags.tensor_parallel, str(pool.tensor_parallel)]
+    argv += [flags.pipeline_parallel, str(pool.pipeline_parallel)]
+    memory = settings.gpu_memory_utilization
+    optional = (
+        (flags.context, settings.max_model_len),
+        ("--quantization", settings.quantization),
+        (flags.memory, None if memory is None else f"{memory:g}"),
+    )
+    argv += [item for flag, value in optional if value is not None for item in (flag, str(value))]
     if settings.lora_modules:
-        argv += ["--enable-lora", "--lora-modules"]
+        argv += ["--enable-lora", flags.lora_paths]
         argv += [f"{name}={path}" for name, path in settings.lora_modules.items()]
-    return argv + list(settings.extra_args)
-
-
-def _sglang(settings: EngineSettings, pool: GpuPool, weights: str) -> list[str]:
-    # SGLang serves one name; the router's [[models]] aliases give the others
-    argv = ["--model-path", weights, "--served-model-name", pool.models[0]]
-    argv += ["--tp-size", str(pool.tensor_parallel), "--pp-size", str(pool.pipeline_parallel)]
-    if settings.max_model_len is not None:
-        argv += ["--context-length", str(settings.max_model_len)]
-    if settings.quantization is not None:
-        argv += ["--quantization", settings.quantization]
-    if settings.gpu_memory_utilization is not None:
-        argv += ["--mem-fraction-static", f"{settings.gpu_memory_utilization:g}"]
-    if settings.lora_modules:
-        argv += ["--enable-lora", "--lora-paths"]
-        argv += [f"{name}={path}" for name, path in settings.lora_modules.items()]
-    return [*argv, "--enable-metrics", *settings.extra_args]
+    return [*argv, *flags.always, *settings.extra_args]
