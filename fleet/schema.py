@@ -100,11 +100,7 @@ class DeployFleet(FleetConfig):
         return checkpoint_bytes(self.model(model), model)
 
     def weights(self, model: str) -> str | None:
-        entry = self.model(model)
-        if entry is not None and entry.weights is not None:
-            return entry.weights
-        shape_name = entry.shape if entry is not None and entry.shape else model
-        return BUILTIN_WEIGHTS.get(shape_name)
+        return weights_for(self.model(model), model)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +117,15 @@ class PoolRef:
     @property
     def key(self) -> str:
         return f"regions[{self.region_index}].gpu_pools[{self.index}]"
+
+
+def weights_for(entry: RouterModelConfig | None, model: str) -> str | None:
+    """What engines load for `model` (its [[models]] `entry`, if any): the entry's
+    `weights`, else the public repository of the built-in shape it names or is."""
+    own = getattr(entry, "weights", None)  # a scenario's entry may be the router's
+    if own is not None:
+        return own
+    return BUILTIN_WEIGHTS.get(entry.shape if entry is not None and entry.shape else model)
 
 
 def checkpoint_bytes(entry: RouterModelConfig | None, model: str) -> float | None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuroute.fleet.instances import InstanceType, gpu_on, load_catalog
-from gpuroute.fleet.schema import BUILTIN_WEIGHTS, GATED_PREFIXES, checkpoint_bytes
+from gpuroute.fleet.schema import GATED_PREFIXES, checkpoint_bytes, weights_for
 from gpuroute.sim.plan import FleetPlan, Judged, Planner
 from gpuroute.sim.plan_check import GpuOption
 
@@ -47,9 +47,9 @@ class WrittenPool:
     engines: int  # engines written (whole hosts)
     instance: InstanceType | None
     max_model_len: int | None = None  # set where the model's own context does not fit
-    # its public checkpoint's bytes per weight where the simulated shape has fewer (8-bit):
-    # then written with quantization = "fp8", so engines serve what was simulated
-    checkpoint_bytes: float | None = None
+    # simulated with a built-in shape's 8-bit weights while its public checkpoint is 16-bit:
+    # written with quantization = "fp8", so engines serve what was simulated
+    serve_fp8: bool = False
 
     @property
     def gpus(self) -> int:
@@ -120,9 +120,9 @@ def written_pools(plan: FleetPlan, planner: Planner) -> list[WrittenPool]:
             name = _pool_name(pool.model, option, names)
             context = context_that_fits(planner, pool.model, option, host)
             entry = next((m for m in planner.scenario.models if m.name == pool.model), None)
-            loaded = checkpoint_bytes(entry, pool.model)
+            fp8 = checkpoint_bytes(entry, pool.model) is not None
             pools.append(
-                WrittenPool(name, pool.model, option, planned, engines, host, context, loaded)
+                WrittenPool(name, pool.model, option, planned, engines, host, context, fp8)
             )
     return pools
 
@@ -173,7 +173,7 @@ def fleet_document(
     if aws_region is not None:
         region["deploy"] = {"aws_region": aws_region}
     region["gpu_pools"] = [_pool_doc(p) for p in pools]
-    gated = [m for m in models if _weights(m).startswith(GATED_PREFIXES)]
+    gated = [n for n in served if (weights_for(entries.get(n), n) or "").startswith(GATED_PREFIXES)]
     secrets: dict[str, Any] = {}
     if gated:  # hosts read the Hugging Face token from Secrets Manager (docs/deploy.md)
         secrets = {
@@ -187,11 +187,6 @@ def fleet_document(
     }
 
 
-def _weights(model: dict[str, Any]) -> str:
-    """What engines load for a [[models]] entry (fleet/schema.py DeployFleet.weights)."""
-    return model.get("weights") or BUILTIN_WEIGHTS.get(model.get("shape") or model["name"], "")
-
-
 def _pool_doc(pool: WrittenPool) -> dict[str, Any]:
     doc: dict[str, Any] = {"name": pool.name, "gpu": pool.option.gpu, "count": pool.gpus}
     doc["models"] = [pool.model]
@@ -202,7 +197,7 @@ def _pool_doc(pool: WrittenPool) -> dict[str, Any]:
     engine: dict[str, Any] = {}
     if pool.max_model_len is not None:
         engine["max_model_len"] = pool.max_model_len
-    if pool.checkpoint_bytes:  # simulated with 8-bit weights, so served
+    if pool.serve_fp8:
         engine["quantization"] = "fp8"
     if engine:
         doc["engine"] = engine
