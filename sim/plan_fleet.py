@@ -11,13 +11,13 @@ No deploy key is written but the region's `deploy.aws_region`, and that only whe
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import tomli_w
 from gpuroute.fleet.instances import InstanceType, gpu_on, load_catalog
 from gpuroute.fleet.schema import GATED_PREFIXES, checkpoint_bytes, weights_for
 from gpuroute.sim.plan import FleetPlan, Judged, Planner
@@ -216,53 +216,9 @@ def write_fleet(
         "# Check it with `gpuroute check-config`; simulate it with `gpuroute sim --fleet`.\n"
     )
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(header + to_toml(document))
+    Path(path).write_text(header + tomli_w.dumps(document))
     chosen: dict[str, dict[GpuOption, int]] = {}
     for pool in pools:
         chosen.setdefault(pool.model, {})[pool.option] = pool.engines
     cost = sum(p.option.price_per_hour * p.engines for p in pools)
     return WrittenFleet(path, pools, round(cost, 4), planner.judge(chosen, plan.peak_rps))
-
-
-def to_toml(document: dict[str, Any]) -> str:
-    """TOML of a fleet document: top-level arrays of tables, a region's `gpu_pools` as
-    nested arrays of tables, every other value inline."""
-    lines: list[str] = []
-    for key, entries in document.items():
-        if isinstance(entries, dict):
-            lines += ["", f"[{key}]"] + [f"{_key(k)} = {_value(v)}" for k, v in entries.items()]
-            continue
-        for entry in entries:
-            lines += ["", f"[[{key}]]"]
-            lines += _table(entry, f"{key}.")
-    return "\n".join(lines).lstrip("\n") + "\n"
-
-
-def _table(entry: dict[str, Any], prefix: str) -> list[str]:
-    nested = {
-        k: v for k, v in entry.items() if isinstance(v, list) and v and isinstance(v[0], dict)
-    }
-    lines = [f"{k} = {_value(v)}" for k, v in entry.items() if k not in nested]
-    for key, tables in nested.items():
-        for table in tables:
-            lines += ["", f"  [[{prefix}{key}]]"]
-            lines += [f"  {line}" if line else line for line in _table(table, f"{prefix}{key}.")]
-    return lines
-
-
-def _value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)  # a TOML basic string: JSON's escapes are TOML's
-    if isinstance(value, list):
-        return "[" + ", ".join(_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{_key(k)} = {_value(v)}" for k, v in value.items()) + " }"
-    raise TypeError(f"no TOML for {value!r}")
-
-
-def _key(key: str) -> str:
-    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)

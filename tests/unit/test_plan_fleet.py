@@ -11,6 +11,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import tomli_w
 from gpuroute.sim.scenario import load_scenario
 from gpuroute.sim.simulator import FleetSimulator
 from support.two_models import GPUS, SLO_70B, traffic
@@ -93,10 +94,12 @@ def test_one_engine_less_of_the_scarcest_pool_misses(
     planned: tuple[Path, Path, dict], tmp_path: Path
 ) -> None:
     scenario, fleet, _ = planned
-    text = fleet.read_text()
-    scarce = 'count = 2\n  models = ["llama-3.1-8b"]'  # the pool with fewest engines: two
-    assert text.count(scarce) == 1
-    fewer = write(tmp_path / "fewer.toml", text.replace(scarce, scarce.replace("2", "1", 1)))
+    document = tomllib.loads(fleet.read_text())
+    pools = document["regions"][0]["gpu_pools"]
+    (scarce,) = [p for p in pools if p["models"] == ["llama-3.1-8b"]]
+    assert scarce["count"] == 2  # the pool with fewest engines: two
+    scarce["count"] = 1
+    fewer = write(tmp_path / "fewer.toml", tomli_w.dumps(document))
     row = sim_json(tmp_path, "--fleet", fewer, "--scenario", str(scenario))
     assert row["by_model"]["llama-3.1-8b"]["attainment"] < 0.9
     assert row["by_model"]["llama-3.1-8b"]["refused"] > 0
