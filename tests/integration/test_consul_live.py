@@ -160,7 +160,7 @@ async def test_a_host_pulled_without_a_drain_loses_no_stream(consul, tmp_path) -
             f.engines[1].kill()
             f.agents[1].stop()  # SIGKILL: no deregistration, no drain
             await async_wait_for(lambda: _not_routable(f.session, f.url, "p2"), 15, "p2 out")
-            out_at, failed_attempts = time.monotonic(), attempts_failed_at(f.router, "p2")
+            failed_attempts = attempts_failed_at(f.router, "p2")
             states: set[str | None] = set()
 
             async def consul_says_critical() -> bool:
@@ -178,8 +178,11 @@ async def test_a_host_pulled_without_a_drain_loses_no_stream(consul, tmp_path) -
         # out went there (its breaker may half-open, "warming", but active probes, not
         # clients' requests, test a half-open backend)
         assert "ready" not in states
-        assert clients.first_to("p2", after=out_at) is None
-        assert attempts_failed_at(f.router, "p2") == failed_attempts  # none tried it either
+        # no attempt went to p2 once it was out: a client would not see one (it fails over
+        # elsewhere), the router's count of p2's failed attempts does; the streams the kill
+        # broke were counted there, so the count is p2's
+        assert failed_attempts > 0
+        assert attempts_failed_at(f.router, "p2") == failed_attempts
 
 
 def attempts_failed_at(router, backend: str) -> float:

@@ -130,8 +130,12 @@ def test_gpu_hosts_read_exactly_the_tokens_their_pools_name() -> None:
     text = json.dumps(arns)
     assert "g.engine.hf_token if g.engine.hf_token != null" in text  # the pools' own
     assert ":secret:%s-??????" in text and ":parameter/%s" in text
-    for statement in _gpu_statements():
-        assert statement["resources"] != ["*"], statement
+    # every statement of the GPU hosts names its resources: none is on every resource
+    assert {s["resources"] for s in _gpu_statements()} == {
+        "${[for g in aws_autoscaling_group.gpu : g.arn]}",
+        "${local.hf_token_arns.secretsmanager}",
+        "${local.hf_token_arns.ssm}",
+    }
 
 
 def test_the_fleet_wide_engine_variable_is_gone() -> None:
@@ -219,6 +223,7 @@ def test_every_user_data_fits_ec2s_16_kb(scripts) -> None:
     assert names <= set(scripts)
     for name, script in scripts.items():
         sent = base64.b64encode(gzip.compress(script.encode(), compresslevel=6))
+        print(f"user data {name}: {len(sent)} bytes")  # docs/benchmarks.md (pytest -s)
         assert len(sent) <= 16384, f"{name}: {len(sent)} bytes of user data"
         assert "--hash=sha256:" not in script, name
 
@@ -249,7 +254,6 @@ def test_hosts_install_only_the_requirements_lock_of_this_repository(
                              capture_output=True, text=True, timeout=30)  # fmt: skip
         assert (run.returncode == 0) is ok, (served, run.stderr)
         assert ok or "computed checksum did NOT match" in run.stderr, run.stderr
-    assert (tmp_path / "requirements.lock").read_bytes() == tampered.read_bytes()
 
 
 def test_the_fleets_models_reach_the_routers(scripts, models_fleet, tmp_path) -> None:

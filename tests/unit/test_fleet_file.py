@@ -45,8 +45,11 @@ def refused(path: Path, capsys) -> list[str]:
     lines = capsys.readouterr().err.splitlines()
     with pytest.raises(ConfigError) as tfvars:
         render_tfvars(path)
-    assert lines[0] == f"gpuroute check-config: error: {str(tfvars.value).splitlines()[0]}"
-    return str(tfvars.value).splitlines()
+    said = str(tfvars.value).splitlines()
+    # check-config ends with how it told the file's kind
+    assert lines[:-1] == [f"gpuroute check-config: error: {said[0]}", *said[1:]]
+    assert lines[-1].startswith("(checked as a fleet file")
+    return said
 
 
 def test_the_example_fleet_passes_check_config_and_renders(capsys) -> None:
