@@ -115,6 +115,17 @@ def heredocs(script: str) -> dict[str, str]:
     return {name: text for name, _, text in found}
 
 
+def write_heredocs(script: str, folder: Path) -> dict[str, str]:
+    """The files a user-data script writes (`heredocs`), written under `folder` as the host
+    would have them: the shell fills $PRIVATE_IP and $(hostname) at boot."""
+    files = heredocs(script)
+    for name, text in files.items():
+        text = text.replace("$PRIVATE_IP", "10.0.0.5").replace("$(hostname)", "gpu-1")
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    return files
+
+
 def unquote(value):
     """python-hcl2 keeps HCL's quotes on names and string literals; drop them (and its
     block markers) so the checks read like the source."""

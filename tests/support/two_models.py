@@ -24,6 +24,11 @@ count = 1
 model = "llama-3.1-70b"
 tensor_parallel = 2
 """
+# a GPU type the planner's tests declare (the A100 variant with its NVLink cut)
+A800 = (
+    '[[gpu_types]]\nname = "A800"\nmemory_gb = 80\nmemory_bandwidth_tbs = 2.039\n'
+    "fp16_tflops = 312\nprice_per_hour = 2.2\n"
+)
 SLO_70B = '[[models]]\nname = "llama-3.1-70b"\nslo = { ttft_s = 0.5, tpot_s = 0.04 }\n'
 
 

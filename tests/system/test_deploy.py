@@ -23,6 +23,7 @@ from support.terraform import (
     rendered_templates,
     resources,
     tf,
+    write_heredocs,
 )
 
 from gpuroute.config import ConfigError
@@ -67,13 +68,8 @@ def test_every_rendered_config_passes_check_config(terraform, tmp_path) -> None:
              "gpu_node_sglang": "agent", "gpu_node_public_model": "agent",
              "gpu_node_eight_engines": "agent"}  # fmt: skip
     for output, kind in kinds.items():
-        files = heredocs(scripts[output])
         config_dir = tmp_path / output
-        for name, text in files.items():
-            # the shell fills $PRIVATE_IP and $(hostname) at boot
-            text = text.replace("$PRIVATE_IP", "10.0.0.5").replace("$(hostname)", "gpu-1")
-            (config_dir / name).parent.mkdir(parents=True, exist_ok=True)
-            (config_dir / name).write_text(text)
+        files = write_heredocs(scripts[output], config_dir)
         # a GPU host writes one agent config per engine: each must load
         mains = [n for n in files if n.endswith(".toml") and n != "regions.toml"]
         assert mains and (kind != "agent" or all(n.startswith("agent-") for n in mains))

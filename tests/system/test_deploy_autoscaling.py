@@ -325,16 +325,11 @@ def test_a_restarted_agent_is_told_its_state_again(host) -> None:
     assert host.poll("Terminated") == []
 
 
-def test_a_failed_action_is_tried_again(host) -> None:
-    """An agent may not listen yet when the host boots into the warm pool."""
-    assert host.poll("Warmed:Running", fails="standby") == agents("standby")
-    assert host.poll("Warmed:Running") == agents("standby")
-    assert host.poll("Warmed:Running") == []
-
-
-def test_one_agent_failing_is_tried_again(host) -> None:
-    """The host is in standby only once every agent is."""
-    assert host.poll("Warmed:Running", fails="/etc/gpuroute/agent-1.toml") == agents("standby")
+@pytest.mark.parametrize("fails", ["standby", "/etc/gpuroute/agent-1.toml"])
+def test_a_failed_action_is_tried_again(host, fails) -> None:
+    """An agent may not listen yet when the host boots into the warm pool (every agent's
+    action fails, or one agent's): the host is in standby only once every agent is."""
+    assert host.poll("Warmed:Running", fails=fails) == agents("standby")
     assert host.poll("Warmed:Running") == agents("standby")
     assert host.poll("Warmed:Running") == []
 

@@ -27,11 +27,11 @@ from support.terraform import (
     TF,
     apply_offline,
     copy_module,
-    heredocs,
     parsed,
     rendered_templates,
     resources,
     tf,
+    write_heredocs,
 )
 
 FLEET = REPO / "fleet.example.toml"
@@ -260,10 +260,7 @@ def test_the_fleets_models_reach_the_routers(scripts, models_fleet, tmp_path) ->
     """What the fleet file says about models is what every regional router reads: names,
     aliases, split, fallbacks, SLO class, and the same shapes (a config.json travels as its
     text and is read on the router host as the fleet read it)."""
-    files = heredocs(scripts["router"])
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text.replace("$PRIVATE_IP", "10.0.0.5"))
+    files = write_heredocs(scripts["router"], tmp_path)
     assert "models/3.json" in files and 'config_json = "models/3.json"' in files["router.toml"]
     router = load_router_config(tmp_path / "router.toml")
     fleet = load_deploy_fleet(models_fleet)

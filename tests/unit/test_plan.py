@@ -14,7 +14,7 @@ from gpuroute.sim.plan import PlanLimits, plan_fleet
 from gpuroute.sim.plan_check import PlanError, parse_gpu_options, usable_options
 from gpuroute.sim.scenario import load_scenario
 from gpuroute.sim.simulator import FleetSimulator
-from support.two_models import GPUS, SLO_70B, traffic
+from support.two_models import A800, GPUS, SLO_70B, traffic
 
 from gpuroute.cli import main
 from gpuroute.config import ConfigError
@@ -217,12 +217,6 @@ def test_two_model_pools_are_planned_each_and_run_together(tmp_path: Path) -> No
     assert plan.attainment_without_one_scarcest is not None
     assert plan.attainment_without_one_scarcest < 0.9
     assert plan.scarcest == "H100-tp2"
-
-
-A800 = (
-    '[[gpu_types]]\nname = "A800"\nmemory_gb = 80\nmemory_bandwidth_tbs = 2.039\n'
-    "fp16_tflops = 312\nprice_per_hour = 2.2\n"
-)
 
 
 def test_plan_takes_the_scenarios_declared_gpu_types(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 import tomli_w
 from gpuroute.sim.scenario import load_scenario
 from gpuroute.sim.simulator import FleetSimulator
-from support.two_models import GPUS, SLO_70B, traffic
+from support.two_models import A800, GPUS, SLO_70B, traffic
 
 from gpuroute.cli import main
 from gpuroute.config import ConfigError
@@ -159,12 +159,6 @@ def test_write_fleet_for_aws(
     assert main(["check-config", str(fleet)]) == 0
     assert main([*args, "--aws-region", "us-east-1"]) == 2
     assert "--aws-region goes with --write-fleet" in capsys.readouterr().err
-
-
-A800 = (
-    '[[gpu_types]]\nname = "A800"\nmemory_gb = 80\nmemory_bandwidth_tbs = 2.039\n'
-    "fp16_tflops = 312\nprice_per_hour = 2.2\n"
-)
 
 
 def test_write_fleet_with_a_declared_type(
