@@ -338,17 +338,19 @@ def test_the_engine_reads_its_token_into_a_file_only_it_reads(
 
 
 def test_routers_reach_each_engine_and_its_load_stream_and_nothing_between() -> None:
-    """One rule per engine index a host of the region runs, from the routers' security group
-    alone: engine i on 8000 + i, its agent's load stream on 7070 + 2i (the agents' admin
-    ports, 7071 + 2i, stay closed to routers). The mocked plan in examples/multi-region
-    checks the ports a real fleet gets."""
+    """One rule per port fleet-plan gave an engine of the region's hosts, from the routers'
+    security group alone: each engine's port and its agent's load stream (the agents' admin
+    ports stay closed to routers). The mocked plan in examples/multi-region checks the ports
+    a real fleet gets (8000, 8001 and 7070, 7072 for two engines a host)."""
     rules = resources(REGION, "aws_vpc_security_group_ingress_rule")
-    for name, port in (("engine_from_routers", "8000 + each.key"),
-                       ("load_stream_from_routers", "7070 + 2 * each.key")):  # fmt: skip
+    for name, ports in (("engine_from_routers", "engine_ports"),
+                        ("load_stream_from_routers", "load_stream_ports")):  # fmt: skip
         rule = rules[name]
-        assert rule["for_each"] == "${local.engine_indexes}"
-        assert rule["from_port"] == rule["to_port"] == "${" + port + "}"
+        assert rule["for_each"] == "${local." + ports + "}"
+        assert rule["from_port"] == rule["to_port"] == "${each.key}"
         assert rule["referenced_security_group_id"] == "${aws_security_group.router.id}"
         assert "cidr_ipv4" not in rule
-    indexes = next(b for b in parsed(REGION)["locals"] if "engine_indexes" in b)
-    assert "g.engines_per_host" in indexes["engine_indexes"]
+    locals_ = {k: v for b in parsed(REGION)["locals"] for k, v in b.items()}
+    assert "e.port" in locals_["engine_ports"]
+    assert "e.load_stream_port" in locals_["load_stream_ports"]
+    assert "admin_port" not in locals_["engine_ports"] + locals_["load_stream_ports"]

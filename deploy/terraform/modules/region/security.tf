@@ -17,9 +17,10 @@ locals {
     for pair in setproduct(var.wan_peer_cidrs, local.consul_wan) :
     "${pair[0]}-${pair[1].port}-${pair[1].protocol}" => { cidr = pair[0], rule = pair[1] }
   }
-  # engine i of a GPU host: its engine on 8000 + i, its agent's load stream on 7070 + 2i
-  # (its admin port, 7071 + 2i, listens on loopback)
-  engine_indexes = toset([for i in range(max(concat([1], [for g in values(var.gpu_node_groups) : g.engines_per_host])...)) : tostring(i)])
+  # the ports fleet-plan gave each engine of the region's hosts: its engine's and its agent's
+  # load stream (the agent's admin port listens on loopback)
+  engine_ports      = toset(flatten([for g in values(var.gpu_node_groups) : [for e in g.engines : tostring(e.port)]]))
+  load_stream_ports = toset(flatten([for g in values(var.gpu_node_groups) : [for e in g.engines : tostring(e.load_stream_port)]]))
   admin_rules = {
     # 9090: router and global-tier metrics and admin; 7071: agent admin (loopback by default)
     for pair in setproduct(var.admin_cidrs, [7071, 9090, 9100]) : "${pair[0]}-${pair[1]}" => { cidr = pair[0], port = pair[1] }
@@ -100,23 +101,23 @@ resource "aws_vpc_security_group_ingress_rule" "consul_wan" {
 }
 
 resource "aws_vpc_security_group_ingress_rule" "engine_from_routers" {
-  for_each                     = local.engine_indexes
+  for_each                     = local.engine_ports
   security_group_id            = aws_security_group.gpu.id
-  description                  = "Inference engine ${each.key} (OpenAI API) from routers only"
+  description                  = "Inference engine on ${each.key} (OpenAI API) from routers only"
   referenced_security_group_id = aws_security_group.router.id
   ip_protocol                  = "tcp"
-  from_port                    = 8000 + each.key
-  to_port                      = 8000 + each.key
+  from_port                    = each.key
+  to_port                      = each.key
 }
 
 resource "aws_vpc_security_group_ingress_rule" "load_stream_from_routers" {
-  for_each                     = local.engine_indexes
+  for_each                     = local.load_stream_ports
   security_group_id            = aws_security_group.gpu.id
-  description                  = "gpuroute agent ${each.key}'s load stream (gRPC) from routers only"
+  description                  = "gpuroute agent's load stream (gRPC) on ${each.key} from routers only"
   referenced_security_group_id = aws_security_group.router.id
   ip_protocol                  = "tcp"
-  from_port                    = 7070 + 2 * each.key
-  to_port                      = 7070 + 2 * each.key
+  from_port                    = each.key
+  to_port                      = each.key
 }
 
 resource "aws_vpc_security_group_ingress_rule" "admin" {
