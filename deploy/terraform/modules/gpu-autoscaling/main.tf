@@ -32,8 +32,8 @@ locals {
       max     = coalesce(g.max_hosts, g.hosts)
       desired = g.hosts
       standby = g.standby_hosts
-      # desired engines / engines in service; one engine per host reads as before
-      expression = g.engines_per_host == 1 ? "desired / in_service" : "desired / (in_service * ${g.engines_per_host})"
+      # desired engines / engines in service
+      expression = "desired / (in_service * ${g.engines_per_host})"
     }
   }
 }

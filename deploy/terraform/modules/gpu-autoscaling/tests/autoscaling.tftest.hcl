@@ -84,7 +84,7 @@ run "the_policy_follows_the_routers_desired_backends" {
   }
 
   assert {
-    condition     = output.groups["us-east/h100-0"].scaling_policy.expression == "desired / in_service"
+    condition     = output.groups["us-east/h100-0"].scaling_policy.expression == "desired / (in_service * 1)"
     error_message = "the tracked value is desired backends per host in service"
   }
 
@@ -302,7 +302,7 @@ run "a_host_of_two_engines_counts_twice" {
   }
 
   assert {
-    condition     = output.groups["us-east/llama8b-l40s"].scaling_policy.expression == "desired / in_service"
+    condition     = output.groups["us-east/llama8b-l40s"].scaling_policy.expression == "desired / (in_service * 1)"
     error_message = "a host of one engine counts once"
   }
 }
