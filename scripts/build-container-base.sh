@@ -9,7 +9,7 @@
 #   scripts/build-container-base.sh [TAG]     (default localhost/gpuroute-base:bookworm)
 set -euo pipefail
 tag=${1:-localhost/gpuroute-base:bookworm}
-cache=${GPUROUTE_CACHE:-$HOME/.cache/gpuroute}/container
+cache=${GPUROUTE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpuroute}/container
 tarball=$cache/debian-bookworm-python3.tar
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 podman=${PODMAN:-podman}

@@ -68,10 +68,8 @@ def test_terraform_packs_the_example_fleet_as_gpuroute_does(terraform, tmp_path)
     assert (h200["instance_type"], h200["engines_per_host"], h200["hosts"]) == (
         "p5e.48xlarge", 2, 2,
     )  # fmt: skip
-    packed = [
-        (e["cuda_visible_devices"], e["port"], e["load_stream_port"]) for e in h200["engines"]
-    ]
-    assert packed == [("0,1,2,3", 8000, 7070), ("4,5,6,7", 8001, 7072)]
+    packed = [(e["gpu_indices"], e["port"], e["load_stream_port"]) for e in h200["engines"]]
+    assert packed == [([0, 1, 2, 3], 8000, 7070), ([4, 5, 6, 7], 8001, 7072)]
     assert h200["engine"]["args"][:2] == ["--model", "meta-llama/Llama-3.1-70B-Instruct"]
 
 

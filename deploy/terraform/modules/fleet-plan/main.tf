@@ -42,13 +42,14 @@ locals {
         engine_gpus = p.tensor_parallel * p.pipeline_parallel
         instance_type = p.instance_type != null ? p.instance_type : try([
           for it in local.catalog_list : it.name if it.gpu == p.gpu && it.gpus % (p.tensor_parallel * p.pipeline_parallel) == 0
-        ][0], null)
+        ][0], null) # (engine_gpus above is not visible within this same merge)
       })
     }
   ]...)
   hosts_gpus = {
     for k, p in local.pools : k => try(local.catalog[p.instance_type].gpus, p.gpus_per_host)
   }
+  engines_per_host = { for k, p in local.pools : k => floor(coalesce(local.hosts_gpus[k], 0) / p.engine_gpus) }
 
   # What the output's preconditions refuse, pool by pool (the messages name each pool). A
   # pool of count 0 gets no group, so nothing about its hosts is refused (as gpuroute
@@ -72,7 +73,7 @@ locals {
       gpus_per_host     = local.hosts_gpus[k]
       tensor_parallel   = p.tensor_parallel
       pipeline_parallel = p.pipeline_parallel
-      engines_per_host  = floor(coalesce(local.hosts_gpus[k], 0) / p.engine_gpus)
+      engines_per_host  = local.engines_per_host[k]
       hosts             = ceil(p.count / max(coalesce(local.hosts_gpus[k], 1), 1))
       # an engine's weight for the router (null: the router's prior for its GPUs)
       capacity = p.capacity_weight == null ? null : p.capacity_weight * p.engine_gpus
@@ -80,13 +81,12 @@ locals {
       engine   = p.engine
       # each engine on the host: its own GPUs, engine port, agent load-stream and admin ports
       engines = [
-        for e in range(floor(coalesce(local.hosts_gpus[k], 0) / p.engine_gpus)) : {
-          index                = e
-          port                 = 8000 + e
-          gpu_indices          = range(e * p.engine_gpus, (e + 1) * p.engine_gpus)
-          cuda_visible_devices = join(",", range(e * p.engine_gpus, (e + 1) * p.engine_gpus))
-          load_stream_port     = 7070 + 2 * e
-          admin_port           = 7071 + 2 * e
+        for e in range(local.engines_per_host[k]) : {
+          index            = e
+          port             = 8000 + e
+          gpu_indices      = range(e * p.engine_gpus, (e + 1) * p.engine_gpus)
+          load_stream_port = 7070 + 2 * e
+          admin_port       = 7071 + 2 * e
         }
       ]
       az            = p.zone != null ? p.zone : var.regions[p.region].azs[p.index % length(var.regions[p.region].azs)]

@@ -86,8 +86,8 @@ locals {
     lifecycle_watcher   = file("${local.files}/gpuroute-lifecycle.sh")
     # fleet-plan's packing of a p5e.48xlarge with two TP4 engines
     engines = [
-      { index = 0, port = 8000, gpu_indices = [0, 1, 2, 3], cuda_visible_devices = "0,1,2,3", load_stream_port = 7070, admin_port = 7071 },
-      { index = 1, port = 8001, gpu_indices = [4, 5, 6, 7], cuda_visible_devices = "4,5,6,7", load_stream_port = 7072, admin_port = 7073 },
+      { index = 0, port = 8000, gpu_indices = [0, 1, 2, 3], load_stream_port = 7070, admin_port = 7071 },
+      { index = 1, port = 8001, gpu_indices = [4, 5, 6, 7], load_stream_port = 7072, admin_port = 7073 },
     ]
   })
 }
@@ -117,7 +117,7 @@ output "gpu_node_sglang" {
     models          = ["qwen3-30b-a3b"]
     tensor_parallel = 1
     capacity        = 0.4
-    engines         = [{ index = 0, port = 8000, gpu_indices = [0], cuda_visible_devices = "0", load_stream_port = 7070, admin_port = 7071 }]
+    engines         = [{ index = 0, port = 8000, gpu_indices = [0], load_stream_port = 7070, admin_port = 7071 }]
     engine = {
       kind     = "sglang"
       image    = "lmsysorg/sglang:v0.5.6"
@@ -133,7 +133,7 @@ output "gpu_node_eight_engines" {
     tensor_parallel = 1
     gpu_types       = [local.rtx_pro_6000, merge(local.rtx_pro_6000, { name = "RTX-PRO-6000-MAXQ", tdp_w = 300, device_names = ["NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition"] })]
     engines = [for i in range(8) : {
-      index = i, port = 8000 + i, gpu_indices = [i], cuda_visible_devices = tostring(i), load_stream_port = 7070 + 2 * i, admin_port = 7071 + 2 * i
+      index = i, port = 8000 + i, gpu_indices = [i], load_stream_port = 7070 + 2 * i, admin_port = 7071 + 2 * i
     }]
     engine = {
       kind  = "vllm"
@@ -151,7 +151,7 @@ output "gpu_node_eight_engines" {
 output "gpu_node_public_model" {
   description = "A rendered GPU-node user-data script for a model that needs no token."
   value = templatefile("${local.templates}/gpu-node.sh.tftpl", merge(local.gpu_node_inputs, {
-    engines = [{ index = 0, port = 8000, gpu_indices = [0], cuda_visible_devices = "0", load_stream_port = 7070, admin_port = 7071 }]
+    engines = [{ index = 0, port = 8000, gpu_indices = [0], load_stream_port = 7070, admin_port = 7071 }]
     engine  = { kind = "vllm", image = "vllm/vllm-openai:v0.32.0", args = ["--model", "Qwen/Qwen3-8B"], hf_token = null }
   }))
 }

@@ -108,7 +108,7 @@ run "the_fleet_plans" {
   command = plan
 
   assert {
-    condition     = module.us_east[0].gpu_groups["us-east/llama70b-h200"].instance_type == "p5e.48xlarge" && [for e in module.us_east[0].gpu_groups["us-east/llama70b-h200"].engines : [e.port, e.cuda_visible_devices]] == [[8000, "0,1,2,3"], [8001, "4,5,6,7"]]
+    condition     = module.us_east[0].gpu_groups["us-east/llama70b-h200"].instance_type == "p5e.48xlarge" && [for e in module.us_east[0].gpu_groups["us-east/llama70b-h200"].engines : [e.port, join(",", e.gpu_indices)]] == [[8000, "0,1,2,3"], [8001, "4,5,6,7"]]
     error_message = "the 70B's hosts are p5e.48xlarge, each running two TP4 engines"
   }
 
