@@ -26,7 +26,7 @@ resource "aws_launch_template" "gpu" {
     http_tokens = "required"
   }
 
-  user_data = base64gzip(templatefile("${path.module}/templates/gpu-node.sh.tftpl", merge(local.consul_common, local.requirements, {
+  user_data = base64gzip(templatefile("${path.module}/templates/gpu-node.sh.tftpl", merge(local.consul_common, {
     consul_client     = local.consul_client
     region            = var.name
     pool              = each.value.name
@@ -38,8 +38,8 @@ resource "aws_launch_template" "gpu" {
     capacity          = each.value.capacity
     engine            = each.value.engine
     engines           = each.value.engines
-    gpu_types         = var.gpu_types
-    gpuroute          = var.gpuroute_package
+    gpu_types_toml    = local.gpu_types_toml
+    install_gpuroute  = local.install_gpuroute
     drain_timeout_s   = var.drain_timeout_s
     agent_unit        = file("${path.module}/../../../systemd/gpuroute-agent.service")
     lifecycle_hook    = module.autoscaling.lifecycle_hook.name

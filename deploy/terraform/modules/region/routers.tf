@@ -15,10 +15,14 @@ locals {
 # download it from the operator's store, next to the wheel unless gpuroute_requirements_url
 # says otherwise, and check it against this repository's own before pip reads it.
 locals {
-  requirements = {
+  # templatefile cannot nest: snippets the host templates share are rendered once, as
+  # consul_client is, and passed in
+  install_gpuroute = templatefile("${path.module}/templates/install-gpuroute.sh.tftpl", {
     requirements_url    = coalesce(var.gpuroute_requirements_url, replace(var.gpuroute_package, "/[^/]*$/", "requirements.lock"))
     requirements_sha256 = filesha256("${path.module}/../../../../requirements.lock")
-  }
+    gpuroute            = var.gpuroute_package
+  })
+  gpu_types_toml = templatefile("${path.module}/templates/gpu-types.toml.tftpl", { gpu_types = var.gpu_types })
 }
 
 resource "aws_launch_template" "router" {
@@ -36,18 +40,18 @@ resource "aws_launch_template" "router" {
     http_tokens = "required"
   }
 
-  user_data = base64gzip(templatefile("${path.module}/templates/${each.key == "global" ? "global" : "router"}.sh.tftpl", merge(local.consul_common, local.requirements, {
-    consul_client   = local.consul_client
-    region          = var.name
-    jurisdiction    = var.jurisdiction
-    port            = each.value.port
-    gpuroute        = var.gpuroute_package
-    drain_timeout_s = var.drain_timeout_s
-    api_keys        = var.api_keys
-    allow_anonymous = var.allow_anonymous_api
-    regions_toml    = var.regions_toml
-    gpu_types       = var.gpu_types
-    models          = var.models
+  user_data = base64gzip(templatefile("${path.module}/templates/${each.key == "global" ? "global" : "router"}.sh.tftpl", merge(local.consul_common, {
+    consul_client    = local.consul_client
+    region           = var.name
+    jurisdiction     = var.jurisdiction
+    port             = each.value.port
+    install_gpuroute = local.install_gpuroute
+    drain_timeout_s  = var.drain_timeout_s
+    api_keys         = var.api_keys
+    allow_anonymous  = var.allow_anonymous_api
+    regions_toml     = var.regions_toml
+    gpu_types_toml   = local.gpu_types_toml
+    models           = var.models
     # the global tier's hosts (this VPC and its peers) forward clients to the routers
     trusted_proxies = concat([var.vpc_cidr], var.wan_peer_cidrs)
     unit            = file("${path.module}/../../../systemd/gpuroute-${each.value.command}.service")

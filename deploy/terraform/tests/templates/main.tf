@@ -54,6 +54,12 @@ locals {
     ssm_prefix     = "/gpuroute/eu-west"
   }
   consul_client = templatefile("${local.templates}/consul-client.sh.tftpl", local.common)
+  # the region module's shared snippets (routers.tf), as it renders them
+  install_gpuroute = templatefile("${local.templates}/install-gpuroute.sh.tftpl", {
+    requirements_url    = "https://artifacts.example.internal/gpuroute/requirements.lock"
+    requirements_sha256 = filesha256("${path.module}/../../../../requirements.lock")
+    gpuroute            = "https://artifacts.example.internal/gpuroute/gpuroute-0.1.0-py3-none-any.whl"
+  })
 }
 
 output "consul_server" {
@@ -67,23 +73,21 @@ output "consul_server" {
 
 locals {
   gpu_node_inputs = merge(local.common, {
-    consul_client       = local.consul_client
-    region              = "eu-west"
-    pool                = "llama70b-h200"
-    zone                = "eu-central-1a"
-    gpu                 = "H200"
-    models              = ["llama-3.1-70b", "llama-70b"]
-    tensor_parallel     = 4
-    pipeline_parallel   = 1
-    capacity            = null
-    gpu_types           = []
-    gpuroute            = "https://artifacts.example.internal/gpuroute/gpuroute-0.1.0-py3-none-any.whl"
-    requirements_url    = "https://artifacts.example.internal/gpuroute/requirements.lock"
-    requirements_sha256 = filesha256("${path.module}/../../../../requirements.lock")
-    drain_timeout_s     = var.drain_timeout_s
-    agent_unit          = file("${path.module}/../../../systemd/gpuroute-agent.service")
-    lifecycle_hook      = "gpuroute-drain"
-    lifecycle_watcher   = file("${local.files}/gpuroute-lifecycle.sh")
+    consul_client     = local.consul_client
+    region            = "eu-west"
+    pool              = "llama70b-h200"
+    zone              = "eu-central-1a"
+    gpu               = "H200"
+    models            = ["llama-3.1-70b", "llama-70b"]
+    tensor_parallel   = 4
+    pipeline_parallel = 1
+    capacity          = null
+    gpu_types_toml    = templatefile("${local.templates}/gpu-types.toml.tftpl", { gpu_types = [] })
+    install_gpuroute  = local.install_gpuroute
+    drain_timeout_s   = var.drain_timeout_s
+    agent_unit        = file("${path.module}/../../../systemd/gpuroute-agent.service")
+    lifecycle_hook    = "gpuroute-drain"
+    lifecycle_watcher = file("${local.files}/gpuroute-lifecycle.sh")
     # fleet-plan's packing of a p5e.48xlarge with two TP4 engines
     engines = [
       { index = 0, port = 8000, gpu_indices = [0, 1, 2, 3], load_stream_port = 7070, admin_port = 7071 },
@@ -113,7 +117,7 @@ output "gpu_node_sglang" {
   value = templatefile("${local.templates}/gpu-node.sh.tftpl", merge(local.gpu_node_inputs, {
     pool            = "qwen-moe-rtx"
     gpu             = "RTX-PRO-6000"
-    gpu_types       = [local.rtx_pro_6000]
+    gpu_types_toml  = templatefile("${local.templates}/gpu-types.toml.tftpl", { gpu_types = [local.rtx_pro_6000] })
     models          = ["qwen3-30b-a3b"]
     tensor_parallel = 1
     capacity        = 0.4
@@ -131,7 +135,7 @@ output "gpu_node_eight_engines" {
   description = "The largest GPU-node user data: eight one-GPU vLLM engines (and agents) on an 8-GPU host, declared GPU types, the token from Secrets Manager."
   value = templatefile("${local.templates}/gpu-node.sh.tftpl", merge(local.gpu_node_inputs, {
     tensor_parallel = 1
-    gpu_types       = [local.rtx_pro_6000, merge(local.rtx_pro_6000, { name = "RTX-PRO-6000-MAXQ", tdp_w = 300, device_names = ["NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition"] })]
+    gpu_types_toml  = templatefile("${local.templates}/gpu-types.toml.tftpl", { gpu_types = [local.rtx_pro_6000, merge(local.rtx_pro_6000, { name = "RTX-PRO-6000-MAXQ", tdp_w = 300, device_names = ["NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition"] })] })
     engines = [for i in range(8) : {
       index = i, port = 8000 + i, gpu_indices = [i], load_stream_port = 7070 + 2 * i, admin_port = 7071 + 2 * i
     }]
@@ -158,20 +162,18 @@ output "gpu_node_public_model" {
 
 locals {
   router_inputs = merge(local.common, {
-    consul_client       = local.consul_client
-    region              = "eu-west"
-    jurisdiction        = "eu"
-    gpuroute            = "https://artifacts.example.internal/gpuroute/gpuroute-0.1.0-py3-none-any.whl"
-    requirements_url    = "https://artifacts.example.internal/gpuroute/requirements.lock"
-    requirements_sha256 = filesha256("${path.module}/../../../../requirements.lock")
-    drain_timeout_s     = var.drain_timeout_s
-    allow_anonymous     = false
+    consul_client    = local.consul_client
+    region           = "eu-west"
+    jurisdiction     = "eu"
+    install_gpuroute = local.install_gpuroute
+    drain_timeout_s  = var.drain_timeout_s
+    allow_anonymous  = false
     api_keys = [
       { sha256 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", tenant = "acme", residency = null },
       { sha256 = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210", tenant = "acme-eu", residency = ["eu"] },
     ]
     regions_toml    = file("${path.module}/../../../../fleet.example.toml")
-    gpu_types       = [local.rtx_pro_6000]
+    gpu_types_toml  = templatefile("${local.templates}/gpu-types.toml.tftpl", { gpu_types = [local.rtx_pro_6000] })
     models          = var.models
     trusted_proxies = ["10.65.0.0/16", "10.64.0.0/16"]
     # the regional routers' CloudWatch agent
