@@ -4,9 +4,9 @@ tier run in it from the container configs of deploy/container/ as shipped (/etc/
 secrets in mounted files: healthy by the image's own healthcheck, probing the tier's own
 port, and reachable through published ports.
 
-The first run builds the base (~3 min, then cached under ~/.cache/gpuroute/container/) and
-the dependencies' layer (~1.5 min, cached by podman until requirements.lock changes); after
-that a run takes well under a minute. Where containers cannot run (no usable OCI runtime),
+The first run builds the base (then cached under ~/.cache/gpuroute/container/) and the
+dependencies' layer (cached by podman until requirements.lock changes); docs/benchmarks.md
+gives the times. Where containers cannot run (no usable OCI runtime),
 the image is still built (RUN steps chrooted) and checked, and the tiers' run is skipped
 with the exact commands that failed and their errors."""
 
