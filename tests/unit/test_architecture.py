@@ -12,14 +12,17 @@ PACKAGE_FOLDERS = (
     "agent",
     "global",
     "sim",
+    "planner",
     "fleet",
     "testbed",
     "bench",
     "demo",
 )
 # Declarative tables: one metric definition after another.
-TABLES = {("router/metrics.py", "__init__")}
-MAX_FUNCTION_LINES, MAX_MODULE_LINES = 60, 400
+TABLES = {("router/observe/metrics.py", "__init__")}
+# Modules are sized by what they hold (a reviewer judges; docs/architecture.md), functions
+# by this rule.
+MAX_FUNCTION_LINES = 60
 
 
 def sources():
@@ -38,11 +41,6 @@ def test_no_function_over_60_lines_outside_declarative_tables() -> None:
                 if lines > MAX_FUNCTION_LINES and (name, node.name) not in TABLES:
                     long.append(f"{name}:{node.lineno} {node.name} ({lines} lines)")
     assert not long, long
-
-
-def test_no_module_over_400_lines() -> None:
-    big = [f"{name} ({n})" for name, text in sources() if (n := len(text.splitlines())) > 400]
-    assert not big, big
 
 
 def test_building_the_cli_loads_no_simulator_benchmark_or_testbed_code() -> None:
