@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
+from gpuroute.router.admin import show
 from gpuroute.router.admin.client import add_arguments, run_call
-from gpuroute.router.admin.fleet_view import show
 
 from gpuroute.secrets import read_secret_file
 

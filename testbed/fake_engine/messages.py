@@ -21,6 +21,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from gpuroute.testbed.fake_engine import payloads
 from gpuroute.testbed.fake_engine.common import (
     answer_length,
     cap_too_big,
@@ -32,7 +33,6 @@ from gpuroute.testbed.fake_engine.common import (
     named_event,
     open_stream,
 )
-from gpuroute.testbed.fake_engine.server import payloads
 
 from gpuroute.anthropic_errors import anthropic_error_body
 from gpuroute.prompt import prefix_blocks, prompt_text, prompt_tokens

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from gpuroute.testbed.fake_engine import payloads
 from gpuroute.testbed.fake_engine.common import (
     answer_length,
     cap_too_big,
@@ -38,7 +39,6 @@ from gpuroute.testbed.fake_engine.common import (
     open_stream,
     read_body,
 )
-from gpuroute.testbed.fake_engine.server import payloads
 
 from gpuroute.openai_api import error_response
 from gpuroute.prompt import prefix_blocks, prompt_text, prompt_tokens

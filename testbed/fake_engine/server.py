@@ -22,11 +22,11 @@ import uuid
 from typing import Any
 
 from aiohttp import web
+from gpuroute.testbed.fake_engine import payloads
 from gpuroute.testbed.fake_engine.apis import api_routes
 from gpuroute.testbed.fake_engine.common import continuing, refused_body
 from gpuroute.testbed.fake_engine.config import FakeEngineConfig
 from gpuroute.testbed.fake_engine.metrics import counter, gauge, vllm_families
-from gpuroute.testbed.fake_engine.server import payloads
 from gpuroute.testbed.fake_gpu import SimulatedGpu
 from gpuroute.testbed.faults import Faults
 from gpuroute.testbed.live_engine import LiveEngine, LiveRequest
