@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import orjson
@@ -10,6 +10,8 @@ from aiohttp import web
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.lifetime import Event, RequestLifetime
 from gpuroute.router.core.request import RequestInfo
+from gpuroute.router.quotas import KeyPolicy
+from gpuroute.router.request_parse import ParsedRequest
 from gpuroute.router.responses_state import RESPONSES, TURN
 
 from gpuroute.audio_duration import reported_seconds
@@ -61,15 +63,22 @@ class Answer:
 
 @dataclass(slots=True)
 class Exchange:
-    """One client request on its way through the attempts: what every attempt sends, and
-    what the answer is measured against."""
+    """One client request, the one typed holder of what the router's shells keep of it from
+    its admission to its access-log line: what the front stages read of it, what every
+    attempt sends, and what the answer is measured against. Its lifetime
+    (router/core/lifetime.py) holds what the core booked for it; its continuation, when its
+    stream goes on elsewhere, is the lifetime's `continued`."""
 
     request: web.Request
     life: RequestLifetime  # everything booked for it (router/core/lifetime.py)
-    raw: bytes
+    raw: bytes  # its body, to forward as it came
     route: str
     arrival: float
-    headers: dict[str, str]  # forwarded upstream, the same every attempt
+    parsed: ParsedRequest  # what the front stages parsed of it
+    read: Mapping[str, str]  # its headers as the router read them (gpuroute/headers.py)
+    key: KeyPolicy  # the caller's key (or the anonymous tenant's)
+    charged_tokens: int  # taken from its token quota at admission, settled at the end
+    headers: dict[str, str] = field(default_factory=dict)  # to its engines, every attempt
     # backends that answered this request with a 5xx: judged only once another backend
     # answers it below 500 (a request that breaks every engine is the client's doing)
     suspects: list[Backend] = field(default_factory=list)
@@ -88,8 +97,8 @@ class Exchange:
     continuable: bool = False  # a stream that may go on elsewhere if its engine breaks
     continuation: bytes | None = None  # what continues a broken stream (StreamContinuer)
     continuation_route: str | None = None  # where it goes (a chat may go on as a completion)
-    # a continued stream: when its continuation's first bytes came, and the tokens before
-    resumed: tuple[float, int] | None = None
+    response: web.StreamResponse | None = None  # the client's, once an answer is relayed
+    last_failure: str = ""  # why the last attempt failed, for operators
     _sent: tuple[str, bytes] | None = None  # the last body serialised, for its model
 
     @property
@@ -111,12 +120,19 @@ class Exchange:
         turn = self.request.get(TURN) if self.route == RESPONSES else None
         return ResponseTally(size_text=streamed) if turn is None else turn.tally(streamed)
 
+    @property
+    def resumed(self) -> bool:
+        """Whether its stream went on elsewhere (a continuation's first bytes came)."""
+        continued = self.life.continued
+        return continued is not None and continued.resumed_at is not None
+
     def engine_share(self, output: int) -> tuple[float | None, int]:
         """What the engine that finished it did, to judge that engine by: from its first
         bytes, its own tokens (of a continued stream, the continuation's alone)."""
-        if self.resumed is None:
+        continued = self.life.continued
+        if continued is None or continued.resumed_at is None:
             return self.first_at, output
-        return self.resumed[0], max(output - self.resumed[1], 0)
+        return continued.resumed_at, max(output - continued.delivered, 0)
 
     def body_for(self, model: str) -> bytes:
         """The body to send for `model`: as it came when that is the model the client named

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 from aiohttp import web
 from gpuroute.router.admission_gate import AdmissionGate
@@ -19,7 +18,7 @@ from gpuroute.router.core.lifetime import Event, LifetimeError, Lifetimes, Reque
 from gpuroute.router.core.model_routes import ModelRoutes
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.decision_log import DecisionLog
-from gpuroute.router.exchange import NO_BACKEND, Answer
+from gpuroute.router.exchange import NO_BACKEND, Answer, Exchange
 from gpuroute.router.quotas import KeyPolicy
 from gpuroute.router.request_ids import CLIENT_REQUEST_ID, named, new_request_id, own_id
 from gpuroute.router.request_parse import (
@@ -44,19 +43,6 @@ from gpuroute.openai_api import Rejection, clip, read_body
 
 # the model a request named, for the metrics of one refused before it was admitted
 MODEL_ASKED = web.RequestKey("gpuroute.model_asked", str)
-
-
-@dataclass(slots=True)
-class Admitted:
-    """A request past the front stages: what was parsed, the body to forward as it came,
-    and the headers as the router read them (gpuroute/headers.py)."""
-
-    parsed: ParsedRequest
-    raw: bytes
-    headers: Mapping[str, str]
-    key: KeyPolicy  # the caller's key (or the anonymous tenant's)
-    charged_tokens: int  # taken from its token quota at admission, settled at the end
-    life: RequestLifetime  # everything booked for it from here on
 
 
 class Front:
@@ -96,10 +82,11 @@ class Front:
         self.autoscaler = autoscaler  # counts admitted and served requests per pool
 
     @admission
-    async def admit(self, request: web.Request, route: str, arrival: float) -> Admitted:
-        """The parsed request, its raw body and the headers read of it, admitted; or a
-        Rejection (written to the decision log under the request's id). Once admitted,
-        `end()` must follow however the request ends. `arrival` starts its TTFT clock."""
+    async def admit(self, request: web.Request, route: str, arrival: float) -> Exchange:
+        """The request admitted, as the one object that holds it from here on (what was
+        parsed, its raw body, the headers read of it, its key and charge); or a Rejection
+        (written to the decision log under the request's id). Once admitted, `end()` must
+        follow however the request ends. `arrival` starts its TTFT clock."""
         request_id = own_id(request)
         sampled = self.decisions.wants_next()  # one draw per request
         info: RequestInfo | None = None
@@ -141,7 +128,7 @@ class Front:
         if parsed.audio_s is not None:  # audio is metered in seconds
             metrics = self.tenants.metrics
             metrics.audio_seconds.labels(metrics.tenant_label(key.tenant)).inc(parsed.audio_s)
-        return Admitted(parsed, raw, headers, key, tokens or 0, life)
+        return Exchange(request, life, raw, route, arrival, parsed, headers, key, tokens or 0)
 
     async def _conversation(
         self, request: web.Request, route: str, key: KeyPolicy, raw: bytes
@@ -211,7 +198,7 @@ class Front:
         states = (f"{b.backend_id}: {b.condition}" for b in self.backends if models & b.models)
         return "no backend is routable: " + "; ".join(states)
 
-    async def admit_other(self, request: web.Request) -> Admitted:
+    async def admit_other(self, request: web.Request) -> Exchange:
         """An allow-listed passthrough request: key, body, quota and queue as above (its
         tokens estimated from the body's size, since its shape is not ours to parse). A key
         limited to some models is refused (403): the path goes to a backend of any model."""
@@ -231,7 +218,8 @@ class Front:
         tokens = info.prompt_tokens
         life = await self._let_in(key, info, tokens, None, False)
         named(request, life)
-        return Admitted(ParsedRequest(info, False, None), raw, headers, key, tokens, life)
+        parsed = ParsedRequest(info, False, None)
+        return Exchange(request, life, raw, request.path, 0.0, parsed, headers, key, tokens)
 
     def token_charge(self, key: KeyPolicy, parsed: ParsedRequest) -> int:
         """What a request is charged at admission: its prompt, and each answer it asks for
@@ -295,12 +283,12 @@ class Front:
         if released.freed:
             self.offer_room()
 
-    def end(self, admitted: Admitted, ending: Event, answer: Answer | None) -> None:
+    def end(self, admitted: Exchange, ending: Event) -> None:
         """An admitted request ended (`close`), and its token charge is settled against
         what its answer used (no answer relayed: nothing; an answer that cannot tell: the
         charge stands)."""
         self.close(admitted.life, ending)
-        key, api = admitted.key, admitted.parsed.api
+        key, api, answer = admitted.key, admitted.parsed.api, admitted.answer
         if answer is not None:  # what the engine reported, counted as it said
             model, (prompt, completion) = admitted.life.model, answer.usage()
             if prompt is not None or completion is not None:
@@ -318,7 +306,7 @@ class Front:
             self.tenants.settle(key, used - admitted.charged_tokens)
 
     @staticmethod
-    def _used(admitted: Admitted, answer: Answer) -> int | None:
+    def _used(admitted: Exchange, answer: Answer) -> int | None:
         """Tokens the request used, as its engine reports them; an audio upload's, priced
         as its charge was, from the seconds the engine transcribed (the container's header,
         which the charge came from, is the client's word)."""

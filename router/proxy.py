@@ -12,13 +12,13 @@ import time
 from collections.abc import Callable
 
 from aiohttp import web
-from gpuroute.router.access import ENDED, Ended, RouterAccessLog
+from gpuroute.router.access import ENDED, RouterAccessLog
 from gpuroute.router.admission_gate import AdmissionGate
 from gpuroute.router.core.backend import BackendState
 from gpuroute.router.core.lifetime import Event
 from gpuroute.router.exchange import Answer, Exchange
 from gpuroute.router.forward import Forwarder
-from gpuroute.router.front import Admitted, Front
+from gpuroute.router.front import Front
 from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.stream_usage import ask_usage
 
@@ -85,21 +85,19 @@ class Proxy:
 
     async def _openai(self, request: web.Request, route: str, arrival: float) -> web.StreamResponse:
         try:
-            admitted = await self.front.admit(request, route, arrival)
+            exchange = await self.front.admit(request, route, arrival)
         except Rejection as rejection:
             return rejection.response()
-        life = admitted.life
-        exchange: Exchange | None = None
+        life = exchange.life
         ending = Event.CANCEL  # unless it ends otherwise: its client left
         try:
-            headers = self.forwarder.engine_headers(request, admitted.headers)
-            parsed = admitted.parsed
+            exchange.headers = self.forwarder.engine_headers(request, exchange.read)
+            parsed = exchange.parsed
             strip = ask_usage(route, parsed.stream, parsed.body)
             continuable, ids = self.forwarder.continuer.prepare(route, parsed.stream, parsed.body)
-            exchange = Exchange(request, life, admitted.raw, route, arrival, headers,
-                                body=parsed.body, edited=strip or ids or parsed.edited,
-                                strip_usage=strip, strip_token_ids=ids,
-                                continuable=continuable)  # fmt: skip
+            exchange.body, exchange.edited = parsed.body, strip or ids or parsed.edited
+            exchange.strip_usage, exchange.strip_token_ids = strip, ids
+            exchange.continuable = continuable
             response = await self.forwarder.attempts(exchange)
             ending = exchange.ending
             return response
@@ -114,8 +112,8 @@ class Proxy:
             ending = Event.FAIL
             raise
         finally:
-            self.front.end(admitted, ending, None if exchange is None else exchange.answer)
-            request[ENDED] = Ended(admitted, exchange)  # for its access-log line
+            self.front.end(exchange, ending)
+            request[ENDED] = exchange  # for its access-log line
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
         """An allow-listed path (config `passthrough_paths`): the same key, quota and queue
@@ -136,23 +134,19 @@ class Proxy:
             admitted = await self.front.admit_other(request)
         except Rejection as rejection:
             return rejection.response()
-        answered: list[Answer] = []
         ending = Event.CANCEL
         admitted.life.move(Event.PLACE)  # on the least busy backend, not through the scheduler
         try:
-            response = await self._pass(request, admitted, answered)
-            ending = Event.FINISH if answered else Event.FAIL
+            response = await self._pass(request, admitted)
+            ending = Event.FINISH if admitted.answer is not None else Event.FAIL
             return response
         finally:
-            answer = answered[0] if answered else None
-            self.front.end(admitted, ending, answer)
-            request[ENDED] = Ended(admitted, None, answer)  # for its access-log line
+            self.front.end(admitted, ending)
+            request[ENDED] = admitted  # for its access-log line
 
-    async def _pass(
-        self, request: web.Request, admitted: Admitted, answered: list[Answer]
-    ) -> web.StreamResponse:
-        """Forward as it came; what came back goes into `answered` (its usage settles the
-        tenant's token charge, as on the OpenAI routes)."""
+    async def _pass(self, request: web.Request, admitted: Exchange) -> web.StreamResponse:
+        """Forward as it came; what came back is its answer (its usage settles the tenant's
+        token charge, as on the OpenAI routes)."""
         scheduler = self.forwarder.scheduler
         ready = [b for b in scheduler.backends if b.state is BackendState.READY]
         if not ready:
@@ -174,7 +168,7 @@ class Proxy:
                 tally = ResponseTally()
                 tally.add(body)
                 streamed = is_event_stream(upstream)
-                answered.append(Answer(upstream.status, streamed, tally, backend.backend_id))
+                admitted.answer = Answer(upstream.status, streamed, tally, backend.backend_id)
                 return web.Response(status=upstream.status, body=body, headers=headers)
         except UPSTREAM_ERRORS as exc:
             log.warning("passthrough to %s failed: %r", backend.backend_id, exc)

@@ -77,6 +77,19 @@ TRANSITIONS: dict[Phase, dict[Event, Phase]] = {
 }
 
 
+@dataclass(slots=True)
+class Continued:
+    """A stream that broke mid-answer (or was moved) and goes on elsewhere, as its client
+    saw it: its one home, on its lifetime, for the live router and the simulator alike."""
+
+    first_token_at: float  # the client's first token (its TTFT stays this one)
+    delivered: int  # tokens the client has had: the continuation's prompt holds them
+    continuations: int = 0  # times it went on elsewhere (`max_attempts` bounds it)
+    # when the continuation's first bytes reached the client: its engine is judged from
+    # there, on the tokens after `delivered` (the live relay's; None: not yet)
+    resumed_at: float | None = None
+
+
 class LifetimeError(RuntimeError):
     """An event its phase does not take: a bug in whoever fed it (the lifetime is unchanged)."""
 
@@ -87,6 +100,7 @@ class RequestLifetime:
     __slots__ = (
         "admitted",
         "attempts",
+        "continued",
         "info",
         "latency",
         "model",
@@ -116,6 +130,7 @@ class RequestLifetime:
         self.waiter: object = None  # what the I/O side parks it on while queued or held
         self.shell: object = None  # what the I/O side keeps of its attempt (task, stream)
         self.sampled = False  # its decision-log events are written out, not only kept
+        self.continued: Continued | None = None  # its stream went on elsewhere
 
     @property
     def request_id(self) -> int | str:
