@@ -142,3 +142,23 @@ def test_the_request_id_rule_catches_a_table_and_its_aliases() -> None:
         assert keyed_by_request_id(ast.parse(shape).body[0]), shape
     clean = "def f(self, life):\n    self.log(life.request_id)\n    life.tenant = None\n"
     assert not keyed_by_request_id(ast.parse(clean).body[0])
+
+
+def imported_modules(text: str) -> set[str]:
+    """Every module a source imports, under TYPE_CHECKING too."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+def test_the_continuer_gives_verdicts_and_never_calls_back_into_the_forwarder() -> None:
+    """One attempt runner (router/forward.py) places, sends and relays the first answer and
+    every continuation; the continuer only decides, so it imports nothing of the forwarder,
+    not even for a type (the forward <-> stream_continuer cycle stays gone)."""
+    text = (REPO / "router/stream_continuer.py").read_text()
+    assert "gpuroute.router.forward" not in imported_modules(text)
+    assert "Forwarder" not in text
