@@ -21,6 +21,7 @@ from gpuroute.router.core.admission import (
 from gpuroute.router.core.backend import ROUTABLE_STATES, BackendSet
 from gpuroute.router.core.lifetime import Event, RequestLifetime
 from gpuroute.router.core.standby import StandbyRotation
+from gpuroute.router.exchange import RequestState
 from gpuroute.router.metrics import RouterMetrics
 
 from gpuroute.openai_api import Rejection
@@ -97,10 +98,10 @@ class AdmissionGate:
         """A standby backend of `model` came into rotation (the slots are full)."""
         return self.standby is not None and self.standby.promote(model, now) is not None
 
-    async def admit(self, life: RequestLifetime, deadline_s: float | None) -> None:
+    async def admit(self, life: RequestLifetime[RequestState], deadline_s: float | None) -> None:
         """Return when the request may go, holding an admission slot (`life.admitted`, until
         `pump`); raise Rejection when it is shed. It waits in the queue as its lifetime,
-        parked on a future (`life.waiter`)."""
+        parked on a future (its shell's `queued`)."""
         info = life.info
         now = self.clock()
         deadline = now + deadline_s if deadline_s is not None else None
@@ -131,7 +132,8 @@ class AdmissionGate:
             return
         life.move(Event.QUEUE)
         future: asyncio.Future[Shed | None] = asyncio.get_running_loop().create_future()
-        life.waiter = future
+        assert life.shell is not None
+        life.shell.queued = future
         self.metrics.queue_depth.set(len(self.queue))
         try:
             shed = await future
@@ -142,7 +144,8 @@ class AdmissionGate:
             self.metrics.queue_depth.set(len(self.queue))
             raise
         finally:
-            life.waiter = None
+            if life.shell is not None:
+                life.shell.queued = None
         if shed is not None:
             raise refusal(shed)
 
@@ -177,12 +180,12 @@ class AdmissionGate:
             self._resolve(shed.item, shed)
         self.metrics.queue_depth.set(len(self.queue))
 
-    def _take_slot(self, life: RequestLifetime) -> None:
+    def _take_slot(self, life: RequestLifetime[RequestState]) -> None:
         self.slots.take()
         life.admitted = True
 
     @staticmethod
-    def _resolve(life: RequestLifetime, shed: Shed | None) -> None:
-        future = life.waiter
-        if isinstance(future, asyncio.Future) and not future.done():
+    def _resolve(life: RequestLifetime[RequestState], shed: Shed | None) -> None:
+        future = None if life.shell is None else life.shell.queued
+        if future is not None and not future.done():
             future.set_result(shed)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import orjson
 from aiohttp import web
+from gpuroute.router.core.admission import Shed
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.lifetime import Event, RequestLifetime
 from gpuroute.router.core.request import RequestInfo
+from gpuroute.router.core.scheduler import Decision
 from gpuroute.router.quotas import KeyPolicy
 from gpuroute.router.request_parse import ParsedRequest
 from gpuroute.router.responses_state import RESPONSES, TURN
@@ -62,7 +65,41 @@ class Answer:
 
 
 @dataclass(slots=True)
-class Exchange:
+class AttemptWatch:
+    """What the backend watch (router/watch.py) keeps of a request's current attempt."""
+
+    backend: Backend
+    expected_s: float
+    task: asyncio.Task | None = None  # while it waits for its first byte
+    waiting_since: float = 0.0
+    rescued: bool = False  # its task was cancelled to move it elsewhere
+    tally: ResponseTally | None = None  # once streaming: the relay's live count of its text
+    # None: it began during the window, or its events were not sized yet when it began
+    content: int | None = None
+
+
+@dataclass(slots=True)
+class Held:
+    """A request held for its SLO (router/slo_gate.py): its wake-up call, and its booked
+    decision or why it was refused."""
+
+    event: asyncio.Event
+    refused: Shed | None = None
+    decision: Decision | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class RequestState:
+    """What the router's shells park on a request between its stages, each where its
+    lifetime's one shell object (`life.shell`, an Exchange) holds it."""
+
+    queued: asyncio.Future[Shed | None] | None = None  # in the admission queue (AdmissionGate)
+    held: Held | None = None  # held for its SLO (SloGate)
+    watch: AttemptWatch | None = None  # its current attempt, watched (BackendWatch)
+
+
+@dataclass(slots=True)
+class Exchange(RequestState):
     """One client request, the one typed holder of what the router's shells keep of it from
     its admission to its access-log line: what the front stages read of it, what every
     attempt sends, and what the answer is measured against. Its lifetime
@@ -70,7 +107,7 @@ class Exchange:
     stream goes on elsewhere, is the lifetime's `continued`."""
 
     request: web.Request
-    life: RequestLifetime  # everything booked for it (router/core/lifetime.py)
+    life: RequestLifetime[Exchange]  # everything booked for it (router/core/lifetime.py)
     raw: bytes  # its body, to forward as it came
     route: str
     arrival: float

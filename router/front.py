@@ -109,9 +109,13 @@ class Front:
             charged = parsed.api is None or parsed.api.charges  # a tokenizer lookup is free
             tokens = self.token_charge(key, parsed) if charged else None
             explicit = PRIORITY_HEADER in headers
-            life = await self._let_in(
-                key, info, tokens, parsed.deadline_s, explicit, request=not prepaid
-            )
+            charge = tokens or 0
+            exchange = await self._let_in(
+                key, info, tokens, parsed.deadline_s, explicit, request=not prepaid,
+                shell=lambda life: Exchange(request, life, raw, route, arrival, parsed,
+                                            headers, key, charge),
+            )  # fmt: skip
+            life = exchange.life
             named(request, life)
             if self.autoscaler is not None:
                 self.autoscaler.arrived(info.model)
@@ -128,7 +132,7 @@ class Front:
         if parsed.audio_s is not None:  # audio is metered in seconds
             metrics = self.tenants.metrics
             metrics.audio_seconds.labels(metrics.tenant_label(key.tenant)).inc(parsed.audio_s)
-        return Exchange(request, life, raw, route, arrival, parsed, headers, key, tokens or 0)
+        return exchange
 
     async def _conversation(
         self, request: web.Request, route: str, key: KeyPolicy, raw: bytes
@@ -216,10 +220,14 @@ class Front:
         info = RequestInfo(request_id, "", max(1, len(raw) // 4), priority=priority)
         info.tenant, info.client_request_id = key.tenant, request.get(CLIENT_REQUEST_ID)
         tokens = info.prompt_tokens
-        life = await self._let_in(key, info, tokens, None, False)
-        named(request, life)
-        parsed = ParsedRequest(info, False, None)
-        return Exchange(request, life, raw, request.path, 0.0, parsed, headers, key, tokens)
+        parsed, path = ParsedRequest(info, False, None), request.path
+        exchange = await self._let_in(
+            key, info, tokens, None, False,
+            shell=lambda life: Exchange(request, life, raw, path, 0.0, parsed, headers, key,
+                                        tokens),
+        )  # fmt: skip
+        named(request, exchange.life)
+        return exchange
 
     def token_charge(self, key: KeyPolicy, parsed: ParsedRequest) -> int:
         """What a request is charged at admission: its prompt, and each answer it asks for
@@ -248,9 +256,11 @@ class Front:
         deadline_s: float | None,
         explicit: bool,
         *,
+        shell: Callable[[RequestLifetime[Exchange]], Exchange],
         request: bool = True,
-    ) -> RequestLifetime:
-        """The request's lifetime opened, its tenant charged (one request, unless `request`
+    ) -> Exchange:
+        """The request's lifetime opened with its one shell object (`shell(life)`, the
+        Exchange that holds it from here on), its tenant charged (one request, unless `request`
         is False: taken before; and `tokens`, none on a free route: every per-key limit
         but the token quota still applies) and an admission slot taken; or the lifetime
         closed again and the Rejection (or cancellation) raised."""
@@ -259,6 +269,7 @@ class Front:
         except LifetimeError:  # a client's id that a request in flight here carries already
             info.request_id = f"{info.request_id}.{new_request_id()}"
             life = self.lifetimes.open(info)
+        exchange = life.shell = shell(life)
         charged = False
         try:
             await self.tenants.charge(key, life, tokens, explicit, request=request)
@@ -270,7 +281,7 @@ class Front:
             self.close(life, ending_of(exc))
             raise
         life.move(Event.ADMIT)
-        return life
+        return exchange
 
     def close(self, life: RequestLifetime, ending: Event) -> None:
         """The one way a request ends: its lifetime closes (the core's bookings released)

@@ -172,10 +172,15 @@ def test_reserved_slots_admit_only_the_top_class() -> None:
     from gpuroute.router.core.backend import Backend, BackendSet
     from gpuroute.router.core.lifetime import RequestLifetime
     from gpuroute.router.core.request import RequestInfo
+    from gpuroute.router.exchange import RequestState
     from gpuroute.router.metrics import RouterMetrics
 
     def request(rid: int, priority: str) -> RequestLifetime:
-        return RequestLifetime(RequestInfo(rid, "m", 1, priority=priority))
+        life: RequestLifetime[RequestState] = RequestLifetime(
+            RequestInfo(rid, "m", 1, priority=priority)
+        )
+        life.shell = RequestState()  # where the gate parks it (the router's: its Exchange)
+        return life
 
     async def scenario() -> tuple[int, bool, bool]:
         pool = BackendSet([Backend("b", "H100", ["m"])])
@@ -249,10 +254,13 @@ def test_full_slots_bring_in_a_standby_backend_of_the_model_before_anyone_waits(
     from gpuroute.router.core.lifetime import RequestLifetime
     from gpuroute.router.core.request import RequestInfo
     from gpuroute.router.core.standby import PROMOTED, StandbyRotation
+    from gpuroute.router.exchange import RequestState
     from gpuroute.router.metrics import RouterMetrics
 
     def request(rid: int, model: str) -> RequestLifetime:
-        return RequestLifetime(RequestInfo(rid, model, 1))
+        life: RequestLifetime[RequestState] = RequestLifetime(RequestInfo(rid, model, 1))
+        life.shell = RequestState()  # where the gate parks it (the router's: its Exchange)
+        return life
 
     async def scenario() -> tuple[list[str], bool, bool]:
         on, sb, other = (

@@ -12,6 +12,7 @@ from gpuroute.router.exchange import Answer, Exchange
 from gpuroute.router.metric_labels import OTHER, BoundedLabels
 from gpuroute.router.metrics import RouterMetrics
 from gpuroute.router.request_metrics import RequestMetrics
+from gpuroute.router.request_parse import ParsedRequest
 
 from gpuroute.relay import ResponseTally
 
@@ -36,7 +37,8 @@ def setup(model: str = "m") -> tuple[RouterMetrics, RequestMetrics, Exchange, Cl
     metrics = RouterMetrics(BoundedLabels(10, lambda name: name == "m"))
     clock = Clock()
     life = RequestLifetime(RequestInfo(1, model, 7))
-    exchange = Exchange(None, life, b"", CHAT, 0.0, {})  # type: ignore[arg-type]
+    parsed = ParsedRequest(life.info, True, None)
+    exchange = Exchange(None, life, b"", CHAT, 0.0, parsed, {}, None, 0)  # type: ignore[arg-type]
     return metrics, RequestMetrics(metrics, clock), exchange, clock
 
 

@@ -10,8 +10,9 @@ from gpuroute.router.core.latency import LatencyModel
 from gpuroute.router.core.lifetime import Lifetimes, RequestLifetime
 from gpuroute.router.core.policies import build_policy
 from gpuroute.router.core.watching import PACE_WINDOW_S
+from gpuroute.router.exchange import AttemptWatch, RequestState
 from gpuroute.router.priors import engine_priors
-from gpuroute.router.watch import BYTES_PER_TOKEN, AttemptWatch, BackendWatch
+from gpuroute.router.watch import BYTES_PER_TOKEN, BackendWatch
 
 from gpuroute.relay import ResponseTally
 
@@ -42,7 +43,7 @@ IDS = itertools.count()
 def stream_on(watch: BackendWatch, backend: Backend, tally: ResponseTally) -> RequestLifetime:
     """A request in flight whose stream on `backend` has begun (its lifetime, watched)."""
     life = watch.lifetimes.open(RequestInfo(next(IDS), "m", 100))
-    life.shell = AttemptWatch(backend, 1.0)
+    life.shell = RequestState(watch=AttemptWatch(backend, 1.0))
     watch.streaming(life, tally)
     return life
 
