@@ -44,7 +44,7 @@ from gpuroute.router.tracing_spans import attempt, continuation, first_byte, pic
 from gpuroute.router.watch import BackendWatch
 
 from gpuroute.continuation import ContinuationConfig
-from gpuroute.continuation_relay import Refused
+from gpuroute.continuation_relay import Refused, relay_spliced
 from gpuroute.continuation_verdict import END, FINISH
 from gpuroute.headers import ENGINE_HEADERS, FORWARDED_FOR, forwarded_for, pass_on
 from gpuroute.openai_api import error_response
@@ -420,12 +420,14 @@ class Forwarder:
         self, exchange: Exchange, upstream: UpstreamResponse, first: bytes, leg: Leg
     ) -> Relayed:
         """A continuation's stream spliced into the client's (its tally goes on)."""
-        assert exchange.answer is not None
+        assert exchange.answer is not None and exchange.response is not None
         tally = exchange.answer.tally
-        on_first = lambda: self._first_written(exchange, tally, True, leg)  # noqa: E731
-        return await self.continuer.relay(
-            exchange, upstream, tally, leg, first, on_first, self.write_timeout_s
-        )
+        return await relay_spliced(
+            exchange.request, exchange.response, upstream, tally,
+            self.continuer.splice(exchange, leg), first,
+            lambda: self._first_written(exchange, tally, True, leg), BROKEN_MESSAGE,
+            self.write_timeout_s,
+        )  # fmt: skip
 
     def _broke(self, exchange: Exchange, backend: Backend, error: BaseException | None) -> None:
         """The body broke after the client saw its first bytes: the backend's verdict."""

@@ -7,7 +7,6 @@ and relaying a continuation is one more attempt of the forwarder's attempt runne
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 import orjson
@@ -23,13 +22,12 @@ from gpuroute.continuation import (
     prepare,
     sent_as,
 )
-from gpuroute.continuation_relay import finish, give_up, keep, relay_spliced, verdict_on
+from gpuroute.continuation_relay import finish, give_up, keep, verdict_on
 from gpuroute.continuation_splice import Splice
 from gpuroute.continuation_verdict import Verdict
 from gpuroute.relay import Relayed, ResponseTally, is_event_stream
 from gpuroute.upstream import UpstreamResponse
 
-log = logging.getLogger("gpuroute.router.continuation")
 BROKEN_MESSAGE = "the backend failed mid-stream"
 NOWHERE, BROKE = "no_backend", "engine_broke"  # why it ended with no backend; why continued
 
@@ -114,24 +112,12 @@ class StreamContinuer:
         assert continued is not None
         continued.resumed_at, continued.delivered = now, broken.tokens
 
-    async def relay(
-        self,
-        exchange: Exchange,
-        upstream: UpstreamResponse,
-        tally: ResponseTally,
-        leg: Leg,
-        first: bytes,
-        on_first_write,
-        write_timeout_s: float | None,
-    ) -> Relayed:
-        """The continuation's stream spliced into the client's, which never closed."""
-        assert leg.broken is not None and exchange.response is not None
+    @staticmethod
+    def splice(exchange: Exchange, leg: Leg) -> Splice:
+        """How the continuation's stream goes on in the client's, which never closed."""
+        assert leg.broken is not None
         as_chat = exchange.continuation_route != exchange.route
-        splice = Splice(leg.broken, as_chat=as_chat, body=exchange.body)
-        return await relay_spliced(
-            exchange.request, exchange.response, upstream, tally, splice, first,
-            on_first_write, BROKEN_MESSAGE, write_timeout_s,
-        )  # fmt: skip
+        return Splice(leg.broken, as_chat=as_chat, body=exchange.body)
 
     async def finish(
         self, exchange: Exchange, relayed: Relayed, verdict: Verdict, write_timeout_s: float | None

@@ -25,6 +25,7 @@ import asyncio
 import dis
 import inspect
 import json
+import logging
 import sys
 import tempfile
 import threading
@@ -134,11 +135,13 @@ class Walk:
         }
 
 
-def router_toml(engine_url: str) -> str:
+def router_toml(engine_urls: list[str]) -> str:
+    backends = "".join(
+        f'[[backends]]\nurl = "{url}"\ngpu = "H100"\nmodels = ["{MODEL}"]\n' for url in engine_urls
+    )
     return (
         "admin_on_public_listener = true\nexpose_backend_header = true\ntick_s = 60\n"
-        "[auth]\nallow_anonymous = true\n"
-        f'[[backends]]\nurl = "{engine_url}"\ngpu = "H100"\nmodels = ["{MODEL}"]\n'
+        "[auth]\nallow_anonymous = true\n" + backends
     )
 
 
@@ -158,15 +161,42 @@ async def one_chat(url: str) -> bytes:
         return await response.read()
 
 
-class EngineThread:
-    """The fake engine on a loopback port, served by an event loop of its own in another
-    thread: the profile (per thread) sees none of its calls."""
+def event(delta: dict, finish: str | None = None) -> bytes:
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+    chunk = {"id": "cmpl-w", "object": "chat.completion.chunk", "created": 1, "model": MODEL,
+             "choices": [choice]}  # fmt: skip
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
 
-    def __init__(self) -> None:
+
+async def dying_then_healthy(request: web.Request) -> web.StreamResponse:
+    """An engine whose first stream of a chat dies after three tokens; the continuation (the
+    assistant's turn continued) streams two more and its finish."""
+    body = await request.json()
+    continuing = bool(body.get("continue_final_message"))
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    await response.write(event({"role": "assistant", "content": ""}))
+    for piece in (" b1", " b2") if continuing else (" a1", " a2", " a3"):
+        await response.write(event({"content": piece}))
+    if not continuing:
+        assert request.transport is not None
+        request.transport.abort()  # the engine dies with the answer half sent
+        return response
+    await response.write(event({}, "stop") + b"data: [DONE]\n\n")
+    return response
+
+
+class EngineThread:
+    """The engines on loopback ports, served by an event loop of their own in another
+    thread: the profile (per thread) sees none of their calls. Three engines whose first
+    streams die (`broken`: a break opens its engine's breaker), else one fake engine."""
+
+    def __init__(self, broken: bool) -> None:
+        self.broken = broken
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.runner: web.AppRunner | None = None
-        self.url = ""
+        self.runners: list[web.AppRunner] = []
+        self.urls: list[str] = []
 
     def __enter__(self) -> EngineThread:
         self.thread.start()
@@ -176,27 +206,34 @@ class EngineThread:
     async def _start(self) -> None:
         from gpuroute.testbed.fake_engine import FakeEngine, FakeEngineConfig
 
-        engine = FakeEngine(FakeEngineConfig(gpu="H100", time_scale=0.001))
-        self.runner = web.AppRunner(engine.app())
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        port = self.runner.addresses[0][1]
-        self.url = f"http://127.0.0.1:{port}"
+        if self.broken:
+            apps = []
+            for _ in range(3):  # one broken by the warm-up, one by the request, one goes on
+                app = web.Application()
+                app.router.add_post("/v1/chat/completions", dying_then_healthy)
+                apps.append(app)
+        else:
+            apps = [FakeEngine(FakeEngineConfig(gpu="H100", time_scale=0.001)).app()]
+        for app in apps:
+            runner = web.AppRunner(app)
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", 0).start()
+            self.runners.append(runner)
+            self.urls.append(f"http://127.0.0.1:{runner.addresses[0][1]}")
 
     def __exit__(self, *_exc) -> None:
-        assert self.runner is not None
-        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(30)
+        for runner in self.runners:
+            asyncio.run_coroutine_threadsafe(runner.cleanup(), self.loop).result(30)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(30)
 
 
-async def measure(folder: Path, engine_url: str) -> Walk:
+async def measure(folder: Path, engine_urls: list[str]) -> Walk:
     from gpuroute.router.config import load_router_config
     from gpuroute.router.server import RouterApp
 
     path = folder / "router.toml"
-    path.write_text(router_toml(engine_url))
+    path.write_text(router_toml(engine_urls))
     router = RouterApp(load_router_config(path))
     async with TestServer(router.app()) as router_server:
         url = str(router_server.make_url("")).rstrip("/")
@@ -215,9 +252,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="the figures as JSON")
     parser.add_argument("--walk", action="store_true", help="print the walk, step by step")
+    parser.add_argument(
+        "--broken",
+        action="store_true",
+        help="its engine dies mid-stream and the stream goes on on another (a continuation)",
+    )
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as folder, EngineThread() as engine:
-        walk = asyncio.run(measure(Path(folder), engine.url))
+    logging.disable(logging.WARNING)  # a broken stream's warnings: the walk is the output
+    with tempfile.TemporaryDirectory() as folder, EngineThread(args.broken) as engines:
+        walk = asyncio.run(measure(Path(folder), engines.urls))
     figures = walk.figures()
     if args.json:
         print(json.dumps(figures, indent=2))
