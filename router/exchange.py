@@ -15,7 +15,7 @@ from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.core.scheduler import Decision
 from gpuroute.router.quotas import KeyPolicy
 from gpuroute.router.request_parse import ParsedRequest
-from gpuroute.router.responses_state import RESPONSES, TURN
+from gpuroute.router.responses_state import Turn
 
 from gpuroute.audio_duration import reported_seconds
 from gpuroute.headers import SERVED_MODEL_HEADER
@@ -116,6 +116,7 @@ class Exchange(RequestState):
     key: KeyPolicy  # the caller's key (or the anonymous tenant's)
     charged_tokens: int  # taken from its token quota at admission, settled at the end
     headers: dict[str, str] = field(default_factory=dict)  # to its engines, every attempt
+    turn: Turn | None = None  # a Responses turn: its answer stored (router/responses_state.py)
     # backends that answered this request with a 5xx: judged only once another backend
     # answers it below 500 (a request that breaks every engine is the client's doing)
     suspects: list[Backend] = field(default_factory=list)
@@ -154,7 +155,7 @@ class Exchange(RequestState):
         # error event breaks it instead of reaching the client)
         if streamed and (self.strip_usage or self.continuable):
             return StrippingTally(usage=self.strip_usage, token_ids=self.strip_token_ids)
-        turn = self.request.get(TURN) if self.route == RESPONSES else None
+        turn = self.turn
         return ResponseTally(size_text=streamed) if turn is None else turn.tally(streamed)
 
     @property

@@ -30,7 +30,7 @@ from gpuroute.router.request_parse import (
     parse_request,
 )
 from gpuroute.router.residency_gate import ResidencyGate
-from gpuroute.router.responses_state import RESPONSES, ResponsesState
+from gpuroute.router.responses_state import RESPONSES, ResponsesState, Turn
 from gpuroute.router.slo_gate import SloGate
 from gpuroute.router.tenant_gate import TenantGate
 from gpuroute.router.token_usage import TokenCounter
@@ -94,7 +94,8 @@ class Front:
         try:
             headers, key, raw = await self._read(request)
             tenant = key.tenant
-            body = await self._conversation(request, route, key, raw)
+            conversation = await self._conversation(route, key, raw)
+            body, turn = (None, None) if conversation is None else conversation
             prepaid = body is not None  # its per-minute request taken before the read
             content_type = request.headers.get("Content-Type")
             parsed = self._parse(headers, route, raw, request_id, content_type, body)
@@ -113,7 +114,7 @@ class Front:
             exchange = await self._let_in(
                 key, info, tokens, parsed.deadline_s, explicit, request=not prepaid,
                 shell=lambda life: Exchange(request, life, raw, route, arrival, parsed,
-                                            headers, key, charge),
+                                            headers, key, charge, turn=turn),
             )  # fmt: skip
             life = exchange.life
             named(request, life)
@@ -135,13 +136,13 @@ class Front:
         return exchange
 
     async def _conversation(
-        self, request: web.Request, route: str, key: KeyPolicy, raw: bytes
-    ) -> dict | None:
-        """A Responses request's body with its stored conversation expanded; None on other
-        routes. Before the (Redis) read of up to `max_entry_bytes`, what needs only the
-        client's body: router-only fields, the model named against the key's list, the
-        key's in-flight cap (checked; the slot is taken at `_let_in`) and its per-minute
-        request (taken)."""
+        self, route: str, key: KeyPolicy, raw: bytes
+    ) -> tuple[dict, Turn] | None:
+        """A Responses request's body with its stored conversation expanded, and its turn
+        (what its answer is stored as); None on other routes. Before the (Redis) read of up
+        to `max_entry_bytes`, what needs only the client's body: router-only fields, the
+        model named against the key's list, the key's in-flight cap (checked; the slot is
+        taken at `_let_in`) and its per-minute request (taken)."""
         if route != RESPONSES or self.responses is None:
             return None
         body = self._json(raw)
@@ -150,8 +151,7 @@ class Front:
         if isinstance(model, str) and not self.routes.may_serve(key.models, model):
             raise model_not_allowed(model)
         await self.tenants.precharge(key)
-        await self.responses.expand(request, key, body)
-        return body
+        return body, await self.responses.expand(key, body)
 
     async def _read(self, request: web.Request) -> tuple[Mapping[str, str], KeyPolicy, bytes]:
         """The headers (their one reading), the residency decision checked, the caller's key
