@@ -204,7 +204,10 @@ class EngineThread:
         return self
 
     async def _start(self) -> None:
-        from gpuroute.testbed.fake_engine import FakeEngine, FakeEngineConfig
+        try:  # the layout of issue 44, or the one before it (the "before" of a comparison)
+            from gpuroute.testbed.fake_engine.server import FakeEngine, FakeEngineConfig
+        except ImportError:
+            from gpuroute.testbed.fake_engine import FakeEngine, FakeEngineConfig
 
         if self.broken:
             apps = []
@@ -229,8 +232,12 @@ class EngineThread:
 
 
 async def measure(folder: Path, engine_urls: list[str]) -> Walk:
-    from gpuroute.router.config import load_router_config
-    from gpuroute.router.server import RouterApp
+    try:  # the layout of issue 44, or the one before it (the "before" of a comparison)
+        from gpuroute.router.config.router import load_router_config
+        from gpuroute.router.http.server import RouterApp
+    except ImportError:
+        from gpuroute.router.config import load_router_config
+        from gpuroute.router.server import RouterApp
 
     path = folder / "router.toml"
     path.write_text(router_toml(engine_urls))

@@ -1,5 +1,5 @@
 """The walk of one streamed chat whose engine dies mid-answer (scripts/request-walk.py): the
-attempt runner (router/forward.py) runs the continuation as one more attempt, and the
+attempt runner (router/attempts/forward.py) runs the continuation as one more attempt, and the
 continuer only gives verdicts, so no call goes back into either from under the other."""
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ def test_a_continued_stream_never_calls_back_between_runner_and_continuer(tmp_pa
         logging.disable(logging.NOTSET)
     figures = walk.figures()
     crossed = {module for module, _ in walk.functions}
-    assert {"gpuroute.router.forward", "gpuroute.router.stream_continuer"} <= crossed
+    assert {
+        "gpuroute.router.attempts.forward",
+        "gpuroute.router.attempts.stream_continuer",
+    } <= crossed
     cycles = [pair for pair in figures["callbacks_by_pair"] if "stream_continuer" in pair]
     assert not cycles, figures["callbacks_by_pair"]

@@ -167,13 +167,13 @@ def test_pop_ready_can_be_limited_to_the_top_classes() -> None:
 def test_reserved_slots_admit_only_the_top_class() -> None:
     import asyncio
 
-    from gpuroute.router.admission_gate import AdmissionGate
-    from gpuroute.router.config import AdmissionConfig
+    from gpuroute.router.attempts.exchange import RequestState
+    from gpuroute.router.config.router import AdmissionConfig
     from gpuroute.router.core.backend import Backend, BackendSet
     from gpuroute.router.core.lifetime import RequestLifetime
     from gpuroute.router.core.request import RequestInfo
-    from gpuroute.router.exchange import RequestState
-    from gpuroute.router.metrics import RouterMetrics
+    from gpuroute.router.front.admission import AdmissionGate
+    from gpuroute.router.observe.metrics import RouterMetrics
 
     def request(rid: int, priority: str) -> RequestLifetime:
         life: RequestLifetime[RequestState] = RequestLifetime(
@@ -221,10 +221,10 @@ def test_items_leaving_out_of_turn_do_not_grow_the_queue_without_bound() -> None
 def test_total_slots_follow_backend_states_and_discovered_limits() -> None:
     """The gate keeps its slot count between changes (asked twice a request): a backend that
     goes down, a discovered one's limit, and one that leaves must each show at once."""
-    from gpuroute.router.admission_gate import AdmissionGate
-    from gpuroute.router.config import AdmissionConfig
+    from gpuroute.router.config.router import AdmissionConfig
     from gpuroute.router.core.backend import Backend, BackendSet, BackendState
-    from gpuroute.router.metrics import RouterMetrics
+    from gpuroute.router.front.admission import AdmissionGate
+    from gpuroute.router.observe.metrics import RouterMetrics
 
     a, b = Backend("a", "H100", ["m"]), Backend("b", "L4", ["m"])
     pool = BackendSet([a, b])
@@ -248,14 +248,14 @@ def test_full_slots_bring_in_a_standby_backend_of_the_model_before_anyone_waits(
     of the request's model comes in, and without one the request waits as before."""
     import asyncio
 
-    from gpuroute.router.admission_gate import AdmissionGate
-    from gpuroute.router.config import AdmissionConfig
+    from gpuroute.router.attempts.exchange import RequestState
+    from gpuroute.router.config.router import AdmissionConfig
     from gpuroute.router.core.backend import Backend, BackendSet, BackendState
     from gpuroute.router.core.lifetime import RequestLifetime
     from gpuroute.router.core.request import RequestInfo
     from gpuroute.router.core.standby import PROMOTED, StandbyRotation
-    from gpuroute.router.exchange import RequestState
-    from gpuroute.router.metrics import RouterMetrics
+    from gpuroute.router.front.admission import AdmissionGate
+    from gpuroute.router.observe.metrics import RouterMetrics
 
     def request(rid: int, model: str) -> RequestLifetime:
         life: RequestLifetime[RequestState] = RequestLifetime(RequestInfo(rid, model, 1))

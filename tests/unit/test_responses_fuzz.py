@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 
 import orjson
-from gpuroute.router.quotas import KeyPolicy
-from gpuroute.router.request_parse import RequestError, json_object
-from gpuroute.router.responses_config import ResponsesConfig
-from gpuroute.router.responses_state import ResponsesState
-from gpuroute.router.responses_store import ResponsesStore
+from gpuroute.router.config.responses import ResponsesConfig
+from gpuroute.router.front.parse import RequestError, json_object
+from gpuroute.router.responses.state import ResponsesState
+from gpuroute.router.responses.store import ResponsesStore
+from gpuroute.router.shared.quotas import KeyPolicy
 from hypothesis import given
 from hypothesis import strategies as st
 
