@@ -8,13 +8,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from gpuroute.router.core.lifetime import RequestLifetime
+from gpuroute.router.core.lifetime import Continued, RequestLifetime
 from gpuroute.router.core.rebalance import Move, Rebalancer, RunningStream, expected_left
 from gpuroute.router.core.retry import FailureKind
 from gpuroute.router.core.scheduler import Outcome, Scheduler
 from gpuroute.sim.engine_model import EngineRequest
 from gpuroute.sim.report import FAILED
-from gpuroute.sim.watch import Resumed, attempt_of, resumed_of
+from gpuroute.sim.watch import attempt_of
 
 if TYPE_CHECKING:
     from gpuroute.sim.scenario import Scenario
@@ -67,9 +67,10 @@ class StreamBreaks:
     ) -> None:
         """A stream whose attempt ended after `generated` tokens goes on elsewhere (the live
         StreamContinuer's way), or ends failed where continuation is off or spent."""
-        resumed = resumed_of(life) or Resumed(first, 0)
+        resumed = life.continued
+        if resumed is None:
+            resumed = life.continued = Continued(first, 0)
         resumed.delivered += generated
-        life.shell = resumed
         config = self.scenario.continuation
         if not config.enabled or resumed.continuations >= config.max_attempts:
             self.end(life, FAILED)
@@ -98,7 +99,7 @@ class StreamBreaks:
             attempt = attempt_of(life)
             if attempt is None or attempt.req.first_token_at < 0 or life.latency is None:
                 continue
-            resumed = attempt.resumed
+            resumed = life.continued
             if resumed is not None and resumed.continuations >= config.max_attempts:
                 continue
             generated = self.engines[attempt.engine].tokens_generated(attempt.req, now)

@@ -10,23 +10,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from gpuroute.router.core.backend import Backend
-from gpuroute.router.core.lifetime import Lifetimes, RequestLifetime
+from gpuroute.router.core.lifetime import Continued, Lifetimes, RequestLifetime
 from gpuroute.router.core.watching import GpuPace, Watcher
 from gpuroute.sim.engine_model import EngineModel, EngineRequest
 from gpuroute.sim.fleet import GpuTypeProfile
 
 # the roofline priors' reference request (router/backends/priors.py): one sequence's step
 REFERENCE_CONTEXT = 1000 + 250 / 2
-
-
-@dataclass(slots=True)
-class Resumed:
-    """A stream that broke mid-answer (or was moved) and goes on elsewhere, as its client
-    saw it: the live router's `exchange.resumed`, kept on the lifetime between attempts."""
-
-    first_token_at: float  # the client's first token (its TTFT stays this one)
-    delivered: int  # tokens the client has had: the continuation's prompt holds them
-    continuations: int = 0  # times it went on elsewhere (the live max_attempts bounds it)
 
 
 @dataclass(slots=True)
@@ -38,7 +28,6 @@ class SimAttempt:
     expected_s: float
     sent_at: float
     tokens: int | None = None  # what the stream had produced at the last window's start
-    resumed: Resumed | None = None  # a continuation: what its client had before it
 
 
 def attempt_of(life: RequestLifetime) -> SimAttempt | None:
@@ -46,12 +35,10 @@ def attempt_of(life: RequestLifetime) -> SimAttempt | None:
     return shell if isinstance(shell, SimAttempt) else None
 
 
-def resumed_of(life: RequestLifetime) -> Resumed | None:
-    """A continued stream's client view, whether an attempt is under way or not."""
-    shell = life.shell
-    if isinstance(shell, SimAttempt):
-        return shell.resumed
-    return shell if isinstance(shell, Resumed) else None
+def resumed_of(life: RequestLifetime) -> Continued | None:
+    """A continued stream's client view, whether an attempt is under way or not (its one
+    home, the live router's too: the lifetime's `continued`)."""
+    return life.continued
 
 
 def gpu_paces(profiles: dict[str, GpuTypeProfile]) -> dict[str, GpuPace]:
@@ -84,11 +71,11 @@ class SimWatch:
     def sent(self, life: RequestLifetime, e: int, req: EngineRequest, now: float) -> None:
         backend = self.backends[e]
         expected = self.watcher.start(life, backend, now)
-        life.shell = SimAttempt(e, req, expected, now, resumed=resumed_of(life))
+        life.shell = SimAttempt(e, req, expected, now)
 
     def succeeded(self, life: RequestLifetime, req: EngineRequest, now: float) -> float | None:
         attempt = attempt_of(life)
-        life.shell = resumed_of(life)
+        life.shell = None
         if attempt is None:
             return None
         backend = self.backends[attempt.engine]
@@ -97,11 +84,11 @@ class SimWatch:
 
     def ended(self, life: RequestLifetime) -> None:
         """The attempt failed: nothing to learn from it (what its client had stays)."""
-        life.timing, life.shell = None, resumed_of(life)
+        life.timing = life.shell = None
 
     def gave_up(self, life: RequestLifetime, now: float) -> None:
         self.watcher.gave_up(life, now)
-        life.shell = resumed_of(life)
+        life.shell = None
 
     def tick(self, now: float) -> list[RequestLifetime]:
         """Refresh every backend's slowness; returns the attempts to move now."""

@@ -118,11 +118,10 @@ class BrokenStream(ABC):
         where it ended with the error event)."""
         tries = 0
         while relayed.end is RelayEnd.UPSTREAM_BROKE:
-            if not relayed.streamed:  # a whole answer cut short: relay_body closed it
+            verdict = verdict_on(self.config, self.route, self.body, relayed, tries)
+            if verdict is None:  # a whole answer cut short: relay_body closed it
                 self.broke(relayed.error)
                 return relayed
-            verdict = judge(self.config, self.route, self.body, relayed.tally.kept, tries)
-            relayed.tally.engine_error = None  # (an engine's error event: held back, judged)
             if verdict.action == FINISH:
                 return await self._finish(relayed.tally, verdict)
             self.broke(relayed.error)
@@ -150,33 +149,90 @@ class BrokenStream(ABC):
     ) -> Relayed:
         """The continuing upstream's stream spliced (`splice`, of the broken stream) into
         the client's, left open if it breaks too (the loop judges it)."""
-        return await relay_body(
-            self.request,
-            self.response,
-            SplicedUpstream(upstream, splice),  # type: ignore[arg-type]
-            first=splice.feed(first),
-            on_first_write=on_first_write,
-            broken_message=lambda _exc: self.message(),
-            tally=tally,
-            write_timeout_s=self.write_timeout_s,
-            end_broken=False,
-        )
+        return await relay_spliced(
+            self.request, self.response, upstream, tally, splice, first, on_first_write,
+            self.message(), self.write_timeout_s,
+        )  # fmt: skip
 
     async def _finish(self, tally: ResponseTally, verdict: Verdict) -> Relayed:
-        """A stream whose upstream broke after its last token: its finish (`length` where
-        its cap was spent and none came) and [DONE], as the engine would have ended it."""
-        assert verdict.broken is not None and verdict.reason is not None
+        assert verdict.reason is not None
         self.count(verdict.reason, "ended")
-        reason = None if verdict.broken.finished else "length"
-        last = finish_events(verdict.broken, self.route, reason)
-        client = ClientWriter(self.request, self.response, self.write_timeout_s)
-        return await end(client, tally, True, last)
+        return await finish(self.request, self.response, self.write_timeout_s, self.route,
+                            tally, verdict)  # fmt: skip
 
     async def _give_up(self, relayed: Relayed, reason: str | None) -> Relayed:
         """The explicit error event."""
         reason = reason or "unknown"
         self.count(reason, "ended")
-        log.info("stream not continued (%s): %s", reason, self.message())
-        client = ClientWriter(self.request, self.response, self.write_timeout_s)
-        await end_truncated(self.request, client, True, self.message(), self.error_event)
+        await give_up(self.request, self.response, self.write_timeout_s, reason, self.message(),
+                      self.error_event)  # fmt: skip
         return relayed
+
+
+def verdict_on(
+    config: ContinuationConfig, route: str, body: dict | None, relayed: Relayed, tries: int
+) -> Verdict | None:
+    """The verdict on a stream broken after `tries` continuations (continuation_verdict.py
+    `judge`); None for a whole answer cut short (relay_body closed it: nothing goes on)."""
+    if not relayed.streamed:
+        return None
+    verdict = judge(config, route, body, relayed.tally.kept, tries)
+    relayed.tally.engine_error = None  # (an engine's error event: held back, judged)
+    return verdict
+
+
+async def relay_spliced(
+    request: web.Request,
+    response: web.StreamResponse,
+    upstream: UpstreamResponse,
+    tally: ResponseTally,
+    splice: Splice,
+    first: bytes,
+    on_first_write: Callable[[], None] | None,
+    message: str,
+    write_timeout_s: float | None,
+) -> Relayed:
+    """A continuing upstream's stream spliced (`splice`, of the broken stream) into the
+    client's, left open if it breaks too (the caller judges it)."""
+    return await relay_body(
+        request,
+        response,
+        SplicedUpstream(upstream, splice),  # type: ignore[arg-type]
+        first=splice.feed(first),
+        on_first_write=on_first_write,
+        broken_message=lambda _exc: message,
+        tally=tally,
+        write_timeout_s=write_timeout_s,
+        end_broken=False,
+    )
+
+
+async def finish(
+    request: web.Request,
+    response: web.StreamResponse,
+    write_timeout_s: float | None,
+    route: str,
+    tally: ResponseTally,
+    verdict: Verdict,
+) -> Relayed:
+    """A stream whose upstream broke after its last token: its finish (`length` where its
+    cap was spent and none came) and [DONE], as the engine would have ended it."""
+    assert verdict.broken is not None
+    reason = None if verdict.broken.finished else "length"
+    last = finish_events(verdict.broken, route, reason)
+    client = ClientWriter(request, response, write_timeout_s)
+    return await end(client, tally, True, last)
+
+
+async def give_up(
+    request: web.Request,
+    response: web.StreamResponse,
+    write_timeout_s: float | None,
+    reason: str,
+    message: str,
+    error_event: Callable[[str], bytes] | None,
+) -> None:
+    """A broken stream that does not go on ends with the explicit error event."""
+    log.info("stream not continued (%s): %s", reason, message)
+    client = ClientWriter(request, response, write_timeout_s)
+    await end_truncated(request, client, True, message, error_event)

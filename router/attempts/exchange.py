@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import orjson
 from aiohttp import web
+from gpuroute.router.core.admission import Shed
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.lifetime import Event, RequestLifetime
 from gpuroute.router.core.request import RequestInfo
-from gpuroute.router.responses.state import RESPONSES, TURN
+from gpuroute.router.core.scheduler import Decision
+from gpuroute.router.front.parse import ParsedRequest
+from gpuroute.router.responses.state import Turn
+from gpuroute.router.shared.quotas import KeyPolicy
 
 from gpuroute.audio_duration import reported_seconds
 from gpuroute.headers import SERVED_MODEL_HEADER
@@ -60,16 +65,58 @@ class Answer:
 
 
 @dataclass(slots=True)
-class Exchange:
-    """One client request on its way through the attempts: what every attempt sends, and
-    what the answer is measured against."""
+class AttemptWatch:
+    """What the backend watch (router/attempts/watch.py) keeps of a request's current attempt."""
+
+    backend: Backend
+    expected_s: float
+    task: asyncio.Task | None = None  # while it waits for its first byte
+    waiting_since: float = 0.0
+    rescued: bool = False  # its task was cancelled to move it elsewhere
+    tally: ResponseTally | None = None  # once streaming: the relay's live count of its text
+    # None: it began during the window, or its events were not sized yet when it began
+    content: int | None = None
+
+
+@dataclass(slots=True)
+class Held:
+    """A request held for its SLO (router/front/slo.py): its wake-up call, and its booked
+    decision or why it was refused."""
+
+    event: asyncio.Event
+    refused: Shed | None = None
+    decision: Decision | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class RequestState:
+    """What the router's shells park on a request between its stages, each where its
+    lifetime's one shell object (`life.shell`, an Exchange) holds it."""
+
+    queued: asyncio.Future[Shed | None] | None = None  # in the admission queue (AdmissionGate)
+    held: Held | None = None  # held for its SLO (SloGate)
+    watch: AttemptWatch | None = None  # its current attempt, watched (BackendWatch)
+
+
+@dataclass(slots=True)
+class Exchange(RequestState):
+    """One client request, the one typed holder of what the router's shells keep of it from
+    its admission to its access-log line: what the front stages read of it, what every
+    attempt sends, and what the answer is measured against. Its lifetime
+    (router/core/lifetime.py) holds what the core booked for it; its continuation, when its
+    stream goes on elsewhere, is the lifetime's `continued`."""
 
     request: web.Request
-    life: RequestLifetime  # everything booked for it (router/core/lifetime.py)
-    raw: bytes
+    life: RequestLifetime[Exchange]  # everything booked for it (router/core/lifetime.py)
+    raw: bytes  # its body, to forward as it came
     route: str
     arrival: float
-    headers: dict[str, str]  # forwarded upstream, the same every attempt
+    parsed: ParsedRequest  # what the front stages parsed of it
+    read: Mapping[str, str]  # its headers as the router read them (gpuroute/headers.py)
+    key: KeyPolicy  # the caller's key (or the anonymous tenant's)
+    charged_tokens: int  # taken from its token quota at admission, settled at the end
+    headers: dict[str, str] = field(default_factory=dict)  # to its engines, every attempt
+    turn: Turn | None = None  # a Responses turn: its answer stored (router/responses/state.py)
     # backends that answered this request with a 5xx: judged only once another backend
     # answers it below 500 (a request that breaks every engine is the client's doing)
     suspects: list[Backend] = field(default_factory=list)
@@ -90,8 +137,8 @@ class Exchange:
     continuable: bool = False  # a stream that may go on elsewhere if its engine breaks
     continuation: bytes | None = None  # what continues a broken stream (StreamContinuer)
     continuation_route: str | None = None  # where it goes (a chat may go on as a completion)
-    # a continued stream: when its continuation's first bytes came, and the tokens before
-    resumed: tuple[float, int] | None = None
+    response: web.StreamResponse | None = None  # the client's, once an answer is relayed
+    last_failure: str = ""  # why the last attempt failed, for operators
     _sent: tuple[str, bytes] | None = None  # the last body serialised, for its model
 
     @property
@@ -110,15 +157,22 @@ class Exchange:
         # error event breaks it instead of reaching the client)
         if streamed and (self.strip_usage or self.continuable):
             return StrippingTally(usage=self.strip_usage, token_ids=self.strip_token_ids)
-        turn = self.request.get(TURN) if self.route == RESPONSES else None
+        turn = self.turn
         return ResponseTally(size_text=streamed) if turn is None else turn.tally(streamed)
+
+    @property
+    def resumed(self) -> bool:
+        """Whether its stream went on elsewhere (a continuation's first bytes came)."""
+        continued = self.life.continued
+        return continued is not None and continued.resumed_at is not None
 
     def engine_share(self, output: int) -> tuple[float | None, int]:
         """What the engine that finished it did, to judge that engine by: from its first
         bytes, its own tokens (of a continued stream, the continuation's alone)."""
-        if self.resumed is None:
+        continued = self.life.continued
+        if continued is None or continued.resumed_at is None:
             return self.first_at, output
-        return self.resumed[0], max(output - self.resumed[1], 0)
+        return continued.resumed_at, max(output - continued.delivered, 0)
 
     def body_for(self, model: str) -> bytes:
         """The body to send for `model`: as it came when that is the model the client named

@@ -18,7 +18,13 @@ from aiohttp import web
 from gpuroute.router.api.formats import stream_error_event
 from gpuroute.router.attempts.exchange import NO_BACKEND, Answer, Exchange, answer_headers
 from gpuroute.router.attempts.failure import UpstreamFailed, failure_kind
-from gpuroute.router.attempts.stream_continuer import StreamContinuer
+from gpuroute.router.attempts.stream_continuer import (
+    BROKEN_MESSAGE,
+    FIRST,
+    NOWHERE,
+    Leg,
+    StreamContinuer,
+)
 from gpuroute.router.attempts.watch import BackendWatch
 from gpuroute.router.backends.health_report import report_health
 from gpuroute.router.config.router import LimitsConfig
@@ -27,17 +33,19 @@ from gpuroute.router.core.health import HealthEvents
 from gpuroute.router.core.lifetime import Event, Lifetimes, RequestLifetime
 from gpuroute.router.core.placement import AttemptLoop, Step
 from gpuroute.router.core.request import RequestInfo
-from gpuroute.router.core.retry import Attempts, FailureKind, Verdict
+from gpuroute.router.core.retry import FailureKind, Verdict
 from gpuroute.router.core.scheduler import Outcome, Scheduler
 from gpuroute.router.core.standby import StandbyRotation
 from gpuroute.router.front.slo import SloGate
 from gpuroute.router.observe.decision_log import DecisionLog
 from gpuroute.router.observe.metrics import RouterMetrics
 from gpuroute.router.observe.request_metrics import RequestMetrics
-from gpuroute.router.observe.tracing_spans import attempt, first_byte, pick
+from gpuroute.router.observe.tracing_spans import attempt, continuation, first_byte, pick
 from gpuroute.router.shared.sessions import SessionStore
 
+from gpuroute.continuation.relay import Refused, relay_spliced
 from gpuroute.continuation.text import ContinuationConfig
+from gpuroute.continuation.verdict import END, FINISH
 from gpuroute.headers import ENGINE_HEADERS, FORWARDED_FOR, forwarded_for, pass_on
 from gpuroute.openai_api import error_response
 from gpuroute.relay.body import (
@@ -45,6 +53,7 @@ from gpuroute.relay.body import (
     Relayed,
     RelayedResponse,
     RelayEnd,
+    ResponseTally,
     is_event_stream,
     relay_body,
 )
@@ -52,6 +61,7 @@ from gpuroute.tracing import onward
 from gpuroute.upstream.client import UpstreamPool, UpstreamResponse
 
 log = logging.getLogger("gpuroute.router")
+continuation_log = logging.getLogger("gpuroute.router.continuation")
 
 
 class Forwarder:
@@ -87,7 +97,7 @@ class Forwarder:
         self.slo = slo  # classes' attainment; holds predicted misses (predicting policies)
         # the attempts loop the simulator runs too: route, promote standby, hold, retry
         self.loop = AttemptLoop(scheduler, self.budget, slo.queue if slo.holds else None, standby)
-        self.continuer = StreamContinuer(self, continuation or ContinuationConfig())
+        self.continuer = StreamContinuer(continuation or ContinuationConfig(), metrics)
         self.session: UpstreamPool | None = None  # to the engines; start() opens it
         self.write_timeout_s: float | None = None  # a client behind this long is cut off
 
@@ -118,23 +128,18 @@ class Forwarder:
             await self.session.close()
 
     async def attempts(self, exchange: Exchange) -> web.StreamResponse:
-        """The core's attempts loop (core/placement.py) with the I/O: each attempt sent,
-        a failed one retried after its backoff while the loop allows. Suspects left when
-        no attempt was answered below 500 go unjudged: the request, not they, is the
+        """The request's first answer through the attempt runner (`run`). Suspects left
+        when no attempt was answered below 500 go unjudged: the request, not they, is the
         likely cause."""
         life = exchange.life
-        info, tried = life.info, life.tried
-        remembered = await self._remembered(info)
-        last = "no backend is available"
-        while (backend := await self.place(life, remembered)) is not None:
-            try:
-                return await self._attempt(exchange, backend, life.attempts)
-            except UpstreamFailed as failure:
-                last = f"backend {backend.backend_id}: {failure}"
-                if not await self.retry_after(life, failure.kind):
-                    break
+        info = life.info
+        ran = await self.run(exchange, FIRST, await self._remembered(info))
+        if ran is not None:
+            assert exchange.response is not None
+            return exchange.response
         exchange.ending = Event.FAIL
-        if not tried:
+        last = exchange.last_failure
+        if not life.tried:
             self.decisions.refused(
                 info.request_id, 503, "no_backend", last, info, emit=life.sampled
             )
@@ -145,6 +150,29 @@ class Forwarder:
             info.request_id, 502, "upstream_error", last, info, emit=life.sampled
         )
         return error_response(502, "no backend could answer the request", code="upstream_error")
+
+    @continuation
+    async def run(
+        self, exchange: Exchange, leg: Leg, remembered: str | None = None
+    ) -> tuple[Backend, Relayed] | None:
+        """The attempt runner, for the first answer and each continuation alike: place,
+        then send, first bytes, relay and settle (`_attempt`), a failed attempt retried
+        after its backoff while the core's attempts loop (core/placement.py) allows. The
+        backend that answered and how its answer ended; None when no backend would take
+        it (`exchange.last_failure` says why); a continuation's engine that refused it
+        raises Refused."""
+        life = exchange.life
+        exchange.last_failure = "no backend is available"
+        while (backend := await self.place(life, remembered)) is not None:
+            if leg.broken is not None:
+                self.continuer.placed(exchange, leg, life.model)
+            try:
+                return backend, await self._attempt(exchange, backend, leg)
+            except UpstreamFailed as failure:
+                exchange.last_failure = f"backend {backend.backend_id}: {failure}"
+                if not await self.retry_after(life, failure.kind):
+                    break
+        return None
 
     async def retry_after(self, life: RequestLifetime, kind: FailureKind) -> bool:
         """After a failed attempt: whether another may follow (after its backoff), counted."""
@@ -190,27 +218,34 @@ class Forwarder:
             self.slo.wake(placed)
 
     @attempt
-    async def _attempt(
-        self, exchange: Exchange, backend: Backend, attempts: Attempts
-    ) -> web.StreamResponse:
+    async def _attempt(self, exchange: Exchange, backend: Backend, leg: Leg) -> Relayed:
         """One attempt (a retry counts against the budget while it runs). Raises
-        UpstreamFailed only while nothing has reached the client."""
+        UpstreamFailed only while nothing of it has reached the client."""
         life = exchange.life
         expected = self.watch.started(life, backend)
         exchange.dispatched = self.clock()
-        attempts.start(self.budget)
+        life.attempts.start(self.budget)
         upstream = None
         try:
             upstream, first = await self.first_bytes(exchange, backend, expected)
-            return await self._relay(exchange, backend, upstream, first)
+            if leg.broken is None:
+                return await self._relay(exchange, backend, upstream, first)
+            if not self.continuer.took(upstream, life.info.prompt_tokens):
+                upstream.close()  # its engine refused it (a context too long, say): healthy
+                status, upstream = upstream.status, None
+                self.watch.forget(life)
+                self.settle(life, backend, ok=True)
+                raise Refused(f"status {status}")
+            return await self._relay_continued(exchange, upstream, first, leg)
         except UpstreamFailed as failure:
             self.failed_attempt(exchange, backend, failure.kind)
             raise
         except asyncio.CancelledError:
-            self._client_gone()
+            if leg.broken is None:  # (once, however deep the continuations went)
+                self._client_gone()
             raise
         finally:
-            attempts.end(self.budget)
+            life.attempts.end(self.budget)
             if upstream is not None:
                 upstream.finish()
 
@@ -291,46 +326,120 @@ class Forwarder:
         backend: Backend,
         upstream: UpstreamResponse,
         first: bytes,
-    ) -> web.StreamResponse:
+    ) -> Relayed:
+        """The first answer relayed, a stream that broke continued, and the request
+        settled."""
         life = exchange.life
         shown = backend.backend_id if self.expose_backend else None
         headers = answer_headers(upstream.headers.items(), life.model, shown)
-        response = RelayedResponse(status=upstream.status, headers=headers)
+        response = exchange.response = RelayedResponse(status=upstream.status, headers=headers)
         streamed = is_event_stream(upstream)
         tally = exchange.new_tally(streamed)  # a stream's text is timed (BackendWatch)
         if streamed:
             self.requests.time_text(exchange, tally)
             self.continuer.record(exchange, tally)
-
-        def first_written() -> None:
-            now = exchange.first_at = self.clock()
-            self.requests.first_byte(exchange, tally, streamed)
-            life.move(Event.FIRST_BYTE)
-            first_byte()
-            self.scheduler.first_token(life, now, now - exchange.dispatched)
-            self.offer_room()  # its prefill is done: room for held requests
-            if streamed:
-                self.watch.streaming(life, tally)
-
         relayed = await relay_body(
             exchange.request,
             response,
             upstream,
             first=first,
-            on_first_write=first_written,
-            broken_message=lambda exc: "the backend failed mid-stream",
+            on_first_write=lambda: self._first_written(exchange, tally, streamed, FIRST),
+            broken_message=lambda exc: BROKEN_MESSAGE,
             tally=tally,
             write_timeout_s=self.write_timeout_s,
             error_event=stream_error_event(exchange.route),
-            end_broken=not streamed,  # a stream may go on elsewhere (StreamContinuer)
+            end_broken=not streamed,  # a stream may go on elsewhere (`_carry_on`)
         )
         exchange.answer = Answer(upstream.status, relayed.streamed, tally, backend.backend_id)
         if relayed.end is RelayEnd.UPSTREAM_BROKE:  # judged, continued or ended there
-            relayed, backend = await self.continuer.go_on(exchange, response, backend, relayed)
+            backend, relayed = await self._carry_on(exchange, backend, relayed)
             exchange.answer = Answer(upstream.status, relayed.streamed, tally, backend.backend_id)
         self.requests.relayed(exchange, backend.backend_id, relayed.end is RelayEnd.COMPLETE)
         self._ended(exchange, backend, relayed)
-        return response
+        return relayed
+
+    def _first_written(
+        self, exchange: Exchange, tally: ResponseTally, streamed: bool, leg: Leg
+    ) -> None:
+        """An attempt's first bytes reached the client: the first answer's are its TTFT; a
+        continuation's resume it. Either way its engine's prefill is done: room for held
+        requests."""
+        life = exchange.life
+        now = self.clock()
+        if leg.broken is None:
+            exchange.first_at = now
+            self.requests.first_byte(exchange, tally, streamed)
+        else:
+            self.continuer.resumed(exchange, now, leg.broken)
+        life.move(Event.FIRST_BYTE)
+        if leg.broken is None:
+            first_byte()
+        self.scheduler.first_token(life, now, now - exchange.dispatched)
+        self.offer_room()
+        if streamed:
+            self.watch.streaming(life, tally)
+
+    async def _carry_on(
+        self, exchange: Exchange, backend: Backend, relayed: Relayed
+    ) -> tuple[Backend, Relayed]:
+        """A stream broken after its first bytes: the continuer's verdict applied until a
+        continuation ends it some other way, or none can go on (then the explicit error
+        ends it). Each continuation is one more run of the attempt runner. The backend
+        whose stream ended it, and how."""
+        continuer, tries = self.continuer, 0
+        while relayed.end is RelayEnd.UPSTREAM_BROKE:
+            verdict = continuer.verdict(exchange, relayed, tries)
+            if verdict is None:  # a whole answer cut short: relay_body closed it
+                self._broke(exchange, backend, relayed.error)
+                break
+            if verdict.action == FINISH:
+                return backend, await continuer.finish(
+                    exchange, relayed, verdict, self.write_timeout_s
+                )
+            self._broke(exchange, backend, relayed.error)
+            if verdict.action == END:
+                await continuer.give_up(exchange, relayed, verdict.reason, self.write_timeout_s)
+                break
+            assert verdict.broken is not None
+            tries += 1
+            leg, tokens = continuer.leg(exchange, verdict.broken, tries)
+            self.loop.continued(exchange.life, tokens)  # what its prompt lacks yet
+            try:
+                ran = await self.run(exchange, leg)
+            except Refused:
+                await continuer.give_up(exchange, relayed, "refused", self.write_timeout_s)
+                break
+            if ran is None:
+                await continuer.give_up(exchange, relayed, NOWHERE, self.write_timeout_s)
+                break
+            backend, relayed = ran
+            continuer.went_on()
+        return backend, relayed
+
+    async def _relay_continued(
+        self, exchange: Exchange, upstream: UpstreamResponse, first: bytes, leg: Leg
+    ) -> Relayed:
+        """A continuation's stream spliced into the client's (its tally goes on)."""
+        assert exchange.answer is not None and exchange.response is not None
+        tally = exchange.answer.tally
+        return await relay_spliced(
+            exchange.request, exchange.response, upstream, tally,
+            self.continuer.splice(exchange, leg), first,
+            lambda: self._first_written(exchange, tally, True, leg), BROKEN_MESSAGE,
+            self.write_timeout_s,
+        )  # fmt: skip
+
+    def _broke(self, exchange: Exchange, backend: Backend, error: BaseException | None) -> None:
+        """The body broke after the client saw its first bytes: the backend's verdict."""
+        life = exchange.life
+        self.metrics.stream_errors.labels(backend.backend_id).inc()
+        self.decisions.failure(life.info, backend, FailureKind.STREAM.value, emit=life.sampled)
+        # a connection that died mid-stream means the engine died; a timeout may not
+        fatal = not isinstance(error, asyncio.TimeoutError)
+        self.settle(life, backend, ok=False, fatal=fatal)
+        continuation_log.warning(
+            "stream from %s broke after first byte: %r", backend.backend_id, error
+        )
 
     def _ended(self, exchange: Exchange, backend: Backend, relayed: Relayed) -> None:
         """How its answer ended: cut off, left, broken for good, or whole (then judged)."""
@@ -352,7 +461,7 @@ class Forwarder:
         ratio = self.watch.succeeded(life, own, decode_from if relayed.streamed else None)
         judged = self.slo.judge(exchange, self.clock(), output)  # as the client saw it
         # 4xx is the client's problem, not the backend's: counted healthy.
-        slo = judged if exchange.resumed is None else None  # the client's view, not the engine's
+        slo = None if exchange.resumed else judged  # the client's view, not the engine's
         self.settle(life, backend, ok=True, output_tokens=own, latency_ratio=ratio, slo=slo)
 
     def _judge_suspects(self, exchange: Exchange) -> None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
+from gpuroute.router.attempts.exchange import AttemptWatch, RequestState
 from gpuroute.router.backends.priors import GpuPriors
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.lifetime import Lifetimes, RequestLifetime
@@ -24,23 +24,15 @@ from gpuroute.relay.body import BYTES_PER_TOKEN, ResponseTally
 # exact, only the same for all.
 
 
-@dataclass(slots=True)
-class AttemptWatch:
-    """What the watch keeps of a request's current attempt, on its lifetime (`shell`)."""
-
-    backend: Backend
-    expected_s: float
-    task: asyncio.Task | None = None  # while it waits for its first byte
-    waiting_since: float = 0.0
-    rescued: bool = False  # its task was cancelled to move it elsewhere
-    tally: ResponseTally | None = None  # once streaming: the relay's live count of its text
-    # None: it began during the window, or its events were not sized yet when it began
-    content: int | None = None
-
-
-def watched(life: RequestLifetime) -> AttemptWatch | None:
+def watched(life: RequestLifetime[RequestState]) -> AttemptWatch | None:
     shell = life.shell
-    return shell if isinstance(shell, AttemptWatch) else None
+    return None if shell is None else shell.watch
+
+
+def unwatched(life: RequestLifetime[RequestState]) -> None:
+    """Its attempt's watch dropped (its slowness timing goes separately)."""
+    if life.shell is not None:
+        life.shell.watch = None
 
 
 class BackendWatch:
@@ -67,33 +59,36 @@ class BackendWatch:
         """A new engine kind's roofline pace, for its streams' slowness."""
         self.watcher.paces.setdefault(kind, gpu_pace(priors))
 
-    def started(self, life: RequestLifetime, backend: Backend) -> float:
+    def started(self, life: RequestLifetime[RequestState], backend: Backend) -> float:
         """An attempt was booked on `backend`; returns its expected duration."""
         expected = self.watcher.start(life, backend, self.clock())
-        life.shell = AttemptWatch(backend, expected)
+        assert life.shell is not None
+        life.shell.watch = AttemptWatch(backend, expected)
         return expected
 
     def succeeded(
-        self, life: RequestLifetime, output: int, first_token_at: float | None = None
+        self, life: RequestLifetime[RequestState], output: int, first_token_at: float | None = None
     ) -> float | None:
         """The attempt finished well; returns observed/expected for outlier detection."""
-        watch, life.shell = watched(life), None
+        watch = watched(life)
+        unwatched(life)
         if watch is None:
             life.timing = None
             return None
         return self.watcher.succeeded(life, watch.backend, output, self.clock(), first_token_at)
 
-    def forget(self, life: RequestLifetime) -> None:
+    def forget(self, life: RequestLifetime[RequestState]) -> None:
         """The attempt ended with nothing to learn (a failure, a disconnect)."""
-        life.timing = life.shell = None
+        life.timing = None
+        unwatched(life)
 
-    def gave_up(self, life: RequestLifetime) -> None:
+    def gave_up(self, life: RequestLifetime[RequestState]) -> None:
         """A rescued attempt: how long it took so far still informs slowness."""
         self.watcher.gave_up(life, self.clock())
-        life.shell = None
+        unwatched(life)
 
     # -- streams in flight -----------------------------------------------------------------
-    def streaming(self, life: RequestLifetime, tally: ResponseTally) -> None:
+    def streaming(self, life: RequestLifetime[RequestState], tally: ResponseTally) -> None:
         """A stream's first bytes reached its client: time its pace from the next window."""
         watch = watched(life)
         if watch is not None:
@@ -112,18 +107,18 @@ class BackendWatch:
             yield stream.backend, start, tally.content / BYTES_PER_TOKEN
 
     # -- attempts waiting for their first byte ---------------------------------------------
-    def waiting(self, life: RequestLifetime) -> None:
+    def waiting(self, life: RequestLifetime[RequestState]) -> None:
         """Its attempt waits for a first byte in this task (which a rescue may cancel)."""
         watch = watched(life)
         if watch is not None:
             watch.task, watch.waiting_since = asyncio.current_task(), self.clock()
 
-    def done_waiting(self, life: RequestLifetime) -> None:
+    def done_waiting(self, life: RequestLifetime[RequestState]) -> None:
         watch = watched(life)
         if watch is not None:
             watch.task = None
 
-    def take_rescue(self, life: RequestLifetime) -> bool:
+    def take_rescue(self, life: RequestLifetime[RequestState]) -> bool:
         """Was this attempt's cancellation a rescue (True, consumed) or the client leaving?"""
         watch = watched(life)
         if watch is None or not watch.rescued:

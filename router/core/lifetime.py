@@ -2,9 +2,10 @@
 
 Everything booked for a request hangs off its `RequestLifetime`: its outstanding work, its
 booking in the latency model, the SLO margin it was admitted under, the timing slowness
-detection reads, its attempts, the backends it tried, its tenant's slot, its admission slot
-and what the I/O side parks it on. Nothing else keeps per-request state keyed by its id, so
-nothing can be left behind: whatever way a request ends, one transition
+detection reads, its attempts, the backends it tried, its tenant's slot, its admission slot,
+its continuation (`Continued`) and the one typed object the I/O side keeps of it (`shell`:
+the router's Exchange, the simulator's SimAttempt). Nothing else keeps per-request state
+keyed by its id, so nothing can be left behind: whatever way a request ends, one transition
 (`Lifetimes.close`) releases what the core holds and hands back what the shells hold.
 
 The phases and what moves between them are one table, `TRANSITIONS`; an event a phase does
@@ -15,7 +16,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.core.retry import Attempts, RetryBudget, RetrySettings
@@ -76,16 +77,34 @@ TRANSITIONS: dict[Phase, dict[Event, Phase]] = {
 }
 
 
+@dataclass(slots=True)
+class Continued:
+    """A stream that broke mid-answer (or was moved) and goes on elsewhere, as its client
+    saw it: its one home, on its lifetime, for the live router and the simulator alike."""
+
+    first_token_at: float  # the client's first token (its TTFT stays this one)
+    delivered: int  # tokens the client has had: the continuation's prompt holds them
+    continuations: int = 0  # times it went on elsewhere (`max_attempts` bounds it)
+    # when the continuation's first bytes reached the client: its engine is judged from
+    # there, on the tokens after `delivered` (the live relay's; None: not yet)
+    resumed_at: float | None = None
+
+
 class LifetimeError(RuntimeError):
     """An event its phase does not take: a bug in whoever fed it (the lifetime is unchanged)."""
 
 
-class RequestLifetime:
-    """One request from arrival to its end, and everything booked for it meanwhile."""
+S = TypeVar("S")  # what the I/O side keeps of a request (router: Exchange; sim: SimAttempt)
+
+
+class RequestLifetime(Generic[S]):
+    """One request from arrival to its end, and everything booked for it meanwhile; what
+    the I/O side keeps of it is one typed object, its `shell`."""
 
     __slots__ = (
         "admitted",
         "attempts",
+        "continued",
         "info",
         "latency",
         "model",
@@ -96,7 +115,6 @@ class RequestLifetime:
         "tenant",
         "timing",
         "tried",
-        "waiter",
         "work",
     )
 
@@ -112,9 +130,9 @@ class RequestLifetime:
         self.timing: Timing | None = None  # its attempt's clock, for slowness detection
         self.tenant: str | None = None  # the tenant whose in-flight slot it holds
         self.admitted = False  # holds an admission slot
-        self.waiter: object = None  # what the I/O side parks it on while queued or held
-        self.shell: object = None  # what the I/O side keeps of its attempt (task, stream)
+        self.shell: S | None = None  # the I/O side's one object for it (its type: `S`)
         self.sampled = False  # its decision-log events are written out, not only kept
+        self.continued: Continued | None = None  # its stream went on elsewhere
 
     @property
     def request_id(self) -> int | str:
@@ -156,7 +174,7 @@ class Releases(Protocol):
     def release(self, life: RequestLifetime) -> bool: ...
 
 
-class Lifetimes:
+class Lifetimes(Generic[S]):
     """The requests in flight: the one table keyed by request id. Every request enters by
     `open` and leaves by `close`, which releases what it still holds."""
 
@@ -166,26 +184,26 @@ class Lifetimes:
         self.settings = settings or RetrySettings()
         self.scheduler = scheduler  # whose bookings a close releases
         self.budget = RetryBudget(self.settings)  # counts the requests in flight
-        self._live: dict[int | str, RequestLifetime] = {}
+        self._live: dict[int | str, RequestLifetime[S]] = {}
 
     def __len__(self) -> int:
         return len(self._live)
 
-    def __iter__(self) -> Iterator[RequestLifetime]:
+    def __iter__(self) -> Iterator[RequestLifetime[S]]:
         return iter(self._live.values())
 
-    def get(self, request_id: int | str) -> RequestLifetime | None:
+    def get(self, request_id: int | str) -> RequestLifetime[S] | None:
         return self._live.get(request_id)
 
-    def open(self, info: RequestInfo) -> RequestLifetime:
+    def open(self, info: RequestInfo) -> RequestLifetime[S]:
         if info.request_id in self._live:
             raise LifetimeError(f"request {info.request_id!r} is already in flight")
-        life = RequestLifetime(info, Attempts(self.settings))
+        life: RequestLifetime[S] = RequestLifetime(info, Attempts(self.settings))
         self._live[info.request_id] = life
         self.budget.active += 1
         return life
 
-    def close(self, life: RequestLifetime, event: Event) -> Released:
+    def close(self, life: RequestLifetime[S], event: Event) -> Released:
         """End the request by `event` (FINISH, FAIL, REFUSE or CANCEL), in one transition:
         whatever booking is still open is released with no verdict (what ended well was
         finished with its verdict before), its timing and its I/O state are dropped, it
@@ -198,7 +216,7 @@ class Lifetimes:
         # raised would leave every booking behind
         life.move(event if event in TRANSITIONS[life.phase] else Event.FAIL)
         freed = self.scheduler is not None and self.scheduler.release(life)
-        life.timing = life.shell = life.waiter = None
+        life.timing = life.shell = None
         if self._live.pop(life.request_id, None) is not None:
             self.budget.active -= 1
         released = Released(life.tenant, life.admitted, freed=freed)

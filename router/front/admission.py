@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from gpuroute.router.attempts.exchange import RequestState
 from gpuroute.router.config.router import AdmissionConfig
 from gpuroute.router.core.admission import Admission, AdmissionSettings, Shed, Verdict
 from gpuroute.router.core.backend import BackendSet
@@ -62,10 +63,10 @@ class AdmissionGate:
         self.metrics = metrics
         self.clock = clock
 
-    async def admit(self, life: RequestLifetime, deadline_s: float | None) -> None:
+    async def admit(self, life: RequestLifetime[RequestState], deadline_s: float | None) -> None:
         """Return when the request may go, holding an admission slot (`life.admitted`, until
         `pump`); raise Rejection when it is shed. It waits in the queue as its lifetime,
-        parked on a future (`life.waiter`)."""
+        parked on a future (its shell's `queued`)."""
         now = self.clock()
         deadline = now + deadline_s if deadline_s is not None else None
         offer = self.core.offer(life, now, deadline)
@@ -84,7 +85,8 @@ class AdmissionGate:
             return
         life.move(Event.QUEUE)
         future: asyncio.Future[Shed | None] = asyncio.get_running_loop().create_future()
-        life.waiter = future
+        assert life.shell is not None
+        life.shell.queued = future
         self.metrics.queue_depth.set(len(self.queue))
         try:
             shed = await future
@@ -95,7 +97,8 @@ class AdmissionGate:
             self.metrics.queue_depth.set(len(self.queue))
             raise
         finally:
-            life.waiter = None
+            if life.shell is not None:
+                life.shell.queued = None
         if shed is not None:
             raise refusal(shed)
 
@@ -122,7 +125,7 @@ class AdmissionGate:
         self.metrics.queue_depth.set(len(self.queue))
 
     @staticmethod
-    def _resolve(life: RequestLifetime, shed: Shed | None) -> None:
-        future = life.waiter
-        if isinstance(future, asyncio.Future) and not future.done():
+    def _resolve(life: RequestLifetime[RequestState], shed: Shed | None) -> None:
+        future = None if life.shell is None else life.shell.queued
+        if future is not None and not future.done():
             future.set_result(shed)

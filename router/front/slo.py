@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 
-from gpuroute.router.attempts.exchange import Exchange
+from gpuroute.router.attempts.exchange import Exchange, Held, RequestState
 from gpuroute.router.config.router import SloConfig
 from gpuroute.router.core.admission import Shed
 from gpuroute.router.core.lifetime import RequestLifetime
@@ -81,15 +80,20 @@ class SloGate:
         return wanted if rank[wanted.name] >= rank[base.name] else base
 
     async def hold(
-        self, life: RequestLifetime, refused: Iterable[Shed] = (), *, short: bool = True
+        self,
+        life: RequestLifetime[RequestState],
+        refused: Iterable[Shed] = (),
+        *,
+        short: bool = True,
     ) -> Decision:
         """Wait, in the hold queue the attempts loop put it in, for room (`wake` brings its
         booked decision); Rejection (429) when its TTFT budget runs out first or a more
         important request displaces it (`refused`: those the queue refused as it took this
-        one, which may be this one). It is parked on `life.waiter`."""
+        one, which may be this one). It is parked on its shell (`Exchange.held`)."""
         info = life.info
         assert info.slo is not None
-        held = life.waiter = _Held(asyncio.Event())
+        assert life.shell is not None
+        held = life.shell.held = Held(asyncio.Event())
         if short:  # held because its pool is short, not for a more important class
             self.on_hold(info.model)
         self.refuse_all(refused)
@@ -112,7 +116,8 @@ class SloGate:
             assert held.refused is not None
             raise refusal(held.refused)
         finally:
-            life.waiter = None
+            if life.shell is not None:
+                life.shell.held = None
             self.queue.remove(life)
 
     def judge(
@@ -131,11 +136,11 @@ class SloGate:
         self.metrics.slo_requests_by(slo.name, model, outcome).inc()
         return tpot, met
 
-    def wake(self, placed: Iterable[tuple[RequestLifetime, Decision]]) -> None:
+    def wake(self, placed: Iterable[tuple[RequestLifetime[RequestState], Decision]]) -> None:
         """Held requests the attempts loop has just booked: each gets its decision."""
         for life, decision in placed:
-            held = life.waiter
-            if isinstance(held, _Held):
+            held = None if life.shell is None else life.shell.held
+            if held is not None:
                 held.decision = decision
                 held.event.set()
 
@@ -146,16 +151,8 @@ class SloGate:
     def _refuse(self, refused: Shed) -> None:
         model = self.metrics.model_label(refused.item.model)
         self.metrics.slo_requests_by(refused.priority, model, "refused").inc()
-        held = refused.item.waiter
-        if isinstance(held, _Held):
+        shell = refused.item.shell
+        held = None if shell is None else shell.held
+        if held is not None:
             held.refused = refused
             held.event.set()
-
-
-@dataclass(slots=True)
-class _Held:
-    """A held request's wake-up call, and why it was refused if it was."""
-
-    event: asyncio.Event
-    refused: Shed | None = None
-    decision: Decision | None = None  # booked for it while it was held

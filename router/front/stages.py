@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 from aiohttp import web
 from gpuroute.router.api.request_ids import CLIENT_REQUEST_ID, named, new_request_id, own_id
-from gpuroute.router.attempts.exchange import NO_BACKEND, Answer
+from gpuroute.router.attempts.exchange import NO_BACKEND, Answer, Exchange
 from gpuroute.router.config.body_fields import RouterOnlyField, check_fields
 from gpuroute.router.config.router import RouterConfig
 from gpuroute.router.core.backend import BackendSet
@@ -32,7 +31,7 @@ from gpuroute.router.front.slo import SloGate
 from gpuroute.router.front.tenant import TenantGate
 from gpuroute.router.observe.decision_log import DecisionLog
 from gpuroute.router.observe.tracing_spans import admission
-from gpuroute.router.responses.state import RESPONSES, ResponsesState
+from gpuroute.router.responses.state import RESPONSES, ResponsesState, Turn
 from gpuroute.router.scaling.autoscaler import Autoscaler
 from gpuroute.router.shared.quotas import KeyPolicy
 from gpuroute.router.usage.records import UsageRecords
@@ -44,19 +43,6 @@ from gpuroute.openai_api import Rejection, clip, read_body
 
 # the model a request named, for the metrics of one refused before it was admitted
 MODEL_ASKED = web.RequestKey("gpuroute.model_asked", str)
-
-
-@dataclass(slots=True)
-class Admitted:
-    """A request past the front stages: what was parsed, the body to forward as it came,
-    and the headers as the router read them (gpuroute/headers.py)."""
-
-    parsed: ParsedRequest
-    raw: bytes
-    headers: Mapping[str, str]
-    key: KeyPolicy  # the caller's key (or the anonymous tenant's)
-    charged_tokens: int  # taken from its token quota at admission, settled at the end
-    life: RequestLifetime  # everything booked for it from here on
 
 
 class Front:
@@ -96,10 +82,11 @@ class Front:
         self.autoscaler = autoscaler  # counts admitted and served requests per pool
 
     @admission
-    async def admit(self, request: web.Request, route: str, arrival: float) -> Admitted:
-        """The parsed request, its raw body and the headers read of it, admitted; or a
-        Rejection (written to the decision log under the request's id). Once admitted,
-        `end()` must follow however the request ends. `arrival` starts its TTFT clock."""
+    async def admit(self, request: web.Request, route: str, arrival: float) -> Exchange:
+        """The request admitted, as the one object that holds it from here on (what was
+        parsed, its raw body, the headers read of it, its key and charge); or a Rejection
+        (written to the decision log under the request's id). Once admitted, `end()` must
+        follow however the request ends. `arrival` starts its TTFT clock."""
         request_id = own_id(request)
         sampled = self.decisions.wants_next()  # one draw per request
         info: RequestInfo | None = None
@@ -107,7 +94,8 @@ class Front:
         try:
             headers, key, raw = await self._read(request)
             tenant = key.tenant
-            body = await self._conversation(request, route, key, raw)
+            conversation = await self._conversation(route, key, raw)
+            body, turn = (None, None) if conversation is None else conversation
             prepaid = body is not None  # its per-minute request taken before the read
             content_type = request.headers.get("Content-Type")
             parsed = self._parse(headers, route, raw, request_id, content_type, body)
@@ -122,9 +110,13 @@ class Front:
             charged = parsed.api is None or parsed.api.charges  # a tokenizer lookup is free
             tokens = self.token_charge(key, parsed) if charged else None
             explicit = PRIORITY_HEADER in headers
-            life = await self._let_in(
-                key, info, tokens, parsed.deadline_s, explicit, request=not prepaid
-            )
+            charge = tokens or 0
+            exchange = await self._let_in(
+                key, info, tokens, parsed.deadline_s, explicit, request=not prepaid,
+                shell=lambda life: Exchange(request, life, raw, route, arrival, parsed,
+                                            headers, key, charge, turn=turn),
+            )  # fmt: skip
+            life = exchange.life
             named(request, life)
             if self.autoscaler is not None:
                 self.autoscaler.arrived(info.model)
@@ -141,16 +133,16 @@ class Front:
         if parsed.audio_s is not None:  # audio is metered in seconds
             metrics = self.tenants.metrics
             metrics.audio_seconds.labels(metrics.tenant_label(key.tenant)).inc(parsed.audio_s)
-        return Admitted(parsed, raw, headers, key, tokens or 0, life)
+        return exchange
 
     async def _conversation(
-        self, request: web.Request, route: str, key: KeyPolicy, raw: bytes
-    ) -> dict | None:
-        """A Responses request's body with its stored conversation expanded; None on other
-        routes. Before the (Redis) read of up to `max_entry_bytes`, what needs only the
-        client's body: router-only fields, the model named against the key's list, the
-        key's in-flight cap (checked; the slot is taken at `_let_in`) and its per-minute
-        request (taken)."""
+        self, route: str, key: KeyPolicy, raw: bytes
+    ) -> tuple[dict, Turn] | None:
+        """A Responses request's body with its stored conversation expanded, and its turn
+        (what its answer is stored as); None on other routes. Before the (Redis) read of up
+        to `max_entry_bytes`, what needs only the client's body: router-only fields, the
+        model named against the key's list, the key's in-flight cap (checked; the slot is
+        taken at `_let_in`) and its per-minute request (taken)."""
         if route != RESPONSES or self.responses is None:
             return None
         body = self._json(raw)
@@ -159,8 +151,7 @@ class Front:
         if isinstance(model, str) and not self.routes.may_serve(key.models, model):
             raise model_not_allowed(model)
         await self.tenants.precharge(key)
-        await self.responses.expand(request, key, body)
-        return body
+        return body, await self.responses.expand(key, body)
 
     async def _read(self, request: web.Request) -> tuple[Mapping[str, str], KeyPolicy, bytes]:
         """The headers (their one reading), the residency decision checked, the caller's key
@@ -211,7 +202,7 @@ class Front:
         states = (f"{b.backend_id}: {b.condition}" for b in self.backends if models & b.models)
         return "no backend is routable: " + "; ".join(states)
 
-    async def admit_other(self, request: web.Request) -> Admitted:
+    async def admit_other(self, request: web.Request) -> Exchange:
         """An allow-listed passthrough request: key, body, quota and queue as above (its
         tokens estimated from the body's size, since its shape is not ours to parse). A key
         limited to some models is refused (403): the path goes to a backend of any model."""
@@ -229,9 +220,14 @@ class Front:
         info = RequestInfo(request_id, "", max(1, len(raw) // 4), priority=priority)
         info.tenant, info.client_request_id = key.tenant, request.get(CLIENT_REQUEST_ID)
         tokens = info.prompt_tokens
-        life = await self._let_in(key, info, tokens, None, False)
-        named(request, life)
-        return Admitted(ParsedRequest(info, False, None), raw, headers, key, tokens, life)
+        parsed, path = ParsedRequest(info, False, None), request.path
+        exchange = await self._let_in(
+            key, info, tokens, None, False,
+            shell=lambda life: Exchange(request, life, raw, path, 0.0, parsed, headers, key,
+                                        tokens),
+        )  # fmt: skip
+        named(request, exchange.life)
+        return exchange
 
     def token_charge(self, key: KeyPolicy, parsed: ParsedRequest) -> int:
         """What a request is charged at admission: its prompt, and each answer it asks for
@@ -260,9 +256,11 @@ class Front:
         deadline_s: float | None,
         explicit: bool,
         *,
+        shell: Callable[[RequestLifetime[Exchange]], Exchange],
         request: bool = True,
-    ) -> RequestLifetime:
-        """The request's lifetime opened, its tenant charged (one request, unless `request`
+    ) -> Exchange:
+        """The request's lifetime opened with its one shell object (`shell(life)`, the
+        Exchange that holds it from here on), its tenant charged (one request, unless `request`
         is False: taken before; and `tokens`, none on a free route: every per-key limit
         but the token quota still applies) and an admission slot taken; or the lifetime
         closed again and the Rejection (or cancellation) raised."""
@@ -271,6 +269,7 @@ class Front:
         except LifetimeError:  # a client's id that a request in flight here carries already
             info.request_id = f"{info.request_id}.{new_request_id()}"
             life = self.lifetimes.open(info)
+        exchange = life.shell = shell(life)
         charged = False
         try:
             await self.tenants.charge(key, life, tokens, explicit, request=request)
@@ -282,7 +281,7 @@ class Front:
             self.close(life, ending_of(exc))
             raise
         life.move(Event.ADMIT)
-        return life
+        return exchange
 
     def close(self, life: RequestLifetime, ending: Event) -> None:
         """The one way a request ends: its lifetime closes (the core's bookings released)
@@ -295,12 +294,12 @@ class Front:
         if released.freed:
             self.offer_room()
 
-    def end(self, admitted: Admitted, ending: Event, answer: Answer | None) -> None:
+    def end(self, admitted: Exchange, ending: Event) -> None:
         """An admitted request ended (`close`), and its token charge is settled against
         what its answer used (no answer relayed: nothing; an answer that cannot tell: the
         charge stands)."""
         self.close(admitted.life, ending)
-        key, api = admitted.key, admitted.parsed.api
+        key, api, answer = admitted.key, admitted.parsed.api, admitted.answer
         if answer is not None:  # what the engine reported, counted as it said
             model, (prompt, completion) = admitted.life.model, answer.usage()
             if prompt is not None or completion is not None:
@@ -318,7 +317,7 @@ class Front:
             self.tenants.settle(key, used - admitted.charged_tokens)
 
     @staticmethod
-    def _used(admitted: Admitted, answer: Answer) -> int | None:
+    def _used(admitted: Exchange, answer: Answer) -> int | None:
         """Tokens the request used, as its engine reports them; an audio upload's, priced
         as its charge was, from the seconds the engine transcribed (the container's header,
         which the charge came from, is the client's word)."""

@@ -16,8 +16,8 @@ from gpuroute.router.attempts.exchange import Answer, Exchange
 from gpuroute.router.attempts.forward import Forwarder
 from gpuroute.router.core.lifetime import Event
 from gpuroute.router.front.admission import AdmissionGate
-from gpuroute.router.front.stages import Admitted, Front
-from gpuroute.router.observe.access import ENDED, Ended, RouterAccessLog
+from gpuroute.router.front.stages import Front
+from gpuroute.router.observe.access import ENDED, RouterAccessLog
 from gpuroute.router.observe.metrics import RouterMetrics
 from gpuroute.router.usage.stream_options import ask_usage
 
@@ -84,21 +84,19 @@ class Proxy:
 
     async def _openai(self, request: web.Request, route: str, arrival: float) -> web.StreamResponse:
         try:
-            admitted = await self.front.admit(request, route, arrival)
+            exchange = await self.front.admit(request, route, arrival)
         except Rejection as rejection:
             return rejection.response()
-        life = admitted.life
-        exchange: Exchange | None = None
+        life = exchange.life
         ending = Event.CANCEL  # unless it ends otherwise: its client left
         try:
-            headers = self.forwarder.engine_headers(request, admitted.headers)
-            parsed = admitted.parsed
+            exchange.headers = self.forwarder.engine_headers(request, exchange.read)
+            parsed = exchange.parsed
             strip = ask_usage(route, parsed.stream, parsed.body)
             continuable, ids = self.forwarder.continuer.prepare(route, parsed.stream, parsed.body)
-            exchange = Exchange(request, life, admitted.raw, route, arrival, headers,
-                                body=parsed.body, edited=strip or ids or parsed.edited,
-                                strip_usage=strip, strip_token_ids=ids,
-                                continuable=continuable)  # fmt: skip
+            exchange.body, exchange.edited = parsed.body, strip or ids or parsed.edited
+            exchange.strip_usage, exchange.strip_token_ids = strip, ids
+            exchange.continuable = continuable
             response = await self.forwarder.attempts(exchange)
             ending = exchange.ending
             return response
@@ -113,8 +111,8 @@ class Proxy:
             ending = Event.FAIL
             raise
         finally:
-            self.front.end(admitted, ending, None if exchange is None else exchange.answer)
-            request[ENDED] = Ended(admitted, exchange)  # for its access-log line
+            self.front.end(exchange, ending)
+            request[ENDED] = exchange  # for its access-log line
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
         """An allow-listed path (config `passthrough_paths`): the same key, quota and queue
@@ -136,22 +134,18 @@ class Proxy:
             admitted = await self.front.admit_other(request)
         except Rejection as rejection:
             return rejection.response()
-        answered: list[Answer] = []
         ending = Event.CANCEL
         try:
-            response = await self._pass(request, admitted, answered)
-            ending = Event.FINISH if answered else Event.FAIL
+            response = await self._pass(request, admitted)
+            ending = Event.FINISH if admitted.answer is not None else Event.FAIL
             return response
         finally:
-            answer = answered[0] if answered else None
-            self.front.end(admitted, ending, answer)
-            request[ENDED] = Ended(admitted, None, answer)  # for its access-log line
+            self.front.end(admitted, ending)
+            request[ENDED] = admitted  # for its access-log line
 
-    async def _pass(
-        self, request: web.Request, admitted: Admitted, answered: list[Answer]
-    ) -> web.StreamResponse:
-        """Forward as it came; what came back goes into `answered` (its usage settles the
-        tenant's token charge, as on the OpenAI routes)."""
+    async def _pass(self, request: web.Request, admitted: Exchange) -> web.StreamResponse:
+        """Forward as it came; what came back is its answer (its usage settles the tenant's
+        token charge, as on the OpenAI routes)."""
         backend = self.forwarder.scheduler.route_unparsed(admitted.life)
         if backend is None:
             return error_response(503, "no backend is ready", code="no_backend")
@@ -172,7 +166,7 @@ class Proxy:
                 tally = ResponseTally()
                 tally.add(body)
                 streamed = is_event_stream(upstream)
-                answered.append(Answer(upstream.status, streamed, tally, backend.backend_id))
+                admitted.answer = Answer(upstream.status, streamed, tally, backend.backend_id)
                 return web.Response(status=upstream.status, body=body, headers=headers)
         except UPSTREAM_ERRORS as exc:
             log.warning("passthrough to %s failed: %r", backend.backend_id, exc)

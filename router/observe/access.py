@@ -3,28 +3,17 @@ when it answered, gathered here so that the proxy's hook stays one call."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 from gpuroute.router.api.request_ids import CLIENT_REQUEST_ID
 from gpuroute.router.attempts.exchange import Answer, Exchange
-from gpuroute.router.front.stages import Admitted
 
 from gpuroute.access_log import AccessLog, AccessLogConfig, ms
 from gpuroute.tracing import REQUEST_ID
 
-
-@dataclass(slots=True)
-class Ended:
-    """What the proxy leaves on the request as it ends, for its access line."""
-
-    admitted: Admitted
-    exchange: Exchange | None  # None: it ended before its attempts began, or passed through
-    answer: Answer | None = None  # a passthrough's answer (an exchange holds its own)
-
-
-ENDED = web.RequestKey("gpuroute.access_ended", Ended)
+# the request as it ended (the proxy leaves it there), for its access line
+ENDED = web.RequestKey("gpuroute.access_ended", Exchange)
 # the caller's tenant on a route the router answers itself (a stored response by id)
 TENANT = web.RequestKey("gpuroute.access_tenant", str)
 
@@ -60,20 +49,18 @@ def fields(
         "duration_ms": ms(elapsed),
         "sample_rate": rate,
     }
-    ended = request.get(ENDED)
-    if ended is not None:
-        out.update(admitted_fields(ended.admitted))
-        exchange = ended.exchange
-        first = None if exchange is None else exchange.first_token_at or exchange.first_at
+    exchange = request.get(ENDED)
+    if exchange is not None:
+        out.update(admitted_fields(exchange))
+        first = exchange.first_token_at or exchange.first_at
         if first is not None:  # the first token (a stream whose text is unseen: first byte)
             out["ttft_ms"] = ms(first - exchange.arrival)
-        answer = ended.answer if exchange is None else exchange.answer
-        if answer is not None:
-            out.update(answer_fields(answer))
+        if exchange.answer is not None:
+            out.update(answer_fields(exchange.answer))
     return out
 
 
-def admitted_fields(admitted: Admitted) -> dict[str, Any]:
+def admitted_fields(admitted: Exchange) -> dict[str, Any]:
     info = admitted.parsed.info
     return {
         "tenant": admitted.key.tenant,

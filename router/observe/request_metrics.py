@@ -24,7 +24,7 @@ def model_of(request: web.Request) -> str:
     admitted, else the one it asked for ("" when refused before it named one)."""
     ended = request.get(ENDED)
     if ended is not None:
-        return ended.admitted.life.model
+        return ended.life.model
     return request.get(MODEL_ASKED, "")
 
 

@@ -106,18 +106,20 @@ def pick(fn: F) -> F:
 
 
 def attempt(fn: F) -> F:
-    """Forwarder._attempt with this attempt's engine headers, in its span (CLIENT)."""
+    """Forwarder._attempt with this attempt's engine headers; the first answer's attempt
+    in its span (CLIENT), a continuation's under its continuation's span (`continuation`)."""
 
     @functools.wraps(fn)
-    async def wrapper(self: Any, exchange: Any, backend: Any, attempts: Any) -> Any:
+    async def wrapper(self: Any, exchange: Any, backend: Any, leg: Any) -> Any:
         life = exchange.life
-        exchange.headers[REQUEST_ID_HEADER] = engine_request_id(life.request_id, attempts.count)
+        count = life.attempts.count + leg.tries  # a continuation's engine: an id of its own
+        exchange.headers[REQUEST_ID_HEADER] = engine_request_id(life.request_id, count)
         tracer = TRACER.get()
-        if tracer is None:
-            return await fn(self, exchange, backend, attempts)
+        if tracer is None or leg.broken is not None:
+            return await fn(self, exchange, backend, leg)
         attributes = {
             "gpuroute.backend": backend.backend_id,
-            "gpuroute.attempt": attempts.count,
+            "gpuroute.attempt": count,
             "gpuroute.engine_request_id": exchange.headers[REQUEST_ID_HEADER],
         }
         with tracer.start_as_current_span(
@@ -127,45 +129,47 @@ def attempt(fn: F) -> F:
             exchange.headers.pop("tracestate", None)
             W3C.inject(exchange.headers)  # the engine's parent: this span
             try:
-                response = await fn(self, exchange, backend, attempts)
+                relayed = await fn(self, exchange, backend, leg)
             except UpstreamFailed as failure:
                 span.set_attribute("gpuroute.failure_kind", failure.kind.value)
                 span.set_status(trace.StatusCode.ERROR, str(failure))
                 raise
-            ended(span, exchange, response.status)
-            return response
+            ended(span, exchange, exchange.response.status)
+            return relayed
 
     return wrapper  # type: ignore[return-value]
 
 
 def continuation(fn: F) -> F:
-    """BackendStream.attempt in its span (CLIENT): one continuation of a broken stream, the
-    parent of its engine's trace."""
+    """Forwarder.run for a continuation of a broken stream, in its span (CLIENT): the
+    parent of its engine's trace (the first answer's run: no span of its own)."""
 
     @functools.wraps(fn)
-    async def wrapper(self: Any, tally: Any, broken: Any, tries: int) -> Any:
+    async def wrapper(self: Any, exchange: Any, leg: Any, *args: Any) -> Any:
         tracer = TRACER.get()
-        if tracer is None:
-            return await fn(self, tally, broken, tries)
-        attributes = {"gpuroute.continuation": tries, "gpuroute.tokens_before": broken.tokens,
+        broken = leg.broken
+        if tracer is None or broken is None:
+            return await fn(self, exchange, leg, *args)
+        attributes = {"gpuroute.continuation": leg.tries, "gpuroute.tokens_before": broken.tokens,
                       "gpuroute.token_exact": broken.token_ids is not None}  # fmt: skip
         with tracer.start_as_current_span(
             "gpuroute.continuation", kind=trace.SpanKind.CLIENT, attributes=attributes,
             record_exception=False,
         ) as span:  # fmt: skip
-            self.exchange.headers.pop("tracestate", None)
-            W3C.inject(self.exchange.headers)
+            exchange.headers.pop("tracestate", None)
+            W3C.inject(exchange.headers)
             try:
-                relayed = await fn(self, tally, broken, tries)
-            except Exception as exc:  # refused by its engine: the loop ends the stream
+                ran = await fn(self, exchange, leg, *args)
+            except Exception as exc:  # refused by its engine: the runner ends the stream
                 span.set_status(trace.StatusCode.ERROR, repr(exc))
                 raise
-            if relayed is None:
+            if ran is None:
                 span.set_attribute("gpuroute.outcome", "no_backend")
                 return None
-            span.set_attributes({"gpuroute.backend": self.backend.backend_id,
+            backend, relayed = ran
+            span.set_attributes({"gpuroute.backend": backend.backend_id,
                                  "gpuroute.outcome": relayed.end.value})  # fmt: skip
-            return relayed
+            return ran
 
     return wrapper  # type: ignore[return-value]
 

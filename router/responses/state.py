@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
-from aiohttp import web
 from gpuroute.router.config.responses import ResponsesConfig
 from gpuroute.router.config.router import RouterConfig
 from gpuroute.router.responses.capture import CapturedAnswer
@@ -56,9 +55,6 @@ class Turn:
         if not self.store:
             return ResponseTally(size_text=streamed)
         return CapturedAnswer(streamed, self.limit, lambda response: self.on_done(self, response))
-
-
-TURN = web.RequestKey("gpuroute.responses_turn", Turn)
 
 
 def as_items(value: Any) -> list[Any]:
@@ -109,10 +105,10 @@ class ResponsesState:
         return cls(responses, store)
 
     # -- before a request is parsed -------------------------------------------------------
-    async def expand(self, request: web.Request, key: KeyPolicy, body: dict[str, Any]) -> None:
+    async def expand(self, key: KeyPolicy, body: dict[str, Any]) -> Turn:
         """Edit a /v1/responses body (parsed once, by the front) into the one to price,
         schedule and forward: its previous response's conversation prepended to its input,
-        `store: false`."""
+        `store: false`. Returns the turn, which the request (its Exchange) keeps."""
         store, previous = self._read_fields(body)
         items = as_items(body.get("input"))
         if previous is not None:
@@ -123,7 +119,7 @@ class ResponsesState:
         body.pop("previous_response_id", None)  # the engine gets the conversation instead
         body["store"] = False  # the router stores; the engine need not
         limit = self.config.max_entry_bytes
-        request[TURN] = Turn(key.tenant, previous, store, items, self._completed, limit)
+        return Turn(key.tenant, previous, store, items, self._completed, limit)
 
     @staticmethod
     def _read_fields(body: dict[str, Any]) -> tuple[bool, str | None]:

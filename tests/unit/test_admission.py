@@ -171,6 +171,7 @@ def test_pop_ready_can_be_limited_to_the_top_classes() -> None:
 def test_reserved_slots_admit_only_the_top_class() -> None:
     import asyncio
 
+    from gpuroute.router.attempts.exchange import RequestState
     from gpuroute.router.config.router import AdmissionConfig
     from gpuroute.router.core.backend import Backend, BackendSet
     from gpuroute.router.core.lifetime import RequestLifetime
@@ -179,7 +180,11 @@ def test_reserved_slots_admit_only_the_top_class() -> None:
     from gpuroute.router.observe.metrics import RouterMetrics
 
     def request(rid: int, priority: str) -> RequestLifetime:
-        return RequestLifetime(RequestInfo(rid, "m", 1, priority=priority))
+        life: RequestLifetime[RequestState] = RequestLifetime(
+            RequestInfo(rid, "m", 1, priority=priority)
+        )
+        life.shell = RequestState()  # where the gate parks it (the router's: its Exchange)
+        return life
 
     async def scenario() -> tuple[int, bool, bool]:
         pool = BackendSet([Backend("b", "H100", ["m"])])
@@ -242,6 +247,7 @@ def test_full_slots_bring_in_a_standby_backend_of_the_model_before_anyone_waits(
     of the request's model comes in, and without one the request waits as before."""
     import asyncio
 
+    from gpuroute.router.attempts.exchange import RequestState
     from gpuroute.router.config.router import AdmissionConfig
     from gpuroute.router.core.backend import Backend, BackendSet, BackendState
     from gpuroute.router.core.lifetime import RequestLifetime
@@ -251,7 +257,9 @@ def test_full_slots_bring_in_a_standby_backend_of_the_model_before_anyone_waits(
     from gpuroute.router.observe.metrics import RouterMetrics
 
     def request(rid: int, model: str) -> RequestLifetime:
-        return RequestLifetime(RequestInfo(rid, model, 1))
+        life: RequestLifetime[RequestState] = RequestLifetime(RequestInfo(rid, model, 1))
+        life.shell = RequestState()  # where the gate parks it (the router's: its Exchange)
+        return life
 
     async def scenario() -> tuple[list[str], bool, bool]:
         on, sb, other = (

@@ -10,6 +10,7 @@ from gpuroute.router.attempts.exchange import Answer, Exchange
 from gpuroute.router.config.metrics import OTHER, BoundedLabels
 from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.core.request import RequestInfo
+from gpuroute.router.front.parse import ParsedRequest
 from gpuroute.router.observe.metrics import RouterMetrics
 from gpuroute.router.observe.request_metrics import RequestMetrics
 
@@ -36,7 +37,8 @@ def setup(model: str = "m") -> tuple[RouterMetrics, RequestMetrics, Exchange, Cl
     metrics = RouterMetrics(BoundedLabels(10, lambda name: name == "m"))
     clock = Clock()
     life = RequestLifetime(RequestInfo(1, model, 7))
-    exchange = Exchange(None, life, b"", CHAT, 0.0, {})  # type: ignore[arg-type]
+    parsed = ParsedRequest(life.info, True, None)
+    exchange = Exchange(None, life, b"", CHAT, 0.0, parsed, {}, None, 0)  # type: ignore[arg-type]
     return metrics, RequestMetrics(metrics, clock), exchange, clock
 
 

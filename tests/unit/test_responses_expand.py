@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from aiohttp.test_utils import make_mocked_request
 from gpuroute.router.config.responses import ResponsesConfig
 from gpuroute.router.front.parse import RequestError, json_object, parse_request
 from gpuroute.router.responses.capture import CapturedAnswer
-from gpuroute.router.responses.state import TURN, ResponsesState
+from gpuroute.router.responses.state import ResponsesState
 from gpuroute.router.responses.store import ResponsesStore
 from gpuroute.router.shared.quotas import KeyPolicy
 
@@ -36,15 +35,14 @@ def answer(rid: str, text: str) -> dict:
 
 async def turn(s: ResponsesState, key: KeyPolicy, body: dict, reply: dict | None = None):
     """One request through `expand`, its answer (if any) through the turn's tally; returns
-    the body sent on and the aiohttp request."""
-    request = make_mocked_request("POST", "/v1/responses")
+    the body sent on and its turn."""
     sent = orjson.loads(orjson.dumps(body))  # the front's one parse: a body of its own
-    await s.expand(request, key, sent)
+    expanded = await s.expand(key, sent)
     if reply is not None:
-        tally = request[TURN].tally(streamed=False)
+        tally = expanded.tally(streamed=False)
         tally.add(orjson.dumps(reply))
         await s.close()
-    return sent, request
+    return sent, expanded
 
 
 def parsed(body: dict):
@@ -57,13 +55,13 @@ def parsed(body: dict):
 async def test_a_follow_up_carries_the_whole_conversation_and_no_previous_id() -> None:
     s = state()
     first = {"model": "m", "input": FIRST, "instructions": "be brief"}
-    sent, request = await turn(s, ACME, first, answer("resp_1", "first answer " * 100))
+    sent, expanded = await turn(s, ACME, first, answer("resp_1", "first answer " * 100))
     assert sent == first | {"store": False}  # the engine stores nothing
-    assert request[TURN].input == [{"type": "message", "role": "user", "content": FIRST}]
+    assert expanded.input == [{"type": "message", "role": "user", "content": FIRST}]
 
     follow = {"model": "m", "input": [{"role": "user", "content": "and then?"}],
               "previous_response_id": "resp_1", "instructions": "be brief"}  # fmt: skip
-    sent, request = await turn(s, ACME, follow, answer("resp_2", "second answer"))
+    sent, expanded = await turn(s, ACME, follow, answer("resp_2", "second answer"))
     assert "previous_response_id" not in sent and sent["store"] is False
     assert [i.get("content") for i in sent["input"][::2]] == [FIRST, "and then?"]
     assert sent["input"][1]["content"][0]["text"] == "first answer " * 100
@@ -119,17 +117,17 @@ async def test_a_body_that_is_no_json_object_is_refused_before_any_expansion() -
 
 async def test_store_false_keeps_nothing_and_reads_no_answer() -> None:
     s = state()
-    _, request = await turn(s, ACME, {"model": "m", "input": "x", "store": False})
-    tally = request[TURN].tally(streamed=True)
+    _, expanded = await turn(s, ACME, {"model": "m", "input": "x", "store": False})
+    tally = expanded.tally(streamed=True)
     assert type(tally) is ResponseTally
-    _, request = await turn(s, ACME, {"model": "m", "input": "x"})
-    assert isinstance(request[TURN].tally(streamed=True), CapturedAnswer)
+    _, expanded = await turn(s, ACME, {"model": "m", "input": "x"})
+    assert isinstance(expanded.tally(streamed=True), CapturedAnswer)
 
 
 async def test_a_follow_up_waits_for_its_previous_response_still_being_stored() -> None:
     s = state()
-    _, request = await turn(s, ACME, {"model": "m", "input": "x"})
-    request[TURN].tally(streamed=False).add(orjson.dumps(answer("resp_w", "y")))
+    _, expanded = await turn(s, ACME, {"model": "m", "input": "x"})
+    expanded.tally(streamed=False).add(orjson.dumps(answer("resp_w", "y")))
     assert ("acme", "resp_w") in s.writing  # not yet in the store
     sent, _ = await turn(s, ACME, {"model": "m", "input": "z", "previous_response_id": "resp_w"})
     assert len(sent["input"]) == 3

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 
 import orjson
-from aiohttp.test_utils import make_mocked_request
 from gpuroute.router.config.responses import ResponsesConfig
 from gpuroute.router.front.parse import RequestError, json_object
 from gpuroute.router.responses.state import ResponsesState
@@ -39,14 +38,13 @@ FIELDS = st.sampled_from(["input", "previous_response_id", "store", "conversatio
 def test_any_json_body_is_expanded_or_refused_with_a_4xx(body) -> None:
     async def expand() -> None:
         s = state()
-        request = make_mocked_request("POST", "/v1/responses")
         try:
             sent = json_object(orjson.dumps(body))  # the front's one parse
         except RequestError as refused:
             assert refused.status == 400 and not isinstance(body, dict)
             return
         try:
-            await s.expand(request, ACME, sent)
+            await s.expand(ACME, sent)
         except Rejection as refused:
             assert 400 <= refused.status < 500
             return

@@ -8,6 +8,7 @@ from gpuroute.router.attempts.exchange import Exchange
 from gpuroute.router.config.metrics import BoundedLabels
 from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.core.request import RequestInfo
+from gpuroute.router.front.parse import ParsedRequest
 from gpuroute.router.usage.stream_options import ask_usage
 from hypothesis import given
 from hypothesis import strategies as st
@@ -27,7 +28,9 @@ def exchange(raw: bytes, route: str = CHAT, stream: bool = True) -> Exchange:
     body = orjson.loads(raw)
     strip = ask_usage(route, stream, body)
     life = RequestLifetime(RequestInfo("r", body.get("model", "m"), 1))
-    return Exchange(None, life, raw, route, 0.0, {}, body=body, edited=strip, strip_usage=strip)  # type: ignore[arg-type]
+    parsed = ParsedRequest(life.info, stream, None, body=body)
+    return Exchange(None, life, raw, route, 0.0, parsed, {}, None, 0, body=body, edited=strip,  # type: ignore[arg-type]
+                    strip_usage=strip)  # fmt: skip
 
 
 def test_a_stream_without_stream_options_asks_for_usage() -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import itertools
 
-from gpuroute.router.attempts.watch import BYTES_PER_TOKEN, AttemptWatch, BackendWatch
+from gpuroute.router.attempts.exchange import AttemptWatch, RequestState
+from gpuroute.router.attempts.watch import BYTES_PER_TOKEN, BackendWatch
 from gpuroute.router.backends.priors import engine_priors
 from gpuroute.router.core import Backend, BackendSet, CostEstimator, RequestInfo, Scheduler
 from gpuroute.router.core.latency import LatencyModel
@@ -42,7 +43,7 @@ IDS = itertools.count()
 def stream_on(watch: BackendWatch, backend: Backend, tally: ResponseTally) -> RequestLifetime:
     """A request in flight whose stream on `backend` has begun (its lifetime, watched)."""
     life = watch.lifetimes.open(RequestInfo(next(IDS), "m", 100))
-    life.shell = AttemptWatch(backend, 1.0)
+    life.shell = RequestState(watch=AttemptWatch(backend, 1.0))
     watch.streaming(life, tally)
     return life
 
