@@ -49,9 +49,15 @@ def request_head(
     lines = [f"{method} {target} HTTP/1.1\r\nHost: {origin.host_header}\r\n"]
     if length or method not in ("GET", "HEAD"):
         lines.append(f"Content-Length: {length}\r\n")
+    # every name a token and no value with a line break or NUL, checked over them all at
+    # once (two scans, not two a header); the one at fault named when one is
+    names, values = "".join(headers), "".join(headers.values())
+    if (names and not TOKEN.fullmatch(names)) or not all(headers) or UNSAFE_VALUE.search(values):
+        unsafe = next(
+            n for n, v in headers.items() if not TOKEN.fullmatch(n) or UNSAFE_VALUE.search(v)
+        )
+        raise ValueError(f"unsafe header {unsafe!r}")
     for name, value in headers.items():
-        if not TOKEN.fullmatch(name) or UNSAFE_VALUE.search(value):
-            raise ValueError(f"unsafe header {name!r}")
         if name.lower() not in OWN_HEADERS:
             lines.append(f"{name}: {value}\r\n")
     lines.append("\r\n")

@@ -57,7 +57,7 @@ from gpuroute.relay.body import (
     is_event_stream,
     relay_body,
 )
-from gpuroute.tracing import onward
+from gpuroute.tracing import ONWARD
 from gpuroute.upstream.client import UpstreamPool, UpstreamResponse
 
 log = logging.getLogger("gpuroute.router")
@@ -118,7 +118,7 @@ class Forwarder:
         configured (a client's key, cookies and our control headers never)."""
         headers = pass_on(request.headers.items(), self.engine_allowed)
         headers[FORWARDED_FOR] = forwarded_for(read, request.remote)
-        headers.update(onward(request, 0))  # x-request-id: per attempt (tracing_spans.attempt)
+        headers.update(request.get(ONWARD) or ())  # ids: per attempt (tracing_spans.attempt)
         if self.engine_key is not None:
             headers["authorization"] = f"Bearer {self.engine_key}"
         return headers
@@ -193,7 +193,7 @@ class Forwarder:
         started, emit = time.perf_counter(), life.sampled
         trace = self.decisions.trace(emit)
         placement = self.loop.route(life, self.clock(), self.rng, remembered, trace)
-        self.metrics.decision.observe(time.perf_counter() - started)
+        self.metrics.decision_timing.observe(time.perf_counter() - started)
         decision = placement.decision
         if decision is None:
             self.decisions.no_backend(info, trace, emit=emit)

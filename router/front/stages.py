@@ -185,6 +185,8 @@ class Front:
         return choice.name
 
     def _check_model(self, info: RequestInfo) -> None:
+        if self.backends.routable(info.model):  # most requests: its own model is routable
+            return
         models = info.models
         if not any(self.backends.serves(m) for m in models):
             message = f"The model `{clip(info.requested)}` does not exist."

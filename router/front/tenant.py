@@ -93,6 +93,8 @@ class TenantGate:
             self.give_back(tenant)
 
     async def _take(self, key: KeyPolicy, tokens: int | None, request: bool) -> None:
+        if key.requests_per_minute is None and key.tokens_per_minute is None:
+            return  # no per-minute quota: nothing to take, nothing to refuse
         verdict = await self.quotas.charge(key, tokens, request=request)
         if not verdict.allowed:
             tenant = self.metrics.tenant_label(key.tenant)

@@ -30,6 +30,7 @@ from gpuroute.relay.body import (
     forward_headers,
     is_event_stream,
 )
+from gpuroute.tracing import onward
 
 log = logging.getLogger("gpuroute.router")
 
@@ -158,7 +159,7 @@ class Proxy:
                 self.forwarder.urls[backend.backend_id],
                 request.path_qs,
                 admitted.raw,
-                self.forwarder.engine_headers(request, admitted.headers),
+                self.forwarder.engine_headers(request, admitted.headers) | onward(request, 0),
             )
             async with upstream:
                 body = await upstream.read()

@@ -18,13 +18,13 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.policies.base import PickTrace
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.core.scheduler import Decision
-from gpuroute.router.observe.tracing_spans import annotate
+from gpuroute.router.observe.tracing_spans import annotate, current_span
 
 decisions = logging.getLogger("gpuroute.decisions")
 Event = dict[str, Any]
@@ -62,22 +62,14 @@ class DecisionLog:
         return bool(self.sample) and self.rng.random() < self.sample
 
     def decision(self, info: RequestInfo, decision: Decision, attempt: int, *, emit: bool) -> None:
-        event: Event = {
-            "event": "decision",
-            "attempt": attempt,
-            "reason": decision.reason.value,
-            "chosen": decision.backend.backend_id,
-            "chosen_gpu": decision.backend.gpu_type,
-            "served_model": decision.model or info.model,
-            "fits_slo": decision.fits,
-            "booked": decision.booked,
-        }
-        if decision.prediction is not None:
-            event["predicted_ttft_s"] = round(decision.prediction.ttft_s, 4)
-            event["predicted_tpot_s"] = round(decision.prediction.tpot_s, 5)
-        if decision.trace is not None:
-            event |= stages(decision.trace)
-        self._record(info.request_id, event, info, emit)
+        if emit or current_span() is not None:
+            self._record(info.request_id, decision_event(info.model, decision, attempt), info, emit)
+        elif self.keeps:  # kept for `explain` alone (most requests): its event made if asked
+            self.recent.append(
+                Kept(
+                    self.wall_clock(), info.request_id, self.policy, about(info), decision, attempt
+                )
+            )
 
     def held(self, info: RequestInfo, *, emit: bool) -> None:
         event = {"event": "held", "why": "no backend is predicted to meet its SLO"}
@@ -114,11 +106,13 @@ class DecisionLog:
         """What is kept of one request (by the router's id), or of every request that came
         with a client's id (each event names its request and tenant), oldest first ([] when
         none is among the recent)."""
-        return [
-            e
-            for e in self.recent
-            if str(e["request_id"]) == request_id or e.get("client_request_id") == request_id
-        ]
+        found = []
+        for e in self.recent:
+            ids = (e.request_id, e.about[1]) if isinstance(e, Kept) else (
+                e["request_id"], e.get("client_request_id"))  # fmt: skip
+            if str(ids[0]) == request_id or ids[1] == request_id:
+                found.append(e.event() if isinstance(e, Kept) else e)
+        return found
 
     def _record(
         self,
@@ -128,28 +122,85 @@ class DecisionLog:
         emit: bool,
         who: Event | None = None,
     ) -> None:
-        head: Event = {"ts": self.wall_clock(), "request_id": request_id, "policy": self.policy}
-        who = who or {}
-        head["tenant"] = who.get("tenant")
-        if (client_id := who.get("client_request_id")) is not None:
-            head["client_request_id"] = client_id
+        head = heading(self.wall_clock(), request_id, self.policy, who or {})
         if info is not None:
-            head["tenant"] = info.tenant
-            if info.client_request_id is not None:
-                head["client_request_id"] = info.client_request_id
-            slo = info.slo.name if info.slo is not None else None
-            head |= {
-                "model": info.model,
-                **({"requested_model": info.requested} if info.requested != info.model else {}),
-                "prompt_tokens": info.prompt_tokens,
-                "slo_class": slo,
-            }
+            head |= described(about(info))
         event = head | event
         annotate(event)  # on the request's current span, where tracing records
         if self.keeps:
             self.recent.append(event)
         if emit:
             self.emit(json.dumps(event))
+
+
+# what an event says of its request: tenant, client's id, model, as asked, prompt, SLO class
+About = tuple[str | None, str | None, str, str, int, str | None]
+
+
+def about(info: RequestInfo) -> About:
+    """The request's fields an event names, as they are now."""
+    slo = info.slo.name if info.slo is not None else None
+    return (info.tenant, info.client_request_id, info.model, info.requested,
+            info.prompt_tokens, slo)  # fmt: skip
+
+
+def heading(ts: float, request_id: object, policy: str, who: Event) -> Event:
+    """Every event's first fields (`who`: its tenant and client's id, where no request's
+    fields say them)."""
+    head: Event = {"ts": ts, "request_id": request_id, "policy": policy}
+    head["tenant"] = who.get("tenant")
+    if (client_id := who.get("client_request_id")) is not None:
+        head["client_request_id"] = client_id
+    return head
+
+
+def described(fields: About) -> Event:
+    """An event's fields of its request (`about`)."""
+    tenant, client_id, model, requested, prompt_tokens, slo = fields
+    out: Event = {"tenant": tenant}
+    if client_id is not None:
+        out["client_request_id"] = client_id
+    out["model"] = model
+    if requested != model:
+        out["requested_model"] = requested
+    out |= {"prompt_tokens": prompt_tokens, "slo_class": slo}
+    return out
+
+
+def decision_event(model: str, decision: Decision, attempt: int) -> Event:
+    """A decision's own fields (`model`: the request's, where the decision names none)."""
+    event: Event = {
+        "event": "decision",
+        "attempt": attempt,
+        "reason": decision.reason.value,
+        "chosen": decision.backend.backend_id,
+        "chosen_gpu": decision.backend.gpu_type,
+        "served_model": decision.model or model,
+        "fits_slo": decision.fits,
+        "booked": decision.booked,
+    }
+    if decision.prediction is not None:
+        event["predicted_ttft_s"] = round(decision.prediction.ttft_s, 4)
+        event["predicted_tpot_s"] = round(decision.prediction.tpot_s, 5)
+    if decision.trace is not None:
+        event |= stages(decision.trace)
+    return event
+
+
+class Kept(NamedTuple):
+    """A decision kept for `explain` only, with what its event needs as it stood then (a
+    pick's trace is written during the pick alone): the event is made when asked for."""
+
+    ts: float
+    request_id: object
+    policy: str
+    about: About
+    decision: Decision
+    attempt: int
+
+    def event(self) -> Event:
+        head = heading(self.ts, self.request_id, self.policy, {}) | described(self.about)
+        return head | decision_event(self.about[2], self.decision, self.attempt)
 
 
 def stages(trace: PickTrace) -> Event:

@@ -14,6 +14,7 @@ from gpuroute.router.core.backend import BackendSet
 from gpuroute.router.core.health import BackendHealth
 from gpuroute.router.core.latency import LatencyModel
 from gpuroute.router.core.standby import StandbyRotation
+from gpuroute.router.observe.deferred import Deferrals, Deferred
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics import MetricWrapperBase
@@ -26,18 +27,22 @@ TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15,
 class Children:
     """A labelled metric's children, each looked up once: prometheus_client's `labels()`
     validates, stringifies and locks on every call, a third of a request's metric cost.
-    Holds no child the metric does not (nothing here ever removes one)."""
+    Holds no child the metric does not (nothing here ever removes one). With `deferrals`,
+    each child's counts wait for the registry's next collection (`Deferred`)."""
 
-    __slots__ = ("_by_values", "metric")
+    __slots__ = ("_by_values", "deferrals", "metric")
 
-    def __init__(self, metric: MetricWrapperBase) -> None:
-        self.metric = metric
-        self._by_values: dict[tuple[str, ...], MetricWrapperBase] = {}
+    def __init__(self, metric: MetricWrapperBase, deferrals: Deferrals | None = None) -> None:
+        self.metric, self.deferrals = metric, deferrals
+        self._by_values: dict[tuple[str, ...], MetricWrapperBase | Deferred] = {}
 
-    def __call__(self, *values: str) -> MetricWrapperBase:
+    def __call__(self, *values: str) -> MetricWrapperBase | Deferred:
         child = self._by_values.get(values)
         if child is None:
-            child = self._by_values[values] = self.metric.labels(*values)
+            child = self.metric.labels(*values)
+            if self.deferrals is not None:
+                child = self.deferrals.add(child)
+            self._by_values[values] = child
         return child
 
 
@@ -189,6 +194,8 @@ class RouterMetrics:
             tenant_label or BoundedLabels(MetricsConfig().max_tenants),
         )
         r = self.registry = CollectorRegistry(auto_describe=True)
+        self.deferrals = Deferrals()  # first: flushed before any metric is collected
+        r.register(self.deferrals)
         self._request_latencies(r)
         self.decision = Histogram(
             "gpuroute_decision_seconds",
@@ -340,14 +347,19 @@ class RouterMetrics:
             registry=r,
         )
 
-        # the children every request touches
-        self.requests_by = Children(self.requests)
-        self.duration_by = Children(self.duration)
-        self.ttft_by = Children(self.ttft)
-        self.first_token_by = Children(self.first_token)
-        self.inter_token_by = Children(self.inter_token)
-        self.backend_duration_by = Children(self.backend_duration)
-        self.slo_requests_by = Children(self.slo_requests)
+        self._per_request()
+
+    def _per_request(self) -> None:
+        """The children every request touches, their counts deferred (`Deferred`)."""
+        d = self.deferrals
+        self.requests_by = Children(self.requests, d)
+        self.duration_by = Children(self.duration, d)
+        self.ttft_by = Children(self.ttft, d)
+        self.first_token_by = Children(self.first_token, d)
+        self.inter_token_by = Children(self.inter_token, d)
+        self.backend_duration_by = Children(self.backend_duration, d)
+        self.slo_requests_by = Children(self.slo_requests, d)
+        self.decision_timing = d.add(self.decision)  # every pick's
 
     def _answers(self, r: CollectorRegistry) -> None:
         """What the answers used (router/usage/tokens.py) and what continuing broken

@@ -64,10 +64,13 @@ def admission(fn: F) -> F:
     """Front.admit in its span: the tenant, model and charge admitted, or the refusal."""
 
     @functools.wraps(fn)
-    async def wrapper(self: Any, request: Any, route: str, arrival: float) -> Any:
+    def wrapper(self: Any, request: Any, route: str, arrival: float) -> Awaitable[Any]:
         tracer = TRACER.get()
-        if tracer is None:
-            return await fn(self, request, route, arrival)
+        if tracer is None:  # the call's own coroutine: no frame of ours to pass through
+            return fn(self, request, route, arrival)
+        return spanned(tracer, self, request, route, arrival)
+
+    async def spanned(tracer: Any, self: Any, request: Any, route: str, arrival: float) -> Any:
         with tracer.start_as_current_span("gpuroute.admission", record_exception=False) as span:
             try:
                 admitted = await fn(self, request, route, arrival)
@@ -92,10 +95,13 @@ def pick(fn: F) -> F:
     """Forwarder._pick in its span: the decision's terms (annotate), the backend chosen."""
 
     @functools.wraps(fn)
-    async def wrapper(self: Any, life: Any, remembered: str | None) -> Any:
+    def wrapper(self: Any, life: Any, remembered: str | None) -> Awaitable[Any]:
         tracer = TRACER.get()
-        if tracer is None:
-            return await fn(self, life, remembered)
+        if tracer is None:  # (as admission's)
+            return fn(self, life, remembered)
+        return spanned(tracer, self, life, remembered)
+
+    async def spanned(tracer: Any, self: Any, life: Any, remembered: str | None) -> Any:
         with tracer.start_as_current_span("gpuroute.pick") as span:
             span.set_attribute("gpuroute.attempt", life.attempts.count)
             backend = await fn(self, life, remembered)

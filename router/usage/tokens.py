@@ -13,7 +13,7 @@ class TokenCounter:
 
     def __init__(self, metrics: RouterMetrics) -> None:
         self.tenant_label, self.model_label = metrics.tenant_label, metrics.model_label
-        self.tokens_by = Children(metrics.tokens)
+        self.tokens_by = Children(metrics.tokens, metrics.deferrals)
 
     def count(self, model: str, tenant: str, prompt: int, completion: int) -> None:
         model, label = self.model_label(model), self.tenant_label(tenant)

@@ -105,6 +105,25 @@ async def test_huge_declared_body_refused_before_reading(tmp_path) -> None:
             assert (status_of(answer), error_of(answer)) == (413, TOO_LARGE)
 
 
+async def test_a_chunked_body_past_the_limit_is_refused_when_it_came_whole(tmp_path) -> None:
+    """No length declared, the whole body in one write (read as it lies, without aiohttp's
+    own reading loop): still refused past max_body_bytes, never forwarded."""
+    engine = RecordingEngine()
+    async with scripted_backend(engine) as url:
+        text = secure_toml(url, limits="max_body_bytes = 1024")
+        async with router_server(text, tmp_path) as server:
+            body = b'{"model": "m", "prompt": "' + b"x" * 2000 + b'"}'
+            head = (
+                b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+            )
+            chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+            answer = await asyncio.to_thread(raw_exchange, server.port, head + chunked, 5.0)
+            too_large = {**TOO_LARGE, "message": "request body exceeds 1024 bytes"}
+            assert (status_of(answer), error_of(answer)) == (413, too_large)
+    assert engine.seen == []
+
+
 async def test_a_trickled_body_gets_408(tmp_path) -> None:
     async with scripted_backend(RecordingEngine()) as url:
         text = secure_toml(url, limits="body_timeout_s = 0.5")

@@ -1,9 +1,14 @@
 """The router's metric children memo: the same children prometheus_client keeps, looked up
-once, so a scrape shows exactly what the request path counted."""
+once, their counts deferred to the registry's next collection, so a scrape shows exactly
+what the request path counted."""
 
 from __future__ import annotations
 
-from gpuroute.router.observe.metrics import RouterMetrics
+import random
+
+from gpuroute.router.observe.deferred import Deferrals, Deferred
+from gpuroute.router.observe.metrics import LATENCY_BUCKETS, RouterMetrics
+from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -20,7 +25,7 @@ def test_children_are_the_metrics_own_and_counts_reach_the_scrape() -> None:
     metrics = RouterMetrics()
     child = metrics.requests_by("/v1/completions", "m", "200")
     assert child is metrics.requests_by("/v1/completions", "m", "200")
-    assert child is metrics.requests.labels("/v1/completions", "m", "200")
+    assert child.child is metrics.requests.labels("/v1/completions", "m", "200")
     for _ in range(3):
         metrics.requests_by("/v1/completions", "m", "200").inc()
     metrics.requests_by("/v1/completions", "m", "429").inc()
@@ -33,3 +38,42 @@ def test_children_are_the_metrics_own_and_counts_reach_the_scrape() -> None:
     counts = samples(metrics, "gpuroute_request_duration_seconds_bucket")
     assert counts[(("le", "0.05"), ("model", "m"), ("route", "/v1/chat/completions"))] == 0.0
     assert counts[(("le", "0.1"), ("model", "m"), ("route", "/v1/chat/completions"))] == 1.0
+
+
+def test_deferred_observations_scrape_as_the_librarys_own_observe() -> None:
+    """Bucket edges, values past the last bound, zero: the deferred child's buckets, count
+    and sum are those `observe` gives value by value (the library's internals it writes to
+    are pinned; a change there fails here)."""
+    rng = random.Random(5)
+    values = [*LATENCY_BUCKETS, 0.0, 301.0, 1e9] + [rng.uniform(0, 400) for _ in range(1500)]
+    exposed = []
+    for deferred in (False, True):
+        registry, deferrals = CollectorRegistry(), Deferrals()
+        registry.register(deferrals)
+        histogram = Histogram("h", "h", ["model"], buckets=LATENCY_BUCKETS, registry=registry)
+        child = histogram.labels("m")
+        observe = deferrals.add(child).observe if deferred else child.observe
+        for v in values:
+            observe(v)
+        exposed.append(
+            {
+                (s.name, s.labels.get("le")): round(s.value, 6)
+                for family in registry.collect()
+                for s in family.samples
+                if not s.name.endswith("_created")
+            }
+        )
+    assert exposed[0] == exposed[1] and exposed[0][("h_count", None)] == len(values)
+
+
+def test_counts_wait_no_longer_than_the_next_read_and_stay_bounded() -> None:
+    metrics = RouterMetrics()
+    metrics.requests_by("/v1/completions", "m", "200").inc()
+    metrics.decision_timing.observe(1e-4)
+    read = metrics.registry.get_sample_value
+    assert read("gpuroute_requests_total", {"route": "/v1/completions", "model": "m",
+                                           "code": "200"}) == 1.0  # fmt: skip
+    assert read("gpuroute_decision_seconds_count") == 1.0
+    for _ in range(Deferred.FLUSH_AT):
+        metrics.decision_timing.observe(1e-4)
+    assert metrics.decision_timing.values == []  # handed over without a read
