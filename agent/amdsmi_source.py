@@ -16,7 +16,10 @@ Written against amdsmi's documented Python API (ROCm/amdsmi py-interface, ROCm 6
 - amdsmi_get_gpu_bad_page_info(h): retired pages; amdsmi_get_gpu_process_list(h).
 Unsupported calls raise amdsmi.AmdSmiException (AmdSmiLibraryException): such a metric reads
 as unknown, as with NVML. No AMD GPU is at hand here, so the tests drive it with a fake module
-shaped like this API (tests/unit/test_agent_gpu_sources.py)."""
+shaped like this API (tests/unit/test_agent_gpu_sources.py).
+
+`open_gpu_source` chooses among every source (NVML, amdsmi, simulated, none): it sits here,
+above all of them, as agent/gpu_telemetry.py's sources are the ground this one builds on."""
 
 from __future__ import annotations
 
@@ -32,7 +35,11 @@ from gpuroute.agent.gpu_telemetry import (
     AMD_OTHER,
     GpuReading,
     GpuSample,
+    GpuSource,
     GpuUnavailable,
+    NoGpuSource,
+    NvmlSource,
+    SimulatedSource,
     pick_indices,
     read_each,
 )
@@ -168,3 +175,40 @@ def _number(value: Any) -> float | None:
 def _int_or_none(value: Any) -> int | None:
     number = _number(value)
     return int(number) if number is not None else None
+
+
+def open_gpu_source(
+    kind: str,
+    simulated_url: str,
+    declared: str | None = None,
+    catalog: GpuCatalog | None = None,
+    indices: Sequence[int] | None = None,
+) -> GpuSource:
+    """`auto` takes NVML, else amdsmi, when one works, and the simulated GPU otherwise;
+    `nvml` or `amdsmi` logs an error and carries on without GPU data when it cannot run.
+    `indices`: the GPUs of this agent's engine (all of the host's when None)."""
+    if kind == "none":  # an engine on CPUs, or GPU telemetry collected elsewhere
+        return NoGpuSource(None)
+    if kind == "simulated":
+        return SimulatedSource(simulated_url, indices=_tuple(indices))
+    why: list[str] = []
+    for name, opener in (("nvml", NvmlSource), ("amdsmi", AmdSmiSource)):
+        if kind not in ("auto", name):
+            continue
+        try:
+            source = opener(declared, catalog, indices)
+            log.info("GPU telemetry: %s, GPU(s) %s", name, ",".join(map(str, source.indices)))
+            return source
+        except GpuUnavailable as exc:
+            label = "NVML" if name == "nvml" else "amdsmi"
+            if kind == name:
+                why_not = f"{label} unavailable ({exc}); running without GPU data"
+                log.error("GPU telemetry: %s", why_not)
+                return NoGpuSource(f"{label} unavailable: {exc}")
+            why.append(f"{label} unavailable ({exc})")
+    log.info("GPU telemetry: %s; using the simulated GPU", "; ".join(why))
+    return SimulatedSource(simulated_url, indices=_tuple(indices))
+
+
+def _tuple(indices: Sequence[int] | None) -> tuple[int, ...] | None:
+    return None if indices is None else tuple(indices)

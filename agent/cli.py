@@ -26,7 +26,9 @@ def _run(args: argparse.Namespace) -> int:
     from gpuroute.agent.admin import request_admin
     from gpuroute.agent.server import run_agent
 
-    log_flags.configure_from(args)
+    from gpuroute.logs import configure_from
+
+    configure_from(args)
     if args.action == "run":
         return run_agent(args.config)
     return request_admin(args.config, args.action)

@@ -15,12 +15,13 @@ import time
 import aiohttp
 from aiohttp import web
 from gpuroute.agent.admin import AgentAdmin
+from gpuroute.agent.amdsmi_source import open_gpu_source
 from gpuroute.agent.config import AgentConfig, load_agent_config
 from gpuroute.agent.core.engine_facts import EngineFacts
 from gpuroute.agent.core.health import Health, HealthSettings, HostHealth, degraded_reason
 from gpuroute.agent.engine_info import EngineInfo
 from gpuroute.agent.engine_metrics import EngineLoad, parse_engine_metrics
-from gpuroute.agent.gpu_telemetry import GpuReading, GpuSource, open_gpu_source
+from gpuroute.agent.gpu_telemetry import GpuReading, GpuSource
 from gpuroute.agent.load_stream import (
     AgentLoadService,
     LoadBroadcaster,

@@ -32,7 +32,9 @@ def register(sub) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    log_flags.configure_from(args)
+    from gpuroute.logs import configure_from
+
+    configure_from(args)
     if args.autoscale:
         from gpuroute.demo.autoscale import run_autoscale_demo
 

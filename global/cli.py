@@ -17,5 +17,7 @@ def register(sub) -> None:
 def _run(args: argparse.Namespace) -> int:
     from gpuroute.global_.server import run_global
 
-    log_flags.configure_from(args)
+    from gpuroute.logs import configure_from
+
+    configure_from(args)
     return run_global(args.config)

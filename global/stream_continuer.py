@@ -8,21 +8,48 @@ faithfully, ends with the explicit error event."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import orjson
 from aiohttp import web
+from gpuroute.global_.config import GlobalConfig
+from gpuroute.global_.feeds import RegionFeeds
+from gpuroute.global_.metrics import GlobalMetrics
 from gpuroute.global_.tracing_spans import continuation_event
 
-from gpuroute.continuation import Broken, continuation_body, sent_as
+from gpuroute.continuation import Broken, ContinuationConfig, continuation_body, sent_as
 from gpuroute.continuation_relay import BrokenStream, Refused
 from gpuroute.continuation_splice import Splice
 from gpuroute.relay import Relayed, ResponseTally, is_event_stream
-
-if TYPE_CHECKING:
-    from gpuroute.global_.region_attempts import Forwarding, RegionAttempts
+from gpuroute.upstream import UpstreamResponse
 
 log = logging.getLogger("gpuroute.global.continuation")
+
+
+class Forwarding(Protocol):
+    """What a continuation reads of a request on its way to regions (its full form is
+    global/region_attempts.py's Forwarding, which builds on this module)."""
+
+    request: web.Request
+    parsed: dict | None
+
+    @property
+    def route(self) -> str: ...
+
+
+class RegionAttempts(Protocol):
+    """What a continuation uses of the global tier's attempts (global/region_attempts.py)."""
+
+    continuation: ContinuationConfig
+    config: GlobalConfig
+    metrics: GlobalMetrics
+    feeds: RegionFeeds
+
+    def regions_left(self, fwd: Forwarding, /) -> tuple[str, ...]: ...
+
+    async def send(
+        self, fwd: Forwarding, region: str, body: bytes, target: str | None = None, /
+    ) -> UpstreamResponse | str: ...
 
 
 class RegionStream(BrokenStream):

@@ -13,12 +13,9 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuroute.config import ConfigError
-
-if TYPE_CHECKING:
-    from gpuroute.models import ModelSpec
 
 MXFP4_BYTES = 4.25 / 8  # 4-bit values and one 8-bit scale per block of 32: 4.25 bits
 DTYPE_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0}
@@ -271,18 +268,12 @@ def _weight_bytes(keys: _Keys, params: int, routed: int) -> float:
     raise keys.error("quantization_config", f"unsupported {method!r}; set the weight dtype")
 
 
-def model_spec_from_hf_config(
-    name: str,
-    config: Mapping[str, Any],
-    *,
-    weight_bytes: float | None = None,
-    kv_bytes: float = 2.0,
-    source: str = "config.json",
-) -> ModelSpec:
-    """A ModelSpec from a parsed config.json. weight_bytes None: what the checkpoint ships
-    (dtype or quantization_config); kv_bytes: the KV cache's dtype, 2 for FP16/BF16."""
-    from gpuroute.models import ModelSpec  # models builds its built-ins with this function
-
+def hf_shape(
+    config: Mapping[str, Any], *, weight_bytes: float | None = None, source: str = "config.json"
+) -> dict[str, Any]:
+    """A parsed config.json's shape: every ModelSpec field but the name and the KV dtype
+    (gpuroute/models.py builds the ModelSpec). weight_bytes None: what the checkpoint ships
+    (dtype or quantization_config)."""
     keys, outer, family = _open(config, source)
     layers, hidden = keys.count("num_hidden_layers"), keys.count("hidden_size")
     attention = _attention(keys, family, hidden)
@@ -294,15 +285,13 @@ def model_spec_from_hf_config(
     kv_layers, window = _windows(keys, family, layers)
     if weight_bytes is None:
         weight_bytes = _weight_bytes(outer, total, mlp.routed)
-    return ModelSpec(
-        name,
+    return dict(
         params_b=total / 1e9,
         layers=layers,
         kv_heads=attention.kv_heads,
         head_dim=attention.head_dim,
         hidden=hidden,
         weight_bytes=weight_bytes,
-        kv_bytes=kv_bytes,
         active_params_b=(total - mlp.idle) / 1e9 if family.moe else None,
         kv_latent_dim=attention.latent,
         kv_layers=kv_layers,
@@ -312,15 +301,10 @@ def model_spec_from_hf_config(
     )
 
 
-def load_hf_config(
-    path: Path | str,
-    *,
-    name: str | None = None,
-    weight_bytes: float | None = None,
-    kv_bytes: float = 2.0,
-) -> ModelSpec:
-    """Read a config.json (or a model directory holding one). name None: the directory's
-    name for a config.json (a Hugging Face snapshot), else the file's stem."""
+def read_hf_config(path: Path | str) -> tuple[str, dict[str, Any], str]:
+    """Read a config.json (or a model directory holding one): the model's default name
+    (the directory's for a config.json, a Hugging Face snapshot; else the file's stem), the
+    parsed settings, and where they came from."""
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
@@ -336,8 +320,5 @@ def load_hf_config(
         raise ModelConfigError(f"{path}: invalid JSON: {exc}") from None
     if not isinstance(config, dict):
         raise ModelConfigError(f"{path}: expected a JSON object of model settings")
-    if name is None:
-        name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
-    return model_spec_from_hf_config(
-        name, config, weight_bytes=weight_bytes, kv_bytes=kv_bytes, source=str(path)
-    )
+    name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+    return name, config, str(path)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
 
 LEVELS = ("debug", "info", "warning", "error")
 FORMATS = ("auto", "json", "text")
@@ -34,10 +33,3 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="json: one object a line; text: for people; auto (default): text on a "
         f"terminal, JSON otherwise (or ${FORMAT_ENV})",
     )
-
-
-def configure_from(args: Any) -> None:
-    """The command's flags applied, and passed on to the processes it starts."""
-    from gpuroute.logs import configure
-
-    configure(args.log_level, args.log_format, export=True)

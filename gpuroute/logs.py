@@ -121,3 +121,9 @@ def ensure_configured(level: str = "info") -> None:
     called directly): the defaults, or the environment's, unless already set up."""
     if not configured():
         configure(env_setting(LEVEL_ENV, LEVELS, level), env_setting(FORMAT_ENV, FORMATS, "auto"))
+
+
+def configure_from(args: Any) -> None:
+    """The command's `--log-level` and `--log-format` (gpuroute/log_flags.py) applied, and
+    passed on to the processes it starts."""
+    configure(args.log_level, args.log_format, export=True)

@@ -3,6 +3,7 @@ built-in table, a Hugging Face config.json, or numbers a config file gives."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -10,7 +11,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from gpuroute.config import StrictModel
-from gpuroute.hf_config import MXFP4_BYTES, load_hf_config, model_spec_from_hf_config
+from gpuroute.hf_config import MXFP4_BYTES, hf_shape, read_hf_config
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,40 @@ class ModelSpec:
             f"{self.weight_total_bytes / 1e9:.1f} GB weights, "
             f"{self.kv_bytes_per_token / 1024:.1f} KiB KV/token{window}"
         )
+
+
+def model_spec_from_hf_config(
+    name: str,
+    config: Mapping[str, Any],
+    *,
+    weight_bytes: float | None = None,
+    kv_bytes: float = 2.0,
+    source: str = "config.json",
+) -> ModelSpec:
+    """A ModelSpec from a parsed config.json (gpuroute/hf_config.py works out the shape).
+    weight_bytes None: what the checkpoint ships; kv_bytes: the KV cache's dtype, 2 for
+    FP16/BF16."""
+    shape = hf_shape(config, weight_bytes=weight_bytes, source=source)
+    return ModelSpec(name, kv_bytes=kv_bytes, **shape)
+
+
+def load_hf_config(
+    path: Path | str,
+    *,
+    name: str | None = None,
+    weight_bytes: float | None = None,
+    kv_bytes: float = 2.0,
+) -> ModelSpec:
+    """The ModelSpec of a config.json (or a model directory holding one). name None: the
+    directory's name for a config.json (a Hugging Face snapshot), else the file's stem."""
+    default, config, source = read_hf_config(path)
+    return model_spec_from_hf_config(
+        default if name is None else name,
+        config,
+        weight_bytes=weight_bytes,
+        kv_bytes=kv_bytes,
+        source=source,
+    )
 
 
 def _builtin(name: str, config: dict[str, Any], weight_bytes: float | None = 1.0) -> ModelSpec:

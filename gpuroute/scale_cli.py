@@ -132,7 +132,9 @@ def _local_arguments(local: argparse._ArgumentGroup) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    log_flags.configure_from(args)
+    from gpuroute.logs import configure_from
+
+    configure_from(args)
     try:
         routers, executor = _routers(args), _executor(args)
     except ConfigError as exc:

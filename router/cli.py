@@ -47,7 +47,9 @@ def _run(args: argparse.Namespace) -> int:
     from gpuroute.router.process import run_router
     from gpuroute.router.workers import WorkerRole
 
-    log_flags.configure_from(args)
+    from gpuroute.logs import configure_from
+
+    configure_from(args)
     role = None
     if args.worker is not None:
         role = WorkerRole.from_arguments(args.worker, args.run_dir, args.port)

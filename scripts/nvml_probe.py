@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Print what the agent's GPU telemetry reads on this host, as JSON lines.
 
-Runs without installing gpuroute (it loads agent/gpu_telemetry.py by path; needs only
-nvidia-ml-py and aiohttp), so it can check a GPU host before the agent is deployed:
+Needs gpuroute installed (`pip install .`, nvidia-ml-py and aiohttp with it) but no agent
+config, so it can check a GPU host before the agent is deployed:
 
     python3 scripts/nvml_probe.py --source auto --samples 5 [--load-seconds 5]
 
@@ -14,23 +14,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import importlib.util
 import json
 import logging
 import sys
 import threading
 import time
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def load_module(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def gpu_load(seconds: float) -> None:
@@ -55,8 +43,9 @@ async def main() -> int:
     parser.add_argument("--load-seconds", type=float, default=0.0)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s")
-    telemetry = load_module("gpu_telemetry", ROOT / "agent" / "gpu_telemetry.py")
-    source = telemetry.open_gpu_source(args.source, args.simulated_url)
+    from gpuroute.agent.amdsmi_source import open_gpu_source
+
+    source = open_gpu_source(args.source, args.simulated_url)
     load = None
     if args.load_seconds > 0:
         load = threading.Thread(target=gpu_load, args=(args.load_seconds,), daemon=True)

@@ -52,7 +52,9 @@ def register(sub) -> None:
 def _run(args: argparse.Namespace) -> int:
     from gpuroute.testbed.fake_engine import run_fake_engine
 
-    log_flags.configure_from(args)
+    from gpuroute.logs import configure_from
+
+    configure_from(args)
     try:
         config = fake_engine_config(args)
     except ValueError as exc:  # ConfigError too: it names the file and the key

@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.core.retry import Attempts, RetryBudget, RetrySettings
@@ -23,7 +23,6 @@ from gpuroute.router.core.retry import Attempts, RetryBudget, RetrySettings
 if TYPE_CHECKING:
     from gpuroute.router.core.latency import LatencyBooking
     from gpuroute.router.core.ledger import WorkBooking
-    from gpuroute.router.core.scheduler import Scheduler
     from gpuroute.router.core.slowness import Timing
 
 
@@ -150,12 +149,19 @@ class Released:
 NOTHING = Released(ended_now=False)
 
 
+class Releases(Protocol):
+    """Who holds a request's bookings (the scheduler: router/core/scheduler.py, which builds
+    on this module and so is not imported here)."""
+
+    def release(self, life: RequestLifetime) -> bool: ...
+
+
 class Lifetimes:
     """The requests in flight: the one table keyed by request id. Every request enters by
     `open` and leaves by `close`, which releases what it still holds."""
 
     def __init__(
-        self, settings: RetrySettings | None = None, scheduler: Scheduler | None = None
+        self, settings: RetrySettings | None = None, scheduler: Releases | None = None
     ) -> None:
         self.settings = settings or RetrySettings()
         self.scheduler = scheduler  # whose bookings a close releases

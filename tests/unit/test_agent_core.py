@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+from gpuroute.agent.amdsmi_source import open_gpu_source
 from gpuroute.agent.config import AgentConfig, load_agent_config
 from gpuroute.agent.core.health import (
     CONSUL_STATUS,
@@ -20,7 +21,6 @@ from gpuroute.agent.engine_metrics import EngineLoad, parse_engine_metrics
 from gpuroute.agent.gpu_telemetry import (
     NoGpuSource,
     SimulatedSource,
-    open_gpu_source,
     throttle_names,
 )
 from gpuroute.agent.registration import check_id, service_definition

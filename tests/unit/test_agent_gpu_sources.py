@@ -15,14 +15,13 @@ import types
 from typing import Any
 
 import pytest
-from gpuroute.agent.amdsmi_source import AmdSmiSource
+from gpuroute.agent.amdsmi_source import AmdSmiSource, open_gpu_source
 from gpuroute.agent.config import AgentConfig
 from gpuroute.agent.gpu_telemetry import (
     GpuSample,
     GpuUnavailable,
     NoGpuSource,
     declared_type_problems,
-    open_gpu_source,
 )
 
 from gpuroute.gpus import GpuCatalog, GpuSpec

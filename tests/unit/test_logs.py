@@ -110,7 +110,7 @@ def test_every_long_running_command_takes_the_flags_and_exports_them(monkeypatch
         assert parser.parse_args(command).log_format == "auto"
     with pytest.raises(SystemExit):
         parser.parse_args(["router", "--config", "r.toml", "--log-level", "loud"])
-    log_flags.configure_from(parser.parse_args(["demo", "--log-level", "error"]))
+    logs.configure_from(parser.parse_args(["demo", "--log-level", "error"]))
     import os
 
     assert os.environ[log_flags.LEVEL_ENV] == "error"

@@ -15,8 +15,15 @@ from support.paths import REPO
 
 from gpuroute.config import ConfigError, validate
 from gpuroute.gpus import GPU_SPECS
-from gpuroute.hf_config import ModelConfigError, load_hf_config, model_spec_from_hf_config
-from gpuroute.models import MODELS, ModelShapeConfig, ModelSpec, builtin_or_error
+from gpuroute.hf_config import ModelConfigError
+from gpuroute.models import (
+    MODELS,
+    ModelShapeConfig,
+    ModelSpec,
+    builtin_or_error,
+    load_hf_config,
+    model_spec_from_hf_config,
+)
 from gpuroute.roofline import EngineParams
 
 FIXTURES = REPO / "tests" / "fixtures" / "hf_configs"
