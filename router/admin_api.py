@@ -8,21 +8,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 import orjson
+import redis.asyncio as aioredis
 from aiohttp import web
 from gpuroute.router.admin_keys import KeyNotShared, KeyStore, key_from_body
 from gpuroute.router.auth_config import key_problem
 from gpuroute.router.config import BackendConfig
-from gpuroute.router.reload import Reloader
+from gpuroute.router.quotas import Quotas
+from gpuroute.router.reload import Reloader, Running
+from gpuroute.router.usage_records import UsageRecords
 from pydantic import ValidationError
 
 from gpuroute.config import ConfigError
 from gpuroute.openai_api import clip, error_response
-
-if TYPE_CHECKING:
-    from gpuroute.router.server import RouterApp
 
 log = logging.getLogger("gpuroute.router.admin")
 REDACTED = "<redacted>"
@@ -63,13 +64,20 @@ def invalid(exc: ValidationError, code: str) -> web.Response:
 class Operator:
     """Reload, backends, keys and usage records of one router process."""
 
-    def __init__(self, router: RouterApp) -> None:
+    def __init__(
+        self,
+        router: Running,
+        *,
+        redis: aioredis.Redis | None,
+        quotas: Quotas,
+        usage: UsageRecords,
+        path: Path | str | None = None,
+    ) -> None:
         self.router = router
-        self.reloader = Reloader(router)
-        self.keys = KeyStore(router, router.redis)
-        self.reloader.on_keys.append(self.keys.apply)
+        self.keys = KeyStore(router, redis, quotas)
+        self.reloader = Reloader(router, path, on_keys=self.keys.apply)
         self._signalled: set[asyncio.Task] = set()
-        self.usage = router.usage  # per-tenant records: read, flushed and closed here
+        self.usage = usage  # per-tenant records: read, flushed and closed here
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post("/admin/reload", self.reload)

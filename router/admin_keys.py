@@ -12,15 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
 
 import redis.asyncio as aioredis
 from gpuroute.router.auth_config import ApiKeyConfig, key_problem
 from gpuroute.router.quotas import Quotas
 from gpuroute.router.redis_client import REDIS_ERRORS
-
-if TYPE_CHECKING:
-    from gpuroute.router.server import RouterApp
+from gpuroute.router.reload import Running
 
 log = logging.getLogger("gpuroute.router.keys")
 SYNC_ERRORS = (*REDIS_ERRORS, ValueError)
@@ -31,8 +28,9 @@ class KeyNotShared(Exception):
 
 
 class KeyStore:
-    def __init__(self, router: RouterApp, redis: aioredis.Redis | None) -> None:
+    def __init__(self, router: Running, redis: aioredis.Redis | None, quotas: Quotas) -> None:
         self.router, self.redis = router, redis
+        self.quotas = quotas  # the tenants' keys in force, which `apply` replaces
         prefix = router.config.redis.prefix
         self.added_key, self.revoked_key = f"{prefix}:admin:keys", f"{prefix}:admin:revoked"
         self.version_key = f"{prefix}:admin:keys:version"
@@ -55,7 +53,7 @@ class KeyStore:
             auth, r.config.redis, None, r.clock, lambda _shared: None, r.config.region,
             workers=r.workers,
         )  # fmt: skip
-        quotas = r.proxy.front.tenants.quotas
+        quotas = self.quotas
         quotas.keys, quotas.anonymous = built.keys, built.anonymous
         # keys stay required once any was in use: revoking the last one closes the door
         # rather than opening it to keyless callers

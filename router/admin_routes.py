@@ -3,18 +3,16 @@ changed at run time (a canary's rollout or rollback, effective from the next req
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import orjson
 from aiohttp import web
 from gpuroute.router.admin import describe_backends, typical_request
+from gpuroute.router.admin_api import Operator
 from gpuroute.router.core.backend import ROUTABLE_STATES, BackendSet
 from gpuroute.router.core.model_routes import ModelRouteError, ModelRoutes
+from gpuroute.router.membership import Membership
+from gpuroute.router.reload import Running
 
 from gpuroute.openai_api import clip, error_response
-
-if TYPE_CHECKING:
-    from gpuroute.router.server import RouterApp
 
 SPLIT_PATH = "/admin/models/{name}/split"
 AUTOSCALE_PATH = "/admin/autoscale"
@@ -44,8 +42,10 @@ def describe_models(routes: ModelRoutes, backends: BackendSet) -> dict:
 class AdminRoutes:
     """The router's own admin endpoints besides /metrics: backends, explain, models."""
 
-    def __init__(self, router: RouterApp) -> None:
-        self.router = router
+    def __init__(
+        self, router: Running, operator: Operator, membership: Membership | None = None
+    ) -> None:
+        self.router, self.operator, self.membership = router, operator, membership
         self.routes: ModelRoutes = router.routes
 
     def add_routes(self, app: web.Application) -> None:
@@ -54,7 +54,7 @@ class AdminRoutes:
         app.router.add_get("/admin/models", self.models)
         app.router.add_get(AUTOSCALE_PATH, self.autoscale)
         app.router.add_put(SPLIT_PATH, self.put_split)
-        self.router.operator.add_routes(app)  # reload, backends, keys, config
+        self.operator.add_routes(app)  # reload, backends, keys, config
 
     async def explain(self, request: web.Request) -> web.Response:
         """What the decision log kept of one recent request (`gpuroute explain`)."""
@@ -72,7 +72,7 @@ class AdminRoutes:
             return error_response(400, str(exc), code="bad_request")
         r = self.router
         return web.json_response(
-            describe_backends(r.scheduler, r.config, r.membership, r.clock(), typical)
+            describe_backends(r.scheduler, r.config, self.membership, r.clock(), typical)
         )
 
     async def autoscale(self, _request: web.Request) -> web.Response:

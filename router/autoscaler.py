@@ -19,12 +19,12 @@ import asyncio
 import importlib
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 
 from gpuroute.router.autoscale_config import AutoscaleConfig
 from gpuroute.router.config import SloConfig
 from gpuroute.router.core.autoscale import PoolSize
-from gpuroute.router.core.fleet_sizer import FleetSizer
+from gpuroute.router.core.fleet_sizer import FleetSizer, PoolRates
 from gpuroute.router.core.scheduler import Scheduler
 from gpuroute.router.core.standby import StandbyRotation
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -73,6 +73,7 @@ class Autoscaler:
         scheduler: Scheduler,
         slo: SloConfig,
         *,
+        rates: PoolRates | None = None,
         wall: Callable[[], float] = time.time,
     ) -> None:
         self.config, self.wall = config, wall
@@ -86,13 +87,16 @@ class Autoscaler:
             seasonal=None if seasonal is None else seasonal.settings(),
             standby=self.standby,
         )
-        # the peers' summed rates per pool from the shared-load board (None: no board, or
-        # it is down: this router's own rate alone)
-        self.peers: Callable[[], Mapping[str, float] | None] = lambda: None
-        self.own: dict[str, float] = {}  # this router's rates at the last tick (shared)
+        # this router's rates at the last tick, and its peers' from the shared-load board
+        self.rates = PoolRates() if rates is None else rates
         self.sizes: dict[str, PoolSize] = {}
         self._loop = BackgroundLoop()
         self._counted = (0, 0)  # promotions and releases logged so far
+
+    @property
+    def own(self) -> dict[str, float]:
+        """This router's rates per pool at the last tick (what it shares with its peers)."""
+        return self.rates.own
 
     # -- what the router sees ------------------------------------------------------------------
     def arrived(self, model: str) -> None:
@@ -135,11 +139,11 @@ class Autoscaler:
     def tick(self) -> dict[str, PoolSize]:
         """Size every pool now, with the region's rates where peers share theirs."""
         now = self.wall()
-        self.own = self.sizer.own_rates(now)
-        peers = self.peers()
+        own = self.rates.own = self.sizer.own_rates(now)
+        peers = self.rates.peers
         region = None
         if peers is not None:
-            region = {pool: rate + peers.get(pool, 0.0) for pool, rate in self.own.items()}
+            region = {pool: rate + peers.get(pool, 0.0) for pool, rate in own.items()}
         self.sizes = self.sizer.tick(now, region)
         counts = self.standby.promotions, self.standby.releases
         promoted, released = counts[0] - self._counted[0], counts[1] - self._counted[1]

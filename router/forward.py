@@ -74,6 +74,7 @@ class Forwarder:
         engine_headers: frozenset[str] = ENGINE_HEADERS,
         continuation: ContinuationConfig | None = None,
         standby: StandbyRotation | None = None,
+        urls: dict[str, str],
     ) -> None:
         self.engine_key, self.engine_allowed = engine_key, engine_headers
         self.engine_tls = engine_tls  # None: the system's CAs for https engines
@@ -81,13 +82,12 @@ class Forwarder:
         self.requests = RequestMetrics(metrics, clock)  # by route and model
         self.expose_backend = expose_backend  # name the backend to clients (tests, benches)
         self.decisions, self.sessions, self.lifetimes = decisions, sessions, lifetimes
-        self.has_room, self.clock, self.rng = has_room, clock, rng
+        self.has_room, self.clock, self.rng, self.urls = has_room, clock, rng, urls  # id -> URL
         self.budget = lifetimes.budget  # requests in flight and retries running
         self.slo = slo  # classes' attainment; holds predicted misses (predicting policies)
         # the attempts loop the simulator runs too: route, promote standby, hold, retry
         self.loop = AttemptLoop(scheduler, self.budget, slo.queue if slo.holds else None, standby)
         self.continuer = StreamContinuer(self, continuation or ContinuationConfig())
-        self.urls: dict[str, str] = {}
         self.session: UpstreamPool | None = None  # to the engines; start() opens it
         self.write_timeout_s: float | None = None  # a client behind this long is cut off
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from gpuroute.router.config import RouterConfig, load_router_config
 from gpuroute.router.server import RouterApp
 from gpuroute.router.workers import Supervisor, WorkerRole, die_with_parent, resolve_count
@@ -32,18 +30,14 @@ def run_router(path: str, workers: int | str | None = None, role: WorkerRole | N
         def start(config: RouterConfig):
             listen = config.listen.model_copy(update={"port": role.port})
             config = config.model_copy(update={"listen": listen})
-            app = RouterApp(config, role=role)
-            app.operator.reloader.path = Path(path)
-            return RouterServer(app, role).serve()
+            return RouterServer(RouterApp(config, role=role, path=path), role).serve()
 
         return runtime.run_from_config("router", path, load_router_config, start)
 
     def start_one_or_many(config: RouterConfig):
         count = resolve_count(workers if workers is not None else config.workers.count)
         if count == 1:
-            app = RouterApp(config)
-            app.operator.reloader.path = Path(path)
-            return RouterServer(app).serve()
+            return RouterServer(RouterApp(config, path=path)).serve()
         return Supervisor(path, config, count).serve()
 
     return runtime.run_from_config("router", path, load_router_config, start_one_or_many)

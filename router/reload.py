@@ -13,21 +13,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from gpuroute.router.admission_gate import AdmissionGate
 from gpuroute.router.assemble import policy_options, static_backend
+from gpuroute.router.autoscaler import Autoscaler
 from gpuroute.router.config import BackendConfig, RouterConfig, load_router_config
 from gpuroute.router.core.backend import Backend, BackendState
-from gpuroute.router.core.model_routes import ModelRouteError
+from gpuroute.router.core.model_routes import ModelRouteError, ModelRoutes
 from gpuroute.router.core.policies import build_policy
+from gpuroute.router.core.scheduler import Scheduler
+from gpuroute.router.decision_log import DecisionLog
+from gpuroute.router.front import Front
 from gpuroute.router.model_config import model_routes
-from gpuroute.router.slo_gate import slo_classes
+from gpuroute.router.priors import PriorBook
+from gpuroute.router.slo_gate import SloGate, slo_classes
 
 from gpuroute.config import ConfigError
-
-if TYPE_CHECKING:
-    from gpuroute.router.server import RouterApp
 
 log = logging.getLogger("gpuroute.router.reload")
 # what a reload applies; every other top-level key needs a restart (listeners, workers,
@@ -52,17 +56,59 @@ def restart_keys(old: RouterConfig, new: RouterConfig) -> list[str]:
     return changed
 
 
+@dataclass(slots=True)
+class Roster:
+    """Where each backend is and how many requests it takes at once: the forwarder's URLs
+    and the admission gate's limits, kept in step as backends join and leave (discovered
+    members, static backends a reload or the admin API adds or drops)."""
+
+    urls: dict[str, str]
+    gate: AdmissionGate
+
+    def enter(self, backend_id: str, url: str, max_inflight: int) -> None:
+        self.urls[backend_id] = url
+        self.gate.set_limit(backend_id, max_inflight)
+
+    def leave(self, backend_id: str) -> None:
+        self.urls.pop(backend_id, None)
+        self.gate.set_limit(backend_id, None)
+
+
+@dataclass(slots=True)
+class Running:
+    """What the operator's side (reload, the admin API, the key store) reads and changes
+    in a running router, and nothing more; router/server.py builds it with the parts."""
+
+    config: RouterConfig  # the file in force: a reload replaces it
+    scheduler: Scheduler
+    book: PriorBook
+    routes: ModelRoutes
+    slo: SloGate
+    autoscaler: Autoscaler
+    decisions: DecisionLog
+    front: Front  # reads the config and, for the policy, the prompt's prefix blocks
+    roster: Roster
+    clock: Callable[[], float]
+    workers: int = 1
+    port_given: bool = False  # a worker listens on the port its parent gave it
+
+
 class Reloader:
     """Applies a new config to a running router; owns its static backends."""
 
-    def __init__(self, router: RouterApp, path: Path | str | None = None) -> None:
+    def __init__(
+        self,
+        router: Running,
+        path: Path | str | None = None,
+        on_keys: Callable[[], None] | None = None,
+    ) -> None:
         self.router = router
         self.path = None if path is None else Path(path)
         self.static: dict[str, BackendConfig] = {b.backend_id: b for b in router.config.backends}
         self.draining: set[str] = set()
         self._drains: set[asyncio.Task] = set()
         self._lock = asyncio.Lock()
-        self.on_keys: list = []  # called after keys were reloaded (the shared key store)
+        self.on_keys = on_keys  # called after keys were reloaded (the shared key store)
 
     async def reload(self) -> dict:
         """Read the file and apply it; ConfigError (the old config stays) when it is bad."""
@@ -75,7 +121,7 @@ class Reloader:
     def apply(self, new: RouterConfig) -> dict:
         r = self.router
         old = r.config
-        if r.role is not None:  # a worker listens on the port its parent gave it
+        if r.port_given:  # a worker listens on the port its parent gave it
             new = new.model_copy(
                 update={"listen": new.listen.model_copy(update={"port": old.listen.port})}
             )
@@ -88,9 +134,9 @@ class Reloader:
         r.routes.routes, r.routes.aliases = routes.routes, routes.aliases
         r.slo.classes = slo_classes(new.slo)
         r.autoscaler.follow_slo(new.slo)
-        r.config = r.proxy.front.config = new
-        for hook in self.on_keys:
-            hook()
+        r.config = r.front.config = new
+        if self.on_keys is not None:
+            self.on_keys()
         log.info("config reloaded from %s: policy %s, %d static backends", self.path,
                  new.policy, len(new.backends))  # fmt: skip
         return {"reloaded": str(self.path), "policy": new.policy, "backends": sorted(self.static)}
@@ -125,7 +171,7 @@ class Reloader:
             r.scheduler.policy = build_policy(new.policy, policy_options(new, r.book, r.workers))
             r.slo.holds = r.scheduler.predicts_slo
             r.decisions.policy = new.policy
-            r.proxy.front.with_prefix_blocks = "prefix_blocks" in r.scheduler.policy.needs
+            r.front.with_prefix_blocks = "prefix_blocks" in r.scheduler.policy.needs
 
     def _apply_backends(self, wanted: list[BackendConfig], plan: dict[str, Backend | None]) -> None:
         for b in wanted:
@@ -146,19 +192,18 @@ class Reloader:
                 raise ConfigError(f"backend {b.backend_id!r} exists already")
             self._drop(b.backend_id)
         r.scheduler.backends.add(backend, r.clock(), warm=True)
-        r.forwarder.urls[b.backend_id] = b.url
-        r.gate.set_limit(b.backend_id, b.max_inflight)
+        r.roster.enter(b.backend_id, b.url, b.max_inflight)
         self.static[b.backend_id] = b
 
     def _update(self, b: BackendConfig) -> None:
         r = self.router
         backend = r.scheduler.backends.get(b.backend_id)
-        backend.address, r.forwarder.urls[b.backend_id] = b.url, b.url
+        backend.address = b.url
         if b.capacity is not None:
             backend.capacity = b.capacity
         backend.models = frozenset(b.models)
         backend.lora_models = frozenset(b.lora_adapters)
-        r.gate.set_limit(b.backend_id, b.max_inflight)
+        r.roster.enter(b.backend_id, b.url, b.max_inflight)
         r.scheduler.backends.changed()  # models may have changed: routable sets again
         self.static[b.backend_id] = b
 
@@ -189,7 +234,7 @@ class Reloader:
         self.static.pop(backend_id, None)
         with contextlib.suppress(KeyError):
             r.scheduler.backends.remove(backend_id)
-        r._removed(backend_id)
+        r.roster.leave(backend_id)
         log.info("backend %s removed", backend_id)
 
     async def close(self) -> None:

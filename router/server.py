@@ -11,6 +11,7 @@ import logging
 import random
 import socket
 import time
+from pathlib import Path
 
 from aiohttp import web
 from gpuroute.router.admin_api import Operator
@@ -19,15 +20,16 @@ from gpuroute.router.admission_gate import AdmissionGate
 from gpuroute.router.assemble import build_scheduler, member_kind, prior_book, router_metrics
 from gpuroute.router.autoscaler import Autoscaler, PoolCollector
 from gpuroute.router.config import RouterConfig
-from gpuroute.router.core.backend import ROUTABLE_STATES, Backend, BackendState
+from gpuroute.router.core.backend import ROUTABLE_STATES, BackendState
+from gpuroute.router.core.fleet_sizer import PoolRates
 from gpuroute.router.core.lifetime import Lifetimes
-from gpuroute.router.core.membership import Member
 from gpuroute.router.core.region_summary import RegionSummary, summarise
 from gpuroute.router.core.retry import RetrySettings
 from gpuroute.router.decision_log import DecisionLog
 from gpuroute.router.forward import Forwarder
 from gpuroute.router.front import Front
 from gpuroute.router.health_probes import HealthProbes
+from gpuroute.router.health_report import report_health
 from gpuroute.router.membership import Membership
 from gpuroute.router.model_config import model_routes
 from gpuroute.router.proxy import Proxy
@@ -35,6 +37,7 @@ from gpuroute.router.quotas import Quotas
 from gpuroute.router.redis_client import open_redis
 from gpuroute.router.region_report import RegionReportService, start_region_server
 from gpuroute.router.registration import RouterRegistration, router_service
+from gpuroute.router.reload import Roster, Running
 from gpuroute.router.request_ids import name_request
 from gpuroute.router.residency_gate import ResidencyGate
 from gpuroute.router.responses_routes import add_responses_routes
@@ -68,7 +71,9 @@ log = logging.getLogger("gpuroute.router")
 
 
 class RouterApp:
-    """Routes, proxy and admin endpoints of one router: where its parts are wired together."""
+    """Routes, proxy and admin endpoints of one router. Its parts are built here, in order,
+    each handed what it uses when it is made (the composition root: nothing is wired into
+    a part after it was built); the operator's side sees only `Running` (router/reload.py)."""
 
     def __init__(
         self,
@@ -76,78 +81,81 @@ class RouterApp:
         *,
         rng: random.Random | None = None,
         role: WorkerRole | None = None,
+        path: Path | str | None = None,
     ) -> None:
-        self.config, self.role = config, role
+        self.role = role
         self.workers, self.role_index = (1, 0) if role is None else (role.count, role.index)
         self.reports = self.role_index == 0  # one worker reports the region for all
-        self.clock = time.monotonic
-        rng = rng or random.Random()
-        self.book = prior_book(config)  # priors per engine kind, more as members join
+        self.clock = clock = time.monotonic
+        self.book = book = prior_book(config)  # priors per engine kind, more as members join
         self.routes = model_routes(config.models)  # aliases, splits, fallbacks
-        self.scheduler = build_scheduler(config, self.book, self.workers)
+        self.scheduler = scheduler = build_scheduler(config, book, self.workers)
         self.redis = open_redis(config.redis)  # one client for quotas, sessions, shared load
-        self.metrics = router_metrics(config, self.scheduler, self.routes, self.redis is not None)
+        self.metrics = router_metrics(config, scheduler, self.routes, self.redis is not None)
+        rates = PoolRates()  # this replica's arrivals and its peers', to size pools on
         # pools sized and warm standby brought in and sent back (router/autoscaler.py)
-        self.autoscaler = Autoscaler(config.autoscale, self.scheduler, config.slo)
+        self.autoscaler = Autoscaler(config.autoscale, scheduler, config.slo, rates=rates)
         self.metrics.registry.register(PoolCollector(self.autoscaler))
         self.responses = ResponsesState.from_config(config, self.redis, self.workers)
         self.usage = UsageRecords.from_config(config, self.redis, self.metrics)
         limits = {b.backend_id: b.max_inflight for b in config.backends}
-        self.gate = AdmissionGate(config.admission, self.scheduler.backends, limits,
-                                  self.metrics, self.clock, self.autoscaler.standby)  # fmt: skip
+        self.gate = AdmissionGate(config.admission, scheduler.backends, limits,
+                                  self.metrics, clock, self.autoscaler.standby)  # fmt: skip
+        roster = Roster({b.backend_id: b.url for b in config.backends}, self.gate)
         self.lifetimes = Lifetimes(  # the requests in flight, each with its bookings
-            RetrySettings(**config.retry.model_dump(exclude={"rescue_slowness"})), self.scheduler
+            RetrySettings(**config.retry.model_dump(exclude={"rescue_slowness"})), scheduler
         )
-        self.watch = self._watch()
+        self.membership = self._membership(config, roster) if config.membership.consul else None
+        # requests waiting on an ejected, lost or very slow backend, moved elsewhere
+        self.watch = BackendWatch(scheduler, book.table, clock, config.retry.rescue_slowness,
+                                  self.lifetimes, lost=self._lost)  # fmt: skip
+        book.listeners.append(self.watch.add_kind)  # a kind first seen as a member joins
         # a predicting policy's misses are held; every policy's attainment is counted
-        self.slo = SloGate(
-            config.slo,
-            self.metrics,
-            self.clock,
-            holds=self.scheduler.predicts_slo,
-            on_hold=self.autoscaler.held,
-        )
+        self.slo = SloGate(config.slo, self.metrics, clock, holds=scheduler.predicts_slo,
+                           on_hold=self.autoscaler.held)  # fmt: skip
         self.decisions = DecisionLog(
             config.decision_log_sample, config.policy, keep=config.decision_log_keep
         )
-        self.forwarder = self._forwarder(rng)
-        self.forwarder.urls.update({b.backend_id: b.url for b in config.backends})
-        self.proxy = Proxy(self._front(), self.forwarder, self.gate, self.metrics, clock=self.clock)
-        self.membership = self._membership() if config.membership.consul else None
-        self.draining = False
-        self._ticker: asyncio.Task | None = None
-        self.probes = HealthProbes(config, self.scheduler, self.forwarder, self.clock)
+        self.forwarder = self._forwarder(config, rng or random.Random(), roster.urls)
+        self.front = self._front(config)
+        self.proxy = Proxy(self.front, self.forwarder, self.gate, self.metrics, clock=clock)
+        self.draining, self._ticker = False, None
+        self.probes = HealthProbes(config, scheduler, self.forwarder, clock)
         self._region_server = None
-        self.shared_load = self._shared_load()
-        self.operator = Operator(self)  # reload, backends, keys, usage (router/admin_api.py)
+        self.shared_load = self._shared_load(config, rates)
+        self.running = Running(config, scheduler, book, self.routes, self.slo, self.autoscaler,
+                               self.decisions, self.front, roster, clock, self.workers,
+                               port_given=role is not None)  # fmt: skip
+        self.operator = Operator(  # reload, backends, keys, usage (router/admin_api.py)
+            self.running, redis=self.redis, quotas=self.front.tenants.quotas,
+            usage=self.usage, path=path,
+        )  # fmt: skip
         self.registration: RouterRegistration | None = None
         self.region_port: int | None = None
-        listen = config.region.report_listen
-        self.report_credentials = server_credentials(
-            None if listen is None else listen.tls, "region.report_listen.tls"
-        )
+        listen = config.region.report_listen  # its TLS files read now: a bad one stops the start
+        tls = None if listen is None else listen.tls
+        self.report_credentials = server_credentials(tls, "region.report_listen.tls")
 
-    def _watch(self) -> BackendWatch:
-        """Requests waiting on an ejected, lost or very slow backend, moved elsewhere."""
-        retry = self.config.retry
-        watch = BackendWatch(
-            self.scheduler, self.book.table, self.clock, retry.rescue_slowness, self.lifetimes
-        )
-        self.book.listeners.append(watch.add_kind)  # a kind first seen as a member joins
-        return watch
+    @property
+    def config(self) -> RouterConfig:
+        """The file in force (a reload replaces it)."""
+        return self.running.config
 
-    def _front(self) -> Front:
-        config = self.config
+    def _lost(self, backend_id: str) -> bool:
+        return self.membership is not None and self.membership.lost(backend_id)
+
+    def _front(self, config: RouterConfig) -> Front:
         admission = config.admission
         tenants = TenantGate(
-            self._quotas(), self.metrics, tuple(admission.priorities), admission.default_priority
-        )
+            self._quotas(config), self.metrics, tuple(admission.priorities),
+            admission.default_priority,
+        )  # fmt: skip
         return Front(
             config,
             self.scheduler.backends,
             tenants,
             self.gate,
-            self._residency_gate(),
+            self._residency_gate(config),
             self.slo,
             self.lifetimes,
             self.decisions,
@@ -159,8 +167,7 @@ class RouterApp:
             autoscaler=self.autoscaler,
         )
 
-    def _quotas(self) -> Quotas:
-        config = self.config
+    def _quotas(self, config: RouterConfig) -> Quotas:
         quotas = Quotas.from_config(
             config.auth,
             config.redis,
@@ -173,8 +180,8 @@ class RouterApp:
         self.metrics.quota_shared.set(float(quotas.shared))
         return quotas
 
-    def _residency_gate(self) -> ResidencyGate:
-        region = self.config.region
+    def _residency_gate(self, config: RouterConfig) -> ResidencyGate:
+        region = config.region
         key = read_secret(region, "decision_key", "region")
         return ResidencyGate(
             key,
@@ -182,12 +189,13 @@ class RouterApp:
             region.place,
             self.metrics,
             redis=self.redis,
-            prefix=self.config.redis.prefix,
-            retry_s=self.config.redis.retry_s,
+            prefix=config.redis.prefix,
+            retry_s=config.redis.retry_s,
         )
 
-    def _forwarder(self, rng: random.Random) -> Forwarder:
-        config = self.config
+    def _forwarder(
+        self, config: RouterConfig, rng: random.Random, urls: dict[str, str]
+    ) -> Forwarder:
         return Forwarder(
             self.scheduler,
             self.metrics,
@@ -205,48 +213,47 @@ class RouterApp:
             engine_headers=ENGINE_HEADERS | frozenset(config.engine_headers),
             continuation=config.continuation,
             standby=self.autoscaler.standby,
+            urls=urls,
         )
 
-    def _membership(self) -> Membership:
-        kind_of = member_kind(self.book)
-        membership = Membership(
-            self.config.membership,
+    def _membership(self, config: RouterConfig, roster: Roster) -> Membership:
+        book, metrics = self.book, self.metrics
+        kind_of = member_kind(book)
+        max_inflight = config.membership.max_inflight
+        return Membership(
+            config.membership,
             self.scheduler,
-            self.metrics,
-            known_gpus=self.book.gpus,
-            capacity_of=lambda member: self.book.table[kind_of(member)].capacity,
+            metrics,
+            known_gpus=book.gpus,
+            capacity_of=lambda member: book.table[kind_of(member)].capacity,
             kind_of=kind_of,
-            on_join=self._joined,
-            on_remove=self._removed,
-            on_health=self.forwarder.record_health,
+            on_join=lambda b, member: roster.enter(b.backend_id, member.url, max_inflight),
+            on_remove=roster.leave,
+            on_health=lambda events: report_health(metrics, events),
             clock=self.clock,
-            router_id=f"{socket.gethostname()}:{self.config.listen.port}/{self.role_index}",
+            router_id=f"{socket.gethostname()}:{config.listen.port}/{self.role_index}",
         )
-        self.watch.lost = membership.lost
-        return membership
 
-    def _shared_load(self) -> SharedLoad | None:
+    def _shared_load(self, config: RouterConfig, rates: PoolRates) -> SharedLoad | None:
         """Load and prefix placements: through Redis when it is configured (every worker of
         every replica is a peer), else between this router's workers in shared memory."""
-        redis, role = self.config.redis, self.role
+        redis, role, scheduler = config.redis, self.role, self.scheduler
         if self.redis is not None and redis.share_load:
             interval = redis.publish_interval_s
             board = RedisBoard(self.redis, prefix=redis.prefix, interval_s=interval)
         elif role is not None:
             board = MemoryBoard(role.board_path, role.index, role.count)
-            interval = self.config.workers.share_interval_s
+            interval = config.workers.share_interval_s
         else:
             return None  # one process alone: nothing to share
-        shared = SharedLoad(
+        return SharedLoad(
             board,
-            lambda: self.scheduler.backends,
+            lambda: scheduler.backends,
             interval_s=interval,
             on_health=lambda ok: self.metrics.shared_load_healthy.set(float(ok)),
-            prefixes=lambda: prefix_index_of(self.scheduler.policy),
-            arrivals=lambda: self.autoscaler.own,
+            prefixes=lambda: prefix_index_of(scheduler.policy),
+            rates=rates,  # replicas size on one rate
         )
-        self.autoscaler.peers = lambda: shared.peer_arrivals  # replicas size on one rate
-        return shared
 
     def app(self) -> web.Application:
         """The public application: the OpenAI API, health, allow-listed passthrough paths, and
@@ -260,7 +267,7 @@ class RouterApp:
         for route in API_ROUTES:
             app.router.add_post(route, self.proxy.openai)
         app.router.add_get("/v1/models", self.models)
-        add_responses_routes(app, self.responses, self.proxy.front.tenants, self.proxy.access)
+        add_responses_routes(app, self.responses, self.front.tenants, self.proxy.access)
         app.router.add_get("/healthz", healthz)
         app.router.add_get("/readyz", self.readyz)
         if self.config.admin_on_public_listener:
@@ -276,15 +283,7 @@ class RouterApp:
 
     def add_admin_routes(self, app: web.Application) -> None:
         app.router.add_get("/metrics", self.metrics_page)
-        AdminRoutes(self).add_routes(app)
-
-    def _joined(self, backend: Backend, member: Member) -> None:
-        self.forwarder.urls[backend.backend_id] = member.url
-        self.gate.set_limit(backend.backend_id, self.config.membership.max_inflight)
-
-    def _removed(self, backend_id: str) -> None:
-        self.forwarder.urls.pop(backend_id, None)
-        self.gate.set_limit(backend_id, None)
+        AdminRoutes(self.running, self.operator, self.membership).add_routes(app)
 
     @property
     def idle(self) -> asyncio.Event:
@@ -349,7 +348,7 @@ class RouterApp:
                 await self._ticker
         await self.operator.close()
         await self.forwarder.close()
-        await self.proxy.front.tenants.close()
+        await self.front.tenants.close()
         if self.redis is not None:
             await self.redis.aclose()
 
@@ -374,7 +373,7 @@ class RouterApp:
         """The models served here, to callers the API would serve (a key where keys are
         required), less those the caller's key may not use, within the key's per-minute
         requests and in-flight cap."""
-        tenants = self.proxy.front.tenants
+        tenants = self.front.tenants
         try:
             key = tenants.identify(interpreted(request.headers.items()))
             async with tenants.lookup(key):

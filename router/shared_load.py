@@ -22,12 +22,13 @@ import math
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 import msgpack
 import redis.asyncio as aioredis
 from gpuroute.router.core.backend import Backend
+from gpuroute.router.core.fleet_sizer import PoolRates
 from gpuroute.router.core.policies.prefix_affinity import PrefixIndex
 from gpuroute.router.redis_client import REDIS_ERRORS
 
@@ -132,13 +133,13 @@ class SharedLoad:
         interval_s: float = 0.1,
         on_health: Callable[[bool], None] = lambda ok: None,
         prefixes: Callable[[], PrefixIndex | None] = lambda: None,
-        arrivals: Callable[[], Mapping[str, float]] = dict,
+        rates: PoolRates | None = None,
     ) -> None:
         self.board = board
         self.backends = backends
         self.prefixes = prefixes  # the policy's prefix index, when it keeps one
-        self.arrivals = arrivals  # this replica's arrival rate per pool
-        self.peer_arrivals: dict[str, float] | None = None  # summed; None: board down
+        # this replica's arrival rate per pool, shared; the peers' summed (None: board down)
+        self.rates = PoolRates() if rates is None else rates
         self.share_id = uuid.uuid4().hex[:12]
         self._learned: dict[str, int] = {}  # peer share id -> last placement number taken
         self.interval_s = interval_s
@@ -167,7 +168,7 @@ class SharedLoad:
                 self._health(False)
                 for b in self.backends():
                     b.shared = 0.0
-                self.peer_arrivals = None
+                self.rates.peers = None
             await asyncio.sleep(self.interval_s * (0.8 + 0.4 * random.random()))  # the period
 
     async def sync(self) -> None:
@@ -176,10 +177,10 @@ class SharedLoad:
         index = self.prefixes()
         if index is not None and (recent := index.recent()):
             mine[PREFIXES_KEY] = [self.share_id, recent]
-        if rates := {pool: round(rate, 6) for pool, rate in self.arrivals().items() if rate > 0}:
+        if rates := {pool: round(rate, 6) for pool, rate in self.rates.own.items() if rate > 0}:
             mine[ARRIVALS_KEY] = rates
         shares = [decode_share(blob) for blob in await self.board.exchange(msgpack.packb(mine))]
-        self.peer_arrivals = merge_arrivals(shares)
+        self.rates.peers = merge_arrivals(shares)
         totals = merge_loads(shares, backends)
         for b in backends:
             b.shared = totals.get(b.backend_id, 0.0)

@@ -51,15 +51,16 @@ class BackendWatch:
         clock: Callable[[], float],
         rescue_slowness: float,
         lifetimes: Lifetimes,
+        lost: Callable[[str], bool] = lambda _backend_id: False,
     ) -> None:
         self.scheduler = scheduler
         self.lifetimes = lifetimes  # the requests in flight: their attempts are watched
         self.clock = clock
         paces = {gpu: gpu_pace(p) for gpu, p in priors.items()}
         self.watcher = Watcher(scheduler, paces, rescue_slowness)  # the sans-IO half
-        # Set by the membership shell: True for a backend Consul calls critical or gone
+        # From the membership shell: True for a backend Consul calls critical or gone
         # whose agent has gone silent too, i.e. a host that crashed or is cut off.
-        self.lost: Callable[[str], bool] = lambda _backend_id: False
+        self.lost = lost
         self.rescues = 0
 
     def add_kind(self, kind: str, priors: GpuPriors) -> None:

@@ -10,6 +10,7 @@ pool's backends in rotation (all of them where none is)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from gpuroute.router.core.autoscale import (
     AutoscaleSettings,
@@ -22,6 +23,16 @@ from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.scheduler import Scheduler
 from gpuroute.router.core.seasonal import SeasonalRate, SeasonalSettings
 from gpuroute.router.core.standby import StandbyRotation
+
+
+@dataclass(slots=True)
+class PoolRates:
+    """Arrivals per pool (requests/s) that a router's replicas share to size on one rate:
+    its own, which its autoscaler writes each tick, and its peers' sum, which the shared-load
+    board writes (None: no board, or it is down, and a router sizes with its own alone)."""
+
+    own: dict[str, float] = field(default_factory=dict)
+    peers: dict[str, float] | None = None
 
 
 class FleetSizer:

@@ -72,7 +72,7 @@ async def test_the_effective_config_hides_every_secret(tmp_path) -> None:
         text = secure_toml(url, top=top)
         async with router_server(text, tmp_path) as server:
             admin = f"http://127.0.0.1:{server.admin_port}"
-            server.servable.config = server.servable.config.model_copy(
+            server.servable.running.config = server.servable.config.model_copy(
                 update={
                     "redis": server.servable.config.redis.model_copy(
                         update={"url": "redis://user:redis-pass-3@10.0.0.1:6379/0"}

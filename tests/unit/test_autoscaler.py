@@ -55,7 +55,7 @@ def test_the_region_rate_is_our_own_plus_the_peers_and_sizes_every_replica_alike
     own = ours.own[MODEL]
     assert own == alone.rate_rps == pytest.approx(4.0)  # the first interval primes it
     assert alone.active == math.ceil(own / 0.8)  # capacity 1 rps at the high mark
-    ours.peers = lambda: {MODEL: 3.0, "another-model": 9.0}  # a peer's pool not served here
+    ours.rates.peers = {MODEL: 3.0, "another-model": 9.0}  # a peer's pool not served here
     wall.now += 1e-9  # no new arrivals to speak of: our own rate stays
     shared = ours.tick()[MODEL]
     assert shared.rate_rps == pytest.approx(own + 3.0)

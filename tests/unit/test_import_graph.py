@@ -78,7 +78,9 @@ def import_graph(root: Path = REPO) -> dict[str, set[str]]:
 
 def mutual_pairs(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
     return {
-        (a, b) if a < b else (b, a) for a, targets in graph.items() for b in targets
+        (a, b) if a < b else (b, a)
+        for a, targets in graph.items()
+        for b in targets
         if a in graph.get(b, ())
     }
 
