@@ -150,6 +150,9 @@ class RouterSection(StrictModel):
     # time streams' paces as the live watch does; off by default: the engine model's
     # prefill-heavy steps read busy healthy GPUs as several times slow (docs/simulator.md)
     stream_paces: bool = False
+    # the live router's backends[].max_inflight, for every backend: beyond it requests wait
+    # in the admission queue (router/core/admission.py); None: no limit, all go at once
+    max_inflight: int | None = Field(default=None, ge=1)
 
     @field_validator("policies")
     @classmethod

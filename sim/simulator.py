@@ -26,6 +26,7 @@ from gpuroute.router.core.slo import SloClasses, time_per_output_token
 from gpuroute.router.core.slo_admission import HoldQueue
 from gpuroute.router.core.watching import Watcher
 from gpuroute.sim.adapters import LoraEngine, assign_adapters, build_engines
+from gpuroute.sim.admission import SimAdmission
 from gpuroute.sim.continuing import StreamBreaks, rebalancer_for
 from gpuroute.sim.engine_model import EngineRequest
 from gpuroute.sim.events import EventHeap, run_events
@@ -159,11 +160,14 @@ class RegionalRun(StreamBreaks):
         self.rebalancer = rebalancer_for(scenario, self.scheduler)
 
     def attempt_loop(self) -> AttemptLoop:
-        """The live router's attempts loop (router/core/placement.py), with the warm
-        standby of the scaling pools where the scenario's pools scale."""
+        """The live router's admission and attempts loop (router/core/placement.py), with
+        the warm standby of the scaling pools where the scenario's pools scale."""
         autoscale, daily = self.scenario.autoscale, self.scenario.workload.daily
         if autoscale.enabled:
             self.scaling = ScalingFleet(self, autoscale, daily.day_s if daily else None)
+        standby = self.scaling.standby if self.scaling else None
+        self.admission = SimAdmission(self.scenario.router.max_inflight, self.scheduler.backends,
+                                      standby, go=self.dispatch, refuse=self.refuse)  # fmt: skip
         return AttemptLoop(
             self.scheduler,
             self.budget,
@@ -199,10 +203,11 @@ class RegionalRun(StreamBreaks):
             adapter=self.adapters[i],
         )
         life = self.lifetimes.open(info)
-        life.move(Event.ADMIT)
         if self.scaling is not None:
             self.scaling.sizer.arrive(model, now)
-        self.dispatch(life, now)
+        self.admission.arrive(life, now)
+        if self.admission.due:
+            self.admission.let_in(now)
         if self.progress is not None and (i + 1) % max(self.n // 100, 1) == 0:
             self.progress(i + 1)
 
@@ -216,6 +221,7 @@ class RegionalRun(StreamBreaks):
             self.rebalance(now)
             for refusal in self.loop.expire(now):
                 self.end(refusal.item, REJECTED)
+            self.admission.tick(now)
             if arrivals_left or len(self.lifetimes):  # held and backing-off ones too
                 self.heap.push(now + self.scenario.router.health_tick_s, TICK)
         elif kind == FAULT:
@@ -225,6 +231,8 @@ class RegionalRun(StreamBreaks):
             self.scaling.on_event(kind, payload, now, arrivals_left or bool(len(self.lifetimes)))
         elif (life := self.lifetimes.get(payload)) is not None:  # RETRY after its backoff
             self.dispatch(life, now)
+        if self.admission.due:
+            self.admission.let_in(now)
 
     def engine_event(self, e: int, now: float) -> None:
         engine = self.engines[e]
@@ -332,7 +340,11 @@ class RegionalRun(StreamBreaks):
         if status == FAILED and resumed_of(life) is not None:
             self.outcomes.lost += 1  # its client had part of an answer: a truncated one
         ending = {OK: Event.FINISH, FAILED: Event.FAIL}.get(status, Event.REFUSE)
-        self.lifetimes.close(life, ending)
+        if self.lifetimes.close(life, ending).admitted:
+            self.admission.released()
+
+    def refuse(self, life: RequestLifetime) -> None:
+        self.end(life, REJECTED)
 
     def complete(self, req: EngineRequest, e: int, now: float) -> None:
         rid = req.rid

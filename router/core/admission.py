@@ -1,8 +1,13 @@
-"""Admission control: priority classes, per-request deadlines, a bounded queue, shedding.
+"""Admission control: priority classes, per-request deadlines, a bounded queue, shedding,
+and (`Admission`) the in-flight slots over the routable backends, the share reserved to the
+most important class and the warm standby brought in before a request would wait: every
+admission decision, run alike by the live router (router/admission_gate.py parks and wakes
+its waiters) and the simulator.
 
-Items are anything hashable and unique while queued (a request id, or the request object).
+AdmissionQueue items are anything hashable and unique while queued (a request id, or the
+request object); Admission's are request lifetimes.
 
-Pure: the caller says whether the pool has room (`has_capacity`) and applies the verdicts.
+Pure: the caller says what time it is and applies the verdicts.
 A full queue sheds the lowest-priority, newest entry (possibly the newcomer) with a
 Retry-After hint from the measured drain rate.
 
@@ -17,8 +22,13 @@ import enum
 import heapq
 import itertools
 import math
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from gpuroute.router.core.backend import ROUTABLE_STATES, BackendSet
+from gpuroute.router.core.lifetime import RequestLifetime
+from gpuroute.router.core.standby import StandbyRotation
 
 
 class Verdict(enum.Enum):
@@ -39,6 +49,9 @@ class Shed:
 class Offer:
     verdict: Verdict
     shed: tuple[Shed, ...] = ()  # the newcomer and/or a displaced lower-priority entry
+
+
+ADMITTED = Offer(Verdict.ADMIT)  # the common answer, made once
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +118,7 @@ class AdmissionQueue:
     ) -> Offer:
         rank = self.rank(priority)
         if has_capacity and not any(self._waiting[: rank + 1]):
-            return Offer(Verdict.ADMIT)  # nobody of equal or higher priority is waiting
+            return ADMITTED  # nobody of equal or higher priority is waiting
         if deadline is None:
             deadline = now + self.settings.default_timeout_s
         if deadline <= now:
@@ -228,3 +241,119 @@ class AdmissionSlots:
 
     def give_back(self) -> None:
         self.admitted -= 1
+
+
+class Admission:
+    """Whether a request may go now, wait, or is shed: each backend's own in-flight limit
+    adds up to the slots, a class below the most important leaves `reserved_top_fraction`
+    of them, a warm standby backend of the request's model comes in (its slots with it)
+    before a request would wait, and waiters go in the queue's order as slots free.
+
+    `limits` None: no backend limits what it takes (every request is admitted at once
+    unless a more important one waits); the simulator's default. A lifetime holding a
+    slot says so (`life.admitted`) until `release`."""
+
+    def __init__(
+        self,
+        settings: AdmissionSettings,
+        backends: BackendSet,
+        limits: Mapping[str, int] | None = None,
+        *,
+        reserved_top_fraction: float = 0.0,
+        standby: StandbyRotation | None = None,
+    ) -> None:
+        self.queue = AdmissionQueue(settings)
+        self.priorities = settings.priorities
+        self.slots = AdmissionSlots(reserved_top_fraction)
+        self.backends = backends
+        self.standby = standby  # warm backends brought in before a request would wait
+        self.limited = limits is not None
+        self._limits = dict(limits or {})
+        self._total_at = -1  # the backend set's version `_total` was counted at
+        self._total = 0
+
+    def has_room(self, backend_id: str) -> bool:
+        """Is this backend below its own in-flight limit? (A session's remembered backend is
+        kept only while it is.)"""
+        if not self.limited:
+            return True
+        return self.backends.get(backend_id).in_flight < self._limits.get(backend_id, 0)
+
+    def set_limit(self, backend_id: str, max_inflight: int | None) -> None:
+        """A backend's in-flight limit (None: it left)."""
+        if max_inflight is None:
+            self._limits.pop(backend_id, None)
+        else:
+            self._limits[backend_id] = max_inflight
+        self._total_at = -1
+
+    def total_slots(self) -> int:
+        """In-flight slots of every routable backend, recounted only when a backend or a
+        limit changed (every request asks twice; a fleet has hundreds of backends)."""
+        if self._total_at != self.backends.version:
+            self._total = sum(
+                self._limits.get(b.backend_id, 0)
+                for b in self.backends
+                if b.state in ROUTABLE_STATES
+            )
+            self._total_at = self.backends.version
+        return self._total
+
+    def has_capacity(self, priority: str | None = None) -> bool:
+        """Room for one more request of `priority` (None: of the most important class)."""
+        if not self.limited:
+            return True
+        top = priority is None or priority == self.priorities[0]
+        return self.slots.has_room(self.total_slots(), top)
+
+    def offer(self, life: RequestLifetime, now: float, deadline: float | None = None) -> Offer:
+        """A request arrives: ADMIT (it holds a slot), QUEUED, or shed (`Offer.shed` may
+        also hold a lower-priority waiter it displaced)."""
+        info = life.info
+        has_capacity = self.has_capacity(info.priority) or (
+            self._brought_in(info.model, now) and self.has_capacity(info.priority)
+        )
+        offer = self.queue.offer(
+            life, info.priority, now, has_capacity=has_capacity, deadline=deadline,
+            tenant=info.tenant,
+        )  # fmt: skip
+        if offer.verdict is Verdict.ADMIT:
+            self._take_slot(life)
+        return offer
+
+    def release(self) -> None:
+        """An admitted request finished: its slot is free (`dispatch` lets waiters in)."""
+        self.slots.give_back()
+
+    def dispatch(self, now: float) -> list[tuple[Any, Shed | None]]:
+        """Waiters let in while there is room (None: admitted, holding a slot) and those
+        found past their deadline on the way (their Shed), in the order decided. Reserved
+        room goes only to the most important class."""
+        decided: list[tuple[Any, Shed | None]] = []
+        total = self.total_slots() if self.limited else 0  # no backend changes state here
+        lowest_is_top = len(self.priorities) == 1
+        while len(self.queue) and (not self.limited or self.slots.has_room(total, True)):
+            top_only = self.limited and not self.slots.has_room(total, lowest_is_top)
+            item, expired = self.queue.pop_ready(now, 0 if top_only else None)
+            decided += [(shed.item, shed) for shed in expired]
+            if item is None:
+                break
+            self._take_slot(item)  # what `offer` queued: a lifetime
+            decided.append((item, None))
+        return decided
+
+    def expire(self, now: float) -> list[Shed]:
+        """Shed the waiters whose deadline passed."""
+        return self.queue.expire(now)
+
+    def withdraw(self, life: RequestLifetime) -> bool:
+        """A waiter left (its client went away); False if it was not waiting."""
+        return self.queue.remove(life)
+
+    def _brought_in(self, model: str, now: float) -> bool:
+        """A standby backend of `model` came into rotation (the slots are full)."""
+        return self.standby is not None and self.standby.promote(model, now) is not None
+
+    def _take_slot(self, life: Any) -> None:
+        self.slots.take()
+        life.admitted = True

@@ -1,7 +1,11 @@
 from __future__ import annotations
 
 import pytest
-from gpuroute.router.core.admission import AdmissionQueue, AdmissionSettings, Verdict
+from gpuroute.router.core.admission import Admission, AdmissionQueue, AdmissionSettings, Verdict
+from gpuroute.router.core.backend import Backend, BackendSet, BackendState
+from gpuroute.router.core.lifetime import RequestLifetime
+from gpuroute.router.core.request import RequestInfo
+from gpuroute.router.core.standby import PROMOTED, StandbyRotation
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -214,27 +218,22 @@ def test_items_leaving_out_of_turn_do_not_grow_the_queue_without_bound() -> None
 
 
 def test_total_slots_follow_backend_states_and_discovered_limits() -> None:
-    """The gate keeps its slot count between changes (asked twice a request): a backend that
+    """The core keeps its slot count between changes (asked twice a request): a backend that
     goes down, a discovered one's limit, and one that leaves must each show at once."""
-    from gpuroute.router.admission_gate import AdmissionGate
-    from gpuroute.router.config import AdmissionConfig
-    from gpuroute.router.core.backend import Backend, BackendSet, BackendState
-    from gpuroute.router.metrics import RouterMetrics
-
     a, b = Backend("a", "H100", ["m"]), Backend("b", "L4", ["m"])
     pool = BackendSet([a, b])
-    gate = AdmissionGate(AdmissionConfig(), pool, {"a": 10, "b": 4}, RouterMetrics(), lambda: 0.0)
-    assert gate.total_slots() == 14
+    core = Admission(AdmissionSettings(), pool, {"a": 10, "b": 4})
+    assert core.total_slots() == 14
     pool.set_state(b, BackendState.EJECTED, 1.0, "breaker open")
-    assert gate.total_slots() == 10
+    assert core.total_slots() == 10
     pool.add(Backend("c", "T4", ["m"]))
-    gate.set_limit("c", 3)
-    assert gate.total_slots() == 13
-    gate.set_limit("a", 20)
-    assert gate.total_slots() == 23
+    core.set_limit("c", 3)
+    assert core.total_slots() == 13
+    core.set_limit("a", 20)
+    assert core.total_slots() == 23
     pool.remove("c")
-    gate.set_limit("c", None)
-    assert gate.total_slots() == 20 and gate.has_room("a")
+    core.set_limit("c", None)
+    assert core.total_slots() == 20 and core.has_room("a")
 
 
 def test_full_slots_bring_in_a_standby_backend_of_the_model_before_anyone_waits() -> None:
@@ -289,3 +288,86 @@ def test_full_slots_bring_in_a_standby_backend_of_the_model_before_anyone_waits(
     states, parked, plain_parked = asyncio.run(scenario())
     assert states == [f"sb:ready:{PROMOTED}", "other:standby:consul: standby"]
     assert parked and plain_parked
+
+
+# -- the core's Admission: slots, the reserved share, standby, the queue (sans-IO) ------------
+def life(rid: int, priority: str = "normal", model: str = "m") -> RequestLifetime:
+    return RequestLifetime(RequestInfo(rid, model, 1, priority=priority))
+
+
+def one_backend(slots: int, reserved: float = 0.0, timeout_s: float = 30.0) -> Admission:
+    pool = BackendSet([Backend("b", "H100", ["m"])])
+    settings = AdmissionSettings(default_timeout_s=timeout_s)
+    return Admission(settings, pool, {"b": slots}, reserved_top_fraction=reserved)
+
+
+def test_the_reserved_share_is_left_to_the_most_important_class_exactly() -> None:
+    """10 slots, 20 % reserved: 8 of any class, the last 2 only for `high`; a freed slot
+    goes to a waiting `high` and stays free for a waiting `normal` while only reserved
+    room is left."""
+    core = one_backend(10, reserved=0.2)
+    verdicts = [core.offer(life(i), 0.0).verdict for i in range(9)]
+    assert verdicts == [Verdict.ADMIT] * 8 + [Verdict.QUEUED]
+    assert core.slots.admitted == 8 and not core.has_capacity("normal")
+    assert core.has_capacity("high") and core.has_capacity()
+    top = [life(10, "high"), life(11, "high")]
+    assert [core.offer(x, 0.0).verdict for x in top] == [Verdict.ADMIT, Verdict.ADMIT]
+    assert core.slots.admitted == 10 and all(x.admitted for x in top)
+    waiting_high = life(12, "high")
+    assert core.offer(waiting_high, 0.0).verdict is Verdict.QUEUED
+    core.release()  # 9 taken: room only in the reserved share
+    assert core.dispatch(1.0) == [(waiting_high, None)] and waiting_high.admitted
+    for _ in range(2):  # 9 taken, then 8: still no room outside the reserved share
+        core.release()
+        assert core.dispatch(1.0) == [] and len(core.queue) == 1  # `normal` still waits
+    core.release()  # 7 taken: room for any class again
+    decided = core.dispatch(1.0)
+    assert [(x.request_id, shed) for x, shed in decided] == [(8, None)]
+    assert core.slots.admitted == 8 and len(core.queue) == 0
+
+
+def test_dispatch_returns_the_expired_and_the_admitted_in_the_order_decided() -> None:
+    core = one_backend(1, timeout_s=5.0)
+    first, late, next_ = life(1), life(2), life(3)
+    assert core.offer(first, 0.0).verdict is Verdict.ADMIT
+    assert core.offer(late, 0.0, deadline=2.0).verdict is Verdict.QUEUED
+    assert core.offer(next_, 1.0).verdict is Verdict.QUEUED
+    core.release()
+    decided = core.dispatch(3.0)
+    assert [(x.request_id, s and s.reason) for x, s in decided] == [(2, "deadline"), (3, None)]
+    assert next_.admitted and not late.admitted and core.slots.admitted == 1
+    assert core.expire(10.0) == [] and len(core.queue) == 0
+
+
+def test_full_slots_bring_in_a_standby_backend_of_the_request_s_model_only() -> None:
+    on, sb, other = (
+        Backend("on", "L4", ["m"]),
+        Backend("sb", "L4", ["m"]),
+        Backend("x", "L4", ["x"]),
+    )
+    pool = BackendSet([on, sb, other])
+    for standby in (sb, other):
+        pool.set_state(standby, BackendState.STANDBY, 0.0, "consul: standby")
+    core = Admission(AdmissionSettings(), pool, {"on": 1, "sb": 1, "x": 1},
+                     standby=StandbyRotation(pool))  # fmt: skip
+    assert core.offer(life(1), 1.0).verdict is Verdict.ADMIT
+    assert sb.state is BackendState.STANDBY  # there was room: nothing came in
+    assert core.offer(life(2, model="y"), 1.0).verdict is Verdict.QUEUED  # none serves y
+    assert other.state is BackendState.STANDBY
+    assert core.offer(life(3, "high"), 2.0).verdict is Verdict.ADMIT  # sb came in for m
+    assert (sb.state, sb.reason, core.total_slots()) == (BackendState.READY, PROMOTED, 2)
+    assert core.offer(life(4, "high"), 2.0).verdict is Verdict.QUEUED  # nothing left for m
+
+
+def test_without_limits_every_request_is_admitted_at_once_and_no_standby_comes_in() -> None:
+    """The simulator's default (no `router.max_inflight`): as it ran before admission was
+    shared, and what keeps its results unchanged."""
+    sb = Backend("sb", "L4", ["m"])
+    pool = BackendSet([Backend("on", "L4", ["m"]), sb])
+    pool.set_state(sb, BackendState.STANDBY, 0.0, "consul: standby")
+    core = Admission(AdmissionSettings(), pool, None, reserved_top_fraction=0.5,
+                     standby=StandbyRotation(pool))  # fmt: skip
+    lives = [life(i, "low") for i in range(1000)]
+    assert {core.offer(x, 0.0).verdict for x in lives} == {Verdict.ADMIT}
+    assert core.has_room("on") and sb.state is BackendState.STANDBY
+    assert core.slots.admitted == 1000 and core.dispatch(0.0) == []
