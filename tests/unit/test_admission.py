@@ -371,3 +371,35 @@ def test_without_limits_every_request_is_admitted_at_once_and_no_standby_comes_i
     assert {core.offer(x, 0.0).verdict for x in lives} == {Verdict.ADMIT}
     assert core.has_room("on") and sb.state is BackendState.STANDBY
     assert core.slots.admitted == 1000 and core.dispatch(0.0) == []
+
+
+def test_the_simulator_admits_through_the_same_core() -> None:
+    """sim/admission.py: one slot; the second request waits, goes when the first's slot is
+    released (at `let_in`, once the event at hand is handled), and a third waits past its
+    deadline and is refused on the tick. Without a limit everything goes at once."""
+    from gpuroute.router.core.lifetime import Event, Lifetimes, Phase
+    from gpuroute.sim.admission import SimAdmission
+
+    went: list[tuple[int | str, float]] = []
+    refused: list[int | str] = []
+    pool = BackendSet([Backend("b", "H100", ["m"])])
+    sim = SimAdmission(1, pool, None, go=lambda life, now: went.append((life.request_id, now)),
+                       refuse=lambda life: refused.append(life.request_id))  # fmt: skip
+    lifetimes = Lifetimes()
+    first, second, third = (lifetimes.open(RequestInfo(i, "m", 1)) for i in range(3))
+    sim.arrive(first, 0.0)
+    sim.arrive(second, 0.5)
+    assert went == [(0, 0.0)] and second.phase is Phase.QUEUED and not sim.due
+    assert lifetimes.close(first, Event.FINISH).admitted
+    sim.released()
+    assert sim.due and went == [(0, 0.0)]  # not before the event at hand is handled
+    sim.let_in(1.0)
+    assert went == [(0, 0.0), (1, 1.0)] and second.phase is Phase.ROUTING and not sim.due
+    sim.arrive(third, 1.0)
+    sim.tick(31.5)  # the default 30 s queueing deadline passed
+    assert refused == [2] and len(sim.core.queue) == 0
+    free = SimAdmission(None, pool, None, go=lambda life, now: went.append((life.request_id, now)),
+                        refuse=refused.append)  # fmt: skip
+    for i in range(3, 300):
+        free.arrive(lifetimes.open(RequestInfo(i, "m", 1)), 2.0)
+    assert len(went) == 2 + 297 and refused == [2]
