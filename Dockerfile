@@ -41,6 +41,7 @@ COPY router router
 COPY agent agent
 COPY global global
 COPY sim sim
+COPY planner planner
 COPY fleet fleet
 COPY testbed testbed
 COPY bench bench

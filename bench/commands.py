@@ -16,7 +16,7 @@ from gpuroute.testbed.processes import StartError
 from rich.console import Console
 from rich.progress import Progress
 
-from gpuroute.progress import progress_bar
+from gpuroute.console.progress import progress_bar
 
 Report = dict
 

@@ -16,6 +16,7 @@ from collections import deque
 
 import numpy as np
 from gpuroute.bench.global_decisions import timing_row
+from gpuroute.router.backends.priors import engine_priors
 from gpuroute.router.core.backend import Backend, BackendSet
 from gpuroute.router.core.cost import CostEstimator
 from gpuroute.router.core.latency import LatencyModel
@@ -24,7 +25,6 @@ from gpuroute.router.core.policies import PolicyOptions, build_policy, resolve_p
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.core.scheduler import Outcome, Scheduler
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASSES
-from gpuroute.router.priors import engine_priors
 
 MODEL = "llama-3.1-8b"
 MIX = ("H100", "A100", "A100", "L4", "L4", "L4", "L4", "T4", "T4", "T4")
@@ -40,7 +40,7 @@ DECIDE_COLUMNS = (
 
 
 def build(policy: str, n_backends: int) -> Scheduler:
-    """A scheduler as the router builds one (router/server.py), over `n_backends`."""
+    """A scheduler as the router builds one (router/http/server.py), over `n_backends`."""
     priors = engine_priors(MODEL)
     backends = BackendSet()
     for i in range(n_backends):

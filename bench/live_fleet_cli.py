@@ -15,7 +15,7 @@ from gpuroute.testbed.processes import StartError
 from rich.console import Console
 
 from gpuroute.config import ConfigError
-from gpuroute.progress import progress_bar
+from gpuroute.console.progress import progress_bar
 
 # what a scenario brings itself (fleet, workload, SLO), and what only --engines runs have
 NOT_WITH_SCENARIO = {

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 import aiohttp
 import orjson
 from gpuroute.sim.workloads import Workload
-from gpuroute.testbed.fake_engine import OUTPUT_HEADER
+from gpuroute.testbed.fake_engine.server import OUTPUT_HEADER
 
 from gpuroute.headers import SERVED_MODEL_HEADER
 from gpuroute.prompt import BLOCK_CHARS, CHARS_PER_TOKEN
 
 BACKEND_HEADER = "x-gpuroute-backend"
-SLO_HEADER = "x-gpuroute-slo"  # the SLO class a request asks for (router/slo_gate.py)
+SLO_HEADER = "x-gpuroute-slo"  # the SLO class a request asks for (router/front/slo.py)
 
 
 @dataclass(slots=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpuroute.reporting import pyplot
+from gpuroute.console.tables import pyplot
 
 
 def plot_live(report: dict, out: str) -> None:

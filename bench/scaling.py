@@ -20,9 +20,9 @@ import redis.asyncio as aioredis
 from gpuroute.bench.overhead import ENGINE_CPU, wrk
 from gpuroute.bench.process_stats import cpu_seconds
 from gpuroute.bench.targets import BenchError, start_router
-from gpuroute.router.config import WorkersConfig
-from gpuroute.router.shared_load import LoadBoard, RedisBoard
-from gpuroute.router.worker_board import MemoryBoard, create_board
+from gpuroute.router.config.router import WorkersConfig
+from gpuroute.router.shared.load import LoadBoard, RedisBoard
+from gpuroute.router.workers.board import MemoryBoard, create_board
 from gpuroute.testbed.processes import (
     Child,
     StartError,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from gpuroute.reporting import print_table
+from gpuroute.console.tables import print_table
 
 __all__ = ["GLOBAL_COLUMNS", "LIVE_COLUMNS", "print_fleet", "print_live_notes", "print_table"]
 

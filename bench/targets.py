@@ -88,7 +88,7 @@ def start_router(
 def haproxy_config(engines: list[tuple[str, Child]], port: int, weighted: bool = False) -> str:
     weights = [""] * len(engines)
     if weighted:
-        from gpuroute.router.priors import engine_priors
+        from gpuroute.router.backends.priors import engine_priors
 
         priors = engine_priors("llama-3.1-8b")
         weights = [f" weight {max(1, round(256 * priors[gpu].capacity))}" for gpu, _ in engines]

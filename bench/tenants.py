@@ -29,7 +29,7 @@ from gpuroute.bench.live import LiveBenchSpec, load_workload
 from gpuroute.bench.live_stats import MODEL, engine_stats
 from gpuroute.bench.loadgen import Replay, RequestResult
 from gpuroute.bench.targets import start_router
-from gpuroute.router.quotas import key_digest
+from gpuroute.router.shared.quotas import key_digest
 from gpuroute.sim.workloads import synthetic
 from gpuroute.testbed.processes import Child, start_engine, start_redis, wait_http
 
@@ -95,7 +95,7 @@ KNEE_INFLIGHT = {"H100": 120, "A100": 58, "L4": 19}
 def router_queue_limits(spec: TenantsSpec) -> dict[str, int]:
     """Per GPU type, each replica's share of what an engine holds near its throughput knee
     (other types: the H100's figure scaled by their capacity prior)."""
-    from gpuroute.router.priors import engine_priors
+    from gpuroute.router.backends.priors import engine_priors
 
     priors = engine_priors(MODEL)
     knee = {

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import aiohttp
 from gpuroute.demo.placement import MODEL, chat, timed_stream
-from gpuroute.router.scaler import RouterAdmin, Scaler
+from gpuroute.router.scaling.scaler import RouterAdmin, Scaler
 from gpuroute.testbed.consul_dev import HOW_TO_GET_CONSUL, ConsulDev, consul_binary
 from gpuroute.testbed.local_scaler import LocalFleet, LocalFleetSettings
 from gpuroute.testbed.loopback import consul_router_toml, quick_autoscale_toml

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuroute.router.model_config import RouterModelConfig, check_models
-from gpuroute.router.model_config import shapes as model_shapes
+from gpuroute.router.config.models import RouterModelConfig, check_models
+from gpuroute.router.config.models import shapes as model_shapes
 from pydantic import Field
 
 from gpuroute.config import ConfigError, StrictModel, read_toml, validate

@@ -12,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from gpuroute.access_log import AccessLog, AccessLogConfig, ms
-from gpuroute.relay import cancelled_status
+from gpuroute.relay.body import cancelled_status
 from gpuroute.tracing import CLIENT_REQUEST_ID, REQUEST_ID
 
 # who the request is and what it asked for, as the forwarding code read them

@@ -21,7 +21,7 @@ from gpuroute.config import (
     known_name,
     load_toml_model,
 )
-from gpuroute.continuation import ContinuationConfig
+from gpuroute.continuation.text import ContinuationConfig
 from gpuroute.regions import FleetConfig, load_fleet
 from gpuroute.residency_decision import DEFAULT_TTL_S, MAX_TTL_S
 from gpuroute.secrets import secret_forms

@@ -25,11 +25,11 @@ from gpuroute.global_.metrics import GlobalMetrics
 from gpuroute.global_.stream_continuer import RegionStream
 
 from gpuroute.auth import client_key
-from gpuroute.continuation import ContinuationConfig, prepare
-from gpuroute.continuation_relay import keep
+from gpuroute.continuation.relay import keep
+from gpuroute.continuation.text import ContinuationConfig, prepare
 from gpuroute.headers import router_headers
 from gpuroute.openai_api import error_response
-from gpuroute.relay import (
+from gpuroute.relay.body import (
     RESPONSE_DROP,
     UPSTREAM_ERRORS,
     RelayedResponse,
@@ -39,11 +39,11 @@ from gpuroute.relay import (
     is_event_stream,
     relay_body,
 )
-from gpuroute.relay_strip import StrippingTally, usage_asked
+from gpuroute.relay.strip import StrippingTally, usage_asked
 from gpuroute.residency_decision import HEADER as DECISION_HEADER
 from gpuroute.residency_decision import sign
 from gpuroute.tracing import REQUEST_ID_HEADER, onward
-from gpuroute.upstream import UpstreamPool, UpstreamResponse
+from gpuroute.upstream.client import UpstreamPool, UpstreamResponse
 
 log = logging.getLogger("gpuroute.global")
 REGION_HEADER = "x-gpuroute-region"

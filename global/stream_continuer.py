@@ -1,6 +1,6 @@
 """A stream whose region broke mid-answer (its router died, or fell silent past
 `limits.idle_timeout_s`) after the client's first bytes goes on in another region, as the
-router continues one whose engine broke (gpuroute/continuation_relay.py: the same verdict,
+router continues one whose engine broke (gpuroute/continuation/relay.py: the same verdict,
 loop, splice and endings). Residency first: only a region the request's rules allow, each
 attempt with a fresh signed decision; none left, or a request that cannot be continued
 faithfully, ends with the explicit error event."""
@@ -17,11 +17,11 @@ from gpuroute.global_.feeds import RegionFeeds
 from gpuroute.global_.metrics import GlobalMetrics
 from gpuroute.global_.tracing_spans import continuation_event
 
-from gpuroute.continuation import Broken, ContinuationConfig, continuation_body, sent_as
-from gpuroute.continuation_relay import BrokenStream, Refused
-from gpuroute.continuation_splice import Splice
-from gpuroute.relay import Relayed, ResponseTally, is_event_stream
-from gpuroute.upstream import UpstreamResponse
+from gpuroute.continuation.relay import BrokenStream, Refused
+from gpuroute.continuation.splice import Splice
+from gpuroute.continuation.text import Broken, ContinuationConfig, continuation_body, sent_as
+from gpuroute.relay.body import Relayed, ResponseTally, is_event_stream
+from gpuroute.upstream.client import UpstreamResponse
 
 log = logging.getLogger("gpuroute.global.continuation")
 

@@ -17,17 +17,18 @@ from gpuroute.config import ConfigError
 # parsed arguments returning the exit status.
 COMMAND_MODULES = (
     "gpuroute.router.cli",
-    "gpuroute.router.explain_cli",
-    "gpuroute.router.admin_cli",
-    "gpuroute.router.usage_cli",
+    "gpuroute.router.admin.explain_cli",
+    "gpuroute.router.admin.cli",
+    "gpuroute.router.admin.usage_cli",
     "gpuroute.global_.cli",
     "gpuroute.agent.cli",
     "gpuroute.sim.cli",
+    "gpuroute.planner.cli",
     "gpuroute.bench.cli",
     "gpuroute.demo.cli",
     "gpuroute.testbed.cli",
-    "gpuroute.fleet_cli",
-    "gpuroute.scale_cli",
+    "gpuroute.commands.check_config",
+    "gpuroute.commands.scale",
 )
 
 

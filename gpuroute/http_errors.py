@@ -15,7 +15,7 @@ from aiohttp import HttpVersion11, web
 from aiohttp.http_exceptions import LineTooLong
 
 from gpuroute.openai_api import error_response
-from gpuroute.relay import SERVER_NAME
+from gpuroute.relay.body import SERVER_NAME
 
 log = logging.getLogger("gpuroute.http")
 

@@ -33,7 +33,7 @@ ERROR_TYPES = {
     504: "timeout_error",
 }
 SSE_DONE = b"data: [DONE]\n\n"
-# every API path the tiers route (POST), each scheduled as its kind of work (router/apis.py)
+# every API path the tiers route (POST), each scheduled as its kind of work (router/api/table.py)
 API_ROUTES = (
     "/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages",
     "/v1/messages/count_tokens", "/v1/embeddings", "/pooling", "/classify", "/v1/rerank",

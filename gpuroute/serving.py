@@ -22,7 +22,7 @@ from gpuroute.forwarded import TrustedProxies
 from gpuroute.http_errors import answer_parse_errors_as_openai
 from gpuroute.listener import ConnectionCap, GuardedSite, forwarded_client_cap
 from gpuroute.openai_api import healthz
-from gpuroute.relay import DRAIN_CUT, SERVER_NAME
+from gpuroute.relay.body import DRAIN_CUT, SERVER_NAME
 from gpuroute.runtime import freeze_startup_heap
 from gpuroute.tls import server_context
 
@@ -188,7 +188,7 @@ class DrainingServer:
 
     async def _cut(self) -> None:
         """Cancel what is still being handled; a stream ends with an error event its client
-        cannot miss (gpuroute/relay.py), a request not answered yet with its connection."""
+        cannot miss (gpuroute/relay/body.py), a request not answered yet with its connection."""
         running = [task for task in self.handlers if not task.done()]
         for task in running:
             task.cancel(DRAIN_CUT)

@@ -9,7 +9,7 @@ from gpuroute import log_flags
 
 def worker_count(text: str) -> int | str:
     """`--workers`, checked as `workers.count` is (one rule for the flag and the key)."""
-    from gpuroute.router.config import WorkersConfig
+    from gpuroute.router.config.router import WorkersConfig
     from pydantic import ValidationError
 
     count: int | str = text
@@ -35,7 +35,7 @@ def register(sub) -> None:
         help='processes serving the port together, or "auto" (one per usable core); '
         "overrides workers.count",
     )
-    # how the parent of several workers starts each one (router/workers.py; not for people)
+    # how the parent of several workers starts each one (router/workers/parent.py; not for people)
     router.add_argument("--worker", help=argparse.SUPPRESS)
     router.add_argument("--run-dir", help=argparse.SUPPRESS)
     router.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -45,7 +45,7 @@ def register(sub) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from gpuroute.router.process import run_router
-    from gpuroute.router.workers import WorkerRole
+    from gpuroute.router.workers.parent import WorkerRole
 
     from gpuroute.logs import configure_from
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gpuroute.router.config import RouterConfig, load_router_config
-from gpuroute.router.server import RouterApp
-from gpuroute.router.workers import Supervisor, WorkerRole, die_with_parent, resolve_count
+from gpuroute.router.config.router import RouterConfig, load_router_config
+from gpuroute.router.http.server import RouterApp
+from gpuroute.router.workers.parent import Supervisor, WorkerRole, die_with_parent, resolve_count
 
 from gpuroute import runtime
 from gpuroute.serving import DrainingServer, WorkerSockets

@@ -17,9 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpuroute.router.apis import APIS
-from gpuroute.router.config import load_router_config
-from gpuroute.router.request_parse import RequestError, parse_request
+from gpuroute.router.api.table import APIS
+from gpuroute.router.config.router import load_router_config
+from gpuroute.router.front.parse import RequestError, parse_request
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -133,9 +133,9 @@ def fuzz_parsers(examples: int) -> dict:
 async def fuzz_live(requests: int, seed: int) -> dict:
     """Random bodies and headers at a router in front of a fake engine."""
     import aiohttp
+    from gpuroute.router.http.server import RouterApp
     from gpuroute.router.process import RouterServer
-    from gpuroute.router.server import RouterApp
-    from gpuroute.testbed.fake_engine import FakeEngine  # noqa: F401 (the engine is a child)
+    from gpuroute.testbed.fake_engine.server import FakeEngine  # noqa: F401 (the engine is a child)
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from support.live import FakeEngineProcess

@@ -10,7 +10,7 @@ out=build/import-graph
 rm -rf "$out"
 mkdir -p "$out"
 cp -r gpuroute "$out/gpuroute"
-for pkg in router agent sim fleet testbed bench demo; do
+for pkg in router agent sim planner fleet testbed bench demo; do
     cp -r "$pkg" "$out/gpuroute/$pkg"
 done
 cp -r global "$out/gpuroute/global_"

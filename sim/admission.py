@@ -1,6 +1,6 @@
 """The live router's admission in simulated time: every arrival is offered to the router's
 own sans-IO `Admission` (router/core/admission.py), as the live gate offers it
-(router/admission_gate.py). It goes at once, waits for an in-flight slot, or is refused;
+(router/front/admission.py). It goes at once, waits for an in-flight slot, or is refused;
 slots freed while requests wait let them in once the event at hand is handled, as the live
 gate's woken waiters run after the code that freed the slot.
 

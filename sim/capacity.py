@@ -16,7 +16,7 @@ from gpuroute.router.core.policies import resolve_policy_name
 from gpuroute.sim.report import PolicyReport
 from gpuroute.sim.simulator import FleetSimulator
 
-from gpuroute.reporting import pyplot
+from gpuroute.console.tables import pyplot
 
 LOW_LOAD, HIGH_LOAD = 0.05, 1.5
 OVERLOADS = (1.2, 1.5)

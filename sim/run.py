@@ -23,8 +23,8 @@ from gpuroute.sim.traces import TraceError
 from rich.console import Console
 
 from gpuroute.config import ConfigError, known_name
-from gpuroute.progress import progress_bar
-from gpuroute.reporting import print_table, stdout_console
+from gpuroute.console.progress import progress_bar
+from gpuroute.console.tables import print_table, stdout_console
 
 
 def resolve_scenario(

@@ -17,7 +17,7 @@ import math
 from typing import TYPE_CHECKING
 
 import numpy as np
-from gpuroute.router.autoscale_config import AutoscaleConfig
+from gpuroute.router.config.autoscale import AutoscaleConfig
 from gpuroute.router.core.autoscale import AutoscaleSettings, PoolSize
 from gpuroute.router.core.backend import ROUTABLE_STATES, BackendState
 from gpuroute.router.core.fleet_sizer import FleetSizer

@@ -19,7 +19,7 @@ from gpuroute.sim.scenario import LoadedScenario
 from gpuroute.sim.simulator import FleetSimulator, RegionalRun
 
 from gpuroute.config import ConfigError
-from gpuroute.reporting import print_table, stdout_console
+from gpuroute.console.tables import print_table, stdout_console
 
 COLUMNS = (
     ("fleet", "fleet", "{}"),

@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from gpuroute.fleet.schema import FleetModelConfig
-from gpuroute.router.config import GpuPrices, SloClassConfig
+from gpuroute.router.config.models import check_models
+from gpuroute.router.config.models import shapes as model_shapes
+from gpuroute.router.config.rebalance import RebalanceConfig
+from gpuroute.router.config.router import GpuPrices, SloClassConfig
 from gpuroute.router.core.policies import resolve_policy_name
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASS, SloClass
-from gpuroute.router.model_config import check_models
-from gpuroute.router.model_config import shapes as model_shapes
-from gpuroute.router.rebalance_config import RebalanceConfig
 from gpuroute.sim.adapters import LoraSection
 from gpuroute.sim.daily import DailySection
 from gpuroute.sim.fleet_file import fleet_path_of, traffic_from_flags, with_fleet
@@ -23,7 +23,7 @@ from gpuroute.sim.workloads import PROFILES
 from pydantic import AfterValidator, AliasChoices, Field, field_validator, model_validator
 
 from gpuroute.config import ConfigError, StrictModel, known_name, read_toml, validate
-from gpuroute.continuation import ContinuationConfig
+from gpuroute.continuation.text import ContinuationConfig
 from gpuroute.gpus import DeclaresGpuTypes, GpuTypeName
 from gpuroute.models import DEFAULT_MODEL, MODELS, ModelSpec
 from gpuroute.roofline import EngineKind, EngineParams
@@ -97,7 +97,7 @@ class GpuGroup(StrictModel):
 
 
 class SloClassSpec(SloClassConfig):
-    """A router's SLO class (router/config.py) with its share of the scenario's traffic."""
+    """A router's SLO class (router/config/router.py) with its share of the scenario's traffic."""
 
     share: float = Field(gt=0, le=1, description="fraction of requests in this class")
 

@@ -15,7 +15,7 @@ from gpuroute.router.core.watching import GpuPace, Watcher
 from gpuroute.sim.engine_model import EngineModel, EngineRequest
 from gpuroute.sim.fleet import GpuTypeProfile
 
-# the roofline priors' reference request (router/priors.py): one sequence's step
+# the roofline priors' reference request (router/backends/priors.py): one sequence's step
 REFERENCE_CONTEXT = 1000 + 250 / 2
 
 

@@ -50,7 +50,7 @@ def register(sub) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from gpuroute.testbed.fake_engine import run_fake_engine
+    from gpuroute.testbed.fake_engine.server import run_fake_engine
 
     from gpuroute.logs import configure_from
 
@@ -67,7 +67,7 @@ def _run(args: argparse.Namespace) -> int:
 def fake_engine_config(args: argparse.Namespace):
     """The engine's settings from its arguments; ValueError saying which one is wrong."""
     from gpuroute.testbed.engine_specs import BUILTIN_SPECS, load_engine_specs
-    from gpuroute.testbed.fake_engine_config import FakeEngineConfig
+    from gpuroute.testbed.fake_engine.config import FakeEngineConfig
 
     specs = BUILTIN_SPECS if args.specs is None else load_engine_specs(args.specs)
     return FakeEngineConfig(

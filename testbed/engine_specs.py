@@ -2,7 +2,7 @@
 read from any TOML file that declares them (a scenario, a router config).
 
 Only its `[[gpu_types]]` and `[[models]]` tables are read, validated with the classes the
-router and the simulator use (gpuroute/gpus.py GpuTypeConfig, router/model_config.py
+router and the simulator use (gpuroute/gpus.py GpuTypeConfig, router/config/models.py
 RouterModelConfig), so an engine started from a scenario runs exactly the GPU and shape that
 the scenario's simulation and its router's priors assume. Errors name the file and the key."""
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuroute.router.model_config import RouterModelConfig
-from gpuroute.router.model_config import shapes as model_shapes
+from gpuroute.router.config.models import RouterModelConfig
+from gpuroute.router.config.models import shapes as model_shapes
 from pydantic import Field, field_validator
 
 from gpuroute.config import ConfigError, read_toml, validate

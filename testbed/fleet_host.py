@@ -21,7 +21,7 @@ from pathlib import Path
 from aiohttp import web
 from gpuroute.agent.config import AgentConfig
 from gpuroute.agent.server import Agent
-from gpuroute.testbed.fake_engine import FakeEngine, FakeEngineConfig
+from gpuroute.testbed.fake_engine.server import FakeEngine, FakeEngineConfig
 from gpuroute.testbed.ports import free_ports
 from gpuroute.testbed.processes import Child, StartError, spawn
 

@@ -78,7 +78,7 @@ class LocalHost:
 
 
 class LocalFleet:
-    """An executor (router/scaler.py) running hosts on this machine."""
+    """An executor (router/scaling/scaler.py) running hosts on this machine."""
 
     name = "local"
 

@@ -1,7 +1,7 @@
 """Admission control: priority classes, per-request deadlines, a bounded queue, shedding,
 and (`Admission`) the in-flight slots over the routable backends, the share reserved to the
 most important class and the warm standby brought in before a request would wait: every
-admission decision, run alike by the live router (router/admission_gate.py parks and wakes
+admission decision, run alike by the live router (router/front/admission.py parks and wakes
 its waiters) and the simulator.
 
 AdmissionQueue items are anything hashable and unique while queued (a request id, or the

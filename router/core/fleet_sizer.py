@@ -1,6 +1,6 @@
 """A router's pools sized on each tick (sans-IO): the arrivals it counts, the seasonal
 model, each pool's backend SLO capacity and the warm standby it brought in, put together
-the same way in the live router (router/autoscaler.py) and the simulator (sim/scaling.py).
+the same way in the live router (router/scaling/autoscaler.py) and the simulator (sim/scaling.py).
 
 A pool is a model: the backends serving it. One backend's capacity is the measured figure
 the config gives for the pool (`gpuroute plan` prints it), else the estimate from the

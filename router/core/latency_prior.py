@@ -1,5 +1,5 @@
 """What the latency model starts from for one GPU type: the engine's step arithmetic with
-the roofline's constants (router/priors.py builds them per served model)."""
+the roofline's constants (router/backends/priors.py builds them per served model)."""
 
 from __future__ import annotations
 

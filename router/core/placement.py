@@ -5,7 +5,7 @@ miss in the hold queue (only a first attempt: a retry goes where it can); `offer
 gives room that freed up to held requests, most important first; `failed` records a failed
 attempt and says whether another may follow and after what backoff; `expire` refuses the
 held requests whose TTFT budget ran out. The caller sends, waits and parks
-(router/forward.py and router/slo_gate.py live, sim/simulator.py in simulated time)."""
+(router/attempts/forward.py and router/front/slo.py live, sim/simulator.py in simulated time)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A token bucket (pure: `now` is an argument), the same arithmetic as the Redis Lua script
-in router/quotas.py so the local fallback behaves like the shared bucket.
+in router/shared/quotas.py so the local fallback behaves like the shared bucket.
 
 `rate_per_s` tokens accrue per second up to `burst`; a request costing `cost` tokens passes
 when that many are there, else it is refused with the seconds until they will be. A cost

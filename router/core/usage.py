@@ -1,6 +1,6 @@
 """Per-tenant usage for billing, sans IO: what each request used, summed per (UTC hour,
 tenant, model). Tenants keep their real names here (billing needs every one; only the
-metric label is folded into `other`). The shell (router/usage_records.py) feeds requests
+metric label is folded into `other`). The shell (router/usage/records.py) feeds requests
 in with the wall clock's `now` and keeps the table in Redis or in the process."""
 
 from __future__ import annotations

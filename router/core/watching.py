@@ -1,7 +1,7 @@
 """What each attempt should take, how much slower each backend runs, and which attempts to
-move: the sans-IO half of watching backends, shared by the live router (router/watch.py adds
-the asyncio tasks and the relayed bytes) and the simulator (which feeds it simulated time
-and the engine model's tokens).
+move: the sans-IO half of watching backends, shared by the live router
+(router/attempts/watch.py adds the asyncio tasks and the relayed bytes) and the simulator
+(which feeds it simulated time and the engine model's tokens).
 
 Every attempt gets an expected duration when it starts (its GPU type's roofline at the load
 it met, `GpuPace`); finished ones feed `SlownessTracker` their observed/expected ratio, and

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import aiohttp
 import pytest
-from gpuroute.router.exchange import BACKEND_HEADER
+from gpuroute.router.attempts.exchange import BACKEND_HEADER
 from gpuroute.testbed.consul_dev import ConsulDev
 from support.clients import Clients
 from support.live import (

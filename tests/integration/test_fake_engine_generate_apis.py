@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from gpuroute.testbed.fake_responses import STORE_ENV
+from gpuroute.testbed.fake_engine.responses import STORE_ENV
 from support.fake_engine_app import fake_engine_app, sse_events
 
 pytestmark = pytest.mark.asyncio
@@ -269,7 +269,7 @@ async def test_streamed_token_ids_spell_the_text_and_the_prompt_as_tokenize_does
     the streamed text, the prompt's are what /tokenize gives (a chat's: each message's
     text in turn, parts too), and a token-id prompt ending in the fake's own output goes
     on with what is left of its answer."""
-    from gpuroute.testbed.fake_tokenize import decode, message_ids
+    from gpuroute.testbed.fake_engine.tokenize import decode, message_ids
 
     chat = [{"role": "system", "content": "ab"},
             {"role": "user", "content": [{"type": "text", "text": "cd efgh"}]}]  # fmt: skip

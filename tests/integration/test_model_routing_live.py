@@ -25,9 +25,9 @@ from pathlib import Path
 import aiohttp
 import openai
 import pytest
-from gpuroute.router.config import load_router_config
-from gpuroute.router.model_config import model_routes
-from gpuroute.router.request_parse import session_key
+from gpuroute.router.config.models import model_routes
+from gpuroute.router.config.router import load_router_config
+from gpuroute.router.front.parse import session_key
 from gpuroute.testbed.loopback import TESTBED_ROUTER
 from support.live import (
     FakeEngineProcess,

@@ -6,7 +6,7 @@ import asyncio
 import time
 
 import pytest
-from gpuroute.router.quotas import AuthError, KeyPolicy, Quotas, key_digest
+from gpuroute.router.shared.quotas import AuthError, KeyPolicy, Quotas, key_digest
 from support.live import async_wait_for
 from support.redis_server import client
 

@@ -13,9 +13,9 @@ import time
 
 import aiohttp
 import pytest
-from gpuroute.router.redis_client import REDIS_ERRORS, open_redis
-from gpuroute.router.redis_config import RedisConfig, RedisSentinelConfig
-from gpuroute.router.request_parse import session_key
+from gpuroute.router.config.redis import RedisConfig, RedisSentinelConfig
+from gpuroute.router.front.parse import session_key
+from gpuroute.router.shared.redis_client import REDIS_ERRORS, open_redis
 from gpuroute.testbed.certs import LocalCA
 from support import components
 from support.live import MODEL, async_wait_for, fake_engines, router_server

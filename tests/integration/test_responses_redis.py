@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from gpuroute.router.responses_config import ResponsesConfig
-from gpuroute.router.responses_redis import RedisResponses
-from gpuroute.router.responses_store import ResponsesStore, StoredResponse, StoreUnavailable
+from gpuroute.router.config.responses import ResponsesConfig
+from gpuroute.router.responses.redis_store import RedisResponses
+from gpuroute.router.responses.store import ResponsesStore, StoredResponse, StoreUnavailable
 from support.redis_server import client
 
 pytestmark = pytest.mark.asyncio

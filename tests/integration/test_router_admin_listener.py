@@ -23,9 +23,9 @@ async def engine(request: web.Request) -> web.StreamResponse:
 
 
 async def test_admin_routes_live_only_on_the_admin_listener(tmp_path) -> None:
-    from gpuroute.router.config import load_router_config
+    from gpuroute.router.config.router import load_router_config
+    from gpuroute.router.http.server import RouterApp
     from gpuroute.router.process import RouterServer
-    from gpuroute.router.server import RouterApp
 
     async with scripted_backend(engine) as url:
         admin_port = free_port()

@@ -8,7 +8,7 @@ import asyncio
 
 import aiohttp
 import pytest
-from gpuroute.testbed.fake_engine import OUTPUT_HEADER
+from gpuroute.testbed.fake_engine.server import OUTPUT_HEADER
 from support.live import async_wait_for, chat_body, fake_engines, holds, router_toml, running_router
 
 pytestmark = pytest.mark.asyncio

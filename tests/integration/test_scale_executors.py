@@ -15,8 +15,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 from gpuroute.router.core.scale_targets import PoolTarget
-from gpuroute.router.scale_executors import CommandExecutor, WebhookExecutor
-from gpuroute.router.scaler import ExecutorFailed, RouterAdmin, Scaler
+from gpuroute.router.scaling.executors import CommandExecutor, WebhookExecutor
+from gpuroute.router.scaling.scaler import ExecutorFailed, RouterAdmin, Scaler
 from support.live import gpuroute_cmd
 
 pytestmark = pytest.mark.asyncio

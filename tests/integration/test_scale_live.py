@@ -14,7 +14,7 @@ import time
 
 import aiohttp
 import pytest
-from gpuroute.router.scaler import RouterAdmin, Scaler
+from gpuroute.router.scaling.scaler import RouterAdmin, Scaler
 from gpuroute.testbed.local_scaler import LocalFleet, LocalFleetSettings
 from gpuroute.testbed.loopback import consul_router_toml, quick_autoscale_toml
 from gpuroute.testbed.processes import spawn, wait_http

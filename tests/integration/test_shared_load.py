@@ -8,7 +8,7 @@ import msgpack
 import pytest
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.policies.least_outstanding_work import LeastOutstandingWork
-from gpuroute.router.shared_load import RedisBoard, SharedLoad, decode_share, merge_loads
+from gpuroute.router.shared.load import RedisBoard, SharedLoad, decode_share, merge_loads
 from support.helpers import backends, context
 from support.live import async_wait_for, holds
 from support.redis_server import client

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import aiohttp
 import pytest
-from gpuroute.router.exchange import BACKEND_HEADER
-from gpuroute.router.server import RouterApp
+from gpuroute.router.attempts.exchange import BACKEND_HEADER
+from gpuroute.router.http.server import RouterApp
 from support.clients import Clients
 from support.live import (
     MODEL,

@@ -1,4 +1,4 @@
-"""The router's client to engines (gpuroute/upstream.py) against a loopback server that
+"""The router's client to engines (gpuroute/upstream/client.py) against a loopback server that
 writes exactly the bytes each test scripts: reuse, framing, endings, deadlines, refusals."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from gpuroute.upstream import (
+from gpuroute.upstream.body import HIGH_WATER
+from gpuroute.upstream.client import (
     MAX_HEADERS,
     ConnectFailed,
     UpstreamClosed,
@@ -18,8 +19,7 @@ from gpuroute.upstream import (
     UpstreamProtocolError,
     UpstreamResponse,
 )
-from gpuroute.upstream_body import HIGH_WATER
-from gpuroute.upstream_head import Origin
+from gpuroute.upstream.head import Origin
 
 pytestmark = pytest.mark.asyncio
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\nok"

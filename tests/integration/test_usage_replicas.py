@@ -17,10 +17,10 @@ import urllib.request
 import aiohttp
 import pytest
 from aiohttp.test_utils import make_mocked_request
+from gpuroute.router.config.usage import UsageConfig
 from gpuroute.router.core.usage import hour_label, hour_of
-from gpuroute.router.metrics import RouterMetrics
-from gpuroute.router.usage_config import UsageConfig
-from gpuroute.router.usage_records import UsageRecords, field
+from gpuroute.router.observe.metrics import RouterMetrics
+from gpuroute.router.usage.records import UsageRecords, field
 from prometheus_client.parser import text_string_to_metric_families
 from support.live import (
     MODEL,

@@ -26,7 +26,7 @@ import uuid
 
 import pytest
 from gpuroute.agent.engine_metrics import ENGINE_METRIC_NAMES
-from gpuroute.testbed.fake_responses import STORE_ENV
+from gpuroute.testbed.fake_engine.responses import STORE_ENV
 from gpuroute.testbed.real_vllm import engine_samples
 from prometheus_client.parser import text_string_to_metric_families
 from support.fake_engine_app import sse_events

@@ -12,7 +12,7 @@ import struct
 
 import aiohttp
 import pytest
-from gpuroute.router.request_parse import audio_charge
+from gpuroute.router.front.parse import audio_charge
 from support.fake_engine_app import audio_form
 from support.live import MODEL, FakeEngineProcess, async_wait_for, counter, holds, router_server
 from support_security import KEY, keys_section, secure_toml

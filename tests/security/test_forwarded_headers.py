@@ -72,7 +72,7 @@ async def test_an_engine_gets_only_what_it_needs(tmp_path) -> None:
 async def test_an_operator_may_let_more_through_but_never_keys_or_control_headers(
     tmp_path,
 ) -> None:
-    from gpuroute.router.config import RouterConfig
+    from gpuroute.router.config.router import RouterConfig
 
     engine = RecordingEngine()
     async with scripted_backend(engine) as url:

@@ -62,7 +62,8 @@ def test_anonymous_only_when_explicitly_allowed(tmp_path) -> None:
 
 def test_both_tiers_share_one_parser() -> None:
     from gpuroute.global_ import server
-    from gpuroute.router import quotas, residency_gate
+    from gpuroute.router.front import residency as residency_gate
+    from gpuroute.router.shared import quotas
 
     assert quotas.client_key is server.client_key is residency_gate.client_key is client_key
     with pytest.raises(AuthError) as bad:

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from gpuroute.global_.config import load_global_config
 from gpuroute.global_.server import GlobalApp
-from gpuroute.router.config import load_router_config
-from gpuroute.router.server import RouterApp
+from gpuroute.router.config.router import load_router_config
+from gpuroute.router.http.server import RouterApp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.paths import REPO, SHARED_DATA

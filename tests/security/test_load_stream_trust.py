@@ -24,7 +24,7 @@ from gpuroute.agent.load_stream import (
     LoadSample,
     start_load_server,
 )
-from gpuroute.router.exchange import BACKEND_HEADER
+from gpuroute.router.attempts.exchange import BACKEND_HEADER
 from gpuroute.testbed.consul_dev import ConsulDev
 from support.live import (
     MODEL,

@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 from gpuroute.router.core.model_routes import split_bucket
-from gpuroute.router.request_parse import session_key
+from gpuroute.router.front.parse import session_key
 from support.live import router_server, scripted_backend
 from support_security import KEY, MODEL, RecordingEngine
 

@@ -224,7 +224,7 @@ async def test_embeddings_and_refused_requests_cost_what_they_used(tmp_path) -> 
 
 
 def test_a_stream_that_packs_tokens_into_events_is_counted_by_its_text() -> None:
-    from gpuroute.relay import ResponseTally
+    from gpuroute.relay.body import ResponseTally
 
     tally = ResponseTally(size_text=True)
     text = "word " * 40  # 200 bytes in one event: about 50 tokens, not 1

@@ -11,7 +11,7 @@ import re
 
 import aiohttp
 import pytest
-from gpuroute.router.apis import RESPONSE_BY_ID
+from gpuroute.router.api.table import RESPONSE_BY_ID
 from support.fake_engine_app import fake_engine_app
 from support.global_tier import global_tier
 from support.live import async_wait_for, chat_body, holds, router_server, scripted_backend

@@ -215,7 +215,7 @@ async def test_a_failover_attempt_carries_a_fresh_decision(tmp_path) -> None:
 def test_a_router_checking_decisions_must_know_its_jurisdiction() -> None:
     """The global tier's decisions name jurisdictions (eu, us), never regions: a router
     without one would refuse every EU-bound request it is meant to serve."""
-    from gpuroute.router.config import RegionConfig
+    from gpuroute.router.config.router import RegionConfig
 
     with pytest.raises(ValueError, match=r"set region\.jurisdiction too"):
         RegionConfig(name="eu-west", decision_key="k")

@@ -1,5 +1,5 @@
 """Every limit on every route (issue 42, findings 4 and 8): each cell of
-router/apis.py's `route_limits()` table, which docs/security.md prints ("Limits on every
+router/api/table.py's `route_limits()` table, which docs/security.md prints ("Limits on every
 route"), checked against a live router and engine. The free routes (`/tokenize`,
 `count_tokens`) served 20 of 20 requests past a spent per-minute budget and 8 concurrent
 2 MB bodies past `max_in_flight = 1`, took a priority header as sent and set no tenant; the
@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 import pytest_asyncio
 from aiohttp import web
-from gpuroute.router.apis import PASSTHROUGH, RESPONSE_BY_ID, RouteLimits, route_limits
+from gpuroute.router.api.table import PASSTHROUGH, RESPONSE_BY_ID, RouteLimits, route_limits
 from support.fake_engine_app import audio_form, wav
 from support.live import MODEL, async_wait_for, holds, router_server, scripted_backend
 from support_security import RecordingEngine, chat, secure_toml

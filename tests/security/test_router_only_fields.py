@@ -12,7 +12,7 @@ import wave
 
 import aiohttp
 import pytest
-from gpuroute.router.body_fields import ROUTER_ONLY
+from gpuroute.router.config.body_fields import ROUTER_ONLY
 from support.fake_engine_app import audio_form
 from support.live import router_server, scripted_backend
 from support_security import KEY, MODEL, RecordingEngine, keys_section, secure_toml

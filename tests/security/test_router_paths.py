@@ -7,7 +7,7 @@ import asyncio
 
 import aiohttp
 import pytest
-from gpuroute.router.config import load_router_config
+from gpuroute.router.config.router import load_router_config
 from support.global_tier import global_tier
 from support.live import router_server, scripted_backend
 from support_security import (

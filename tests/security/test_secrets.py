@@ -4,7 +4,7 @@ secret, and a configured Consul token that CONSUL_HTTP_TOKEN cannot silently rep
 from __future__ import annotations
 
 import pytest
-from gpuroute.router.config import RouterConfig
+from gpuroute.router.config.router import RouterConfig
 
 from gpuroute.config import ConfigError
 from gpuroute.consul_client import ConsulClient

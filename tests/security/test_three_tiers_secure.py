@@ -11,9 +11,9 @@ import aiohttp
 import pytest
 from gpuroute.global_.config import load_global_config
 from gpuroute.global_.server import REGION_HEADER, GlobalApp, GlobalServer
-from gpuroute.router.config import load_router_config
+from gpuroute.router.config.router import load_router_config
+from gpuroute.router.http.server import RouterApp
 from gpuroute.router.process import RouterServer
-from gpuroute.router.server import RouterApp
 from gpuroute.testbed.certs import LocalCA
 from gpuroute.testbed.ports import free_port
 from support.live import FakeEngineProcess, async_wait_for

@@ -6,7 +6,7 @@ import asyncio
 import time
 
 import aiohttp
-from gpuroute.router.exchange import BACKEND_HEADER
+from gpuroute.router.attempts.exchange import BACKEND_HEADER
 
 from support.live import chat_body
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import aiohttp
 from aiohttp.test_utils import TestServer
-from gpuroute.testbed.fake_engine import FakeEngine, FakeEngineConfig
+from gpuroute.testbed.fake_engine.server import FakeEngine, FakeEngineConfig
 
 
 @dataclass

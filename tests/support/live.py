@@ -247,9 +247,9 @@ async def router_server(config_text: str, tmp_dir, *, seed: int = 0, rng=None):
     placement draws from `rng` (a random.Random), else from one seeded with `seed`."""
     import random
 
-    from gpuroute.router.config import load_router_config
+    from gpuroute.router.config.router import load_router_config
+    from gpuroute.router.http.server import RouterApp
     from gpuroute.router.process import RouterServer
-    from gpuroute.router.server import RouterApp
 
     path = tmp_dir / "router.toml"
     path.write_text(config_text)

@@ -406,7 +406,7 @@ def test_units_restart_drain_within_their_stop_timeout_and_are_hardened(name, dr
 
 def test_example_drain_timeouts_match_the_units() -> None:
     from gpuroute.agent.config import load_agent_config
-    from gpuroute.router.config import RouterConfig
+    from gpuroute.router.config.router import RouterConfig
 
     agent = load_agent_config(REPO / "agent.example.toml")
     agent_stop = int(unit("gpuroute-agent.service")["Service"]["TimeoutStopSec"])

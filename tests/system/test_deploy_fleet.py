@@ -21,7 +21,7 @@ import pytest
 from gpuroute.fleet.instances import instance_for, load_catalog
 from gpuroute.fleet.schema import load_deploy_fleet
 from gpuroute.fleet.tfvars import fleet_tfvars
-from gpuroute.router.config import load_router_config
+from gpuroute.router.config.router import load_router_config
 from support.paths import REPO
 from support.terraform import (
     TF,

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import random
 
+from gpuroute.router.backends.priors import engine_priors
 from gpuroute.router.core import Backend, BackendSet, CostEstimator, RequestInfo, Scheduler
 from gpuroute.router.core.latency import LatencyModel
 from gpuroute.router.core.policies import build_policy
 from gpuroute.router.core.policies.adapter_affinity import AdapterAffinity, rendezvous_key
 from gpuroute.router.core.policies.base import PickTrace
-from gpuroute.router.priors import engine_priors
 from hypothesis import given
 from hypothesis import strategies as st
 from support.helpers import life

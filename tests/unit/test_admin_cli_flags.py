@@ -4,8 +4,8 @@ an API key has its flag (a field added to the config cannot be missed here)."""
 from __future__ import annotations
 
 import pytest
-from gpuroute.router.auth_config import ApiKeyConfig
-from gpuroute.router.config import BackendConfig
+from gpuroute.router.config.auth import ApiKeyConfig
+from gpuroute.router.config.router import BackendConfig
 
 from gpuroute.auth import key_digest
 from gpuroute.cli import build_parser

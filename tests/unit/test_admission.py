@@ -171,12 +171,12 @@ def test_pop_ready_can_be_limited_to_the_top_classes() -> None:
 def test_reserved_slots_admit_only_the_top_class() -> None:
     import asyncio
 
-    from gpuroute.router.admission_gate import AdmissionGate
-    from gpuroute.router.config import AdmissionConfig
+    from gpuroute.router.config.router import AdmissionConfig
     from gpuroute.router.core.backend import Backend, BackendSet
     from gpuroute.router.core.lifetime import RequestLifetime
     from gpuroute.router.core.request import RequestInfo
-    from gpuroute.router.metrics import RouterMetrics
+    from gpuroute.router.front.admission import AdmissionGate
+    from gpuroute.router.observe.metrics import RouterMetrics
 
     def request(rid: int, priority: str) -> RequestLifetime:
         return RequestLifetime(RequestInfo(rid, "m", 1, priority=priority))
@@ -242,13 +242,13 @@ def test_full_slots_bring_in_a_standby_backend_of_the_model_before_anyone_waits(
     of the request's model comes in, and without one the request waits as before."""
     import asyncio
 
-    from gpuroute.router.admission_gate import AdmissionGate
-    from gpuroute.router.config import AdmissionConfig
+    from gpuroute.router.config.router import AdmissionConfig
     from gpuroute.router.core.backend import Backend, BackendSet, BackendState
     from gpuroute.router.core.lifetime import RequestLifetime
     from gpuroute.router.core.request import RequestInfo
     from gpuroute.router.core.standby import PROMOTED, StandbyRotation
-    from gpuroute.router.metrics import RouterMetrics
+    from gpuroute.router.front.admission import AdmissionGate
+    from gpuroute.router.observe.metrics import RouterMetrics
 
     def request(rid: int, model: str) -> RequestLifetime:
         return RequestLifetime(RequestInfo(rid, model, 1))

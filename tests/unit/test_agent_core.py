@@ -150,7 +150,7 @@ def test_each_engine_kind_maps_its_names(kind, text, expected) -> None:
 
 
 def test_fake_engine_exports_every_vllm_name_the_agent_reads(tmp_path) -> None:
-    from gpuroute.testbed.fake_engine import FakeEngine, FakeEngineConfig
+    from gpuroute.testbed.fake_engine.server import FakeEngine, FakeEngineConfig
     from prometheus_client import generate_latest
 
     engine = FakeEngine(FakeEngineConfig())

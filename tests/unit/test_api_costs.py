@@ -1,4 +1,4 @@
-"""Each API is priced as its own kind of work (router/apis.py): a rerank or a score is a
+"""Each API is priced as its own kind of work (router/api/table.py): a rerank or a score is a
 prefill of every (query, document) pair and nothing after it, an audio upload costs what its
 duration says, a tokenizer lookup is free; exact costs from the cost model."""
 
@@ -10,9 +10,9 @@ import wave
 
 import orjson
 import pytest
-from gpuroute.router.apis import APIS
+from gpuroute.router.api.table import APIS
 from gpuroute.router.core.cost import CostEstimator, GpuCostPrior
-from gpuroute.router.request_parse import RequestError, parse_request
+from gpuroute.router.front.parse import RequestError, parse_request
 
 PRIOR = GpuCostPrior(prefill_s_per_token=2e-5, decode_s_per_token=4e-4)
 PRIORITIES = ("high", "normal", "low")
@@ -156,7 +156,7 @@ def test_the_anthropic_routes_are_messages_apis() -> None:
     ],
 )  # fmt: skip
 def test_quotas_settle_on_each_apis_own_usage(answer: bytes, used: int) -> None:
-    from gpuroute.relay import ResponseTally
+    from gpuroute.relay.body import ResponseTally
 
     tally = ResponseTally()
     tally.add(answer)

@@ -5,8 +5,8 @@ scripts/fuzz.py, at a CI-sized budget)."""
 from __future__ import annotations
 
 import orjson
-from gpuroute.router.apis import APIS
-from gpuroute.router.request_parse import RequestError, parse_request
+from gpuroute.router.api.table import APIS
+from gpuroute.router.front.parse import RequestError, parse_request
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

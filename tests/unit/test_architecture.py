@@ -12,14 +12,17 @@ PACKAGE_FOLDERS = (
     "agent",
     "global",
     "sim",
+    "planner",
     "fleet",
     "testbed",
     "bench",
     "demo",
 )
 # Declarative tables: one metric definition after another.
-TABLES = {("router/metrics.py", "__init__")}
-MAX_FUNCTION_LINES, MAX_MODULE_LINES = 60, 400
+TABLES = {("router/observe/metrics.py", "__init__")}
+# Modules are sized by what they hold (a reviewer judges; docs/architecture.md), functions
+# by this rule.
+MAX_FUNCTION_LINES = 60
 
 
 def sources():
@@ -38,11 +41,6 @@ def test_no_function_over_60_lines_outside_declarative_tables() -> None:
                 if lines > MAX_FUNCTION_LINES and (name, node.name) not in TABLES:
                     long.append(f"{name}:{node.lineno} {node.name} ({lines} lines)")
     assert not long, long
-
-
-def test_no_module_over_400_lines() -> None:
-    big = [f"{name} ({n})" for name, text in sources() if (n := len(text.splitlines())) > 400]
-    assert not big, big
 
 
 def test_building_the_cli_loads_no_simulator_benchmark_or_testbed_code() -> None:
@@ -142,3 +140,35 @@ def test_the_request_id_rule_catches_a_table_and_its_aliases() -> None:
         assert keyed_by_request_id(ast.parse(shape).body[0]), shape
     clean = "def f(self, life):\n    self.log(life.request_id)\n    life.tenant = None\n"
     assert not keyed_by_request_id(ast.parse(clean).body[0])
+
+
+def package_folders() -> set[str]:
+    """Every folder of the source tree that is a package (holds `__init__.py`)."""
+    return {
+        f"{init.parent.relative_to(REPO).as_posix()}/"
+        for folder in PACKAGE_FOLDERS
+        for init in (REPO / folder).rglob("__init__.py")
+    }
+
+
+def mapped_packages() -> set[str]:
+    """The folders docs/architecture.md's layout table has a row for."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    layout = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    return {
+        line.split("`")[1]
+        for line in layout.splitlines()
+        if line.startswith("| `") and line.split("`")[1].endswith("/")
+    }
+
+
+def test_the_architecture_map_has_a_row_for_every_package_and_no_other() -> None:
+    """The map in docs/architecture.md cannot drift from the tree: a package added, moved or
+    removed without its row fails here."""
+    assert mapped_packages() == package_folders()
+
+
+def test_the_map_check_catches_a_package_without_a_row() -> None:
+    assert "router/attempts/" in mapped_packages()
+    assert "router/" in package_folders() and "tests/" not in package_folders()
+    assert package_folders() - {"router/attempts/"} != mapped_packages()

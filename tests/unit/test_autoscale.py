@@ -8,6 +8,7 @@ import math
 import random
 
 import pytest
+from gpuroute.router.backends.priors import engine_priors
 from gpuroute.router.core import Backend, BackendSet, CostEstimator, Scheduler
 from gpuroute.router.core.autoscale import (
     ArrivalRate,
@@ -28,7 +29,6 @@ from gpuroute.router.core.seasonal import SeasonalRate, SeasonalSettings
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASSES, SloClasses
 from gpuroute.router.core.slo_admission import HoldQueue
 from gpuroute.router.core.standby import PROMOTED, RELEASED, StandbyRotation
-from gpuroute.router.priors import engine_priors
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.helpers import life

@@ -1,4 +1,4 @@
-"""The router's autoscale shell (router/autoscaler.py): what it feeds the sizer, the
+"""The router's autoscale shell (router/scaling/autoscaler.py): what it feeds the sizer, the
 region's rate it sizes with where peers share theirs, and what it shows."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import math
 
 import msgpack
 import pytest
-from gpuroute.router.assemble import build_scheduler, prior_book
-from gpuroute.router.autoscaler import Autoscaler, PoolCollector
-from gpuroute.router.config import RouterConfig
+from gpuroute.router.backends.assemble import build_scheduler, prior_book
+from gpuroute.router.config.router import RouterConfig
 from gpuroute.router.core.backend import BackendState
-from gpuroute.router.shared_load import ARRIVALS_KEY, decode_share, merge_arrivals
+from gpuroute.router.scaling.autoscaler import Autoscaler, PoolCollector
+from gpuroute.router.shared.load import ARRIVALS_KEY, decode_share, merge_arrivals
 from prometheus_client import CollectorRegistry
 
 MODEL = "llama-3.1-8b"

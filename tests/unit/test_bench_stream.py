@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from gpuroute.bench.stream import stream_rows
 from gpuroute.bench.stream_client import StreamsResult, _Stream
-from gpuroute.testbed.fake_engine import FakeEngineConfig
+from gpuroute.testbed.fake_engine.server import FakeEngineConfig
 
 
 def _row(target: str, itl99: float, ttft: float, per_core: float | None) -> dict:

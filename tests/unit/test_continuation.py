@@ -1,4 +1,4 @@
-"""What a broken stream's continuation is made of (gpuroute/continuation.py): the reasons a
+"""What a broken stream's continuation is made of (gpuroute/continuation/text.py): the reasons a
 request cannot be continued, the text and tokens it had, the request that continues it,
 and the splice that makes the new stream read as the rest of the first."""
 
@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuroute.continuation import (
+from gpuroute.continuation.splice import Splice
+from gpuroute.continuation.text import (
     CHAT,
     COMPLETIONS,
     Broken,
@@ -22,7 +23,6 @@ from gpuroute.continuation import (
     sent_as,
     static_reason,
 )
-from gpuroute.continuation_splice import Splice
 
 
 def event(
@@ -149,7 +149,7 @@ def test_a_turn_in_content_parts_goes_on_as_one_more_part() -> None:
 
 
 def test_a_stream_is_kept_only_while_it_is_short_enough() -> None:
-    from gpuroute.relay import ResponseTally
+    from gpuroute.relay.body import ResponseTally
 
     tally = ResponseTally(size_text=True)
     tally.kept, tally.keep_up_to = bytearray(), 10

@@ -1,4 +1,4 @@
-"""Stop strings across a continuation's seam (gpuroute/continuation_seam.py): what vLLM
+"""Stop strings across a continuation's seam (gpuroute/continuation/seam.py): what vLLM
 would have stopped at had it generated the whole answer itself."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuroute.continuation_seam import SeamWatch, holds_back, stop_strings
+from gpuroute.continuation.seam import SeamWatch, holds_back, stop_strings
 
 
 def test_stop_strings_are_read_as_engines_read_them() -> None:

@@ -1,4 +1,4 @@
-"""The verdict on a stream whose upstream broke (gpuroute/continuation_verdict.py), which
+"""The verdict on a stream whose upstream broke (gpuroute/continuation/verdict.py), which
 both tiers apply: its finish or its spent cap first, then whether it may go on, and why not."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from gpuroute.continuation import CHAT, ContinuationConfig
-from gpuroute.continuation_verdict import CONTINUE, END, FINISH, judge
+from gpuroute.continuation.text import CHAT, ContinuationConfig
+from gpuroute.continuation.verdict import CONTINUE, END, FINISH, judge
 
 
 def event(delta: dict | None = None, *, finish=None) -> bytes:
@@ -58,7 +58,7 @@ def test_a_cap_is_spent_only_when_the_tokens_surely_reached_it() -> None:
 
 
 def test_a_token_id_prompt_goes_on_only_from_the_answers_ids() -> None:
-    from gpuroute.continuation import COMPLETIONS, continuation_body
+    from gpuroute.continuation.text import COMPLETIONS, continuation_body
 
     first = {"id": "a", "choices": [{"index": 0, "text": "ab", "prompt_token_ids": [5, 6],
                                      "token_ids": [97, 98], "finish_reason": None}]}  # fmt: skip

@@ -11,7 +11,7 @@ from gpuroute.router.core import BackendSet, CostEstimator, RequestInfo, Schedul
 from gpuroute.router.core.policies import build_policy
 from gpuroute.router.core.policies.base import PickTrace
 from gpuroute.router.core.scheduler import Outcome, PickReason
-from gpuroute.router.decision_log import DecisionLog
+from gpuroute.router.observe.decision_log import DecisionLog
 from support.helpers import PRIORS, backends, life
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from gpuroute.agent.config import AgentConfig
 from gpuroute.global_.config import GlobalConfig
-from gpuroute.router.apis import limits_row, route_limits
-from gpuroute.router.config import RouterConfig, load_router_config
+from gpuroute.router.api.table import limits_row, route_limits
+from gpuroute.router.config.router import RouterConfig, load_router_config
 from gpuroute.sim.scenario import Scenario
 from pydantic import BaseModel
 from support.paths import REPO
@@ -220,7 +220,7 @@ def test_the_readmes_router_config_validates(tmp_path: Path) -> None:
 
 
 def test_the_limits_table_lists_every_route_as_the_code_applies_it() -> None:
-    """docs/security.md's "Limits on every route" is router/apis.py's `route_limits()`
+    """docs/security.md's "Limits on every route" is router/api/table.py's `route_limits()`
     row for row (tests/security/test_route_limits.py checks each cell live): a route added
     to the code, or a limit changed, cannot leave the table behind."""
     text = (REPO / "docs" / "security.md").read_text()

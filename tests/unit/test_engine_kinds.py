@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gpuroute.router.assemble import build_scheduler, prior_book
-from gpuroute.router.config import RouterConfig
-from gpuroute.router.priors import PriorBook
+from gpuroute.router.backends.assemble import build_scheduler, prior_book
+from gpuroute.router.backends.priors import PriorBook
+from gpuroute.router.config.router import RouterConfig
 
 from gpuroute.config import ConfigError, validate
 from gpuroute.gpus import GPU_SPECS, GpuCatalog, GpuSpec, GpuTypeConfig

@@ -5,8 +5,8 @@ speech-to-text routes are paced and metered by) and its tokenizer (/tokenize and
 from __future__ import annotations
 
 import pytest
-from gpuroute.testbed.fake_audio import wav_duration, windows
-from gpuroute.testbed.fake_tokenize import decode, encode
+from gpuroute.testbed.fake_engine.audio import wav_duration, windows
+from gpuroute.testbed.fake_engine.tokenize import decode, encode
 from support.fake_engine_app import wav
 
 from gpuroute.prompt import estimate_tokens

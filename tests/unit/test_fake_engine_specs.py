@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from gpuroute.testbed.cli import fake_engine_config
 from gpuroute.testbed.engine_specs import BUILTIN_SPECS, load_engine_specs
-from gpuroute.testbed.fake_engine import FakeEngine, FakeEngineConfig
+from gpuroute.testbed.fake_engine.server import FakeEngine, FakeEngineConfig
 from support.paths import REPO
 
 from gpuroute.cli import build_parser

@@ -20,7 +20,7 @@ from gpuroute.bench.live_fleet import (
 from gpuroute.bench.live_fleet_cli import fleet_spec
 from gpuroute.bench.loadgen import RequestResult
 from gpuroute.bench.targets import BenchError
-from gpuroute.router.config import load_router_config
+from gpuroute.router.config.router import load_router_config
 from gpuroute.sim.fleet import assign_models
 from gpuroute.testbed.processes import Child
 from support.paths import REPO

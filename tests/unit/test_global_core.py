@@ -286,7 +286,7 @@ def test_decision_timing_is_one_sample_per_request_and_numpys_percentiles() -> N
 
 
 def test_recent_p99_is_nearest_rank() -> None:
-    from gpuroute.router.region_report import p99
+    from gpuroute.router.observe.region_report import p99
 
     assert p99([]) == 0.0
     assert p99([float(i) for i in range(1, 101)]) == 99.0

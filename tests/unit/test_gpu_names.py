@@ -9,7 +9,7 @@ Instinct names."""
 from __future__ import annotations
 
 import pytest
-from gpuroute.router.priors import engine_priors
+from gpuroute.router.backends.priors import engine_priors
 
 from gpuroute.gpus import GPU_SPECS, UnknownGpuName, gpu_type_of_device
 

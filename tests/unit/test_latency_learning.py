@@ -7,13 +7,13 @@ import math
 import random
 
 import pytest
+from gpuroute.router.backends.priors import engine_priors
 from gpuroute.router.core import Backend, BackendSet, CostEstimator, RequestInfo, Scheduler
 from gpuroute.router.core.latency import LatencyModel
 from gpuroute.router.core.latency_learning import Corrections
 from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.core.policies import DEFAULT_POLICY, build_policy
 from gpuroute.router.core.slo import SloClass
-from gpuroute.router.priors import engine_priors
 
 PRIORS = engine_priors("llama-3.1-8b")
 CHAT = SloClass("chat", ttft_s=1.0, tpot_s=0.1)

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from gpuroute.agent.engine_metrics import parse_engine_metrics
 from gpuroute.agent.load_stream import LoadBroadcaster, LoadSample
-from gpuroute.router.config import MembershipConfig
+from gpuroute.router.backends.membership import Membership
+from gpuroute.router.config.router import MembershipConfig
 from gpuroute.router.core import Backend, BackendSet, Scheduler
 from gpuroute.router.core.policies import build_policy
-from gpuroute.router.membership import Membership
-from gpuroute.router.metrics import RouterMetrics
+from gpuroute.router.observe.metrics import RouterMetrics
 
 from gpuroute.proto import load_pb2
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 from gpuroute.global_.core.region_health import region_failed
-from gpuroute.router.config import load_router_config
+from gpuroute.router.config.models import model_routes
+from gpuroute.router.config.router import load_router_config
 from gpuroute.router.core.backend import Backend, BackendState
 from gpuroute.router.core.model_routes import (
     ModelChoice,
@@ -23,8 +24,7 @@ from gpuroute.router.core.model_routes import (
     split_bucket,
 )
 from gpuroute.router.core.region_summary import summarise
-from gpuroute.router.model_config import model_routes
-from gpuroute.router.request_parse import session_key
+from gpuroute.router.front.parse import session_key
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -86,7 +86,7 @@ def test_buckets_do_not_depend_on_the_process_hash_seed() -> None:
     """Another process (another PYTHONHASHSEED) puts every session in the same bucket."""
     script = (
         "from gpuroute.router.core.model_routes import split_bucket\n"
-        "from gpuroute.router.request_parse import session_key\n"
+        "from gpuroute.router.front.parse import session_key\n"
         "print(repr([split_bucket('m', session_key(f'user-{i}')) for i in range(200)]))\n"
     )
 

@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 
 import pytest
-from gpuroute.router.config import load_router_config
-from gpuroute.router.model_config import model_routes
+from gpuroute.router.config.models import model_routes
+from gpuroute.router.config.router import load_router_config
 
 from gpuroute.config import ConfigError
 from gpuroute.models import MODELS

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from gpuroute.router.config import SloConfig
-from gpuroute.router.metrics import RouterMetrics
-from gpuroute.router.quotas import KeyPolicy
-from gpuroute.router.slo_gate import SloGate
+from gpuroute.router.config.router import SloConfig
+from gpuroute.router.front.slo import SloGate
+from gpuroute.router.observe.metrics import RouterMetrics
+from gpuroute.router.shared.quotas import KeyPolicy
 
 
 def gate() -> SloGate:

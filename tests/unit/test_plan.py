@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
-from gpuroute.sim.plan import PlanLimits, plan_fleet
-from gpuroute.sim.plan_check import PlanError, parse_gpu_options, usable_options
+from gpuroute.planner.check import PlanError, parse_gpu_options, usable_options
+from gpuroute.planner.plan import PlanLimits, plan_fleet
 from gpuroute.sim.scenario import load_scenario
 from gpuroute.sim.simulator import FleetSimulator
 from support.two_models import A800, GPUS, SLO_70B, traffic

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from rich.console import Console
 
-from gpuroute.progress import progress_bar
+from gpuroute.console.progress import progress_bar
 
 
 def terminal() -> Console:

@@ -4,6 +4,7 @@ move is not worth its re-prefill."""
 from __future__ import annotations
 
 import pytest
+from gpuroute.router.backends.priors import engine_priors
 from gpuroute.router.core import Backend, BackendSet, CostEstimator, RequestInfo, Scheduler
 from gpuroute.router.core.latency import LatencyModel
 from gpuroute.router.core.policies import build_policy
@@ -15,7 +16,6 @@ from gpuroute.router.core.rebalance import (
     whole_tpot,
 )
 from gpuroute.router.core.slo import SloClass
-from gpuroute.router.priors import engine_priors
 from support.helpers import life
 
 PRIORS = engine_priors("llama-3.1-8b")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from gpuroute.router.redis_client import NewestSentinels, PrimaryFollowingPool
+from gpuroute.router.shared.redis_client import NewestSentinels, PrimaryFollowingPool
 from redis.asyncio.sentinel import MasterNotFoundError
 
 A, B = ("10.0.0.1", 6379), ("10.0.0.2", 6379)

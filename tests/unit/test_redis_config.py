@@ -6,14 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gpuroute.router.config import load_router_config
-from gpuroute.router.redis_client import (
+from gpuroute.router.config.redis import RedisConfig, RedisSentinelConfig
+from gpuroute.router.config.router import load_router_config
+from gpuroute.router.shared.redis_client import (
     NewestSentinels,
     PrimaryFollowingPool,
     SentinelRedis,
     open_redis,
 )
-from gpuroute.router.redis_config import RedisConfig, RedisSentinelConfig
 from redis.asyncio.sentinel import SentinelManagedConnection, SentinelManagedSSLConnection
 
 from gpuroute.config import ConfigError

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuroute.relay import RESPONSE_DROP, ResponseTally, forward_headers
+from gpuroute.relay.body import RESPONSE_DROP, ResponseTally, forward_headers
 
 
 def test_hop_by_hop_and_connection_named_headers_are_stripped() -> None:

@@ -6,14 +6,14 @@ dispatch to the last byte, and model labels stay bounded."""
 from __future__ import annotations
 
 import pytest
+from gpuroute.router.attempts.exchange import Answer, Exchange
+from gpuroute.router.config.metrics import OTHER, BoundedLabels
 from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.core.request import RequestInfo
-from gpuroute.router.exchange import Answer, Exchange
-from gpuroute.router.metric_labels import OTHER, BoundedLabels
-from gpuroute.router.metrics import RouterMetrics
-from gpuroute.router.request_metrics import RequestMetrics
+from gpuroute.router.observe.metrics import RouterMetrics
+from gpuroute.router.observe.request_metrics import RequestMetrics
 
-from gpuroute.relay import ResponseTally
+from gpuroute.relay.body import ResponseTally
 
 CHAT = "/v1/chat/completions"
 HEAD = b'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","model":"m","choices":'

@@ -7,7 +7,7 @@ import math
 
 import pytest
 from gpuroute.router.core.cost import CostEstimator
-from gpuroute.router.request_parse import ParsedRequest, RequestError, parse_request, session_key
+from gpuroute.router.front.parse import ParsedRequest, RequestError, parse_request, session_key
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from gpuroute.router.responses_capture import CapturedAnswer, terminal_response
+from gpuroute.router.responses.capture import CapturedAnswer, terminal_response
 
 
 def response(status: str = "completed", text: str = "hi") -> dict:

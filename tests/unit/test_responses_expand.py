@@ -7,15 +7,15 @@ from __future__ import annotations
 import orjson
 import pytest
 from aiohttp.test_utils import make_mocked_request
-from gpuroute.router.quotas import KeyPolicy
-from gpuroute.router.request_parse import RequestError, json_object, parse_request
-from gpuroute.router.responses_capture import CapturedAnswer
-from gpuroute.router.responses_config import ResponsesConfig
-from gpuroute.router.responses_state import TURN, ResponsesState
-from gpuroute.router.responses_store import ResponsesStore
+from gpuroute.router.config.responses import ResponsesConfig
+from gpuroute.router.front.parse import RequestError, json_object, parse_request
+from gpuroute.router.responses.capture import CapturedAnswer
+from gpuroute.router.responses.state import TURN, ResponsesState
+from gpuroute.router.responses.store import ResponsesStore
+from gpuroute.router.shared.quotas import KeyPolicy
 
 from gpuroute.openai_api import Rejection
-from gpuroute.relay import ResponseTally
+from gpuroute.relay.body import ResponseTally
 
 pytestmark = pytest.mark.asyncio
 ACME, GLOBEX = KeyPolicy("acme"), KeyPolicy("globex")

@@ -7,11 +7,11 @@ import asyncio
 
 import orjson
 from aiohttp.test_utils import make_mocked_request
-from gpuroute.router.quotas import KeyPolicy
-from gpuroute.router.request_parse import RequestError, json_object
-from gpuroute.router.responses_config import ResponsesConfig
-from gpuroute.router.responses_state import ResponsesState
-from gpuroute.router.responses_store import ResponsesStore
+from gpuroute.router.config.responses import ResponsesConfig
+from gpuroute.router.front.parse import RequestError, json_object
+from gpuroute.router.responses.state import ResponsesState
+from gpuroute.router.responses.store import ResponsesStore
+from gpuroute.router.shared.quotas import KeyPolicy
 from hypothesis import given
 from hypothesis import strategies as st
 

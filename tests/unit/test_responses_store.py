@@ -5,8 +5,8 @@ this process without a false 404."""
 from __future__ import annotations
 
 import pytest
-from gpuroute.router.responses_config import ResponsesConfig
-from gpuroute.router.responses_store import (
+from gpuroute.router.config.responses import ResponsesConfig
+from gpuroute.router.responses.store import (
     MemoryStore,
     ResponsesStore,
     StoredResponse,

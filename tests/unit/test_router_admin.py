@@ -4,13 +4,13 @@ for such a request on each backend, the why behind a lopsided share (issue 31, d
 from __future__ import annotations
 
 import pytest
-from gpuroute.router.admin import (
+from gpuroute.router.admin.fleet_view import (
     TypicalRequest,
     describe_backends,
     typical_request,
 )
-from gpuroute.router.assemble import build_scheduler, prior_book
-from gpuroute.router.config import RouterConfig
+from gpuroute.router.backends.assemble import build_scheduler, prior_book
+from gpuroute.router.config.router import RouterConfig
 
 
 def test_predictions_only_when_asked_with_defaults_for_the_other_size() -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import random
 
 import pytest
-from gpuroute.router.config import RouterConfig, load_router_config
+from gpuroute.router.config.router import RouterConfig, load_router_config
 from gpuroute.router.core import RequestInfo
 from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.core.slo import STANDARD
-from gpuroute.router.server import RouterApp
+from gpuroute.router.http.server import RouterApp
 from support.paths import REPO
 
 from gpuroute.cli import main

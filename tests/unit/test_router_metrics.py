@@ -3,7 +3,7 @@ once, so a scrape shows exactly what the request path counted."""
 
 from __future__ import annotations
 
-from gpuroute.router.metrics import RouterMetrics
+from gpuroute.router.observe.metrics import RouterMetrics
 from prometheus_client.parser import text_string_to_metric_families
 
 

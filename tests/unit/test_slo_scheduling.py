@@ -7,6 +7,7 @@ import math
 import random
 
 import pytest
+from gpuroute.router.backends.priors import engine_priors
 from gpuroute.router.core import Backend, BackendSet, CostEstimator, RequestInfo, Scheduler
 from gpuroute.router.core.latency import LatencyModel
 from gpuroute.router.core.latency_prior import LatencyPrior
@@ -21,8 +22,7 @@ from gpuroute.router.core.slo import (
     time_per_output_token,
 )
 from gpuroute.router.core.slo_admission import HoldQueue, MarginController, TypeMargins
-from gpuroute.router.decision_log import DecisionLog
-from gpuroute.router.priors import engine_priors
+from gpuroute.router.observe.decision_log import DecisionLog
 from hypothesis import given
 from hypothesis import strategies as st
 from support.helpers import life

@@ -1,18 +1,18 @@
 """Streams ask the engine for usage; the usage chunk is stripped where the client did not
-ask for it (router/stream_usage.py)."""
+ask for it (router/usage/stream_options.py)."""
 
 from __future__ import annotations
 
 import orjson
+from gpuroute.router.attempts.exchange import Exchange
+from gpuroute.router.config.metrics import BoundedLabels
 from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.core.request import RequestInfo
-from gpuroute.router.exchange import Exchange
-from gpuroute.router.metric_labels import BoundedLabels
-from gpuroute.router.stream_usage import ask_usage
+from gpuroute.router.usage.stream_options import ask_usage
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuroute.relay_strip import StrippingTally, without_usage
+from gpuroute.relay.strip import StrippingTally, without_usage
 
 CHAT = "/v1/chat/completions"
 ROLE = b'data: {"id":"x","choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n'

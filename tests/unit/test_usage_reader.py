@@ -9,8 +9,14 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuroute.relay import ResponseTally
-from gpuroute.usage_reader import EVENT_HOLD, WHOLE_HOLD, UsageReader, names_usage, token_counts
+from gpuroute.relay.body import ResponseTally
+from gpuroute.relay.usage_reader import (
+    EVENT_HOLD,
+    WHOLE_HOLD,
+    UsageReader,
+    names_usage,
+    token_counts,
+)
 
 BODY_LIMIT = 8 * 1024 * 1024  # gpuroute.config's default max_body_bytes
 COUNT = st.integers(0, 10**7)

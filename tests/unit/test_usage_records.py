@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import orjson
 import pytest
 from aiohttp.test_utils import make_mocked_request
+from gpuroute.router.config.usage import UsageConfig
 from gpuroute.router.core.usage import (
     UsageHours,
     Window,
@@ -19,10 +20,9 @@ from gpuroute.router.core.usage import (
     rows_of,
     usage_sums,
 )
-from gpuroute.router.metrics import RouterMetrics
-from gpuroute.router.usage_config import UsageConfig
-from gpuroute.router.usage_records import UsageRecords, field, parse_field
-from gpuroute.router.worker_admin import merge_usage
+from gpuroute.router.observe.metrics import RouterMetrics
+from gpuroute.router.usage.records import UsageRecords, field, parse_field
+from gpuroute.router.workers.admin import merge_usage
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from gpuroute.router.attempts.watch import BackendWatch
+from gpuroute.router.backends.priors import engine_priors
 from gpuroute.router.core import Backend, BackendSet, CostEstimator, RequestInfo, Scheduler
 from gpuroute.router.core.latency import LatencyModel, Prediction
 from gpuroute.router.core.lifetime import Lifetimes, RequestLifetime
 from gpuroute.router.core.policies import build_policy
-from gpuroute.router.priors import engine_priors
-from gpuroute.router.watch import BackendWatch
 
 PRIORS = engine_priors("llama-3.1-8b")
 

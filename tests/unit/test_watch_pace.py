@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import itertools
 
+from gpuroute.router.attempts.watch import BYTES_PER_TOKEN, AttemptWatch, BackendWatch
+from gpuroute.router.backends.priors import engine_priors
 from gpuroute.router.core import Backend, BackendSet, CostEstimator, RequestInfo, Scheduler
 from gpuroute.router.core.latency import LatencyModel
 from gpuroute.router.core.lifetime import Lifetimes, RequestLifetime
 from gpuroute.router.core.policies import build_policy
 from gpuroute.router.core.watching import PACE_WINDOW_S
-from gpuroute.router.priors import engine_priors
-from gpuroute.router.watch import BYTES_PER_TOKEN, AttemptWatch, BackendWatch
 
-from gpuroute.relay import ResponseTally
+from gpuroute.relay.body import ResponseTally
 
 PRIORS = engine_priors("llama-3.1-8b")
 SKELETON = b'data: {"choices":[{"delta":{"content":""}}]}\n\n'

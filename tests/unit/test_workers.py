@@ -7,21 +7,21 @@ import os
 
 import msgpack
 import pytest
-from gpuroute.router.auth_config import AuthConfig
+from gpuroute.router.config.auth import AuthConfig
+from gpuroute.router.config.redis import RedisConfig
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.policies.prefix_affinity import PrefixIndex
-from gpuroute.router.quotas import Quotas
-from gpuroute.router.redis_config import RedisConfig
-from gpuroute.router.shared_load import PREFIXES_KEY, SharedLoad
-from gpuroute.router.worker_admin import merge_backends, merge_metrics
-from gpuroute.router.worker_board import (
+from gpuroute.router.shared.load import PREFIXES_KEY, SharedLoad
+from gpuroute.router.shared.quotas import Quotas
+from gpuroute.router.workers.admin import merge_backends, merge_metrics
+from gpuroute.router.workers.board import (
     HEADER,
     ROW_BYTES,
     BoardFull,
     MemoryBoard,
     create_board,
 )
-from gpuroute.router.workers import resolve_count
+from gpuroute.router.workers.parent import resolve_count
 from prometheus_client.parser import text_string_to_metric_families
 
 

@@ -1,0 +1,1 @@
+"""What commands print for people: tables and progress lines (no tier's logic)."""

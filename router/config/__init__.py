@@ -1,0 +1,1 @@
+"""The router's configuration file: the loader (`router.py`) and one module per section."""

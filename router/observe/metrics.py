@@ -1,0 +1,355 @@
+"""Prometheus metrics of one router, in a registry of its own (no global state)."""
+
+from __future__ import annotations
+
+from gpuroute.router.config.metrics import BoundedLabels, MetricsConfig
+from gpuroute.router.core.backend import BackendSet
+from gpuroute.router.core.health import BackendHealth
+from gpuroute.router.core.latency import LatencyModel
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics import MetricWrapperBase
+
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
+DECISION_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3)
+TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1)
+
+
+class Children:
+    """A labelled metric's children, each looked up once: prometheus_client's `labels()`
+    validates, stringifies and locks on every call, a third of a request's metric cost.
+    Holds no child the metric does not (nothing here ever removes one)."""
+
+    __slots__ = ("_by_values", "metric")
+
+    def __init__(self, metric: MetricWrapperBase) -> None:
+        self.metric = metric
+        self._by_values: dict[tuple[str, ...], MetricWrapperBase] = {}
+
+    def __call__(self, *values: str) -> MetricWrapperBase:
+        child = self._by_values.get(values)
+        if child is None:
+            child = self._by_values[values] = self.metric.labels(*values)
+        return child
+
+
+class BackendCollector:
+    """Per-backend state read at scrape time: state, breaker, in flight, outstanding work."""
+
+    def __init__(self, backends: BackendSet, health: BackendHealth) -> None:
+        self.backends, self.health = backends, health
+
+    def collect(self):
+        state = GaugeMetricFamily(
+            "gpuroute_backend_state",
+            "1 for the backend's current state.",
+            labels=["backend", "state"],
+        )
+        breaker = GaugeMetricFamily(
+            "gpuroute_backend_breaker_open",
+            "1 while the backend's circuit breaker is open or half-open.",
+            labels=["backend", "breaker"],
+        )
+        in_flight = GaugeMetricFamily(
+            "gpuroute_backend_in_flight", "Requests in flight.", labels=["backend"]
+        )
+        outstanding = GaugeMetricFamily(
+            "gpuroute_backend_outstanding_seconds",
+            "Booked GPU-seconds of work.",
+            labels=["backend"],
+        )
+        for b in self.backends:
+            state.add_metric([b.backend_id, b.state.value], 1)
+            brk = self.health.breaker(b.backend_id).state
+            breaker.add_metric([b.backend_id, brk.value], float(brk.value != "closed"))
+            in_flight.add_metric([b.backend_id], b.in_flight)
+            outstanding.add_metric([b.backend_id], b.outstanding)
+        slowness = GaugeMetricFamily(
+            "gpuroute_backend_slowness",
+            "Observed/expected duration against the fleet median (1 = typical).",
+            labels=["backend"],
+        )
+        for b in self.backends:
+            slowness.add_metric([b.backend_id], b.slowness)
+        yield from (state, breaker, in_flight, outstanding, slowness)
+
+
+class LatencyModelCollector:
+    """What the latency model has learned (docs/scheduling.md), read at scrape time."""
+
+    def __init__(self, latency: LatencyModel) -> None:
+        self.latency = latency
+
+    def collect(self):
+        overhead = GaugeMetricFamily(
+            "gpuroute_latency_overhead_seconds",
+            "Learned fixed part of TTFT outside the GPU (HTTP hops, flushes), per GPU type.",
+            labels=["gpu"],
+        )
+        for gpu, seconds in sorted(self.latency.overhead_s.items()):
+            overhead.add_metric([gpu], seconds)
+        ratios = GaugeMetricFamily(
+            "gpuroute_latency_ratio",
+            "Learned observed/predicted ratio per GPU type (1 = the roofline prior).",
+            labels=["gpu", "measure"],
+        )
+        for measure, learned in (
+            ("ttft", self.latency.ttft_ratio),
+            ("tpot", self.latency.tpot_ratio),
+        ):
+            for gpu, ratio in sorted(learned.items()):
+                ratios.add_metric([gpu, measure], ratio)
+        yield from (overhead, ratios)
+
+
+class RouterMetrics:
+    """The router's metrics. `model_label` bounds every `model` label and `tenant_label`
+    every `tenant` label (router/config/metrics.py; by default every model is `other`, and
+    the first [metrics] max_tenants tenants are named)."""
+
+    def __init__(
+        self, model_label: BoundedLabels | None = None, tenant_label: BoundedLabels | None = None
+    ) -> None:
+        self.model_label, self.tenant_label = (
+            model_label or BoundedLabels(0),
+            tenant_label or BoundedLabels(MetricsConfig().max_tenants),
+        )
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self._request_latencies(r)
+        self.decision = Histogram(
+            "gpuroute_decision_seconds",
+            "Time to pick a backend.",
+            buckets=DECISION_BUCKETS,
+            registry=r,
+        )
+        self.retries = Counter(
+            "gpuroute_retries", "Attempts after the first, by reason.", ["reason"], registry=r
+        )
+        self.retry_budget_exhausted = Counter(
+            "gpuroute_retry_budget_exhausted", "Retries refused by the budget.", registry=r
+        )
+        self.upstream_connections = Counter(
+            "gpuroute_upstream_connections_opened",
+            "Connections opened to engines, by engine address and why: none idle in the pool"
+            " (empty) or one the engine had closed under a request (replaced).",
+            ["origin", "why"],
+            registry=r,
+        )
+        self.upstream_failures = Counter(
+            "gpuroute_upstream_failures",
+            "Failed attempts, by backend and kind.",
+            ["backend", "kind"],
+            registry=r,
+        )
+        self.stream_errors = Counter(
+            "gpuroute_stream_errors",
+            "Streams that broke after bytes reached the client.",
+            ["backend"],
+            registry=r,
+        )
+        self.client_disconnects = Counter(
+            "gpuroute_client_disconnects", "Clients that went away before the end.", registry=r
+        )
+        self.client_write_timeouts = Counter(
+            "gpuroute_client_write_timeouts",
+            "Streams cut off because their client fell behind past limits.client_write_timeout_s "
+            "(the engine request aborted).",
+            registry=r,
+        )
+        self.shed = Counter(
+            "gpuroute_shed", "Requests refused by admission, by reason.", ["reason"], registry=r
+        )
+        self.queue_depth = Gauge(
+            "gpuroute_queue_depth", "Requests waiting for admission.", registry=r
+        )
+        self.slo_requests = Counter(
+            "gpuroute_slo_requests",
+            "Finished requests by SLO class, the model that served them (a split's version, "
+            "a fallback) and outcome (met, missed, refused): attainment per class and model.",
+            ["slo_class", "model", "outcome"],
+            registry=r,
+        )
+        self.audio_seconds = Counter(
+            "gpuroute_audio_seconds",
+            "Seconds of audio admitted on the transcription and translation routes, by tenant.",
+            ["tenant"],
+            registry=r,
+        )
+        self.slo_held = Counter(
+            "gpuroute_slo_held",
+            "Requests held because no backend was predicted to meet their SLO.",
+            ["slo_class"],
+            registry=r,
+        )
+        self.in_flight = Gauge("gpuroute_in_flight", "Requests being served.", registry=r)
+        self.ejections = Counter(
+            "gpuroute_ejections",
+            "Outlier ejections, by reason and enforcement.",
+            ["reason", "enforced"],
+            registry=r,
+        )
+        self.breaker_transitions = Counter(
+            "gpuroute_breaker_transitions", "Breaker state changes.", ["backend", "to"], registry=r
+        )
+
+        self.membership_stale = Gauge(
+            "gpuroute_membership_stale",
+            "1 while Consul cannot be reached: routing on the last known backend set.",
+            registry=r,
+        )
+        self.membership_changes = Counter(
+            "gpuroute_membership_changes",
+            "Backend set changes from Consul, by kind (joined, down, up, left, standby, active, "
+            "removed).",
+            ["change"],
+            registry=r,
+        )
+        self._load_streams(r)
+
+        self.quota_refusals = Counter(
+            "gpuroute_quota_refusals",
+            "Requests refused by a tenant's quota, by limit (requests, tokens).",
+            ["tenant", "limit"],
+            registry=r,
+        )
+        self.quota_settled_tokens = Counter(
+            "gpuroute_quota_settled_tokens",
+            "Tokens a request used beyond its admission charge (debt) or short of it (refund), "
+            "settled against its tenant's token quota.",
+            ["tenant", "direction"],
+            registry=r,
+        )
+        self.residency_refusals = Counter(
+            "gpuroute_residency_refusals",
+            "Requests refused because the key's residency set excludes this router's region.",
+            ["tenant"],
+            registry=r,
+        )
+        self.decision_refusals = Counter(
+            "gpuroute_residency_decision_refusals",
+            "Requests refused at the residency decision check, by reason (missing, invalid, "
+            "other_key, excluded, replayed).",
+            ["reason"],
+            registry=r,
+        )
+        self.shared_load_healthy = Gauge(
+            "gpuroute_shared_load_healthy",
+            "1 while replicas' outstanding work is exchanged through Redis.",
+            registry=r,
+        )
+        self.quota_shared = Gauge(
+            "gpuroute_quota_shared",
+            "1 while quotas are enforced through Redis, 0 on local fallback buckets.",
+            registry=r,
+        )
+        self.usage_flush_failures = Counter(
+            "gpuroute_usage_flush_failures",
+            "Flushes of per-tenant usage records to Redis that failed (kept, sent again).",
+            registry=r,
+        )
+        self.usage_unflushed = Gauge(
+            "gpuroute_usage_unflushed_cells",
+            "Usage record cells (hour, tenant, model) counted here and not yet in Redis.",
+            registry=r,
+        )
+        self.usage_dropped = Counter(
+            "gpuroute_usage_dropped_cells",
+            "Usage record cells dropped before reaching Redis: older than retention_days.",
+            registry=r,
+        )
+        self.redis_configured = Gauge(
+            "gpuroute_redis_configured",
+            "1 where Redis is configured for what `shared` names: quotas (a Redis URL is "
+            "set) and load (it is, with share_load on).",
+            ["shared"],
+            registry=r,
+        )
+
+        # the children every request touches
+        self.requests_by = Children(self.requests)
+        self.duration_by = Children(self.duration)
+        self.ttft_by = Children(self.ttft)
+        self.first_token_by = Children(self.first_token)
+        self.inter_token_by = Children(self.inter_token)
+        self.backend_duration_by = Children(self.backend_duration)
+        self.slo_requests_by = Children(self.slo_requests)
+
+    def _load_streams(self, r: CollectorRegistry) -> None:
+        """The agents' load streams: how fresh, and which were cut as untrustworthy."""
+        self.agents_stale = Gauge(
+            "gpuroute_agents_stale",
+            "Discovered backends whose agent load report is older than load_stale_s.",
+            registry=r,
+        )
+        self.load_streams_refused = Counter(
+            "gpuroute_load_streams_refused",
+            "Agent load streams cut because a report could not speak for the backend it was "
+            "opened for, or the agent refused this router, by reason (other_backend, "
+            "no_proof, agent_refused).",
+            ["reason"],
+            registry=r,
+        )
+        self.load_report_age = Histogram(
+            "gpuroute_load_report_age_seconds",
+            "Age of an agent's load sample when it reaches the router.",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=r,
+        )
+
+    def _request_latencies(self, r: CollectorRegistry) -> None:
+        """What each answered request is counted and timed in, by route and model."""
+        self.requests = Counter(
+            "gpuroute_requests",
+            "Requests answered, by route, model (the one that served it; refused: the one "
+            "asked for) and status.",
+            ["route", "model", "code"],
+            registry=r,
+        )
+        self.duration = Histogram(
+            "gpuroute_request_duration_seconds",
+            "Arrival to last byte, by route and model.",
+            ["route", "model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "gpuroute_time_to_first_byte_seconds",
+            "Arrival to the first response byte reaching the client, by route and model.",
+            ["route", "model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.first_token = Histogram(
+            "gpuroute_time_to_first_token_seconds",
+            "Arrival to the first generated text reaching the client (TTFT; a stream's "
+            "role-only first event does not count; a whole answer: its first byte).",
+            ["route", "model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.inter_token = Histogram(
+            "gpuroute_inter_token_latency_seconds",
+            "Per stream, the mean time between its output tokens: (its end, which comes with "
+            "the last token - its first token) / (output tokens - 1), observed once at the end "
+            "of each complete stream with 2 or more output tokens, by model.",
+            ["model"],
+            buckets=TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.backend_duration = Histogram(
+            "gpuroute_backend_request_duration_seconds",
+            "Dispatch of the attempt that answered to its last byte, by backend.",
+            ["backend"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+
+    def watch_backends(
+        self, backends: BackendSet, health: BackendHealth, latency: LatencyModel | None = None
+    ) -> None:
+        self.registry.register(BackendCollector(backends, health))
+        if latency is not None:
+            self.registry.register(LatencyModelCollector(latency))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

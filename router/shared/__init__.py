@@ -1,0 +1,2 @@
+"""State the router replicas share through Redis: the client, quotas and keys, sessions,
+outstanding load."""
