@@ -21,7 +21,7 @@ import aiohttp
 from aiohttp import web
 from gpuroute.agent.config import load_agent_config
 
-from gpuroute.admin_guard import OPEN_PATHS, READS, AdminGuard
+from gpuroute.admin_guard import host_admin_guards
 from gpuroute.config import ConfigError
 from gpuroute.openai_api import healthz
 from gpuroute.secrets import read_secret
@@ -44,8 +44,7 @@ class AgentAdmin:
 
     def app(self) -> web.Application:
         """Everything but /healthz behind the one admin guard; reads need no token."""
-        guard = AdminGuard(self.token, lambda request: request.method in READS)
-        app = web.Application(middlewares=[guard.middleware(lambda p: p not in OPEN_PATHS)])
+        app = web.Application(middlewares=host_admin_guards(self.token))
         app.router.add_get("/healthz", healthz)
         app.router.add_get("/status", self._status)
         app.router.add_get("/metrics", self._metrics)

@@ -11,6 +11,7 @@ from gpuroute.agent.core.engine_facts import META_VALUE_MAX, Parallelism
 from gpuroute.agent.engine_metrics import ENGINE_KINDS
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
+from gpuroute.admin_guard import AdminToken, token_off_loopback
 from gpuroute.config import (
     HttpUrlWithPort,
     StrictModel,
@@ -158,7 +159,7 @@ class LoadStreamConfig(ListenConfig):
         return self
 
 
-class AgentConfig(DeclaresGpuTypes):
+class AgentConfig(AdminToken, DeclaresGpuTypes):
     id: Annotated[str, AfterValidator(_service_id)] | None = None  # default: hostname-port
     region: str = "local"
     zone: str = "local-a"
@@ -174,21 +175,13 @@ class AgentConfig(DeclaresGpuTypes):
     # start as a warm standby: registered (Meta standby = "true"), model loaded, out of the
     # routers' rotation until a router brings it in or `gpuroute agent activate`
     standby: bool = False
-    # Bearer token for the admin's POST /drain and /undrain. Without one, those answer only
-    # callers on loopback, and the admin listener may not leave loopback.
-    admin_token: str | None = None
-    admin_token_file: str | None = None
-    admin_token_env: str | None = None
-    check_secret_forms = secret_forms("admin_token")
+    # the admin token (AdminToken's keys) guards POST /drain, /undrain, /standby and
+    # /activate. Without one, the admin answers only callers on loopback, and its listener
+    # may not leave loopback.
 
     @model_validator(mode="after")
     def _admin_off_loopback_needs_a_token(self) -> AgentConfig:
-        tokens = (self.admin_token, self.admin_token_file, self.admin_token_env)
-        if not is_loopback(self.admin.host) and all(t is None for t in tokens):
-            raise ValueError(
-                f"admin.host {self.admin.host!r} is not loopback: set admin_token "
-                "(or admin_token_file, admin_token_env) to protect drain and undrain"
-            )
+        token_off_loopback(self.admin.host, self, "admin", " to protect drain and undrain")
         return self
 
     @model_validator(mode="after")

@@ -22,6 +22,8 @@ from gpuroute.sim.simulator import FleetSimulator
 from gpuroute.sim.workloads import Workload
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpuroute.stats import percentile
+
 ATTAINMENT_BOUND = 0.05
 TTFT_P50_BOUND = 0.25
 SHARE_BOUND = 0.05
@@ -76,7 +78,7 @@ def simulate(
     ttft = ttft + np.asarray([overhead.get(gpu, 0.0) for gpu in gpus])
     return {
         "slo_attainment": report.slo_attainment,
-        "ttft_p50_s": float(np.median(ttft)) if len(ttft) else math.nan,
+        "ttft_p50_s": percentile(ttft, 50),
         "gpu_share": {gpu: row["request_share"] for gpu, row in report.by_gpu_type.items()},
     }
 

@@ -26,6 +26,8 @@ from gpuroute.testbed.loopback import ROUTER_ON_LOOPBACK
 from gpuroute.testbed.ports import free_port
 from gpuroute.testbed.processes import Child, spawn, wait_http
 
+from gpuroute.stats import percentile
+
 MODEL = "llama-3.1-8b"
 
 
@@ -116,8 +118,8 @@ async def measure(spec: FleetBenchSpec, consul: ConsulDev, router_url: str) -> d
         result: dict = {
             "hosts": n,
             "staleness_samples": len(ages),
-            "staleness_p50_s": float(np.percentile(ages, 50)),
-            "staleness_p99_s": float(np.percentile(ages, 99)),
+            "staleness_p50_s": percentile(ages, 50),
+            "staleness_p99_s": percentile(ages, 99),
             "staleness_max_s": float(np.max(ages)),
             "raft_writes": index1 - index0,
             "raft_writes_per_s": (index1 - index0) / (t1 - t0),

@@ -45,6 +45,7 @@ from gpuroute.testbed.ports import free_port
 from gpuroute.testbed.processes import Child, spawn, start_engine, wait_http
 
 from gpuroute.roofline import EngineKind
+from gpuroute.stats import percentile
 
 ENGINE_START_S = 60.0  # a dozen engines importing at once on two cores
 # HAProxy and NGINX balance connections; the body's `model` is beyond them
@@ -249,7 +250,7 @@ def by_group(
             "completed": len(ok),
             "failed": len(mine) - len(ok),
             "slo_attainment": round(sum(map(met, ok)) / max(len(mine), 1), 4),
-            "ttft_p50_s": round(float(np.median(ttft)), 4) if ttft else float("nan"),
+            "ttft_p50_s": round(percentile(ttft, 50), 4) if ttft else float("nan"),
             "served_by_fallback": sum(r.served_model not in (None, asked[r.index]) for r in ok),
         }
     return out

@@ -20,11 +20,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuroute.gpus import GPU_SPECS
 from gpuroute.models import MODELS
 from gpuroute.roofline import EngineParams
+from gpuroute.stats import percentile
 
 
 def q(values, p: float) -> float:
     """The `p`th percentile, as every live figure reports it (numpy's, interpolated)."""
-    return round(float(np.percentile(values, p)), 4)
+    return round(percentile(values, p), 4)
 
 
 if TYPE_CHECKING:

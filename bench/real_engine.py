@@ -37,6 +37,8 @@ from gpuroute.testbed.real_vllm import (
     vllm_python,
 )
 
+from gpuroute.stats import percentile
+
 WORKLOADS = ("prefix", "chat")
 OURS = ("default", "round_robin")  # our default policy, and round robin as the floor
 REAL_COLUMNS = (
@@ -168,8 +170,8 @@ def measure(target: str, workload: str, engines, workdir: Path, run: RealRun, sa
         "completed": sum(ok for _, ok in results),
         "failed": sum(not ok for _, ok in results),
         "prefix_hit_rate": hits / queries if queries else 0.0,
-        "ttft_p50_s": float(np.percentile(ttfts, 50)) if len(ttfts) else float("nan"),
-        "ttft_p99_s": float(np.percentile(ttfts, 99)) if len(ttfts) else float("nan"),
+        "ttft_p50_s": percentile(ttfts, 50),
+        "ttft_p99_s": percentile(ttfts, 99),
         "throughput_rps": len(ttfts) / elapsed,
         "engine_share_max": max(served) / max(sum(served), 1.0),
     }

@@ -12,17 +12,17 @@ same N, so what the machine adds to every target cancels out."""
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import statistics
 import tempfile
 from pathlib import Path
 
-import numpy as np
 from gpuroute.bench.process_stats import cpu_seconds, rss_kib
 from gpuroute.bench.stream_client import StreamsResult, run_streams
 from gpuroute.bench.targets import start_baseline, start_router
 from gpuroute.testbed.processes import Child, require, start_engine, wait_http
+
+from gpuroute.stats import percentile
 
 ENGINE_CPU, PROXY_CPU = 0, 1
 MODEL = "llama-3.1-8b"
@@ -74,8 +74,8 @@ async def warm(port: int, streams: int, interval_s: float) -> None:
     await run_streams(port, min(streams, WARM_STREAMS), WARM_TOKENS, interval_s, timeout, MODEL)
 
 
-def ms(seconds, percentile: float) -> float:
-    return float(np.percentile(seconds, percentile)) * 1e3 if len(seconds) else math.nan
+def ms(seconds, q: float) -> float:
+    return percentile(seconds, q) * 1e3
 
 
 def _row(target: str, r: StreamsResult, cpu: float, idle_kib: int, busy_kib: int) -> dict:

@@ -24,14 +24,15 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 from gpuroute.bench.live import LiveBenchSpec, load_workload
-from gpuroute.bench.live_stats import MODEL, engine_stats
+from gpuroute.bench.live_stats import MODEL, engine_stats, q
 from gpuroute.bench.loadgen import Replay, RequestResult
 from gpuroute.bench.targets import start_router
 from gpuroute.router.shared.quotas import key_digest
 from gpuroute.sim.workloads import synthetic
 from gpuroute.testbed.processes import Child, start_engine, start_redis, wait_http
+
+from gpuroute.stats import percentile
 
 STEADY_KEY, BURSTY_KEY = "sk-bench-steady", "sk-bench-bursty"
 RUNS = ("alone", "alone again", "burst, quota", "burst, no quota")
@@ -69,10 +70,6 @@ def bearer_header(key: str) -> dict[str, str]:
 def latency(results: list[RequestResult], window: tuple[float, float] | None = None) -> dict:
     chosen = [r for r in results if window is None or window[0] <= r.sent_at < window[1]]
     ok = [r for r in chosen if r.ok]
-
-    def q(values: list[float], p: float) -> float:
-        return round(float(np.percentile(values, p)), 4) if values else math.nan
-
     ttft, e2e = [r.ttft_s for r in ok], [r.e2e_s for r in ok]
     return {
         "sent": len(chosen),
@@ -225,9 +222,9 @@ def paired_slowdown(
         return {"requests": 0}
     return {
         "requests": len(ratios),
-        "p50": round(float(np.percentile(ratios, 50)), 3),
-        "p90": round(float(np.percentile(ratios, 90)), 3),
-        "p99": round(float(np.percentile(ratios, 99)), 3),
+        "p50": round(percentile(ratios, 50), 3),
+        "p90": round(percentile(ratios, 90), 3),
+        "p99": round(percentile(ratios, 99), 3),
     }
 
 

@@ -37,16 +37,15 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
 
 
-class AdminAccess(StrictModel):
-    """The keys a tier with admin routes takes (router, global tier)."""
+class AdminToken(StrictModel):
+    """The admin token's keys, in one of its forms, as every tier takes them."""
 
     admin_token: str | None = None
     admin_token_file: str | None = None
     admin_token_env: str | None = None
-    admin_metrics_open: bool = False  # /metrics without the token (a scraper that has none)
 
     @model_validator(mode="after")
-    def _admin_token_forms(self) -> AdminAccess:
+    def _admin_token_forms(self) -> AdminToken:
         check_forms(self, ("admin_token",))
         return self
 
@@ -54,6 +53,12 @@ class AdminAccess(StrictModel):
     def admin_token_set(self) -> bool:
         forms = (self.admin_token, self.admin_token_file, self.admin_token_env)
         return any(f is not None for f in forms)
+
+
+class AdminAccess(AdminToken):
+    """The keys a tier with admin routes on a fleet takes (router, global tier)."""
+
+    admin_metrics_open: bool = False  # /metrics without the token (a scraper that has none)
 
 
 def admin_placement(
@@ -66,10 +71,19 @@ def admin_placement(
             "admin_on_public_listener: allowed only while listen.host is a loopback "
             f"address (it is {listen.host!r}); use admin_listen instead"
         )
-    if not on_public and not admin_listen.loopback and not access.admin_token_set:
+    if not on_public:
+        token_off_loopback(
+            admin_listen.host, access, "admin_listen", "; /metrics and /admin/* show the fleet"
+        )
+
+
+def token_off_loopback(host: str, access: AdminToken, key: str, why: str) -> None:
+    """An admin listener (config `key`, on `host`) off loopback needs the token: without one
+    the guard answers only loopback callers, and `why` says what it would leave open."""
+    if not is_loopback(host) and not access.admin_token_set:
         raise ValueError(
-            f"admin_listen.host {admin_listen.host!r} is not loopback: set admin_token (or "
-            "admin_token_file, admin_token_env); /metrics and /admin/* show the fleet"
+            f"{key}.host {host!r} is not loopback: set admin_token (or "
+            f"admin_token_file, admin_token_env){why}"
         )
 
 
@@ -156,3 +170,10 @@ def admin_guards(access: AdminAccess, where: str) -> list[Middleware]:
         return path.startswith("/admin") or path == "/metrics"
 
     return [guard.middleware(covers)]
+
+
+def host_admin_guards(token: str | None) -> list[Middleware]:
+    """The agent's guard (a listener that is all admin): every path but /healthz and
+    /readyz, reads (one host's status and metrics) without the token, actions with it."""
+    guard = AdminGuard(token, lambda request: request.method in READS)
+    return [guard.middleware(lambda path: path not in OPEN_PATHS)]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 from gpuroute.router.core.latency_prior import LatencyPrior
 from gpuroute.router.core.slo import SloClass
 from gpuroute.sim.scenario import Scenario
@@ -19,6 +18,7 @@ from gpuroute.sim.workloads import Workload
 
 from gpuroute.config import ConfigError
 from gpuroute.roofline import DEFAULT_MEMORY_UTILIZATION, EngineParams, usable_bytes
+from gpuroute.stats import quantile
 
 
 class PlanError(ConfigError):
@@ -98,7 +98,7 @@ def unreachable(
 ) -> str | None:
     """Why `slo` cannot be met on this engine even idle, or None when it can."""
     prior = LatencyPrior.from_engine(params)
-    prompt = float(np.quantile(workload.prompts, attainment))
+    prompt = quantile(workload.prompts, attainment)
     step = prior.decode_step_s(1, prompt)
     ttft, _ = prior.prefill_s(prompt, step)
     if ttft > slo.ttft_s:

@@ -29,6 +29,8 @@ from gpuroute.sim.fleet import GpuTypeProfile, fleet_capacity_rps, profile_gpu_t
 from gpuroute.sim.scenario import LoadedScenario
 from gpuroute.sim.workloads import synthetic
 
+from gpuroute.stats import percentile
+
 REPORT, EVENT = -1, -2
 
 
@@ -281,7 +283,7 @@ def report(loaded, mode, clients, regions, served_in, rtt, ttft, finish, status,
 
     def p99(mask) -> float:
         values = e2e[mask & ok]
-        return round(float(np.percentile(values, 99)), 3) if len(values) else float("nan")
+        return round(percentile(values, 99), 3) if len(values) else float("nan")
 
     steady = arrivals < (clients.flash[0] if clients.flash else math.inf)
     in_flash = (

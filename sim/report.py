@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gpuroute.stats import percentile
+
 if TYPE_CHECKING:
     from gpuroute.sim.engine_model import EngineModel
     from gpuroute.sim.scenario import Scenario
@@ -104,10 +106,6 @@ def _r(value: float, digits: int = 4) -> float:
     return round(float(value), digits) if np.isfinite(value) else float("nan")
 
 
-def percentile(values: np.ndarray, q: float) -> float:
-    return _r(np.percentile(values, q)) if len(values) else float("nan")
-
-
 def summarise(
     policy: str,
     scenario: Scenario,
@@ -142,12 +140,12 @@ def summarise(
         failed=int((status == FAILED).sum()),
         retries=run.retries,
         **continuations(run, workload, work),
-        ttft_p50_s=percentile(ttft, 50),
-        ttft_p99_s=percentile(ttft, 99),
-        e2e_p50_s=percentile(e2e, 50),
-        e2e_p99_s=percentile(e2e, 99),
-        tpot_p50_s=percentile(tpot, 50),
-        tpot_p99_s=percentile(tpot, 99),
+        ttft_p50_s=_r(percentile(ttft, 50)),
+        ttft_p99_s=_r(percentile(ttft, 99)),
+        e2e_p50_s=_r(percentile(e2e, 50)),
+        e2e_p99_s=_r(percentile(e2e, 99)),
+        tpot_p50_s=_r(percentile(tpot, 50)),
+        tpot_p99_s=_r(percentile(tpot, 99)),
         throughput_rps=_r(ok.sum() / duration),
         output_tokens_per_s=_r(outputs.sum() / duration, 1),
         goodput_rps=_r(good.sum() / offered_window_s(arrivals)),
@@ -222,7 +220,7 @@ def by_slo_class(classes, class_of: np.ndarray, ok: np.ndarray, good: np.ndarray
             "request_share": _r(count / max(len(class_of), 1)),
             "attainment": _r(met / count) if count else float("nan"),
             "refused": int((mine & ~ok).sum()),
-            "ttft_p99_s": percentile(ttft[served_class == k], 99),
+            "ttft_p99_s": _r(percentile(ttft[served_class == k], 99)),
         }
     return out
 
@@ -284,8 +282,8 @@ def by_gpu_type(
         mine = types == name
         out[name] = {
             "request_share": _r(mine.sum() / max(len(e2e), 1)),
-            "e2e_p99_s": percentile(e2e[mine], 99),
-            "tpot_p50_s": percentile(tpot[mine], 50),
+            "e2e_p99_s": _r(percentile(e2e[mine], 99)),
+            "tpot_p50_s": _r(percentile(tpot[mine], 50)),
         }
     return out
 

@@ -20,6 +20,7 @@ from gpuroute.sim.simulator import FleetSimulator, RegionalRun
 
 from gpuroute.config import ConfigError
 from gpuroute.console.tables import print_table, stdout_console
+from gpuroute.stats import percentile
 
 COLUMNS = (
     ("fleet", "fleet", "{}"),
@@ -96,7 +97,7 @@ def summary(name: str, report: PolicyReport, run: RegionalRun) -> dict[str, obje
         "top_ttft_p99_s": top_report["ttft_p99_s"],
         "crowd_top_requests": int(crowd.sum()),
         "crowd_top_attainment": float(met.sum() / crowd.sum()) if crowd.any() else None,
-        "crowd_top_ttft_p99_s": float(np.percentile(ttft[served], 99)) if served.any() else None,
+        "crowd_top_ttft_p99_s": percentile(ttft[served], 99) if served.any() else None,
         "rejected": report.rejected,
         "failed": report.failed,
         "requests": report.requests,

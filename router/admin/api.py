@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from gpuroute.config import ConfigError
 from gpuroute.openai_api import clip, error_response
 
-log = logging.getLogger("gpuroute.router.admin.fleet_view")
+log = logging.getLogger("gpuroute.router.admin")
 REDACTED = "<redacted>"
 SECRET_NAME = re.compile(r"(token|_key|password|secret)$")
 URL_PASSWORD = re.compile(r"(://[^:/@]*:)[^@/]*@")

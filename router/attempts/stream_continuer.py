@@ -20,7 +20,6 @@ from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.lifetime import Event
 from gpuroute.router.core.retry import FailureKind
 from gpuroute.router.observe.tracing_spans import continuation
-from prometheus_client import Counter
 
 from gpuroute.continuation.relay import BrokenStream, Refused, keep
 from gpuroute.continuation.splice import Splice
@@ -47,19 +46,8 @@ class StreamContinuer:
 
     def __init__(self, forwarder: Forwarder, config: ContinuationConfig) -> None:
         self.forwarder, self.config = forwarder, config
-        self.counted = Counter(
-            "gpuroute_stream_continuations",
-            "Streams whose engine broke mid-answer: continued on another backend, or ended "
-            "with the error event and why not (n, logprobs, seed, tool_calls, no_backend, ...).",
-            ["reason", "outcome"],
-            registry=forwarder.metrics.registry,
-        )
-        self.prefill = Counter(
-            "gpuroute_stream_continuation_prefill_tokens",
-            "Prompt tokens sent to continue broken streams (the prompt and the text so far, "
-            "prefilled again where the stream goes on): the GPU work continuations cost.",
-            registry=forwarder.metrics.registry,
-        )
+        metrics = forwarder.metrics  # counted in router/observe/metrics.py's
+        self.counted, self.prefill = metrics.continuations, metrics.continuation_prefill
 
     def prepare(self, route: str, stream: bool, body: dict | None) -> tuple[bool, bool]:
         """Whether the stream may be continued, and whether its token ids were asked for on

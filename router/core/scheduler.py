@@ -12,7 +12,7 @@ import random
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from gpuroute.router.core.backend import ROUTABLE_STATES, Backend, BackendSet
+from gpuroute.router.core.backend import ROUTABLE_STATES, Backend, BackendSet, BackendState
 from gpuroute.router.core.cost import CostEstimator, GpuCostPrior
 from gpuroute.router.core.health import BackendHealth, HealthEvents
 from gpuroute.router.core.latency import LatencyModel, Prediction
@@ -142,6 +142,25 @@ class Scheduler:
         life.model = model
         life.work = self.ledger.start(backend, cost)
         return Decision(backend, cost, count, reason, trace, prediction, fits=fits, model=model)
+
+    def route_unparsed(self, life: RequestLifetime) -> Backend | None:
+        """A passthrough request (an engine path forwarded unparsed, for no model): the ready
+        backend with the fewest requests booked, booked there in the ledger like any request
+        so that concurrent ones spread; None when no backend is ready. Its size is unknown,
+        so it is booked at the default request's cost: its prompt as estimated from its body
+        and the estimator's default output length. Its booking is released with no verdict
+        when its lifetime closes: an unparsed answer teaches neither costs nor health."""
+        ready = [b for b in self.backends if b.state is BackendState.READY]
+        if not ready:
+            return None
+        backend = min(ready, key=lambda b: b.in_flight)  # ties: the first in fleet order
+        estimator = self.estimator
+        cost = estimator.seconds(
+            backend.gpu_type, backend.capacity, life.info.prompt_tokens,
+            estimator.default_output_tokens,
+        )  # fmt: skip
+        life.work = self.ledger.start(backend, cost)
+        return backend
 
     def _choose_model(
         self,

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from aiohttp import web
 from gpuroute.router.attempts.exchange import Answer, Exchange
 from gpuroute.router.attempts.forward import Forwarder
-from gpuroute.router.core.backend import BackendState
 from gpuroute.router.core.lifetime import Event
 from gpuroute.router.front.admission import AdmissionGate
 from gpuroute.router.front.stages import Admitted, Front
@@ -119,7 +118,8 @@ class Proxy:
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
         """An allow-listed path (config `passthrough_paths`): the same key, quota and queue
-        checks as the OpenAI routes, then the least busy ready backend, unretried."""
+        checks as the OpenAI routes, then the ready backend with the fewest requests booked
+        (the scheduler's `route_unparsed`), unretried."""
         arrival, status = self.clock(), 499  # 499: the client left
         try:
             response = await self._passthrough(request)
@@ -138,7 +138,6 @@ class Proxy:
             return rejection.response()
         answered: list[Answer] = []
         ending = Event.CANCEL
-        admitted.life.move(Event.PLACE)  # on the least busy backend, not through the scheduler
         try:
             response = await self._pass(request, admitted, answered)
             ending = Event.FINISH if answered else Event.FAIL
@@ -153,11 +152,10 @@ class Proxy:
     ) -> web.StreamResponse:
         """Forward as it came; what came back goes into `answered` (its usage settles the
         tenant's token charge, as on the OpenAI routes)."""
-        scheduler = self.forwarder.scheduler
-        ready = [b for b in scheduler.backends if b.state is BackendState.READY]
-        if not ready:
+        backend = self.forwarder.scheduler.route_unparsed(admitted.life)
+        if backend is None:
             return error_response(503, "no backend is ready", code="no_backend")
-        backend = min(ready, key=lambda b: b.in_flight)
+        admitted.life.move(Event.PLACE)  # booked there until its lifetime closes
         session = self.forwarder.session
         assert session is not None
         try:

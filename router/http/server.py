@@ -47,7 +47,7 @@ from gpuroute.router.observe.decision_log import DecisionLog
 from gpuroute.router.observe.region_report import RegionReportService, start_region_server
 from gpuroute.router.responses.routes import add_responses_routes
 from gpuroute.router.responses.state import ResponsesState
-from gpuroute.router.scaling.autoscaler import Autoscaler, PoolCollector
+from gpuroute.router.scaling.autoscaler import Autoscaler
 from gpuroute.router.shared.load import RedisBoard, SharedLoad, prefix_index_of
 from gpuroute.router.shared.quotas import Quotas
 from gpuroute.router.shared.redis_client import open_redis
@@ -100,7 +100,7 @@ class RouterApp:
         rates = PoolRates()  # this replica's arrivals and its peers', to size pools on
         # pools sized and warm standby brought in and sent back (router/scaling/autoscaler.py)
         self.autoscaler = Autoscaler(config.autoscale, scheduler, config.slo, rates=rates)
-        self.metrics.registry.register(PoolCollector(self.autoscaler))
+        self.metrics.watch_pools(self.autoscaler)
         self.responses = ResponsesState.from_config(config, self.redis, self.workers)
         self.usage = UsageRecords.from_config(config, self.redis, self.metrics)
         limits = {b.backend_id: b.max_inflight for b in config.backends}

@@ -1,13 +1,21 @@
-"""Prometheus metrics of one router, in a registry of its own (no global state)."""
+"""Prometheus metrics of one router, in a registry of its own (no global state): every
+metric the router shows is named here, those counted as requests run and those read at
+scrape time (backends, the latency model, the pools, the `--workers` parent's own)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from typing import Protocol
+
+from gpuroute.router.config.autoscale import AutoscaleConfig
 from gpuroute.router.config.metrics import BoundedLabels, MetricsConfig
+from gpuroute.router.core.autoscale import PoolSize
 from gpuroute.router.core.backend import BackendSet
 from gpuroute.router.core.health import BackendHealth
 from gpuroute.router.core.latency import LatencyModel
+from gpuroute.router.core.standby import StandbyRotation
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics import MetricWrapperBase
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
@@ -100,6 +108,72 @@ class LatencyModelCollector:
             for gpu, ratio in sorted(learned.items()):
                 ratios.add_metric([gpu, measure], ratio)
         yield from (overhead, ratios)
+
+
+# the pools' gauges: (metric, the PoolSize attribute it shows, help)
+POOL_GAUGES = (
+    ("gpuroute_pool_desired_backends", "active", "Backends in rotation the pool should "
+     "have (what the GPU groups' scaling policy follows)."),
+    ("gpuroute_pool_desired_standby_backends", "standby", "Warm standby backends wanted on "
+     "top of those in rotation."),
+    ("gpuroute_pool_arrival_rate_rps", "rate_rps", "The smoothed arrival rate the pool was "
+     "sized with (the region's, where replicas share theirs), in requests/s."),
+    ("gpuroute_pool_forecast_rps", "forecast_rps", "The demand the pool was sized for: the "
+     "highest expected within one lead time, in requests/s."),
+    ("gpuroute_pool_utilisation", "utilisation", "The arrival rate over the SLO capacity of "
+     "the backends in rotation."),
+    ("gpuroute_pool_backend_capacity_rps", "capacity_rps", "One backend's SLO capacity in the "
+     "pool, in requests/s."),
+)  # fmt: skip
+STANDBY_COUNTERS = (  # (metric, the StandbyRotation count per pool, help)
+    ("gpuroute_standby_promotions", "promoted_into", "Standby backends brought into the "
+     "pool's rotation before a request would wait."),
+    ("gpuroute_standby_releases", "released_from", "Promoted standby backends sent back "
+     "once the pool stayed quiet."),
+)  # fmt: skip
+
+
+class Pools(Protocol):
+    """What the pools' collector reads of the autoscaler (router/scaling/autoscaler.py)."""
+
+    config: AutoscaleConfig
+    sizes: dict[str, PoolSize]
+    standby: StandbyRotation
+
+
+class PoolCollector:
+    """The pools' last sizes (only where sizing is shown) and the standby rotation's
+    promotions and releases, read at scrape time, labelled by pool (the model name)."""
+
+    def __init__(self, autoscaler: Pools) -> None:
+        self.autoscaler = autoscaler
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        a = self.autoscaler
+        if a.config.enabled:
+            sizes = sorted(a.sizes.items())
+            for name, attribute, documentation in POOL_GAUGES:
+                gauge = GaugeMetricFamily(name, documentation, labels=["pool"])
+                for pool, size in sizes:
+                    gauge.add_metric([pool], float(getattr(size, attribute)))
+                yield gauge
+        for name, attribute, documentation in STANDBY_COUNTERS:
+            counter = CounterMetricFamily(name, documentation, labels=["pool"])
+            for pool, count in sorted(getattr(a.standby, attribute).items()):
+                counter.add_metric([pool], count)
+            yield counter
+
+
+def worker_families(up: int, restarts: Sequence[int]) -> list[GaugeMetricFamily]:
+    """The `--workers` parent's own metrics, beside its workers' merged ones."""
+    running = GaugeMetricFamily("gpuroute_workers_up", "Worker processes running.")
+    running.add_metric([], up)
+    restarted = CounterMetricFamily(
+        "gpuroute_worker_restarts", "Workers restarted after dying.", labels=["worker"]
+    )
+    for index, n in enumerate(restarts):
+        restarted.add_metric([str(index)], n)
+    return [running, restarted]
 
 
 class RouterMetrics:
@@ -205,6 +279,7 @@ class RouterMetrics:
             registry=r,
         )
         self._load_streams(r)
+        self._answers(r)
 
         self.quota_refusals = Counter(
             "gpuroute_quota_refusals",
@@ -273,6 +348,30 @@ class RouterMetrics:
         self.inter_token_by = Children(self.inter_token)
         self.backend_duration_by = Children(self.backend_duration)
         self.slo_requests_by = Children(self.slo_requests)
+
+    def _answers(self, r: CollectorRegistry) -> None:
+        """What the answers used (router/usage/tokens.py) and what continuing broken
+        streams cost (router/attempts/stream_continuer.py)."""
+        self.tokens = Counter(
+            "gpuroute_tokens",
+            "Tokens as the engines' usage reports them, by served model and tenant (beyond "
+            "[metrics] max_models and max_tenants: other) and direction (prompt, completion).",
+            ["model", "tenant", "direction"],
+            registry=r,
+        )
+        self.continuations = Counter(
+            "gpuroute_stream_continuations",
+            "Streams whose engine broke mid-answer: continued on another backend, or ended "
+            "with the error event and why not (n, logprobs, seed, tool_calls, no_backend, ...).",
+            ["reason", "outcome"],
+            registry=r,
+        )
+        self.continuation_prefill = Counter(
+            "gpuroute_stream_continuation_prefill_tokens",
+            "Prompt tokens sent to continue broken streams (the prompt and the text so far, "
+            "prefilled again where the stream goes on): the GPU work continuations cost.",
+            registry=r,
+        )
 
     def _load_streams(self, r: CollectorRegistry) -> None:
         """The agents' load streams: how fresh, and which were cut as untrustworthy."""
@@ -350,6 +449,9 @@ class RouterMetrics:
         self.registry.register(BackendCollector(backends, health))
         if latency is not None:
             self.registry.register(LatencyModelCollector(latency))
+
+    def watch_pools(self, autoscaler: Pools) -> None:
+        self.registry.register(PoolCollector(autoscaler))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

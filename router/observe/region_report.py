@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import math
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 
@@ -14,6 +13,7 @@ from gpuroute.router.core.region_summary import RegionSummary
 
 from gpuroute.grpc_server import start_grpc_server
 from gpuroute.proto import load_pb2, load_pb2_grpc
+from gpuroute.stats import percentile
 
 
 class RegionReportService(load_pb2_grpc.RegionLoadServicer):
@@ -46,8 +46,8 @@ class RegionReportService(load_pb2_grpc.RegionLoadServicer):
             routable_backends=s.routable_backends,
             capacity=s.capacity,
             models=list(s.models),
-            ttft_p99_s=p99(ttft),
-            e2e_p99_s=p99(e2e),
+            ttft_p99_s=percentile(ttft, 99, empty=0.0),
+            e2e_p99_s=percentile(e2e, 99, empty=0.0),
         )
 
     async def WatchRegion(
@@ -60,14 +60,6 @@ class RegionReportService(load_pb2_grpc.RegionLoadServicer):
                 await asyncio.sleep(self.period_s)  # the report period
         finally:
             self.watchers -= 1
-
-
-def p99(values: Sequence[float]) -> float:
-    """Nearest-rank p99 of recent values; 0 when there are none."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)]
 
 
 async def start_region_server(

@@ -19,7 +19,7 @@ import asyncio
 import importlib
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from gpuroute.router.config.autoscale import AutoscaleConfig
 from gpuroute.router.config.router import SloConfig
@@ -27,32 +27,10 @@ from gpuroute.router.core.autoscale import PoolSize
 from gpuroute.router.core.fleet_sizer import FleetSizer, PoolRates
 from gpuroute.router.core.scheduler import Scheduler
 from gpuroute.router.core.standby import StandbyRotation
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from gpuroute.runtime import BackgroundLoop
 
 log = logging.getLogger("gpuroute.router.autoscale")
-# the pools' gauges: (metric, the PoolSize attribute it shows, help)
-POOL_GAUGES = (
-    ("gpuroute_pool_desired_backends", "active", "Backends in rotation the pool should "
-     "have (what the GPU groups' scaling policy follows)."),
-    ("gpuroute_pool_desired_standby_backends", "standby", "Warm standby backends wanted on "
-     "top of those in rotation."),
-    ("gpuroute_pool_arrival_rate_rps", "rate_rps", "The smoothed arrival rate the pool was "
-     "sized with (the region's, where replicas share theirs), in requests/s."),
-    ("gpuroute_pool_forecast_rps", "forecast_rps", "The demand the pool was sized for: the "
-     "highest expected within one lead time, in requests/s."),
-    ("gpuroute_pool_utilisation", "utilisation", "The arrival rate over the SLO capacity of "
-     "the backends in rotation."),
-    ("gpuroute_pool_backend_capacity_rps", "capacity_rps", "One backend's SLO capacity in the "
-     "pool, in requests/s."),
-)  # fmt: skip
-STANDBY_COUNTERS = (  # (metric, the StandbyRotation count per pool, help)
-    ("gpuroute_standby_promotions", "promoted_into", "Standby backends brought into the "
-     "pool's rotation before a request would wait."),
-    ("gpuroute_standby_releases", "released_from", "Promoted standby backends sent back "
-     "once the pool stayed quiet."),
-)  # fmt: skip
 
 
 def tightest_tpot(slo: SloConfig) -> float:
@@ -175,26 +153,3 @@ class Autoscaler:
                 "reason": size.reason,
             }
         return {"interval_s": self.config.interval_s, "pools": pools}
-
-
-class PoolCollector:
-    """The pools' last sizes (only where sizing is shown) and the standby rotation's
-    promotions and releases, read at scrape time, labelled by pool (the model name)."""
-
-    def __init__(self, autoscaler: Autoscaler) -> None:
-        self.autoscaler = autoscaler
-
-    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        a = self.autoscaler
-        if a.config.enabled:
-            sizes = sorted(a.sizes.items())
-            for name, attribute, documentation in POOL_GAUGES:
-                gauge = GaugeMetricFamily(name, documentation, labels=["pool"])
-                for pool, size in sizes:
-                    gauge.add_metric([pool], float(getattr(size, attribute)))
-                yield gauge
-        for name, attribute, documentation in STANDBY_COUNTERS:
-            counter = CounterMetricFamily(name, documentation, labels=["pool"])
-            for pool, count in sorted(getattr(a.standby, attribute).items()):
-                counter.add_metric([pool], count)
-            yield counter

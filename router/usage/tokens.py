@@ -6,22 +6,14 @@ bounded as every label is (router/config/metrics.py), so the series stay few."""
 from __future__ import annotations
 
 from gpuroute.router.observe.metrics import Children, RouterMetrics
-from prometheus_client import Counter
 
 
 class TokenCounter:
-    """`gpuroute_tokens_total`, in the router's registry."""
+    """Counts into `gpuroute_tokens_total` (router/observe/metrics.py)."""
 
     def __init__(self, metrics: RouterMetrics) -> None:
         self.tenant_label, self.model_label = metrics.tenant_label, metrics.model_label
-        self.tokens = Counter(
-            "gpuroute_tokens",
-            "Tokens as the engines' usage reports them, by served model and tenant (beyond "
-            "[metrics] max_models and max_tenants: other) and direction (prompt, completion).",
-            ["model", "tenant", "direction"],
-            registry=metrics.registry,
-        )
-        self.tokens_by = Children(self.tokens)
+        self.tokens_by = Children(metrics.tokens)
 
     def count(self, model: str, tenant: str, prompt: int, completion: int) -> None:
         model, label = self.model_label(model), self.tenant_label(tenant)

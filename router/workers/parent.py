@@ -23,9 +23,9 @@ from pathlib import Path
 
 from aiohttp import web
 from gpuroute.router.config.router import RouterConfig
+from gpuroute.router.observe.metrics import worker_families
 from gpuroute.router.workers.admin import WorkerAdmin
 from gpuroute.router.workers.board import create_board
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from gpuroute.admin_guard import admin_guards
 from gpuroute.serving import CUT_GRACE_S
@@ -140,14 +140,8 @@ class Supervisor:
                 await asyncio.wait_for(proc.wait(), 0.1)
 
     def status(self) -> list:
-        up = GaugeMetricFamily("gpuroute_workers_up", "Worker processes running.")
-        up.add_metric([], sum(p is not None and p.returncode is None for p in self.procs))
-        restarts = CounterMetricFamily(
-            "gpuroute_worker_restarts", "Workers restarted after dying.", labels=["worker"]
-        )
-        for index, n in enumerate(self.restarts):
-            restarts.add_metric([str(index)], n)
-        return [up, restarts]
+        up = sum(p is not None and p.returncode is None for p in self.procs)
+        return worker_families(up, self.restarts)
 
     def unready(self) -> str | None:
         if self.stopping.is_set():

@@ -13,6 +13,8 @@ from gpuroute.agent.server import Agent
 from support.live import FakeEngineProcess, async_wait_for, gpuroute_cmd
 from support_admin import page_attacks, unrefused
 
+from gpuroute.admin_guard import AdminToken
+
 pytestmark = pytest.mark.asyncio
 TOKEN = "agent-admin-secret"
 ACTIONS = ("/drain", "/undrain", "/standby", "/activate")
@@ -54,9 +56,15 @@ async def test_drain_needs_the_token_and_undrain_brings_the_host_back(tmp_path) 
             health, passing = health_checks(s, admin)
 
             await async_wait_for(passing, 10, "agent passing")
-            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic x"}):
+            for headers, code in (
+                ({}, "invalid_admin_token"),
+                ({"Authorization": "Bearer wrong"}, "invalid_admin_token"),
+                ({"Authorization": "Basic x"}, "invalid_api_key"),  # malformed, as everywhere
+            ):
                 async with s.post(admin + "/drain", headers=headers, json={}) as r:
+                    # the one guard's answer (gpuroute/admin_guard.py), as the router's
                     assert r.status == 401, headers
+                    assert (await r.json())["error"]["code"] == code, headers
             assert await health() == "passing"
             good = {"Authorization": f"Bearer {TOKEN}"}
             async with s.post(admin + "/drain", headers=good, json={}) as r:
@@ -147,3 +155,20 @@ async def test_an_admin_listener_off_loopback_needs_a_token() -> None:
                 "admin": {"host": "0.0.0.0", "port": 7071},
             }
         )
+
+
+async def test_the_agents_admin_token_is_read_by_the_shared_rules() -> None:
+    """Issue 44 item 7: the agent takes the admin token's keys and their checks from the
+    kernel's one guard (AdminToken, token_off_loopback), not from a copy of its own."""
+    engine = {"url": "http://127.0.0.1:8000", "models": ["m"], "gpu": "H100"}
+    both = {"engine": engine, "admin_token": "a", "admin_token_env": "B"}
+    with pytest.raises(ValueError, match="set only one form of the secret admin_token"):
+        AgentConfig.model_validate(both)
+    off = {"engine": engine, "admin": {"host": "0.0.0.0", "port": 7071}}
+    with pytest.raises(ValueError) as refused:
+        AgentConfig.model_validate(off)
+    assert (
+        "admin.host '0.0.0.0' is not loopback: set admin_token (or admin_token_file, "
+        "admin_token_env) to protect drain and undrain" in str(refused.value)
+    )
+    assert isinstance(AgentConfig.model_validate({**off, "admin_token": "t"}), AdminToken)

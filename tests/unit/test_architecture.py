@@ -43,6 +43,52 @@ def test_no_function_over_60_lines_outside_declarative_tables() -> None:
     assert not long, long
 
 
+# each tier's one metrics module: every metric it shows, one definition after another
+METRICS_MODULES = {"router/observe/metrics.py", "agent/metrics.py", "global/metrics.py"}
+
+
+DEFINES_METRICS = {"Counter", "Gauge", "Histogram", "Summary", "Info", "Enum"}
+
+
+def test_each_tier_defines_its_metrics_in_its_metrics_module() -> None:
+    """Issue 44 item 7: a metric's name, labels and help are written in one place per tier,
+    so none is named twice or found only by reading the module that counts it."""
+    elsewhere = []
+    for name, text in sources():
+        if name.split("/")[0] not in ("router", "agent", "global") or name in METRICS_MODULES:
+            continue
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("prometheus"):
+                found = [
+                    a.name
+                    for a in node.names
+                    if a.name in DEFINES_METRICS or a.name.endswith("MetricFamily")
+                ]
+                elsewhere += [f"{name}:{node.lineno} {f}" for f in found]
+    assert not elsewhere, elsewhere
+
+
+PERCENTILE_CALLS = {"percentile", "quantile", "nanpercentile", "nanquantile", "quantiles"}
+
+
+def test_one_percentile_definition() -> None:
+    """Every percentile is gpuroute/stats.py's (issue 44 item 7): no other module asks
+    numpy or `statistics` for one, so no figure can drift to another definition."""
+    others = []
+    for name, text in sources():
+        if name == "gpuroute/stats.py":
+            continue
+        for node in ast.walk(ast.parse(text)):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            owner = node.func.value
+            numpy = isinstance(owner, ast.Name) and owner.id in ("np", "numpy")
+            attr = node.func.attr
+            if attr in PERCENTILE_CALLS or (numpy and attr == "median"):
+                others.append(f"{name}:{node.lineno} {attr}")
+    assert not others, others
+
+
 def test_building_the_cli_loads_no_simulator_benchmark_or_testbed_code() -> None:
     """Every router, agent and fake-engine process builds the whole parser at start-up; a
     registration module that imports its package's work (numpy, rich, the simulator) makes

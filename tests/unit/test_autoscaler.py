@@ -10,7 +10,8 @@ import pytest
 from gpuroute.router.backends.assemble import build_scheduler, prior_book
 from gpuroute.router.config.router import RouterConfig
 from gpuroute.router.core.backend import BackendState
-from gpuroute.router.scaling.autoscaler import Autoscaler, PoolCollector
+from gpuroute.router.observe.metrics import PoolCollector
+from gpuroute.router.scaling.autoscaler import Autoscaler
 from gpuroute.router.shared.load import ARRIVALS_KEY, decode_share, merge_arrivals
 from prometheus_client import CollectorRegistry
 

@@ -285,9 +285,14 @@ def test_decision_timing_is_one_sample_per_request_and_numpys_percentiles() -> N
     )
 
 
-def test_recent_p99_is_nearest_rank() -> None:
-    from gpuroute.router.observe.region_report import p99
+def test_the_region_reports_p99_is_the_one_percentile() -> None:
+    """Issue 44 item 7: interpolated, as the simulator's (it was nearest-rank: 99.0 here)."""
+    from gpuroute.router.core.region_summary import RegionSummary
+    from gpuroute.router.observe.region_report import RegionReportService
 
-    assert p99([]) == 0.0
-    assert p99([float(i) for i in range(1, 101)]) == 99.0
-    assert p99([5.0]) == 5.0
+    recent = [float(i) for i in range(1, 101)], [5.0]
+    summary = RegionSummary(0.5, 0.0, 1, 1.0, ("m",))
+    report = RegionReportService("r", lambda: summary, lambda: 0, 1.0, lambda: recent).report()
+    assert report.ttft_p99_s == pytest.approx(99.01) and report.e2e_p99_s == 5.0
+    empty = RegionReportService("r", lambda: summary, lambda: 0, 1.0).report()
+    assert (empty.ttft_p99_s, empty.e2e_p99_s) == (0.0, 0.0)

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
 import pytest
+from gpuroute.router.core import BackendSet, BackendState, RequestInfo, Scheduler
+from gpuroute.router.core.cost import CostEstimator
 from gpuroute.router.core.ledger import OutstandingWork, WorkBooking
+from gpuroute.router.core.policies.least_outstanding_work import LeastOutstandingWork
 from hypothesis import given
 from hypothesis import strategies as st
-from support.helpers import backends
+from support.helpers import PRIORS, backends, life
 
 operations = st.lists(
     st.tuples(
@@ -55,3 +58,23 @@ def test_idle_backend_has_exactly_zero_work() -> None:
 def test_negative_work_is_refused() -> None:
     with pytest.raises(ValueError):
         OutstandingWork().start(backends(1)[0], -1.0)
+
+
+def test_passthrough_requests_are_booked_where_they_go() -> None:
+    """An unparsed request goes to the ready backend with the fewest booked and is booked
+    there at the default request's cost, so a burst alternates between equal backends; its
+    release frees it, and with no ready backend nothing is booked (issue 44 item 6)."""
+    pool = backends(3)
+    pool[2].state = BackendState.DRAINING
+    scheduler = Scheduler(BackendSet(pool), LeastOutstandingWork(), CostEstimator(PRIORS))
+    lives = [life(RequestInfo(i, "", 100)) for i in range(4)]
+    placed = [scheduler.route_unparsed(one) for one in lives]
+    assert [b.backend_id for b in placed if b is not None] == ["b0", "b1", "b0", "b1"]
+    expected = scheduler.estimator.seconds("H100", 1.0, 100, 256.0)
+    assert pool[0].outstanding == pytest.approx(2 * expected) and pool[2].in_flight == 0
+    assert all(scheduler.release(one) for one in lives)
+    assert [(b.in_flight, b.outstanding) for b in pool] == [(0, 0.0)] * 3
+    for b in pool[:2]:
+        b.state = BackendState.WARMING
+    nowhere = life(RequestInfo(9, "", 100))
+    assert scheduler.route_unparsed(nowhere) is None and nowhere.work is None
