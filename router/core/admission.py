@@ -309,6 +309,10 @@ class Admission:
     def offer(self, life: RequestLifetime, now: float, deadline: float | None = None) -> Offer:
         """A request arrives: ADMIT (it holds a slot), QUEUED, or shed (`Offer.shed` may
         also hold a lower-priority waiter it displaced)."""
+        if not self.limited:  # nothing limits what a backend takes: nobody ever waits
+            self.slots.admitted += 1
+            life.admitted = True
+            return ADMITTED
         info = life.info
         has_capacity = self.has_capacity(info.priority) or (
             self._brought_in(info.model, now) and self.has_capacity(info.priority)

