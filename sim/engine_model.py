@@ -136,9 +136,10 @@ class EngineModel:
         if self.down:
             return None
         decode_end = None
-        if self._decoding():
-            decode_end = self.last + (self.running[0][0] - self.v) * self.step
-        if self.prefilling is None:
+        running, prefilling = self.running, self.prefilling
+        if running and (prefilling is None or self.chunked):  # decoding (inlined: per event)
+            decode_end = self.last + (running[0][0] - self.v) * self.step
+        if prefilling is None:
             return decode_end
         if decode_end is None or self.prefill_end < decode_end:
             return self.prefill_end
@@ -263,10 +264,11 @@ class EngineModel:
         if dt <= 0:
             return  # a live caller may be a hair behind the last event; time never rewinds
         self.last = now
-        decoding = self._decoding()
+        prefilling = self.prefilling
+        decoding = bool(self.running) and (prefilling is None or self.chunked)  # _decoding
         if decoding:
             self.v += dt / self.step
-        if self.prefilling is not None:
+        if prefilling is not None:
             if self.chunked:
                 self.prefill_left -= dt * self.chunk / self.step
             self.busy_s += dt

@@ -276,10 +276,12 @@ def by_model_and_class(
 def by_gpu_type(
     served_by: np.ndarray, engines: list[EngineModel], e2e: np.ndarray, tpot: np.ndarray
 ) -> dict[str, dict[str, float]]:
-    types = np.asarray([e.params.name for e in engines])[served_by.astype(int)]
+    names = list(dict.fromkeys(e.params.name for e in engines))
+    # each served request's GPU type as its index in `names` (not a million strings)
+    types = np.asarray([names.index(e.params.name) for e in engines])[served_by.astype(int)]
     out = {}
-    for name in dict.fromkeys(e.params.name for e in engines):
-        mine = types == name
+    for k, name in enumerate(names):
+        mine = types == k
         out[name] = {
             "request_share": _r(mine.sum() / max(len(e2e), 1)),
             "e2e_p99_s": _r(percentile(e2e[mine], 99)),

@@ -55,6 +55,7 @@ from gpuroute.sim.watch import SimWatch, attempt_of, gpu_paces, resumed_of
 from gpuroute.sim.workloads import Workload
 
 TICK, FAULT, RETRY = -1, -2, -3
+ENDINGS = {OK: Event.FINISH, FAILED: Event.FAIL}  # the lifetime's ending of each status
 
 
 class FleetSimulator:
@@ -339,7 +340,7 @@ class RegionalRun(StreamBreaks):
         self.outcomes.status[life.request_id] = status
         if status == FAILED and resumed_of(life) is not None:
             self.outcomes.lost += 1  # its client had part of an answer: a truncated one
-        ending = {OK: Event.FINISH, FAILED: Event.FAIL}.get(status, Event.REFUSE)
+        ending = ENDINGS.get(status, Event.REFUSE)
         if self.lifetimes.close(life, ending).admitted:
             self.admission.released()
 

@@ -96,12 +96,14 @@ class SimWatch:
             self.watcher.window_paces(now, self._stream_counts(now)) if self.stream_paces else None
         )
         self.watcher.refresh(now, self.lifetimes, paces)
-        if not self.watcher.rescue_slowness:
+        # only an attempt on a suspect backend may move (no host is lost in the simulator)
+        suspects = {e for e, b in enumerate(self.backends) if self.watcher.suspect(b)}
+        if not suspects:
             return []
         moved = []
         for life in self.lifetimes:
             attempt = attempt_of(life)
-            if attempt is None or attempt.req.first_token_at >= 0:
+            if attempt is None or attempt.engine not in suspects or attempt.req.first_token_at >= 0:
                 continue
             backend = self.backends[attempt.engine]
             waited = now - attempt.sent_at

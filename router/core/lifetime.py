@@ -165,6 +165,8 @@ class Released:
 
 
 NOTHING = Released(ended_now=False)
+# what most closes return (no tenant slot, no admission slot): shared, it is frozen
+_FREED, _KEPT = Released(freed=True), Released(freed=False)
 
 
 class Releases(Protocol):
@@ -219,6 +221,8 @@ class Lifetimes(Generic[S]):
         life.timing = life.shell = None
         if self._live.pop(life.request_id, None) is not None:
             self.budget.active -= 1
+        if life.tenant is None and not life.admitted:
+            return _FREED if freed else _KEPT
         released = Released(life.tenant, life.admitted, freed=freed)
         life.tenant, life.admitted = None, False
         return released

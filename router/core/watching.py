@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from gpuroute.router.core.backend import Backend, BackendState
 from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.core.scheduler import Scheduler
-from gpuroute.router.core.slowness import SlownessTracker, should_rescue
+from gpuroute.router.core.slowness import SlownessTracker, rescue_suspect, should_rescue
 
 # Streams are timed over windows of this length: over less, when a prefill's stall happened
 # to land says more than the GPU's speed (8-token windows read healthy engines on the code
@@ -173,10 +173,20 @@ class Watcher:
             for backend in backends:
                 backend_id = backend.backend_id
                 self.slowness.observe_pace(backend_id, now, paces.get(backend_id, ()))
-        timings = [life.timing for life in lifetimes if life.timing is not None]
+        # read only when a backend stopped finishing (SlownessTracker._done_ratios)
+        timings = (life.timing for life in lifetimes if life.timing is not None)
         slowness = self.slowness.refresh(now, [b.backend_id for b in backends], timings)
         for backend in backends:
             backend.slowness = slowness.get(backend.backend_id, 1.0)
+
+    def suspect(self, backend: Backend) -> bool:
+        """Whether `should_move` may move an attempt off `backend` when its host is not
+        lost (`rescue_suspect`): attempts elsewhere need no look."""
+        return rescue_suspect(
+            ejected=backend.state is BackendState.EJECTED,
+            slowness=backend.slowness,
+            rescue_slowness=self.rescue_slowness,
+        )
 
     def should_move(
         self,

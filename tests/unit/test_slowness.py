@@ -134,3 +134,31 @@ def test_a_pace_needs_streams_company_and_freshness() -> None:
             tracker.observe_pace(b, 16.0 + 2 * window, [3.0] * 3)
     assert tracker.refresh(20.0, ids)["c"] == 1.0  # paces agree: the pace decides
     assert tracker.refresh(25.1, ids)["c"] == 4.0  # stale again
+
+
+def test_past_64_backends_each_is_judged_against_the_whole_fleets_median() -> None:
+    """The yardstick of a large fleet is everyone's median ratio (sorted once a refresh)."""
+    tracker = SlownessTracker(alpha=1.0, min_samples=1)
+    ids = [f"b{i}" for i in range(100)]
+    for i, backend in enumerate(ids):
+        finished(tracker, backend, 1.0 + i / 100)  # ratios 1.00 .. 1.99, median 1.495
+    finished(tracker, "b99", 30.0)  # one gray failure
+    slowness = tracker.refresh(5.0, ids)
+    assert slowness["b99"] == pytest.approx(30.0 / 1.495)
+    assert all(slowness[b] == 1.0 for b in ids[:99])
+
+
+def test_running_requests_are_read_only_once_a_backend_stopped_finishing() -> None:
+    """A tick of a busy fleet does not walk every request in flight: their ages matter
+    only for a backend that finished nothing for `stall_s`."""
+    tracker = SlownessTracker(min_samples=1, stall_s=5.0)
+    finished(tracker, "a", 1.0)
+    finished(tracker, "b", 1.0)
+
+    def never_read():
+        raise AssertionError("the running requests were read")
+        yield
+
+    assert tracker.refresh(4.0, ["a", "b"], never_read()) == {"a": 1.0, "b": 1.0}
+    running = [tracker.start("b", 0.0, 1.0)]
+    assert tracker.refresh(7.0, ["a", "b"], iter(running))["b"] == pytest.approx(7.0)

@@ -212,6 +212,8 @@ def min_with_random_ties(
 ) -> Backend:
     """The lowest-scoring candidate; exact ties are broken uniformly at random."""
     best = min(scores)
+    if best == best and len(scores) == len(candidates) and scores.count(best) == 1:
+        return candidates[scores.index(best)]  # one minimum (nearly every pick): no draw
     tied = [c for c, s in zip(candidates, scores, strict=True) if s == best]
     return tied[0] if len(tied) == 1 else rng.choice(tied)
 
