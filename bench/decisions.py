@@ -21,7 +21,7 @@ from gpuroute.router.core.backend import Backend, BackendSet
 from gpuroute.router.core.cost import CostEstimator
 from gpuroute.router.core.latency import LatencyModel
 from gpuroute.router.core.lifetime import RequestLifetime
-from gpuroute.router.core.policies import PolicyOptions, build_policy, resolve_policy_name
+from gpuroute.router.core.policies import build_policy, resolve_policy_name
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.core.scheduler import Outcome, Scheduler
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASSES
@@ -48,7 +48,7 @@ def build(policy: str, n_backends: int) -> Scheduler:
         backends.add(Backend(f"gpu-{i}", gpu, (MODEL,), capacity=priors[gpu].capacity))
     estimator = CostEstimator({gpu: p.cost for gpu, p in priors.items()})
     latency = LatencyModel({gpu: p.latency for gpu, p in priors.items()})
-    return Scheduler(backends, build_policy(policy, PolicyOptions()), estimator, latency=latency)
+    return Scheduler(backends, build_policy(policy), estimator, latency=latency)
 
 
 def requests(n: int, rng: random.Random) -> list[RequestInfo]:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from gpuroute.router.core.policies import PolicyOptions, build_policy
+from gpuroute.router.core.policies import Policy, PolicyFacts, build_policy
 from gpuroute.sim.daily import change_clock
 from gpuroute.sim.fleet import GpuTypeProfile, fleet_capacity_rps, profile_gpu_types
 from gpuroute.sim.scenario import LoadedScenario
@@ -51,13 +51,7 @@ def _peak_rate(loaded: LoadedScenario, profiles: dict[str, GpuTypeProfile] | Non
     return 0.0
 
 
-def build_policy_for(name: str, loaded: LoadedScenario):
+def build_policy_for(name: str, loaded: LoadedScenario) -> Policy:
+    """Policy `name` as the scenario's [router] sets it (the router's one builder)."""
     router = loaded.scenario.router
-    options = PolicyOptions(
-        router.full_scan_max,
-        router.choices,
-        gpu_prices=router.gpu_prices or None,
-        cost_weight=router.cost_weight,
-        slo_margin=router.slo_margin,
-    )
-    return build_policy(name, options)
+    return build_policy(name, router.policy_table(name), PolicyFacts(router.gpu_prices))

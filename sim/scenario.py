@@ -11,7 +11,7 @@ from gpuroute.router.config.models import check_models
 from gpuroute.router.config.models import shapes as model_shapes
 from gpuroute.router.config.rebalance import RebalanceConfig
 from gpuroute.router.config.router import GpuPrices, SloClassConfig
-from gpuroute.router.core.policies import resolve_policy_name
+from gpuroute.router.core.policies import check_policy_table, resolve_policy_name
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASS, SloClass
 from gpuroute.sim.adapters import LoraSection
 from gpuroute.sim.daily import DailySection
@@ -144,6 +144,9 @@ class RouterSection(StrictModel):
     gpu_prices: GpuPrices = Field(default_factory=dict)
     cost_weight: float = Field(default=0.1, ge=0)
     slo_margin: float = Field(default=0.9, gt=0, le=1)
+    # each policy's settings table, `[router.policy_settings.<name>]`: the router's
+    # `[policy_settings.<name>]` (docs/configuration.md)
+    policy_settings: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # the live router's retry.rescue_slowness: an attempt still waiting for its first token
     # moves off a backend this many times slower than the fleet (0: never)
     rescue_slowness: float = Field(default=10.0, ge=0)
@@ -162,6 +165,35 @@ class RouterSection(StrictModel):
         if not value:
             raise ValueError("at least one policy")
         return value
+
+    def check_policy_settings(self) -> None:
+        """Each `[router.policy_settings.<name>]` holds settings its policy takes, each
+        set once (there, or under its older key): ValueError naming the key."""
+        for name, table in self.policy_settings.items():
+            check_policy_table(name, table, "router.policy_settings")
+            for key, (older, _) in self._older_policy_keys(name).items():
+                if key in table and older in self.model_fields_set:
+                    raise ValueError(
+                        f"router.policy_settings.{name}.{key}: also set as router.{older}; set one"
+                    )
+
+    def _older_policy_keys(self, name: str) -> dict[str, tuple[str, object]]:
+        """The settings of policy `name` that [router] keys older than `policy_settings`
+        give: setting → (older key, its value)."""
+        if name == "slo_aware":
+            return {"cost_weight": ("cost_weight", self.cost_weight),
+                    "margin": ("slo_margin", self.slo_margin)}  # fmt: skip
+        if name in ("least_outstanding_work", "prefix_affinity"):
+            return {"full_scan_max": ("full_scan_max", self.full_scan_max),
+                    "choices": ("choices", self.choices)}  # fmt: skip
+        return {}
+
+    def policy_table(self, name: str) -> dict[str, object]:
+        """The settings table policy `name` (or `default`) is built with: its
+        `policy_settings` table over what older keys say of it."""
+        name = resolve_policy_name(name)
+        older = {key: value for key, (_, value) in self._older_policy_keys(name).items()}
+        return older | self.policy_settings.get(name, {})
 
 
 class Fault(StrictModel):
@@ -228,6 +260,11 @@ class Scenario(DeclaresGpuTypes):
         if own is not None:
             return [self.slo_classes()[own]], [1.0]
         return self.slo.slo_classes(), self.slo.shares()
+
+    @model_validator(mode="after")
+    def _policy_settings(self) -> Scenario:
+        self.router.check_policy_settings()  # errors name `router.policy_settings.<key>`
+        return self
 
     @model_validator(mode="after")
     def _moves_need_continuation(self) -> Scenario:

@@ -17,13 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuroute.router.backends.assemble import policy_options, static_backend
+from gpuroute.router.backends.assemble import configured_policy, static_backend
 from gpuroute.router.backends.priors import PriorBook
 from gpuroute.router.config.models import model_routes
 from gpuroute.router.config.router import BackendConfig, RouterConfig, load_router_config
 from gpuroute.router.core.backend import Backend, BackendState
 from gpuroute.router.core.model_routes import ModelRouteError, ModelRoutes
-from gpuroute.router.core.policies import build_policy
 from gpuroute.router.core.scheduler import Scheduler
 from gpuroute.router.front.admission import AdmissionGate
 from gpuroute.router.front.slo import SloGate, slo_classes
@@ -36,7 +35,7 @@ from gpuroute.config import ConfigError
 log = logging.getLogger("gpuroute.router.admin.reload")
 # what a reload applies; every other top-level key needs a restart (listeners, workers,
 # Redis, TLS, the admin token, membership, limits, tracing, ...)
-RELOADABLE = frozenset({"policy", "backends", "auth", "slo", "models"})
+RELOADABLE = frozenset({"policy", "policy_settings", "backends", "auth", "slo", "models"})
 # inside `slo`, what is baked into the scheduler's priors at start
 SLO_RESTART = ("gpu_prices", "prior_scale", "max_tokens_is_output", "max_held")
 DRAIN_POLL_S = 0.05
@@ -167,8 +166,9 @@ class Reloader:
 
     def _apply_policy(self, new: RouterConfig) -> None:
         r = self.router
-        if new.policy != r.config.policy or new.slo != r.config.slo:
-            r.scheduler.policy = build_policy(new.policy, policy_options(new, r.book, r.workers))
+        old = r.config
+        if (new.policy, new.slo, new.policy_settings) != (old.policy, old.slo, old.policy_settings):
+            r.scheduler.policy = configured_policy(new, r.book, r.workers)
             r.slo.holds = r.scheduler.predicts_slo
             r.decisions.policy = new.policy
             r.front.with_prefix_blocks = "prefix_blocks" in r.scheduler.policy.needs

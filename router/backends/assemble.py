@@ -16,7 +16,7 @@ from gpuroute.router.core.latency import LatencyModel
 from gpuroute.router.core.membership import Member
 from gpuroute.router.core.model_routes import ModelRoutes
 from gpuroute.router.core.outlier import OutlierSettings
-from gpuroute.router.core.policies import PolicyOptions, build_policy
+from gpuroute.router.core.policies import Policy, PolicyFacts, build_policy
 from gpuroute.router.core.scheduler import Scheduler
 from gpuroute.router.observe.metrics import RouterMetrics
 
@@ -48,16 +48,12 @@ def static_backend(book: PriorBook, b: BackendConfig, i: int) -> Backend:
     )  # fmt: skip
 
 
-def policy_options(config: RouterConfig, book: PriorBook, workers: int = 1) -> PolicyOptions:
-    """What the configured policy is built with (also on reload)."""
-    sharing = (config.redis.configured and config.redis.share_load) or workers > 1
-    slo = config.slo
-    return PolicyOptions(
-        pick_among=config.redis.pick_among if sharing else 1,
-        gpu_prices={n: s.price_per_hour for n, s in book.gpus.items() if s.price_per_hour},
-        cost_weight=slo.cost_weight,
-        slo_margin=slo.margin,
-    )
+def configured_policy(config: RouterConfig, book: PriorBook, workers: int = 1) -> Policy:
+    """The configured policy with its settings table (also on reload) and the GPU prices
+    the book holds (declared [[gpu_types]] and [slo] gpu_prices)."""
+    prices = {n: s.price_per_hour for n, s in book.gpus.items() if s.price_per_hour}
+    table = config.policy_table(config.policy, workers)
+    return build_policy(config.policy, table, PolicyFacts(prices))
 
 
 def build_scheduler(config: RouterConfig, book: PriorBook, workers: int = 1) -> Scheduler:
@@ -74,9 +70,8 @@ def build_scheduler(config: RouterConfig, book: PriorBook, workers: int = 1) -> 
     costs = {gpu: p.cost for gpu, p in priors.items()}
     estimator = CostEstimator(costs, exact_max_tokens=config.slo.max_tokens_is_output)
     slo = config.slo
-    options = policy_options(config, book, workers)
     latency = LatencyModel({gpu: p.latency.scaled(slo.prior_scale) for gpu, p in priors.items()})
-    policy = build_policy(config.policy, options)
+    policy = configured_policy(config, book, workers)
     scheduler = Scheduler(backends, policy, estimator, health, latency)
     scale = slo.prior_scale
     # a kind first seen at run time (a member that joined) brings its priors

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 from gpuroute.router.config.auth import AuthConfig, key_problem
@@ -16,7 +16,7 @@ from gpuroute.router.config.redis import RedisConfig
 from gpuroute.router.config.responses import ResponsesConfig
 from gpuroute.router.config.usage import UsageConfig
 from gpuroute.router.config.workers import WorkersConfig
-from gpuroute.router.core.policies import DEFAULT_POLICY, POLICIES
+from gpuroute.router.core.policies import DEFAULT_POLICY, POLICIES, check_policy_table
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASS, DEFAULT_SLO_CLASSES, SloClass
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
@@ -240,6 +240,9 @@ class RouterConfig(AdminAccess, DeclaresGpuTypes):
     trusted_proxies: list[str] = Field(default_factory=list)
     expose_backend_header: bool = False  # x-gpuroute-backend on answers: tests, benchmarks
     policy: PolicyName = DEFAULT_POLICY
+    # each policy's settings table, `[policy_settings.<name>]` (docs/configuration.md); checked
+    # against the policy's Settings whichever policy is chosen (a reload may switch)
+    policy_settings: dict[str, dict[str, Any]] = Field(default_factory=dict)
     model_shape: str = "llama-3.1-8b"  # seeds the cost priors; learned online after that
     # served models' shapes, aliases, canary splits and fallbacks (router/config/models.py)
     models: list[RouterModelConfig] = Field(default_factory=list)
@@ -349,6 +352,37 @@ class RouterConfig(AdminAccess, DeclaresGpuTypes):
             if m.slo_class is not None and m.slo_class not in slo_classes:
                 raise ValueError(f"models[{i}].slo_class: {m.slo_class!r} is no [[slo.classes]]")
         return self
+
+    @model_validator(mode="after")
+    def _policy_settings(self) -> RouterConfig:
+        """Each `[policy_settings.<name>]` names a policy and holds its settings, each set
+        once (there, or under its older key)."""
+        for name, table in self.policy_settings.items():
+            check_policy_table(name, table, "policy_settings")
+            for key, (older, _) in self._older_policy_keys(name, 1).items():
+                section, _, field = older.partition(".")
+                if key in table and field in getattr(self, section).model_fields_set:
+                    raise ValueError(f"policy_settings.{name}.{key}: also set as {older}; set one")
+        return self
+
+    def _older_policy_keys(self, name: str, workers: int) -> dict[str, tuple[str, object]]:
+        """The settings of policy `name` that keys older than `[policy_settings]` give: setting →
+        (older key, its value)."""
+        if name == "slo_aware":
+            slo = self.slo
+            return {"cost_weight": ("slo.cost_weight", slo.cost_weight),
+                    "margin": ("slo.margin", slo.margin)}  # fmt: skip
+        sharing = (self.redis.configured and self.redis.share_load) or workers > 1
+        if name == "least_outstanding_work" and sharing:
+            return {"pick_among": ("redis.pick_among", self.redis.pick_among)}
+        return {}
+
+    def policy_table(self, name: str, workers: int = 1) -> dict[str, object]:
+        """The settings table policy `name` is built with: its `[policy_settings.<name>]`
+        over what older keys say (slo.cost_weight and slo.margin of slo_aware; redis.pick_among
+        of least outstanding work while replicas or workers share their load)."""
+        older = {key: value for key, (_, value) in self._older_policy_keys(name, workers).items()}
+        return older | self.policy_settings.get(name, {})
 
     def shapes(self) -> dict[str, ModelSpec]:
         """Each served model name's shape (and each built-in's, by its own name)."""

@@ -48,7 +48,7 @@ from gpuroute.router.observe.region_report import RegionReportService, start_reg
 from gpuroute.router.responses.routes import add_responses_routes
 from gpuroute.router.responses.state import ResponsesState
 from gpuroute.router.scaling.autoscaler import Autoscaler
-from gpuroute.router.shared.load import RedisBoard, SharedLoad, prefix_index_of
+from gpuroute.router.shared.load import RedisBoard, SharedLoad
 from gpuroute.router.shared.quotas import Quotas
 from gpuroute.router.shared.redis_client import open_redis
 from gpuroute.router.shared.sessions import SessionStore
@@ -256,7 +256,7 @@ class RouterApp:
             lambda: scheduler.backends,
             interval_s=interval,
             on_health=lambda ok: self.metrics.shared_load_healthy.set(float(ok)),
-            prefixes=lambda: prefix_index_of(scheduler.policy),
+            prefixes=lambda: scheduler.policy.prefix_index,
             rates=rates,  # replicas size on one rate
         )
 

@@ -29,7 +29,7 @@ import msgpack
 import redis.asyncio as aioredis
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.fleet_sizer import PoolRates
-from gpuroute.router.core.policies.prefix_affinity import PrefixIndex
+from gpuroute.router.core.policies.prefix_index import PrefixIndex
 from gpuroute.router.shared.redis_client import REDIS_ERRORS
 
 from gpuroute.runtime import BackgroundLoop
@@ -37,12 +37,6 @@ from gpuroute.runtime import BackgroundLoop
 log = logging.getLogger("gpuroute.router.shared.load")
 PREFIXES_KEY = "~prefixes"
 ARRIVALS_KEY = "~arrivals"  # {pool: requests/s}
-
-
-def prefix_index_of(policy: object) -> PrefixIndex | None:
-    """The policy's prefix index, which the board shares with peers (if it keeps one)."""
-    index = getattr(policy, "index", None)
-    return index if isinstance(index, PrefixIndex) else None
 
 
 def decode_share(blob: bytes | None) -> dict | None:

@@ -7,7 +7,10 @@ from collections import Counter
 import msgpack
 import pytest
 from gpuroute.router.core.backend import Backend
-from gpuroute.router.core.policies.least_outstanding_work import LeastOutstandingWork
+from gpuroute.router.core.policies.least_outstanding_work import (
+    LeastOutstandingWork,
+    LeastOutstandingWorkSettings,
+)
 from gpuroute.router.shared.load import RedisBoard, SharedLoad, decode_share, merge_loads
 from support.helpers import backends, context
 from support.live import async_wait_for, holds
@@ -29,7 +32,7 @@ def test_pick_among_spreads_over_the_best_few_only() -> None:
     pool = backends(4)
     for b, work in zip(pool, (0.0, 0.1, 5.0, 9.0), strict=True):
         b.outstanding = work
-    policy = LeastOutstandingWork(pick_among=2)
+    policy = LeastOutstandingWork(LeastOutstandingWorkSettings(pick_among=2))
     ctx = context(pool, seed=1)
     picks = Counter(policy.pick(ctx, pool).backend_id for _ in range(4000))
     assert set(picks) == {pool[0].backend_id, pool[1].backend_id}

@@ -6,8 +6,13 @@ import random
 
 from gpuroute.router.core import BackendSet, RequestInfo, Scheduler
 from gpuroute.router.core.cost import CostEstimator
-from gpuroute.router.core.policies.prefix_affinity import PrefixAffinity, PrefixIndex
-from gpuroute.router.core.policies.session_affinity import SessionAffinity, stable_hash
+from gpuroute.router.core.policies.prefix_affinity import PrefixAffinity, PrefixAffinitySettings
+from gpuroute.router.core.policies.prefix_index import PrefixIndex
+from gpuroute.router.core.policies.session_affinity import (
+    SessionAffinity,
+    SessionAffinitySettings,
+    stable_hash,
+)
 from support.helpers import PRIORS, backends, context, life
 
 
@@ -40,7 +45,7 @@ def test_prefix_affinity_follows_the_cached_prefix() -> None:
 
 def test_hot_prefix_cannot_overload_its_owner() -> None:
     pool = backends(4)
-    policy = PrefixAffinity(guard_factor=1.5, guard_slack_s=1.0)
+    policy = PrefixAffinity(PrefixAffinitySettings(guard_factor=1.5, guard_slack_s=1.0))
     scheduler = Scheduler(BackendSet(pool), policy, CostEstimator(PRIORS))
     rng = random.Random(5)
     for i in range(2000):  # one hot prefix, never finished: the guard must spread it
@@ -69,7 +74,9 @@ def test_session_affinity_bounds_load() -> None:
     # All requests in one session: bounded loads spill it once the home holds its share.
     pool = backends(4)
     scheduler = Scheduler(
-        BackendSet(pool), SessionAffinity(load_factor=1.25), CostEstimator(PRIORS)
+        BackendSet(pool),
+        SessionAffinity(SessionAffinitySettings(load_factor=1.25)),
+        CostEstimator(PRIORS),
     )
     rng = random.Random(1)
     for i in range(400):
@@ -80,7 +87,7 @@ def test_session_affinity_bounds_load() -> None:
 
 def test_session_affinity_spreads_sessions_evenly() -> None:
     pool = backends(4)
-    policy = SessionAffinity(vnodes=200)
+    policy = SessionAffinity(SessionAffinitySettings(vnodes=200))
     counts = {b.backend_id: 0 for b in pool}
     for s in range(20_000):
         request = RequestInfo(s, "m", 10, 10, session_id=f"s{s}")
@@ -99,7 +106,7 @@ def test_session_affinity_without_session_uses_least_work() -> None:
 
 def test_prefix_affinity_samples_large_pools_but_always_weighs_prefix_holders() -> None:
     pool = backends(100)
-    policy = PrefixAffinity(full_scan_max=8, choices=2)
+    policy = PrefixAffinity(PrefixAffinitySettings(full_scan_max=8, choices=2))
     blocks = (1, 2, 3, 4)
     owner = policy.pick(context(pool, RequestInfo(1, "m", 2048, 10, prefix_blocks=blocks)), pool)
     for backend in pool:

@@ -5,6 +5,7 @@ and docs/ reaches a file and a heading that exist, and the README's router confi
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 import types
 import typing
@@ -15,6 +16,7 @@ from gpuroute.agent.config import AgentConfig
 from gpuroute.global_.config import GlobalConfig
 from gpuroute.router.api.table import limits_row, route_limits
 from gpuroute.router.config.router import RouterConfig, load_router_config
+from gpuroute.router.core.policies import POLICIES
 from gpuroute.sim.scenario import Scenario
 from pydantic import BaseModel
 from support.paths import REPO
@@ -108,10 +110,25 @@ def test_every_config_key_is_documented(section: str) -> None:
     assert not missing, f"docs/configuration.md, {section}: document {missing}"
 
 
+def policy_setting_keys() -> set[str]:
+    """`policy_settings.<policy>.<setting>` for every setting of every registered policy."""
+    return {
+        f"policy_settings.{name}.{field.name}"
+        for name, policy in POLICIES.items()
+        for field in dataclasses.fields(policy.Settings)
+    }
+
+
+def test_every_policy_setting_is_documented() -> None:
+    """A policy's settings are config keys too (`[policy_settings.<name>]`)."""
+    missing = sorted(policy_setting_keys() - documented_keys("## Router"))
+    assert not missing, f"docs/configuration.md, ## Router: document {missing}"
+
+
 def test_documented_keys_exist() -> None:
     """A key the docs name but no model has is a renamed or removed key."""
     for section, model in SECTIONS.items():
-        known = set(config_keys(model))
+        known = set(config_keys(model)) | policy_setting_keys()
         known |= {a for key in known for a in ancestors(key)}
         unknown = sorted(documented_keys(section) - known)
         assert not unknown, f"docs/configuration.md, {section}: no such key {unknown}"

@@ -10,7 +10,11 @@ from gpuroute.router.core import Backend, BackendSet, BackendState, RequestInfo,
 from gpuroute.router.core.cost import CostEstimator
 from gpuroute.router.core.policies import POLICIES, build_policy
 from gpuroute.router.core.policies.least_connections import LeastConnections
-from gpuroute.router.core.policies.least_outstanding_work import LeastOutstandingWork
+from gpuroute.router.core.policies.least_outstanding_work import (
+    LeastOutstandingWork,
+    LeastOutstandingWorkSettings,
+)
+from gpuroute.router.core.policies.load import work_seconds
 from gpuroute.router.core.policies.p2c import PowerOfTwoChoices
 from gpuroute.router.core.policies.random_pick import RandomPick
 from gpuroute.router.core.policies.round_robin import RoundRobin
@@ -112,7 +116,7 @@ def test_least_outstanding_work_divides_by_warmup_factor() -> None:
     pool[0].outstanding = 0.5
     ctx = context(backend_set, RequestInfo(1, "m", 1000, 100), now=5.0)
     # cost 0.2: b0 scores 0.7; b1 (idle, factor 0.5 at half the window) scores 0.4.
-    assert ctx.work_score(pool[1]) == pytest.approx(0.4)
+    assert work_seconds(ctx, pool[1]) == pytest.approx(0.4)
     assert LeastOutstandingWork().pick(ctx, pool) is pool[1]
 
 
@@ -123,7 +127,7 @@ def test_least_outstanding_work_sampling_matches_analytic_shares() -> None:
     pool = backends(n)
     for rank, backend in enumerate(pool):
         backend.outstanding = float(rank)
-    policy = LeastOutstandingWork(full_scan_max=4, choices=2)
+    policy = LeastOutstandingWork(LeastOutstandingWorkSettings(full_scan_max=4, choices=2))
     result = shares(pick_many(policy, pool), pool)
     expected = [(n - 1 - k) / math.comb(n, 2) for k in range(n)]
     assert result == pytest.approx(expected, abs=0.01)

@@ -12,7 +12,7 @@ from gpuroute.router.core import Backend, BackendSet, CostEstimator, RequestInfo
 from gpuroute.router.core.latency import LatencyModel
 from gpuroute.router.core.latency_prior import LatencyPrior
 from gpuroute.router.core.policies import DEFAULT_POLICY, build_policy
-from gpuroute.router.core.policies.slo_aware import margin_key
+from gpuroute.router.core.policies.stages import margin_key
 from gpuroute.router.core.scheduler import Outcome
 from gpuroute.router.core.slo import (
     DEFAULT_SLO_CLASSES,
@@ -298,7 +298,7 @@ def test_met_verdicts_tighten_and_loosen_the_margin() -> None:
 
 def test_scheduler_feeds_slo_verdicts_to_the_policy() -> None:
     sched = scheduler("H100")
-    margins = sched.policy.margins
+    margins = sched.policy.fit.margins
     key = margin_key("H100", STANDARD.name)  # a GPU type's margin for one class
     start = margins.of(key, 0.0)
     served_one = life(request(1, 100))
@@ -359,7 +359,7 @@ def test_a_miss_admitted_under_a_looser_margin_does_not_tighten_it_further() -> 
     the margin to its floor and refused what the tightened margin would serve in time."""
     sched = scheduler("H100")
     (h100,) = sched.backends
-    margins = sched.policy.margins
+    margins = sched.policy.fit.margins
     key = margin_key("H100", NEEDS_0_6.name)
     early = life(request(1, 100, NEEDS_0_6))
     admitted_early = sched.route(early, 0.0, random.Random(1))
@@ -379,7 +379,7 @@ def test_hits_far_inside_the_margin_do_not_loosen_it() -> None:
     margin up to its ceiling, and the next burst was admitted at predictions beyond the
     SLO, missed, and closed the margin to its floor."""
     sched = scheduler("H100")
-    margins = sched.policy.margins
+    margins = sched.policy.fit.margins
     for rid in range(1, 21):
         served(sched, rid, request(rid, 100), met=True)
     assert margins.of(margin_key("H100", STANDARD.name), 0.0) == 0.9
@@ -399,7 +399,7 @@ def test_slow_gpus_missing_their_slo_do_not_close_the_fast_ones() -> None:
         decision = sched.route(on_l4, 0.0, random.Random(rid))
         assert decision is not None and decision.backend is l4
         sched.finish(on_l4, Outcome(True, 10, 100, met_slo=False), 0.0)
-    assert sched.policy.margins.of(margin_key("L4", STANDARD.name), 0.0) == pytest.approx(0.3)
+    assert sched.policy.fit.margins.of(margin_key("L4", STANDARD.name), 0.0) == pytest.approx(0.3)
     tight = SloClass("tight", ttft_s=2.0, tpot_s=0.008)
     info = request(1000, 100, tight)
     share = sched.policy.score(sched.context(info, 0.0, random.Random(0)), h100)

@@ -1,11 +1,21 @@
-"""Load-balancing policies, one module each, all behind `Policy` (see base.py)."""
+"""Load-balancing policies, one module each, all behind `Policy` (see base.py), and the one
+builder every caller uses: a policy's name and its settings table → the policy.
+
+Adding a policy is one module (its class, its `Settings` dataclass) and one line in
+POLICIES; its settings are then read from `[policy_settings.<name>]` and checked by check-config."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Mapping
 
-from gpuroute.router.core.policies.base import PickContext, Policy
+from gpuroute.router.core.policies.base import (
+    NoSettings,
+    PickContext,
+    Policy,
+    PolicyFacts,
+    SettingError,
+    settings_from,
+)
 from gpuroute.router.core.policies.least_connections import LeastConnections
 from gpuroute.router.core.policies.least_outstanding_work import LeastOutstandingWork
 from gpuroute.router.core.policies.p2c import PowerOfTwoChoices
@@ -16,33 +26,16 @@ from gpuroute.router.core.policies.session_affinity import SessionAffinity
 from gpuroute.router.core.policies.slo_aware import SloAware
 from gpuroute.router.core.policies.weighted_round_robin import WeightedRoundRobin
 
-
-@dataclass(frozen=True, slots=True)
-class PolicyOptions:
-    """Settings some policies take; each factory below reads the ones it uses."""
-
-    full_scan_max: int = 64  # pools up to this size are scanned in full
-    choices: int = 4  # candidates sampled from larger pools
-    pick_among: int = 1  # >1 spreads replicas deciding on one shared view
-    gpu_prices: dict[str, float] | None = None  # $/hour per GPU type (slo_aware's cost score)
-    cost_weight: float = 0.1  # slo_aware: weight of cost against slack
-    slo_margin: float = 0.9  # slo_aware: a backend fits when predicted <= margin x the SLO
-
-
-POLICIES: dict[str, Callable[[PolicyOptions], Policy]] = {
-    RoundRobin.name: lambda _o: RoundRobin(),
-    RandomPick.name: lambda _o: RandomPick(),
-    LeastConnections.name: lambda _o: LeastConnections(),
-    WeightedRoundRobin.name: lambda _o: WeightedRoundRobin(),
-    PowerOfTwoChoices.name: lambda _o: PowerOfTwoChoices(),
-    LeastOutstandingWork.name: lambda o: LeastOutstandingWork(
-        full_scan_max=o.full_scan_max, choices=o.choices, pick_among=o.pick_among
-    ),
-    PrefixAffinity.name: lambda o: PrefixAffinity(full_scan_max=o.full_scan_max, choices=o.choices),
-    SessionAffinity.name: lambda _o: SessionAffinity(),
-    SloAware.name: lambda o: SloAware(
-        prices=o.gpu_prices, cost_weight=o.cost_weight, margin=o.slo_margin
-    ),
+POLICIES: dict[str, type[Policy]] = {
+    RoundRobin.name: RoundRobin,
+    RandomPick.name: RandomPick,
+    LeastConnections.name: LeastConnections,
+    WeightedRoundRobin.name: WeightedRoundRobin,
+    PowerOfTwoChoices.name: PowerOfTwoChoices,
+    LeastOutstandingWork.name: LeastOutstandingWork,
+    PrefixAffinity.name: PrefixAffinity,
+    SessionAffinity.name: SessionAffinity,
+    SloAware.name: SloAware,
 }
 DEFAULT_POLICY = SloAware.name
 DEFAULT_ALIAS = "default"  # `--policy default`: whatever DEFAULT_POLICY is
@@ -58,18 +51,45 @@ def resolve_policy_name(name: str) -> str:
     return resolved
 
 
-def build_policy(name: str, options: PolicyOptions | None = None) -> Policy:
-    """A fresh policy instance by name (or `default`); unknown names list the known ones."""
-    return POLICIES[resolve_policy_name(name)](options or PolicyOptions())
+def policy_settings(name: str, table: Mapping[str, object] | None = None) -> object:
+    """The settings of policy `name` (or `default`) from its settings table (a config's
+    `[policy_settings.<name>]`): SettingError naming `<name>.<key>` for an unknown key, a value of
+    the wrong type or out of range."""
+    resolved = resolve_policy_name(name)
+    return settings_from(POLICIES[resolved].Settings, table or {}, resolved)
+
+
+def check_policy_table(name: str, table: Mapping[str, object], where: str) -> None:
+    """A config's `[<where>.<name>]` names a policy and holds settings it takes: ValueError
+    naming the key (`policy_settings.slo_aware.cost_weight: expected a number, got 'x'`)."""
+    if name not in POLICIES:
+        raise ValueError(f"{where}.{name}: unknown policy; known: {', '.join(POLICIES)}")
+    try:
+        policy_settings(name, table)
+    except SettingError as exc:
+        raise ValueError(f"{where}.{exc}") from None
+
+
+def build_policy(
+    name: str, table: Mapping[str, object] | None = None, facts: PolicyFacts | None = None
+) -> Policy:
+    """A fresh policy by name (or `default`) with its settings table and the fleet's facts;
+    an unknown name lists the known ones, a bad setting is a SettingError naming it."""
+    cls = POLICIES[resolve_policy_name(name)]
+    return cls.from_settings(policy_settings(name, table), facts or PolicyFacts())
 
 
 __all__ = [
     "DEFAULT_ALIAS",
     "DEFAULT_POLICY",
     "POLICIES",
+    "NoSettings",
     "PickContext",
     "Policy",
-    "PolicyOptions",
+    "PolicyFacts",
+    "SettingError",
     "build_policy",
+    "check_policy_table",
+    "policy_settings",
     "resolve_policy_name",
 ]

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
 
 from gpuroute.router.core.backend import Backend, BackendSet
 from gpuroute.router.core.latency import Prediction
-from gpuroute.router.core.policies.base import PickContext
+from gpuroute.router.core.policies.base import PickContext, check
 
 
 def rendezvous_key(adapter: str, backend_id: str) -> int:
@@ -37,17 +39,28 @@ def rendezvous_key(adapter: str, backend_id: str) -> int:
     return int.from_bytes(digest, "big")
 
 
-class AdapterAffinity:
-    """Each adapter's home width (grown under load, shrunk when idle) and home sets."""
+@dataclass(frozen=True, slots=True)
+class AdapterAffinityConfig:
+    width: int = 1  # backends in an adapter's home set while it is quiet
+    headroom: float = 0.5  # a home backend has room while predicted TTFT <= this x the SLO's
+    shrink_after_s: float = 30.0  # a grown width shrinks by one per quiet period this long
 
-    def __init__(
-        self, *, width: int = 1, headroom: float = 0.5, shrink_after_s: float = 30.0
-    ) -> None:
-        if width < 1 or not 0 < headroom <= 1 or shrink_after_s <= 0:
-            raise ValueError("width must be >= 1, headroom in (0, 1], shrink_after_s > 0")
-        self.base_width = width
-        self.headroom = headroom
-        self.shrink_after_s = shrink_after_s
+    def __post_init__(self) -> None:
+        check(self.width >= 1, "width", "must be >= 1")
+        check(0 < self.headroom <= 1, "headroom", "must be in (0, 1]")
+        check(self.shrink_after_s > 0, "shrink_after_s", "must be > 0")
+
+
+class AdapterAffinity:
+    """Each adapter's home width (grown under load, shrunk when idle) and home sets; as a
+    filter plug-in (`keep`), it narrows the SLO filter's fits to the adapter's home set."""
+
+    name: ClassVar[str] = "adapter_affinity"
+
+    def __init__(self, config: AdapterAffinityConfig = AdapterAffinityConfig()) -> None:
+        self.base_width = config.width
+        self.headroom = config.headroom
+        self.shrink_after_s = config.shrink_after_s
         self._widths: dict[str, tuple[int, float]] = {}  # adapter → (width, since when)
         self._orders: dict[tuple[str, str], tuple[int, list[str]]] = {}
 
@@ -81,6 +94,12 @@ class AdapterAffinity:
         order = self.order(ctx.backends, ctx.request.model, adapter)
         home = set(order[: self.width(adapter, ctx.now)])
         return [b for b in candidates if b.backend_id in home or adapter in b.adapters]
+
+    def keep(
+        self, ctx: PickContext, fits: dict[Backend, Prediction]
+    ) -> tuple[dict[Backend, Prediction], None]:
+        """The filter stage: never empty where `fits` is not, so it names no nearest."""
+        return self.narrow(ctx, fits), None
 
     def narrow(
         self, ctx: PickContext, fits: dict[Backend, Prediction]

@@ -4,25 +4,35 @@ A pick runs as llm-d's pipeline: the scheduler's candidates → the policy's `sh
 (sample, predict, filter: a predicting policy drops the backends predicted to miss the SLO,
 and says so when nothing fits) → the session's remembered backend if it survived the filter,
 else the policy's `pick` (score, pick) → `placed` (what the policy learns of where it went).
-Policies see only core types. They read load (`in_flight`, `outstanding`) from backends and
-costs through PickContext; they never change load themselves (the ledger does). When the
-context carries a `PickTrace`, each stage writes down what it did, for the decision log."""
+Policies see only core types. They read load through one interface (load.py) and costs
+through PickContext; they never change load themselves (the ledger does). When the
+context carries a `PickTrace`, each stage writes down what it did, for the decision log.
+
+A policy declares what it is built from: `Settings`, a frozen dataclass of its typed
+settings (a config's `[policy_settings.<name>]` table, checked by `settings_from`), and
+`from_settings`, which builds it from those and the fleet's facts (`PolicyFacts`). The one
+builder (policies/__init__.py) is all the router, reload, the simulator and the benches
+call."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import ClassVar, Protocol
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar, Protocol, Self
 
 from gpuroute.router.core.backend import Backend, BackendSet, BackendState
 from gpuroute.router.core.cost import CostEstimator
 from gpuroute.router.core.latency import LatencyModel, Prediction
+from gpuroute.router.core.policies.prefix_index import PrefixIndex
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.core.slo import STANDARD
 
 READY = BackendState.READY
+S = typing.TypeVar("S")
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,19 +152,81 @@ class PickContext:
             return 1.0
         return self.backends.slow_start.factor(self.now - backend.state_since)
 
-    def work_score(self, backend: Backend, cost: float | None = None) -> float:
-        """Seconds until the backend would finish its outstanding work plus this request,
-        stretched by how much slower than expected it has been running."""
-        if cost is None:
-            cost = self.cost_on(backend)
-        work = backend.outstanding + backend.others_work + cost
-        return work * backend.slowness / self.warmup_factor(backend)
+
+class SettingError(ValueError):
+    """A policy setting that cannot be used; the message starts with the key it names
+    (`slo_aware.cost_weight: must be >= 0`), which a config prefixes with its table."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+
+
+@dataclass(frozen=True, slots=True)
+class NoSettings:
+    """The settings of a policy that takes none."""
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyFacts:
+    """What the fleet, not the policy's settings, tells a policy: $/hour per GPU type (the
+    declared [[gpu_types]] prices and [slo] gpu_prices; slo_aware's cost scorer)."""
+
+    gpu_prices: Mapping[str, float] = field(default_factory=dict)
+
+
+def settings_from(kind: type[S], table: Mapping[str, object], owner: str = "") -> S:
+    """`table` (a TOML table of settings) as the frozen dataclass `kind`: an unknown key or a
+    value of the wrong type is a SettingError naming `owner.key` (integers pass for floats,
+    as TOML writes `1` for 1.0); range checks are the dataclass's own `__post_init__`."""
+    prefix = f"{owner}." if owner else ""
+    names = [f.name for f in dataclasses.fields(kind)]  # type: ignore[arg-type]
+    hints = typing.get_type_hints(kind)
+    values: dict[str, object] = {}
+    for key, value in table.items():
+        if key not in names:
+            known = ", ".join(names) or "none"
+            raise SettingError(f"{prefix}{key}", f"unknown setting; known: {known}")
+        values[key] = _typed(f"{prefix}{key}", value, hints[key])
+    try:
+        return kind(**values)
+    except SettingError as exc:
+        raise SettingError(f"{prefix}{exc.key}", str(exc).removeprefix(f"{exc.key}: ")) from None
+
+
+def _typed(key: str, value: object, kind: object) -> object:
+    """`value` as a setting of type `kind` (int, float, bool or str), else a SettingError."""
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    # True is an int to Python, never to a setting
+    if (
+        isinstance(kind, type)
+        and isinstance(value, kind)
+        and (kind is bool or not isinstance(value, bool))
+    ):
+        return value
+    name = getattr(kind, "__name__", str(kind))
+    raise SettingError(key, f"expected {_KIND_WORDS.get(name, name)}, got {value!r}")
+
+
+_KIND_WORDS = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}
+
+
+def check(ok: bool, key: str, message: str) -> None:
+    """A settings dataclass's range check: SettingError naming `key` unless `ok`."""
+    if not ok:
+        raise SettingError(key, message)
 
 
 class Policy(Protocol):
     """Chooses one backend among non-empty `candidates`, stage by stage (module docstring)."""
 
     name: ClassVar[str]
+    # its typed settings (a frozen dataclass; NoSettings when it takes none)
+    Settings: ClassVar[type]
+    # the prefix index it keeps and learns placements into (None when it keeps none): the
+    # shells share it with peer replicas and workers
+    prefix_index: PrefixIndex | None
     # request data the policy reads beyond size and model ("prefix_blocks", "session_id"),
     # so a shell computes it only for policies that use it
     needs: ClassVar[frozenset[str]]
@@ -163,6 +235,11 @@ class Policy(Protocol):
     # its pick writes each candidate's score terms into the trace (else the scheduler
     # records `score` of each candidate for it)
     traces_scores: ClassVar[bool]
+
+    @classmethod
+    def from_settings(cls, settings: typing.Any, facts: PolicyFacts) -> Self:
+        """A fresh instance with these settings (an instance of its `Settings`)."""
+        ...
 
     def shortlist(self, ctx: PickContext, candidates: Sequence[Backend]) -> Shortlist:
         """Sample, predict and filter: the backends a pick may choose among."""
@@ -191,9 +268,16 @@ class Policy(Protocol):
 class PolicyBase:
     """The stages a policy that neither predicts nor filters leaves as they are."""
 
+    Settings: ClassVar[type] = NoSettings
     needs: ClassVar[frozenset[str]] = frozenset()
     predicts_slo: ClassVar[bool] = False
     traces_scores: ClassVar[bool] = False
+    prefix_index: PrefixIndex | None = None
+
+    @classmethod
+    def from_settings(cls, settings: typing.Any, facts: PolicyFacts) -> Self:
+        """Built from its settings alone (a policy that takes none: from nothing)."""
+        return cls() if cls.Settings is NoSettings else cls(settings)  # type: ignore[call-arg]
 
     def shortlist(self, ctx: PickContext, candidates: Sequence[Backend]) -> Shortlist:
         return Shortlist(candidates)

@@ -1,4 +1,5 @@
-"""Power of two choices on in-flight requests: sample two distinct, keep the less busy."""
+"""Power of two choices on in-flight requests: sample two distinct, keep the less busy
+(load.in_flight_share)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import ClassVar
 
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.policies.base import PickContext, PolicyBase
+from gpuroute.router.core.policies.load import in_flight_share
 
 
 class PowerOfTwoChoices(PolicyBase):
@@ -21,11 +23,10 @@ class PowerOfTwoChoices(PolicyBase):
         if j >= i:
             j += 1  # distinct second sample
         a, b = candidates[i], candidates[j]
-        load_a = a.in_flight / ctx.capacity_of(a)
-        load_b = b.in_flight / ctx.capacity_of(b)
+        load_a, load_b = in_flight_share(ctx, a), in_flight_share(ctx, b)
         if load_a == load_b:
             return a  # a is itself a uniform sample, so ties stay unbiased
         return a if load_a < load_b else b
 
     def score(self, ctx: PickContext, backend: Backend) -> float | None:
-        return backend.in_flight / ctx.capacity_of(backend)
+        return in_flight_share(ctx, backend)

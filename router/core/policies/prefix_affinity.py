@@ -8,105 +8,60 @@ guard excludes a backend whose work exceeds `guard_factor` × the candidates' me
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.policies.base import (
     PickContext,
     PolicyBase,
+    check,
     min_with_random_ties,
     trace_scores,
 )
-from gpuroute.router.core.policies.least_outstanding_work import LeastOutstandingWork
+from gpuroute.router.core.policies.load import work_seconds
+from gpuroute.router.core.policies.prefix_index import PrefixIndex
+from gpuroute.router.core.policies.sampling import CandidateSampler
 
-from gpuroute.prefix_blocks import BLOCK_TOKENS, BlockLru
-
-# What a placement tells peers (other workers, other replicas): its leading blocks, for
-# the most recent placements. System prompts and earlier turns are leading blocks; a peer
-# that misses a placement (more than RECENT_PLACEMENTS between two looks) only misses a hit.
-SHARED_BLOCKS = 32
-RECENT_PLACEMENTS = 64
+from gpuroute.prefix_blocks import BLOCK_TOKENS
 
 
-class PrefixIndex:
-    """Block hash → backend id that most recently received a prompt containing that block.
+@dataclass(frozen=True, slots=True)
+class PrefixAffinitySettings:
+    """`[policy_settings.prefix_affinity]` (docs/configuration.md)."""
 
-    Its recent placements are numbered, so that peers which see only some of a router's
-    traffic can learn them (`recent`, `learn`): without that, two workers of one router sent
-    a conversation's turns to whichever engine each thought best (a prefix hit rate of 0.74
-    against 0.86 with one worker in `bench real --workers 2`)."""
+    max_blocks: int = 1_000_000  # the prefix index's size (block hashes)
+    guard_factor: float = 1.5  # a holder past this x the mean work is not favoured...
+    guard_slack_s: float = 1.0  # ...plus this many seconds
+    full_scan_max: int = 64  # pools up to this size are scanned in full
+    choices: int = 4  # candidates sampled from larger pools (prefix holders besides)
 
-    def __init__(self, max_blocks: int = 1_000_000) -> None:
-        if max_blocks < 1:
-            raise ValueError("max_blocks must be >= 1")
-        self._owner = BlockLru(max_blocks)
-        self._recent: deque[tuple[int, str, tuple[int, ...]]] = deque(maxlen=RECENT_PLACEMENTS)
-        self._placed = 0
-
-    def __len__(self) -> int:
-        return len(self._owner)
-
-    def matches(self, blocks: Sequence[int]) -> dict[str, int]:
-        """Backend id → number of leading blocks it holds (deepest owner of each depth)."""
-        depth_by_backend: dict[str, int] = {}
-        owner = self._owner
-        for depth, block in enumerate(blocks, start=1):
-            backend_id = owner.get(block)
-            if backend_id is None:
-                break
-            depth_by_backend[backend_id] = depth
-        return depth_by_backend
-
-    def record(self, blocks: Sequence[int], backend_id: str) -> None:
-        self._owner.put(blocks, backend_id)
-        self._placed += 1
-        self._recent.append((self._placed, backend_id, tuple(blocks[:SHARED_BLOCKS])))
-
-    def recent(self) -> list[tuple[int, str, tuple[int, ...]]]:
-        """(number, backend id, leading blocks) of the latest placements made here."""
-        return list(self._recent)
-
-    def learn(self, placements: Iterable[Sequence], after: int) -> int:
-        """A peer's recent placements: those numbered past `after` go into the index (not
-        into this index's own recent ones: peers hear them from the one that placed them).
-        Returns the highest number seen, the peer's next `after`."""
-        newest = after
-        for placement in placements:
-            number, backend_id, blocks = placement
-            if number > after:
-                self._owner.put(blocks, backend_id)
-                newest = max(newest, number)
-        return newest
+    def __post_init__(self) -> None:
+        check(self.max_blocks >= 1, "max_blocks", "must be >= 1")
+        check(self.guard_factor >= 1, "guard_factor", "must be >= 1")
+        check(self.guard_slack_s >= 0, "guard_slack_s", "must be >= 0")
+        check(self.full_scan_max >= 1, "full_scan_max", "must be >= 1")
+        check(self.choices >= 2, "choices", "must be >= 2")
 
 
 class PrefixAffinity(PolicyBase):
     name: ClassVar[str] = "prefix_affinity"
+    Settings: ClassVar[type] = PrefixAffinitySettings
     needs: ClassVar[frozenset[str]] = frozenset({"prefix_blocks"})
     traces_scores: ClassVar[bool] = True
 
-    def __init__(
-        self,
-        *,
-        max_blocks: int = 1_000_000,
-        guard_factor: float = 1.5,
-        guard_slack_s: float = 1.0,
-        full_scan_max: int = 64,
-        choices: int = 4,
-    ) -> None:
-        if guard_factor < 1 or guard_slack_s < 0:
-            raise ValueError("guard_factor must be >= 1 and guard_slack_s >= 0")
-        self.index = PrefixIndex(max_blocks)
-        self.guard_factor = guard_factor
-        self.guard_slack_s = guard_slack_s
-        self.load = LeastOutstandingWork(full_scan_max=full_scan_max, choices=choices)
+    def __init__(self, settings: PrefixAffinitySettings = PrefixAffinitySettings()) -> None:
+        self.prefix_index = PrefixIndex(settings.max_blocks)
+        self.guard_factor = settings.guard_factor
+        self.guard_slack_s = settings.guard_slack_s
+        self.sampler = CandidateSampler(settings.full_scan_max, settings.choices)
 
     def _considered(
         self, ctx: PickContext, candidates: Sequence[Backend], matched: dict[str, int]
     ) -> Sequence[Backend]:
         """LOW's candidates (all, or a sample of a large pool) plus every prefix holder."""
-        considered = self.load.sampler.sample(ctx, candidates)
+        considered = self.sampler.sample(ctx, candidates)
         if considered is candidates or not matched:
             return considered
         seen = {b.backend_id for b in considered}
@@ -129,15 +84,15 @@ class PrefixAffinity(PolicyBase):
         self, ctx: PickContext, candidates: Sequence[Backend]
     ) -> tuple[Sequence[Backend], list[float]]:
         blocks = ctx.request.prefix_blocks
-        matched = self.index.matches(blocks) if blocks else {}
+        matched = self.prefix_index.matches(blocks) if blocks else {}
         considered = self._considered(ctx, candidates, matched)
-        loads = [ctx.work_score(b) for b in considered]
+        loads = [work_seconds(ctx, b) for b in considered]
         limit = self.guard_factor * (sum(loads) / len(loads)) + self.guard_slack_s
         scores = []
         for backend, load in zip(considered, loads, strict=True):
             depth = matched.get(backend.backend_id, 0)
             if depth and load <= limit:
-                scores.append(ctx.work_score(backend, self._cost(ctx, backend, depth)))
+                scores.append(work_seconds(ctx, backend, self._cost(ctx, backend, depth)))
             else:
                 scores.append(load)  # no hit, or guarded: plain least outstanding work
         return considered, scores
@@ -147,9 +102,9 @@ class PrefixAffinity(PolicyBase):
         trace_scores(ctx, considered, scores)
         chosen = min_with_random_ties(considered, scores, ctx.rng)
         if ctx.request.prefix_blocks:
-            self.index.record(ctx.request.prefix_blocks, chosen.backend_id)
+            self.prefix_index.record(ctx.request.prefix_blocks, chosen.backend_id)
         return chosen
 
     def score(self, ctx: PickContext, backend: Backend) -> float | None:
-        depth = self.index.matches(ctx.request.prefix_blocks).get(backend.backend_id, 0)
-        return ctx.work_score(backend, self._cost(ctx, backend, depth))
+        depth = self.prefix_index.matches(ctx.request.prefix_blocks).get(backend.backend_id, 0)
+        return work_seconds(ctx, backend, self._cost(ctx, backend, depth))

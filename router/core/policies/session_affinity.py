@@ -11,10 +11,11 @@ import bisect
 import hashlib
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 from gpuroute.router.core.backend import Backend
-from gpuroute.router.core.policies.base import PickContext, PolicyBase
+from gpuroute.router.core.policies.base import PickContext, PolicyBase, check
 from gpuroute.router.core.policies.least_outstanding_work import LeastOutstandingWork
 
 
@@ -45,15 +46,26 @@ class HashRing:
                 yield backend
 
 
+@dataclass(frozen=True, slots=True)
+class SessionAffinitySettings:
+    """`[policy_settings.session_affinity]` (docs/configuration.md)."""
+
+    load_factor: float = 1.25  # a session's home takes it while within this x its fair share
+    vnodes: int = 100  # points on the ring per backend
+
+    def __post_init__(self) -> None:
+        check(self.load_factor >= 1, "load_factor", "must be >= 1")
+        check(self.vnodes >= 1, "vnodes", "must be >= 1")
+
+
 class SessionAffinity(PolicyBase):
     name: ClassVar[str] = "session_affinity"
+    Settings: ClassVar[type] = SessionAffinitySettings
     needs: ClassVar[frozenset[str]] = frozenset({"session_id"})
 
-    def __init__(self, *, load_factor: float = 1.25, vnodes: int = 100) -> None:
-        if load_factor < 1 or vnodes < 1:
-            raise ValueError("load_factor must be >= 1 and vnodes >= 1")
-        self.load_factor = load_factor
-        self.vnodes = vnodes
+    def __init__(self, settings: SessionAffinitySettings = SessionAffinitySettings()) -> None:
+        self.load_factor = settings.load_factor
+        self.vnodes = settings.vnodes
         self.fallback = LeastOutstandingWork()
         self._ring_key: tuple[int, tuple[int, ...]] | None = None
         self._ring: HashRing | None = None
