@@ -23,6 +23,10 @@ demo: $(STAMP)
 		else echo "make demo: gpuroute demo --autoscale needs Consul (make consul); skipped"; fi
 	$(BIN)/gpuroute sim
 
+# pytest-xdist workers for `make test`: most live tests wait on processes they started, so
+# more workers than cores pay; loadgroup keeps the real-vLLM tests on one worker (tests/conftest.py)
+TEST_WORKERS ?= 4
+
 # The components below are installed once (the first run takes ~15-25 min, most of it vLLM and
 # the two Go builds; each step says what it installs and roughly how long); later runs find
 # them cached in seconds. Under `make test` a test whose component is still missing fails.
@@ -30,7 +34,7 @@ test: $(STAMP) bench-deps consul otelcol terraform vllm peer-routers
 	@echo "make: running ruff, the import contracts and pytest"
 	$(BIN)/ruff check .
 	LINT_IMPORTS=$(BIN)/lint-imports scripts/lint-imports.sh
-	GPUROUTE_REQUIRE_COMPONENTS=1 $(BIN)/pytest
+	GPUROUTE_REQUIRE_COMPONENTS=1 $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 # The pure suite alone (seconds; no processes, no network).
 test-unit: $(STAMP)
@@ -41,7 +45,7 @@ lint: $(STAMP)
 	LINT_IMPORTS=$(BIN)/lint-imports scripts/lint-imports.sh
 	$(BIN)/ruff format --check .
 
-# Regenerate the gRPC code from gpuroute/proto/*.proto (tests/unit/test_proto.py checks it is current).
+# Regenerate the gRPC code from gpuroute/proto/*.proto (tests/integration/test_proto.py checks it is current).
 proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. \
 		gpuroute/proto/load.proto

@@ -34,13 +34,37 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     return report
 
 
+# xdist's loadgroup (the Makefile's `make test`) keeps each group on one worker: a real
+# vLLM is a core's worth of work on 2 cores and starts in 20-60 s, so one worker runs them
+# all, one engine at a time (testbed/real_vllm.py pins it to core 0)
+REAL_ENGINE_GROUP = "real_engine"
+WIDE_SCOPES = ("module", "class", "package")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Clusters, outages and a real vLLM's start take minutes on 2 cores: their tests get a
-    larger ceiling than `timeout` in pyproject.toml, unless they mark their own."""
+    larger ceiling than `timeout` in pyproject.toml, unless they mark their own. Under
+    xdist each test is placed on its own unless it shares an engine or a module's fixture."""
     for item in items:
         slow = item.get_closest_marker("slow") or item.get_closest_marker("real_engine")
         if slow and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
+        if item.get_closest_marker("xdist_group") is None and (group := xdist_group(item)):
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def xdist_group(item: pytest.Item) -> str | None:
+    """The real-engine tests run on one worker; a module whose fixture outlives a test
+    (a cluster, a planned fleet) runs on one worker, so that the fixture starts once."""
+    if item.get_closest_marker("real_engine"):
+        return REAL_ENGINE_GROUP
+    fixtures = getattr(item, "_fixtureinfo", None)
+    for defs in fixtures.name2fixturedefs.values() if fixtures else ():
+        # the suite's own fixtures (a plugin's have no baseid): those a module shares
+        if any(d.scope in WIDE_SCOPES and d.baseid for d in defs):
+            return item.nodeid.split("::", 1)[0]
+    return None
 
 
 @pytest.fixture

@@ -1,5 +1,9 @@
 """Agents, a router and a real `consul agent -dev` on loopback: join, engine kill, drain,
-Consul outage. Every number asserted here is also printed, for the closing note."""
+Consul outage. Every number asserted here is also printed, for the closing note.
+
+The router runs in the test's event loop, beside the clients: what blocks (a read of
+Consul's API, an engine's start) runs in a thread, or the router's own timings (the
+latency it learns, the TTFT its SLO gate predicts) would measure the test instead."""
 
 from __future__ import annotations
 
@@ -32,10 +36,19 @@ from support.live import (
 pytestmark = pytest.mark.asyncio
 
 
-def check_status(consul: ConsulDev, agent_id: str) -> str | None:
-    checks = get_json(f"{consul.address}/v1/agent/checks") or {}
+async def check_status(consul: ConsulDev, agent_id: str) -> str | None:
+    """The agent's check as Consul has it (None: not registered)."""
+    checks = await asyncio.to_thread(get_json, f"{consul.address}/v1/agent/checks") or {}
     check = checks.get(f"gpuroute-agent:{agent_id}")
     return check["Status"] if check else None
+
+
+async def check_is(consul: ConsulDev, agent_id: str, *status: str | None) -> bool:
+    return await check_status(consul, agent_id) in status
+
+
+async def all_passing(consul: ConsulDev, *agent_ids: str) -> bool:
+    return all([await check_is(consul, agent_id, "passing") for agent_id in agent_ids])
 
 
 async def state_of(session, router_url: str, backend: str) -> str | None:
@@ -56,14 +69,14 @@ async def test_new_agent_gets_traffic_within_3s_and_consul_writes_only_on_transi
                     )
                 # TTL refreshes with an unchanged status are not catalog writes: watch the
                 # Raft log over two refresh periods (ttl 6 s -> a refresh every 2 s)
-                before = consul.raft_index()
+                before = await asyncio.to_thread(consul.raft_index)
                 await asyncio.sleep(4.5)  # an observation window, not a synchronisation
-                refresh_writes = consul.raft_index() - before
+                refresh_writes = await asyncio.to_thread(consul.raft_index) - before
                 async with Clients(url, workers=8) as clients:
                     a2 = AgentProcess(agent_toml(e2, consul.address, "a2"), tmp_path, "a2")
                     try:
                         await async_wait_for(
-                            holds(lambda: check_status(consul, "a2") == "passing"), 20, "a2 passing"
+                            lambda: check_is(consul, "a2", "passing"), 20, "a2 passing"
                         )
                         passing_at = time.monotonic()
                         await async_wait_for(
@@ -125,15 +138,18 @@ async def test_engine_sigkill_no_new_requests_after_first_failure_and_no_client_
             f.engines[1].kill()
             await async_wait_for(lambda: _not_routable(s, url, "k2"), 15, "k2 out of rotation")
             out_at = time.monotonic() - killed_at
-            await async_wait_for(
-                holds(lambda: check_status(consul, "k2") == "critical"), 15, "critical"
-            )
+            # attempts placed on k2 before the router knew it dead (a refusal, a broken
+            # answer) may be refused too: 8 clients, and a loaded machine widens that window
+            refused_when_out = refused_by(f.router, "k2")
+            await async_wait_for(lambda: check_is(consul, "k2", "critical"), 15, "critical")
             critical_at = time.monotonic() - killed_at
             await asyncio.sleep(0.5)  # traffic keeps flowing: a load window
-            refused = counter(f.router, "gpuroute_upstream_failures", backend="k2", kind="refused")
+            refused = refused_by(f.router, "k2")
             # the engine comes back on the same port: the agent and the router follow
             restarted_at = time.monotonic()
-            f.engines[1] = FakeEngineProcess("H100", port=f.engines[1].port)
+            f.engines[1] = await asyncio.to_thread(
+                FakeEngineProcess, "H100", port=f.engines[1].port
+            )
             await async_wait_for(lambda: _routable(s, url, "k2"), 30, "k2 back in rotation")
             back_in = time.monotonic() - restarted_at
             await async_wait_for(
@@ -141,10 +157,11 @@ async def test_engine_sigkill_no_new_requests_after_first_failure_and_no_client_
             )
     print(
         f"\nengine SIGKILL: out of rotation after {out_at:.3f} s, critical in Consul "
-        f"after {critical_at:.2f} s; refused attempts {refused}; restarted engine back in "
+        f"after {critical_at:.2f} s; refused attempts {refused_when_out:.0f} until it was out, "
+        f"{refused:.0f} by Consul's verdict; restarted engine back in "
         f"rotation after {back_in:.2f} s"
     )
-    assert refused <= 1, "a backend that refused a connection got new requests"
+    assert refused == refused_when_out, "a backend that refused a connection got new requests"
     assert clients.failed == []
 
 
@@ -165,7 +182,7 @@ async def test_a_host_pulled_without_a_drain_loses_no_stream(consul, tmp_path) -
 
             async def consul_says_critical() -> bool:
                 states.add(await state_of(f.session, f.url, "p2"))
-                return check_status(consul, "p2") in ("critical", None)
+                return await check_is(consul, "p2", "critical", None)
 
             await async_wait_for(consul_says_critical, 30, "Consul's verdict")
             continued = counter(f.router, "gpuroute_stream_continuations", reason="engine_broke",
@@ -185,6 +202,10 @@ async def test_a_host_pulled_without_a_drain_loses_no_stream(consul, tmp_path) -
         assert counted_at(f.router, "gpuroute_stream_errors", "p2") >= continued
 
 
+def refused_by(router, backend: str) -> float:
+    return counter(router, "gpuroute_upstream_failures", backend=backend, kind="refused")
+
+
 def counted_at(router, family_name: str, backend: str) -> float:
     """A router counter summed over every label but `backend`: an attempt sent to a dead
     host fails over elsewhere, so the clients alone would not see it."""
@@ -202,8 +223,8 @@ async def test_drain_sends_nothing_new_and_finishes_every_stream(consul, tmp_pat
             await async_wait_for(holds(lambda: clients.first_to("d2") is not None), 10, "d2 used")
             started = time.monotonic()
             drain = asyncio.create_task(asyncio.to_thread(f.agents[1].drain))
-            await async_wait_for(
-                lambda: _state_is(f.session, f.url, "d2", "draining"), 10, "router sees drain"
+            await async_wait_for(  # the drain command is a Python start: seconds under load
+                lambda: _state_is(f.session, f.url, "d2", "draining"), 30, "router sees drain"
             )
             seen_at = time.monotonic()
             result = await drain
@@ -230,7 +251,7 @@ async def test_consul_outage_keeps_serving_and_router_recovers(consul, tmp_path)
     async with discovered_fleet(consul, tmp_path, ("o1", "o2"), ("H100", "A100")) as f:
         s, url = f.session, f.url
         async with Clients(url, workers=6) as clients:
-            consul.stop()
+            await asyncio.to_thread(consul.stop)
             await async_wait_for(lambda: _stale(s, url, True), 15, "stale membership")
             during = len(clients.results)
             await asyncio.sleep(3.0)  # an outage window with traffic flowing
@@ -239,9 +260,8 @@ async def test_consul_outage_keeps_serving_and_router_recovers(consul, tmp_path)
             back_at = time.monotonic()
             await async_wait_for(lambda: _stale(s, url, False), 20, "recovered")
             await async_wait_for(
-                holds(lambda: check_status(consul, "o1") == check_status(consul, "o2")
-                      == "passing"), 20, "agents registered again",
-            )  # fmt: skip
+                lambda: all_passing(consul, "o1", "o2"), 20, "agents registered again"
+            )
             recovered = time.monotonic() - back_at
             states = {n: await state_of(s, url, n) for n in ("o1", "o2")}
     print(

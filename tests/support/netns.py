@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -29,6 +30,14 @@ def netns_available() -> str | None:
     return None
 
 
+def free_octet() -> int:
+    """X of a 10.X.0.0/24 that no interface here holds: labs run side by side (xdist's
+    workers, other checkouts' runs), and two bridges on one subnet would cross-route."""
+    shown = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True)
+    used = {int(x) for x in re.findall(r"inet 10\.(\d+)\.", shown.stdout)}
+    return random.choice([x for x in range(100, 250) if x not in used])
+
+
 def _ip(*args: str, ns: str | None = None, check: bool = True) -> None:
     cmd = ["ip", "netns", "exec", ns, "ip", *args] if ns else ["ip", *args]
     subprocess.run(cmd, check=check, capture_output=True)
@@ -45,7 +54,7 @@ class Host:
 class NetnsLab:
     def __init__(self, workdir: Path) -> None:
         self.tag = f"g{os.getpid() % 10000}{random.randrange(10)}"
-        self.octet = random.randrange(100, 250)
+        self.octet = free_octet()
         self.bridge = f"br{self.tag}"
         self.workdir = workdir
         self.hosts: dict[str, Host] = {}

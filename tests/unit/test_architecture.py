@@ -89,27 +89,6 @@ def test_one_percentile_definition() -> None:
     assert not others, others
 
 
-def test_building_the_cli_loads_no_simulator_benchmark_or_testbed_code() -> None:
-    """Every router, agent and fake-engine process builds the whole parser at start-up; a
-    registration module that imports its package's work (numpy, rich, the simulator) makes
-    each of them start slower and bigger."""
-    import subprocess
-    import sys
-
-    probe = (
-        "import sys, gpuroute.cli as cli; cli.build_parser(); "
-        "print('\\n'.join(sorted(sys.modules)))"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd="/"
-    )
-    loaded = set(done.stdout.split())
-    heavy = {"numpy", "rich", "aiohttp", "grpc", "redis"} & loaded
-    rooms = ("gpuroute.sim.", "gpuroute.bench.", "gpuroute.testbed.", "gpuroute.demo.")
-    work = {m for m in loaded if m.startswith(rooms) and not m.endswith(".cli")}
-    assert not heavy and not work, sorted(heavy | work)
-
-
 # A run's results, one row per request number, written once when the request ends: output,
 # not state a request in flight holds.
 RESULT_TABLES = {"sim/simulator.py"}

@@ -66,12 +66,14 @@ def test_a_missing_component_fails_under_make_test_and_skips_elsewhere(monkeypat
 
 
 def test_make_test_requires_the_components_it_installs(repo) -> None:
-    """The Makefile's test target installs them, then runs pytest with the promise set."""
+    """The Makefile's test target installs them, then runs pytest with the promise set, its
+    tests spread over xdist's workers by group (the real-engine tests on one)."""
     makefile = (repo / "Makefile").read_text()
     target = makefile.split("\ntest:", 1)[1].split("\n\n", 1)[0]
     head, *recipe = target.splitlines()
     assert set(head.split()) >= {"bench-deps", "consul", "terraform", "vllm", "peer-routers"}
-    assert "\tGPUROUTE_REQUIRE_COMPONENTS=1 $(BIN)/pytest" in recipe
+    run = "\tGPUROUTE_REQUIRE_COMPONENTS=1 $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup"
+    assert run in recipe
 
 
 MISSING = """
@@ -103,3 +105,23 @@ def test_no_two_test_modules_share_a_basename() -> None:
     a second module of the same name stops the whole run at collection."""
     names = [p.name for p in (REPO / "tests").rglob("test_*.py")]
     assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
+@pytest.mark.real_engine
+def test_the_real_engine_tests_run_on_one_xdist_worker(request) -> None:
+    """tests/conftest.py's group: `make test`'s loadgroup runs one real vLLM at a time."""
+    assert request.node.get_closest_marker("xdist_group").args == ("real_engine",)
+
+
+@pytest.fixture(scope="module")
+def module_wide() -> str:
+    return "started once per module"
+
+
+def test_a_module_fixture_keeps_its_tests_on_one_worker(request, module_wide) -> None:
+    module = request.node.nodeid.split("::")[0]  # tests/unit/test_suite_guards.py
+    assert request.node.get_closest_marker("xdist_group").args == (module,)
+
+
+def test_other_tests_go_to_any_worker(request) -> None:
+    assert request.node.get_closest_marker("xdist_group") is None
