@@ -159,7 +159,7 @@ class Proxy:
                 self.forwarder.urls[backend.backend_id],
                 request.path_qs,
                 admitted.raw,
-                self.forwarder.engine_headers(request, admitted.headers) | onward(request, 0),
+                self.forwarder.engine_headers(request, admitted.read) | onward(request, 0),
             )
             async with upstream:
                 body = await upstream.read()

@@ -37,6 +37,7 @@ WANTED = [
 ]
 
 
+PASSTHROUGH = "/v1/load_lora_adapter"  # an engine path the router forwards unparsed
 PASSED = {"content-type", "accept", "user-agent", "traceparent", "x-forwarded-for"}
 FRAMING = {"host", "content-length", "connection"}  # the client library's own
 
@@ -47,16 +48,21 @@ def received(seen: dict[str, str]) -> tuple[set[str], dict[str, str]]:
     return set(got) - FRAMING, got
 
 
-async def test_an_engine_gets_only_what_it_needs(tmp_path) -> None:
+@pytest.mark.parametrize("path", ["/v1/chat/completions", PASSTHROUGH])
+async def test_an_engine_gets_only_what_it_needs(tmp_path, path) -> None:
+    """The same on a parsed route and on a passthrough path (forwarded as it came: the
+    passthrough once sent only the peer as X-Forwarded-For, the client's chain lost)."""
     engine = RecordingEngine()
     async with scripted_backend(engine) as url:
         secret = tmp_path / "engine-key"
         secret.write_text("sk-engine-only\n")
-        text = secure_toml(url, top=f'engine_api_key_file = "{secret}"')
-        async with router_server(text, tmp_path) as server:
-            answer = await send_raw(f"http://127.0.0.1:{server.port}", WANTED + SMUGGLED, chat())
+        top = f'engine_api_key_file = "{secret}"\npassthrough_paths = ["{PASSTHROUGH}"]'
+        async with router_server(secure_toml(url, top=top), tmp_path) as server:
+            url = f"http://127.0.0.1:{server.port}"
+            answer = await send_raw(url, WANTED + SMUGGLED, chat(), path)
     assert answer.status == 200, answer.body
-    [(_, seen, _)] = engine.seen
+    [(seen_path, seen, _)] = engine.seen
+    assert seen_path == path
     names, got = received(seen)
     assert names == PASSED | {"authorization", "x-request-id"}
     assert got["x-forwarded-for"] == "203.0.113.9, 127.0.0.1"  # the peer appended
