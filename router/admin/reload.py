@@ -169,7 +169,6 @@ class Reloader:
         old = r.config
         if (new.policy, new.slo, new.policy_settings) != (old.policy, old.slo, old.policy_settings):
             r.scheduler.policy = configured_policy(new, r.book, r.workers)
-            r.slo.holds = r.scheduler.predicts_slo
             r.decisions.policy = new.policy
             r.front.with_prefix_blocks = "prefix_blocks" in r.scheduler.policy.needs
 

@@ -96,7 +96,7 @@ class Forwarder:
         self.budget = lifetimes.budget  # requests in flight and retries running
         self.slo = slo  # classes' attainment; holds predicted misses (predicting policies)
         # the attempts loop the simulator runs too: route, promote standby, hold, retry
-        self.loop = AttemptLoop(scheduler, self.budget, slo.queue if slo.holds else None, standby)
+        self.loop = AttemptLoop(scheduler, self.budget, slo.queue, standby)
         self.continuer = StreamContinuer(continuation or ContinuationConfig(), metrics)
         self.session: UpstreamPool | None = None  # to the engines; start() opens it
         self.write_timeout_s: float | None = None  # a client behind this long is cut off

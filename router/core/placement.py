@@ -68,7 +68,9 @@ class AttemptLoop:
         standby: StandbyRotation | None = None,
     ) -> None:
         self.scheduler, self.budget = scheduler, budget
-        self.holds = holds  # None: predicted misses are sent (no SLO-aware admission)
+        # None: predicted misses are sent (no SLO-aware admission); else they are held while
+        # the scheduler's policy predicts them (a reload may change which policy that is)
+        self.holds = holds
         self.standby = standby  # warm backends brought in before a request would wait
         self._pressed: dict[int, float] = {}  # class rank -> until when one was held
         self._seen: dict[int, tuple[float, float]] = {}  # class rank -> (last seen, TTFT)
@@ -81,7 +83,12 @@ class AttemptLoop:
         prefer: str | None = None,
         trace: PickTrace | None = None,
     ) -> Placement:
-        hold = self.holds is not None and not life.tried and life.info.holds
+        hold = (
+            self.holds is not None
+            and self.scheduler.predicts_slo
+            and not life.tried
+            and life.info.holds
+        )
         defer = hold and self._behind(life, now)
         cap = self._cap(life, now) if hold else math.inf
         decision = self.scheduler.route(

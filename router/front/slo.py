@@ -48,10 +48,8 @@ class SloGate:
         metrics: RouterMetrics,
         clock: Callable[[], float],
         *,
-        holds: bool = True,
         on_hold: Callable[[str], None] = lambda model: None,
     ) -> None:
-        self.holds = holds  # the policy predicts SLO misses, so they are held, not sent
         self.on_hold = on_hold  # a hold proves its pool short (router/scaling/autoscaler.py)
         self.classes = slo_classes(config)
         self.queue = HoldQueue(self.classes, config.max_held)

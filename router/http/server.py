@@ -115,9 +115,9 @@ class RouterApp:
         self.watch = BackendWatch(scheduler, book.table, clock, config.retry.rescue_slowness,
                                   self.lifetimes, lost=self._lost)  # fmt: skip
         book.listeners.append(self.watch.add_kind)  # a kind first seen as a member joins
-        # a predicting policy's misses are held; every policy's attainment is counted
-        self.slo = SloGate(config.slo, self.metrics, clock, holds=scheduler.predicts_slo,
-                           on_hold=self.autoscaler.held)  # fmt: skip
+        # a predicting policy's misses are held (router/core/placement.py asks the scheduler
+        # per request); every policy's attainment is counted
+        self.slo = SloGate(config.slo, self.metrics, clock, on_hold=self.autoscaler.held)
         self.decisions = DecisionLog(
             config.decision_log_sample, config.policy, keep=config.decision_log_keep
         )

@@ -77,3 +77,30 @@ async def test_classes_by_key_and_header_and_early_refusal_naming_the_class(tmp_
             assert len(router.scheduler.ledger) == 0  # nothing booked for the refused one
             met = {"slo_class": "standard", "model": MODEL, "outcome": "met"}
             assert sample("gpuroute_slo_requests_total", met) >= 3
+
+
+async def test_a_reload_to_a_predicting_policy_holds_what_it_predicts_will_miss(tmp_path) -> None:
+    """Under round robin (no prediction) an unmeetable class is sent; reloaded to the default
+    policy, the same request is refused before any engine sees it: holding follows the
+    policy in force, not the one the router started with."""
+    auth = f'[[auth.keys]]\nsha256 = "{key_digest(KEY)}"\ntenant = "fast"\nslo_class = "instant"'
+    engine = Engine()
+    async with scripted_backend(engine) as url:
+        text = router_toml([(url, "L4")], policy="round_robin", slo=SLO, auth=auth)
+        path = tmp_path / "router.toml"
+        async with running_router(text, tmp_path) as (router_url, router):
+            router.operator.reloader.path = path
+            post, headers = router_url + "/v1/chat/completions", {"Authorization": f"Bearer {KEY}"}
+            long_prompt = chat_body("word " * 4000)
+            async with aiohttp.ClientSession() as s:
+                async with s.post(post, json=long_prompt, headers=headers) as r:
+                    assert r.status == 200  # round robin predicts nothing: sent
+                path.write_text(text.replace('policy = "round_robin"\n', ""))
+                admin = router_url + "/admin/reload"
+                async with s.post(admin, headers={"Content-Type": "application/json"}) as r:
+                    assert r.status == 200, await r.text()
+                served = engine.requests
+                async with s.post(post, json=long_prompt, headers=headers) as r:
+                    body = await r.json()
+                    assert r.status == 429 and body["error"]["code"] == "slo_unattainable"
+                assert engine.requests == served
