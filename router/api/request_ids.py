@@ -9,15 +9,8 @@ from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.request_context import REQUEST_ID as LOG_REQUEST_ID
 from gpuroute.tracing import CLIENT_REQUEST_ID, REQUEST_ID, new_request_id
 
-__all__ = ["CLIENT_REQUEST_ID", "name_request", "named", "new_request_id", "own_id"]
-
-
-async def name_request(request: web.Request, response: web.StreamResponse) -> None:
-    """Every answer names its request (`x-request-id`), for `gpuroute explain` and support
-    tickets; an engine's own id header is replaced."""
-    request_id = request.get(REQUEST_ID)
-    if request_id is not None:
-        response.headers["x-request-id"] = request_id
+# every answer is named by gpuroute/tracing.py's name_request (installed with the tracing)
+__all__ = ["CLIENT_REQUEST_ID", "named", "new_request_id", "own_id"]
 
 
 def own_id(request: web.Request) -> str:

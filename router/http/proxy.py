@@ -15,7 +15,6 @@ from aiohttp import web
 from gpuroute.router.attempts.exchange import Answer, Exchange
 from gpuroute.router.attempts.forward import Forwarder
 from gpuroute.router.core.lifetime import Event
-from gpuroute.router.front.admission import AdmissionGate
 from gpuroute.router.front.stages import Front
 from gpuroute.router.observe.access import ENDED, RouterAccessLog
 from gpuroute.router.observe.metrics import RouterMetrics
@@ -40,14 +39,11 @@ class Proxy:
         self,
         front: Front,
         forwarder: Forwarder,
-        gate: AdmissionGate,
         metrics: RouterMetrics,
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.front, self.forwarder, self.gate = front, forwarder, gate
-        self.metrics, self.clock = metrics, clock
-        self.lifetimes = forwarder.lifetimes
+        self.front, self.forwarder, self.clock = front, forwarder, clock
         self.access = RouterAccessLog(front.config.access_log)  # one line a request
         self.active = 0  # requests in a handler (the drain waits for none)
         self.idle = asyncio.Event()

@@ -17,7 +17,6 @@ from aiohttp import web
 from gpuroute.router.admin.api import Operator
 from gpuroute.router.admin.model_routes import AdminRoutes
 from gpuroute.router.admin.reload import Roster, Running
-from gpuroute.router.api.request_ids import name_request
 from gpuroute.router.attempts.forward import Forwarder
 from gpuroute.router.attempts.watch import BackendWatch
 from gpuroute.router.backends.assemble import (
@@ -123,7 +122,7 @@ class RouterApp:
         )
         self.forwarder = self._forwarder(config, rng or random.Random(), roster.urls)
         self.front = self._front(config)
-        self.proxy = Proxy(self.front, self.forwarder, self.gate, self.metrics, clock=clock)
+        self.proxy = Proxy(self.front, self.forwarder, self.metrics, clock=clock)
         self.draining, self._ticker = False, None
         self.probes = HealthProbes(config, scheduler, self.forwarder, clock)
         self._region_server = None
@@ -280,7 +279,6 @@ class RouterApp:
         for path in self.config.passthrough_paths:
             app.router.add_route("*", path, self.proxy.passthrough)
         app.router.add_route("*", "/{tail:.*}", not_found)
-        app.on_response_prepare.append(name_request)
         install(app, self.config.tracing, "gpuroute-router")  # request ids, trace context, spans
         app.on_startup.append(self._startup)
         app.on_cleanup.append(self._cleanup)
