@@ -113,16 +113,22 @@ def pick(fn: F) -> F:
 
 def attempt(fn: F) -> F:
     """Forwarder._attempt with this attempt's engine headers; the first answer's attempt
-    in its span (CLIENT), a continuation's under its continuation's span (`continuation`)."""
+    in its span (CLIENT), a continuation's under its continuation's span (`continuation`).
+    Untraced, the call's own coroutine is handed back (no frame resumed on every chunk)."""
 
     @functools.wraps(fn)
-    async def wrapper(self: Any, exchange: Any, backend: Any, leg: Any) -> Any:
+    def wrapper(self: Any, exchange: Any, backend: Any, leg: Any) -> Awaitable[Any]:
         life = exchange.life
         count = life.attempts.count + leg.tries  # a continuation's engine: an id of its own
         exchange.headers[REQUEST_ID_HEADER] = engine_request_id(life.request_id, count)
         tracer = TRACER.get()
         if tracer is None or leg.broken is not None:
-            return await fn(self, exchange, backend, leg)
+            return fn(self, exchange, backend, leg)
+        return spanned(tracer, self, exchange, backend, leg, count)
+
+    async def spanned(
+        tracer: Any, self: Any, exchange: Any, backend: Any, leg: Any, count: int
+    ) -> Any:
         attributes = {
             "gpuroute.backend": backend.backend_id,
             "gpuroute.attempt": count,
@@ -151,11 +157,14 @@ def continuation(fn: F) -> F:
     parent of its engine's trace (the first answer's run: no span of its own)."""
 
     @functools.wraps(fn)
-    async def wrapper(self: Any, exchange: Any, leg: Any, *args: Any) -> Any:
+    def wrapper(self: Any, exchange: Any, leg: Any, *args: Any) -> Awaitable[Any]:
         tracer = TRACER.get()
+        if tracer is None or leg.broken is None:  # the call's own coroutine (as attempt's)
+            return fn(self, exchange, leg, *args)
+        return spanned(tracer, self, exchange, leg, *args)
+
+    async def spanned(tracer: Any, self: Any, exchange: Any, leg: Any, *args: Any) -> Any:
         broken = leg.broken
-        if tracer is None or broken is None:
-            return await fn(self, exchange, leg, *args)
         attributes = {"gpuroute.continuation": leg.tries, "gpuroute.tokens_before": broken.tokens,
                       "gpuroute.token_exact": broken.token_ids is not None}  # fmt: skip
         with tracer.start_as_current_span(
