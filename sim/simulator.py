@@ -29,7 +29,7 @@ from gpuroute.sim.adapters import LoraEngine, assign_adapters, build_engines
 from gpuroute.sim.admission import SimAdmission
 from gpuroute.sim.continuing import StreamBreaks, rebalancer_for
 from gpuroute.sim.engine_model import EngineRequest
-from gpuroute.sim.events import EventHeap, run_events
+from gpuroute.sim.events import EventHeap
 from gpuroute.sim.fleet import (
     GpuTypeProfile,
     assign_models,
@@ -184,7 +184,7 @@ class RegionalRun(StreamBreaks):
             self.scaling.seed_history(start)
         for k, fault in enumerate(self.faults):
             self.heap.push(start + fault.at_s, FAULT, k)
-        run_events(self.heap, self.arrivals, self.arrive, self.on_event)
+        self.heap.run(self.arrivals, self.arrive, self.on_event)
         if self.progress is not None:
             self.progress(self.n)
 
