@@ -283,7 +283,7 @@ def report(loaded, mode, clients, regions, served_in, rtt, ttft, finish, status,
 
     def p99(mask) -> float:
         values = e2e[mask & ok]
-        return round(percentile(values, 99), 3) if len(values) else float("nan")
+        return round(percentile(values, 99), 3)  # nan when none (round keeps it)
 
     steady = arrivals < (clients.flash[0] if clients.flash else math.inf)
     in_flash = (
