@@ -8,10 +8,12 @@ import pytest
 from gpuroute.router.config.router import load_router_config
 from gpuroute.router.core.policies import (
     POLICIES,
+    OlderKey,
     PolicyFacts,
     SettingError,
     build_policy,
     policy_settings,
+    settings_table,
 )
 from gpuroute.router.core.policies.least_outstanding_work import LeastOutstandingWork
 from gpuroute.router.core.policies.prefix_index import PrefixIndex
@@ -145,3 +147,40 @@ def test_a_scenario_names_a_bad_setting(tmp_path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_scenario(path)
     assert f"{path}: router.policy_settings.p2c.choices: unknown setting" in str(caught.value)
+
+
+def test_one_table_from_older_keys_and_a_setting_set_twice_is_named() -> None:
+    older = {
+        "margin": OlderKey("slo.margin", 0.9, False),  # a default: the table may set it
+        "cost_weight": OlderKey("slo.cost_weight", 0.3, True),
+    }
+    table = settings_table("slo_aware", {"margin": 0.7}, older, "policy_settings")
+    assert table == {"margin": 0.7, "cost_weight": 0.3}
+    with pytest.raises(ValueError) as caught:
+        settings_table("slo_aware", {"cost_weight": 0.2}, older, "policy_settings")
+    message = "policy_settings.slo_aware.cost_weight: also set as slo.cost_weight; set one"
+    assert str(caught.value) == message
+
+
+def test_pick_among_set_twice_is_an_error_only_where_the_file_shares_the_load(tmp_path) -> None:
+    both = "[redis]\npick_among = 3\n{}[policy_settings.least_outstanding_work]\npick_among = 2\n"
+    shared = tmp_path / "shared.toml"
+    shared.write_text(both.format('url = "redis://127.0.0.1:9"\n') + BACKEND)
+    with pytest.raises(ConfigError, match=r"least_outstanding_work\.pick_among: also set as redis"):
+        load_router_config(shared)
+    alone = tmp_path / "alone.toml"
+    alone.write_text(both.format("") + BACKEND)
+    config = load_router_config(alone)  # the workers (maybe --workers) are not the file's
+    assert config.policy_table("least_outstanding_work", workers=4) == {"pick_among": 2}
+    assert config.policy_table("least_outstanding_work") == {"pick_among": 2}
+
+
+def test_a_scenario_names_a_setting_set_twice(tmp_path) -> None:
+    path = tmp_path / "scenario.toml"
+    path.write_text(
+        SCENARIO + "[router]\nslo_margin = 0.8\n[router.policy_settings.slo_aware]\nmargin = 0.7\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_scenario(path)
+    message = "router.policy_settings.slo_aware.margin: also set as router.slo_margin; set one"
+    assert f"{path}: {message}" in str(caught.value)
