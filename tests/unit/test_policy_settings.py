@@ -61,6 +61,19 @@ def test_a_settings_table_reaches_the_plug_ins_it_configures() -> None:
         ("slo_aware", {"margin": 1.5}, "slo_aware.margin: must be in (0, 1]"),
         ("slo_aware", {"per_type": 4}, "slo_aware.sample_per_type: must be >= per_type"),
         ("slo_aware", {"adapter_headroom": 0}, "slo_aware.adapter_headroom: must be in (0, 1]"),
+        # the plug-ins' configs check these, named by the policy's own keys
+        ("slo_aware", {"cost_weight": -1}, "slo_aware.cost_weight: must be >= 0"),
+        ("slo_aware", {"adapter_width": 0}, "slo_aware.adapter_width: must be >= 1"),
+        (
+            "slo_aware",
+            {"adapter_shrink_after_s": 0},
+            "slo_aware.adapter_shrink_after_s: must be > 0",
+        ),
+        (
+            "least_outstanding_work",
+            {"pick_among": 0},
+            "least_outstanding_work.pick_among: must be >= 1",
+        ),
         ("least_outstanding_work", {"choices": 1}, "least_outstanding_work.choices: must be >= 2"),
         (
             "least_outstanding_work",

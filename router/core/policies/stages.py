@@ -9,21 +9,38 @@ latency model predicts there (core/latency.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import ClassVar, Protocol, TypeVar
 
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.latency import Prediction
-from gpuroute.router.core.policies.base import PickContext, check, min_with_random_ties
+from gpuroute.router.core.policies.base import (
+    PickContext,
+    SettingError,
+    check,
+    min_with_random_ties,
+)
 from gpuroute.router.core.slo import SloClass
 from gpuroute.router.core.slo_admission import TypeMargins
 
 Rows = dict[Backend, Prediction]
 Row = tuple[Backend, Prediction]
+C = TypeVar("C")
 
 # a hit loosens the margin only when the request needed at least this share of it
 HIT_NEAR = 0.5
+
+
+def config_of(kind: Callable[..., C], settings: object, **keys: str) -> C:
+    """A plug-in's config from a policy's flat settings, each of its fields the setting
+    `keys` names (`weight="cost_weight"`): the config checks its own ranges, and an error
+    names the policy's setting, not the config's field."""
+    try:
+        return kind(**{field: getattr(settings, key) for field, key in keys.items()})
+    except SettingError as exc:
+        message = str(exc).removeprefix(f"{exc.key}: ")
+        raise SettingError(keys[exc.key], message) from None
 
 
 class Filter(Protocol):
