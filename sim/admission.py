@@ -49,7 +49,7 @@ class SimAdmission:
     def released(self) -> None:
         """An admitted request ended: its slot is free (waiters go at `let_in`)."""
         self.core.release()
-        self.due = self.core.limited and bool(len(self.core.queue))
+        self.due = bool(len(self.core.queue))  # only limited admission ever queues
 
     def let_in(self, now: float) -> None:
         """The waiters the core lets in go; those found past their deadline are refused."""

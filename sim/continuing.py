@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from gpuroute.router.core.lifetime import Continued, RequestLifetime
+from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.core.rebalance import Move, Rebalancer, RunningStream, expected_left
 from gpuroute.router.core.retry import FailureKind
 from gpuroute.router.core.scheduler import Outcome, Scheduler
@@ -67,9 +67,7 @@ class StreamBreaks:
     ) -> None:
         """A stream whose attempt ended after `generated` tokens goes on elsewhere (the live
         StreamContinuer's way), or ends failed where continuation is off or spent."""
-        resumed = life.continued
-        if resumed is None:
-            resumed = life.continued = Continued(first, 0)
+        resumed = life.continued_or_new(first)
         resumed.delivered += generated
         config = self.scenario.continuation
         if not config.enabled or resumed.continuations >= config.max_attempts:

@@ -31,43 +31,31 @@ class EventHeap:
             self._seq += 1
             heapq.heappush(self._heap, (t_next, self._seq, engine, self._versions[engine]))
 
-    def next_time(self) -> float:
-        return self._heap[0][0] if self._heap else math.inf
-
-    def pop(self) -> tuple[float, int, int] | None:
-        """The next event as (time, kind, payload), or None for a superseded engine event;
-        an engine's event has kind = its index."""
-        t, _, kind, payload = heapq.heappop(self._heap)
-        if kind >= 0:
-            if payload != self._versions[kind]:
-                return None
-            payload = 0
-        return t, kind, payload
-
-
-def run_events(
-    heap: EventHeap,
-    arrivals: Sequence[float],
-    on_arrival: Callable[[int, float], None],
-    on_event: Callable[[float, int, int, bool], None],
-) -> None:
-    """Interleave sorted arrivals with the heap (an event at an arrival's time goes first)
-    until both are exhausted; `on_event` is told whether arrivals remain. The loop runs
-    once per event of a million-request run, so it reads the heap's list and versions
-    itself (what `next_time` and `pop` do) rather than through three calls an event."""
-    items, versions, heappop = heap._heap, heap._versions, heapq.heappop
-    i, n = 0, len(arrivals)
-    while True:
-        t_arrival = arrivals[i] if i < n else math.inf
-        if items and items[0][0] <= t_arrival:
-            t, _, kind, payload = heappop(items)
-            if kind >= 0:
-                if payload != versions[kind]:
-                    continue  # superseded by the engine's later reschedule
-                payload = 0
-            on_event(t, kind, payload, i < n)
-        elif i < n:
-            on_arrival(i, t_arrival)
-            i += 1
-        else:
-            return
+    def run(
+        self,
+        arrivals: Sequence[float],
+        on_arrival: Callable[[int, float], None],
+        on_event: Callable[[float, int, int, bool], None],
+    ) -> None:
+        """Interleave sorted arrivals with the heap's events (an event at an arrival's time
+        goes first) until both are exhausted. An event goes to `on_event` as (time, kind,
+        payload, whether arrivals remain); an engine's event has kind = its index and
+        payload 0, and is dropped when a later reschedule superseded it. The loop runs once
+        per event of a million-request run, so it keeps the heap's list, the versions and
+        heappop in locals."""
+        items, versions, heappop = self._heap, self._versions, heapq.heappop
+        i, n = 0, len(arrivals)
+        while True:
+            t_arrival = arrivals[i] if i < n else math.inf
+            if items and items[0][0] <= t_arrival:
+                t, _, kind, payload = heappop(items)
+                if kind >= 0:
+                    if payload != versions[kind]:
+                        continue  # superseded by the engine's later reschedule
+                    payload = 0
+                on_event(t, kind, payload, i < n)
+            elif i < n:
+                on_arrival(i, t_arrival)
+                i += 1
+            else:
+                return

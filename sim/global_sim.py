@@ -24,7 +24,7 @@ from gpuroute.router.core.policies.least_outstanding_work import LeastOutstandin
 from gpuroute.router.core.region_summary import summarise
 from gpuroute.router.core.scheduler import Outcome
 from gpuroute.sim.engine_model import EngineModel, EngineRequest
-from gpuroute.sim.events import EventHeap, run_events
+from gpuroute.sim.events import EventHeap
 from gpuroute.sim.fleet import GpuTypeProfile, fleet_capacity_rps, profile_gpu_types
 from gpuroute.sim.scenario import LoadedScenario
 from gpuroute.sim.workloads import synthetic
@@ -172,7 +172,7 @@ class GlobalRun:
                 self.heap.push(e.at_s, EVENT, 2 * k)
                 self.heap.push(e.at_s + e.duration_s, EVENT, 2 * k + 1)
         self.refresh_views()
-        run_events(self.heap, self.clients.arrivals.tolist(), self.arrive, self.on_event)
+        self.heap.run(self.clients.arrivals.tolist(), self.arrive, self.on_event)
 
     def refresh_views(self) -> None:
         self.views.clear()
@@ -283,7 +283,7 @@ def report(loaded, mode, clients, regions, served_in, rtt, ttft, finish, status,
 
     def p99(mask) -> float:
         values = e2e[mask & ok]
-        return round(percentile(values, 99), 3) if len(values) else float("nan")
+        return round(percentile(values, 99), 3)  # nan when none (round keeps it)
 
     steady = arrivals < (clients.flash[0] if clients.flash else math.inf)
     in_flash = (

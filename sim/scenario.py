@@ -11,7 +11,12 @@ from gpuroute.router.config.models import check_models
 from gpuroute.router.config.models import shapes as model_shapes
 from gpuroute.router.config.rebalance import RebalanceConfig
 from gpuroute.router.config.router import GpuPrices, SloClassConfig
-from gpuroute.router.core.policies import check_policy_table, resolve_policy_name
+from gpuroute.router.core.policies import (
+    OlderKey,
+    check_policy_table,
+    resolve_policy_name,
+    settings_table,
+)
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASS, SloClass
 from gpuroute.sim.adapters import LoraSection
 from gpuroute.sim.daily import DailySection
@@ -171,29 +176,29 @@ class RouterSection(StrictModel):
         set once (there, or under its older key): ValueError naming the key."""
         for name, table in self.policy_settings.items():
             check_policy_table(name, table, "router.policy_settings")
-            for key, (older, _) in self._older_policy_keys(name).items():
-                if key in table and older in self.model_fields_set:
-                    raise ValueError(
-                        f"router.policy_settings.{name}.{key}: also set as router.{older}; set one"
-                    )
+            self.policy_table(name)  # a setting set twice (there, and under its older key)
 
-    def _older_policy_keys(self, name: str) -> dict[str, tuple[str, object]]:
+    def _older_policy_keys(self, name: str) -> dict[str, OlderKey]:
         """The settings of policy `name` that [router] keys older than `policy_settings`
-        give: setting → (older key, its value)."""
+        give (each setting's older key is its own name but `slo_margin`)."""
         if name == "slo_aware":
-            return {"cost_weight": ("cost_weight", self.cost_weight),
-                    "margin": ("slo_margin", self.slo_margin)}  # fmt: skip
-        if name in ("least_outstanding_work", "prefix_affinity"):
-            return {"full_scan_max": ("full_scan_max", self.full_scan_max),
-                    "choices": ("choices", self.choices)}  # fmt: skip
-        return {}
+            older = {"cost_weight": "cost_weight", "margin": "slo_margin"}
+        elif name in ("least_outstanding_work", "prefix_affinity"):
+            older = {"full_scan_max": "full_scan_max", "choices": "choices"}
+        else:
+            return {}
+        named = self.model_fields_set
+        return {
+            setting: OlderKey(f"router.{key}", getattr(self, key), key in named)
+            for setting, key in older.items()
+        }
 
     def policy_table(self, name: str) -> dict[str, object]:
         """The settings table policy `name` (or `default`) is built with: its
         `policy_settings` table over what older keys say of it."""
         name = resolve_policy_name(name)
-        older = {key: value for key, (_, value) in self._older_policy_keys(name).items()}
-        return older | self.policy_settings.get(name, {})
+        table = self.policy_settings.get(name, {})
+        return settings_table(name, table, self._older_policy_keys(name), "router.policy_settings")
 
 
 class Fault(StrictModel):

@@ -29,7 +29,7 @@ from gpuroute.sim.adapters import LoraEngine, assign_adapters, build_engines
 from gpuroute.sim.admission import SimAdmission
 from gpuroute.sim.continuing import StreamBreaks, rebalancer_for
 from gpuroute.sim.engine_model import EngineRequest
-from gpuroute.sim.events import EventHeap, run_events
+from gpuroute.sim.events import EventHeap
 from gpuroute.sim.fleet import (
     GpuTypeProfile,
     assign_models,
@@ -51,7 +51,7 @@ from gpuroute.sim.report import (
 )
 from gpuroute.sim.scaling import BOOTED, SCALE, ScalingFleet, fixed_fleet_hours
 from gpuroute.sim.scenario import LoadedScenario
-from gpuroute.sim.watch import SimWatch, attempt_of, gpu_paces, resumed_of
+from gpuroute.sim.watch import SimWatch, attempt_of, gpu_paces
 from gpuroute.sim.workloads import Workload
 
 TICK, FAULT, RETRY = -1, -2, -3
@@ -184,7 +184,7 @@ class RegionalRun(StreamBreaks):
             self.scaling.seed_history(start)
         for k, fault in enumerate(self.faults):
             self.heap.push(start + fault.at_s, FAULT, k)
-        run_events(self.heap, self.arrivals, self.arrive, self.on_event)
+        self.heap.run(self.arrivals, self.arrive, self.on_event)
         if self.progress is not None:
             self.progress(self.n)
 
@@ -299,7 +299,7 @@ class RegionalRun(StreamBreaks):
         """Hand a booked request to its engine; False when it must be routed again now."""
         rid = life.request_id
         e = self.index_of[decision.backend.backend_id]
-        resumed = resumed_of(life)
+        resumed = life.continued
         # a continuation's prompt holds what its client had; its output is what is left
         output = self.outputs[rid] - (resumed.delivered if resumed else 0)
         prompt = life.info.prompt_tokens
@@ -338,7 +338,7 @@ class RegionalRun(StreamBreaks):
     def end(self, life: RequestLifetime, status: int) -> None:
         """The request is over (served, failed or refused): it leaves the router's books."""
         self.outcomes.status[life.request_id] = status
-        if status == FAILED and resumed_of(life) is not None:
+        if status == FAILED and life.continued is not None:
             self.outcomes.lost += 1  # its client had part of an answer: a truncated one
         ending = ENDINGS.get(status, Event.REFUSE)
         if self.lifetimes.close(life, ending).admitted:
@@ -351,7 +351,7 @@ class RegionalRun(StreamBreaks):
         rid = req.rid
         life = self.lifetimes.get(rid)
         assert life is not None
-        resumed = resumed_of(life)
+        resumed = life.continued
         # the client's view: its first token, the whole answer (a continuation's pause in it)
         first = req.first_token_at if resumed is None else resumed.first_token_at
         tpot = time_per_output_token(first, now, self.outputs[rid])

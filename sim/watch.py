@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from gpuroute.router.core.backend import Backend
-from gpuroute.router.core.lifetime import Continued, Lifetimes, RequestLifetime
+from gpuroute.router.core.lifetime import Lifetimes, RequestLifetime
 from gpuroute.router.core.watching import GpuPace, Watcher
 from gpuroute.sim.engine_model import EngineModel, EngineRequest
 from gpuroute.sim.fleet import GpuTypeProfile
@@ -33,12 +33,6 @@ class SimAttempt:
 def attempt_of(life: RequestLifetime) -> SimAttempt | None:
     shell = life.shell
     return shell if isinstance(shell, SimAttempt) else None
-
-
-def resumed_of(life: RequestLifetime) -> Continued | None:
-    """A continued stream's client view, whether an attempt is under way or not (its one
-    home, the live router's too: the lifetime's `continued`)."""
-    return life.continued
 
 
 def gpu_paces(profiles: dict[str, GpuTypeProfile]) -> dict[str, GpuPace]:

@@ -16,7 +16,13 @@ from gpuroute.router.config.redis import RedisConfig
 from gpuroute.router.config.responses import ResponsesConfig
 from gpuroute.router.config.usage import UsageConfig
 from gpuroute.router.config.workers import WorkersConfig
-from gpuroute.router.core.policies import DEFAULT_POLICY, POLICIES, check_policy_table
+from gpuroute.router.core.policies import (
+    DEFAULT_POLICY,
+    POLICIES,
+    OlderKey,
+    check_policy_table,
+    settings_table,
+)
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASS, DEFAULT_SLO_CLASSES, SloClass
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
@@ -359,30 +365,33 @@ class RouterConfig(AdminAccess, DeclaresGpuTypes):
         once (there, or under its older key)."""
         for name, table in self.policy_settings.items():
             check_policy_table(name, table, "policy_settings")
-            for key, (older, _) in self._older_policy_keys(name, 1).items():
-                section, _, field = older.partition(".")
-                if key in table and field in getattr(self, section).model_fields_set:
-                    raise ValueError(f"policy_settings.{name}.{key}: also set as {older}; set one")
+            self.policy_table(name)  # a setting set twice (there, and under its older key)
         return self
 
-    def _older_policy_keys(self, name: str, workers: int) -> dict[str, tuple[str, object]]:
-        """The settings of policy `name` that keys older than `[policy_settings]` give: setting →
-        (older key, its value)."""
+    def _older_policy_keys(self, name: str, workers: int) -> dict[str, OlderKey]:
+        """The settings of policy `name` that keys older than `[policy_settings]` give."""
         if name == "slo_aware":
-            slo = self.slo
-            return {"cost_weight": ("slo.cost_weight", slo.cost_weight),
-                    "margin": ("slo.margin", slo.margin)}  # fmt: skip
-        sharing = (self.redis.configured and self.redis.share_load) or workers > 1
-        if name == "least_outstanding_work" and sharing:
-            return {"pick_among": ("redis.pick_among", self.redis.pick_among)}
+            slo, named = self.slo, self.slo.model_fields_set
+            return {
+                "cost_weight": OlderKey("slo.cost_weight", slo.cost_weight, "cost_weight" in named),
+                "margin": OlderKey("slo.margin", slo.margin, "margin" in named),
+            }
+        redis = self.redis
+        shared = redis.configured and redis.share_load
+        if name == "least_outstanding_work" and (shared or workers > 1):
+            # set in both places is an error only where the file itself shares the load
+            # (redis): the workers may come from --workers, which the file's check does not
+            # see, and then the table's pick_among wins
+            named = shared and "pick_among" in redis.model_fields_set
+            return {"pick_among": OlderKey("redis.pick_among", redis.pick_among, named)}
         return {}
 
     def policy_table(self, name: str, workers: int = 1) -> dict[str, object]:
         """The settings table policy `name` is built with: its `[policy_settings.<name>]`
         over what older keys say (slo.cost_weight and slo.margin of slo_aware; redis.pick_among
         of least outstanding work while replicas or workers share their load)."""
-        older = {key: value for key, (_, value) in self._older_policy_keys(name, workers).items()}
-        return older | self.policy_settings.get(name, {})
+        older = self._older_policy_keys(name, workers)
+        return settings_table(name, self.policy_settings.get(name, {}), older, "policy_settings")
 
     def shapes(self) -> dict[str, ModelSpec]:
         """Each served model name's shape (and each built-in's, by its own name)."""

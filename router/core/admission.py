@@ -249,9 +249,9 @@ class Admission:
     of them, a warm standby backend of the request's model comes in (its slots with it)
     before a request would wait, and waiters go in the queue's order as slots free.
 
-    `limits` None: no backend limits what it takes (every request is admitted at once
-    unless a more important one waits); the simulator's default. A lifetime holding a
-    slot says so (`life.admitted`) until `release`."""
+    `limits` None: no backend limits what it takes (every request is admitted at once and
+    nobody ever waits); the simulator's default. A lifetime holding a slot says so
+    (`life.admitted`) until `release`."""
 
     def __init__(
         self,
@@ -310,8 +310,7 @@ class Admission:
         """A request arrives: ADMIT (it holds a slot), QUEUED, or shed (`Offer.shed` may
         also hold a lower-priority waiter it displaced)."""
         if not self.limited:  # nothing limits what a backend takes: nobody ever waits
-            self.slots.admitted += 1
-            life.admitted = True
+            self._take_slot(life)
             return ADMITTED
         info = life.info
         has_capacity = self.has_capacity(info.priority) or (
@@ -333,11 +332,13 @@ class Admission:
         """Waiters let in while there is room (None: admitted, holding a slot) and those
         found past their deadline on the way (their Shed), in the order decided. Reserved
         room goes only to the most important class."""
+        if not self.limited:  # `offer` admitted everyone at once: nobody waits
+            return []
         decided: list[tuple[Any, Shed | None]] = []
-        total = self.total_slots() if self.limited else 0  # no backend changes state here
+        total = self.total_slots()  # no backend changes state here
         lowest_is_top = len(self.priorities) == 1
-        while len(self.queue) and (not self.limited or self.slots.has_room(total, True)):
-            top_only = self.limited and not self.slots.has_room(total, lowest_is_top)
+        while len(self.queue) and self.slots.has_room(total, True):
+            top_only = not self.slots.has_room(total, lowest_is_top)
             item, expired = self.queue.pop_ready(now, 0 if top_only else None)
             decided += [(shed.item, shed) for shed in expired]
             if item is None:

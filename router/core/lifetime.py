@@ -142,6 +142,13 @@ class RequestLifetime(Generic[S]):
     def ended(self) -> bool:
         return self.phase in ENDED
 
+    def continued_or_new(self, first_token_at: float) -> Continued:
+        """Its stream's `continued`, made on its first break (the client's first token came
+        at `first_token_at`, nothing delivered yet)."""
+        if self.continued is None:
+            self.continued = Continued(first_token_at, 0)
+        return self.continued
+
     def move(self, event: Event) -> Phase:
         """Take `event`; LifetimeError (and no change) when the phase does not take it."""
         after = TRANSITIONS[self.phase].get(event)

@@ -191,11 +191,11 @@ def _fleet_median(ratios: dict[str, float]) -> float | None:
 
 
 def _relative(
-    ratios: dict[str, float], backend_id: str, fleet_median: float | None = None
+    ratios: dict[str, float], backend_id: str, fleet_median: float | None
 ) -> float | None:
     """The backend's ratio over the others' typical one (None: it has none, or nobody
     else has one: alone, a backend is its own yardstick). `fleet_median`: `_fleet_median`
-    of the same ratios."""
+    of the same ratios (None: the others' median is taken without the backend)."""
     ratio = ratios.get(backend_id)
     if ratio is None:
         return None

@@ -71,11 +71,6 @@ class Autoscaler:
         self._loop = BackgroundLoop()
         self._counted = (0, 0)  # promotions and releases logged so far
 
-    @property
-    def own(self) -> dict[str, float]:
-        """This router's rates per pool at the last tick (what it shares with its peers)."""
-        return self.rates.own
-
     # -- what the router sees ------------------------------------------------------------------
     def arrived(self, model: str) -> None:
         self.sizer.arrive(model, self.wall())

@@ -122,7 +122,7 @@ async def test_two_replicas_sharing_redis_export_the_same_desired_size(tmp_path,
                     r.servable.metrics.registry.get_sample_value(gauge, {"pool": MODEL})
                     for r in (a, b)
                 ]
-                seen["own"] = [r.servable.autoscaler.own.get(MODEL, 0.0) for r in (a, b)]
+                seen["own"] = [r.servable.autoscaler.rates.own.get(MODEL, 0.0) for r in (a, b)]
                 desired = {p["desired_backends"] for p in seen["sizes"] if p is not None}
                 return len(desired) == 1 and min(desired) >= 3
 

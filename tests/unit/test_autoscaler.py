@@ -53,7 +53,7 @@ def test_the_region_rate_is_our_own_plus_the_peers_and_sizes_every_replica_alike
         ours.arrived(MODEL)
     wall.now += 2.0
     alone = ours.tick()[MODEL]
-    own = ours.own[MODEL]
+    own = ours.rates.own[MODEL]
     assert own == alone.rate_rps == pytest.approx(4.0)  # the first interval primes it
     assert alone.active == math.ceil(own / 0.8)  # capacity 1 rps at the high mark
     ours.rates.peers = {MODEL: 3.0, "another-model": 9.0}  # a peer's pool not served here
@@ -62,7 +62,7 @@ def test_the_region_rate_is_our_own_plus_the_peers_and_sizes_every_replica_alike
     assert shared.rate_rps == pytest.approx(own + 3.0)
     assert shared.active == math.ceil((own + 3.0) / 0.8)
     assert sorted(ours.sizes) == [MODEL]
-    assert ours.own[MODEL] == pytest.approx(own)  # what it shares: its own rate alone
+    assert ours.rates.own[MODEL] == pytest.approx(own)  # what it shares: its own rate alone
 
 
 def test_admin_autoscale_schema_and_the_metrics_it_shows() -> None:

@@ -4,7 +4,7 @@ event told whether arrivals remain."""
 
 from __future__ import annotations
 
-from gpuroute.sim.events import EventHeap, run_events
+from gpuroute.sim.events import EventHeap
 
 TICK = -1
 
@@ -23,7 +23,7 @@ def test_events_and_arrivals_interleave_in_time_and_superseded_engine_events_dro
         if kind == TICK and t < 4.0:
             heap.push(t + 2.5, TICK, 8)  # an event may push more
 
-    run_events(heap, [1.0, 3.0], lambda i, t: seen.append(("arrival", i, t)), on_event)
+    heap.run([1.0, 3.0], lambda i, t: seen.append(("arrival", i, t)), on_event)
     assert seen == [
         ("event", 1.0, TICK, 7, True),  # at an arrival's time the event goes first
         ("arrival", 0, 1.0),
@@ -37,5 +37,5 @@ def test_events_and_arrivals_interleave_in_time_and_superseded_engine_events_dro
 
 def test_no_arrivals_and_no_events_end_at_once() -> None:
     heap = EventHeap(engines=0)
-    run_events(heap, [], lambda i, t: None, lambda *event: None)
+    heap.run([], lambda i, t: None, lambda *event: None)
     assert not heap

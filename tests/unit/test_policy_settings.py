@@ -8,10 +8,12 @@ import pytest
 from gpuroute.router.config.router import load_router_config
 from gpuroute.router.core.policies import (
     POLICIES,
+    OlderKey,
     PolicyFacts,
     SettingError,
     build_policy,
     policy_settings,
+    settings_table,
 )
 from gpuroute.router.core.policies.least_outstanding_work import LeastOutstandingWork
 from gpuroute.router.core.policies.prefix_index import PrefixIndex
@@ -59,6 +61,19 @@ def test_a_settings_table_reaches_the_plug_ins_it_configures() -> None:
         ("slo_aware", {"margin": 1.5}, "slo_aware.margin: must be in (0, 1]"),
         ("slo_aware", {"per_type": 4}, "slo_aware.sample_per_type: must be >= per_type"),
         ("slo_aware", {"adapter_headroom": 0}, "slo_aware.adapter_headroom: must be in (0, 1]"),
+        # the plug-ins' configs check these, named by the policy's own keys
+        ("slo_aware", {"cost_weight": -1}, "slo_aware.cost_weight: must be >= 0"),
+        ("slo_aware", {"adapter_width": 0}, "slo_aware.adapter_width: must be >= 1"),
+        (
+            "slo_aware",
+            {"adapter_shrink_after_s": 0},
+            "slo_aware.adapter_shrink_after_s: must be > 0",
+        ),
+        (
+            "least_outstanding_work",
+            {"pick_among": 0},
+            "least_outstanding_work.pick_among: must be >= 1",
+        ),
         ("least_outstanding_work", {"choices": 1}, "least_outstanding_work.choices: must be >= 2"),
         (
             "least_outstanding_work",
@@ -145,3 +160,40 @@ def test_a_scenario_names_a_bad_setting(tmp_path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_scenario(path)
     assert f"{path}: router.policy_settings.p2c.choices: unknown setting" in str(caught.value)
+
+
+def test_one_table_from_older_keys_and_a_setting_set_twice_is_named() -> None:
+    older = {
+        "margin": OlderKey("slo.margin", 0.9, False),  # a default: the table may set it
+        "cost_weight": OlderKey("slo.cost_weight", 0.3, True),
+    }
+    table = settings_table("slo_aware", {"margin": 0.7}, older, "policy_settings")
+    assert table == {"margin": 0.7, "cost_weight": 0.3}
+    with pytest.raises(ValueError) as caught:
+        settings_table("slo_aware", {"cost_weight": 0.2}, older, "policy_settings")
+    message = "policy_settings.slo_aware.cost_weight: also set as slo.cost_weight; set one"
+    assert str(caught.value) == message
+
+
+def test_pick_among_set_twice_is_an_error_only_where_the_file_shares_the_load(tmp_path) -> None:
+    both = "[redis]\npick_among = 3\n{}[policy_settings.least_outstanding_work]\npick_among = 2\n"
+    shared = tmp_path / "shared.toml"
+    shared.write_text(both.format('url = "redis://127.0.0.1:9"\n') + BACKEND)
+    with pytest.raises(ConfigError, match=r"least_outstanding_work\.pick_among: also set as redis"):
+        load_router_config(shared)
+    alone = tmp_path / "alone.toml"
+    alone.write_text(both.format("") + BACKEND)
+    config = load_router_config(alone)  # the workers (maybe --workers) are not the file's
+    assert config.policy_table("least_outstanding_work", workers=4) == {"pick_among": 2}
+    assert config.policy_table("least_outstanding_work") == {"pick_among": 2}
+
+
+def test_a_scenario_names_a_setting_set_twice(tmp_path) -> None:
+    path = tmp_path / "scenario.toml"
+    path.write_text(
+        SCENARIO + "[router]\nslo_margin = 0.8\n[router.policy_settings.slo_aware]\nmargin = 0.7\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_scenario(path)
+    message = "router.policy_settings.slo_aware.margin: also set as router.slo_margin; set one"
+    assert f"{path}: {message}" in str(caught.value)

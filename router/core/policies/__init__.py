@@ -7,6 +7,7 @@ POLICIES; its settings are then read from `[policy_settings.<name>]` and checked
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from gpuroute.router.core.policies.base import (
     NoSettings,
@@ -70,6 +71,30 @@ def check_policy_table(name: str, table: Mapping[str, object], where: str) -> No
         raise ValueError(f"{where}.{exc}") from None
 
 
+@dataclass(frozen=True, slots=True)
+class OlderKey:
+    """A policy setting a config also takes under a key older than its policy settings
+    tables: that key as the config names it (`slo.cost_weight`), its value, and whether the
+    file sets it there (a conflict with the table is an error only then)."""
+
+    key: str
+    value: object
+    set_in_file: bool
+
+
+def settings_table(
+    name: str, table: Mapping[str, object], older: Mapping[str, OlderKey], where: str
+) -> dict[str, object]:
+    """The settings table policy `name` is built with: its `[<where>.<name>]` `table` over
+    what the config's older keys say of it (setting → OlderKey), each config passing its
+    own. ValueError naming both keys when the file sets a setting in both places
+    (`policy_settings.slo_aware.margin: also set as slo.margin; set one`)."""
+    for setting, old in older.items():
+        if old.set_in_file and setting in table:
+            raise ValueError(f"{where}.{name}.{setting}: also set as {old.key}; set one")
+    return {setting: old.value for setting, old in older.items()} | dict(table)
+
+
 def build_policy(
     name: str, table: Mapping[str, object] | None = None, facts: PolicyFacts | None = None
 ) -> Policy:
@@ -84,6 +109,7 @@ __all__ = [
     "DEFAULT_POLICY",
     "POLICIES",
     "NoSettings",
+    "OlderKey",
     "PickContext",
     "Policy",
     "PolicyFacts",
@@ -92,4 +118,5 @@ __all__ = [
     "check_policy_table",
     "policy_settings",
     "resolve_policy_name",
+    "settings_table",
 ]

@@ -16,7 +16,7 @@ from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.policies.base import PickContext, PolicyBase, check, trace_scores
 from gpuroute.router.core.policies.load import work_seconds
 from gpuroute.router.core.policies.sampling import CandidateSampler
-from gpuroute.router.core.policies.stages import AmongLowest, AmongLowestConfig
+from gpuroute.router.core.policies.stages import AmongLowest, AmongLowestConfig, config_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +30,10 @@ class LeastOutstandingWorkSettings:
     def __post_init__(self) -> None:
         check(self.full_scan_max >= 1, "full_scan_max", "must be >= 1")
         check(self.choices >= 2, "choices", "must be >= 2")
-        check(self.pick_among >= 1, "pick_among", "must be >= 1")
+        self.picker_config()  # the picker's config checks pick_among
+
+    def picker_config(self) -> AmongLowestConfig:
+        return config_of(AmongLowestConfig, self, among="pick_among")
 
 
 class LeastOutstandingWork(PolicyBase):
@@ -42,7 +45,7 @@ class LeastOutstandingWork(PolicyBase):
         self, settings: LeastOutstandingWorkSettings = LeastOutstandingWorkSettings()
     ) -> None:
         self.sampler = CandidateSampler(settings.full_scan_max, settings.choices)
-        self.picker = AmongLowest(AmongLowestConfig(settings.pick_among))
+        self.picker = AmongLowest(settings.picker_config())
 
     def pick(self, ctx: PickContext, candidates: Sequence[Backend]) -> Backend:
         considered = self.sampler.sample(ctx, candidates)

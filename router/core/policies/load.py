@@ -1,10 +1,10 @@
-"""How loaded a backend is, as policies compare backends: one interface and its estimators.
+"""How loaded a backend is, as policies compare backends: four estimators.
 
-A `Load` is tower's tiny trait: a comparable number, lower is less loaded, read at the
-pick's `now` (PickContext) without changing anything. Every policy that weighs load takes one
-of the estimators below, by name, instead of writing its own formula. They are four because
-they rank backends differently (they are not interchangeable: swapping one for another
-changes decisions):
+Each is a function of the pick's context (PickContext, read at its `now`) and a backend
+giving a comparable number, lower is less loaded, without changing anything. Every policy
+that weighs load imports the estimator it uses instead of writing its own formula. They are
+four because they rank backends differently (they are not interchangeable: swapping one for
+another changes decisions):
 - `in_flight_share`: requests in flight per capacity (power of two choices compares two);
 - `connection_share`: the same counting this request (HAProxy's weighted `leastconn`);
   against `in_flight_share` it prefers the larger of two idle backends;
@@ -15,16 +15,8 @@ changes decisions):
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.policies.base import PickContext
-
-
-class Load(Protocol):
-    """A backend's load for one pick: lower is less loaded."""
-
-    def __call__(self, ctx: PickContext, backend: Backend, /) -> float: ...
 
 
 def in_flight_share(ctx: PickContext, backend: Backend) -> float:
@@ -55,11 +47,3 @@ def work_seconds(ctx: PickContext, backend: Backend, cost: float | None = None) 
         cost = ctx.cost_on(backend)
     work = backend.outstanding + backend.others_work + cost
     return work * backend.slowness / ctx.warmup_factor(backend)
-
-
-LOADS: dict[str, Load] = {
-    "in_flight_share": in_flight_share,
-    "connection_share": connection_share,
-    "request_share": request_share,
-    "work_seconds": work_seconds,
-}

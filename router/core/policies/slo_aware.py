@@ -58,6 +58,7 @@ from gpuroute.router.core.policies.stages import (
     StallShare,
     TtftShare,
     WeightConfig,
+    config_of,
     run_filters,
     share_of_slo,
     total_scores,
@@ -92,15 +93,27 @@ class SloAwareSettings:
     adapter_shrink_after_s: float = 30.0  # a grown home set shrinks by one per quiet period
 
     def __post_init__(self) -> None:
+        # the plug-ins' configs check their own settings (an error names the key here)
         for key in ("cost_weight", "ttft_weight", "stall_weight"):
-            check(getattr(self, key) >= 0, key, "must be >= 0")
+            self.weight_config(key)
         for key in ("full_scan_max", "per_type", "max_blocks"):
             check(getattr(self, key) >= 1, key, "must be >= 1")
         check(self.sample_per_type >= self.per_type, "sample_per_type", "must be >= per_type")
-        check(0 < self.margin <= 1, "margin", "must be in (0, 1]")
-        check(self.adapter_width >= 1, "adapter_width", "must be >= 1")
-        check(0 < self.adapter_headroom <= 1, "adapter_headroom", "must be in (0, 1]")
-        check(self.adapter_shrink_after_s > 0, "adapter_shrink_after_s", "must be > 0")
+        self.fit_config()
+        self.adapter_config()
+
+    def weight_config(self, key: str) -> WeightConfig:
+        """A scorer's weight: `cost_weight`, `ttft_weight` or `stall_weight`."""
+        return config_of(WeightConfig, self, weight=key)
+
+    def fit_config(self) -> SloFitConfig:
+        return config_of(SloFitConfig, self, margin="margin")
+
+    def adapter_config(self) -> AdapterAffinityConfig:
+        return config_of(
+            AdapterAffinityConfig, self, width="adapter_width", headroom="adapter_headroom",
+            shrink_after_s="adapter_shrink_after_s",
+        )  # fmt: skip
 
 
 class SloAware(PolicyBase):
@@ -118,16 +131,14 @@ class SloAware(PolicyBase):
             s.full_scan_max, s.sample_per_type, per_type_keep=s.per_type
         )
         self.prefix_index = PrefixIndex(s.max_blocks)
-        self.fit = SloFit(SloFitConfig(s.margin))
-        self.adapters = AdapterAffinity(
-            AdapterAffinityConfig(s.adapter_width, s.adapter_headroom, s.adapter_shrink_after_s)
-        )
+        self.fit = SloFit(s.fit_config())
+        self.adapters = AdapterAffinity(s.adapter_config())
         self.filters: tuple[Filter, ...] = (self.fit, StallGuard(), self.adapters)
         prices = {**DEFAULT_GPU_PRICES, **(facts.gpu_prices if facts else {})}
         self.scorers: tuple[Scorer, ...] = (
-            TtftShare(WeightConfig(s.ttft_weight)),
-            StallShare(WeightConfig(s.stall_weight)),
-            CostShare(WeightConfig(s.cost_weight), prices),
+            TtftShare(s.weight_config("ttft_weight")),
+            StallShare(s.weight_config("stall_weight")),
+            CostShare(s.weight_config("cost_weight"), prices),
         )
         self.picker = AmongLowest()
 

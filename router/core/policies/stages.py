@@ -2,28 +2,45 @@
 backends, say why), weighted scorers (each adds its weighted term; the lowest total wins)
 and a picker. Each plug-in takes a typed config (a frozen dataclass) and any policy may
 reuse it: slo_aware is `SloFit` → `StallGuard` → AdapterAffinity (adapter_affinity.py),
-then `TtftShare` + `StallShare` + `CostShare`, then `LowestScore`.
+then `TtftShare` + `StallShare` + `CostShare`, then `AmongLowest`.
 
 A filter and a scorer see `Rows`: the backends still in the running, each with what the
 latency model predicts there (core/latency.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import ClassVar, Protocol, TypeVar
 
 from gpuroute.router.core.backend import Backend
 from gpuroute.router.core.latency import Prediction
-from gpuroute.router.core.policies.base import PickContext, check, min_with_random_ties
+from gpuroute.router.core.policies.base import (
+    PickContext,
+    SettingError,
+    check,
+    min_with_random_ties,
+)
 from gpuroute.router.core.slo import SloClass
 from gpuroute.router.core.slo_admission import TypeMargins
 
 Rows = dict[Backend, Prediction]
 Row = tuple[Backend, Prediction]
+C = TypeVar("C")
 
 # a hit loosens the margin only when the request needed at least this share of it
 HIT_NEAR = 0.5
+
+
+def config_of(kind: Callable[..., C], settings: object, **keys: str) -> C:
+    """A plug-in's config from a policy's flat settings, each of its fields the setting
+    `keys` names (`weight="cost_weight"`): the config checks its own ranges, and an error
+    names the policy's setting, not the config's field."""
+    try:
+        return kind(**{field: getattr(settings, key) for field, key in keys.items()})
+    except SettingError as exc:
+        message = str(exc).removeprefix(f"{exc.key}: ")
+        raise SettingError(keys[exc.key], message) from None
 
 
 class Filter(Protocol):
@@ -78,14 +95,12 @@ class AmongLowest:
         return min_with_random_ties(backends, scores, ctx.rng)
 
 
-LowestScore = AmongLowest  # its default config: the lowest, ties at random
-
-
 def total_scores(ctx: PickContext, scorers: Sequence[Scorer], rows: Rows) -> list[float]:
     """Each row's sum of the scorers' weighted terms (in the scorers' order), written into
     the trace term by term when there is one."""
     terms = [scorer.terms(ctx, rows) for scorer in scorers]
-    if len(terms) == 3:  # the usual pipeline (slo_aware's), in one pass
+    if len(terms) == 3:  # the usual pipeline (slo_aware's), in one pass: the same floats as
+        # the loop (x + y + z adds left to right), measured about twice as fast (~1 µs a pick)
         a, b, c = terms
         totals = [x + y + z for x, y, z in zip(a, b, c, strict=True)]
     else:  # left to right, as the terms are written
