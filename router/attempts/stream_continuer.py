@@ -12,7 +12,6 @@ from dataclasses import dataclass
 import orjson
 from gpuroute.router.api.formats import stream_error_event
 from gpuroute.router.attempts.exchange import Exchange
-from gpuroute.router.core.lifetime import Continued
 from gpuroute.router.observe.metrics import RouterMetrics
 
 from gpuroute.continuation.relay import finish, give_up, keep, verdict_on
@@ -71,9 +70,7 @@ class StreamContinuer:
         """The continuation of `broken`: its body and route set on the exchange, and the
         tokens its prompt holds beyond the last one's (what the booking lacks yet)."""
         life = exchange.life
-        continued = life.continued
-        if continued is None:
-            continued = life.continued = Continued(exchange.first_at or 0.0, 0)
+        continued = life.continued_or_new(exchange.first_at or 0.0)
         before = 0 if continued.resumed_at is None else continued.delivered
         continued.continuations = tries
         body = continuation_body(exchange.body or {}, exchange.route, broken)
