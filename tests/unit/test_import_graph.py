@@ -10,8 +10,8 @@ from pathlib import Path
 from support.paths import REPO, package_roots
 
 PACKAGES = package_roots()  # folder -> import name (pyproject.toml's package-dir)
-# Pairs other parts of issue 44 take apart (the attempt runner; the simulator, planner,
-# testbed, bench and fleet rooms). Each must still be a pair: the list only shrinks.
+# Pairs other parts of issue 44 take apart (the simulator, planner, testbed, bench and
+# fleet rooms). Each must still be a pair: the list only shrinks.
 PENDING = {
     ("gpuroute.bench.live", "gpuroute.bench.live_stats"),
     ("gpuroute.bench.overhead", "gpuroute.bench.scaling"),
