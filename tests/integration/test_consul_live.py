@@ -132,14 +132,20 @@ async def test_engine_sigkill_no_new_requests_after_first_failure_and_no_client_
 ) -> None:
     async with discovered_fleet(consul, tmp_path, ("k1", "k2"), ("H100", "H100")) as f:
         s, url = f.session, f.url
-        async with Clients(url, workers=8) as clients:
+        workers = 8
+        async with Clients(url, workers=workers) as clients:
             await async_wait_for(holds(lambda: clients.first_to("k2") is not None), 10, "k2 used")
             killed_at = time.monotonic()
             f.engines[1].kill()
             await async_wait_for(lambda: _not_routable(s, url, "k2"), 15, "k2 out of rotation")
             out_at = time.monotonic() - killed_at
-            # attempts placed on k2 before the router knew it dead (a refusal, a broken
-            # answer) may be refused too: 8 clients, and a loaded machine widens that window
+            # the first attempt on k2 that fails as refused (nothing listens) or as a
+            # connection that died under it trips k2's breaker as it is settled
+            # (FailureKind.fatal); only attempts placed on k2 before that may be refused,
+            # and a loaded machine widens that window. A client has one attempt in flight
+            # at a time (a request's retries run one after another), so its second attempt
+            # at k2 would be placed after its own first refusal had opened the breaker:
+            # at most one refused attempt per client
             refused_when_out = refused_by(f.router, "k2")
             await async_wait_for(lambda: check_is(consul, "k2", "critical"), 15, "critical")
             critical_at = time.monotonic() - killed_at
@@ -161,6 +167,7 @@ async def test_engine_sigkill_no_new_requests_after_first_failure_and_no_client_
         f"{refused:.0f} by Consul's verdict; restarted engine back in "
         f"rotation after {back_in:.2f} s"
     )
+    assert refused_when_out <= workers, "k2 got new requests after its first refusal"
     assert refused == refused_when_out, "a backend that refused a connection got new requests"
     assert clients.failed == []
 

@@ -17,7 +17,9 @@ import pytest
 
 @pytest.fixture(scope="module")
 def shared():
-    return os.environ["PYTEST_XDIST_WORKER"]
+    # one line each time the fixture starts, on whichever worker starts it
+    with open(STARTS, "a") as starts:
+        starts.write(os.environ["PYTEST_XDIST_WORKER"] + "\\n")
 
 @pytest.mark.real_engine
 @pytest.mark.parametrize("i", range(6))
@@ -26,7 +28,7 @@ def test_engine(i):
 
 @pytest.mark.parametrize("i", range(6))
 def test_shared(i, shared):
-    assert shared == os.environ["PYTEST_XDIST_WORKER"]
+    pass
 
 @pytest.mark.parametrize("i", range(6))
 def test_free(i):
@@ -39,10 +41,14 @@ def test_grouped_tests_share_a_worker(pytester) -> None:
     pytester.makeini(
         f"[pytest]\npythonpath = {REPO / 'tests'}\nasyncio_default_fixture_loop_scope = function\n"
     )
-    pytester.makepyfile(test_grouped=SUITE)
+    starts = pytester.path / "shared_starts.txt"
+    pytester.makepyfile(test_grouped=f"STARTS = {str(starts)!r}\n" + SUITE)
     run = pytester.runpytest("-n", "3", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider")
     run.assert_outcomes(passed=18)
     ran = re.findall(r"\[(gw\d+)\] .*PASSED test_grouped\.py::(test_\w+)\[\d\]", run.stdout.str())
     workers = {test: {w for w, t in ran if t == test} for test in ("test_engine", "test_shared")}
     assert len(ran) == 18
+    # the module's fixture started once (one line), on the worker that ran its group
+    started_on = starts.read_text().splitlines()
+    assert len(started_on) == 1 and set(started_on) == workers["test_shared"], started_on
     assert len(workers["test_engine"]) == 1 and len(workers["test_shared"]) == 1, workers

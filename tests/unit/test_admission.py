@@ -1,11 +1,17 @@
 from __future__ import annotations
 
+import asyncio
+
 import pytest
+from gpuroute.router.attempts.exchange import RequestState
+from gpuroute.router.config.router import AdmissionConfig
 from gpuroute.router.core.admission import Admission, AdmissionQueue, AdmissionSettings, Verdict
 from gpuroute.router.core.backend import Backend, BackendSet, BackendState
 from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.core.standby import PROMOTED, StandbyRotation
+from gpuroute.router.front.admission import AdmissionGate
+from gpuroute.router.observe.metrics import RouterMetrics
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -125,8 +131,6 @@ def test_queue_matches_a_model(seq) -> None:
 
 
 def test_tenants_in_one_class_are_served_fairly() -> None:
-    from gpuroute.router.core.admission import AdmissionQueue
-
     q = AdmissionQueue()
     for i in range(6):
         q.offer(f"a{i}", "normal", 0.0, has_capacity=False, tenant="burst")
@@ -137,8 +141,6 @@ def test_tenants_in_one_class_are_served_fairly() -> None:
 
 
 def test_a_late_quiet_tenant_jumps_the_bursts_tail_but_not_its_head() -> None:
-    from gpuroute.router.core.admission import AdmissionQueue
-
     q = AdmissionQueue()
     for i in range(10):
         q.offer(f"a{i}", "normal", 0.0, has_capacity=False, tenant="burst")
@@ -149,8 +151,6 @@ def test_a_late_quiet_tenant_jumps_the_bursts_tail_but_not_its_head() -> None:
 
 
 def test_priority_still_beats_fairness() -> None:
-    from gpuroute.router.core.admission import AdmissionQueue
-
     q = AdmissionQueue()
     q.offer("low", "low", 0.0, has_capacity=False, tenant="t1")
     q.offer("high", "high", 0.0, has_capacity=False, tenant="t2")
@@ -158,56 +158,12 @@ def test_priority_still_beats_fairness() -> None:
 
 
 def test_pop_ready_can_be_limited_to_the_top_classes() -> None:
-    from gpuroute.router.core.admission import AdmissionQueue
-
     q = AdmissionQueue()
     q.offer("n1", "normal", 0.0, has_capacity=False)
     assert q.pop_ready(1.0, max_rank=0) == (None, [])
     q.offer("h1", "high", 0.0, has_capacity=False)
     assert q.pop_ready(1.0, max_rank=0)[0] == "h1"
     assert q.pop_ready(1.0)[0] == "n1"
-
-
-def test_reserved_slots_admit_only_the_top_class() -> None:
-    import asyncio
-
-    from gpuroute.router.attempts.exchange import RequestState
-    from gpuroute.router.config.router import AdmissionConfig
-    from gpuroute.router.core.backend import Backend, BackendSet
-    from gpuroute.router.core.lifetime import RequestLifetime
-    from gpuroute.router.core.request import RequestInfo
-    from gpuroute.router.front.admission import AdmissionGate
-    from gpuroute.router.observe.metrics import RouterMetrics
-
-    def request(rid: int, priority: str) -> RequestLifetime:
-        life: RequestLifetime[RequestState] = RequestLifetime(
-            RequestInfo(rid, "m", 1, priority=priority)
-        )
-        life.shell = RequestState()  # where the gate parks it (the router's: its Exchange)
-        return life
-
-    async def scenario() -> tuple[int, bool, bool]:
-        pool = BackendSet([Backend("b", "H100", ["m"])])
-        gate = AdmissionGate(
-            AdmissionConfig(reserved_top_fraction=0.2), pool, {"b": 10}, RouterMetrics(),
-            lambda: 0.0,
-        )  # fmt: skip
-        admitted = 0
-        for i in range(8):
-            await gate.admit(request(i, "normal"), None)
-            admitted += 1
-        waiting = asyncio.create_task(gate.admit(request(98, "normal"), None))
-        await asyncio.sleep(0)  # let it park in the queue
-        high = asyncio.create_task(gate.admit(request(99, "high"), None))
-        await asyncio.wait_for(high, 1.0)
-        normal_parked = not waiting.done()
-        gate.pump()  # a slot frees: still reserved for the top class
-        await asyncio.sleep(0)
-        still_parked = not waiting.done()
-        waiting.cancel()
-        return admitted, normal_parked, still_parked
-
-    assert asyncio.run(scenario()) == (8, True, True)
 
 
 def test_items_leaving_out_of_turn_do_not_grow_the_queue_without_bound() -> None:
@@ -241,63 +197,6 @@ def test_total_slots_follow_backend_states_and_discovered_limits() -> None:
     assert core.total_slots() == 20 and core.has_room("a")
 
 
-def test_full_slots_bring_in_a_standby_backend_of_the_model_before_anyone_waits() -> None:
-    """Issue 36: a warm standby backend comes in before a request waits. The gate's slots
-    fill before the SLO filter ever sees a request, so the gate asks too; only a backend
-    of the request's model comes in, and without one the request waits as before."""
-    import asyncio
-
-    from gpuroute.router.attempts.exchange import RequestState
-    from gpuroute.router.config.router import AdmissionConfig
-    from gpuroute.router.core.backend import Backend, BackendSet, BackendState
-    from gpuroute.router.core.lifetime import RequestLifetime
-    from gpuroute.router.core.request import RequestInfo
-    from gpuroute.router.core.standby import PROMOTED, StandbyRotation
-    from gpuroute.router.front.admission import AdmissionGate
-    from gpuroute.router.observe.metrics import RouterMetrics
-
-    def request(rid: int, model: str) -> RequestLifetime:
-        life: RequestLifetime[RequestState] = RequestLifetime(RequestInfo(rid, model, 1))
-        life.shell = RequestState()  # where the gate parks it (the router's: its Exchange)
-        return life
-
-    async def scenario() -> tuple[list[str], bool, bool]:
-        on, sb, other = (
-            Backend("on", "L4", ["m"]),
-            Backend("sb", "L4", ["m"]),
-            Backend("other", "L4", ["x"]),
-        )
-        pool = BackendSet([on, sb, other])
-        for standby in (sb, other):
-            pool.set_state(standby, BackendState.STANDBY, 0.0, "consul: standby")
-        limits = {"on": 2, "sb": 2, "other": 2}
-        gate = AdmissionGate(
-            AdmissionConfig(), pool, limits, RouterMetrics(), lambda: 1.0, StandbyRotation(pool)
-        )
-        for i in range(2):
-            await gate.admit(request(i, "m"), None)
-        assert sb.state is BackendState.STANDBY  # room enough: nothing came in
-        await asyncio.wait_for(gate.admit(request(2, "m"), None), 1.0)  # at once: sb came in
-        states = [f"{b.backend_id}:{b.state.value}:{b.reason}" for b in (sb, other)]
-        await gate.admit(request(3, "m"), None)
-        waiting = asyncio.create_task(gate.admit(request(4, "m"), None))  # nothing left
-        await asyncio.sleep(0)
-        parked = not waiting.done()
-        waiting.cancel()
-        plain = AdmissionGate(AdmissionConfig(), BackendSet([Backend("a", "L4", ["m"])]),
-                              {"a": 1}, RouterMetrics(), lambda: 1.0)  # fmt: skip
-        await plain.admit(request(5, "m"), None)
-        without = asyncio.create_task(plain.admit(request(6, "m"), None))
-        await asyncio.sleep(0)
-        plain_parked = not without.done()
-        without.cancel()
-        return states, parked, plain_parked
-
-    states, parked, plain_parked = asyncio.run(scenario())
-    assert states == [f"sb:ready:{PROMOTED}", "other:standby:consul: standby"]
-    assert parked and plain_parked
-
-
 # -- the core's Admission: slots, the reserved share, standby, the queue (sans-IO) ------------
 def life(rid: int, priority: str = "normal", model: str = "m") -> RequestLifetime:
     return RequestLifetime(RequestInfo(rid, model, 1, priority=priority))
@@ -307,6 +206,46 @@ def one_backend(slots: int, reserved: float = 0.0, timeout_s: float = 30.0) -> A
     pool = BackendSet([Backend("b", "H100", ["m"])])
     settings = AdmissionSettings(default_timeout_s=timeout_s)
     return Admission(settings, pool, {"b": slots}, reserved_top_fraction=reserved)
+
+
+def test_the_gate_parks_a_waiter_wakes_it_on_pump_and_withdraws_one_whose_client_left() -> None:
+    """What the async shell (router/front/admission.py) adds to the core, whose rules (the
+    reserved share, standby, the queue's order) the core tests here check: a request with
+    no room parks on a future in its shell, a finished request's `pump` wakes the first
+    waiter admitted, and a waiter cancelled (its client left) is withdrawn from the core's
+    queue. The gate hands its config's reserved share and its standby rotation to the core."""
+
+    def parked_life(rid: int) -> RequestLifetime[RequestState]:
+        parked: RequestLifetime[RequestState] = life(rid)
+        parked.shell = RequestState()  # where the gate parks it (the router's: its Exchange)
+        return parked
+
+    async def scenario() -> None:
+        pool = BackendSet([Backend("b", "H100", ["m"])])
+        rotation = StandbyRotation(pool)
+        gate = AdmissionGate(AdmissionConfig(), pool, {"b": 1}, RouterMetrics(), lambda: 0.0,
+                             rotation)  # fmt: skip
+        reserving = AdmissionGate(AdmissionConfig(reserved_top_fraction=0.2), pool, {"b": 1},
+                                  RouterMetrics(), lambda: 0.0)  # fmt: skip
+        assert gate.core.standby is rotation and reserving.core.slots.reserved_top_fraction == 0.2
+        first, second, third = (parked_life(i) for i in range(3))
+        await asyncio.wait_for(gate.admit(first, None), 1.0)  # room: at once
+        assert first.admitted and first.shell.queued is None
+        waiting = [asyncio.create_task(gate.admit(x, None)) for x in (second, third)]
+        await asyncio.sleep(0)  # let them park
+        assert not any(task.done() for task in waiting) and len(gate.queue) == 2
+        assert second.shell.queued is not None and third.shell.queued is not None
+        waiting[1].cancel()  # third's client left
+        with pytest.raises(asyncio.CancelledError):
+            await waiting[1]
+        assert len(gate.queue) == 1 and third.shell.queued is None and not third.admitted
+        assert not waiting[0].done()  # no slot freed yet
+        gate.pump()  # first finished: its slot goes to second
+        await asyncio.wait_for(waiting[0], 1.0)
+        assert second.admitted and second.shell.queued is None and len(gate.queue) == 0
+        assert gate.slots.admitted == 1
+
+    asyncio.run(scenario())
 
 
 def test_the_reserved_share_is_left_to_the_most_important_class_exactly() -> None:

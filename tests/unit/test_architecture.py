@@ -3,21 +3,11 @@
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 
-from support.paths import REPO
+from support.paths import REPO, package_roots
 
-PACKAGE_FOLDERS = (
-    "gpuroute",
-    "router",
-    "agent",
-    "global",
-    "sim",
-    "planner",
-    "fleet",
-    "testbed",
-    "bench",
-    "demo",
-)
+PACKAGE_FOLDERS = tuple(package_roots())  # the source folders pyproject.toml installs
 # Declarative tables: one metric definition after another.
 TABLES = {("router/observe/metrics.py", "__init__")}
 # Modules are sized by what they hold (a reviewer judges; docs/architecture.md), functions
@@ -167,18 +157,17 @@ def test_the_request_id_rule_catches_a_table_and_its_aliases() -> None:
     assert not keyed_by_request_id(ast.parse(clean).body[0])
 
 
-def package_folders() -> set[str]:
-    """Every folder of the source tree that is a package (holds `__init__.py`)."""
+def package_folders(root: Path) -> set[str]:
+    """Every folder of the source tree under `root` that is a package (holds `__init__.py`)."""
     return {
-        f"{init.parent.relative_to(REPO).as_posix()}/"
+        f"{init.parent.relative_to(root).as_posix()}/"
         for folder in PACKAGE_FOLDERS
-        for init in (REPO / folder).rglob("__init__.py")
+        for init in (root / folder).rglob("__init__.py")
     }
 
 
-def mapped_packages() -> set[str]:
-    """The folders docs/architecture.md's layout table has a row for."""
-    text = (REPO / "docs" / "architecture.md").read_text()
+def mapped_packages(text: str) -> set[str]:
+    """The folders an architecture document's layout table (`text`) has a row for."""
     layout = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
     return {
         line.split("`")[1]
@@ -187,33 +176,50 @@ def mapped_packages() -> set[str]:
     }
 
 
+ARCHITECTURE = REPO / "docs" / "architecture.md"
+
+
 def test_the_architecture_map_has_a_row_for_every_package_and_no_other() -> None:
     """The map in docs/architecture.md cannot drift from the tree: a package added, moved or
     removed without its row fails here."""
-    assert mapped_packages() == package_folders()
+    assert mapped_packages(ARCHITECTURE.read_text()) == package_folders(REPO)
 
 
-def test_the_map_check_catches_a_package_without_a_row() -> None:
-    assert "router/attempts/" in mapped_packages()
-    assert "router/" in package_folders() and "tests/" not in package_folders()
-    assert package_folders() - {"router/attempts/"} != mapped_packages()
+def copied_package_tree(root: Path) -> Path:
+    """The repository's package folders, each with an empty `__init__.py`, under `root`."""
+    for folder in package_folders(REPO):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+        (root / folder / "__init__.py").touch()
+    return root
 
 
-def imported_modules(text: str) -> set[str]:
-    """Every module a source imports, under TYPE_CHECKING too."""
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(text)):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-        elif isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-    return names
+def test_the_map_check_catches_a_row_without_a_package_and_a_package_without_a_row(
+    tmp_path,
+) -> None:
+    """Both directions on doctored input: the map less its `router/attempts/` row, and a
+    tree with one package more; each undoctored copy still agrees, so the doctoring alone
+    makes the comparison fail."""
+    text, folders = ARCHITECTURE.read_text(), package_folders(REPO)
+    assert "router/attempts/" in mapped_packages(text)
+    assert "router/" in folders and "tests/" not in folders
+    row = next(line for line in text.splitlines() if line.startswith("| `router/attempts/` |"))
+    without_row = text.replace(row + "\n", "", 1)
+    assert without_row != text
+    assert mapped_packages(without_row) != folders
+    assert mapped_packages(without_row) == folders - {"router/attempts/"}
+
+    tree = copied_package_tree(tmp_path)
+    assert mapped_packages(text) == package_folders(tree)
+    (tree / "router" / "unmapped").mkdir()
+    (tree / "router" / "unmapped" / "__init__.py").touch()
+    assert mapped_packages(text) != package_folders(tree)
+    assert package_folders(tree) - mapped_packages(text) == {"router/unmapped/"}
 
 
 def test_the_continuer_gives_verdicts_and_never_calls_back_into_the_forwarder() -> None:
-    """One attempt runner (router/attempts/forward.py) places, sends and relays the first answer and
-    every continuation; the continuer only decides, so it imports nothing of the forwarder,
-    not even for a type (the forward <-> stream_continuer cycle stays gone)."""
+    """One attempt runner (router/attempts/forward.py) places, sends and relays the first
+    answer and every continuation; the continuer only decides, so it does not name the
+    forwarder. (That it imports nothing of it, not even for a type, test_import_graph
+    checks: forward imports stream_continuer, so an import back is a mutual pair.)"""
     text = (REPO / "router/attempts/stream_continuer.py").read_text()
-    assert "gpuroute.router.attempts.forward" not in imported_modules(text)
     assert "Forwarder" not in text

@@ -7,23 +7,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from support.paths import REPO
+from support.paths import REPO, package_roots
 
-# folder -> import name (pyproject.toml's package-dir)
-PACKAGES = {
-    "gpuroute": "gpuroute",
-    "router": "gpuroute.router",
-    "agent": "gpuroute.agent",
-    "global": "gpuroute.global_",
-    "sim": "gpuroute.sim",
-    "fleet": "gpuroute.fleet",
-    "testbed": "gpuroute.testbed",
-    "bench": "gpuroute.bench",
-    "demo": "gpuroute.demo",
-    "planner": "gpuroute.planner",
-}
-# Pairs other parts of issue 44 take apart (the attempt runner; the simulator, planner,
-# testbed, bench and fleet rooms). Each must still be a pair: the list only shrinks.
+PACKAGES = package_roots()  # folder -> import name (pyproject.toml's package-dir)
+# Pairs other parts of issue 44 take apart (the simulator, planner, testbed, bench and
+# fleet rooms). Each must still be a pair: the list only shrinks.
 PENDING = {
     ("gpuroute.bench.live", "gpuroute.bench.live_stats"),
     ("gpuroute.bench.overhead", "gpuroute.bench.scaling"),

@@ -6,13 +6,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from support.paths import REPO
-
-
-def declared_packages() -> tuple[set[str], dict[str, str]]:
-    data = tomllib.loads((REPO / "pyproject.toml").read_text())
-    setuptools = data["tool"]["setuptools"]
-    return set(setuptools["packages"]), setuptools["package-dir"]
+from support.paths import REPO, declared_packages
 
 
 def package_folder(name: str, package_dir: dict[str, str]) -> Path:

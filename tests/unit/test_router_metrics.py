@@ -4,6 +4,7 @@ what the request path counted."""
 
 from __future__ import annotations
 
+import math
 import random
 
 from gpuroute.router.observe.deferred import Deferrals, Deferred
@@ -40,30 +41,37 @@ def test_children_are_the_metrics_own_and_counts_reach_the_scrape() -> None:
     assert counts[(("le", "0.1"), ("model", "m"), ("route", "/v1/chat/completions"))] == 1.0
 
 
+def exposed_after(values: list[float], *, deferred: bool) -> dict[tuple, str]:
+    """Each sample of a histogram fed `values` (through a Deferred, or the child's own
+    `observe`), as `float.hex`: bit for bit, and a NaN equal to a NaN."""
+    registry, deferrals = CollectorRegistry(), Deferrals()
+    registry.register(deferrals)
+    histogram = Histogram("h", "h", ["model"], buckets=LATENCY_BUCKETS, registry=registry)
+    child = histogram.labels("m")
+    observe = deferrals.add(child).observe if deferred else child.observe
+    for v in values:
+        observe(v)
+    return {
+        (s.name, s.labels.get("le")): float(s.value).hex()
+        for family in registry.collect()
+        for s in family.samples
+        if not s.name.endswith("_created")
+    }
+
+
 def test_deferred_observations_scrape_as_the_librarys_own_observe() -> None:
-    """Bucket edges, values past the last bound, zero: the deferred child's buckets, count
-    and sum are those `observe` gives value by value (the library's internals it writes to
-    are pinned; a change there fails here)."""
+    """Bucket edges, values past the last bound, zero, a NaN: the deferred child's buckets,
+    count and sum are those `observe` gives value by value, to the last bit (the library's
+    internals it writes to are pinned; a change there fails here). A NaN, as `observe`
+    takes it, is in no bucket (so not counted) and makes the sum NaN."""
     rng = random.Random(5)
     values = [*LATENCY_BUCKETS, 0.0, 301.0, 1e9] + [rng.uniform(0, 400) for _ in range(1500)]
-    exposed = []
-    for deferred in (False, True):
-        registry, deferrals = CollectorRegistry(), Deferrals()
-        registry.register(deferrals)
-        histogram = Histogram("h", "h", ["model"], buckets=LATENCY_BUCKETS, registry=registry)
-        child = histogram.labels("m")
-        observe = deferrals.add(child).observe if deferred else child.observe
-        for v in values:
-            observe(v)
-        exposed.append(
-            {
-                (s.name, s.labels.get("le")): round(s.value, 6)
-                for family in registry.collect()
-                for s in family.samples
-                if not s.name.endswith("_created")
-            }
-        )
-    assert exposed[0] == exposed[1] and exposed[0][("h_count", None)] == len(values)
+    with_nan = [*values[:700], math.nan, *values[700:]]
+    for case in (values, with_nan):
+        own, deferred = (exposed_after(case, deferred=d) for d in (False, True))
+        assert own == deferred
+        assert own[("h_count", None)] == float(len(values)).hex()  # (the NaN not counted)
+        assert math.isnan(float.fromhex(own[("h_sum", None)])) is (case is with_nan)
 
 
 def test_counts_wait_no_longer_than_the_next_read_and_stay_bounded() -> None:
