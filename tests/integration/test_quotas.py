@@ -113,7 +113,7 @@ async def test_router_answers_401_and_429_in_openai_format_and_survives_redis_lo
 ) -> None:
     import aiohttp
     from aiohttp import web
-    from support.live import chat_body, router_toml, running_router, scripted_backend
+    from support.live import chat_body, router_toml, running_router, scripted_backend, shared_redis
 
     async def engine(request: web.Request) -> web.Response:
         return web.json_response({"id": "x", "object": "chat.completion", "choices": [],
@@ -124,7 +124,7 @@ async def test_router_answers_401_and_429_in_openai_format_and_survives_redis_lo
             [(url, "H100")],
             auth=f'required = true\n[[auth.keys]]\nsha256 = "{key_digest(KEY)}"\n'
             'tenant = "acme"\nrequests_per_minute = 3',
-            redis=f'url = "{redis.url}"\nretry_s = 0.2\nlocal_fraction = 1.0',
+            redis=shared_redis(redis.url, "retry_s = 0.2\nlocal_fraction = 1.0"),
         )
         async with running_router(text, tmp_path) as (router_url, router):
             async with aiohttp.ClientSession() as s:
@@ -153,7 +153,13 @@ async def test_router_answers_401_and_429_in_openai_format_and_survives_redis_lo
 async def test_follow_up_turns_reach_the_same_backend_through_any_replica(redis, tmp_path) -> None:
     import aiohttp
     from aiohttp import web
-    from support.live import chat_body, router_toml, running_router, scripted_backend
+    from support.live import (
+        chat_body,
+        router_toml,
+        running_router,
+        scripted_backend,
+        shared_redis,
+    )
 
     async def engine(request: web.Request) -> web.Response:
         return web.json_response({"id": "x", "object": "chat.completion", "choices": [],
@@ -162,7 +168,7 @@ async def test_follow_up_turns_reach_the_same_backend_through_any_replica(redis,
     async with scripted_backend(engine) as u1, scripted_backend(engine) as u2:
         async with scripted_backend(engine) as u3:
             text = router_toml(
-                [(u1, "H100"), (u2, "H100"), (u3, "H100")], redis=f'url = "{redis.url}"'
+                [(u1, "H100"), (u2, "H100"), (u3, "H100")], redis=shared_redis(redis.url)
             )
             (tmp_path / "a").mkdir()
             (tmp_path / "b").mkdir()

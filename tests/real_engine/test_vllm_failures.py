@@ -61,11 +61,13 @@ async def test_kv_pressure_shows_in_the_routers_view_as_waiting_and_preemptions(
     consul, tmp_path
 ) -> None:
     need_vllm()
-    # 16 blocks of 128 tokens: room for two of the 24 1,000-token requests below at a time
-    engine = start_vllm(tmp_path, VllmOptions(max_num_seqs=8, kv_blocks=16, max_model_len=1024))
+    # 8 blocks (vLLM counts room for 896 tokens): two of the 12 400-token requests below at a
+    # time, so four wait from the start and the running ones preempt each other as they grow
+    # (kept small: 24 requests of 1,000 tokens ran past 120 s on a loaded CI machine)
+    engine = start_vllm(tmp_path, VllmOptions(max_num_seqs=8, kv_blocks=8, max_model_len=512))
     agent = AgentProcess(vllm_agent_toml(engine, consul.address, "kv"), tmp_path, "kv")
     body = {"model": SERVED, "messages": [{"role": "user", "content": "x" * 100}],
-            "max_tokens": 900, "ignore_eos": True}  # fmt: skip
+            "max_tokens": 300, "ignore_eos": True}  # fmt: skip
     try:
         config = membership_toml(consul.address)
         async with running_router(config, tmp_path) as (url, _), aiohttp.ClientSession() as s:
@@ -76,7 +78,7 @@ async def test_kv_pressure_shows_in_the_routers_view_as_waiting_and_preemptions(
 
             await async_wait_for(routable, 30, "the engine routable")
             tasks = [asyncio.create_task(s.post(url + "/v1/chat/completions", json=body))
-                     for _ in range(24)]  # fmt: skip
+                     for _ in range(12)]  # fmt: skip
             seen = {"waiting": 0, "preemptions": 0.0}
 
             async def pressure_seen() -> bool:

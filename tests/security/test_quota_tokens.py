@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from support import components
-from support.live import MODEL, router_server, scripted_backend
+from support.live import MODEL, router_server, scripted_backend, shared_redis
 from support.redis_server import RedisServer
 from support_security import KEY, keys_section, secure_toml
 
@@ -175,7 +175,7 @@ async def test_a_token_quota_holds_on_what_engines_report(tmp_path, with_redis: 
     engine = TokenizingEngine()
     try:
         async with scripted_backend(engine) as url:
-            extra = {"redis": f'url = "{redis.url}"\nshare_load = false'} if redis else {}
+            extra = {"redis": shared_redis(redis.url, "share_load = false")} if redis else {}
             text = secure_toml(url, auth=keys_section(f"tokens_per_minute = {TPM}"), **extra)
             async with router_server(text, tmp_path) as server:
                 base = f"http://127.0.0.1:{server.port}"

@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 from support import components
 from support.global_tier import global_tier
-from support.live import router_replicas, router_server, scripted_backend
+from support.live import router_replicas, router_server, scripted_backend, shared_redis
 from support.redis_server import RedisServer
 from support_security import RecordingEngine, chat, secure_toml, send_raw
 from support_tiers import EU_KEY, KEY, two_regions
@@ -59,7 +59,7 @@ def router_with_decisions(url: str, redis_url: str | None = None) -> str:
     keys = "".join(
         f'[[auth.keys]]\nsha256 = "{key_digest(k)}"\ntenant = "{k}"\n' for k in (KEY, OTHER_KEY)
     )
-    extra = {"redis": f'url = "{redis_url}"\nshare_load = false'} if redis_url else {}
+    extra = {"redis": shared_redis(redis_url, "share_load = false")} if redis_url else {}
     return secure_toml(url, top=f"[region]\n{region}\n{keys}", **extra)
 
 
@@ -200,7 +200,7 @@ async def test_a_failover_attempt_carries_a_fresh_decision(tmp_path) -> None:
     redis = RedisServer(tmp_path)
     redis.start()
     try:
-        shared = f'[redis]\nurl = "{redis.url}"\nshare_load = false'
+        shared = "[redis]\n" + shared_redis(redis.url, "share_load = false")
         async with two_regions(tmp_path, router_top=shared) as tiers:
             tiers.engines["us-east"].fail_when = lambda body: True  # us-east answers 500
             headers = [*JSON.items(), ("Authorization", f"Bearer {KEY}")]

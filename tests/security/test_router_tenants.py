@@ -11,7 +11,7 @@ import json
 import aiohttp
 import pytest
 from support import components
-from support.live import async_wait_for, holds, router_server, scripted_backend
+from support.live import async_wait_for, holds, router_server, scripted_backend, shared_redis
 from support.redis_server import RedisServer
 from support_security import KEY, RecordingEngine, chat, keys_section, secure_toml
 
@@ -90,7 +90,7 @@ async def test_the_in_flight_cap_holds_under_50_concurrent_requests(tmp_path, wi
     engine.hold = asyncio.Event()
     try:
         async with scripted_backend(engine) as url:
-            extra = {"redis": f'url = "{redis.url}"\nshare_load = false'} if redis else {}
+            extra = {"redis": shared_redis(redis.url, "share_load = false")} if redis else {}
             keys = keys_section("max_in_flight = 2\nrequests_per_minute = 100000")
             text = secure_toml(url, auth=keys, **extra)
             async with router_server(text, tmp_path) as server, aiohttp.ClientSession() as s:
@@ -142,7 +142,7 @@ async def test_session_ids_become_fixed_length_redis_keys(tmp_path) -> None:
     redis.start()
     try:
         async with scripted_backend(RecordingEngine()) as url:
-            text = secure_toml(url, redis=f'url = "{redis.url}"')
+            text = secure_toml(url, redis=shared_redis(redis.url))
             async with router_server(text, tmp_path) as server, aiohttp.ClientSession() as s:
                 base = f"http://127.0.0.1:{server.port}/v1/chat/completions"
                 huge = chat(user="u" * 1_000_000)

@@ -175,6 +175,14 @@ def router_toml(
     return "\n".join(lines) + "\n"
 
 
+def shared_redis(url: str, extra: str = "") -> str:
+    """A `[redis]` section body for a test of what replicas share: a generous per-call
+    timeout, since the 50 ms default (right for a request path) is exceeded on a loaded CI
+    machine, and a call past it means "no preference" by design, not the shared state under
+    test."""
+    return f'url = "{url}"\ntimeout_s = 5\n{extra}'
+
+
 def membership_toml(consul: str) -> str:
     """A router that finds its engines through the Consul agent at `consul` (and their
     agents' load streams)."""
