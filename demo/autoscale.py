@@ -4,7 +4,8 @@ A `consul agent -dev`; one router sizing its pool (`[autoscale]` with a small
 `capacity_rps`, so that a modest burst needs more backends); `gpuroute scale`'s loop with
 the local executor (testbed/local_scaler.py): hosts (a fake engine and its agent each) that
 boot after a short delay, take standby first, drain before they stop. Traffic: a trickle,
-a burst, a trickle again until the pool is back to its floor. Prints the timeline as the
+a burst (longer where hosts come in late), a trickle again until the pool is back to its
+floor. Prints the timeline as the
 router and the executor saw it, then the requests sent and failed."""
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ from rich.table import Table
 AUTOSCALE = quick_autoscale_toml(MODEL, capacity_rps=2.0, max_backends=4)
 TRICKLE_RPS, BURST_RPS = 0.5, 6.0
 LEAD_IN_S, QUIET_MAX_S = 4.0, 30.0
+# the burst goes on past its length (at most this much) until the pool's most in rotation
+# serve it: on a loaded machine hosts boot and register slower than the burst lasts
+PEAK_IN_ROTATION, BURST_GRACE_S = 3, 30.0
 SAMPLE_S = 2.0
 BOOT_DELAY_S = 1.0  # a GPU host's boot and model load take minutes; the demo's, one second
 FLOOR = (1, 1)  # min_backends in rotation, one standby
@@ -113,18 +117,26 @@ async def drive(
     async with aiohttp.ClientSession() as session, admin:
         await routable(session, router_url, 60)
         timeline = Timeline()
-        shape = {"phase": "lead-in", "at_floor": False}
+        shape = {"phase": "lead-in", "at_floor": False, "peaked": False}
 
         async def watch() -> None:
             while shape["phase"] != "done":
-                shape["at_floor"] = await sample(admin, admin_url, local, timeline) == FLOOR
+                counts = await sample(admin, admin_url, local, timeline)
+                shape["at_floor"] = counts == FLOOR
+                shape["peaked"] = shape["peaked"] or (counts or (0,))[0] >= PEAK_IN_ROTATION
                 await asyncio.sleep(SAMPLE_S)  # the timeline's period
 
         watcher = asyncio.create_task(watch())
-        for phase, rate, seconds in (("lead-in", TRICKLE_RPS, LEAD_IN_S),
-                                     ("burst", BURST_RPS, burst_s)):  # fmt: skip
-            shape["phase"], end = phase, time.monotonic() + seconds
-            await paced(session, router_url, rate, lambda e=end: time.monotonic() > e, timeline)
+        end = time.monotonic() + LEAD_IN_S
+        await paced(session, router_url, TRICKLE_RPS, lambda: time.monotonic() > end, timeline)
+        shape["phase"], shape["peaked"] = "burst", False
+        end = time.monotonic() + burst_s
+
+        def burst_over() -> bool:
+            now = time.monotonic()
+            return (now > end and shape["peaked"]) or now > end + BURST_GRACE_S
+
+        await paced(session, router_url, BURST_RPS, burst_over, timeline)
         shape["phase"], shape["at_floor"] = "quiet", False
         end = time.monotonic() + QUIET_MAX_S
         drained = lambda: shape["at_floor"] and not local.census(MODEL)["leaving"]  # noqa: E731

@@ -13,7 +13,7 @@ def register(sub) -> None:
     )
     demo.add_argument(
         "--seconds", type=float, default=None,
-        help="seconds of traffic (with --autoscale: of the burst, default 12)",
+        help="seconds of traffic (with --autoscale: of the burst at least, default 12)",
     )  # fmt: skip
     demo.add_argument(
         "--global", dest="global_", action="store_true",
