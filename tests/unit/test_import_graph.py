@@ -13,9 +13,6 @@ PACKAGES = package_roots()  # folder -> import name (pyproject.toml's package-di
 # Pairs other parts of issue 44 take apart (the simulator, planner, testbed, bench and
 # fleet rooms). Each must still be a pair: the list only shrinks.
 PENDING = {
-    ("gpuroute.bench.live", "gpuroute.bench.live_stats"),
-    ("gpuroute.bench.overhead", "gpuroute.bench.scaling"),
-    ("gpuroute.fleet.checks", "gpuroute.fleet.schema"),
     ("gpuroute.planner.plan", "gpuroute.planner.search"),
     ("gpuroute.sim.continuing", "gpuroute.sim.simulator"),
     ("gpuroute.sim.scaling", "gpuroute.sim.simulator"),
