@@ -27,6 +27,7 @@ from gpuroute.bench.targets import (
     start_baseline,
     start_router,
 )
+from gpuroute.bench.wrk import ENGINE_CPU, PROXY_CPU  # with --pin (as bench overhead pins them)
 from gpuroute.sim.fleet import saturated_throughput
 from gpuroute.sim.traces import read_trace
 from gpuroute.sim.workloads import Workload, synthetic
@@ -35,8 +36,6 @@ from gpuroute.testbed.processes import Child, start_engine, start_redis, wait_ht
 from gpuroute.gpus import GPU_SPECS
 from gpuroute.models import MODELS
 from gpuroute.roofline import EngineParams
-
-ENGINE_CPU, PROXY_CPU = 0, 1  # with --pin (as bench overhead pins them)
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,11 @@ from pathlib import Path
 
 import numpy as np
 from gpuroute.bench.agreement import learned_state
-from gpuroute.bench.live import ENGINE_CPU, PROXY_CPU, LiveBenchSpec
+from gpuroute.bench.live import LiveBenchSpec
 from gpuroute.bench.live_stats import served_stats, summarise
 from gpuroute.bench.loadgen import Replay, RequestResult
 from gpuroute.bench.targets import BASELINES, BenchError, start_baseline
+from gpuroute.bench.wrk import ENGINE_CPU, PROXY_CPU
 from gpuroute.router.core.slo import SloClass, time_per_output_token
 from gpuroute.sim.fleet import (
     GpuTypeProfile,

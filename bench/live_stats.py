@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import aiohttp
 import numpy as np
@@ -28,16 +28,22 @@ def q(values, p: float) -> float:
     return round(percentile(values, p), 4)
 
 
-if TYPE_CHECKING:
-    from gpuroute.bench.live import LiveBenchSpec
-
 MODEL = "llama-3.1-8b"
+
+
+class JudgedRun(Protocol):
+    """What `summarise` reads of a run's spec (bench.live's LiveBenchSpec has it): the
+    engines' slowdown and the one SLO, at GPU speed."""
+
+    time_scale: float
+    slo_ttft_s: float
+    slo_tpot_s: float
 
 
 def summarise(
     target: str,
     results: list[RequestResult],
-    spec: LiveBenchSpec,
+    spec: JudgedRun,
     workload: Workload,
     met_slo: Callable[[RequestResult], bool] | None = None,
 ) -> dict:

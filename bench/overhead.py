@@ -22,25 +22,21 @@ import os
 import re
 import ssl
 import statistics
-import subprocess
 import sys
 import tempfile
 import urllib.request
 from pathlib import Path
 
 from gpuroute.bench.process_stats import cpu_seconds
+from gpuroute.bench.scaling import run_scaling
 from gpuroute.bench.targets import BASELINES, BenchError, start_baseline, start_router
+from gpuroute.bench.wrk import ENGINE_CPU, PROXY_CPU, WRK_SCRIPT, wrk
 from gpuroute.testbed.certs import LocalCA
 from gpuroute.testbed.ports import free_port
 from gpuroute.testbed.processes import Child, require, spawn, start_engine, wait_http
 from rich.console import Console
 
-ENGINE_CPU, PROXY_CPU = 0, 1
 CONNECTIONS = (1, 32)
-WRK_SCRIPT = """wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.body = '{"model": "llama-3.1-8b", "prompt": "hi", "max_tokens": 1}'
-"""
 OVERHEAD_COLUMNS = (
     ("target", "target", "{}"),
     ("connections", "conns", "{}"),
@@ -54,7 +50,6 @@ OVERHEAD_COLUMNS = (
     ("rps_per_core", "req/core-s", "{:,.0f}"),
     ("per_core_vs_haproxy", "req/core-s ÷ haproxy", "{:.2f}"),
 )
-UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 # tracing and the access log off, and both on for every request (bench docstring)
 QUIET = "[access_log]\nenabled = false\n"
 TRACED = '[tracing]\notlp_endpoint = "{sink}/v1/traces"\nsample_ratio = {ratio}\n'
@@ -64,36 +59,6 @@ ROUTER_TARGETS = (
     "gpuroute", "gpuroute-quiet", "gpuroute-observed", "gpuroute-sampled", "gpuroute-other",
 )  # fmt: skip
 OBSERVED = ("gpuroute-observed", "gpuroute-sampled")  # each against gpuroute-quiet
-
-
-def parse_wrk(output: str) -> dict[str, float]:
-    rps = re.search(r"Requests/sec:\s+([\d.]+)", output)
-    lat = dict(re.findall(r"^\s+(50|99)%\s+([\d.]+(?:us|ms|s))", output, re.M))
-    errors = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", output)
-    if rps is None or "50" not in lat or "99" not in lat:
-        raise BenchError(f"could not read wrk output:\n{output}")
-
-    def ms(text: str) -> float:
-        number, unit = re.fullmatch(r"([\d.]+)(us|ms|s)", text).groups()
-        return float(number) * UNITS[unit]
-
-    return {
-        "rps": float(rps.group(1)),
-        "p50_ms": ms(lat["50"]),
-        "p99_ms": ms(lat["99"]),
-        "non_2xx": int(errors.group(1)) if errors else 0,
-    }
-
-
-def wrk(url: str, connections: int, duration: float, script: Path) -> dict[str, float]:
-    cmd = [
-        "taskset", "-c", str(ENGINE_CPU), require("wrk"), "-t1", f"-c{connections}",
-        f"-d{duration:g}s", "--latency", "-s", str(script), url + "/v1/completions",
-    ]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60, check=False)
-    if done.returncode != 0:
-        raise BenchError(f"wrk failed: {done.stderr or done.stdout}")
-    return parse_wrk(done.stdout)
 
 
 def measured(
@@ -140,8 +105,6 @@ def run_overhead(
                 child.stop()
         scaling = None
         if workers > 1:
-            from gpuroute.bench.scaling import run_scaling
-
             console.print(f"scaling: 1 and {workers} workers, {rounds} rounds")
             scaling = run_scaling(workdir, script, workers, duration, rounds)
     return {

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import aiohttp
 import numpy as np
-from gpuroute.bench.live import ENGINE_CPU, PROXY_CPU
 from gpuroute.bench.targets import BenchError, start_baseline, start_router
+from gpuroute.bench.wrk import ENGINE_CPU, PROXY_CPU
 from gpuroute.router.core.policies import resolve_policy_name
 from gpuroute.testbed.peer_routers import PEER_ROUTERS
 from gpuroute.testbed.processes import Child, wait_http

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import msgpack
 import redis.asyncio as aioredis
-from gpuroute.bench.overhead import ENGINE_CPU, wrk
 from gpuroute.bench.process_stats import cpu_seconds
 from gpuroute.bench.targets import BenchError, start_router
+from gpuroute.bench.wrk import ENGINE_CPU, wrk
 from gpuroute.router.config.router import WorkersConfig
 from gpuroute.router.shared.load import LoadBoard, RedisBoard
 from gpuroute.router.workers.board import MemoryBoard, create_board

@@ -20,11 +20,11 @@ from pathlib import Path
 from gpuroute.bench.process_stats import cpu_seconds, rss_kib
 from gpuroute.bench.stream_client import StreamsResult, run_streams
 from gpuroute.bench.targets import start_baseline, start_router
+from gpuroute.bench.wrk import ENGINE_CPU, PROXY_CPU
 from gpuroute.testbed.processes import Child, require, start_engine, wait_http
 
 from gpuroute.stats import percentile
 
-ENGINE_CPU, PROXY_CPU = 0, 1
 MODEL = "llama-3.1-8b"
 # Before each measured visit, a few short streams through the same target: every target
 # then starts its run warm (caches, pools, the collector's generations), not only the one

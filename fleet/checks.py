@@ -6,12 +6,14 @@ engine accepts."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from gpuroute.fleet.engine_args import engine_argv
 from gpuroute.fleet.engine_flags import check_engine_args
 from gpuroute.fleet.instances import InstanceType, NoInstance, gpu_on, instance_for
-from gpuroute.fleet.schema import GATED_PREFIXES, DeployFleet, PoolRef
+from gpuroute.fleet.schema import GATED_PREFIXES, DeployFleet, PoolRef, read_deploy_fleet
 
+from gpuroute.config import ConfigError
 from gpuroute.gpus import GpuSpec
 from gpuroute.models import WEIGHT_DTYPE_BYTES, ModelSpec
 from gpuroute.roofline import DEFAULT_MEMORY_UTILIZATION, kv_capacity_tokens, usable_bytes
@@ -22,6 +24,16 @@ QUANTIZATION_BYTES = {
     "awq": 0.5, "awq_marlin": 0.5, "gptq": 0.5, "gptq_marlin": 0.5, "bitsandbytes": 0.5,
     "mxfp4": WEIGHT_DTYPE_BYTES["mxfp4"],
 }  # fmt: skip
+
+
+def load_deploy_fleet(path: Path | str) -> DeployFleet:
+    """A fleet file read and validated, and what deploying it needs checked: ConfigError
+    lists every problem as `file: key: message`."""
+    fleet = read_deploy_fleet(path)
+    problems = deployment_problems(fleet)
+    if problems:
+        raise ConfigError("\n".join(f"{path}: {p}" for p in problems))
+    return fleet
 
 
 def deployment_problems(fleet: DeployFleet) -> list[str]:

@@ -1,8 +1,9 @@
 """The fleet file read whole: its `[[models]]` (the router's, with the weights engines load
-and a per-model SLO), and the checks a deployment needs beyond the file's own shape: an
-instance for every pool, a model that fits its engine's GPUs, secrets that exist, weights
-that are named. `check-config`, `tfvars`, `plan --write-fleet` and `sim --fleet` share it,
-so nothing downstream (Terraform, a host's engine) is the first to say no."""
+and a per-model SLO), and what the checks a deployment needs beyond the file's own shape
+read of it (fleet/checks.py: an instance for every pool, a model that fits its engine's
+GPUs, secrets that exist, weights that are named). `check-config`, `tfvars`, `plan
+--write-fleet` and `sim --fleet` share it, so nothing downstream (Terraform, a host's
+engine) is the first to say no."""
 
 from __future__ import annotations
 
@@ -141,20 +142,14 @@ def checkpoint_bytes(entry: RouterModelConfig | None, model: str) -> float | Non
     return CHECKPOINT_BYTES.get(shape)
 
 
-def load_deploy_fleet(path: Path | str, *, check: bool = True) -> DeployFleet:
-    """Read and validate a fleet file; with `check`, also what deploying it needs
-    (fleet/checks.py). ConfigError lists every problem as `file: key: message`."""
+def read_deploy_fleet(path: Path | str) -> DeployFleet:
+    """Read and validate a fleet file, its [[models]] as the router checks them; what
+    deploying it needs is fleet/checks.py's `load_deploy_fleet`."""
     fleet = validate(path, read_toml(path), DeployFleet)
     try:
         check_models(fleet.models, frozenset(served_names(fleet)))
     except ValueError as exc:
         raise ConfigError(f"{path}: {exc}") from None
-    if check:
-        from gpuroute.fleet.checks import deployment_problems
-
-        problems = deployment_problems(fleet)
-        if problems:
-            raise ConfigError("\n".join(f"{path}: {p}" for p in problems))
     return fleet
 
 

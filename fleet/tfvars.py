@@ -14,9 +14,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+from gpuroute.fleet.checks import load_deploy_fleet
 from gpuroute.fleet.engine_args import engine_argv
 from gpuroute.fleet.instances import instance_for
-from gpuroute.fleet.schema import DeployFleet, FleetModelConfig, PoolRef, load_deploy_fleet
+from gpuroute.fleet.schema import DeployFleet, FleetModelConfig, PoolRef
 from gpuroute.router.core.slo import DEFAULT_SLO_CLASSES
 
 from gpuroute.config import ConfigError

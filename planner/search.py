@@ -5,18 +5,36 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 from gpuroute.planner.check import GpuOption, PlanError
 from gpuroute.sim.workloads import Workload
 
-if TYPE_CHECKING:
-    from gpuroute.planner.plan import Planner
-
 MOST_MIXES = 200_000  # mixes enumerated per pool at most (before sorting)
 
 Mix = tuple[int, ...]  # backends per option, in the options' order
+
+
+class SearchLimits(Protocol):
+    """The plan's limits a search keeps to (plan.py's PlanLimits)."""
+
+    @property
+    def attainment(self) -> float: ...
+    @property
+    def max_backends(self) -> int: ...
+    @property
+    def max_runs(self) -> int: ...
+
+
+class PoolRunner(Protocol):
+    """What a search asks of the planner (plan.py's Planner): its limits, and the SLO
+    attainment of one pool's mix run in the simulator at a rate."""
+
+    @property
+    def limits(self) -> SearchLimits: ...
+
+    def run_pool(self, model: str, options: list[GpuOption], mix: Mix, rate: float) -> float: ...
 
 
 def one_less(mix: Mix, i: int) -> Mix:
@@ -33,7 +51,7 @@ class MixSearch:
 
     def __init__(
         self,
-        planner: Planner,
+        planner: PoolRunner,
         model: str,
         options: list[GpuOption],
         rates: list[float],

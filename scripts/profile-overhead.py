@@ -23,9 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpuroute.bench.overhead import ENGINE_CPU, PROXY_CPU, WRK_SCRIPT, wrk
 from gpuroute.bench.process_stats import cpu_seconds
 from gpuroute.bench.targets import router_config
+from gpuroute.bench.wrk import ENGINE_CPU, PROXY_CPU, WRK_SCRIPT, wrk
 from gpuroute.testbed.ports import free_port
 from gpuroute.testbed.processes import Child, spawn, start_engine, wait_http
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpuroute.fleet.schema import DeployFleet, load_deploy_fleet
+from gpuroute.fleet.schema import DeployFleet, read_deploy_fleet
 
 from gpuroute.config import ConfigError
 
@@ -25,7 +25,7 @@ NOT_SIMULATED_MODEL_KEYS = ("aliases", "weights")
 def load_fleet_for_sim(path: Path | str) -> DeployFleet:
     """The fleet file, validated (what deploying it needs is `check-config`'s question, not
     the simulator's: a fleet run by hand simulates as well)."""
-    return load_deploy_fleet(path, check=False)
+    return read_deploy_fleet(path)
 
 
 def pool_groups(fleet: DeployFleet) -> list[dict[str, Any]]:

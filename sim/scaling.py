@@ -14,20 +14,25 @@ count every engine from its boot to its power-off."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 from gpuroute.router.config.autoscale import AutoscaleConfig
 from gpuroute.router.core.autoscale import AutoscaleSettings, PoolSize
-from gpuroute.router.core.backend import ROUTABLE_STATES, BackendState
+from gpuroute.router.core.backend import ROUTABLE_STATES, Backend, BackendState
 from gpuroute.router.core.fleet_sizer import FleetSizer
 from gpuroute.router.core.scale_targets import PoolTarget, follow_plan
+from gpuroute.router.core.scheduler import Scheduler
 from gpuroute.router.core.seasonal import SeasonalSettings
+from gpuroute.router.core.slo import SloClass
 from gpuroute.router.core.standby import StandbyRotation
+from gpuroute.sim.daily import DailySection
+from gpuroute.sim.engine_model import EngineModel
+from gpuroute.sim.events import EventHeap
 from pydantic import Field
 
-if TYPE_CHECKING:
-    from gpuroute.sim.simulator import RegionalRun
+if TYPE_CHECKING:  # (sim.fleet imports the scenario, which imports this module)
+    from gpuroute.sim.fleet import GpuTypeProfile
 
 SCALE, BOOTED = -4, -5  # event kinds (sim/simulator.py's are -1 to -3)
 IN_SERVICE = "autoscale: in service"
@@ -56,16 +61,40 @@ class ScenarioAutoscale(AutoscaleConfig):
         return super().settings(self.lead() if lead_time_s is None else lead_time_s)
 
 
+class ScaledRun(Protocol):
+    """What the executor drives of its run (sim/simulator.py's RegionalRun): the router's
+    scheduler over the engines' backends, the engines, the event heap and the SLO classes."""
+
+    scheduler: Scheduler
+    backends: list[Backend]
+    engines: list[EngineModel]
+    engine_profiles: list[GpuTypeProfile]
+    classes: list[SloClass]
+    heap: EventHeap
+    peak_rps: float  # the workload's rate (a daily shape's peak)
+
+    def offer_room(self, now: float) -> None: ...
+
+
 class ScalingFleet:
     """The executor: the run's engines switched on and off to follow the sizer."""
 
-    def __init__(self, run: RegionalRun, config: ScenarioAutoscale, season_s: float | None):
+    def __init__(
+        self,
+        run: ScaledRun,
+        config: ScenarioAutoscale,
+        daily: DailySection | None,
+        mix: dict[str, float],
+        seed: int,
+    ) -> None:
+        """`daily`, `mix`, `seed`: the scenario's daily shape, model mix and seed."""
         self.run, self.config = run, config
+        self.daily, self.mix, self.seed = daily, mix, seed
         seasonal = None
-        if config.seasonal.enabled and season_s is not None:
+        if config.seasonal.enabled and daily is not None:
             c = config.seasonal
             seasonal = SeasonalSettings(
-                season_s, c.buckets_per_season, c.min_seasons, c.max_seasons
+                daily.day_s, c.buckets_per_season, c.min_seasons, c.max_seasons
             )
         self.standby = StandbyRotation(run.scheduler.backends, config.release_after_s)
         tpot = min(c.tpot_s for c in run.classes)
@@ -108,8 +137,8 @@ class ScalingFleet:
     def first_rate(self, pool: str) -> float:
         """The pool's arrival rate at the start: its share of the workload's rate, at the
         daily shape's first hour."""
-        daily = self.run.scenario.workload.daily
-        share = self.run.scenario.model_mix().get(pool, 0.0)
+        daily = self.daily
+        share = self.mix.get(pool, 0.0)
         level = float(daily.relative_rate(np.zeros(1))[0]) if daily is not None else 1.0
         return self.run.peak_rps * share * level
 
@@ -124,16 +153,15 @@ class ScalingFleet:
         """The seasonal model's history: `history_days` earlier days of the workload's
         daily shape (its flash crowds left out), drawn as Poisson counts at its rate, as
         the router would have counted them; each pool gets its share of the models' mix."""
-        daily = self.run.scenario.workload.daily
+        daily = self.daily
         if self.sizer.seasonal is None or daily is None or not self.config.history_days:
             return
         plain = daily.model_copy(update={"crowds": []})
         span = self.config.history_days * daily.day_s
         grid = np.arange(0.0, span, 1.0)
-        rng = np.random.default_rng(self.run.scenario.seed ^ 0x5EA5)
+        rng = np.random.default_rng(self.seed ^ 0x5EA5)
         counts = rng.poisson(plain.relative_rate(grid) * self.run.peak_rps)
-        mix = self.run.scenario.model_mix()
-        for model, share in mix.items():
+        for model, share in self.mix.items():
             if model not in self.pools:
                 continue
             history = self.sizer.history_of(model)
@@ -237,7 +265,7 @@ class ScalingFleet:
         return fleet_figures(self.run, self.seconds_on)
 
 
-def fleet_figures(run: RegionalRun, seconds_on: list[float]) -> dict[str, float]:
+def fleet_figures(run: ScaledRun, seconds_on: list[float]) -> dict[str, float]:
     """GPU-hours and cost of engines on for these many seconds each (each engine's GPUs at
     its type's price)."""
     seconds = np.asarray(seconds_on) * np.array([b.gpus for b in run.backends], dtype=float)
@@ -248,7 +276,7 @@ def fleet_figures(run: RegionalRun, seconds_on: list[float]) -> dict[str, float]
     }
 
 
-def fixed_fleet_hours(run: RegionalRun, start: float, end: float) -> dict[str, float]:
+def fixed_fleet_hours(run: ScaledRun, start: float, end: float) -> dict[str, float]:
     """The same figures for a fleet whose every engine runs from `start` to `end`."""
     return fleet_figures(run, [end - start] * len(run.backends))
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from gpuroute.router.core import BackendSet, CostEstimator, RequestInfo, Scheduler
@@ -20,6 +20,7 @@ from gpuroute.router.core.latency import LatencyModel
 from gpuroute.router.core.latency_prior import LatencyPrior
 from gpuroute.router.core.lifetime import Event, Lifetimes, RequestLifetime
 from gpuroute.router.core.placement import AttemptLoop, Step
+from gpuroute.router.core.rebalance import Move, Rebalancer, RunningStream, expected_left
 from gpuroute.router.core.retry import FailureKind, RetrySettings
 from gpuroute.router.core.scheduler import Outcome
 from gpuroute.router.core.slo import SloClasses, time_per_output_token
@@ -27,7 +28,6 @@ from gpuroute.router.core.slo_admission import HoldQueue
 from gpuroute.router.core.watching import Watcher
 from gpuroute.sim.adapters import LoraEngine, assign_adapters, build_engines
 from gpuroute.sim.admission import SimAdmission
-from gpuroute.sim.continuing import StreamBreaks, rebalancer_for
 from gpuroute.sim.engine_model import EngineRequest
 from gpuroute.sim.events import EventHeap
 from gpuroute.sim.fleet import (
@@ -50,7 +50,7 @@ from gpuroute.sim.report import (
     summarise,
 )
 from gpuroute.sim.scaling import BOOTED, SCALE, ScalingFleet, fixed_fleet_hours
-from gpuroute.sim.scenario import LoadedScenario
+from gpuroute.sim.scenario import LoadedScenario, Scenario
 from gpuroute.sim.watch import SimWatch, attempt_of, gpu_paces
 from gpuroute.sim.workloads import Workload
 
@@ -99,9 +99,16 @@ class FleetSimulator:
         return replace(report, fleet=run.fleet_hours(report.sim_duration_s)), run
 
 
-class RegionalRun(StreamBreaks):
-    """One policy's run over the fleet: arrivals, engine events, ticks, faults, retries
-    (streams that end mid-answer: sim/continuing.py)."""
+def rebalancer_for(scenario: Scenario, scheduler: Scheduler) -> Rebalancer | None:
+    """The scenario's [rebalance], on its run's scheduler (None: off)."""
+    config = scenario.rebalance
+    return Rebalancer(scheduler, config.settings()) if config.enabled else None
+
+
+class RegionalRun:
+    """One policy's run over the fleet: arrivals, engine events, ticks, faults, retries,
+    and streams that end mid-answer (an engine crashing under them, the rebalancer's
+    moves): they go on elsewhere as the live router continues them."""
 
     def __init__(
         self, sim: FleetSimulator, policy_name: str, progress: Callable[[int], None] | None
@@ -163,9 +170,15 @@ class RegionalRun(StreamBreaks):
     def attempt_loop(self) -> AttemptLoop:
         """The live router's admission and attempts loop (router/core/placement.py), with
         the warm standby of the scaling pools where the scenario's pools scale."""
-        autoscale, daily = self.scenario.autoscale, self.scenario.workload.daily
-        if autoscale.enabled:
-            self.scaling = ScalingFleet(self, autoscale, daily.day_s if daily else None)
+        scenario = self.scenario
+        if scenario.autoscale.enabled:
+            self.scaling = ScalingFleet(
+                self,
+                scenario.autoscale,
+                scenario.workload.daily,
+                scenario.model_mix(),
+                scenario.seed,
+            )
         standby = self.scaling.standby if self.scaling else None
         self.admission = SimAdmission(self.scenario.router.max_inflight, self.scheduler.backends,
                                       standby, go=self.dispatch, refuse=self.refuse)  # fmt: skip
@@ -393,3 +406,101 @@ class RegionalRun(StreamBreaks):
         if self.may_retry(life, FailureKind.RESCUED, now):
             self.dispatch(life, now)
         self.offer_room(now)
+
+    # -- streams that end mid-answer --------------------------------------------------------
+    def apply_fault(self, fault, now: float) -> None:
+        engine = self.engines[fault.gpu]
+        if fault.kind == "slow":
+            engine.set_slowdown(fault.factor, now)
+        elif fault.kind == "recover":
+            engine.set_slowdown(1.0, now)
+            engine.recover(now)
+        else:
+            for req in engine.crash(now):
+                self.crashed(req, fault.gpu, now)
+            self.offer_room(now)
+        self.reschedule(fault.gpu)
+
+    def crashed(self, req: EngineRequest, e: int, now: float) -> None:
+        life = self.lifetimes.get(req.rid)
+        if life is None:
+            return
+        life.attempts.end(self.budget)
+        self.watch.ended(life)
+        self.scheduler.finish(life, Outcome(False, fatal=True), now)
+        if req.first_token_at >= 0:  # the stream broke under its client
+            self.go_on(life, self.engines[e].tokens_generated(req, now), req.first_token_at, now)
+            return
+        # Nothing reached the client (from this attempt): the router retries elsewhere.
+        if self.may_retry(life, FailureKind.CONNECTION, now):
+            self.dispatch(life, now)
+
+    def go_on(
+        self,
+        life: RequestLifetime,
+        generated: int,
+        first: float,
+        now: float,
+        prefer: str | None = None,
+    ) -> None:
+        """A stream whose attempt ended after `generated` tokens goes on elsewhere (the live
+        StreamContinuer's way), or ends failed where continuation is off or spent."""
+        resumed = life.continued_or_new(first)
+        resumed.delivered += generated
+        config = self.scenario.continuation
+        if not config.enabled or resumed.continuations >= config.max_attempts:
+            self.end(life, FAILED)
+            return
+        resumed.continuations += 1
+        self.outcomes.continued += 1
+        self.loop.continued(life, generated)
+        self.dispatch(life, now, prefer)
+
+    # -- rebalancing -----------------------------------------------------------------------
+    def rebalance(self, now: float) -> None:
+        """The router's tick: the streams the rebalancer moves, moved."""
+        if self.rebalancer is None:
+            return
+        moves = self.rebalancer.plan(self.running_streams(now), now)
+        for move in moves:
+            self.move(move, now)
+        if moves:  # (their bookings released: as on every release)
+            self.offer_room(now)
+
+    def running_streams(self, now: float) -> Iterator[RunningStream]:
+        """Each stream under way that may still be continued, as the live router would see
+        it (the engine model counts the tokens its relay would have)."""
+        config = self.scenario.continuation  # (enabled: the scenario refuses moves without)
+        for life in list(self.lifetimes):
+            attempt = attempt_of(life)
+            if attempt is None or attempt.req.first_token_at < 0 or life.latency is None:
+                continue
+            resumed = life.continued
+            if resumed is not None and resumed.continuations >= config.max_attempts:
+                continue
+            generated = self.engines[attempt.engine].tokens_generated(attempt.req, now)
+            expected = life.latency.kv_tokens - life.info.prompt_tokens  # its booking's guess
+            first = attempt.req.first_token_at if resumed is None else resumed.first_token_at
+            yield RunningStream(
+                life,
+                self.backends[attempt.engine],
+                first,
+                generated + (resumed.delivered if resumed else 0),
+                expected_left(expected, generated),
+                life.info.prompt_tokens + generated,
+            )
+
+    def move(self, move: Move, now: float) -> None:
+        """Take the stream off its engine (as a client that left: its KV freed) and
+        continue it, preferring the target; its backend gets no verdict."""
+        life = move.stream.life
+        attempt = attempt_of(life)
+        assert attempt is not None
+        generated = self.engines[attempt.engine].tokens_generated(attempt.req, now)
+        self.engines[attempt.engine].abort(attempt.req, now)
+        self.reschedule(attempt.engine)
+        self.watch.ended(life)
+        self.scheduler.release(life)
+        life.attempts.end(self.budget)
+        self.outcomes.moved += 1
+        self.go_on(life, generated, attempt.req.first_token_at, now, move.to.backend_id)

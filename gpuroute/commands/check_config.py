@@ -119,7 +119,7 @@ def _check(kind: str, path: str) -> str:
         return f"agent config, service {load_agent_config(path).service_id}"
     if kind == "scenario":
         return _check_scenario(path)
-    from gpuroute.fleet.schema import load_deploy_fleet
+    from gpuroute.fleet.checks import load_deploy_fleet
 
     fleet = load_deploy_fleet(path)
     pools = list(fleet.pools())

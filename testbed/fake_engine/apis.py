@@ -16,20 +16,16 @@ only for a pooling model and audio only for a speech model."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from aiohttp import web
 from gpuroute.testbed.fake_engine.audio import FakeAudio
+from gpuroute.testbed.fake_engine.common import ServingEngine
 from gpuroute.testbed.fake_engine.messages import FakeMessages
 from gpuroute.testbed.fake_engine.pooling import FakePooling
 from gpuroute.testbed.fake_engine.responses import FakeResponses
 from gpuroute.testbed.fake_engine.tokenize import FakeTokenize
 
-if TYPE_CHECKING:
-    from gpuroute.testbed.fake_engine.server import FakeEngine
 
-
-def api_routes(engine: FakeEngine) -> list[web.RouteDef]:
+def api_routes(engine: ServingEngine) -> list[web.RouteDef]:
     """The routes, each API's state (the Responses store) held by its handler object."""
     apis = (FakeResponses, FakeMessages, FakePooling, FakeAudio, FakeTokenize)
     return [route for api in apis for route in api(engine).routes()]

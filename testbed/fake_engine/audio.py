@@ -27,10 +27,11 @@ import math
 import os
 import struct
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 from gpuroute.testbed.fake_engine.common import (
+    ServingEngine,
     finish_all,
     hex_id,
     hung_up,
@@ -41,9 +42,6 @@ from gpuroute.testbed.fake_engine.common import (
 from gpuroute.testbed.fake_engine.payloads import tokens_text
 
 from gpuroute.openai_api import SSE_DONE, error_response, sse_event
-
-if TYPE_CHECKING:
-    from gpuroute.testbed.fake_engine.server import FakeEngine
 
 AUDIO_TOKENS_PER_S = 50  # Whisper's encoder frames: 1,500 per 30-s window
 SPOKEN_TOKENS_PER_S = 3  # ~2.5 words a second of speech
@@ -103,7 +101,7 @@ def _env_limit(name: str, default: float) -> float:
 
 
 class FakeAudio:
-    def __init__(self, engine: FakeEngine) -> None:
+    def __init__(self, engine: ServingEngine) -> None:
         self.engine = engine
         self.max_bytes = _env_limit("VLLM_MAX_AUDIO_CLIP_FILESIZE_MB", 25) * 1024 * 1024
         self.max_seconds = _env_limit("VLLM_MAX_AUDIO_DECODE_DURATION_S", 600)
@@ -123,7 +121,7 @@ class FakeAudio:
     async def _form(self, request: web.Request) -> dict[str, Any] | web.Response:
         """The form's fields and the file's duration, or the error vLLM answers."""
         engine = self.engine
-        await engine.faults.resumed.wait()  # as FakeEngine._admit: hang, then error_rate
+        await engine.faults.resumed.wait()  # as FakeEngine.admit: hang, then error_rate
         if engine.faults.error_rate and engine.rng.random() < engine.faults.error_rate:
             engine.errors_injected += 1
             return error_response(500, "injected error", code="fault_error_rate")

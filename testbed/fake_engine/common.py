@@ -12,17 +12,43 @@ import asyncio
 import json
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
 from gpuroute.openai_api import error_response
 
 if TYPE_CHECKING:
-    from gpuroute.testbed.fake_engine.server import FakeEngine
-    from gpuroute.testbed.live_engine import LiveRequest
+    import random
+
+    from gpuroute.testbed.fake_engine.config import FakeEngineConfig
+    from gpuroute.testbed.faults import Faults
+    from gpuroute.testbed.live_engine import LiveEngine, LiveRequest
 
 OUTPUT_HEADER = "x-fake-output-tokens"  # the same header as fake_engine.OUTPUT_HEADER
+
+
+class ServingEngine(Protocol):
+    """What the API modules use of the engine that serves them (server.py's FakeEngine):
+    its name, config and context, the engine model, faults and counters, and its steps of
+    admitting a request, submitting it to the engine model and streaming its tokens."""
+
+    config: FakeEngineConfig
+    name: str
+    max_model_len: int
+    rng: random.Random
+    faults: Faults
+    engine: LiveEngine | None
+    errors_injected: int
+    finished: dict[str, int]  # by vLLM's finished_reason
+
+    async def admit(
+        self, request: web.Request, *, check_model: bool = True
+    ) -> dict[str, Any] | web.StreamResponse: ...
+
+    def submit(self, prompt: int, output: int, blocks) -> LiveRequest | web.StreamResponse: ...
+
+    async def stream_tokens(self, response, chunk, live: LiveRequest, output: int) -> None: ...
 
 
 def hex_id(prefix: str) -> str:
@@ -42,11 +68,11 @@ def unknown_model(model: object) -> web.Response:
     )
 
 
-async def read_body(engine: FakeEngine, request: web.Request) -> dict[str, Any] | web.Response:
+async def read_body(engine: ServingEngine, request: web.Request) -> dict[str, Any] | web.Response:
     """The JSON body, or the error vLLM answers: a fault's, a body that is not a JSON
     object (400), an unknown model (404). `model` is optional, as vLLM's request models
     make it for Responses, tokenize and pooling (its default model serves)."""
-    body = await engine._admit(request, check_model=False)
+    body = await engine.admit(request, check_model=False)
     if isinstance(body, web.StreamResponse):
         return body
     model = body.get("model")
@@ -64,7 +90,7 @@ def is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def answer_length(engine: FakeEngine, request: web.Request, cap: int | None) -> tuple[int, str]:
+def answer_length(engine: ServingEngine, request: web.Request, cap: int | None) -> tuple[int, str]:
     """How many tokens to generate and why it stops: the replayed length (OUTPUT_HEADER)
     or the engine's default, cut to the client's cap ("length")."""
     wanted = request.headers.get(OUTPUT_HEADER)
@@ -74,7 +100,7 @@ def answer_length(engine: FakeEngine, request: web.Request, cap: int | None) -> 
     return max(1, output), "stop"
 
 
-def cap_too_big(engine: FakeEngine, name: str, cap: object) -> str | None:
+def cap_too_big(engine: ServingEngine, name: str, cap: object) -> str | None:
     """vLLM's refusal of an output cap beyond the context (400), or None."""
     if is_int(cap) and cap > engine.max_model_len:
         return (
@@ -85,14 +111,14 @@ def cap_too_big(engine: FakeEngine, name: str, cap: object) -> str | None:
 
 
 def submit_all(
-    engine: FakeEngine, jobs: Sequence[tuple[int, int, tuple[int, ...]]]
+    engine: ServingEngine, jobs: Sequence[tuple[int, int, tuple[int, ...]]]
 ) -> list[LiveRequest] | web.Response:
     """Queue (prompt, output, prefix blocks) requests in the engine model, all or none:
     a batch with one request too big for the KV cache is refused (400) before any runs."""
     assert engine.engine is not None
     lives: list[LiveRequest] = []
     for prompt, output, blocks in jobs:
-        live = engine._submit(prompt, output, blocks)
+        live = engine.submit(prompt, output, blocks)
         if isinstance(live, web.StreamResponse):
             for queued in lives:
                 engine.engine.cancel(queued)
@@ -102,7 +128,7 @@ def submit_all(
 
 
 async def finish_all(
-    engine: FakeEngine, lives: Sequence[LiveRequest], reason: str | Sequence[str]
+    engine: ServingEngine, lives: Sequence[LiveRequest], reason: str | Sequence[str]
 ) -> None:
     """Wait until every request is done (and no hang fault holds the answer), counting
     each in vLLM's request_success by its reason (one for all, or one each); a client
@@ -119,7 +145,9 @@ async def finish_all(
     await engine.faults.resumed.wait()
 
 
-def hung_up(engine: FakeEngine, lives: Sequence[LiveRequest], reason: str | Sequence[str]) -> None:
+def hung_up(
+    engine: ServingEngine, lives: Sequence[LiveRequest], reason: str | Sequence[str]
+) -> None:
     """The client went away: a request the engine model finished counts by its reason; one
     still running is aborted there (its slot and KV cache freed) and counts as "abort"."""
     assert engine.engine is not None
@@ -135,7 +163,7 @@ def hung_up(engine: FakeEngine, lives: Sequence[LiveRequest], reason: str | Sequ
 
 
 async def prefill_only(
-    engine: FakeEngine, prompts: Sequence[tuple[int, tuple[int, ...]]]
+    engine: ServingEngine, prompts: Sequence[tuple[int, tuple[int, ...]]]
 ) -> web.Response | None:
     """Run pooling work (rerank, score, pooling, classify): one engine request per
     sequence, each a prefill and nothing after it, as vLLM runs each pair or input as its

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from gpuroute.testbed.fake_engine import payloads
 from gpuroute.testbed.fake_engine.common import (
+    ServingEngine,
     answer_length,
     cap_too_big,
     field_error,
@@ -38,7 +39,6 @@ from gpuroute.anthropic_errors import anthropic_error_body
 from gpuroute.prompt import prefix_blocks, prompt_text, prompt_tokens
 
 if TYPE_CHECKING:
-    from gpuroute.testbed.fake_engine.server import FakeEngine
     from gpuroute.testbed.live_engine import LiveRequest
 
 ROLES = ("user", "assistant", "system")
@@ -86,7 +86,7 @@ def chat_messages(body: dict[str, Any]) -> list[dict[str, Any]] | web.Response:
 
 
 class FakeMessages:
-    def __init__(self, engine: FakeEngine) -> None:
+    def __init__(self, engine: ServingEngine) -> None:
         self.engine = engine
 
     def routes(self) -> list[web.RouteDef]:
@@ -100,7 +100,7 @@ class FakeMessages:
     ) -> tuple[dict, dict] | web.Response:
         """(body, its chat body), or the error vLLM answers: the body's schema first (a
         create needs an integer `max_tokens`), then the model."""
-        body = await self.engine._admit(request, check_model=False)
+        body = await self.engine.admit(request, check_model=False)
         if isinstance(body, web.StreamResponse):
             return body  # type: ignore[return-value]
         model = body.get("model")

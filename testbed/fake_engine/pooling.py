@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 from gpuroute.testbed.fake_engine.common import (
+    ServingEngine,
     field_error,
     hex_id,
     is_int,
@@ -34,9 +35,6 @@ from gpuroute.testbed.fake_engine.payloads import embedding
 
 from gpuroute.openai_api import error_response
 from gpuroute.prompt import estimate_tokens, prefix_blocks
-
-if TYPE_CHECKING:
-    from gpuroute.testbed.fake_engine.server import FakeEngine
 
 LABELS = ("LABEL_0", "LABEL_1")  # a two-class head, as a default sequence classifier has
 SCORE_FIELDS = (("text_1", "text_2"), ("queries", "documents"), ("queries", "items"),
@@ -84,7 +82,7 @@ def pooled_inputs(value: object) -> list[tuple[str, int]] | None:
 
 
 class FakePooling:
-    def __init__(self, engine: FakeEngine) -> None:
+    def __init__(self, engine: ServingEngine) -> None:
         self.engine = engine
 
     def routes(self) -> list[web.RouteDef]:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from gpuroute.testbed.fake_engine import payloads
 from gpuroute.testbed.fake_engine.common import (
+    ServingEngine,
     answer_length,
     cap_too_big,
     field_error,
@@ -44,7 +45,6 @@ from gpuroute.openai_api import error_response
 from gpuroute.prompt import prefix_blocks, prompt_text, prompt_tokens
 
 if TYPE_CHECKING:
-    from gpuroute.testbed.fake_engine.server import FakeEngine
     from gpuroute.testbed.live_engine import LiveRequest
 
 STORE_ENV = "VLLM_ENABLE_RESPONSES_API_STORE"
@@ -98,7 +98,7 @@ def store_enabled() -> bool:
 
 
 class FakeResponses:
-    def __init__(self, engine: FakeEngine) -> None:
+    def __init__(self, engine: ServingEngine) -> None:
         self.engine = engine
         self.store_enabled = store_enabled()
         self.stored: OrderedDict[str, Stored] = OrderedDict()
@@ -168,7 +168,7 @@ class FakeResponses:
             if body.get("stream"):
                 return error_response(400, NO_BACKGROUND_STREAM, param="background")
         output, finish = answer_length(self.engine, request, turn.cap)
-        live = self.engine._submit(turn.prompt, output, prefix_blocks(turn.text))
+        live = self.engine.submit(turn.prompt, output, prefix_blocks(turn.text))
         if isinstance(live, web.StreamResponse):
             return live
         max_output = turn.cap or self.engine.max_model_len - turn.prompt

@@ -105,7 +105,7 @@ class FakeEngine:
         return await self._generate(request, "completion")
 
     async def embeddings(self, request: web.Request) -> web.StreamResponse:
-        body = await self._admit(request)
+        body = await self.admit(request)
         if isinstance(body, web.StreamResponse):
             return body
         raw = body.get("input")
@@ -115,7 +115,7 @@ class FakeEngine:
                 400, "'input' must be a string or a list of strings", param="input"
             )
         prompt = sum(estimate_tokens(t) for t in texts)
-        live = self._submit(prompt, 1, ())
+        live = self.submit(prompt, 1, ())
         if isinstance(live, web.StreamResponse):
             return live
         await live.done
@@ -202,7 +202,7 @@ class FakeEngine:
         return web.json_response(self.faults.as_dict())
 
     # -- internals -------------------------------------------------------------------------
-    async def _admit(
+    async def admit(
         self, request: web.Request, *, check_model: bool = True
     ) -> dict[str, Any] | web.StreamResponse:
         """Parse and check a request; an error response if it must not run."""
@@ -225,7 +225,7 @@ class FakeEngine:
             )
         return body
 
-    def _submit(self, prompt: int, output: int, blocks) -> LiveRequest | web.StreamResponse:
+    def submit(self, prompt: int, output: int, blocks) -> LiveRequest | web.StreamResponse:
         assert self.engine is not None
         try:
             return self.engine.submit(prompt, output, blocks)
@@ -233,7 +233,7 @@ class FakeEngine:
             return error_response(400, str(exc), code="context_length_exceeded")
 
     async def _generate(self, request: web.Request, kind: str) -> web.StreamResponse:
-        body = await self._admit(request)
+        body = await self.admit(request)
         if isinstance(body, web.StreamResponse):
             return body
         if (refused := refused_body(body, kind)) is not None:
@@ -258,7 +258,7 @@ class FakeEngine:
         if isinstance(cap, int) and cap > 0 and cap <= output:
             output, finish = cap, "length"
         output = max(1, output)
-        live = self._submit(prompt, output, prefix_blocks(text))
+        live = self.submit(prompt, output, prefix_blocks(text))
         if isinstance(live, web.StreamResponse):
             return live
         rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex

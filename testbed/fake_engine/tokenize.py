@@ -10,15 +10,12 @@ answers them in the API server): no pacing, nothing in the metrics."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
-from gpuroute.testbed.fake_engine.common import field_error, is_int, read_body
+from gpuroute.testbed.fake_engine.common import ServingEngine, field_error, is_int, read_body
 
 from gpuroute.openai_api import error_response
-
-if TYPE_CHECKING:
-    from gpuroute.testbed.fake_engine.server import FakeEngine
 
 NON_ASCII = 1 << 48
 MAX_ID = 2**63 - 1  # vLLM's DetokenizeRequest bound
@@ -82,7 +79,7 @@ def message_ids(messages: list[Any]) -> list[int] | None:
 
 
 class FakeTokenize:
-    def __init__(self, engine: FakeEngine) -> None:
+    def __init__(self, engine: ServingEngine) -> None:
         self.engine = engine
 
     def routes(self) -> list[web.RouteDef]:

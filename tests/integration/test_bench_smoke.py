@@ -7,8 +7,8 @@ import asyncio
 import numpy as np
 import pytest
 from gpuroute.bench.live import Fault, LiveBenchSpec, parse_engines, parse_fault, run_target
-from gpuroute.bench.overhead import parse_wrk
 from gpuroute.bench.targets import BenchError
+from gpuroute.bench.wrk import parse_wrk
 from gpuroute.sim.workloads import Workload
 from gpuroute.testbed.peer_routers import PEER_ROUTERS
 from support import components

@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
+from gpuroute.fleet.checks import load_deploy_fleet
 from gpuroute.fleet.engine_args import engine_argv
 from gpuroute.fleet.engine_flags import check_engine_args
-from gpuroute.fleet.schema import load_deploy_fleet
 from support.real_vllm_parser import parse_with_real_vllm, regenerate_vllm_table
 
 pytestmark = pytest.mark.real_engine

@@ -18,8 +18,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from gpuroute.fleet.checks import load_deploy_fleet
 from gpuroute.fleet.instances import instance_for, load_catalog
-from gpuroute.fleet.schema import load_deploy_fleet
 from gpuroute.fleet.tfvars import fleet_tfvars
 from gpuroute.router.config.router import load_router_config
 from support.paths import REPO

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 import tomli_w
+from gpuroute.fleet.checks import load_deploy_fleet
 from gpuroute.fleet.engine_args import engine_argv
 from gpuroute.fleet.instances import instance_for, load_catalog
-from gpuroute.fleet.schema import load_deploy_fleet
+from gpuroute.fleet.schema import read_deploy_fleet
 from gpuroute.fleet.tfvars import render_tfvars
 from support.paths import REPO
 
@@ -98,7 +99,7 @@ def test_a_pool_without_an_instance_type_gets_the_first_that_holds_whole_engines
         tmp_path,
         [{"gpu": gpu, "count": 8 * tp, "models": ["qwen3-8b"], "tensor_parallel": tp}],
     )
-    fleet = load_deploy_fleet(path, check=False)
+    fleet = read_deploy_fleet(path)
     assert instance_for(fleet, fleet.regions[0].gpu_pools[0]).name == instance
 
 
