@@ -1,5 +1,5 @@
-"""What the fake engine's API modules share (testbed/fake_engine/responses.py, fake_messages.py,
-fake_pooling.py, fake_tokenize.py, fake_audio.py): reading a JSON body and its model as vLLM
+"""What the fake engine's API modules share (responses.py, messages.py, pooling.py,
+tokenize.py and audio.py beside it): reading a JSON body and its model as vLLM
 does, sizing an answer, running prefill-only work in the engine model, and SSE framing.
 
 vLLM checks a body against its pydantic model before any handler runs, so a body that is
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from gpuroute.testbed.faults import Faults
     from gpuroute.testbed.live_engine import LiveEngine, LiveRequest
 
-OUTPUT_HEADER = "x-fake-output-tokens"  # the same header as fake_engine.OUTPUT_HEADER
+OUTPUT_HEADER = "x-fake-output-tokens"  # replay's true output length; routers never read it
 
 
 class ServingEngine(Protocol):

@@ -24,7 +24,7 @@ from typing import Any
 from aiohttp import web
 from gpuroute.testbed.fake_engine import payloads
 from gpuroute.testbed.fake_engine.apis import api_routes
-from gpuroute.testbed.fake_engine.common import continuing, refused_body
+from gpuroute.testbed.fake_engine.common import OUTPUT_HEADER, continuing, refused_body
 from gpuroute.testbed.fake_engine.config import FakeEngineConfig
 from gpuroute.testbed.fake_engine.metrics import counter, gauge, vllm_families
 from gpuroute.testbed.fake_gpu import SimulatedGpu
@@ -35,7 +35,6 @@ from prometheus_client import CollectorRegistry, generate_latest
 from gpuroute.openai_api import SSE_DONE, error_response, sse_event
 from gpuroute.prompt import estimate_tokens, prefix_blocks, prompt_text, prompt_tokens
 
-OUTPUT_HEADER = "x-fake-output-tokens"  # replay's true output length; routers never read it
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")  # vLLM V1's
 ENGINE_KEY = web.AppKey("engine", object)
 __all__ = ["FakeEngine", "FakeEngineConfig", "run_fake_engine"]
