@@ -95,9 +95,12 @@ def die_with_parent() -> None:
 
 def reserve_port(host: str, port: int) -> socket.socket:
     """Bind (not listen) the public port with SO_REUSEPORT, so that port 0 becomes one
-    number every worker then binds too, and nothing else takes it meanwhile."""
+    number every worker then binds too, and nothing else takes it meanwhile; with
+    SO_REUSEADDR, as every server binds, so a port whose last connections are in TIME_WAIT
+    (a restart) is not refused."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
     return sock
