@@ -21,7 +21,7 @@ from pathlib import Path
 from aiohttp import web
 from gpuroute.agent.config import AgentConfig
 from gpuroute.agent.server import Agent
-from gpuroute.testbed.fake_engine.server import FakeEngine, FakeEngineConfig
+from gpuroute.testbed.fake_engine.server import VLLM_BACKLOG, FakeEngine, FakeEngineConfig
 from gpuroute.testbed.ports import free_ports
 from gpuroute.testbed.processes import Child, StartError, spawn
 
@@ -59,7 +59,7 @@ async def run_hosts(args: argparse.Namespace) -> None:
         )
         runner = web.AppRunner(engine.app(), access_log=None, handler_cancellation=True)
         await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
+        await web.TCPSite(runner, "127.0.0.1", port, backlog=VLLM_BACKLOG).start()
         runners.append(runner)
         agent = Agent(host_config(index, gpu, port, args.consul, sample_s=args.sample_s))
         await agent.start()
