@@ -71,6 +71,9 @@ def run_from_config(
     return code if isinstance(code, int) else 0  # a supervisor's exit status
 
 
+RECANCEL_S = 0.5  # how long a stopped loop has to end before it is cancelled again
+
+
 class BackgroundLoop:
     """One coroutine that runs for its owner's lifetime: started once, and on stop
     cancelled and awaited, so no task outlives the object or dies unobserved."""
@@ -83,10 +86,17 @@ class BackgroundLoop:
         self._task = asyncio.create_task(coro)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        """Cancel it and await its end. A library the loop awaits may swallow a
+        cancellation (redis-py's asyncio client did: the shared-load loop slept and synced
+        on, and a router's shutdown waited for it forever), so it is cancelled again each
+        RECANCEL_S until it ends."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        while not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=RECANCEL_S)
+        await asyncio.gather(task, return_exceptions=True)  # its exception, retrieved
 
 
 async def cancel_within(
