@@ -86,10 +86,11 @@ class BackgroundLoop:
         self._task = asyncio.create_task(coro)
 
     async def stop(self) -> None:
-        """Cancel it and await its end. A library the loop awaits may swallow a
-        cancellation (redis-py's asyncio client did: the shared-load loop slept and synced
-        on, and a router's shutdown waited for it forever), so it is cancelled again each
-        RECANCEL_S until it ends."""
+        """Cancel it and await its end, cancelling again each RECANCEL_S until it ends: a
+        cancellation can be lost inside what the loop awaits (one that lands as a Redis
+        call's own timeout fires can leave Python 3.11's asyncio.timeout as TimeoutError,
+        which the shared-load loop takes for Redis trouble and sleeps on), and a router's
+        shutdown then waited for the loop forever."""
         task, self._task = self._task, None
         if task is None:
             return
