@@ -19,6 +19,7 @@ from support.live import (
     router_server,
     router_toml,
     scripted_backend,
+    shared_redis,
 )
 
 pytestmark = pytest.mark.asyncio
@@ -107,7 +108,7 @@ async def test_desired_size_grows_under_a_burst_and_shrinks_in_the_quiet(tmp_pat
 
 
 async def test_two_replicas_sharing_redis_export_the_same_desired_size(tmp_path, redis) -> None:
-    shared = f'url = "{redis.url}"\nshare_load = true\npublish_interval_s = 0.05'
+    shared = shared_redis(redis.url, "share_load = true\npublish_interval_s = 0.05")
     async with scripted_backend(engine) as backend:
         text = router_toml([(backend, "H100")], autoscale=AUTOSCALE, redis=shared)
         async with router_replicas(text, tmp_path) as (a, b), aiohttp.ClientSession() as s:

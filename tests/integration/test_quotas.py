@@ -8,7 +8,7 @@ import time
 import pytest
 from gpuroute.router.shared.quotas import AuthError, KeyPolicy, Quotas, key_digest
 from support.live import async_wait_for
-from support.redis_server import client
+from support.redis_server import SHARED_STATE_TIMEOUT_S, client
 
 from gpuroute.auth import bearer
 
@@ -19,7 +19,7 @@ KEY = "sk-test-123"
 def replicas(url: str | None, n: int, rpm: float, **kw) -> list[Quotas]:
     """`n` replicas' quotas, each with its own Redis client (as each router has)."""
     keys = {key_digest(KEY): KeyPolicy("acme", requests_per_minute=rpm)}
-    timeout_s = kw.get("timeout_s", 0.05)
+    timeout_s = kw.get("timeout_s", SHARED_STATE_TIMEOUT_S)
     return [Quotas(keys, required=True, redis=client(url, timeout_s), **kw) for _ in range(n)]
 
 

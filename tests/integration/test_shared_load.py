@@ -14,7 +14,7 @@ from gpuroute.router.core.policies.least_outstanding_work import (
 from gpuroute.router.shared.load import RedisBoard, SharedLoad, decode_share, merge_loads
 from support.helpers import backends, context
 from support.live import async_wait_for, holds
-from support.redis_server import client
+from support.redis_server import SHARED_STATE_TIMEOUT_S, client
 
 
 def test_merge_ignores_expired_unknown_and_garbled_entries() -> None:
@@ -45,7 +45,7 @@ async def test_each_replica_sees_the_others_work_and_drops_it_when_redis_goes(re
     theirs = [Backend("b1", "H100", ["m"]), Backend("b2", "H100", ["m"])]
     mine[0].outstanding, theirs[1].outstanding = 5.0, 2.5
     health: list[bool] = []
-    clients = [client(redis.url), client(redis.url)]  # one per replica, as routers have
+    clients = [client(redis.url, SHARED_STATE_TIMEOUT_S) for _ in range(2)]  # one per replica
     a = SharedLoad(RedisBoard(clients[0]), lambda: mine, interval_s=0.05, on_health=health.append)
     b = SharedLoad(RedisBoard(clients[1]), lambda: theirs, interval_s=0.05)
     try:

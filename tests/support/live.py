@@ -18,6 +18,8 @@ import aiohttp
 from gpuroute.testbed.loopback import ROUTER_ON_LOOPBACK
 from gpuroute.testbed.ports import free_port, free_ports  # noqa: F401 - re-exported
 
+from support.redis_server import SHARED_STATE_TIMEOUT_S
+
 MODEL = "llama-3.1-8b"
 
 
@@ -176,11 +178,9 @@ def router_toml(
 
 
 def shared_redis(url: str, extra: str = "") -> str:
-    """A `[redis]` section body for a test of what replicas share: a generous per-call
-    timeout, since the 50 ms default (right for a request path) is exceeded on a loaded CI
-    machine, and a call past it means "no preference" by design, not the shared state under
-    test."""
-    return f'url = "{url}"\ntimeout_s = 5\n{extra}'
+    """A `[redis]` section body for a test of what replicas share (a generous per-call
+    timeout: support.redis_server.SHARED_STATE_TIMEOUT_S says why)."""
+    return f'url = "{url}"\ntimeout_s = {SHARED_STATE_TIMEOUT_S}\n{extra}'
 
 
 def membership_toml(consul: str) -> str:
