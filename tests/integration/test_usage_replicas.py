@@ -34,6 +34,7 @@ from support.live import (
     http_ok,
     router_server,
     router_toml,
+    shared_redis,
     stopped,
     wait_for,
 )
@@ -251,7 +252,7 @@ def test_the_parent_of_workers_answers_for_all_of_them(tmp_path, request, shared
     and answers their sum. With Redis every worker flushes, and one reads the record all
     of them wrote."""
     requests = 20
-    extra = {"redis": f'url = "{request.getfixturevalue("redis").url}"'} if shared else {}
+    extra = {"redis": shared_redis(request.getfixturevalue("redis").url)} if shared else {}
     with fake_engines(("L4", 0.02)) as (engine,):
         port, admin_port = free_port(), free_port()
         config = router_toml(
