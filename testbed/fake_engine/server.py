@@ -35,7 +35,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from gpuroute.openai_api import SSE_DONE, error_response, sse_event
 from gpuroute.prompt import estimate_tokens, prefix_blocks, prompt_text, prompt_tokens
 
-# vLLM's (uvicorn's) listen backlog; aiohttp's default is 128
+# vLLM's (uvicorn's) listen backlog: a burst of new connections (a router opening 200 at
+# once) waits to be accepted instead of losing SYNs (aiohttp's default is 128)
 VLLM_BACKLOG = 2048
 
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")  # vLLM V1's
@@ -387,8 +388,6 @@ def run_fake_engine(config: FakeEngineConfig) -> None:
         port=config.port,
         print=None,
         access_log=None,
-        # vLLM's (uvicorn's) listen backlog: a burst of new connections (a router opening
-        # 200 at once) waits to be accepted instead of losing SYNs (aiohttp's default, 128)
         backlog=VLLM_BACKLOG,
         handler_cancellation=True,  # a client that hangs up aborts its request, as in vLLM
         loop=uvloop.new_event_loop() if uvloop else None,

@@ -126,10 +126,10 @@ async def test_two_replicas_sharing_redis_export_the_same_desired_size(tmp_path,
                 seen["own"] = [r.servable.autoscaler.rates.own.get(MODEL, 0.0) for r in (a, b)]
                 # one moment's readings: the answers and the gauges are read a tick apart,
                 # and at 8 req/s in a 0.5 s window the size moves between ticks
-                desired = {p["desired_backends"] for p in seen["sizes"] if p is not None}
-                desired |= {g for g in seen["gauges"] if g is not None}
-                readings = seen["sizes"] + seen["gauges"]
-                return None not in readings and len(desired) == 1 and min(desired) >= 3
+                if None in seen["sizes"] + seen["gauges"]:
+                    return False
+                desired = {p["desired_backends"] for p in seen["sizes"]} | set(seen["gauges"])
+                return len(desired) == 1 and min(desired) >= 3
 
             async with traffic(f"http://127.0.0.1:{a.port}", 8.0) as answers:
                 await async_wait_for(agree, 20, "both replicas at the same size, above 3")

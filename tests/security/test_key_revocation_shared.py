@@ -21,8 +21,8 @@ pytestmark = pytest.mark.asyncio
 KEY, NEW = "sk-tenant", "sk-added"
 SYNC_S = 0.1
 MARGIN_S = 0.4
-# a request that never ends fails here, at its own line, not at pytest's 300 s (one hung on
-# CI, 2026-11-29: which one is not known yet)
+# a request that never ends fails here, at its own line, not at pytest's 300 s (on CI,
+# 2026-11-29, a router's shutdown hung on its shared-load loop: runtime.BackgroundLoop.stop)
 BOUNDED = aiohttp.ClientTimeout(total=20)
 
 

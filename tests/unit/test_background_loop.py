@@ -23,7 +23,7 @@ def test_a_loop_that_swallows_one_cancellation_is_stopped_by_the_next() -> None:
     async def run() -> None:
         background = BackgroundLoop()
         background.start(loop())
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0)  # the loop runs up to its first await
         async with asyncio.timeout(5):
             await background.stop()
 
