@@ -15,3 +15,6 @@ class UsageConfig(StrictModel):
     # how often a replica adds what it counted to Redis's hourly records (and on shutdown)
     flush_interval_s: float = Field(default=5.0, gt=0, le=3600)
     retention_days: float = Field(default=40.0, gt=0, le=732)  # hours older are dropped
+    # a flush is done only once this many Redis replicas acknowledged it (Redis WAIT);
+    # until then it is sent again under its marker, so a failover loses none (0: the primary)
+    replica_acks: int = Field(default=0, ge=0, le=16)

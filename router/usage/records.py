@@ -37,6 +37,7 @@ from gpuroute.router.core.usage import (
 )
 from gpuroute.router.observe.metrics import RouterMetrics
 from gpuroute.router.shared.redis_client import REDIS_ERRORS
+from redis.exceptions import RedisError
 
 from gpuroute.openai_api import error_response
 from gpuroute.runtime import BackgroundLoop
@@ -71,6 +72,10 @@ def parse_field(raw: bytes | str) -> tuple[str, str, str] | None:
     return (value[0], value[1], value[2]) if ok and value[2] in MEASURES else None
 
 
+class ReplicasBehind(RedisError):
+    """Fewer replicas than `usage.replica_acks` acknowledged a flush in time."""
+
+
 class BadQuery(ValueError):
     """A query parameter of `/admin/usage` that cannot be read: a 400 naming it."""
 
@@ -103,8 +108,10 @@ class UsageRecords:
         prefix: str = "gpuroute",
         wall: Callable[[], float] = time.time,
         batch_cells: int = BATCH_CELLS,
+        ack_wait_ms: int = 40,
     ) -> None:
         self.config, self.redis, self.metrics = config, redis, metrics
+        self.ack_wait_ms = ack_wait_ms
         self.prefix, self.wall, self.batch_cells = prefix, wall, batch_cells
         self.retention_s = config.retention_days * 86_400
         self.counted = UsageHours()  # with Redis: not yet flushed; without: the record
@@ -119,7 +126,9 @@ class UsageRecords:
     def from_config(
         cls, config: RouterConfig, redis: aioredis.Redis | None, metrics: RouterMetrics
     ) -> UsageRecords:
-        return cls(config.usage, redis, metrics, prefix=config.redis.prefix)
+        # WAIT answers within the call's own timeout, so a slow replica is a retry, not an error
+        wait_ms = max(1, int(config.redis.timeout_s * 800))
+        return cls(config.usage, redis, metrics, prefix=config.redis.prefix, ack_wait_ms=wait_ms)
 
     @property
     def shared(self) -> bool:
@@ -181,7 +190,17 @@ class UsageRecords:
                 for measure, n in zip(MEASURES, counts, strict=True):
                     if n:
                         args += [index, field(tenant, model, measure), n]
-        await self._script(keys=keys, args=args)
+        acks = self.config.replica_acks
+        if not acks:
+            await self._script(keys=keys, args=args)
+            return
+        assert self.redis is not None
+        async with self.redis.pipeline(transaction=False) as pipe:  # WAIT: this connection's
+            await self._script(keys=keys, args=args, client=pipe)
+            pipe.wait(acks, self.ack_wait_ms)
+            _, acked = await pipe.execute()
+        if acked < acks:  # kept in doubt: a promoted replica may not have it
+            raise ReplicasBehind(f"{acked} of {acks} replicas acknowledged the usage batch")
 
     async def flush_logged(self) -> bool:
         """A flush whose failure is counted and logged (once per outage); False then."""
@@ -251,7 +270,7 @@ class UsageRecords:
         try:
             rows = await self.read(window)
         except REDIS_ERRORS as exc:
-            message = f"usage records cannot be read: Redis did not answer ({exc})"
+            message = f"usage records cannot be read from Redis ({exc})"
             return error_response(503, message, code="usage_unavailable")
         tenant, model = query.get("tenant"), query.get("model")
         body = {**window.echo(), "shared": self.shared, "tenant": tenant, "model": model}

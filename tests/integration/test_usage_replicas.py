@@ -16,6 +16,7 @@ import urllib.request
 
 import aiohttp
 import pytest
+import redis
 from aiohttp.test_utils import make_mocked_request
 from gpuroute.router.config.usage import UsageConfig
 from gpuroute.router.core.usage import hour_label, hour_of
@@ -110,6 +111,40 @@ async def test_flushes_reach_redis_once_after_a_failure_and_a_lost_answer(tmp_pa
     finally:
         await r.aclose()
         server.stop()
+
+
+@pytest.mark.asyncio
+async def test_a_flush_no_replica_acknowledged_is_sent_again_and_counted_once(tmp_path) -> None:
+    """`usage.replica_acks`: a batch the primary took but no replica acknowledged (one a
+    failover could lose) stays in doubt; once a replica follows, it goes again under its
+    marker and the primary, which has it already, counts it once."""
+    (tmp_path / "p").mkdir()
+    (tmp_path / "r").mkdir()
+    primary, replica = RedisServer(tmp_path / "p"), RedisServer(tmp_path / "r")
+    primary.start()
+    r = client(primary.url, 1.0)
+    now = time.time()
+    config = UsageConfig(retention_days=2, replica_acks=1)
+    usage = UsageRecords(config, r, RouterMetrics(), prefix="t", wall=lambda: now, ack_wait_ms=50)
+    key = f"t:usage:{hour_label(hour_of(now))}"
+    try:
+        usage.record("acme", "m", 10, 2, False)
+        assert not await usage.flush_logged() and usage.unflushed == 1
+        assert await r.hget(key, field("acme", "m", "requests")) == b"1"  # the primary has it
+        replica.start("--replicaof", "127.0.0.1", str(primary.port))
+        wait_for(lambda: replica_linked(replica), 10, "the replica to follow the primary")
+        assert await usage.flush_logged() and usage.unflushed == 0
+        assert await r.hget(key, field("acme", "m", "requests")) == b"1"
+        assert await r.hget(key, field("acme", "m", "prompt_tokens")) == b"10"
+    finally:
+        await r.aclose()
+        replica.stop()
+        primary.stop()
+
+
+def replica_linked(replica: RedisServer) -> bool:
+    with redis.Redis(port=replica.port, socket_timeout=1.0) as r:
+        return r.info("replication").get("master_link_status") == "up"
 
 
 def replica_toml(engines, redis_url: str) -> str:

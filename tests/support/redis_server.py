@@ -23,10 +23,11 @@ class RedisServer:
         self.workdir = workdir
         self.proc: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 10.0) -> None:
+    def start(self, *extra: str, timeout: float = 10.0) -> None:
+        """Start it (`extra`: more redis-server arguments, e.g. `--replicaof HOST PORT`)."""
         self.proc = subprocess.Popen(
             [redis_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.workdir)],
+             "--appendonly", "no", "--dir", str(self.workdir), *extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         deadline = time.monotonic() + timeout
