@@ -43,7 +43,7 @@ from gpuroute.relay.strip import StrippingTally, usage_asked
 from gpuroute.residency_decision import HEADER as DECISION_HEADER
 from gpuroute.residency_decision import sign
 from gpuroute.tracing import REQUEST_ID_HEADER, onward
-from gpuroute.upstream.client import UpstreamPool, UpstreamResponse
+from gpuroute.upstream import UpstreamPool, UpstreamResponse
 
 log = logging.getLogger("gpuroute.global")
 REGION_HEADER = "x-gpuroute-region"

@@ -50,7 +50,7 @@ from gpuroute.secrets import read_secret
 from gpuroute.serving import DrainingServer
 from gpuroute.tls import client_context
 from gpuroute.tracing import install
-from gpuroute.upstream.client import UpstreamPool
+from gpuroute.upstream import UpstreamPool
 
 ANONYMOUS = "anonymous"  # keyless callers' tenant, as the routers name it
 

@@ -21,7 +21,7 @@ from gpuroute.continuation.relay import BrokenStream, Refused
 from gpuroute.continuation.splice import Splice
 from gpuroute.continuation.text import Broken, ContinuationConfig, continuation_body, sent_as
 from gpuroute.relay.body import Relayed, ResponseTally, is_event_stream
-from gpuroute.upstream.client import UpstreamResponse
+from gpuroute.upstream import UpstreamResponse
 
 log = logging.getLogger("gpuroute.global.continuation")
 

@@ -21,6 +21,7 @@ from gpuroute.continuation.text import (
 )
 from gpuroute.continuation.verdict import END, FINISH, Verdict, judge
 from gpuroute.relay.body import (
+    ClientWriter,
     Relayed,
     RelayEnd,
     ResponseTally,
@@ -28,8 +29,7 @@ from gpuroute.relay.body import (
     end_truncated,
     relay_body,
 )
-from gpuroute.relay.client_writer import ClientWriter
-from gpuroute.upstream.client import UpstreamResponse
+from gpuroute.upstream import UpstreamResponse
 
 log = logging.getLogger("gpuroute.continuation")
 

@@ -1,4 +1,5 @@
-"""The one relay both tiers use: header hygiene, relaying a body, and how a broken one ends."""
+"""The one relay both tiers use: header hygiene, writing to the client (with a deadline only
+while it is behind), relaying a body, and how a broken one ends."""
 
 from __future__ import annotations
 
@@ -12,9 +13,8 @@ from typing import ClassVar
 from aiohttp import web
 
 from gpuroute.openai_api import SSE_DONE, sse_error
-from gpuroute.relay.client_writer import ClientWriter
 from gpuroute.relay.usage_reader import UsageReader, token_counts
-from gpuroute.upstream.client import UpstreamResponse
+from gpuroute.upstream import UpstreamResponse
 
 HOP_BY_HOP = frozenset(
     {
@@ -35,7 +35,7 @@ HOP_BY_HOP = frozenset(
 RESPONSE_DROP = HOP_BY_HOP | {"content-length", "date", "server"}
 SERVER_NAME = "gpuroute"  # the Server header both tiers send, naming no library or version
 # What a failed upstream attempt raises (connect, timeout, reset, protocol errors).
-# gpuroute/upstream/client.py raises only OSError subclasses (TimeoutError is one).
+# gpuroute/upstream.py raises only OSError subclasses (TimeoutError is one).
 UPSTREAM_ERRORS = (OSError,)
 EVENT_TEXT = re.compile(rb'"(?:content|text)"\s*:\s*"((?:[^"\\]|\\.)+)"')
 SKELETON_LOOKS = 4  # chunks searched for an event with text before a stream is left unsized
@@ -53,6 +53,53 @@ def drain_cut(cancelled: asyncio.CancelledError) -> bool:
 def cancelled_status(cancelled: asyncio.CancelledError) -> int:
     """The status a cancelled request is logged with: 503 when the drain cut it, else 499."""
     return 503 if drain_cut(cancelled) else 499
+
+
+# asyncio's and uvloop's default: a write this large may pause the transport on its own
+WRITE_HIGH_WATER = 64 * 1024
+
+
+class ClientWriter:
+    """Writes to the client, with a deadline while it is behind. A client that stops
+    reading holds its stream, and the engine slot behind it, for as long as it likes:
+    backpressure keeps memory flat, but nothing else ends it (the idle timer waits on the
+    engine, which waits on us). Bytes queued in user space mean the kernel's buffer to the
+    client is full; then a write may wait, and waiting past `timeout_s` raises TimeoutError.
+    Otherwise no timer is armed (most writes of most streams)."""
+
+    __slots__ = ("response", "timeout_s", "transport")
+
+    def __init__(
+        self, request: web.Request, response: web.StreamResponse, timeout_s: float | None
+    ) -> None:
+        self.response, self.timeout_s = response, timeout_s
+        self.transport = request.transport
+
+    def behind(self, size: int) -> bool:
+        transport = self.transport
+        if self.timeout_s is None or transport is None:
+            return False
+        return transport.get_write_buffer_size() > 0 or size >= WRITE_HIGH_WATER
+
+    async def write(self, chunk: bytes) -> None:
+        if not self.behind(len(chunk)):
+            await self.response.write(chunk)
+            return
+        async with asyncio.timeout(self.timeout_s):
+            await self.response.write(chunk)
+
+    async def write_eof(self, last: bytes = b"") -> None:
+        if not self.behind(len(last)):
+            await self.response.write_eof(last)
+            return
+        async with asyncio.timeout(self.timeout_s):
+            await self.response.write_eof(last)
+
+    def cut_off(self) -> None:
+        """Drop what is queued for the client and close its connection now."""
+        self.response.force_close()
+        if self.transport is not None:
+            self.transport.abort()
 
 
 class RelayedResponse(web.StreamResponse):

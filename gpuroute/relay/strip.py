@@ -1,5 +1,5 @@
 """Streams relayed less what a tier asked the engine for on its client's behalf: the
-usage chunk (router/usage/stream_options.py asks for it on every completions-family stream, so
+usage chunk (router/usage/tokens.py asks for it on every completions-family stream, so
 quotas and usage records read what the engine counted) and the token ids a stream that may
 be continued asks for (gpuroute/continuation/text.py `ask_token_ids`). The tally still counts,
 and keeps, every byte as it came."""

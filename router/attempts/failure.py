@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gpuroute.router.core.retry import FailureKind
 
-from gpuroute.upstream.client import ConnectFailed
+from gpuroute.upstream import ConnectFailed
 
 
 class UpstreamFailed(Exception):

@@ -58,7 +58,7 @@ from gpuroute.relay.body import (
     relay_body,
 )
 from gpuroute.tracing import ONWARD
-from gpuroute.upstream.client import UpstreamPool, UpstreamResponse
+from gpuroute.upstream import UpstreamPool, UpstreamResponse
 
 log = logging.getLogger("gpuroute.router")
 continuation_log = logging.getLogger("gpuroute.router.continuation")

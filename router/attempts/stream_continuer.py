@@ -25,7 +25,7 @@ from gpuroute.continuation.text import (
 )
 from gpuroute.continuation.verdict import Verdict
 from gpuroute.relay.body import Relayed, ResponseTally, is_event_stream
-from gpuroute.upstream.client import UpstreamResponse
+from gpuroute.upstream import UpstreamResponse
 
 BROKEN_MESSAGE = "the backend failed mid-stream"
 NOWHERE, BROKE = "no_backend", "engine_broke"  # why it ended with no backend; why continued

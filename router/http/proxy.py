@@ -18,7 +18,7 @@ from gpuroute.router.core.lifetime import Event
 from gpuroute.router.front.stages import Front
 from gpuroute.router.observe.access import ENDED, RouterAccessLog
 from gpuroute.router.observe.metrics import RouterMetrics
-from gpuroute.router.usage.stream_options import ask_usage
+from gpuroute.router.usage.tokens import ask_usage
 
 from gpuroute.openai_api import Rejection, error_response
 from gpuroute.relay.body import (

@@ -1,4 +1,4 @@
-"""The router's client to engines (gpuroute/upstream/client.py) against a loopback server that
+"""The router's client to engines (gpuroute/upstream.py) against a loopback server that
 writes exactly the bytes each test scripts: reuse, framing, endings, deadlines, refusals."""
 
 from __future__ import annotations
@@ -10,16 +10,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from gpuroute.upstream.body import HIGH_WATER
-from gpuroute.upstream.client import (
+from gpuroute.upstream import (
+    HIGH_WATER,
     MAX_HEADERS,
     ConnectFailed,
+    Origin,
     UpstreamClosed,
     UpstreamPool,
     UpstreamProtocolError,
     UpstreamResponse,
 )
-from gpuroute.upstream.head import Origin
 
 pytestmark = pytest.mark.asyncio
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\nok"

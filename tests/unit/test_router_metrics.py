@@ -7,8 +7,7 @@ from __future__ import annotations
 import math
 import random
 
-from gpuroute.router.observe.deferred import Deferrals, Deferred
-from gpuroute.router.observe.metrics import LATENCY_BUCKETS, RouterMetrics
+from gpuroute.router.observe.metrics import LATENCY_BUCKETS, Deferrals, Deferred, RouterMetrics
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 

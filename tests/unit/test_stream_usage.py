@@ -1,5 +1,5 @@
 """Streams ask the engine for usage; the usage chunk is stripped where the client did not
-ask for it (router/usage/stream_options.py)."""
+ask for it (router/usage/tokens.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from gpuroute.router.config.metrics import BoundedLabels
 from gpuroute.router.core.lifetime import RequestLifetime
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.front.parse import ParsedRequest
-from gpuroute.router.usage.stream_options import ask_usage
+from gpuroute.router.usage.tokens import ask_usage
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuroute.upstream.head import Origin, request_head
+from gpuroute.upstream import Origin, request_head
 
 
 def test_header_injection_is_refused_and_framing_is_never_the_callers() -> None:

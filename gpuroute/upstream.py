@@ -4,22 +4,184 @@ keep-alive connections per origin, answers parsed by httptools (llhttp, as in uv
 Why not aiohttp's ClientSession: at 32 connections (`gpuroute bench overhead`) it took a
 fifth of the router's CPU building objects, URLs, timers and hooks for what is one write and
 one parse. This does what a proxy needs: one `writelines` per request, first-byte and idle
-deadlines, chunked and sized bodies, backpressure (upstream_body.py), TLS, a pool that
-never hands out a connection the engine has closed or left out of step."""
+deadlines, chunked and sized bodies, backpressure (`Body`), TLS, a pool that never hands
+out a connection the engine has closed or left out of step. In order: where to (`Origin`)
+and the request head, with the framing its own and nothing that could end a header line
+early; the answer as the relay sees it (`Headers`, `Body`); the connection and its pool."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
 import time
-from collections.abc import Callable, Mapping
-from typing import cast
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Protocol, cast
+from urllib.parse import urlsplit
 
 import httptools
 
-from gpuroute.upstream.body import Body, Headers
-from gpuroute.upstream.head import Origin, request_head
+TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+UNSAFE_VALUE = re.compile(r"[\r\n\x00]")
+# never taken from the caller: the client writes its own framing
+OWN_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    host: str
+    port: int
+    tls: bool
+    host_header: str
+
+    @property
+    def address(self) -> str:
+        """host:port, as logs and metrics name it."""
+        return f"{self.host}:{self.port}"
+
+    @classmethod
+    def parse(cls, url: str) -> Origin:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {url!r}")
+        tls = parts.scheme == "https"
+        port = parts.port or (443 if tls else 80)
+        host = parts.hostname
+        shown = f"[{host}]" if ":" in host else host
+        default = port == (443 if tls else 80)
+        return cls(host, port, tls, shown if default else f"{shown}:{port}")
+
+
+def request_head(
+    method: str, target: str, origin: Origin, headers: Mapping[str, str], length: int
+) -> bytes:
+    """The request line and headers. A name or value that could end a header line early
+    is refused, never sent (header injection into the engine connection)."""
+    if not TOKEN.fullmatch(method) or UNSAFE_VALUE.search(target) or " " in target:
+        raise ValueError(f"unsafe request line: {method!r} {target!r}")
+    lines = [f"{method} {target} HTTP/1.1\r\nHost: {origin.host_header}\r\n"]
+    if length or method not in ("GET", "HEAD"):
+        lines.append(f"Content-Length: {length}\r\n")
+    # every name a token and no value with a line break or NUL, checked over them all at
+    # once (two scans, not two a header); the one at fault named when one is
+    names, values = "".join(headers), "".join(headers.values())
+    if (names and not TOKEN.fullmatch(names)) or not all(headers) or UNSAFE_VALUE.search(values):
+        unsafe = next(
+            n for n, v in headers.items() if not TOKEN.fullmatch(n) or UNSAFE_VALUE.search(v)
+        )
+        raise ValueError(f"unsafe header {unsafe!r}")
+    for name, value in headers.items():
+        if name.lower() not in OWN_HEADERS:
+            lines.append(f"{name}: {value}\r\n")
+    lines.append("\r\n")
+    return "".join(lines).encode("utf-8", "surrogateescape")
+
+
+# -- the answer as the relay sees it -----------------------------------------------------
+# Past this many buffered bytes the connection stops reading until the relay catches up:
+# a slow client must slow the engine's socket, not grow the router's memory.
+HIGH_WATER = 256 * 1024
+
+
+class Flow(Protocol):
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+
+
+class Headers:
+    """An answer's header lines in arrival order; lookups ignore case (they are few)."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: list[tuple[str, str]]) -> None:
+        self.raw = raw
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        name = name.lower()
+        for key, value in self.raw:
+            if key.lower() == name:
+                return value
+        return default
+
+    def items(self) -> Iterator[tuple[str, str]]:
+        return iter(self.raw)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.get(name) is not None
+
+
+class Body:
+    """An answer's body as it arrives. `readany()` returns everything buffered (one write
+    for the relay however the engine's packets fell); an exception set by the connection or
+    the relay's idle watch is raised to the reader, as aiohttp's StreamReader does."""
+
+    __slots__ = ("_chunks", "_eof", "_exc", "_flow", "_paused", "_size", "_waiter")
+
+    def __init__(self, flow: Flow | None = None) -> None:
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._eof = False
+        self._exc: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._flow, self._paused = flow, False
+
+    def feed(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._size += len(data)
+        if self._size > HIGH_WATER and self._flow is not None and not self._paused:
+            self._paused = True
+            self._flow.pause_reading()
+        self._wake()
+
+    def feed_eof(self) -> None:
+        self._eof = True
+        self._wake()
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._exc = exc
+        self._wake()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def at_eof(self) -> bool:
+        return self._eof and not self._chunks
+
+    async def readany(self) -> bytes:
+        while not self._chunks:
+            if self._exc is not None:
+                raise self._exc
+            if self._eof:
+                return b""
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        if self._exc is not None:
+            raise self._exc
+        chunks, self._chunks, self._size = self._chunks, [], 0
+        if self._paused and self._flow is not None:
+            self._paused = False
+            self._flow.resume_reading()
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    async def read(self) -> bytes:
+        """The whole body (small answers: errors, passthrough paths, health checks)."""
+        parts = []
+        while chunk := await self.readany():
+            parts.append(chunk)
+        return b"".join(parts)
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+# -- connections and the pool -----------------------------------------------------------
 KEEPALIVE_S = 30.0  # a connection idle longer than this is closed, not reused
 MAX_IDLE_PER_ORIGIN = 256
 # An answer's head (interim 1xx heads included) past these is a broken or hostile engine:
