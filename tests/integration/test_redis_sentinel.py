@@ -226,12 +226,17 @@ async def shared_again(s, urls: list[str]) -> bool:
 
 
 async def usage_of(s, urls: list[str], tenant: str) -> int:
-    """The tenant's requests in the shared usage records, after both routers flushed."""
+    """The tenant's requests in the shared usage records, after both routers flushed (a
+    flush that Redis or its replicas did not take yet is kept and sent again: waited for)."""
     for url in urls:
-        async with s.post(
-            url + "/admin/usage/flush", headers={"Content-Type": "application/json"}
-        ) as r:
-            assert r.status == 200 and (await r.json())["shared"] is True
+
+        async def flushed(url: str = url) -> bool:
+            async with s.post(
+                url + "/admin/usage/flush", headers={"Content-Type": "application/json"}
+            ) as r:
+                return r.status == 200 and (await r.json())["shared"] is True
+
+        await async_wait_for(flushed, 10, f"{url} to flush its usage records")
     async with s.get(urls[0] + "/admin/usage?since=1h") as r:
         assert r.status == 200
         return (await r.json())["tenants"].get(tenant, {}).get("requests", 0)
