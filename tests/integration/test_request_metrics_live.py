@@ -99,15 +99,19 @@ async def test_request_metrics_time_tokens_backends_and_bound_models(tmp_path, c
     byte_sum, byte_count = histogram("gpuroute_time_to_first_byte_seconds", **route)
     token_sum, token_count = histogram("gpuroute_time_to_first_token_seconds", **route)
     assert byte_count == token_count == STREAMS + WHOLE
-    # each stream's first token waits ROLE_GAP_S past its first byte (the role event)
-    assert token_sum - byte_sum >= STREAMS * (ROLE_GAP_S - 0.01)
+    # each stream's first token waits ROLE_GAP_S past its first byte (the role event); a
+    # loaded machine may relay a role event late, so half of it: timed at the role event
+    # the gap would be about 0 (a CI run saw 0.2885 s a stream, its role events ~12 ms late)
+    assert token_sum - byte_sum >= STREAMS * ROLE_GAP_S / 2
     assert byte_sum < STREAMS * ROLE_GAP_S  # the role event went on at once
     lines = [r for r in caplog.records if r.name == "gpuroute.access" and r.status == 200]
     streamed_ttft = sorted(r.ttft_ms for r in lines)[-STREAMS:]  # the access log agrees
     assert len(lines) == STREAMS + WHOLE and min(streamed_ttft) >= 1000 * (ROLE_GAP_S - 0.01)
     itl_sum, itl_count = histogram("gpuroute_inter_token_latency_seconds", model=MODEL)
     assert itl_count == STREAMS
-    assert TOKEN_GAP_S - 0.005 <= itl_sum / itl_count < 4 * TOKEN_GAP_S
+    # the mean gap between text events (a first one relayed late shortens it on a loaded
+    # machine, hence half the engine's gap as the floor)
+    assert TOKEN_GAP_S / 2 <= itl_sum / itl_count < 4 * TOKEN_GAP_S
     assert len(served) == 2, served  # both backends answered, each timed
     for backend, count in served.items():
         assert histogram("gpuroute_backend_request_duration_seconds", backend=backend)[1] == count
