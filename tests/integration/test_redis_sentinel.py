@@ -68,24 +68,21 @@ def toml(engines, addresses: list[str], replica_acks: int = 0) -> str:
 
 async def send(s: aiohttp.ClientSession, url: str, key: str, session: str | None = None):
     """(status, backend) of one small chat request."""
+    return (await sent(s, url, key, session))[:2]
+
+
+async def sent(s: aiohttp.ClientSession, url: str, key: str, session: str | None = None):
+    """(status, backend, the router's request id) of one small chat request."""
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
     headers = {"Authorization": f"Bearer {key}"} | ({"x-session-id": session} if session else {})
     async with s.post(url + "/v1/chat/completions", json=body, headers=headers) as r:
         await r.read()
-        return r.status, r.headers.get("x-gpuroute-backend")
+        return r.status, r.headers.get("x-gpuroute-backend"), r.headers.get("x-request-id")
 
 
 async def send_explained(s: aiohttp.ClientSession, url: str, key: str, session: str):
     """(status, backend, how the router explains its decision) of one session's request."""
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
-    headers = {"Authorization": f"Bearer {key}", "x-session-id": session}
-    async with s.post(url + "/v1/chat/completions", json=body, headers=headers) as r:
-        await r.read()
-        status, backend, rid = (
-            r.status,
-            r.headers.get("x-gpuroute-backend"),
-            r.headers["x-request-id"],
-        )
+    status, backend, rid = await sent(s, url, key, session)
     async with s.get(f"{url}/admin/explain/{rid}") as r:
         return status, backend, await r.text()
 

@@ -61,7 +61,6 @@ async def test_tokens_total_equals_the_engines_own_counters(tmp_path) -> None:
         # leaves work that engine counted and no client got (a CI run on a loaded machine:
         # "moved 1 requests off ejected or slow backends", the engines 39 prompt and 10
         # completion tokens ahead), which is no answer's; what is counted here is answers'
-
         config = router_toml([(e.url, e.gpu) for e in engines], retry="rescue_slowness = 0")
         async with running_router(config, tmp_path) as (url, router), aiohttp.ClientSession() as s:
             queue = asyncio.Queue()
