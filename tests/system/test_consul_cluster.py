@@ -79,8 +79,12 @@ async def test_host_crash_and_partition_leave_rotation_without_failed_requests(l
         holds(lambda: len(get_json(consul + "/v1/health/service/gpuroute-engine?passing=1") or [])
               == 3), 60, "3 passing engines",
     )  # fmt: skip
+    # least work, not the default slo_aware: with two of three hosts gone on a loaded CI
+    # machine, SLO admission shed one request with 429 (make test, 2026-11-30); what is
+    # under test here is rotation, and any request lost to it still fails the test
     router_toml = (
         ROUTER_ON_LOOPBACK
+        + 'policy = "least_outstanding_work"\n'
         + f'tick_s = 0.05\n[listen]\nport = 0\n[membership]\nconsul = "{consul}"\nwait_s = 5\n'
         + f'load_stream_token = "{LOAD_TOKEN}"\n'
     )
