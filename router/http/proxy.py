@@ -16,7 +16,7 @@ from gpuroute.router.attempts.exchange import Answer, Exchange
 from gpuroute.router.attempts.forward import Forwarder
 from gpuroute.router.core.lifetime import Event
 from gpuroute.router.front.stages import Front
-from gpuroute.router.observe.access import ENDED, RouterAccessLog
+from gpuroute.router.observe.access import ENDED, RouterAccessLog, forget_exchange
 from gpuroute.router.observe.metrics import RouterMetrics
 from gpuroute.router.usage.tokens import ask_usage
 
@@ -78,6 +78,7 @@ class Proxy:
             if self.active == 0:
                 self.idle.set()
             self.access.answered(request, route, status, elapsed)
+            forget_exchange(request)
 
     async def _openai(self, request: web.Request, route: str, arrival: float) -> web.StreamResponse:
         try:
@@ -125,6 +126,7 @@ class Proxy:
             raise
         finally:
             self.access.answered(request, request.path, status, self.clock() - arrival)
+            forget_exchange(request)
 
     async def _passthrough(self, request: web.Request) -> web.StreamResponse:
         try:

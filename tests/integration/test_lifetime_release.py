@@ -8,13 +8,18 @@ holds nothing, and the tenant, admission and retry counts are all zero."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import gc
 import json
 import tempfile
 from pathlib import Path
 
 import aiohttp
+import pytest
 from aiohttp import web
+from gpuroute.router.attempts.exchange import Exchange
+from gpuroute.router.core.lifetime import RequestLifetime
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.live import MODEL, router_server, scripted_backend
@@ -152,3 +157,36 @@ def test_every_ending_releases_everything_booked(plan, lost_at) -> None:
     kv = left.pop("latency_kv")
     assert left == RELEASED, (plan, lost_at)
     assert all(k == 0 for k in kv), (plan, kv)
+
+
+async def garbage_after(engine: str, count: int) -> collections.Counter:
+    """The router's request objects among what the collector alone could free once `count`
+    requests that the engine answers as `engine` have ended."""
+    watched = (web.BaseRequest, Exchange, RequestLifetime)
+    with tempfile.TemporaryDirectory() as folder:
+        async with scripted_backend(Misbehaving()) as one:
+            async with router_server(config([one]), Path(folder)) as server:
+                base = f"http://127.0.0.1:{server.port}"
+                async with aiohttp.ClientSession() as session:
+                    await client(session, base, engine, "read", 0.0)  # warm: first-use caches
+                    gc.collect()
+                    gc.set_debug(gc.DEBUG_SAVEALL)
+                    try:
+                        for _ in range(count):
+                            await client(session, base, engine, "read", 0.0)
+                        gc.collect()
+                        return collections.Counter(
+                            type(o).__name__ for o in gc.garbage if isinstance(o, watched)
+                        )
+                    finally:
+                        gc.set_debug(0)
+                        gc.garbage.clear()
+
+
+@pytest.mark.parametrize("engine", ["ok", "stream", "err500"])
+def test_an_ended_request_leaves_no_reference_cycle(engine: str) -> None:
+    """Reference counting frees a request as it ends: one left in a cycle waits for the
+    collector, and under load that was a gen-1 collection every 20 or so requests and gen-2
+    pauses in the router's p99 (the access line's exchange, parked on the aiohttp request
+    that it holds)."""
+    assert asyncio.run(garbage_after(engine, 20)) == collections.Counter()
