@@ -39,6 +39,7 @@ class RegionFeed:
     queue_depth: int = 0
     routable_backends: int = 0
     models: frozenset[str] | None = None
+    known: frozenset[str] | None = None  # models its router knows, served now or not
     report_wall: float | None = None
     ttft_p99_s: float = 0.0
     e2e_p99_s: float = 0.0
@@ -118,6 +119,7 @@ class RegionFeeds:
         feed.utilisation, feed.queue_delay_s = r.utilisation, r.queue_delay_s
         feed.queue_depth, feed.routable_backends = r.queue_depth, r.routable_backends
         feed.models = frozenset(r.models)
+        feed.known = frozenset(r.known_models) or None  # none: a router before the field
         feed.ttft_p99_s, feed.e2e_p99_s = r.ttft_p99_s, r.e2e_p99_s
         feed.report_wall = r.timestamp
         self.spillover.update(region, r.utilisation)
@@ -150,6 +152,7 @@ class RegionFeeds:
                 f.health.up and f.url is not None,
                 f.queue_delay_s,
                 f.models,
+                f.known,
             )
             for f in self.feeds.values()
         ]

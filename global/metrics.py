@@ -14,8 +14,15 @@ class GlobalMetrics:
         )  # fmt: skip
         self.rejections = Counter(
             "gpuroute_global_residency_rejections",
-            "Requests refused because no compliant region could serve them, by rule.",
+            "Requests refused because the residency rules forbid every region that serves "
+            "the model, by rule (reason is always residency).",
             ["reason", "rule"], registry=r,
+        )  # fmt: skip
+        self.refusals = Counter(
+            "gpuroute_global_refusals",
+            "Requests no region could take, by reason: residency, model_not_found, "
+            "no_backend, region_unavailable.",
+            ["reason"], registry=r,
         )  # fmt: skip
         self.retries = Counter(
             "gpuroute_global_cross_region_retries", "Attempts moved to another region.",

@@ -264,16 +264,36 @@ class GlobalApp:
                 ).decode()
             )  # fmt: skip
         if decision.region is None:
-            rule = " + ".join(decision.rules) or "none"
-            self.metrics.rejections.labels(decision.reason, rule).inc()
-            what = "allowed by residency" if decision.reason == "residency" else "up"
-            raise Rejection(
-                503,
-                f"no region {what} can serve this request (residency rules: {rule})",
-                code=decision.reason,
-                headers={"Retry-After": "1"} if decision.reason == "no_region_up" else None,
-            )
+            raise self._refused(decision, model)
         return asked, decision
+
+    def _refused(self, decision: GlobalDecision, model: str) -> Rejection:
+        """The refusal for a request no region can take, by its true reason (only a
+        residency refusal moves the residency counter, where its alert looks)."""
+        reason, rule = decision.reason, " + ".join(decision.rules) or "none"
+        self.metrics.refusals.labels(reason).inc()
+        if reason == "residency":
+            self.metrics.rejections.labels(reason, rule).inc()
+            return Rejection(
+                403,
+                f"no region that serves `{clip(model)}` is allowed by the residency rules ({rule})",
+                code=reason,
+            )
+        if reason == "model_not_found":
+            message = f"The model `{clip(model)}` does not exist."
+            return Rejection(404, message, param="model", code=reason)
+        if reason == "no_backend":
+            return Rejection(
+                503, f"no allowed region has an engine for `{clip(model)}` in rotation now",
+                code=reason,
+            )  # fmt: skip
+        return Rejection(
+            503,
+            f"every allowed region that serves `{clip(model)}` is unavailable "
+            f"(residency rules: {rule})",
+            code=reason,
+            headers={"Retry-After": "1"},
+        )
 
     # -- admin ------------------------------------------------------------------------------------
     async def models(self, request: web.Request) -> web.Response:

@@ -1,8 +1,12 @@
 """The global routing decision (pure: the caller passes the region views and `rng`).
 
 1. Residency: only regions whose jurisdiction the request's rules allow, and that serve
-   its model, are ever looked at. None left: a refusal naming the rules.
-2. Of those, the regions that are up. None up: a refusal (the caller answers 503).
+   its model, are ever looked at. None left: a refusal that names its true reason, in
+   this order: `residency` when the rules leave no jurisdiction, `model_not_found` when no
+   region knows the model at all, `residency` when only regions the rules forbid know it,
+   `region_unavailable` when allowed regions that serve it are all down, and `no_backend`
+   when allowed regions know it but have no engine for it in rotation.
+2. Of those, the regions that are up. None up: `region_unavailable` (the caller answers 503).
 3. Rank: `nearest` by distance; `latency` and `ours` by estimated RTT plus the region's
    expected queueing delay.
 4. `ours` then walks the ranking: each region keeps a request unless it is spilling, in
@@ -23,6 +27,8 @@ from gpuroute.global_.core.residency import Allowed
 from gpuroute.global_.core.spillover import Spillover
 
 MODES = ("ours", "latency", "nearest")
+# why a request has no region, in the order they are judged (see the module's docstring)
+REFUSALS = ("residency", "model_not_found", "region_unavailable", "no_backend")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +39,15 @@ class RegionView:
     up: bool
     queue_delay_s: float = 0.0
     models: frozenset[str] | None = None  # None: not reported yet, assume it serves all
+    # the models its router knows (declared, or listed by any backend in any state), served
+    # now or not; None: not reported (a router before the field), taken to be `models`
+    known: frozenset[str] | None = None
+
+    def serves(self, model: str) -> bool:
+        return self.models is None or model in self.models
+
+    def knows(self, model: str) -> bool:
+        return self.serves(model) or (self.known is not None and model in self.known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +61,8 @@ class GlobalRequest:
 @dataclass(frozen=True, slots=True)
 class GlobalDecision:
     order: tuple[str, ...]  # chosen region first, then the retry order; empty = refused
-    reason: str  # nearest | latency | spill | failover | hint | residency | no_region_up
+    # placed: nearest | latency | spill | failover | hint; refused (REFUSALS): the reason
+    reason: str
     rules: tuple[str, ...] = ()
 
     @property
@@ -65,16 +81,11 @@ class GlobalPolicy:
         self, request: GlobalRequest, regions: Sequence[RegionView], rng: random.Random
     ) -> GlobalDecision:
         allowed = request.allowed
-        compliant = [
-            r
-            for r in regions
-            if allowed.permits(r.jurisdiction) and (r.models is None or request.model in r.models)
-        ]
-        if not compliant:
-            return GlobalDecision((), "residency", allowed.rules)
-        up = [r for r in compliant if r.up]
+        compliant = [r for r in regions if allowed.permits(r.jurisdiction)]
+        serving = [r for r in compliant if r.serves(request.model)]
+        up = [r for r in serving if r.up]
         if not up:
-            return GlobalDecision((), "no_region_up", allowed.rules)
+            return GlobalDecision((), self._refusal(request, regions, serving), allowed.rules)
         key = self._key(request.location)
         ranked = up if key is None else sorted(up, key=key)
         if request.hint is not None:
@@ -89,8 +100,8 @@ class GlobalPolicy:
         order = (chosen.name, *(r.name for r in ranked if r is not chosen))
         # failover: the region this client would have had is down (only when some are)
         best = None
-        if len(compliant) > len(up):
-            best = compliant[0] if key is None else min(compliant, key=key)
+        if len(serving) > len(up):
+            best = serving[0] if key is None else min(serving, key=key)
         if best is not None and not best.up and first == 0:
             reason = "failover"
         elif first > 0:
@@ -98,6 +109,22 @@ class GlobalPolicy:
         else:
             reason = "nearest" if self.mode == "nearest" else "latency"
         return GlobalDecision(order, reason, allowed.rules)
+
+    @staticmethod
+    def _refusal(
+        request: GlobalRequest, regions: Sequence[RegionView], serving: Sequence[RegionView]
+    ) -> str:
+        """Why no region is left: residency only when the rules are what rules out every
+        region that could serve the model (see the module's docstring for the order)."""
+        allowed, model = request.allowed, request.model
+        if allowed.empty:
+            return "residency"
+        knowing = [r for r in regions if r.knows(model)]
+        if not knowing:
+            return "model_not_found"
+        if not any(allowed.permits(r.jurisdiction) for r in knowing):
+            return "residency"
+        return "region_unavailable" if serving else "no_backend"
 
     def _key(self, location: Point | None):
         """What regions are ranked by (None: keep the configured order)."""

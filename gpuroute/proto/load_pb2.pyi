@@ -61,7 +61,7 @@ class WatchRegionRequest(_message.Message):
     def __init__(self, global_id: _Optional[str] = ...) -> None: ...
 
 class RegionReport(_message.Message):
-    __slots__ = ("region", "seq", "timestamp", "utilisation", "queue_delay_s", "queue_depth", "routable_backends", "capacity", "models", "ttft_p99_s", "e2e_p99_s")
+    __slots__ = ("region", "seq", "timestamp", "utilisation", "queue_delay_s", "queue_depth", "routable_backends", "capacity", "models", "ttft_p99_s", "e2e_p99_s", "known_models")
     REGION_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
@@ -73,6 +73,7 @@ class RegionReport(_message.Message):
     MODELS_FIELD_NUMBER: _ClassVar[int]
     TTFT_P99_S_FIELD_NUMBER: _ClassVar[int]
     E2E_P99_S_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_MODELS_FIELD_NUMBER: _ClassVar[int]
     region: str
     seq: int
     timestamp: float
@@ -84,4 +85,5 @@ class RegionReport(_message.Message):
     models: _containers.RepeatedScalarFieldContainer[str]
     ttft_p99_s: float
     e2e_p99_s: float
-    def __init__(self, region: _Optional[str] = ..., seq: _Optional[int] = ..., timestamp: _Optional[float] = ..., utilisation: _Optional[float] = ..., queue_delay_s: _Optional[float] = ..., queue_depth: _Optional[int] = ..., routable_backends: _Optional[int] = ..., capacity: _Optional[float] = ..., models: _Optional[_Iterable[str]] = ..., ttft_p99_s: _Optional[float] = ..., e2e_p99_s: _Optional[float] = ...) -> None: ...
+    known_models: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, region: _Optional[str] = ..., seq: _Optional[int] = ..., timestamp: _Optional[float] = ..., utilisation: _Optional[float] = ..., queue_delay_s: _Optional[float] = ..., queue_depth: _Optional[int] = ..., routable_backends: _Optional[int] = ..., capacity: _Optional[float] = ..., models: _Optional[_Iterable[str]] = ..., ttft_p99_s: _Optional[float] = ..., e2e_p99_s: _Optional[float] = ..., known_models: _Optional[_Iterable[str]] = ...) -> None: ...

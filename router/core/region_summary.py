@@ -22,7 +22,8 @@ class RegionSummary:
     queue_delay_s: float
     routable_backends: int
     capacity: float
-    models: tuple[str, ...]
+    models: tuple[str, ...]  # served by routable backends (and the names routes give them)
+    known: tuple[str, ...] = ()  # every model a backend in any state serves, and its names
 
 
 def summarise(
@@ -35,14 +36,20 @@ def summarise(
     entry whose agent is not streaming), so a restarting region does not claim capacity.
     The models are those served, and the names `routes` answers with them (aliases, a
     split's name, a model served by its fallback), which clients send to the global tier."""
+    backends = list(backends)
+    known = _named({m for b in backends for m in b.models}, routes)
     routable = [b for b in backends if b.state in ROUTABLE_STATES and verified(b)]
     capacity = sum(b.capacity for b in routable)
     if capacity <= 0:
-        return RegionSummary(0.0, 0.0, 0, 0.0, ())
+        return RegionSummary(0.0, 0.0, 0, 0.0, (), known)
     work = sum(b.outstanding + b.external for b in routable)
     ahead = work / capacity
-    served = {m for b in routable for m in b.models}
-    names = routes.reachable(served) if routes is not None else frozenset()
-    models = tuple(sorted(served | names))
+    models = _named({m for b in routable for m in b.models}, routes)
     wait = max(0.0, ahead - saturation_delay_s)
-    return RegionSummary(ahead / saturation_delay_s, wait, len(routable), capacity, models)
+    return RegionSummary(ahead / saturation_delay_s, wait, len(routable), capacity, models, known)
+
+
+def _named(served: set[str], routes: ModelRoutes | None) -> tuple[str, ...]:
+    """The models and every name `routes` answers with them, sorted."""
+    names = routes.reachable(served) if routes is not None else frozenset()
+    return tuple(sorted(served | names))

@@ -46,6 +46,7 @@ class RegionReportService(load_pb2_grpc.RegionLoadServicer):
             routable_backends=s.routable_backends,
             capacity=s.capacity,
             models=list(s.models),
+            known_models=list(s.known),
             ttft_p99_s=percentile(ttft, 99, empty=0.0),
             e2e_p99_s=percentile(e2e, 99, empty=0.0),
         )

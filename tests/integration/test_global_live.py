@@ -18,6 +18,7 @@ from gpuroute.testbed.loopback import GLOBAL_ON_LOOPBACK, ROUTER_ON_LOOPBACK
 from support.live import (
     async_wait_for,
     chat_body,
+    counter,
     fake_engines,
     free_ports,
     gpuroute_cmd,
@@ -137,14 +138,55 @@ async def test_clients_go_to_their_region_and_residency_holds(tmp_path, repo) ->
         headers = {"x-gpuroute-residency": "jp"}
         assert (await ask(s, url, MILTON_US, **headers))[:2] == (200, "ap-northeast")
         assert (await ask(s, url, SWEDEN, **{REGION_HEADER: "us-east"}))[:2] == (200, "eu-west")
-        # conflicting rules: 503 naming them; a typo: 400
+        # conflicting rules: 403 naming them; a typo: 400
         status, _, body = await ask(s, url, SWEDEN, **{"x-gpuroute-residency": "us"})
-        assert status == 503 and "country SE" in body["error"]["message"]
+        assert status == 403 and body["error"]["code"] == "residency"
+        assert "country SE" in body["error"]["message"]
         assert "header us" in body["error"]["message"]
         status, _, body = await ask(s, url, LONDON, **{"x-gpuroute-residency": "mars"})
         assert status == 400 and body["error"]["param"] == "x-gpuroute-residency"
         # a private address is unplaced, not an error
         assert (await ask(s, url, "10.0.0.9"))[0] == 200
+
+
+async def test_each_refusal_names_its_true_reason(tmp_path, repo) -> None:
+    """Issue 45: an unknown model is a 404, a model no allowed region has an engine for is
+    503 no_backend, and only a refusal that residency causes is `residency` (403) and moves
+    the residency counter, where its alert looks."""
+    async with three_regions(tmp_path, repo, geoip=False) as (url, app, regions, s):
+        unknown = chat_body() | {"model": "no-such-model"}
+        async with s.post(url + "/v1/chat/completions", json=unknown) as r:
+            error = (await r.json())["error"]
+            assert (r.status, error["code"], error["param"]) == (404, "model_not_found", "model")
+        messages = {"model": "no-such-model", "max_tokens": 8, "messages": [{"role": "user",
+                    "content": "hi"}]}  # fmt: skip
+        async with s.post(url + "/v1/messages", json=messages) as r:
+            assert r.status == 404  # in the route's own format
+            assert (await r.json())["error"]["type"] == "not_found_error"
+        conflicting = {"x-gpuroute-tenant": "acme-eu", "x-gpuroute-residency": "us"}
+        status, _, body = await ask(s, url, **conflicting)
+        assert (status, body["error"]["code"]) == (403, "residency")
+        assert "tenant acme-eu" in body["error"]["message"]
+        # eu-west's only engine drained: an EU-bound request has no engine, not a rule
+        eu = regions["eu-west"].url
+        async with s.get(eu + "/admin/backends") as r:
+            (engine,) = (await r.json())["backends"]
+        async with s.post(eu + f"/admin/backends/{engine['id']}/drain", json={}) as r:
+            assert r.status == 200, await r.text()
+        feed = app.feeds.feeds["eu-west"]
+        await async_wait_for(holds(lambda: not feed.models), 10, "eu-west serving nothing")
+        status, _, body = await ask(s, url, **{"x-gpuroute-residency": "eu"})
+        assert (status, body["error"]["code"]) == (503, "no_backend")
+        assert (await ask(s, url))[0] == 200  # a client with no rule: served elsewhere
+    residency = [
+        (sample.labels, sample.value)
+        for metric in app.metrics.rejections.collect()
+        for sample in metric.samples
+        if sample.name.endswith("_total")
+    ]
+    assert residency == [({"reason": "residency", "rule": "tenant acme-eu + header us"}, 1.0)]
+    for reason, count in (("model_not_found", 2), ("residency", 1), ("no_backend", 1)):
+        assert counter(app, "gpuroute_global_refusals", reason=reason) == count, reason
 
 
 async def test_region_outage_moves_traffic_without_failures_or_violations(tmp_path, repo) -> None:

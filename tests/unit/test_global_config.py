@@ -98,7 +98,8 @@ async def test_api_key_maps_to_a_tenant_and_decisions_are_logged(tmp_path, caplo
                 assert r.status == 400 and (await r.json())["error"]["param"] == "model"
     finally:
         await server.drain(timeout=1.0)
-    assert '"rules":["tenant acme-eu"]' in caplog.text and '"reason":"no_region_up"' in caplog.text
+    assert '"rules":["tenant acme-eu"]' in caplog.text
+    assert '"reason":"region_unavailable"' in caplog.text
 
 
 @pytest.mark.asyncio

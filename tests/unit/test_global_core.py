@@ -14,7 +14,7 @@ from gpuroute.global_.core.geo import (
     fit_rtt,
     great_circle_km,
 )
-from gpuroute.global_.core.policy import GlobalPolicy, GlobalRequest, RegionView
+from gpuroute.global_.core.policy import REFUSALS, GlobalPolicy, GlobalRequest, RegionView
 from gpuroute.global_.core.region_health import RegionHealth, RegionHealthSettings, RegionState
 from gpuroute.global_.core.residency import ANY, Allowed, ResidencyError, ResidencyRules
 from gpuroute.global_.core.spillover import Spillover, SpillSettings
@@ -181,7 +181,7 @@ def test_nearest_latency_failover_hint_and_refusals() -> None:
     d = ours.decide(GlobalRequest("m", eu, WASHINGTON), regions(), rng)
     assert d.order == ("eu-west",)  # residency beats distance; nothing else to retry on
     d = ours.decide(GlobalRequest("m", eu, WASHINGTON), regions(eu_west=False), rng)
-    assert d.order == () and d.reason == "no_region_up" and d.rules == ("tenant acme-eu",)
+    assert d.order == () and d.reason == "region_unavailable" and d.rules == ("tenant acme-eu",)
     jp_only = Allowed(frozenset({"jp"}), ("header jp",))
     d = ours.decide(GlobalRequest("m", jp_only, LONDON, hint="eu-west"), regions(), rng)
     assert d.order == ("ap-ne",) and d.reason == "latency"  # a hint outside the rules: ignored
@@ -190,6 +190,50 @@ def test_nearest_latency_failover_hint_and_refusals() -> None:
     nothing = Allowed(frozenset(), ("tenant acme-eu", "header us"))
     d = ours.decide(GlobalRequest("m", nothing, LONDON), regions(), rng)
     assert d.order == () and d.reason == "residency" and d.rules == nothing.rules
+
+
+def fleet(**spec: tuple[bool, set[str], set[str]]) -> list[RegionView]:
+    """Regions as (up, models served now, models known) by name."""
+    where = {"us_east": ("us", WASHINGTON), "eu_west": ("eu", FRANKFURT), "ap_ne": ("jp", TOKYO)}
+    return [
+        RegionView(name, where[name][0], where[name][1], up, 0.0, frozenset(m), frozenset(k))
+        for name, (up, m, k) in spec.items()
+    ]
+
+
+EU = Allowed(frozenset({"eu"}), ("tenant acme-eu",))
+
+
+@pytest.mark.parametrize(
+    ("allowed", "regions_", "model", "reason"),
+    [
+        # nobody anywhere knows it, with or without rules: the model, not residency
+        (Allowed(ANY), fleet(us_east=(True, {"a"}, {"a"})), "b", "model_not_found"),
+        (EU, fleet(eu_west=(True, {"a"}, {"a"})), "b", "model_not_found"),
+        # rules that leave no jurisdiction: residency, whatever the model
+        (Allowed(frozenset(), ("x",)), fleet(us_east=(True, {"a"}, {"a"})), "b", "residency"),
+        # only a region the rules forbid knows it: residency
+        (EU, fleet(us_east=(True, {"b"}, {"b"}), eu_west=(True, {"a"}, {"a"})), "b", "residency"),
+        # allowed regions know it, none has an engine for it in rotation: no_backend
+        (EU, fleet(eu_west=(True, set(), {"b"}), us_east=(True, {"b"}, {"b"})), "b", "no_backend"),
+        (Allowed(ANY), fleet(eu_west=(False, set(), {"b"})), "b", "no_backend"),
+        # an allowed region serves it and is down: region_unavailable
+        (EU, fleet(eu_west=(False, {"b"}, {"b"}), us_east=(True, {"b"}, {"b"})), "b",
+         "region_unavailable"),
+    ],
+)  # fmt: skip
+def test_a_refusal_names_its_true_reason(allowed, regions_, model, reason) -> None:
+    d = GlobalPolicy("ours").decide(GlobalRequest(model, allowed), regions_, random.Random(0))
+    assert d.order == () and d.reason == reason and reason in REFUSALS
+
+
+def test_a_region_that_reports_no_known_models_is_judged_by_what_it_serves() -> None:
+    """A router from before the field: known None, what it serves is all it knows."""
+    old = [RegionView("us-east", "us", WASHINGTON, True, 0.0, frozenset({"a"}), None)]
+    d = GlobalPolicy("ours").decide(GlobalRequest("b", Allowed(ANY)), old, random.Random(0))
+    assert d.reason == "model_not_found"
+    d = GlobalPolicy("ours").decide(GlobalRequest("a", Allowed(ANY)), old, random.Random(0))
+    assert d.order == ("us-east",)
 
 
 def test_queueing_delay_moves_latency_ranking_but_not_nearest() -> None:

@@ -198,7 +198,12 @@ def test_the_region_summary_lists_served_models_and_the_names_they_answer() -> N
     assert summarise(up, 2.0, routes=routes).models == ("chat", "m", V2, "other")
     assert summarise(up, 2.0).models == (V2, "other")  # no routes: the served names alone
     up[0].state = BackendState.EJECTED
-    assert summarise(up, 2.0, routes=routes).models == ("other",)
+    summary = summarise(up, 2.0, routes=routes)
+    assert summary.models == ("other",)
+    # what the global tier tells a model no engine serves now from one nobody has
+    assert summary.known == ("chat", "m", V2, "other")
+    up[1].state = BackendState.DRAINING
+    assert summarise(up, 2.0, routes=routes).known == ("chat", "m", V2, "other")
 
 
 def test_a_routers_refusal_of_one_model_does_not_count_against_its_region() -> None:
