@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuroute.console.progress import add_progress
+
 
 @dataclass(frozen=True, slots=True)
 class Bench:
@@ -99,7 +101,7 @@ def _live_arguments(live: argparse.ArgumentParser) -> None:
         help="kill the replicas' Redis at AT s, restart FOR s later",
     )
     live.add_argument("--plot", metavar="OUT.png", help="latency CDF plot (needs matplotlib)")
-    live.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_progress(live, quiet="no progress")
     live.add_argument("--slo-ttft", type=float, default=5.0, help="TTFT SLO, s at GPU speed")
     live.add_argument("--slo-tpot", type=float, default=0.1, help="TPOT SLO, s at GPU speed")
     live.add_argument(
@@ -212,7 +214,7 @@ def _real_arguments(real: argparse.ArgumentParser) -> None:
     real.add_argument("--workloads", default="prefix,chat", help="comma list: prefix, chat")
     real.add_argument("--scale", type=int, default=1, help="multiply the request counts")
     real.add_argument("--seed", type=int, default=1)
-    real.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_progress(real, quiet="no progress")
     real.add_argument(
         "--workers", type=int, default=1, help="our router's worker processes (on one core)"
     )

@@ -141,7 +141,7 @@ def _live(args: argparse.Namespace, console: Console) -> Report:
     from gpuroute.bench.tables import LIVE_COLUMNS, print_live_notes, print_table
 
     spec = live_spec(args)
-    with progress_bar(quiet=args.quiet) as progress:
+    with progress_bar(quiet=args.quiet, mode=args.progress) as progress:
         report = run_live_bench(spec, replay_steps(console, progress, args.quiet))
     title = (
         f"{report['trace']}: {report['requests']:,} requests at "
@@ -346,7 +346,7 @@ def _real(args: argparse.Namespace, console: Console) -> Report:
         raise BenchError("need --scale >= 1 and --workers >= 1")
     targets, workloads = args.targets.split(","), args.workloads.split(",")
     with (
-        progress_bar(quiet=args.quiet) as progress,
+        progress_bar(quiet=args.quiet, mode=args.progress) as progress,
         tempfile.TemporaryDirectory(prefix="gpuroute-bench-real-") as tmp,
     ):
         steps = functools.partial(answer_steps, progress)

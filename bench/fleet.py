@@ -178,7 +178,7 @@ def run_fleet_bench(spec: FleetBenchSpec) -> dict:
             cmd = [sys.executable, "-m", "gpuroute.cli", "router", "--config", str(config)]
             router = spawn("router", cmd, spec.workdir, port)
             children.append(router)
-            wait_http(f"http://127.0.0.1:{port}/healthz", 30, router.proc, "router")
+            wait_http(f"http://127.0.0.1:{port}/healthz", 30, router, "router")
             return asyncio.run(measure(spec, consul, f"http://127.0.0.1:{port}"))
         finally:
             for child in reversed(children):

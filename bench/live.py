@@ -182,7 +182,7 @@ def _start_proxy(
     for k in range(1, spec.replicas):
         replica = start_router(folder, pairs, target, extra=extra, name=f"replica-{k}", cpu=cpu)
         helpers.append(replica)
-        wait_http(replica.url + "/v1/models", 30, replica.proc, replica.name)
+        wait_http(replica.url + "/v1/models", 30, replica, replica.name)
         urls.append(replica.url)
     return start_router(folder, pairs, target, extra=extra, cpu=cpu), urls
 
@@ -212,10 +212,10 @@ async def run_target(
     helpers: list[Child] = []
     try:
         for child in engines:
-            wait_http(child.url + "/health", 30, child.proc, child.name)
+            wait_http(child.url + "/health", 30, child, child.name)
         pairs = list(zip(spec.engines, engines, strict=True))
         proxy, urls = _start_proxy(target, spec, folder, pairs, helpers)
-        wait_http(proxy.url + "/v1/models", 30, proxy.proc, target)
+        wait_http(proxy.url + "/v1/models", 30, proxy, target)
         replay = Replay(
             [proxy.url, *urls], workload, MODEL, stream=spec.stream, on_progress=on_progress
         )

@@ -271,9 +271,9 @@ async def run_fleet_target(
     proxy: Child | None = None
     try:
         for child in engines:
-            wait_http(child.url + "/health", ENGINE_START_S, child.proc, child.name)
+            wait_http(child.url + "/health", ENGINE_START_S, child, child.name)
         proxy = start_target(target, spec, fleet, folder, engines)
-        wait_http(proxy.url + "/v1/models", 30, proxy.proc, target)
+        wait_http(proxy.url + "/v1/models", 30, proxy, target)
         n = len(workload)
         models, class_of = fleet.request_models(n), fleet.request_classes(n)
         names = [fleet.classes[c].name for c in class_of]

@@ -92,9 +92,9 @@ def run_overhead(
         sinks = {name: start_sink(workdir, name) for name in OBSERVED}
         proxies: dict[str, Child] = {}
         try:
-            wait_http(engine.url + "/health", 30, engine.proc, "fake engine")
+            wait_http(engine.url + "/health", 30, engine, "fake engine")
             for sink in sinks.values():
-                wait_http(sink.url + "/count", 30, sink.proc, "OTLP sink")
+                wait_http(sink.url + "/count", 30, sink, "OTLP sink")
             ca = LocalCA(workdir) if tls else None
             urls = {name: sink.url for name, sink in sinks.items()}
             proxies = start_proxies(workdir, engine, ca, other_python, urls)
@@ -132,7 +132,7 @@ def visit_targets(
     trusting = ssl.create_default_context(cafile=str(ca.ca_file)) if ca else None
     for name, child in proxies.items():
         context = trusting if name == "gpuroute-tls" else None
-        wait_http(urls[name] + "/v1/models", 30, child.proc, name, context)
+        wait_http(urls[name] + "/v1/models", 30, child, name, context)
     for url in urls.values():
         wrk(url, 4, min(duration, 2.0), script)  # warm connections and caches
     samples: dict[tuple[str, int], list[dict[str, float]]] = {}

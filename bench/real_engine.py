@@ -149,7 +149,7 @@ def measure(target: str, workload: str, engines, workdir: Path, run: RealRun, sa
     reqs = requests_for(workload, random.Random(run.seed), run.scale, salt)
     proxy = start_target(target, engines, workdir, run.workers)
     try:
-        wait_http(proxy.url + "/v1/models", 60, proxy.proc, target)
+        wait_http(proxy.url + "/v1/models", 60, proxy, target)
         before = [engine_samples(e.url) for e in engines]
         started = time.perf_counter()
         hear = run.on_measure

@@ -96,7 +96,7 @@ def run_once(spec: LiveBenchSpec, shared: bool, workdir: Path) -> dict:
                 ]
                 child = spawn(f"replica-{k}", cmd, workdir, port)
                 children.append(child)
-                wait_http(child.url + "/healthz", 30, child.proc, child.name)
+                wait_http(child.url + "/healthz", 30, child, child.name)
                 urls.append(child.url)
             asyncio.run(all_routable(urls, len(fleet)))
             workload, _rate = load_workload(spec)

@@ -67,13 +67,13 @@ def run_scaling(workdir: Path, script: Path, workers: int, duration: float, roun
     routers: dict[int, Child] = {}
     samples: dict[int, list[dict]] = {1: [], workers: []}
     try:
-        wait_http(engine.url + "/health", 30, engine.proc, "fake engine")
+        wait_http(engine.url + "/health", 30, engine, "fake engine")
         for n in samples:
             routers[n] = start_router(
                 workdir, [("H100", engine)], "least_outstanding_work",
                 name=f"router-{n}w", workers=n,
             )  # fmt: skip
-            wait_http(routers[n].url + "/v1/models", 60, routers[n].proc, f"{n} workers")
+            wait_http(routers[n].url + "/v1/models", 60, routers[n], f"{n} workers")
             if n > 1:
                 wait_for_workers(routers[n])
             wrk(routers[n].url, 4, min(duration, 2.0), script)  # warm pools and caches

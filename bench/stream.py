@@ -107,7 +107,7 @@ def start_proxies(targets: list[str], workdir: Path, engine: Child) -> dict[str,
         else:
             proxies[name] = start_baseline(name, workdir, pairs, cpu=PROXY_CPU)
     for name, child in proxies.items():
-        wait_http(child.url + "/v1/models", 60, child.proc, name)
+        wait_http(child.url + "/v1/models", 60, child, name)
     return proxies
 
 
@@ -124,7 +124,7 @@ def run_stream_bench(
         proxies: dict[str, Child] = {}
         affinity = os.sched_getaffinity(0)
         try:
-            wait_http(engine.url + "/health", 30, engine.proc, "fake engine")
+            wait_http(engine.url + "/health", 30, engine, "fake engine")
             proxies = start_proxies(targets, workdir, engine)
             os.sched_setaffinity(0, {ENGINE_CPU})  # the generator shares the engine's core
             ports = {"direct": (engine.port, None)}

@@ -118,7 +118,7 @@ async def one_run(run: str, spec: TenantsSpec, steady, bursty, rpm: float, folde
     children: list[Child] = list(engines)
     try:
         for child in engines:
-            wait_http(child.url + "/health", 30, child.proc, child.name)
+            wait_http(child.url + "/health", 30, child, child.name)
         redis = start_redis(folder)
         children.append(redis)
         extra = f'[redis]\nurl = "redis://127.0.0.1:{redis.port}/0"\n'
@@ -130,7 +130,7 @@ async def one_run(run: str, spec: TenantsSpec, steady, bursty, rpm: float, folde
             replica = start_router(folder, pairs, "least_outstanding_work", extra=extra,
                                    name=f"replica-{k}", max_inflight=limits)  # fmt: skip
             children.append(replica)
-            wait_http(replica.url + "/healthz", 30, replica.proc, replica.name)
+            wait_http(replica.url + "/healthz", 30, replica, replica.name)
             urls.append(replica.url)
         steady_replay = Replay(
             urls, steady, MODEL, headers={"Authorization": f"Bearer {STEADY_KEY}"}

@@ -198,7 +198,7 @@ def run_autoscale_demo(burst_s: float = 12.0) -> int:
             (workdir / "router.toml").write_text(config + AUTOSCALE)
             cmd = [sys.executable, "-m", "gpuroute.cli", "router", "--config", "router.toml"]
             router = spawn("router", cmd, workdir, port)
-            wait_http(f"http://127.0.0.1:{port}/healthz", 60, router.proc, "router")
+            wait_http(f"http://127.0.0.1:{port}/healthz", 60, router, "router")
             console.print(f"Consul dev agent on {consul.address}; router on :{port}, sizing "
                           f"{MODEL} at 2 req/s per backend (1..3 + 1 standby)")  # fmt: skip
             router_url, admin_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}"

@@ -137,7 +137,7 @@ def run_demo(seconds: float = 16.0) -> int:
         cmd = [sys.executable, "-m", "gpuroute.cli", "router", "--config", str(config)]
         children.append(spawn("router", cmd, workdir, port))
         url = f"http://127.0.0.1:{port}"
-        wait_http(url + "/readyz", 60, children[-1].proc, "router")
+        wait_http(url + "/readyz", 60, children[-1], "router")
         console.print(f"router on {url} ({'Consul' if consul else 'static'} membership)\n")
         outcomes = asyncio.run(drive(console, url, hosts, seconds))
         console.print(

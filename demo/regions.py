@@ -71,7 +71,7 @@ def start_region(
         port,
     )
     health = f"http://127.0.0.1:{admin if ca else port}/healthz"
-    wait_http(health, 30, router.proc, f"{region} router")
+    wait_http(health, 30, router, f"{region} router")
     return hosts, router, report
 
 
@@ -198,7 +198,7 @@ def run_global_demo(seconds: float = 5.0, secure: bool = False) -> int:
             port,
         )
         children.append(glob)
-        wait_http(f"http://127.0.0.1:{admin if ca else port}/readyz", 30, glob.proc, "global")
+        wait_http(f"http://127.0.0.1:{admin if ca else port}/readyz", 30, glob, "global")
         url = f"{'https' if ca else 'http'}://127.0.0.1:{port}"
         security = "; TLS, mutual TLS between tiers, keys, signed residency" if ca else ""
         console.print(f"global tier on {url} (EU-bound clients must stay in the EU{security})\n")

@@ -7,6 +7,8 @@ import argparse
 
 from gpuroute.sim.cli import scenario_and_target
 
+from gpuroute.console.progress import add_progress
+
 
 def register(sub) -> None:
     plan = sub.add_parser(
@@ -43,7 +45,7 @@ def register(sub) -> None:
     )
     plan.add_argument("--json", metavar="OUT", help="write the plan as JSON to OUT ('-' = stdout)")
     plan.add_argument("--plot", metavar="PNG", help="plot the mixes tried: SLO met against cost")
-    plan.add_argument("--quiet", action="store_true", help="no table")
+    add_progress(plan, quiet="no progress and no table")
     plan.add_argument(
         "--write-fleet",
         metavar="FILE",
@@ -76,6 +78,7 @@ def _run_plan(args: argparse.Namespace) -> int:
         json_out=args.json,
         plot_out=args.plot,
         quiet=args.quiet,
+        progress=args.progress,
         write_fleet=args.write_fleet,
         aws_region=args.aws_region,
     )

@@ -13,6 +13,7 @@ fleet from which removing any one backend misses. Runs are capped; all is determ
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpuroute.planner.check import GpuOption, PlanError, engine_params, usable_options
@@ -105,11 +106,17 @@ class Planner:
     """Plans one scenario's fleet; every simulator run is remembered by its fleet."""
 
     def __init__(
-        self, loaded: LoadedScenario, options: list[GpuOption], limits: PlanLimits
+        self,
+        loaded: LoadedScenario,
+        options: list[GpuOption],
+        limits: PlanLimits,
+        on_run: Callable[[], None] = lambda: None,
     ) -> None:
+        """`on_run`: called after each simulator run (a progress step)."""
         if loaded.scenario.global_ is not None:
             raise PlanError(f"{loaded.source}: plan sizes one region; drop [global]")
         self.loaded, self.options, self.limits = loaded, options, limits
+        self.on_run = on_run
         self.scenario = loaded.scenario.model_copy(update={"faults": []})
         self.workload, _, self.base_rate = prepare_workload(loaded)
         self._profiles: dict[tuple[str, str], GpuTypeProfile] = {}
@@ -188,6 +195,7 @@ class Planner:
         if key not in self._runs:
             scenario = self.pool_scenario(model, dict(zip(options, mix, strict=True)))
             self._runs[key] = self.simulator(scenario, rate).run(POLICY)
+            self.on_run()
         return self._runs[key].slo_attainment
 
     def per_backend_rps(self, model: str, option: GpuOption, peak: float) -> float:
@@ -195,7 +203,7 @@ class Planner:
         saturated = self.profile(option, model).capacity_rps
         count = min(self.limits.max_backends, max(1, math.ceil(peak / saturated)))
         base = self.simulator(self.pool_scenario(model, {option: count}), peak)
-        search = CapacitySearch(base, POLICY, self.limits.attainment)
+        search = CapacitySearch(base, POLICY, self.limits.attainment, on_run=self.on_run)
         utilization = search.capacity(CAPACITY_ITERATIONS)
         return utilization * saturated
 

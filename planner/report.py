@@ -3,6 +3,7 @@ JSON and the plot."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict
 
 from gpuroute.planner.check import parse_gpu_options
@@ -15,6 +16,7 @@ from gpuroute.sim.traces import TraceError
 from rich.console import Console
 
 from gpuroute.config import ConfigError
+from gpuroute.console.progress import progress_bar
 from gpuroute.console.tables import print_table, pyplot, stdout_console
 
 POOL_COLUMNS = (
@@ -41,6 +43,7 @@ def run_plan(
     json_out: str | None,
     plot_out: str | None,
     quiet: bool,
+    progress: str = "auto",
     write_fleet: str | None = None,
     aws_region: str | None = None,
 ) -> int:
@@ -59,9 +62,13 @@ def run_plan(
             f"[bold]{loaded.scenario.name}[/]: planning with {', '.join(o.label for o in options)}"
         )
     try:
-        planner = Planner(loaded, options, limits)
-        plan = plan_with(planner, peak_rps, budget)
-        written = write_plan_fleet(plan, planner, write_fleet, aws_region) if write_fleet else None
+        with progress_bar(quiet=quiet, mode=progress) as shown:  # a step per simulator run
+            task = shown.add_task("plan: simulator runs", total=None)
+            planner = Planner(loaded, options, limits, functools.partial(shown.advance, task))
+            plan = plan_with(planner, peak_rps, budget)
+            written = (
+                write_plan_fleet(plan, planner, write_fleet, aws_region) if write_fleet else None
+            )
     except TraceError as exc:
         raise ConfigError(f"{loaded.source}: workload.trace: {exc}") from None
     if not quiet:

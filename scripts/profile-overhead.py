@@ -104,8 +104,8 @@ def main() -> None:
         cmd = [args.router_python, "-c", PROFILED, str(prof), "router", "--config", str(config)]
         router = spawn("router", cmd, workdir, port, cpu=PROXY_CPU)
         try:
-            wait_http(engine.url + "/health", 30, engine.proc, "fake engine")
-            wait_http(router.url + "/v1/models", 30, router.proc, "router")
+            wait_http(engine.url + "/health", 30, engine, "fake engine")
+            wait_http(router.url + "/v1/models", 30, router, "router")
             count = measure(args, router, script, prof)
         finally:
             router.stop()

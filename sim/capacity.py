@@ -2,10 +2,12 @@
 
 The SLO capacity is the highest offered load (a fraction of the scenario's nominal capacity,
 the saturated throughput of its GPUs on its workload) at which the share of requests meeting
-their SLO is at least the target. It is found by bisection over the load with the scenario's
-seed, so the same file gives the same answer. Goodput (requests per second that met their
-SLO) is then measured at the capacity and at 1.2x and 1.5x of it: a policy that degrades
-gracefully keeps its goodput there instead of collapsing."""
+their SLO is at least the target, for the fleet and for each model's requests on their own
+(a fleet-wide share would hide a pool that misses behind one that has room); the models
+that miss just above it are named as what limits it. It is found by bisection over the
+load with the scenario's seed, so the same file gives the same answer. Goodput (requests
+per second that met their SLO) is then measured at the capacity and at 1.2x and 1.5x of
+it: a policy that degrades gracefully keeps its goodput there instead of collapsing."""
 
 from __future__ import annotations
 
@@ -36,11 +38,15 @@ class CapacityResult:
     curve: list[tuple[float, float, float]] = field(default_factory=list)
     # several models: each one's attainment (and what fallbacks served) at the capacity
     by_model_at_capacity: dict[str, dict[str, float]] = field(default_factory=dict)
+    # several models: those that missed the target at the lowest load tried above the
+    # capacity (empty: the fleet as a whole missed there, or nothing above was tried)
+    limited_by: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
         out = asdict(self)
         if not self.by_model_at_capacity:
-            del out["by_model_at_capacity"]  # a single-model fleet's JSON as before
+            # a single-model fleet's JSON as before
+            del out["by_model_at_capacity"], out["limited_by"]
         return out
 
 
@@ -78,7 +84,22 @@ class CapacitySearch:
         return self.runs[key]
 
     def meets(self, utilization: float) -> bool:
-        return self.run(utilization)[0].slo_attainment >= self.target
+        report = self.run(utilization)[0]
+        return report.slo_attainment >= self.target and not self.missing(report)
+
+    def missing(self, report: PolicyReport) -> list[str]:
+        """The models whose own requests met their SLO less often than the target."""
+        return sorted(
+            model
+            for model, stats in report.by_model.items()
+            if not stats.get("attainment", 1.0) >= self.target  # (NaN: none asked: no miss)
+            and stats.get("request_share", 0) > 0
+        )
+
+    def limited_by(self, capacity: float) -> list[str]:
+        """The models missing at the lowest load tried above `capacity`."""
+        above = [u for u in self.runs if u > round(capacity, 4)]  # (runs are kept rounded)
+        return self.missing(self.runs[min(above)][0]) if above else []
 
     def capacity(self, iterations: int = ITERATIONS) -> float:
         """Bisection between LOW_LOAD and HIGH_LOAD (0 when even LOW_LOAD misses)."""
@@ -109,6 +130,7 @@ class CapacitySearch:
             nominal_capacity_rps=round(rate / base, 3),
             curve=curve,
             by_model_at_capacity=report.by_model,
+            limited_by=self.limited_by(capacity),
         )
 
 

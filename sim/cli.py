@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from gpuroute.console.progress import add_progress
+
 
 def register(sub) -> None:
     sim = sub.add_parser("sim", help="simulate a fleet under a workload and compare policies")
@@ -21,7 +23,7 @@ def register(sub) -> None:
         help="policy to run (repeatable; default: the scenario's [router] policies)",
     )
     sim.add_argument("--json", metavar="OUT", help="write results as JSON to OUT ('-' = stdout)")
-    sim.add_argument("--quiet", action="store_true", help="no progress bar and no table")
+    add_progress(sim, quiet="no progress and no table")
     fleet_arguments(sim)
     sim.set_defaults(run=_run)
     register_capacity(sub)
@@ -89,7 +91,7 @@ def register_capacity(sub) -> None:
     )
     cap.add_argument("--json", metavar="OUT", help="write results as JSON to OUT ('-' = stdout)")
     cap.add_argument("--plot", metavar="PNG", help="plot attainment against load (matplotlib)")
-    cap.add_argument("--quiet", action="store_true", help="no progress bar and no table")
+    add_progress(cap, quiet="no progress and no table")
     fleet_arguments(cap)
     cap.set_defaults(run=_run_capacity)
 
@@ -136,6 +138,7 @@ def _run(args: argparse.Namespace) -> int:
         quiet=args.quiet,
         fleet=args.fleet,
         traffic=traffic_of(args),
+        progress=args.progress,
     )
 
 
@@ -151,4 +154,5 @@ def _run_capacity(args: argparse.Namespace) -> int:
         quiet=args.quiet,
         fleet=args.fleet,
         traffic=traffic_of(args),
+        progress=args.progress,
     )

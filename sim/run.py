@@ -84,6 +84,7 @@ CAPACITY_COLUMNS = (
     ("goodput_at_1_2x_rps", "goodput 1.2x", "{:.2f}"),
     ("goodput_at_1_5x_rps", "goodput 1.5x", "{:.2f}"),
 )
+LIMITED_BY = ("limited_by", "limited by (model)", "{}")
 
 
 def run_capacity(
@@ -96,6 +97,7 @@ def run_capacity(
     quiet: bool,
     fleet: str | None = None,
     traffic: Traffic | None = None,
+    progress: str = "auto",
 ) -> int:
     from gpuroute.sim.capacity import CapacitySearch, plot_capacity
 
@@ -110,20 +112,22 @@ def run_capacity(
         base = FleetSimulator(loaded)
     except TraceError as exc:
         raise ConfigError(f"{loaded.source}: workload.trace: {exc}") from None
-    with progress_bar(quiet=quiet) as progress:  # a bar per policy, a step per load tried
+    # a bar (or lines) per policy, a step per load tried
+    with progress_bar(quiet=quiet, mode=progress) as shown:
         results = []
         for name in names:
-            task = progress.add_task(name, total=CapacitySearch.MOST_RUNS)
-            done = functools.partial(progress.advance, task)
+            task = shown.add_task(f"capacity {name}", total=CapacitySearch.MOST_RUNS)
+            done = functools.partial(shown.advance, task)
             results.append(CapacitySearch(base, name, attainment, on_run=done).result())
     scenario = loaded.scenario
     if not quiet:
+        several = any(r.by_model_at_capacity for r in results)  # models: name what limits
         print_table(
             stdout_console(),
             f"{scenario.name}: SLO capacity at {attainment:.0%} attainment "
             f"(nominal {results[0].nominal_capacity_rps:.1f} req/s)",
-            [r.to_dict() for r in results],
-            CAPACITY_COLUMNS,
+            [r.to_dict() | {"limited_by": ", ".join(r.limited_by) or "-"} for r in results],
+            CAPACITY_COLUMNS + ((LIMITED_BY,) if several else ()),
         )
         print_models([(r.policy, r.by_model_at_capacity) for r in results], "at capacity")
     if json_out:
@@ -141,6 +145,7 @@ def run_sim(
     quiet: bool,
     fleet: str | None = None,
     traffic: Traffic | None = None,
+    progress: str = "auto",
 ) -> int:
     err = Console(stderr=True)
     loaded = resolve_scenario(scenario_path, fleet, traffic)
@@ -160,11 +165,11 @@ def run_sim(
             f"({', '.join(group_label(g, scenario.workload.model) for g in scenario.gpus)})"
         )
     reports = []
-    with progress_bar(quiet=quiet, console=err) as progress:
+    with progress_bar(quiet=quiet, console=err, mode=progress) as shown:
         for name in names:
-            task = progress.add_task(name, total=len(simulator.workload))
+            task = shown.add_task(name, total=len(simulator.workload))
             reports.append(
-                simulator.run(name, lambda done, t=task: progress.update(t, completed=done))
+                simulator.run(name, lambda done, t=task: shown.update(t, completed=done))
             )
     rows = [r.to_dict() for r in reports]
     if not quiet:

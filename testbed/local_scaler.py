@@ -249,13 +249,13 @@ class LocalFleet:
             model=s.shape, served_name=served,
         )  # fmt: skip
         host.engine = engine
-        wait_http(engine.url + "/health", 30, engine.proc, f"{host.id}'s engine")
+        wait_http(engine.url + "/health", 30, engine, f"{host.id}'s engine")
         host.admin_port = free_port()
         config = s.workdir / f"{host.id}.toml"
         config.write_text(self._agent_toml(host, engine.url, standby))
         cmd = [sys.executable, "-m", "gpuroute.cli", "agent", "--config", str(config)]
         host.agent = spawn(host.id, cmd, s.workdir, host.admin_port)
-        wait_http(host.admin_url + "/healthz", 30, host.agent.proc, f"{host.id}'s agent")
+        wait_http(host.admin_url + "/healthz", 30, host.agent, f"{host.id}'s agent")
 
     def _agent_toml(self, host: LocalHost, engine_url: str, standby: bool) -> str:
         s = self.settings

@@ -27,16 +27,19 @@ class StartError(RuntimeError):
 def wait_http(
     url: str,
     timeout: float,
-    proc: subprocess.Popen,
+    child: Child | subprocess.Popen,
     what: str,
     context: ssl.SSLContext | None = None,
 ) -> None:
-    """Poll `url` until it answers 200; fail if the process exits or time runs out.
-    `context`: for an https URL, whom to trust."""
+    """Poll `url` until it answers 200; fail if the process exits or time runs out, saying
+    why with the tail of its log when it is a Child. `context`: for an https URL, whom to
+    trust."""
+    proc = child.proc if isinstance(child, Child) else child
     deadline = time.monotonic() + timeout
     while True:
         if proc.poll() is not None:
-            raise StartError(f"{what} exited with status {proc.returncode} while starting")
+            said = log_tail(child.log) if isinstance(child, Child) else ""
+            raise StartError(f"{what} exited with status {proc.returncode} while starting" + said)
         try:
             with urllib.request.urlopen(url, timeout=1, context=context) as response:
                 if response.status == 200:
@@ -46,6 +49,18 @@ def wait_http(
         if time.monotonic() > deadline:
             raise StartError(f"{what} did not answer {url} within {timeout:.0f} s")
         time.sleep(0.05)
+
+
+def log_tail(log: Path, lines: int = 20) -> str:
+    """The last lines of a child's log, to follow an error message ("" when it has none)."""
+    try:
+        text = log.read_text(errors="replace").strip()
+    except OSError:
+        return ""
+    if not text:
+        return ""
+    tail = "\n".join(text.splitlines()[-lines:])
+    return f"; the last lines of its log ({log}):\n{tail}"
 
 
 @dataclass

@@ -201,7 +201,7 @@ def start_vllm(workdir: Path, options: VllmOptions | None = None, timeout: float
     cmd = vllm_command(python, model, port, o)
     child = spawn(name, cmd, workdir, port, cpu=o.cpu, env=env, group=True)
     try:
-        wait_http(child.url + "/v1/models", timeout, child.proc, "vLLM")
+        wait_http(child.url + "/v1/models", timeout, child, "vLLM")
     except Exception as exc:
         child.kill()
         tail = child.log.read_text(errors="replace")[-3000:]

@@ -1,25 +1,57 @@
-"""Progress on long commands (issue 34, item 6): a bar on a terminal, none with `--quiet` or
-when stderr is a file or a pipe; `capacity` steps once per load it runs, `bench live` and
-`bench real` once per request."""
+"""Progress on long commands (issue 34, item 6; issue 45, item 7): a bar on a terminal,
+plain lines when stderr is a file or a pipe, none with `--quiet`; `capacity` steps once per
+load it runs, `plan` once per simulator run, `bench live` and `bench real` once per
+request."""
 
 from __future__ import annotations
 
 import io
 from types import SimpleNamespace
 
+import pytest
 from rich.console import Console
+from rich.progress import Progress
 
-from gpuroute.console.progress import progress_bar
+from gpuroute.console.progress import PLAIN_EVERY_S, PlainProgress, progress_bar
 
 
 def terminal() -> Console:
     return Console(file=io.StringIO(), force_terminal=True, width=100)
 
 
-def test_a_bar_only_for_a_person_at_a_terminal() -> None:
+def test_a_bar_for_a_person_at_a_terminal_and_lines_for_a_log() -> None:
+    assert isinstance(progress_bar(console=terminal()), Progress)
     assert not progress_bar(console=terminal()).disable
     assert progress_bar(quiet=True, console=terminal()).disable
-    assert progress_bar(console=Console(file=io.StringIO())).disable  # a file, a pipe, CI
+    piped = Console(file=io.StringIO())  # a file, a pipe, CI
+    assert isinstance(progress_bar(console=piped), PlainProgress)
+    assert progress_bar(quiet=True, console=piped).disable
+    assert progress_bar(console=terminal(), mode="none").disable
+    assert isinstance(progress_bar(console=terminal(), mode="plain"), PlainProgress)
+    with pytest.raises(ValueError, match="progress mode 'loud'"):
+        progress_bar(mode="loud")
+
+
+def test_plain_progress_says_a_line_at_the_start_every_few_seconds_and_at_the_end() -> None:
+    out, now = io.StringIO(), [100.0]
+    with PlainProgress(Console(file=out, width=200), clock=lambda: now[0]) as shown:
+        task = shown.add_task("capacity slo_aware", total=14)
+        shown.advance(task)
+        now[0] += PLAIN_EVERY_S - 1  # too soon for a line
+        shown.advance(task)
+        now[0] += 1
+        shown.advance(task)  # 5 s since the last: a line
+        shown.update(task, completed=14)  # done: a line at once
+        other = shown.add_task("plan: simulator runs")  # no total
+        now[0] += 2
+        shown.advance(other)
+    assert out.getvalue().splitlines() == [
+        "capacity slo_aware: started, 14 to do",
+        "capacity slo_aware: 3 of 14, 5 s",
+        "capacity slo_aware: 14 of 14, 5 s, done",
+        "plan: simulator runs: started",
+        "plan: simulator runs: 1, 2 s",  # where it stopped, when the block ends
+    ]
 
 
 def test_capacity_steps_once_per_load_it_runs() -> None:
@@ -76,5 +108,7 @@ def test_the_commands_take_quiet() -> None:
     from gpuroute.cli import build_parser
 
     parser = build_parser()
-    for command in (["capacity"], ["bench", "live"], ["bench", "real"], ["sim"]):
+    for command in (["capacity"], ["bench", "live"], ["bench", "real"], ["sim"], ["plan"]):
         assert parser.parse_args([*command, "--quiet"]).quiet, command
+        assert parser.parse_args(command).progress == "auto", command
+        assert parser.parse_args([*command, "--progress", "plain"]).progress == "plain"
