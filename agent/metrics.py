@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
+from gpuroute.process_metrics import register_process_metrics
+
 
 class AgentMetrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry(auto_describe=False)
+        register_process_metrics(r, "agent")
         self.health = Gauge(
             "gpuroute_agent_health", "1 for the current health state.", ["state"], registry=r
         )

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from gpuroute.process_metrics import register_process_metrics
+
 
 class GlobalMetrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
+        register_process_metrics(r, "global")
         self.requests = Counter(
             "gpuroute_global_requests", "Requests by region served and reason.",
             ["region", "reason"], registry=r,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +73,11 @@ class Operator:
         quotas: Quotas,
         usage: UsageRecords,
         path: Path | str | None = None,
+        count_reload: Callable[[str, str], None] = lambda _outcome, _via: None,
     ) -> None:
+        """`count_reload(outcome, via)`: counts each reload, however it was asked for."""
         self.router = router
+        self.count_reload = count_reload
         self.keys = KeyStore(router, redis, quotas)
         self.reloader = Reloader(router, path, on_keys=self.keys.apply)
         self._signalled: set[asyncio.Task] = set()
@@ -84,6 +88,7 @@ class Operator:
         app.router.add_get("/admin/config", self.config)
         app.router.add_post("/admin/backends", self.add_backend)
         app.router.add_post("/admin/backends/{id}/drain", self.drain_backend)
+        app.router.add_post("/admin/backends/{id}/undrain", self.undrain_backend)
         app.router.add_delete("/admin/backends/{id}", self.remove_backend)
         app.router.add_get("/admin/keys", self.list_keys)
         app.router.add_post("/admin/keys", self.add_key)
@@ -106,17 +111,26 @@ class Operator:
         task.add_done_callback(self._signalled.discard)
 
     async def _reload_logged(self) -> None:
+        await self._reload("signal", "SIGHUP")
+
+    async def reload(self, request: web.Request) -> web.Response:
+        done = await self._reload("http", f"POST /admin/reload from {request.remote}")
+        if isinstance(done, ConfigError):
+            return error_response(400, clip(str(done), 2000), code="reload_refused")
+        return web.json_response(done)
+
+    async def _reload(self, via: str, asked: str) -> dict | ConfigError:
+        """A reload, logged and counted however it was asked for: what it applied, or why
+        it was refused (the running config stays)."""
         try:
             done = await self.reloader.reload()
-            log.info("SIGHUP: reloaded %s", done["reloaded"])
         except ConfigError as exc:
-            log.error("SIGHUP: reload refused, the running config stays: %s", exc)
-
-    async def reload(self, _request: web.Request) -> web.Response:
-        try:
-            return web.json_response(await self.reloader.reload())
-        except ConfigError as exc:
-            return error_response(400, clip(str(exc), 2000), code="reload_refused")
+            log.error("%s: reload refused, the running config stays: %s", asked, exc)
+            self.count_reload("refused", via)
+            return exc
+        log.info("%s: reloaded %s", asked, done["reloaded"])
+        self.count_reload("applied", via)
+        return done
 
     async def config(self, _request: web.Request) -> web.Response:
         body = redacted(self.router.config.model_dump(mode="json"))
@@ -134,6 +148,22 @@ class Operator:
 
     async def drain_backend(self, request: web.Request) -> web.Response:
         return self._drain(request.match_info["id"], remove=False)
+
+    async def undrain_backend(self, request: web.Request) -> web.Response:
+        """Back into rotation after `drain` (a drain survives reloads until this)."""
+        backend_id = request.match_info["id"]
+        try:
+            self.reloader.undrain(backend_id)
+        except KeyError:
+            message = (
+                f"no static backend {clip(backend_id)!r} to undrain (one being removed is "
+                "added again with POST /admin/backends; discovered ones undrain via agents)"
+            )
+            return error_response(404, message, code="backend_not_found")
+        backend = self.router.scheduler.backends.get(backend_id)
+        return web.json_response(
+            {"id": backend_id, "state": backend.state.value, "in_flight": backend.in_flight}
+        )
 
     async def remove_backend(self, request: web.Request) -> web.Response:
         return self._drain(request.match_info["id"], remove=True)

@@ -60,7 +60,9 @@ def register(sub) -> None:
         "config", "the effective config, secrets redacted (JSON)",
         lambda _: ("GET", "/admin/config", None), show.as_json,
     )  # fmt: skip
-    _register_backends(commands.group("backends", help="list, add, drain, remove backends"))
+    _register_backends(
+        commands.group("backends", help="list, add, drain, undrain, remove backends")
+    )
     _register_keys(commands.group("keys", help="list, add, revoke API keys"))
     _register_splits(commands.group("splits", help="each model's split; set one's weights"))
     admin.set_defaults(run=_run)
@@ -101,18 +103,19 @@ def _register_backends(commands: _Commands) -> None:
         add.add_argument("--pipeline-parallel", type=int, metavar="N"),
         add.add_argument("--lora-adapters", nargs="+", metavar="MODEL", help="which of --models"),
     )
-    for name, action, remove in (
-        ("drain", "nothing new to it; its requests finish", False),
-        ("remove", "drain it, then drop it once idle", True),
+    for name, action in (
+        ("drain", "nothing new to it; its requests finish (kept across reloads)"),
+        ("undrain", "back into rotation after a drain, warming"),
+        ("remove", "drain it, then drop it once idle"),
     ):
-        one = commands.leaf(name, action, _drain(remove), show.drained)
+        one = commands.leaf(name, action, _on_backend(name), show.drained)
         one.add_argument("backend_id", metavar="ID", help="a static backend's id")
 
 
-def _drain(remove: bool) -> Callable[[argparse.Namespace], Call]:
+def _on_backend(action: str) -> Callable[[argparse.Namespace], Call]:
     def request(args: argparse.Namespace) -> Call:
         path = f"/admin/backends/{quote(args.backend_id, safe='')}"
-        return ("DELETE", path, None) if remove else ("POST", path + "/drain", None)
+        return ("DELETE", path, None) if action == "remove" else ("POST", f"{path}/{action}", None)
 
     return request
 

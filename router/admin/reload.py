@@ -220,6 +220,26 @@ class Reloader:
             self._drains.add(task)
             task.add_done_callback(self._drains.discard)
 
+    def undrain(self, backend_id: str) -> None:
+        """An operator's drain undone: back in rotation through slow start (or ejected, when
+        its breaker or an ejection holds it out meanwhile). A backend being removed stays
+        removed (KeyError: add it again); one not draining is left as it is."""
+        r = self.router
+        if backend_id not in self.static or backend_id in self.draining:
+            raise KeyError(backend_id)
+        backend = r.scheduler.backends.get(backend_id)
+        if backend.state is not BackendState.DRAINING:
+            return
+        health = r.scheduler.health
+        held = not health.breaker(backend_id).allows_traffic() or health.outliers.is_ejected(
+            backend_id
+        )
+        state, why = (
+            (BackendState.EJECTED, "held out by its health") if held
+            else (BackendState.WARMING, "undrained by the operator")
+        )  # fmt: skip
+        r.scheduler.backends.set_state(backend, state, r.clock(), why)
+
     async def _finish(self, backend_id: str) -> None:
         backends = self.router.scheduler.backends
         while backend_id in self.draining and backends.get(backend_id).in_flight > 0:

@@ -95,6 +95,17 @@ class AdmissionConfig(StrictModel):
         return self
 
 
+class HealthCheckConfig(StrictModel):
+    """Active health checks of the backends no agent vouches for (`[[backends]]` and those
+    the admin API adds): `health_check_path` every `interval_s`. `failures_out` failed in a
+    row trip the backend's breaker (out of rotation); it comes back as the breaker does,
+    `breaker.probes_to_close` passing checks once one check passes again."""
+
+    interval_s: float = Field(default=2.0, ge=0, le=3600)  # 0: no active checks
+    timeout_s: float = Field(default=1.0, gt=0, le=60)
+    failures_out: int = Field(default=3, ge=1, le=100)
+
+
 class BreakerConfig(StrictModel):
     failure_threshold: int = Field(default=5, ge=1)
     cooldown_s: float = Field(default=5.0, gt=0)
@@ -257,7 +268,8 @@ class RouterConfig(AdminAccess, DeclaresGpuTypes):
     # decisions, holds, refusals and failed attempts kept for /admin/explain (0: none)
     decision_log_keep: int = Field(default=2000, ge=0, le=1_000_000)
     tick_s: float = Field(default=0.5, gt=0)
-    health_check_path: str = "/health"  # probed while a backend's breaker is half-open
+    health_check_path: str = "/health"  # active checks, and probes of a half-open breaker
+    health: HealthCheckConfig = HealthCheckConfig()
     limits: LimitsConfig = LimitsConfig()
     retry: RetryConfig = RetryConfig()
     admission: AdmissionConfig = AdmissionConfig()

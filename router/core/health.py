@@ -44,6 +44,7 @@ class BackendHealth:
         # requests never go there; without (the simulator), one real request is the probe.
         self.active_probes = active_probes
         self.half_open: set[str] = set()
+        self._failed_checks: dict[str, int] = {}  # active checks failed in a row
 
     def breaker(self, backend_id: str) -> CircuitBreaker:
         breaker = self._breakers.get(backend_id)
@@ -78,6 +79,30 @@ class BackendHealth:
         if ejection is not None:
             events.ejections.append(ejection)
             self._apply_ejection(backend, ejection, now)
+        return events
+
+    def checked(self, backend: Backend, ok: bool, now: float, failures_out: int) -> HealthEvents:
+        """An active health check's verdict: `failures_out` failed in a row trip a closed
+        breaker (as a refused connection does), so the backend leaves rotation before a
+        request finds it dead; once checks tripped it, the first pass ends its cooldown and
+        the half-open probes decide the way back (a breaker that requests tripped keeps its
+        own cooldown: an engine can pass /health and fail every request). Checks never
+        count in outlier statistics."""
+        events = HealthEvents()
+        breaker = self.breaker(backend.backend_id)
+        if ok:
+            tripped = self._failed_checks.pop(backend.backend_id, 0) >= failures_out
+            transition = breaker.vouched(now) if tripped else None
+        else:
+            failed = self._failed_checks.get(backend.backend_id, 0) + 1
+            self._failed_checks[backend.backend_id] = failed
+            closed = breaker.state is BreakerState.CLOSED
+            transition = (
+                breaker.on_failure(now, fatal=True) if closed and failed >= failures_out else None
+            )
+        if transition is not None:
+            events.breaker.append((backend.backend_id, transition))
+            self._apply_breaker(backend, transition, now)
         return events
 
     def vouched(self, backend: Backend, now: float) -> HealthEvents:

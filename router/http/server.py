@@ -117,14 +117,14 @@ class RouterApp:
         # a predicting policy's misses are held (router/core/placement.py asks the scheduler
         # per request); every policy's attainment is counted
         self.slo = SloGate(config.slo, self.metrics, clock, on_hold=self.autoscaler.held)
-        self.decisions = DecisionLog(
-            config.decision_log_sample, config.policy, keep=config.decision_log_keep
-        )
+        self.decisions = DecisionLog(config.decision_log_sample, config.policy,
+                                     keep=config.decision_log_keep)  # fmt: skip
         self.forwarder = self._forwarder(config, rng or random.Random(), roster.urls)
         self.front = self._front(config)
         self.proxy = Proxy(self.front, self.forwarder, self.metrics, clock=clock)
         self.draining, self._ticker = False, None
-        self.probes = HealthProbes(config, scheduler, self.forwarder, clock)
+        self.probes = HealthProbes(lambda: self.config, scheduler, self.forwarder, clock,
+                                   self._vouched_for)  # fmt: skip
         self._region_server = None
         self.shared_load = self._shared_load(config, rates)
         self.running = Running(config, scheduler, book, self.routes, self.slo, self.autoscaler,
@@ -132,7 +132,7 @@ class RouterApp:
                                port_given=role is not None)  # fmt: skip
         self.operator = Operator(  # reload, backends, keys, usage (router/admin/api.py)
             self.running, redis=self.redis, quotas=self.front.tenants.quotas,
-            usage=self.usage, path=path,
+            usage=self.usage, path=path, count_reload=self.metrics.count_reload,
         )  # fmt: skip
         self.registration: RouterRegistration | None = None
         self.region_port: int | None = None
@@ -144,6 +144,10 @@ class RouterApp:
     def config(self) -> RouterConfig:
         """The file in force (a reload replaces it)."""
         return self.running.config
+
+    def _vouched_for(self, backend_id: str) -> bool:
+        """An agent reports this backend's health through Consul: no checks of our own."""
+        return self.membership is not None and backend_id in self.membership.members
 
     def _lost(self, backend_id: str) -> bool:
         return self.membership is not None and self.membership.lost(backend_id)

@@ -22,6 +22,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics import MetricWrapperBase
 
+from gpuroute.process_metrics import register_process_metrics
+
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
 DECISION_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3)
 TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1)
@@ -275,6 +277,7 @@ class RouterMetrics:
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.deferrals = Deferrals()  # first: flushed before any metric is collected
         r.register(self.deferrals)
+        register_process_metrics(r, "router")
         self._request_latencies(r)
         self.decision = Histogram(
             "gpuroute_decision_seconds",
@@ -355,6 +358,12 @@ class RouterMetrics:
         self.membership_stale = Gauge(
             "gpuroute_membership_stale",
             "1 while Consul cannot be reached: routing on the last known backend set.",
+            registry=r,
+        )
+        self.reloads = Counter(
+            "gpuroute_config_reloads",
+            "Config reloads asked for, by outcome (applied, refused) and how (http, signal).",
+            ["outcome", "via"],
             registry=r,
         )
         self.membership_changes = Counter(
@@ -485,6 +494,9 @@ class RouterMetrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
             registry=r,
         )
+
+    def count_reload(self, outcome: str, via: str) -> None:
+        self.reloads.labels(outcome, via).inc()
 
     def _request_latencies(self, r: CollectorRegistry) -> None:
         """What each answered request is counted and timed in, by route and model."""

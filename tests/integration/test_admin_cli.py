@@ -174,6 +174,9 @@ def test_a_backend_added_serves_then_drains_and_goes(fleet: Fleet) -> None:
     rows = {row["id"]: row for row in listed(fleet, "backends")["backends"]}
     assert rows["extra"]["state"] == "draining"
     assert ask(fleet, model=OTHER)[0] == 503  # its only backend takes nothing new
+    undrained = fleet.cli("backends", "undrain", "extra")
+    assert undrained.stdout == "extra: warming, 0 in flight\n", undrained.stderr
+    assert ask(fleet, model=OTHER) == (200, "extra")  # back in rotation
 
     removed = fleet.cli("backends", "remove", "extra")
     assert removed.stdout == "extra: removing, 0 in flight, dropped once idle\n", removed.stderr
@@ -184,10 +187,28 @@ def test_a_backend_added_serves_then_drains_and_goes(fleet: Fleet) -> None:
     again = fleet.cli("backends", "remove", "extra")
     assert again.returncode == 1
     assert again.stderr.startswith("gpuroute admin backends remove: 404: no static backend")
+    gone = fleet.cli("backends", "undrain", "extra")
+    assert gone.returncode == 1 and "404: no static backend 'extra' to undrain" in gone.stderr
     bad = fleet.cli(
         "backends", "add", "--url", fleet.other_engine, "--gpu", "Z9", "--models", OTHER
     )
     assert bad.returncode == 1 and "400: " in bad.stderr and "Z9" in bad.stderr
+
+
+def test_an_operators_drain_survives_a_reload_until_undrained(fleet: Fleet) -> None:
+    """The file decides which backends exist; a drain asked for at run time is the
+    operator's and stays through reloads (one for a key or a policy must not put a host
+    under maintenance back into rotation) until `undrain`."""
+    (file_backend,) = [row["id"] for row in listed(fleet, "backends")["backends"]]
+    assert fleet.cli("backends", "drain", file_backend).returncode == 0
+    assert ask(fleet)[0] == 503
+    assert fleet.cli("reload").returncode == 0
+    rows = {row["id"]: row for row in listed(fleet, "backends")["backends"]}
+    assert rows[file_backend]["state"] == "draining"  # kept through the reload
+    assert ask(fleet)[0] == 503
+    undrained = fleet.cli("backends", "undrain", file_backend)
+    assert undrained.returncode == 0, undrained.stderr
+    assert ask(fleet) == (200, file_backend)
 
 
 def test_a_key_added_is_let_in_and_refused_once_revoked(fleet: Fleet, tmp_path) -> None:

@@ -11,7 +11,7 @@ import hashlib
 
 import aiohttp
 import pytest
-from support.live import chat_body, fake_engines, router_server, router_toml
+from support.live import chat_body, counter, fake_engines, router_server, router_toml
 
 pytestmark = pytest.mark.asyncio
 STREAMS = 200
@@ -83,7 +83,9 @@ async def test_reload_under_200_streams_fails_none_and_applies_the_new_config(tm
                 assert old_id not in app.scheduler.backends
 
 
-async def test_a_bad_file_or_a_restart_key_is_refused_and_the_old_config_runs_on(tmp_path) -> None:
+async def test_a_bad_file_or_a_restart_key_is_refused_and_the_old_config_runs_on(
+    tmp_path, caplog
+) -> None:
     with fake_engines(("L4", 1.0)) as (engine,):
         first = config([engine.url], policy="round_robin", keys=[KEY1])
         async with router_server(first, tmp_path) as server:
@@ -109,6 +111,15 @@ async def test_a_bad_file_or_a_restart_key_is_refused_and_the_old_config_runs_on
                     assert app.scheduler.policy.name == "round_robin"
                     assert (await served_by(s, url, KEY1))[0] == 200  # the old keys
                     assert (await served_by(s, url, KEY2))[0] == 401
+            # each refusal logged (who asked, why) and counted
+            refused = [r for r in caplog.records if "reload refused" in r.getMessage()]
+            assert len(refused) == len(bad)
+            assert all(r.getMessage().startswith("POST /admin/reload from 127.0.0.1: ")
+                       for r in refused)  # fmt: skip
+            assert counter(app, "gpuroute_config_reloads", outcome="refused", via="http") == len(
+                bad
+            )
+            assert counter(app, "gpuroute_config_reloads", outcome="applied", via="http") == 0
 
 
 async def test_static_backends_are_added_drained_and_removed_through_the_api(tmp_path) -> None:

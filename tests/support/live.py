@@ -282,6 +282,12 @@ async def router_replicas(config_text: str, tmp_dir, count: int = 2):
         yield servers
 
 
+async def healthy(_request) -> object:
+    from aiohttp import web
+
+    return web.Response()
+
+
 @contextlib.asynccontextmanager
 async def scripted_backend(handler):
     """An in-process aiohttp server whose every POST is answered by `handler`."""
@@ -290,6 +296,7 @@ async def scripted_backend(handler):
     app = web.Application()
     # a callable object's bound __call__ is the coroutine function aiohttp wants
     coroutine = handler if inspect.iscoroutinefunction(handler) else handler.__call__
+    app.router.add_get("/health", healthy)  # as an engine answers the router's checks
     app.router.add_route("*", "/{tail:.*}", coroutine)
     runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1)
     await runner.setup()

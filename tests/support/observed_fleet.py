@@ -60,6 +60,8 @@ def eu_west_toml(port: int, report: int, dead: list[str]) -> str:
     return (
         region_toml("eu-west", port, report)
         + "[retry]\nmax_attempts = 2\n[breaker]\nfailure_threshold = 1\ncooldown_s = 0.5\n"
+        # no active checks: traffic finds the dead engines, so the failure panels have data
+        + "[health]\ninterval_s = 0\n"
         + auth_toml()
         + "".join(
             f'[[backends]]\nid = "eu-dead-{i}"\nurl = "{url}"\ngpu = "L4"\nmodels = ["{MODEL}"]\n'
@@ -146,7 +148,7 @@ class ObservedFleet:
         cmd = [sys.executable, "-m", "gpuroute.cli", command, "--config", f"{name}.toml"]
         child = spawn(name, cmd, self.workdir, port)
         self.children.append(child)
-        wait_http(f"http://127.0.0.1:{port}{ready}", 60, child.proc, name)
+        wait_http(f"http://127.0.0.1:{port}{ready}", 60, child, name)
 
     def _start_prometheus(self) -> None:
         port = free_port()
@@ -160,7 +162,7 @@ class ObservedFleet:
         child = spawn("prometheus", cmd, self.workdir, port)
         self.children.append(child)
         self.prometheus_url = f"http://127.0.0.1:{port}"
-        wait_http(self.prometheus_url + "/-/ready", 30, child.proc, "prometheus")
+        wait_http(self.prometheus_url + "/-/ready", 30, child, "prometheus")
 
     def api(self, path: str, **params: str) -> dict:
         """One call to Prometheus' HTTP API; its `data`."""

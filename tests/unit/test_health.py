@@ -131,3 +131,39 @@ def test_vouching_for_a_closed_or_half_open_breaker_changes_nothing() -> None:
     scheduler.tick(7.0)
     assert not health.vouched(pool[0], 7.5).breaker
     assert health.breaker(pool[0].backend_id).state.value == "half_open"
+
+
+def test_failed_checks_in_a_row_trip_the_breaker_and_a_pass_starts_the_way_back() -> None:
+    pool, _backend_set, scheduler = make()
+    health, dead = scheduler.health, pool[0]
+    health.checked(dead, False, 0.0, failures_out=3)
+    health.checked(dead, True, 0.5, failures_out=3)  # a pass resets the run
+    health.checked(dead, False, 1.0, failures_out=3)
+    events = health.checked(dead, False, 1.5, failures_out=3)
+    assert dead.state is BackendState.READY and events.breaker == []
+    events = health.checked(dead, False, 2.0, failures_out=3)  # the third in a row
+    assert dead.state is BackendState.EJECTED and dead.reason == "breaker open"
+    assert [t.after.value for _, t in events.breaker] == ["open"]
+    health.checked(dead, False, 2.5, failures_out=3)  # open: more failures change nothing
+    assert health.breaker(dead.backend_id).state.value == "open"
+    # the first pass ends the cooldown (5 s) at once; the half-open probes close it
+    events = health.checked(dead, True, 3.0, failures_out=3)
+    assert [t.after.value for _, t in events.breaker] == ["half_open"]
+    assert dead.state is BackendState.WARMING and dead.backend_id in health.half_open
+    health.record(dead, True, 3.2)
+    health.record(dead, True, 3.4)
+    assert health.breaker(dead.backend_id).state.value == "closed"
+
+
+def test_a_pass_leaves_a_breaker_that_requests_tripped_to_its_own_cooldown() -> None:
+    """An engine can answer /health and fail every request: its breaker's cooldown (and
+    its doubling) stands, the checks passing or not."""
+    pool, _backend_set, scheduler = make()
+    health, failing = scheduler.health, pool[1]
+    for t in range(3):
+        health.record(failing, False, float(t))
+    assert health.breaker(failing.backend_id).state.value == "open"
+    events = health.checked(failing, True, 3.0, failures_out=3)
+    assert events.breaker == [] and failing.state is BackendState.EJECTED
+    # and checks count nowhere in the outlier statistics
+    assert not health.outliers.is_ejected(failing.backend_id)

@@ -5,6 +5,7 @@ what the request path counted."""
 from __future__ import annotations
 
 import math
+import platform
 import random
 
 from gpuroute.router.observe.metrics import LATENCY_BUCKETS, Deferrals, Deferred, RouterMetrics
@@ -84,3 +85,24 @@ def test_counts_wait_no_longer_than_the_next_read_and_stay_bounded() -> None:
     for _ in range(Deferred.FLUSH_AT):
         metrics.decision_timing.observe(1e-4)
     assert metrics.decision_timing.values == []  # handed over without a read
+
+
+def test_every_tier_exports_its_build_and_process_and_no_created_series() -> None:
+    from gpuroute.agent.metrics import AgentMetrics
+    from gpuroute.global_.metrics import GlobalMetrics
+
+    from gpuroute.process_metrics import gpuroute_version
+
+    for tier, registry in (
+        ("router", RouterMetrics().registry),
+        ("global", GlobalMetrics().registry),
+        ("agent", AgentMetrics().registry),
+    ):
+        names = {s.name for family in registry.collect() for s in family.samples}
+        info = registry.get_sample_value(
+            "gpuroute_build_info",
+            {"version": gpuroute_version(), "python": platform.python_version(), "tier": tier},
+        )
+        assert info == 1.0, tier
+        assert {"process_cpu_seconds_total", "process_resident_memory_bytes"} <= names, tier
+        assert not [n for n in names if n.endswith("_created")], tier
