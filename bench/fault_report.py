@@ -18,17 +18,20 @@ FAIR_WINDOW_S = 20.0
 
 def read_events(log: Path) -> list[dict]:
     """The decision-log entries in a router's log, in either format (gpuroute/logs.py): a
-    text line ends with the entry; a JSON line holds it as its message."""
+    JSON line holds the entry as its `decision` field; a text line ends with
+    `decision=` and the entry as JSON."""
     events = []
     for line in log.read_text(errors="replace").splitlines():
-        start = line.find("{")
-        if "gpuroute.decisions" in line and start >= 0:
-            try:
-                event = json.loads(line[start:])
-                if event.get("logger") == "gpuroute.decisions":
-                    event = json.loads(event["message"])
-            except (ValueError, KeyError, TypeError):
-                continue
+        if "gpuroute.decisions" not in line:
+            continue
+        try:
+            if line.startswith("{"):
+                event = json.loads(line).get("decision")
+            else:
+                event = json.loads(line[line.index(" decision={") + len(" decision=") :])
+        except ValueError:
+            continue
+        if isinstance(event, dict):
             events.append(event)
     return events
 

@@ -34,9 +34,11 @@ def install_access_log(
     routes: Collection[str],
     log: AccessLog | None = None,
     clock: Callable[[], float] = time.monotonic,
+    answered: Callable[[str, int, float, str | None], None] = lambda *_: None,
 ) -> None:
     """One line per answered request on `routes`, with its first byte's time (when its
-    headers went out: a stream's first chunk, a whole answer's only one)."""
+    headers went out: a stream's first chunk, a whole answer's only one); `answered(route,
+    status, seconds, region)` counts each (the tier's metrics)."""
     log = log if log is not None else AccessLog(config)
     paths = frozenset(routes)
 
@@ -64,9 +66,12 @@ def install_access_log(
             status = 500
             raise
         finally:
+            elapsed = clock() - arrival
+            region = response.headers.get(REGION_HEADER) if response is not None else None
+            answered(request.path, status, elapsed, region)
             rate = log.sample()
             if rate is not None:
-                log.write(fields(request, response, status, clock() - arrival, rate))
+                log.write(fields(request, response, status, elapsed, rate))
 
     app.middlewares.append(access)
     app.on_response_prepare.append(first_byte)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from gpuroute.process_metrics import register_process_metrics
+from gpuroute.process_metrics import LATENCY_BUCKETS, register_process_metrics
 
 
 class GlobalMetrics:
@@ -27,6 +27,17 @@ class GlobalMetrics:
             "no_backend, region_unavailable.",
             ["reason"], registry=r,
         )  # fmt: skip
+        self.answers = Counter(
+            "gpuroute_global_responses",
+            "Answers on the API routes, by route, status code and the region that answered "
+            "(none: the tier answered itself).",
+            ["route", "code", "region"], registry=r,
+        )  # fmt: skip
+        self.duration = Histogram(
+            "gpuroute_global_request_duration_seconds",
+            "Arrival to last byte on the API routes, by route.",
+            ["route"], buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
         self.retries = Counter(
             "gpuroute_global_cross_region_retries", "Attempts moved to another region.",
             ["from_region", "to_region"], registry=r,
@@ -46,3 +57,7 @@ class GlobalMetrics:
             "ended with the error event and why not (n, seed, no_region, ...).",
             ["reason", "outcome"], registry=r,
         )  # fmt: skip
+
+    def answered(self, route: str, status: int, elapsed: float, region: str | None) -> None:
+        self.answers.labels(route, str(status), region or "none").inc()
+        self.duration.labels(route).observe(elapsed)

@@ -14,7 +14,6 @@ import random
 import time
 from collections.abc import Mapping
 
-import orjson
 from aiohttp import web
 from gpuroute.global_.access import ASKED, install_access_log
 from gpuroute.global_.client import ClientLocator
@@ -34,6 +33,7 @@ from gpuroute.admin_guard import admin_guards
 from gpuroute.anthropic_errors import ANTHROPIC_ROUTES, anthropic_errors
 from gpuroute.auth import AuthError, client_key, key_digest
 from gpuroute.headers import FORWARDED_FOR, interpreted
+from gpuroute.logs import log_entry
 from gpuroute.openai_api import (
     API_ROUTES,
     Rejection,
@@ -112,7 +112,9 @@ class GlobalApp:
         if self.config.admin_on_public_listener:
             self.add_admin_routes(app)
         app.router.add_route("*", "/{tail:.*}", not_found)
-        install_access_log(app, self.config.access_log, API_ROUTES)  # global/access.py
+        install_access_log(  # global/access.py
+            app, self.config.access_log, API_ROUTES, answered=self.metrics.answered
+        )
         install(app, self.config.tracing, "gpuroute-global")  # request ids, trace context
         app.on_startup.append(self._startup)
         app.on_cleanup.append(self._cleanup)
@@ -253,16 +255,13 @@ class GlobalApp:
         asked = GlobalRequest(model, allowed, place.location, headers.get(REGION_HEADER))
         decision = self.policy.decide(asked, self.feeds.views, self.rng)
         if self.rng.random() < self.config.decision_log_sample:
-            decision_log.info(
-                orjson.dumps(
-                    {
-                        "ts": time.time(), "client": place.address, "country": place.country,
-                        "unplaced": place.why_unplaced, "model": model,
-                        "allowed": sorted(allowed.jurisdictions), "rules": list(allowed.rules),
-                        "order": list(decision.order), "reason": decision.reason,
-                    }
-                ).decode()
-            )  # fmt: skip
+            entry = {
+                "ts": time.time(), "client": place.address, "country": place.country,
+                "unplaced": place.why_unplaced, "model": model,
+                "allowed": sorted(allowed.jurisdictions), "rules": list(allowed.rules),
+                "order": list(decision.order), "reason": decision.reason,
+            }  # fmt: skip
+            log_entry(decision_log, "decision", entry, "decision")
         if decision.region is None:
             raise self._refused(decision, model)
         return asked, decision

@@ -12,6 +12,7 @@ import sys
 from datetime import UTC, datetime
 from typing import IO, Any
 
+import orjson
 from pythonjsonlogger.core import RESERVED_ATTRS
 from pythonjsonlogger.orjson import OrjsonFormatter
 
@@ -46,7 +47,7 @@ class TextFormatter(logging.Formatter):
         request_id = getattr(record, "request_id", None)
         record.request = "" if request_id is None else f" [req {request_id}]"
         extra = (
-            f" {key}={value}"
+            f" {key}={_text(value)}"
             for key, value in vars(record).items()
             if key not in _NOT_FIELDS and value is not None
         )
@@ -55,6 +56,19 @@ class TextFormatter(logging.Formatter):
 
 
 _NOT_FIELDS = {*RESERVED_ATTRS, "message", "request", "fields", "request_id"}
+
+
+def _text(value: object) -> str:
+    """A field as text: an object or a list as JSON (a decision-log entry), else as is."""
+    if isinstance(value, dict | list | tuple):
+        return orjson.dumps(value, default=str).decode()
+    return str(value)
+
+
+def log_entry(logger: logging.Logger, kind: str, entry: dict[str, Any], field: str) -> None:
+    """A structured entry (a routing decision) as one record: its `kind` the message and
+    the entry a field (`field`), an object in a JSON line, JSON after `field=` in text."""
+    logger.info(kind, extra={field: entry})
 
 
 class JsonFormatter(OrjsonFormatter):

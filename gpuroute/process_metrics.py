@@ -12,6 +12,9 @@ from importlib import metadata
 import prometheus_client
 from prometheus_client import CollectorRegistry, Gauge, ProcessCollector
 
+# a request's seconds, arrival to last byte, in every tier's histograms (so they compare)
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
+
 
 def gpuroute_version() -> str:
     try:

@@ -204,7 +204,9 @@ class DrainingServer:
         await self.start()
         freeze_startup_heap()
         listen = self.servable.config.listen
-        print(f"gpuroute {self.name} listening on http://{listen.host}:{self.port}", flush=True)
+        url = f"{'https' if listen.tls else 'http'}://{listen.host}:{self.port}"
+        # a log line like the rest (JSON where logs are JSON), its URL a field of its own
+        log.info("gpuroute %s listening on %s", self.name, url, extra={"url": url})
         await self.stopping.wait()
         log.info("signal received: draining")
         signalled = time.monotonic()

@@ -137,8 +137,11 @@ class Tracing:
     """One tier's tracer: an SDK provider exporting over OTLP/HTTP, made in the serving
     process at startup and flushed at cleanup; None while tracing is off."""
 
-    def __init__(self, config: TracingConfig, service: str) -> None:
+    def __init__(self, config: TracingConfig, service: str, region: str | None = None) -> None:
+        """`region`: the cloud region this process serves (every span's resource carries
+        it as `cloud.region`, OpenTelemetry's name), None where there is none."""
         self.config, self.service = config, config.service_name or service
+        self.region = region
         self.provider: object | None = None
         self.tracer: trace.Tracer | None = None
 
@@ -156,9 +159,10 @@ class Tracing:
         # ratio is applied to the trace id, so every tier with the same ratio keeps a trace
         ratio = TraceIdRatioBased(self.config.sample_ratio)
         sampler = ParentBased(ratio, remote_parent_sampled=ratio, remote_parent_not_sampled=ratio)
-        provider = TracerProvider(
-            sampler=sampler, resource=Resource.create({"service.name": self.service})
-        )
+        facts = {"service.name": self.service}
+        if self.region:
+            facts["cloud.region"] = self.region
+        provider = TracerProvider(sampler=sampler, resource=Resource.create(facts))
         exporter = exporter or OTLPSpanExporter(endpoint=self.config.otlp_endpoint)
         # small batches: the exporter's thread encodes a batch holding the GIL (~40 µs a
         # span), so the SDK's 512 would stall every request for ~20 ms at each export
@@ -241,9 +245,11 @@ async def name_request(request: web.Request, response: web.StreamResponse) -> No
         response.headers[REQUEST_ID_HEADER] = rid
 
 
-def install(app: web.Application, config: TracingConfig, service: str) -> Tracing:
+def install(
+    app: web.Application, config: TracingConfig, service: str, region: str | None = None
+) -> Tracing:
     """Request ids, trace-context validation and (where configured) spans for `app`."""
-    tracing = app[TRACING] = Tracing(config, service)
+    tracing = app[TRACING] = Tracing(config, service, region)
     app.middlewares.insert(0, middleware(tracing))
     app.on_response_prepare.append(name_request)
 

@@ -283,7 +283,8 @@ class RouterApp:
         for path in self.config.passthrough_paths:
             app.router.add_route("*", path, self.proxy.passthrough)
         app.router.add_route("*", "/{tail:.*}", not_found)
-        install(app, self.config.tracing, "gpuroute-router")  # request ids, trace context, spans
+        # request ids, trace context, spans (each with its region)
+        install(app, self.config.tracing, "gpuroute-router", self.config.region.name)
         app.on_startup.append(self._startup)
         app.on_cleanup.append(self._cleanup)
         return app

@@ -3,9 +3,9 @@
 Every decision, hold, refusal and failed attempt of the last `keep` events is kept in memory
 (`explain(request_id)`: the admin endpoint `/admin/explain/{id}` and `gpuroute explain`), so
 an operator can ask about a request without having turned anything on; a sampled share of
-them (every event of a sampled request) is also written as JSON lines on
-`gpuroute.decisions`. Sampling draws once per request from its own RNG (turning it on must
-not change which backends are picked). A decision holds each stage of
+them (every event of a sampled request) is also written on `gpuroute.decisions`, the
+event the record's `decision` field. Sampling draws once per request from its own RNG
+(turning it on must not change which backends are picked). A decision holds each stage of
 the pick as it ran before the booking (`PickTrace`): which backends were no candidates and
 why, which the filter dropped and why, each candidate's prediction and score terms, the
 margin the chosen one needed, and the pick's reason."""
@@ -13,7 +13,6 @@ margin the chosen one needed, and the pick's reason."""
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import random
 import time
@@ -25,6 +24,8 @@ from gpuroute.router.core.policies.base import PickTrace
 from gpuroute.router.core.request import RequestInfo
 from gpuroute.router.core.scheduler import Decision
 from gpuroute.router.observe.tracing_spans import annotate, current_span
+
+from gpuroute.logs import log_entry
 
 decisions = logging.getLogger("gpuroute.decisions")
 Event = dict[str, Any]
@@ -38,13 +39,20 @@ class DecisionLog:
         *,
         keep: int = 2000,
         rng: random.Random | None = None,
-        emit: Callable[[str], None] = decisions.info,
+        emit: Callable[[Event], None] | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.sample, self.policy = sample, policy
         self.rng = rng or random.Random()
-        self.emit, self.wall_clock = emit, wall_clock
+        self.emit = emit if emit is not None else self.log
+        self.wall_clock = wall_clock
         self.recent: collections.deque[Event] = collections.deque(maxlen=keep)
+
+    @staticmethod
+    def log(event: Event) -> None:
+        """An event on `gpuroute.decisions`: its kind the message, the event the `decision`
+        field (an object in a JSON line, not a JSON string in the message)."""
+        log_entry(decisions, str(event.get("event", "decision")), event, "decision")
 
     @property
     def keeps(self) -> bool:
@@ -130,7 +138,7 @@ class DecisionLog:
         if self.keeps:
             self.recent.append(event)
         if emit:
-            self.emit(json.dumps(event))
+            self.emit(event)
 
 
 # what an event says of its request: tenant, client's id, model, as asked, prompt, SLO class

@@ -214,11 +214,9 @@ class Supervisor:
             await asyncio.gather(*(self.wait_started(i, admin) for i in range(self.count)))
             self.started = True
             reservation.close()
-            print(
-                f"gpuroute router listening on http://{listen.host}:{self.port} "
-                f"({self.count} workers)",
-                flush=True,
-            )
+            url = f"{'https' if listen.tls else 'http'}://{listen.host}:{self.port}"
+            log.info("gpuroute router listening on %s (%d workers)", url, self.count,
+                     extra={"url": url, "workers": self.count})  # fmt: skip
             keepers = [asyncio.create_task(self.keep(i)) for i in range(self.count)]
             await self.stopping.wait()
             log.info("signal received: every worker drains")

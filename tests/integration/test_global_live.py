@@ -177,7 +177,20 @@ async def test_each_refusal_names_its_true_reason(tmp_path, repo) -> None:
         await async_wait_for(holds(lambda: not feed.models), 10, "eu-west serving nothing")
         status, _, body = await ask(s, url, **{"x-gpuroute-residency": "eu"})
         assert (status, body["error"]["code"]) == (503, "no_backend")
-        assert (await ask(s, url))[0] == 200  # a client with no rule: served elsewhere
+        status, served_in, _ = await ask(s, url)
+        assert status == 200 and served_in != "eu-west"  # a client with no rule: elsewhere
+    chat = "/v1/chat/completions"
+    # every answer counted by route, status and the region that answered (none: this tier)
+    expected = {("404", "none"): 1, ("403", "none"): 1, ("503", "none"): 1, ("200", served_in): 1}
+    for (code, region), count in expected.items():
+        seen = counter(app, "gpuroute_global_responses", route=chat, code=code, region=region)
+        assert seen == count, (code, region)
+    assert (
+        app.metrics.registry.get_sample_value(
+            "gpuroute_global_request_duration_seconds_count", {"route": chat}
+        )
+        == 4
+    )
     residency = [
         (sample.labels, sample.value)
         for metric in app.metrics.rejections.collect()

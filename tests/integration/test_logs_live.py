@@ -94,6 +94,8 @@ def test_router_process_writes_json_lines_and_an_access_line_per_request(tmp_pat
     assert 0 < access["ttft_ms"] <= access["duration_ms"]
     assert access["sample_rate"] == 1.0
     assert any(line["logger"] == "gpuroute.serving" for line in lines)  # its drain's too
+    (listening,) = [line for line in lines if "listening on" in line["message"]]
+    assert listening["url"].startswith("http://127.0.0.1:")  # a JSON line, its URL a field
 
 
 def test_router_process_at_warning_writes_no_info(tmp_path, engine) -> None:

@@ -66,7 +66,7 @@ def collector_yaml(port: int, out: Path) -> str:
 
 def spans_in(path: Path) -> list[dict]:
     """Every span the collector wrote (OTLP JSON, one export request a line), each with its
-    service's name under "service"."""
+    service's name under "service" and its resource's `cloud.region` under "region"."""
     out = []
     if not path.exists():
         return out
@@ -78,8 +78,10 @@ def spans_in(path: Path) -> list[dict]:
         for resource in request.get("resourceSpans", []):
             attributes = {a["key"]: a["value"] for a in resource["resource"]["attributes"]}
             service = attributes["service.name"]["stringValue"]
+            region = attributes.get("cloud.region", {}).get("stringValue")
             for scope in resource.get("scopeSpans", []):
-                out += [span | {"service": service} for span in scope.get("spans", [])]
+                out += [span | {"service": service, "region": region}
+                        for span in scope.get("spans", [])]  # fmt: skip
     return out
 
 
@@ -172,6 +174,8 @@ def check_chain(spans: list[dict], engine: RecordingEngine, answered: str) -> No
     assert attributes(top)["gpuroute.region"] == "eu-west"
     router = by[("gpuroute-router", SERVER_SPAN)]
     assert router["parentSpanId"] == top["spanId"]
+    # every span of the router names its region (the resource's cloud.region)
+    assert {s["region"] for s in spans if s["service"] == "gpuroute-router"} == {"eu-west"}
     # each tier's own id for the request, never the client's (issue 42 finding 10)
     assert attributes(top)["gpuroute.request_id"] == answered
     routers_id = attributes(router)["gpuroute.request_id"]

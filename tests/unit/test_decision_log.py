@@ -4,7 +4,6 @@ and keeps the recent requests' events for `gpuroute explain` with sampling off."
 
 from __future__ import annotations
 
-import json
 import random
 
 from gpuroute.router.core import BackendSet, CostEstimator, RequestInfo, Scheduler
@@ -37,7 +36,7 @@ def replay(policy: str, sample: float, seed: int = 7) -> tuple[list[str], list[d
         picks.append(decision.backend.backend_id)
         if i % 3 == 0:
             sched.finish(request, Outcome(True, 20, info.prompt_tokens), i * 0.01)
-    return picks, [json.loads(line) for line in lines]
+    return picks, lines
 
 
 def test_turning_the_log_on_changes_no_pick() -> None:
@@ -61,7 +60,7 @@ def test_scores_are_those_before_booking() -> None:
     info = RequestInfo("r1", "m", 1000, 100)
     decision = sched.route(life(info), 0.0, random.Random(1), trace=log.trace())
     log.decision(info, decision, 0, emit=log.wants_next())
-    event = json.loads(lines[0])
+    event = lines[0]
     scores = {c["backend"]: c["score"] for c in event["candidates"]}
     h100_cost = PRIORS["H100"].seconds(1000, 100)
     assert scores == {
@@ -99,7 +98,7 @@ def test_event_fields_and_failures() -> None:
     decision = sched.route(life(info), 0.0, random.Random(1), trace=log.trace(sampled=True))
     log.decision(info, decision, 1, emit=True)
     log.failure(info, decision.backend, "refused", emit=True)
-    event, failure = (json.loads(line) for line in lines)
+    event, failure = lines
     assert event["request_id"] == "r9" and event["attempt"] == 1 and event["ts"] == 12.5
     assert event["reason"] == "policy" and event["policy"] == "p2c"
     assert event["candidates_n"] == 4 and len(event["candidates"]) == 4

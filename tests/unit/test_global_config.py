@@ -98,8 +98,10 @@ async def test_api_key_maps_to_a_tenant_and_decisions_are_logged(tmp_path, caplo
                 assert r.status == 400 and (await r.json())["error"]["param"] == "model"
     finally:
         await server.drain(timeout=1.0)
-    assert '"rules":["tenant acme-eu"]' in caplog.text
-    assert '"reason":"region_unavailable"' in caplog.text
+    entries = [r.decision for r in caplog.records if r.name == "gpuroute.global.decisions"]
+    assert any(
+        e["rules"] == ["tenant acme-eu"] and e["reason"] == "region_unavailable" for e in entries
+    ), entries
 
 
 @pytest.mark.asyncio

@@ -244,14 +244,22 @@ def test_the_sample_threshold_must_be_positive() -> None:
         AccessLogConfig(sample_above_rps=0)
 
 
-def test_the_fault_report_reads_decision_entries_in_either_format(tmp_path) -> None:
+def test_a_decision_is_a_field_of_its_line_and_the_fault_report_reads_either_format(
+    tmp_path,
+) -> None:
     from gpuroute.bench.fault_report import read_events
+    from gpuroute.router.observe.decision_log import DecisionLog
 
     out = io.StringIO()
-    entry = '{"event": "decision", "ts": 1.0, "chosen": "b1"}'
+    entry = {"event": "decision", "ts": 1.0, "chosen": "b1", "stages": [{"dropped": ["b2"]}]}
     for fmt in ("json", "text"):
         logs.configure("info", fmt, out)
-        logging.getLogger("gpuroute.decisions").info(entry)
+        DecisionLog.log(entry)
     logging.getLogger("gpuroute.router").info("not an entry {}")
+    json_line, text_line, _ = out.getvalue().splitlines()
+    line = json.loads(json_line)  # an object in the line, not a JSON string in its message
+    assert (line["message"], line["decision"]) == ("decision", entry)
+    assert text_line.endswith(' decision decision={"event":"decision","ts":1.0,"chosen":"b1",'
+                              '"stages":[{"dropped":["b2"]}]}')  # fmt: skip
     (tmp_path / "router.log").write_text(out.getvalue())
-    assert read_events(tmp_path / "router.log") == [json.loads(entry)] * 2
+    assert read_events(tmp_path / "router.log") == [entry] * 2
