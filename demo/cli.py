@@ -27,6 +27,11 @@ def register(sub) -> None:
         "--autoscale", action="store_true",
         help="a burst brings hosts in, a quiet spell drains them (`gpuroute scale --local`)",
     )  # fmt: skip
+    demo.add_argument(
+        "--port", type=int, default=None, metavar="N",
+        help="the port clients use (the router's, with --global the global tier's); "
+        "default: a free one",
+    )  # fmt: skip
     log_flags.add_arguments(demo)
     demo.set_defaults(run=_run)
 
@@ -42,7 +47,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.global_:
         from gpuroute.demo.regions import run_global_demo
 
-        return run_global_demo(args.seconds or 5.0, secure=args.secure)
+        return run_global_demo(args.seconds or 5.0, secure=args.secure, port=args.port)
     from gpuroute.demo.fleet import run_demo
 
-    return run_demo(args.seconds or 16.0)
+    return run_demo(args.seconds or 16.0, port=args.port)

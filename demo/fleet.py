@@ -99,8 +99,11 @@ async def drive(console: Console, router_url: str, hosts: list[dict], seconds: f
     polls = asyncio.create_task(placement.poll(router_url, load))
     await asyncio.sleep(seconds / 2)  # the demo's timeline, not a synchronisation
     await show(console, router_url, routed, f"after {seconds / 2:.0f} s of traffic")
-    victim = hosts[-1]
-    console.print(f"[bold]draining {victim['id']}[/] (what `gpuroute agent drain` does) ...")
+    victim = await busiest(router_url, hosts)
+    console.print(
+        f"[bold]draining {victim['id']}[/], the host with the most requests in flight (what "
+        "`gpuroute agent drain` does): they finish, nothing new goes there"
+    )
     drain_url = f"http://127.0.0.1:{victim['admin_port']}/drain"
     async with aiohttp.ClientSession() as s, s.post(drain_url, json={}) as r:
         console.print(f"agent says: {await r.text()}")
@@ -113,7 +116,16 @@ async def drive(console: Console, router_url: str, hosts: list[dict], seconds: f
     return outcomes
 
 
-def run_demo(seconds: float = 16.0) -> int:
+async def busiest(router_url: str, hosts: list[dict]) -> dict:
+    """The host whose engine has the most requests in flight now (the router's view), so
+    the drain has streams to finish; the last host when none has any."""
+    async with aiohttp.ClientSession() as s, s.get(router_url + "/admin/backends") as r:
+        rows = (await r.json())["backends"]
+    in_flight = {row["id"]: row.get("in_flight", 0) for row in rows}  # (ids: the hosts')
+    return max(reversed(hosts), key=lambda h: in_flight.get(h["id"], 0))
+
+
+def run_demo(seconds: float = 16.0, port: int | None = None) -> int:
     console = Console(width=None if sys.stdout.isatty() else 150)
     workdir = Path(tempfile.mkdtemp(prefix="gpuroute-demo-"))
     binary = consul_binary()
@@ -131,7 +143,7 @@ def run_demo(seconds: float = 16.0) -> int:
         children.append(fleet)
         console.print(f"{len(hosts)} simulated GPU hosts with agents: "
                       + ", ".join(f"{h['id']}" for h in hosts))  # fmt: skip
-        port = free_port()
+        port = port or free_port()
         config = workdir / "router.toml"
         config.write_text(router_toml(port, consul.address if consul else None, hosts))
         cmd = [sys.executable, "-m", "gpuroute.cli", "router", "--config", str(config)]

@@ -169,7 +169,7 @@ async def _phases(
     console.print(table)
 
 
-def run_global_demo(seconds: float = 5.0, secure: bool = False) -> int:
+def run_global_demo(seconds: float = 5.0, secure: bool = False, port: int | None = None) -> int:
     """`secure`: every tier with TLS and mutual TLS, keys and signed residency decisions."""
     console = Console(width=None if sys.stdout.isatty() else 150)
     workdir = Path(tempfile.mkdtemp(prefix="gpuroute-global-demo-"))
@@ -189,7 +189,7 @@ def run_global_demo(seconds: float = 5.0, secure: bool = False) -> int:
             routers[region] = (router.port, report)
             router_children[region] = router
             console.print(f"{region}: 2 simulated GPU hosts ({gpus}), router on :{router.port}")
-        port, admin = free_port(), free_port()
+        port, admin = port or free_port(), free_port()
         (workdir / "global.toml").write_text(global_toml(regions_file, routers, port, ca, admin))
         glob = spawn(
             "global",

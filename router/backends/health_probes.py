@@ -14,6 +14,7 @@ from collections.abc import Callable
 from gpuroute.router.attempts.forward import Forwarder
 from gpuroute.router.config.router import RouterConfig
 from gpuroute.router.core.backend import BackendState
+from gpuroute.router.core.health import CHECK_DOWN, CHECK_OK, CHECK_SLOW
 from gpuroute.router.core.scheduler import Scheduler
 
 log = logging.getLogger("gpuroute.router.health")
@@ -75,13 +76,15 @@ class HealthProbes:
 
     async def _check(self, backend_id: str) -> None:
         settings = self.config().health
-        ok = await self._healthy(backend_id, settings.timeout_s)
+        verdict = await self._verdict(backend_id, settings.timeout_s)
         backends = self.scheduler.backends
         if backend_id not in backends or backend_id in self.scheduler.health.half_open:
             return  # removed meanwhile, or its breaker's probes decide now
         backend = backends.get(backend_id)
         before = backend.state
-        events = self.scheduler.health.checked(backend, ok, self.clock(), settings.failures_out)
+        events = self.scheduler.health.checked(
+            backend, verdict, self.clock(), settings.failures_out
+        )
         self.forwarder.record_health(events)
         if before is not BackendState.EJECTED and backend.state is BackendState.EJECTED:
             log.warning(
@@ -91,18 +94,19 @@ class HealthProbes:
 
     async def _probe(self, backend_id: str) -> None:
         config = self.config()
-        ok = await self._healthy(backend_id, config.limits.connect_timeout_s + 2)
+        verdict = await self._verdict(backend_id, config.limits.connect_timeout_s + 2)
         if backend_id in self.scheduler.health.half_open:
             backend = self.scheduler.backends.get(backend_id)
-            health = self.scheduler.health.record(backend, ok, self.clock())
+            health = self.scheduler.health.record(backend, verdict == CHECK_OK, self.clock())
             self.forwarder.record_health(health)
 
-    async def _healthy(self, backend_id: str, timeout_s: float) -> bool:
-        """Whether the backend's health path answers 200 within `timeout_s`."""
+    async def _verdict(self, backend_id: str, timeout_s: float) -> str:
+        """CHECK_OK: the health path answered 200 within `timeout_s`; CHECK_SLOW: no answer
+        in time; CHECK_DOWN: refused, reset, or any other answer."""
         session = self.forwarder.session
         base = self.forwarder.urls.get(backend_id)
         if session is None or base is None:
-            return False
+            return CHECK_DOWN
         try:
             async with asyncio.timeout(timeout_s):
                 async with await session.request(
@@ -110,6 +114,8 @@ class HealthProbes:
                 ) as response:
                     ok = response.status == 200
                     await response.read()  # read to the end: the connection is reused
-        except (TimeoutError, OSError, ValueError):
-            ok = False
-        return ok
+        except TimeoutError:
+            return CHECK_SLOW
+        except (OSError, ValueError):
+            return CHECK_DOWN
+        return CHECK_OK if ok else CHECK_DOWN

@@ -17,6 +17,9 @@ from gpuroute.router.core.breaker import (
 )
 from gpuroute.router.core.outlier import Ejection, OutlierDetector, OutlierSettings
 
+# an active health check's verdicts (BackendHealth.checked)
+CHECK_OK, CHECK_DOWN, CHECK_SLOW = "ok", "down", "slow"
+
 
 @dataclass(slots=True)
 class HealthEvents:
@@ -81,29 +84,41 @@ class BackendHealth:
             self._apply_ejection(backend, ejection, now)
         return events
 
-    def checked(self, backend: Backend, ok: bool, now: float, failures_out: int) -> HealthEvents:
-        """An active health check's verdict: `failures_out` failed in a row trip a closed
-        breaker (as a refused connection does), so the backend leaves rotation before a
-        request finds it dead; once checks tripped it, the first pass ends its cooldown and
-        the half-open probes decide the way back (a breaker that requests tripped keeps its
-        own cooldown: an engine can pass /health and fail every request). Checks never
-        count in outlier statistics."""
+    def checked(
+        self, backend: Backend, verdict: str, now: float, failures_out: int
+    ) -> HealthEvents:
+        """An active health check's verdict (CHECK_OK, CHECK_DOWN: refused, reset or not
+        200; CHECK_SLOW: no answer in time): `failures_out` failed in a row trip a closed
+        breaker, so the backend leaves rotation before a request finds it dead. Slow answers
+        trip it only while every model it serves keeps another backend in rotation: an
+        engine swamped by a burst answers /health late too, and taking a model's last
+        engine out for it would turn overload into an outage. Once checks tripped it, the
+        first pass ends its cooldown and the half-open probes decide the way back (a breaker
+        that requests tripped keeps its own cooldown: an engine can pass /health and fail
+        every request). Checks never count in outlier statistics."""
         events = HealthEvents()
         breaker = self.breaker(backend.backend_id)
-        if ok:
+        if verdict == CHECK_OK:
             tripped = self._failed_checks.pop(backend.backend_id, 0) >= failures_out
             transition = breaker.vouched(now) if tripped else None
         else:
             failed = self._failed_checks.get(backend.backend_id, 0) + 1
             self._failed_checks[backend.backend_id] = failed
-            closed = breaker.state is BreakerState.CLOSED
-            transition = (
-                breaker.on_failure(now, fatal=True) if closed and failed >= failures_out else None
-            )
+            trips = failed >= failures_out and breaker.state is BreakerState.CLOSED
+            if verdict == CHECK_SLOW:
+                trips = trips and self._spare(backend)
+            transition = breaker.on_failure(now, fatal=True) if trips else None
         if transition is not None:
             events.breaker.append((backend.backend_id, transition))
             self._apply_breaker(backend, transition, now)
         return events
+
+    def _spare(self, backend: Backend) -> bool:
+        """Every model `backend` serves has another backend in rotation."""
+        return all(
+            any(other is not backend for other in self.backends.routable(model))
+            for model in backend.models
+        )
 
     def vouched(self, backend: Backend, now: float) -> HealthEvents:
         """The backend's agent says it is healthy again: probe it now (CircuitBreaker.vouched)."""

@@ -6,7 +6,7 @@ import random
 
 from gpuroute.router.core import BackendSet, BackendState, RequestInfo, Scheduler
 from gpuroute.router.core.breaker import BreakerSettings
-from gpuroute.router.core.health import BackendHealth
+from gpuroute.router.core.health import CHECK_DOWN, CHECK_OK, CHECK_SLOW, BackendHealth
 from gpuroute.router.core.outlier import OutlierSettings
 from gpuroute.router.core.policies.least_outstanding_work import LeastOutstandingWork
 from gpuroute.router.core.scheduler import Outcome
@@ -136,18 +136,18 @@ def test_vouching_for_a_closed_or_half_open_breaker_changes_nothing() -> None:
 def test_failed_checks_in_a_row_trip_the_breaker_and_a_pass_starts_the_way_back() -> None:
     pool, _backend_set, scheduler = make()
     health, dead = scheduler.health, pool[0]
-    health.checked(dead, False, 0.0, failures_out=3)
-    health.checked(dead, True, 0.5, failures_out=3)  # a pass resets the run
-    health.checked(dead, False, 1.0, failures_out=3)
-    events = health.checked(dead, False, 1.5, failures_out=3)
+    health.checked(dead, CHECK_DOWN, 0.0, failures_out=3)
+    health.checked(dead, CHECK_OK, 0.5, failures_out=3)  # a pass resets the run
+    health.checked(dead, CHECK_DOWN, 1.0, failures_out=3)
+    events = health.checked(dead, CHECK_DOWN, 1.5, failures_out=3)
     assert dead.state is BackendState.READY and events.breaker == []
-    events = health.checked(dead, False, 2.0, failures_out=3)  # the third in a row
+    events = health.checked(dead, CHECK_DOWN, 2.0, failures_out=3)  # the third in a row
     assert dead.state is BackendState.EJECTED and dead.reason == "breaker open"
     assert [t.after.value for _, t in events.breaker] == ["open"]
-    health.checked(dead, False, 2.5, failures_out=3)  # open: more failures change nothing
+    health.checked(dead, CHECK_DOWN, 2.5, failures_out=3)  # open: more failures change nothing
     assert health.breaker(dead.backend_id).state.value == "open"
     # the first pass ends the cooldown (5 s) at once; the half-open probes close it
-    events = health.checked(dead, True, 3.0, failures_out=3)
+    events = health.checked(dead, CHECK_OK, 3.0, failures_out=3)
     assert [t.after.value for _, t in events.breaker] == ["half_open"]
     assert dead.state is BackendState.WARMING and dead.backend_id in health.half_open
     health.record(dead, True, 3.2)
@@ -163,7 +163,22 @@ def test_a_pass_leaves_a_breaker_that_requests_tripped_to_its_own_cooldown() -> 
     for t in range(3):
         health.record(failing, False, float(t))
     assert health.breaker(failing.backend_id).state.value == "open"
-    events = health.checked(failing, True, 3.0, failures_out=3)
+    events = health.checked(failing, CHECK_OK, 3.0, failures_out=3)
     assert events.breaker == [] and failing.state is BackendState.EJECTED
     # and checks count nowhere in the outlier statistics
     assert not health.outliers.is_ejected(failing.backend_id)
+
+
+def test_slow_checks_take_no_model_s_last_backend_out_but_a_dead_one_goes() -> None:
+    """An engine swamped by a burst answers /health late: out only while its models keep
+    another backend in rotation; refused connections take even the last one out."""
+    pool, _backend_set, scheduler = make(2)
+    health, first, second = scheduler.health, pool[0], pool[1]
+    for t in range(3):
+        health.checked(first, CHECK_SLOW, float(t), failures_out=3)
+    assert first.state is BackendState.EJECTED  # the other serves its model
+    for t in range(3, 6):
+        health.checked(second, CHECK_SLOW, float(t), failures_out=3)
+    assert second.state is BackendState.READY  # the model's last backend in rotation
+    health.checked(second, CHECK_DOWN, 6.0, failures_out=3)  # nothing listens: out anyway
+    assert second.state is BackendState.EJECTED
