@@ -68,6 +68,15 @@ class ListenConfig(StrictModel):
     def loopback(self) -> bool:
         return is_loopback(self.host)
 
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls is not None else "http"
+
+    def url(self, port: int | None = None) -> str:
+        """The listener's URL (`port`: the one bound, where the config says 0)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 literal
+        return f"{self.scheme}://{host}:{self.port if port is None else port}"
+
 
 def is_loopback(host: str) -> bool:
     if host == "localhost":

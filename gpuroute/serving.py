@@ -203,8 +203,7 @@ class DrainingServer:
             loop.add_signal_handler(signal.SIGHUP, operator.reload_signal)  # re-read the config
         await self.start()
         freeze_startup_heap()
-        listen = self.servable.config.listen
-        url = f"{'https' if listen.tls else 'http'}://{listen.host}:{self.port}"
+        url = self.servable.config.listen.url(self.port)
         # a log line like the rest (JSON where logs are JSON), its URL a field of its own
         log.info("gpuroute %s listening on %s", self.name, url, extra={"url": url})
         await self.stopping.wait()

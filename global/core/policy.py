@@ -27,8 +27,6 @@ from gpuroute.global_.core.residency import Allowed
 from gpuroute.global_.core.spillover import Spillover
 
 MODES = ("ours", "latency", "nearest")
-# why a request has no region, in the order they are judged (see the module's docstring)
-REFUSALS = ("residency", "model_not_found", "region_unavailable", "no_backend")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +59,8 @@ class GlobalRequest:
 @dataclass(frozen=True, slots=True)
 class GlobalDecision:
     order: tuple[str, ...]  # chosen region first, then the retry order; empty = refused
-    # placed: nearest | latency | spill | failover | hint; refused (REFUSALS): the reason
+    # placed: nearest | latency | spill | failover | hint; refused: residency |
+    # model_not_found | region_unavailable | no_backend (GlobalPolicy._refusal)
     reason: str
     rules: tuple[str, ...] = ()
 

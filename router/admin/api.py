@@ -6,6 +6,7 @@ with its secrets redacted, and read the per-tenant usage records."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 from collections.abc import Callable
@@ -111,23 +112,25 @@ class Operator:
         task.add_done_callback(self._signalled.discard)
 
     async def _reload_logged(self) -> None:
-        await self._reload("signal", "SIGHUP")
+        with contextlib.suppress(ConfigError):  # logged and counted already
+            await self._reload("signal", "SIGHUP")
 
     async def reload(self, request: web.Request) -> web.Response:
-        done = await self._reload("http", f"POST /admin/reload from {request.remote}")
-        if isinstance(done, ConfigError):
-            return error_response(400, clip(str(done), 2000), code="reload_refused")
+        try:
+            done = await self._reload("http", f"POST /admin/reload from {request.remote}")
+        except ConfigError as exc:
+            return error_response(400, clip(str(exc), 2000), code="reload_refused")
         return web.json_response(done)
 
-    async def _reload(self, via: str, asked: str) -> dict | ConfigError:
-        """A reload, logged and counted however it was asked for: what it applied, or why
-        it was refused (the running config stays)."""
+    async def _reload(self, via: str, asked: str) -> dict:
+        """A reload, logged and counted however it was asked for (ConfigError when it was
+        refused: the running config stays)."""
         try:
             done = await self.reloader.reload()
         except ConfigError as exc:
             log.error("%s: reload refused, the running config stays: %s", asked, exc)
             self.count_reload("refused", via)
-            return exc
+            raise
         log.info("%s: reloaded %s", asked, done["reloaded"])
         self.count_reload("applied", via)
         return done

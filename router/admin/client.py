@@ -86,10 +86,8 @@ class AdminListener:
 
 
 def _listener_url(listen) -> str:
-    scheme = "https" if listen.tls is not None else "http"
     host = "127.0.0.1" if listen.host in ("0.0.0.0", "::", "") else listen.host
-    host = f"[{host}]" if ":" in host else host  # an IPv6 literal
-    return f"{scheme}://{host}:{listen.port}"
+    return listen.model_copy(update={"host": host}).url()
 
 
 def error_message(exc: urllib.error.HTTPError) -> str:

@@ -230,14 +230,11 @@ class Reloader:
         backend = r.scheduler.backends.get(backend_id)
         if backend.state is not BackendState.DRAINING:
             return
-        health = r.scheduler.health
-        held = not health.breaker(backend_id).allows_traffic() or health.outliers.is_ejected(
-            backend_id
-        )
         state, why = (
-            (BackendState.EJECTED, "held out by its health") if held
+            (BackendState.EJECTED, "held out by its health")
+            if r.scheduler.health.holds_out(backend_id)
             else (BackendState.WARMING, "undrained by the operator")
-        )  # fmt: skip
+        )
         r.scheduler.backends.set_state(backend, state, r.clock(), why)
 
     async def _finish(self, backend_id: str) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from gpuroute.router.attempts.forward import Forwarder
 from gpuroute.router.config.router import RouterConfig
 from gpuroute.router.core.backend import BackendState
+from gpuroute.router.core.breaker import BreakerState
 from gpuroute.router.core.health import CHECK_DOWN, CHECK_OK, CHECK_SLOW
 from gpuroute.router.core.scheduler import Scheduler
 
@@ -80,13 +81,11 @@ class HealthProbes:
         backends = self.scheduler.backends
         if backend_id not in backends or backend_id in self.scheduler.health.half_open:
             return  # removed meanwhile, or its breaker's probes decide now
-        backend = backends.get(backend_id)
-        before = backend.state
         events = self.scheduler.health.checked(
-            backend, verdict, self.clock(), settings.failures_out
+            backends.get(backend_id), verdict, self.clock(), settings.failures_out
         )
         self.forwarder.record_health(events)
-        if before is not BackendState.EJECTED and backend.state is BackendState.EJECTED:
+        if any(t.after is BreakerState.OPEN for _, t in events.breaker):
             log.warning(
                 "backend %s failed %d health checks in a row: out of rotation",
                 backend_id, settings.failures_out,

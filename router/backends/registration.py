@@ -12,7 +12,6 @@ import socket
 
 from gpuroute.router.config.router import RouterConfig
 
-from gpuroute.config import ListenConfig
 from gpuroute.consul_client import ConsulClient, ConsulUnavailable, check_meta
 from gpuroute.runtime import BackgroundLoop
 
@@ -28,11 +27,7 @@ def readyz_url(config: RouterConfig, port: int, admin_port: int | None) -> str:
         listen, bound = config.listen, port
     else:
         listen, bound = config.admin_listen, admin_port
-    return f"{_scheme(listen)}://{_local(listen.host)}:{bound}/readyz"
-
-
-def _scheme(listen: ListenConfig) -> str:
-    return "https" if listen.tls is not None else "http"
+    return f"{listen.scheme}://{_local(listen.host)}:{bound}/readyz"
 
 
 def _local(host: str) -> str:
@@ -53,7 +48,7 @@ def router_service(
             {
                 "region": config.region.name,
                 "report_port": str(report_port),
-                "scheme": _scheme(config.listen),
+                "scheme": config.listen.scheme,
             }
         ),
         "Check": {

@@ -113,6 +113,10 @@ class BackendHealth:
             self._apply_breaker(backend, transition, now)
         return events
 
+    def holds_out(self, backend_id: str) -> bool:
+        """Its breaker lets no traffic through, or an ejection holds it out."""
+        return not self.breaker(backend_id).allows_traffic() or self.outliers.is_ejected(backend_id)
+
     def _spare(self, backend: Backend) -> bool:
         """Every model `backend` serves has another backend in rotation."""
         return all(

@@ -214,7 +214,7 @@ class Supervisor:
             await asyncio.gather(*(self.wait_started(i, admin) for i in range(self.count)))
             self.started = True
             reservation.close()
-            url = f"{'https' if listen.tls else 'http'}://{listen.host}:{self.port}"
+            url = listen.url(self.port)
             log.info("gpuroute router listening on %s (%d workers)", url, self.count,
                      extra={"url": url, "workers": self.count})  # fmt: skip
             keepers = [asyncio.create_task(self.keep(i)) for i in range(self.count)]
